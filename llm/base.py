@@ -1,0 +1,95 @@
+"""The one backend protocol through which memgym talks to language models.
+
+Source: ``DESIGN.md`` § "LLM backends". Every role (policy, task, expert, judge, coder,
+annotator) is served by an object implementing :class:`Backend`.
+Token counts are in the backend model's own tokenizer tokens.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Protocol, runtime_checkable
+
+Message = dict  # {"role": "system"|"user"|"assistant", "content": str}
+Messages = list  # list[Message]
+
+
+class LLMError(RuntimeError):
+    """Base class of backend errors."""
+
+
+class BackendRequestError(LLMError):
+    """A request failed after the last retry. ``attempts`` says how many were made."""
+
+    def __init__(self, message: str, attempts: int = 1):
+        super().__init__(message)
+        self.attempts = attempts
+
+
+class BackendSpecError(LLMError, ValueError):
+    """A backend spec string (``hf:<path>``, ``openai:<url>#<model>``) is malformed."""
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """Sampling parameters. ``temperature == 0`` means greedy decoding.
+
+    max_new_tokens: completion budget in tokens (>= 1). top_p in (0, 1]. ``seed`` makes
+    sampling reproducible where the backend supports it.
+    """
+
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1:
+            raise ValueError(f"GenerationParams.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"GenerationParams.temperature must be >= 0, got {self.temperature}")
+        if not (0 < self.top_p <= 1):
+            raise ValueError(f"GenerationParams.top_p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One generated answer. ``cached`` is True when it came from the response cache."""
+
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str = "stop"
+    cached: bool = False
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """``generate`` returns one :class:`Completion` per input conversation, in order.
+
+    ``model_id`` names the model for cache keys and reports; ``calls`` counts model
+    calls actually made (a cache hit is not a call).
+    """
+
+    model_id: str
+    calls: int
+
+    def generate(self, batch: list[Messages], params: GenerationParams) -> list[Completion]: ...
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Sentence embedder. ``encode`` returns a float32 array of shape (len(texts), dim),
+    each row L2-normalised (so a dot product is a cosine). ``calls`` counts encode
+    batches that reached the model (cache hits excluded)."""
+
+    dim: int
+    calls: int
+
+    def encode(self, texts: list[str]) -> "np.ndarray": ...  # noqa: F821
