@@ -1,0 +1,123 @@
+"""Typed errors and warnings raised by the benchmark loaders of :mod:`data_synth`.
+
+Source: ``DESIGN.md`` § "Data model": broken input (bad JSON, a missing required key) raises
+one error naming the file, the record and the field; real-file quirks (int answers, malformed
+evidence ids, ...) produce a :class:`DataQuirkWarning` and never a crash.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class DataFormatError(ValueError):
+    """A benchmark file is broken (not JSON, wrong type, missing a required key).
+
+    Attributes:
+        file: path of the offending file (``str``).
+        record: the record that is broken: its id (``sample_id`` / ``question_id``) when the
+            record has one, else ``"#<index>"`` (0-based position in the file), or ``"-"``
+            when the whole file is unreadable.
+        field: the field path inside the record, e.g. ``"conversation.session_3[2].dia_id"``,
+            or ``"-"`` for whole-file errors.
+        reason: the human-readable cause.
+
+    The message reads ``"file F, record R, field X: reason"``.
+    """
+
+    def __init__(self, file: str | Path, record: str, field: str, reason: str):
+        self.file = str(file)
+        self.record = str(record)
+        self.field = str(field)
+        self.reason = reason
+        super().__init__(f"file {self.file}, record {self.record}, field {self.field}: {reason}")
+
+    def __reduce__(self):  # keep the four attributes through pickling (multiprocessing)
+        return (type(self), (self.file, self.record, self.field, self.reason))
+
+
+class DataFileNotFoundError(FileNotFoundError):
+    """A data file memgym needs is absent.
+
+    The message says where the file was expected and how to point memgym at the data
+    (``MEMGYM_DATA`` or an explicit ``--path``). Attribute ``path`` holds the expected path.
+    """
+
+    def __init__(self, message: str, path: str | Path):
+        self.path = str(path)
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+    def __reduce__(self):
+        return (type(self), (self.args[0], self.path))
+
+
+class DataQuirkWarning(UserWarning):
+    """A real-file quirk the loader repaired or dropped (one warning per record, summarising
+    counts), e.g. int answers converted to strings or unknown evidence ids dropped."""
+
+
+def get_field(obj, key: str, types, file, record: str, field: str, *, optional: bool = False):
+    """``obj[key]`` checked against ``types`` (a type or tuple of types), for loaders.
+
+    ``field`` is the full field path used in the error (e.g. ``"qa[3].question"``). With
+    ``optional=True`` a missing key (or JSON ``null``) returns ``None``.
+
+    Raises:
+        DataFormatError: ``obj`` is not a JSON object, the key is missing, or the value has
+            the wrong type (``bool`` never counts as ``int``).
+    """
+    if not isinstance(obj, dict):
+        parent = field.rsplit(".", 1)[0] if "." in field else "-"
+        raise DataFormatError(file, record, parent, f"expected a JSON object, got "
+                                                    f"{type(obj).__name__}")
+    if key not in obj or obj[key] is None:
+        if optional:
+            return None
+        raise DataFormatError(file, record, field, "missing required key")
+    val = obj[key]
+    tt = types if isinstance(types, tuple) else (types,)
+    if not isinstance(val, tt) or (isinstance(val, bool) and bool not in tt):
+        names = " or ".join(t.__name__ for t in tt)
+        raise DataFormatError(file, record, field, f"expected {names}, got {type(val).__name__} "
+                                                   f"{str(val)[:40]!r}")
+    return val
+
+
+class QuirkLog:
+    """Counts repaired/dropped quirks of one record (or file) and emits ONE
+    :class:`DataQuirkWarning` summarising them, e.g.
+    ``"locomo10.json, conv-49: 3 evidence strings split (e.g. 'D9:1 D4:4 D4:6')"``."""
+
+    def __init__(self, where: str, max_examples: int = 3):
+        self.where = where
+        self.max_examples = max_examples
+        self.counts: dict[str, int] = {}
+        self.examples: dict[str, list[str]] = {}
+
+    def add(self, kind: str, example: str | None = None) -> None:
+        """Record one occurrence of ``kind`` (a plural noun phrase, e.g. "int answers converted
+        to str"), keeping up to ``max_examples`` examples."""
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        ex = self.examples.setdefault(kind, [])
+        if example is not None and len(ex) < self.max_examples:
+            ex.append(example)
+
+    def __bool__(self) -> bool:
+        return bool(self.counts)
+
+    def message(self) -> str:
+        """``"<where>: <n> <kind> (e.g. ex1, ex2); ..."``, kinds in first-seen order."""
+        parts = []
+        for kind, n in self.counts.items():
+            ex = self.examples.get(kind)
+            parts.append(f"{n} {kind}" + (f" (e.g. {', '.join(ex)})" if ex else ""))
+        return f"{self.where}: " + "; ".join(parts)
+
+    def emit(self, stacklevel: int = 3) -> None:
+        """Issue the single summary warning if anything was recorded."""
+        if self.counts:
+            import warnings
+
+            warnings.warn(DataQuirkWarning(self.message()), stacklevel=stacklevel)

@@ -1,0 +1,99 @@
+"""Where memgym finds its read-only data (``../shared/data`` by default).
+
+Source: ``../shared/data/README.md``: code finds the data through ``MEMGYM_DATA`` (default
+``../shared/data``) or a path given on the command line, and a missing file must fail with a
+message saying where it is expected.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from data_synth.errors import DataFileNotFoundError
+
+ENV_VAR = "MEMGYM_DATA"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _candidates() -> list[Path]:
+    return [Path.cwd() / ".." / "shared" / "data", REPO_ROOT / ".." / "shared" / "data"]
+
+
+def data_root() -> Path:
+    """The data folder: ``$MEMGYM_DATA`` if set (returned as given, even if absent, so that a
+    later :func:`require` names it), else the first existing of ``<cwd>/../shared/data`` and
+    ``<repo root>/../shared/data``; if neither exists, the repo-relative one (so error messages
+    name a concrete place). The result is resolved to an absolute path."""
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env).expanduser().resolve()
+    cands = _candidates()
+    for c in cands:
+        if c.is_dir():
+            return c.resolve()
+    return cands[-1].resolve()
+
+
+def require(path: Path | str, what: str) -> Path:
+    """Return ``path`` if it is an existing file or folder.
+
+    Raises:
+        DataFileNotFoundError: naming ``what`` (e.g. "LoCoMo file"), the expected path and how
+            to set ``MEMGYM_DATA`` / pass ``--path``.
+    """
+    p = Path(path)
+    if p.exists():
+        return p
+    raise DataFileNotFoundError(
+        f"{what} not found: expected at {p}. Set {ENV_VAR} to the folder that holds "
+        f"locomo/ and longmemeval/ (default ../shared/data) or pass an explicit --path.",
+        p,
+    )
+
+
+def locomo_path() -> Path:
+    """``<data root>/locomo/locomo10.json`` (not checked for existence; see :func:`require`)."""
+    return data_root() / "locomo" / "locomo10.json"
+
+
+def longmemeval_oracle_path() -> Path:
+    """``<data root>/longmemeval/longmemeval_oracle.json`` (not checked for existence)."""
+    return data_root() / "longmemeval" / "longmemeval_oracle.json"
+
+
+def longmemeval_splits_path() -> Path:
+    """``<data root>/longmemeval/splits.json`` (not checked for existence)."""
+    return data_root() / "longmemeval" / "splits.json"
+
+
+def expert_dir() -> Path:
+    """``<data root>/expert`` holding ``conv-26.jsonl`` and ``conv-30.jsonl`` (not checked)."""
+    return data_root() / "expert"
+
+
+def read_json(path: Path | str, what: str):
+    """Load a whole JSON file after :func:`require`.
+
+    Returns the parsed JSON value (any type; callers check the shape).
+
+    Raises:
+        DataFileNotFoundError: the file is absent (see :func:`require`).
+        DataFormatError: the file is not UTF-8 JSON; ``record`` and ``field`` are ``"-"`` and
+            the reason gives the line and column of the JSON error.
+    """
+    import json
+
+    from data_synth.errors import DataFormatError
+
+    p = require(path, what)
+    try:
+        with open(p, encoding="utf-8") as fh:
+            return json.load(fh)
+    except json.JSONDecodeError as e:
+        raise DataFormatError(p, "-", "-", f"invalid JSON at line {e.lineno} column {e.colno}: "
+                                           f"{e.msg}") from None
+    except UnicodeDecodeError as e:
+        raise DataFormatError(p, "-", "-", f"not UTF-8 text ({e.reason} at byte {e.start})") \
+            from None
+    except IsADirectoryError:
+        raise DataFormatError(p, "-", "-", "is a folder, expected a JSON file") from None
