@@ -111,3 +111,17 @@ def register(sub) -> None:
     r.add_argument("--dim", type=int, default=384)
     r.add_argument("--k", type=int, default=10)
     r.set_defaults(func=_retrieval)
+    # Other packages' benchmarks: each module defines register_bench(subparsers).
+    import importlib
+
+    for name in BENCH_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name == name:
+                continue
+            raise
+        mod.register_bench(s)
+
+
+BENCH_MODULES = ["launch.bench_reward", "launch.bench_train", "launch.bench_reuse"]
