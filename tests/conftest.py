@@ -1,0 +1,71 @@
+"""Shared pytest fixtures.
+
+Session defaults (set before anything loads a model): ``HF_HUB_OFFLINE=1`` (never touch the
+hub) and ``MEMGYM_CACHE`` = ``<repo>/.cache/memgym`` unless already set, so prepared models
+and tokenizers are reused across runs and CI (``.cache/`` is gitignored).
+
+Fixtures:
+- ``tiny_model_dir`` (session): a random-weight ``LlamaForCausalLM`` (hidden 64, 2 layers,
+  4 heads, 2 kv heads, intermediate 128, tied embeddings, init std 0.3, vocab = SmolLM2's 49,152) with the
+  real SmolLM2 tokenizer and chat template, saved with ``save_pretrained``. Seeded (0), so its
+  weights are identical in every run.
+- ``smollm2_dir`` (session): the real SmolLM2-135M-Instruct dir from ``prepare_smollm2()``
+  (about 30 s the first time); use in tests marked ``@pytest.mark.slow``.
+- ``stub_backend``: factory for :class:`tests.helpers.ScriptedBackend`.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("MEMGYM_CACHE", str(REPO / ".cache" / "memgym"))
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from tests.helpers import ScriptedBackend  # noqa: E402
+
+TINY_CONFIG = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                   intermediate_size=128, max_position_embeddings=2048, tie_word_embeddings=True,
+                   initializer_range=0.3)  # larger than the 0.02 default so greedy outputs vary by prompt
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """Dir of a seeded random-weight tiny Llama with SmolLM2's real tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from llm.models import prepare_smollm2_tokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(prepare_smollm2_tokenizer()))
+    out = tmp_path_factory.mktemp("tiny_model")
+    cfg = LlamaConfig(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id, **TINY_CONFIG)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(cfg)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(str(out))
+    tok.save_pretrained(str(out))
+    return out
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """The prepared SmolLM2-135M-Instruct transformers dir (cached under $MEMGYM_CACHE)."""
+    from llm.models import prepare_smollm2
+
+    return prepare_smollm2()
+
+
+@pytest.fixture
+def stub_backend():
+    """Factory: ``stub_backend(responses, model_id="stub")`` -> :class:`ScriptedBackend`."""
+    return ScriptedBackend
