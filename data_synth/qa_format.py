@@ -1,0 +1,115 @@
+"""The session-QA line format shared by ``memgym synth qa``, expert trajectories and the
+session reward.
+
+Source: ``DESIGN.md`` § "Dense session reward and ADRPO" (J = 5 synthetic QA per session,
+about 50% single-session, 30% multi-session, 20% temporal, with evidence turn ids) and the
+trajectory format (``qa: [5 × {question, answer, evidence, kind}]``).
+
+A session-QA file is JSONL, one line per session::
+
+    {"conversation_id": str, "session": int (1-based), "date": str,
+     "qa": [{"question": str, "answer": str, "evidence": [turn id, ...], "kind": str}, ...],
+     ...extra keys (source, tries, missing) are allowed}
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from memory_bank.schema import Capability, QAItem
+
+#: Synthetic question kinds and the capability each tests.
+KINDS: tuple[str, ...] = ("single-session", "multi-session", "temporal")
+KIND_CAPABILITY = {"single-session": Capability.FACTUAL, "multi-session": Capability.MULTI_SESSION,
+                   "temporal": Capability.TEMPORAL}
+
+
+class SessionQAError(ValueError):
+    """A session-QA line or item is malformed; the message names the file, line and field."""
+
+    def __init__(self, file, line: int, field: str, reason: str):
+        super().__init__(f"{file}: line {line}, field '{field}': {reason}")
+        self.file, self.line, self.field, self.reason = str(file), line, field, reason
+
+
+def qa_item_from_json(obj: dict, conversation_id: str, session: int, j: int, date: str | None = None,
+                      file="<memory>", line: int = 0) -> QAItem:
+    """Convert one ``{question, answer, evidence, kind}`` object (a trajectory's or a
+    session-QA file's) into a :class:`QAItem` with id ``<conv>/s<session>/q<j>``.
+
+    ``kind`` becomes ``category``; the capability follows :data:`KIND_CAPABILITY` (a
+    benchmark category such as LoCoMo "4" keeps ``capability=None`` unless the item carries
+    ``capability``). ``question_date`` = ``date`` (the session's date text). An int answer is
+    converted to str. Raises :class:`SessionQAError` naming the field for a missing or
+    wrongly typed question/answer/evidence.
+    """
+    where = f"qa[{j}]"
+    if not isinstance(obj, dict):
+        raise SessionQAError(file, line, where, f"expected an object, got {type(obj).__name__}")
+    q = obj.get("question")
+    if not isinstance(q, str) or not q.strip():
+        raise SessionQAError(file, line, f"{where}.question", f"expected a non-empty str, got {q!r:.60}")
+    a = obj.get("answer")
+    if isinstance(a, int) and not isinstance(a, bool):
+        a = str(a)
+    if not isinstance(a, str):
+        raise SessionQAError(file, line, f"{where}.answer", f"expected a str, got {type(a).__name__}")
+    ev = obj.get("evidence", [])
+    if not isinstance(ev, list) or not all(isinstance(e, str) for e in ev):
+        raise SessionQAError(file, line, f"{where}.evidence", "expected a list of turn-id strings")
+    kind = str(obj.get("kind", obj.get("category", "")))
+    cap = KIND_CAPABILITY.get(kind)
+    if cap is None and obj.get("capability"):
+        try:
+            cap = Capability(obj["capability"])
+        except ValueError:
+            raise SessionQAError(file, line, f"{where}.capability", f"unknown capability {obj['capability']!r}") from None
+    return QAItem(id=str(obj.get("id") or f"{conversation_id}/s{session}/q{j}"), question=q, answer=a,
+                  evidence=tuple(ev), category=kind, capability=cap, question_date=date or None)
+
+
+def qa_item_to_json(item: QAItem) -> dict:
+    """Inverse of :func:`qa_item_from_json` (``{question, answer, evidence, kind}`` plus the
+    id and, when set, the capability letter)."""
+    out = {"id": item.id, "question": item.question, "answer": item.answer, "evidence": list(item.evidence),
+           "kind": item.category}
+    if item.capability is not None:
+        out["capability"] = item.capability.value
+    return out
+
+
+def load_session_qa(path) -> dict[tuple[str, int], list[QAItem]]:
+    """Read a session-QA JSONL file into ``{(conversation_id, session): [QAItem, ...]}``.
+
+    A torn last line (no trailing newline and not valid JSON, left by a killed writer) is
+    skipped; any other broken line raises :class:`SessionQAError` naming it. A session that
+    appears twice raises (files written by memgym never repeat a session).
+    Raises FileNotFoundError naming the path when it is absent.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"session-QA file not found: {path}")
+    raw = path.read_text(encoding="utf-8")
+    lines = raw.split("\n")
+    out: dict[tuple[str, int], list[QAItem]] = {}
+    for i, text in enumerate(lines, 1):
+        if not text.strip():
+            continue
+        try:
+            obj = json.loads(text)
+        except ValueError as e:
+            if i == len(lines):  # the last piece had no newline: a torn write
+                break
+            raise SessionQAError(path, i, "<json>", f"invalid JSON: {e}") from None
+        if not isinstance(obj, dict):
+            raise SessionQAError(path, i, "<root>", f"expected an object, got {type(obj).__name__}")
+        conv, sess = obj.get("conversation_id"), obj.get("session")
+        if not isinstance(conv, str) or isinstance(sess, bool) or not isinstance(sess, int) or sess < 1:
+            raise SessionQAError(path, i, "conversation_id/session", f"expected str and int >= 1, got {conv!r}, {sess!r}")
+        qa = obj.get("qa")
+        if not isinstance(qa, list):
+            raise SessionQAError(path, i, "qa", "expected a list")
+        if (conv, sess) in out:
+            raise SessionQAError(path, i, "session", f"{conv} session {sess} appears twice")
+        out[(conv, sess)] = [qa_item_from_json(q, conv, sess, j, obj.get("date"), path, i) for j, q in enumerate(qa)]
+    return out

@@ -1,0 +1,58 @@
+"""Contribution attribution: which memory part the session's questions drew on.
+
+Source: ``DESIGN.md`` § "Dense session reward and ADRPO", step 6 (MemBuilder, arXiv
+2601.05488, Eqs. 9-10). ``h(m)`` is the number of retrieved entries of part ``m`` over the J
+questions of a session; the dominant part is ``argmax h`` over episodic, semantic and
+procedural; a tie (including all zeros) means no dominant part — the paper leaves ties
+undefined, and ``argmax``'s first-index rule would silently favour episodic. The weight is
+``w(m) = α`` for the dominant part and 1 otherwise; core is never dominant (it is not
+retrieved by ranking, it is always shown), so ``w(core) = 1``.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from memory_bank.actions import MANAGERS, PARTS
+
+__all__ = ["part_counts", "dominant_part", "contribution_weight"]
+
+
+def part_counts(retrieved: Sequence, correct: Sequence[bool] | None = None) -> dict[str, int]:
+    """``h(m)`` for m in episodic/semantic/procedural: retrieved entries per part summed over
+    the questions.
+
+    ``retrieved``: one :class:`memory_bank.retrieval.Retrieved` (anything with a ``counts``
+    dict) per question. ``correct``: when given (``attribution_on: correct``), only the
+    questions whose flag is True count. Raises ValueError when the lengths differ.
+    """
+    if correct is not None and len(correct) != len(retrieved):
+        raise ValueError(f"part_counts: {len(retrieved)} retrievals but {len(correct)} correctness flags")
+    h = {p: 0 for p in PARTS}
+    for j, r in enumerate(retrieved):
+        if correct is not None and not correct[j]:
+            continue
+        for p in PARTS:
+            h[p] += int(r.counts.get(p, 0))
+    return h
+
+
+def dominant_part(counts: dict[str, int]) -> str | None:
+    """The part with the strictly largest count, or None on a tie for the maximum (so also
+    when every count is 0). Raises ValueError for a missing part or a negative count."""
+    for p in PARTS:
+        if p not in counts or counts[p] < 0:
+            raise ValueError(f"dominant_part: need a count >= 0 for each of {PARTS}, got {counts!r}")
+    best = max(counts[p] for p in PARTS)
+    winners = [p for p in PARTS if counts[p] == best]
+    return winners[0] if len(winners) == 1 else None
+
+
+def contribution_weight(manager: str, dominant: str | None, alpha: float) -> float:
+    """``w(m) = alpha`` if ``manager == dominant`` else 1.0 (core always 1.0).
+
+    Raises ValueError for an unknown manager or ``alpha <= 0``."""
+    if manager not in MANAGERS:
+        raise ValueError(f"unknown manager {manager!r}; expected one of {MANAGERS}")
+    if not alpha > 0:
+        raise ValueError(f"alpha must be > 0, got {alpha}")
+    return float(alpha) if manager != "core" and manager == dominant else 1.0

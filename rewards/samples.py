@@ -1,0 +1,124 @@
+"""Rollout samples of the dense session reward: one (conversation, session t, manager m).
+
+Source: ``DESIGN.md`` § "Dense session reward and ADRPO": a sample's prompt is built from
+the bank as it stands after the *expert's* session t-1; the QA of session t (J synthetic
+questions, or the benchmark's own QA bucketed by the session of its evidence) scores the
+completion.
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from data_synth.expert import TrajectoryError, banks_before_sessions, load_trajectories
+from data_synth.qa_format import load_session_qa, qa_item_from_json
+from memory_bank.actions import MANAGERS
+from memory_bank.bank import MemoryBank
+from memory_bank.prompts import build_prompt
+from memory_bank.schema import Conversation, QAItem
+
+__all__ = ["RewardSample", "build_reward_samples", "load_benchmark", "sample_key"]
+
+
+def sample_key(conversation_id: str, session: int, manager: str) -> str:
+    """``"<conversation_id>/s<session>/<manager>"``."""
+    return f"{conversation_id}/s{session}/{manager}"
+
+
+@dataclass
+class RewardSample:
+    """One rollout prompt of ADRPO and what its reward needs.
+
+    key: ``f"{conversation_id}/s{session}/{manager}"``; session: t, 1-based; manager: core |
+    episodic | semantic | procedural; messages: the manager prompt,
+    ``build_prompt(manager, bank_before, session t, embedder).messages``; expert_outputs: the
+    expert's session-t output JSON text for all four managers; bank_before: the expert bank
+    after session t-1 (shared between the four managers of a session: never mutate it, copy
+    before use); qa: the J questions of session t.
+    """
+
+    key: str
+    conversation_id: str
+    session: int
+    manager: str
+    messages: list[dict]
+    expert_outputs: dict[str, str]
+    bank_before: MemoryBank
+    qa: list[QAItem] = field(default_factory=list)
+
+
+def load_benchmark(dataset: str, ids: Sequence[str], data_path=None) -> dict[str, Conversation]:
+    """Load the named conversations (LoCoMo ``sample_id`` or LongMemEval ``question_id``).
+
+    Raises ValueError for an unknown dataset or ids absent from the file, and the loaders'
+    DataFileNotFoundError / DataFormatError."""
+    ids = list(dict.fromkeys(ids))
+    if dataset == "locomo":
+        from data_synth.locomo import load_locomo
+
+        convs = load_locomo(data_path, ids=ids)
+    elif dataset == "longmemeval":
+        from data_synth.longmemeval import load_longmemeval
+
+        convs = load_longmemeval(data_path, question_ids=ids)
+    else:
+        raise ValueError(f"unknown dataset {dataset!r}; expected locomo or longmemeval")
+    return {c.id: c for c in convs}
+
+
+def build_reward_samples(trajectory_paths, *, dataset: str = "locomo", data_path=None, qa_path=None,
+                         embedder=None, managers: Sequence[str] = MANAGERS) -> list[RewardSample]:
+    """One :class:`RewardSample` per (trajectory line, manager), in file order.
+
+    trajectory_paths: one path or a list of expert trajectory JSONL files (the format of
+    ``../shared/data/expert/``); the session transcripts come from the ``dataset`` loader
+    (``data_path`` overrides its default file) by conversation id. QA: each line's ``qa``
+    field by default; with ``qa_path`` (a ``memgym synth qa`` output) the QA of that file
+    instead. A session with no QA carries no reward signal: it is skipped with one warning
+    that counts the skipped sessions. ``embedder`` ranks the 20 entries each prompt shows
+    (None: the most recently updated ones), as at inference.
+
+    Raises TrajectoryError (a line that does not replay, a session the benchmark lacks),
+    ValueError for an unknown manager, FileNotFoundError for a missing file.
+    """
+    paths = [trajectory_paths] if isinstance(trajectory_paths, (str, Path)) else list(trajectory_paths)
+    for m in managers:
+        if m not in MANAGERS:
+            raise ValueError(f"unknown manager {m!r}; expected some of {MANAGERS}")
+    qa_file = load_session_qa(qa_path) if qa_path is not None else None
+    samples: list[RewardSample] = []
+    skipped = []
+    for path in paths:
+        steps = load_trajectories(path)
+        try:
+            before = banks_before_sessions(steps)
+        except TrajectoryError as e:  # banks_before_sessions does not know the file name
+            raise TrajectoryError(path, e.line, e.field, e.reason) from None
+        convs = load_benchmark(dataset, [s.conversation_id for s in steps], data_path)
+        for step in steps:
+            conv = convs[step.conversation_id]
+            session = next((s for s in conv.sessions if s.index == step.session), None)
+            if session is None:
+                raise TrajectoryError(path, step.line, "session",
+                                      f"{step.conversation_id} has no session {step.session} in {dataset}")
+            if qa_file is not None:
+                qa = qa_file.get((step.conversation_id, step.session), [])
+            else:
+                qa = [qa_item_from_json(q, step.conversation_id, step.session, j, step.date, path, step.line)
+                      for j, q in enumerate(step.qa)]
+            if not qa:
+                skipped.append(f"{step.conversation_id}/s{step.session}")
+                continue
+            bank = before[(step.conversation_id, step.session)]
+            outputs = {m: step.output_text(m) for m in MANAGERS}
+            for m in managers:
+                samples.append(RewardSample(
+                    key=sample_key(step.conversation_id, step.session, m), conversation_id=step.conversation_id,
+                    session=step.session, manager=m, messages=build_prompt(m, bank, session, embedder).messages,
+                    expert_outputs=outputs, bank_before=bank, qa=list(qa)))
+    if skipped:
+        warnings.warn(f"build_reward_samples: {len(skipped)} session(s) without QA skipped "
+                      f"(e.g. {', '.join(skipped[:3])})", stacklevel=2)
+    return samples

@@ -1,0 +1,391 @@
+"""The dense session-level reward of ADRPO, with corrected contribution attribution.
+
+Source: ``DESIGN.md`` § "Dense session reward and ADRPO" (MemBuilder, arXiv 2601.05488,
+§3.4, Eqs. 5-10). For a sample (conversation, session t, manager m) and completion y:
+
+1. Format gate g: 1 if y parses, validates and applies to the bank, else 0 (and R = 0).
+2. Bank: ``counterfactual`` (default) = the expert bank before t plus the expert's session-t
+   operations with m's replaced by y; ``isolated`` = the expert bank before t plus y only;
+   ``joint`` (MemBuilder's) = the expert bank before t plus the k-th rollouts of all four
+   managers. The expert bank before t is always there: prior-session memories are never
+   filtered out of retrieval (public code once did, and questions about session t-1 became
+   unanswerable).
+3. acc = mean over the J questions of judge(answer(q_j, retrieve(bank, q_j)), a_j), with
+   top-k retrieval over episodic ∪ semantic ∪ procedural plus the core block.
+4. LP in policy-tokenizer tokens (:mod:`rewards.length`).
+5. R = g · acc · (1 − λ·LP).
+6. Attribution (:mod:`rewards.attribution`): w(m) = α for the dominant part, else 1.
+
+Batching: a call embeds every question and every bank entry of the batch in ONE
+``embedder.encode`` call (pass a cached embedder so known entries cost nothing), sends all
+answer requests in ONE ``generate`` call and all judge requests in ONE more; identical
+(bank, session) pairs are scored once. With backends wrapped in
+:class:`llm.cache.CachedBackend`, a repeated reward makes no model call.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from llm.base import GenerationParams
+from memory_bank.actions import MANAGERS, PARTS, parse_output
+from memory_bank.bank import MemoryBank
+from memory_bank.errors import ManagerOutputError
+from memory_bank.retrieval import BankRetriever, Retrieved
+from rewards.answer import answer_questions
+from rewards.attribution import contribution_weight, dominant_part, part_counts
+from rewards.judge import SCORER_NAMES, ScoreItem, make_scorer
+from rewards.length import core_length_penalty, core_written_text, count_tokens, part_length_penalty
+from rewards.samples import RewardSample
+
+__all__ = ["MODES", "SessionRewardConfig", "RewardBreakdown", "SessionReward", "RewardDataError",
+           "frac_reward_zero_std"]
+
+MODES = ("counterfactual", "isolated", "joint")
+
+
+class RewardDataError(ValueError):
+    """A reward sample whose expert data is inconsistent (an expert output that does not
+    apply to its own bank). Names the sample key and manager."""
+
+
+@dataclass
+class SessionRewardConfig:
+    """Reward settings (DESIGN.md step numbers in brackets).
+
+    mode [2]: counterfactual | isolated | joint. judge [3]: answer-recall | f1 | llm.
+    lam [5]: λ in [0, 1]. alpha [6]: α > 0, weight of the dominant part.
+    attribution_on [6]: all | correct (count only questions scored >= correct_threshold).
+    top_k [3]: entries retrieved per question (>= 1).
+    core_lp_lo / core_lp_hi [4]: core LP thresholds, tokens. band_abs_tokens, band_lo,
+    band_hi, r_min, r_max [4]: the non-core length band (tokens / ratios).
+    correct_threshold: a question counts as correct when its score >= this, in [0, 1].
+    Raises ValueError naming the field for an out-of-range value.
+    """
+
+    mode: str = "counterfactual"
+    judge: str = "answer-recall"
+    lam: float = 0.8
+    alpha: float = 4.0
+    attribution_on: str = "all"
+    top_k: int = 10
+    core_lp_lo: int = 150
+    core_lp_hi: int = 400
+    band_abs_tokens: int = 200
+    band_lo: float = 0.5
+    band_hi: float = 1.3
+    r_min: float = 0.2
+    r_max: float = 2.0
+    correct_threshold: float = 0.5
+
+    def __post_init__(self):
+        checks = [
+            ("mode", self.mode in MODES, f"one of {MODES}"),
+            ("judge", self.judge in SCORER_NAMES, f"one of {SCORER_NAMES}"),
+            ("lam", 0.0 <= self.lam <= 1.0, "in [0, 1]"),
+            ("alpha", self.alpha > 0, "> 0"),
+            ("attribution_on", self.attribution_on in ("all", "correct"), "all or correct"),
+            ("top_k", isinstance(self.top_k, int) and self.top_k >= 1, "an int >= 1"),
+            ("core_lp_lo", 0 <= self.core_lp_lo < self.core_lp_hi, "0 <= core_lp_lo < core_lp_hi"),
+            ("band_abs_tokens", self.band_abs_tokens >= 0, ">= 0"),
+            ("band_lo", 0 <= self.r_min < self.band_lo <= self.band_hi < self.r_max,
+             "0 <= r_min < band_lo <= band_hi < r_max"),
+            ("correct_threshold", 0.0 <= self.correct_threshold <= 1.0, "in [0, 1]"),
+        ]
+        for name, ok, need in checks:
+            if not ok:
+                raise ValueError(f"SessionRewardConfig.{name} must be {need}, got {getattr(self, name)!r}")
+
+
+@dataclass
+class RewardBreakdown:
+    """Every part of one reward. reward = gate · acc · (1 − λ·lp), in [0, 1].
+
+    gate: 1 or 0; acc: mean judge score over the J questions, in [0, 1]; lp: length penalty
+    in [0, 1]; length_tokens / expert_length_tokens: what LP measured, in policy tokens (core:
+    the written content; other parts: the whole output text; an invalid output: its raw
+    text, with LP 0); dominant: episodic | semantic | procedural | None; weight: w(m);
+    counts: retrieved entries per part over the counted questions; error_type: the format
+    error (e.g. "unknown_id") or None; correct: per question, score >= threshold.
+    """
+
+    reward: float
+    gate: int
+    acc: float
+    lp: float
+    length_tokens: int
+    expert_length_tokens: int
+    dominant: str | None
+    weight: float
+    counts: dict[str, int]
+    error_type: str | None
+    mode: str
+    correct: list[bool] = field(default_factory=list)
+
+    def to_log(self) -> dict:
+        """Flat ``{name: float}`` for trainer logging: reward, gate, acc, lp, length_tokens,
+        expert_length_tokens, weight, frac_correct, format_error, ``dominant/<part|none>``
+        (one-hot) and ``retrieved/<part>``."""
+        out = {"reward": float(self.reward), "gate": float(self.gate), "acc": float(self.acc), "lp": float(self.lp),
+               "length_tokens": float(self.length_tokens), "expert_length_tokens": float(self.expert_length_tokens),
+               "weight": float(self.weight),
+               "frac_correct": float(np.mean(self.correct)) if self.correct else 0.0,
+               "format_error": float(self.error_type is not None)}
+        for p in PARTS + ("none",):
+            out[f"dominant/{p}"] = float((self.dominant or "none") == p)
+        for p in PARTS:
+            out[f"retrieved/{p}"] = float(self.counts.get(p, 0))
+        return out
+
+
+def frac_reward_zero_std(rewards: Sequence[float], group_size: int) -> float:
+    """Share in [0, 1] of consecutive groups of ``group_size`` rewards whose std is 0 (as
+    ``torch.isclose(std, 0)`` in TRL's GRPOTrainer): such groups give no GRPO signal.
+    Raises ValueError when ``len(rewards)`` is not a positive multiple of ``group_size``."""
+    r = np.asarray(rewards, dtype=np.float64)
+    if group_size < 1 or len(r) == 0 or len(r) % group_size:
+        raise ValueError(f"frac_reward_zero_std: {len(r)} rewards do not split into groups of {group_size}")
+    std = r.reshape(-1, group_size).std(axis=1)
+    return float(np.mean(np.isclose(std, 0.0)))
+
+
+class _LookupEmbedder:
+    """Serves vectors computed by the batch's single encode call to :class:`BankRetriever`."""
+
+    def __init__(self, table: dict[str, np.ndarray], dim: int):
+        self.table, self.dim, self.calls = table, dim, 0
+
+    def encode(self, texts):
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([self.table[t] for t in texts])
+
+
+@dataclass
+class _Row:
+    sample: RewardSample
+    text: str
+    ops: object = None
+    error_type: str | None = None
+    bank_id: int | None = None
+
+
+class SessionReward:
+    """Callable reward: ``reward(samples, completions, rollout_index=None) -> breakdowns``.
+
+    config: :class:`SessionRewardConfig`. embedder: an :class:`llm.base.Embedder` (use a
+    cached one). tokenizer: the POLICY's Hugging Face tokenizer; every length is counted in
+    its tokens. answer_backend: needed by the ``f1`` and ``llm`` judges (a local or served
+    answer model). judge_backend: needed by ``llm``. answer_params: answer sampling
+    (default greedy, 48 new tokens).
+
+    ``last_stats`` (after a call): ``embed_calls``, ``answer_prompts``, ``judge_prompts``
+    and ``unique_banks`` of that call. Raises ValueError for a missing backend.
+    """
+
+    def __init__(self, config: SessionRewardConfig | None = None, *, embedder, tokenizer, answer_backend=None,
+                 judge_backend=None, answer_params: GenerationParams | None = None):
+        self.config = config or SessionRewardConfig()
+        self.embedder = embedder
+        self.tokenizer = tokenizer
+        self.scorer = make_scorer(self.config.judge, judge_backend)
+        if self.scorer.needs_prediction and answer_backend is None:
+            raise ValueError(f"judge {self.config.judge!r} scores an answer: pass answer_backend")
+        self.answer_backend = answer_backend
+        self.answer_params = answer_params or GenerationParams(max_new_tokens=48, temperature=0)
+        self._expert_ops: dict[tuple[str, str], object] = {}
+        self._expert_len: dict[tuple[str, str], int] = {}
+        self.last_stats: dict[str, int] = {}
+
+    # ---- banks --------------------------------------------------------------------------
+    def _expert(self, s: RewardSample, m: str):
+        key = (s.key.rsplit("/", 1)[0], m)
+        if key not in self._expert_ops:
+            try:
+                self._expert_ops[key] = parse_output(m, s.expert_outputs[m])
+            except (ManagerOutputError, KeyError) as e:
+                raise RewardDataError(f"sample {s.key}: the expert output of {m} is unusable: {e}") from None
+        return self._expert_ops[key]
+
+    def _apply_expert(self, bank: MemoryBank, s: RewardSample, m: str) -> None:
+        try:
+            bank.apply(m, self._expert(s, m), s.session)
+        except ManagerOutputError as e:
+            raise RewardDataError(f"sample {s.key}: the expert output of {m} does not apply to its bank: {e}") from None
+
+    @staticmethod
+    def _try_apply(bank: MemoryBank, row: _Row) -> bool:
+        s = row.sample
+        try:
+            if row.ops is None:
+                row.ops = parse_output(s.manager, row.text)
+            bank.apply(s.manager, row.ops, s.session)
+            return True
+        except ManagerOutputError as e:
+            row.error_type = e.error_type
+        except RecursionError:
+            row.error_type = "parse_error"
+        return False
+
+    def _build_banks(self, rows: list[_Row], rollout_index) -> list[MemoryBank]:
+        banks: list[MemoryBank] = []
+        mode = self.config.mode
+        if mode in ("counterfactual", "isolated"):
+            for row in rows:
+                s = row.sample
+                bank = s.bank_before.copy()
+                if not self._try_apply(bank, row):
+                    continue
+                if mode == "counterfactual":
+                    for m in MANAGERS:
+                        if m != s.manager:
+                            self._apply_expert(bank, s, m)
+                row.bank_id = len(banks)
+                banks.append(bank)
+            return banks
+        groups: dict[tuple, list[_Row]] = {}
+        for row, k in zip(rows, rollout_index):
+            groups.setdefault((row.sample.conversation_id, row.sample.session, k), []).append(row)
+        for (conv, sess, k), members in groups.items():
+            managers = sorted(r.sample.manager for r in members)
+            if managers != sorted(MANAGERS):
+                raise ValueError(f"joint mode needs exactly one row per manager {MANAGERS} for {conv} session {sess}, "
+                                 f"rollout {k}; the batch has {managers}")
+            bank = members[0].sample.bank_before.copy()
+            for m in MANAGERS:
+                row = next(r for r in members if r.sample.manager == m)
+                self._try_apply(bank, row)  # an invalid rollout applies nothing (atomic)
+            bank_id = len(banks)
+            banks.append(bank)
+            for row in members:
+                if row.error_type is None:
+                    row.bank_id = bank_id
+        return banks
+
+    # ---- lengths ------------------------------------------------------------------------
+    def _lengths(self, rows: list[_Row]) -> list[tuple[float, int, int]]:
+        cfg = self.config
+        texts, need_expert = [], []
+        for row in rows:
+            s = row.sample
+            if row.error_type is None and s.manager == "core":
+                texts.append(core_written_text(row.ops))
+            else:
+                texts.append(row.text if isinstance(row.text, str) else "")
+            ek = (s.key.rsplit("/", 1)[0], s.manager)
+            if ek not in self._expert_len and ek not in need_expert:
+                need_expert.append(ek)
+        expert_texts = []
+        by_key = {}
+        for row in rows:
+            by_key.setdefault((row.sample.key.rsplit("/", 1)[0], row.sample.manager), row.sample)
+        for ek in need_expert:
+            s = by_key[ek]
+            expert_texts.append(core_written_text(self._expert(s, "core")) if s.manager == "core"
+                                else s.expert_outputs[s.manager])
+        counts = count_tokens(self.tokenizer, texts + expert_texts)
+        for ek, n in zip(need_expert, counts[len(texts):]):
+            self._expert_len[ek] = n
+        out = []
+        for row, n in zip(rows, counts[: len(texts)]):
+            s = row.sample
+            n_e = self._expert_len[(s.key.rsplit("/", 1)[0], s.manager)]
+            if row.error_type is not None:
+                lp = 0.0
+            elif s.manager == "core":
+                lp = core_length_penalty(n, cfg.core_lp_lo, cfg.core_lp_hi)
+            else:
+                lp = part_length_penalty(n, n_e, band_abs=cfg.band_abs_tokens, band_lo=cfg.band_lo,
+                                         band_hi=cfg.band_hi, r_min=cfg.r_min, r_max=cfg.r_max)
+            out.append((lp, n, n_e))
+        return out
+
+    # ---- scoring ------------------------------------------------------------------------
+    def _score_banks(self, jobs: list[tuple[MemoryBank, RewardSample]]) -> list[tuple[list[float], list[Retrieved]]]:
+        """Retrieve, answer and judge the QA of each (bank, sample) job, batched."""
+        texts: dict[str, None] = {}
+        for bank, s in jobs:
+            for p in PARTS:
+                for e in bank.entries(p):
+                    texts.setdefault(e.text)
+            for q in s.qa:
+                texts.setdefault(q.question)
+        calls0 = getattr(self.embedder, "calls", 0)
+        uniq = list(texts)
+        vecs = self.embedder.encode(uniq) if uniq else np.zeros((0, self.embedder.dim), dtype=np.float32)
+        self.last_stats["embed_calls"] = getattr(self.embedder, "calls", 0) - calls0
+        lookup = _LookupEmbedder(dict(zip(uniq, vecs)), self.embedder.dim)
+        retrieved = [BankRetriever(bank, lookup, self.config.top_k).retrieve([q.question for q in s.qa])
+                     for bank, s in jobs]
+        flat = [(s, q, r) for (_, s), rs in zip(jobs, retrieved) for q, r in zip(s.qa, rs)]
+        contexts = [r.render() for _, _, r in flat]
+        preds = [""] * len(flat)
+        if self.scorer.needs_prediction and flat:
+            preds = answer_questions(self.answer_backend, [(q.question, c, q.question_date)
+                                                           for (_, q, _), c in zip(flat, contexts)],
+                                     self.answer_params)
+        self.last_stats["answer_prompts"] = len(flat) if self.scorer.needs_prediction else 0
+        self.last_stats["judge_prompts"] = len(flat) if self.config.judge == "llm" else 0
+        scores = self.scorer.score([ScoreItem(q.question, q.answer, p, c, q.category or None)
+                                    for (_, q, _), p, c in zip(flat, preds, contexts)]) if flat else []
+        out, i = [], 0
+        for (_, s), rs in zip(jobs, retrieved):
+            out.append(([float(x) for x in scores[i: i + len(rs)]], rs))
+            i += len(rs)
+        return out
+
+    def __call__(self, samples: list[RewardSample], completions: list[str],
+                 rollout_index: list[int] | None = None) -> list[RewardBreakdown]:
+        """Score ``completions[i]`` as ``samples[i].manager``'s output; one breakdown per row.
+
+        ``rollout_index[i]`` = k for the k-th rollout of its session; required in joint mode,
+        where the batch must hold the four managers' rows of each (session, k). Raises
+        ValueError for mismatched lengths, a sample without QA or an incomplete joint group;
+        :class:`RewardDataError` for expert data that does not apply. Never mutates a
+        sample's ``bank_before``.
+        """
+        if len(samples) != len(completions):
+            raise ValueError(f"SessionReward: {len(samples)} samples but {len(completions)} completions")
+        if self.config.mode == "joint":
+            if rollout_index is None or len(rollout_index) != len(samples):
+                raise ValueError("SessionReward: joint mode needs rollout_index, one k per row")
+        for s in samples:
+            if not isinstance(s, RewardSample):
+                raise TypeError(f"SessionReward: expected RewardSample rows, got {type(s).__name__}")
+            if not s.qa:
+                raise ValueError(f"SessionReward: sample {s.key} has no QA to score")
+        self.last_stats = {"embed_calls": 0, "answer_prompts": 0, "judge_prompts": 0, "unique_banks": 0}
+        rows = [_Row(s, y) for s, y in zip(samples, completions)]
+        banks = self._build_banks(rows, rollout_index)
+        lengths = self._lengths(rows)
+        # identical (bank, session) pairs are scored once
+        job_of_bank, jobs, seen = {}, [], {}
+        for row in rows:
+            if row.bank_id is None or row.bank_id in job_of_bank:
+                continue
+            key = (row.sample.conversation_id, row.sample.session, banks[row.bank_id].dumps())
+            if key not in seen:
+                seen[key] = len(jobs)
+                jobs.append((banks[row.bank_id], row.sample))
+            job_of_bank[row.bank_id] = seen[key]
+        self.last_stats["unique_banks"] = len(jobs)
+        results = self._score_banks(jobs) if jobs else []
+        cfg = self.config
+        out = []
+        for row, (lp, n, n_e) in zip(rows, lengths):
+            s = row.sample
+            if row.bank_id is None:
+                out.append(RewardBreakdown(0.0, 0, 0.0, lp, n, n_e, None, 1.0, {p: 0 for p in PARTS},
+                                           row.error_type, cfg.mode, [False] * len(s.qa)))
+                continue
+            scores, retrieved = results[job_of_bank[row.bank_id]]
+            correct = [x >= cfg.correct_threshold for x in scores]
+            acc = float(np.mean(scores)) if scores else 0.0
+            counts = part_counts(retrieved, correct if cfg.attribution_on == "correct" else None)
+            dom = dominant_part(counts)
+            out.append(RewardBreakdown(acc * (1.0 - cfg.lam * lp), 1, acc, lp, n, n_e, dom,
+                                       contribution_weight(s.manager, dom, cfg.alpha), counts, None, cfg.mode,
+                                       correct))
+        return out
