@@ -6,9 +6,9 @@ and tokenizers are reused across runs and CI (``.cache/`` is gitignored).
 
 Fixtures:
 - ``tiny_model_dir`` (session): a random-weight ``LlamaForCausalLM`` (hidden 64, 2 layers,
-  4 heads, 2 kv heads, intermediate 128, tied embeddings, init std 0.3, vocab = SmolLM2's 49,152) with the
-  real SmolLM2 tokenizer and chat template, saved with ``save_pretrained``. Seeded (0), so its
-  weights are identical in every run.
+  4 heads, 2 kv heads, intermediate 128, tied embeddings, init std 0.3, vocab = SmolLM2's
+  49,152) with the real SmolLM2 tokenizer and chat template, saved with ``save_pretrained``.
+  Seeded (0), so its weights are identical in every run.
 - ``smollm2_dir`` (session): the real SmolLM2-135M-Instruct dir from ``prepare_smollm2()``
   (about 30 s the first time); use in tests marked ``@pytest.mark.slow``.
 - ``stub_backend``: factory for :class:`tests.helpers.ScriptedBackend`.

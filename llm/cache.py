@@ -1,0 +1,188 @@
+"""Persistent response cache (sqlite) and the :class:`CachedBackend` wrapper.
+
+Source: ``DESIGN.md`` § "LLM backends": a persistent response cache keyed by model, messages
+and sampling params, so a crashed or repeated run pays for nothing twice.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+import warnings
+from pathlib import Path
+
+from llm.base import Backend, Completion, GenerationParams, LLMError, Messages
+from llm.messages import check_batch
+
+_SCHEMA = """CREATE TABLE IF NOT EXISTS responses (
+    key TEXT PRIMARY KEY, model_id TEXT NOT NULL, value TEXT NOT NULL, created REAL NOT NULL)"""
+
+
+def cache_key(model_id: str, messages: Messages, params: GenerationParams, occurrence: int = 0) -> str:
+    """sha256 hex of the canonical JSON of ``{model, messages, params[, occurrence]}``.
+
+    Canonical = ``json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=False)``.
+    ``occurrence`` (k-th copy of the same prompt within one sampled batch) is included only
+    when > 0, so the first copy shares its key with a lone request.
+    """
+    payload = {"model": model_id, "messages": messages, "params": params.to_dict()}
+    if occurrence:
+        payload["occurrence"] = occurrence
+    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+class ResponseCache:
+    """A sqlite-backed map from :func:`cache_key` to :class:`Completion`.
+
+    ``path``: the database file (parents created) or ``":memory:"``. Uses WAL journaling so
+    several processes can share one file; within a process one connection is shared under a
+    lock, so the object is thread-safe. ``put_many`` writes all rows in one transaction (all
+    or nothing). A row that cannot be decoded is treated as a miss (with a warning) and is
+    overwritten by the next ``put``.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0, isolation_level=None)
+        with self._lock:
+            if self.path != ":memory:":
+                self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute(_SCHEMA)
+
+    def get_many(self, keys: list[str]) -> dict[str, Completion]:
+        """The cached completions for those of ``keys`` that are present (``cached=True``)."""
+        found: dict[str, Completion] = {}
+        uniq = list(dict.fromkeys(keys))
+        with self._lock:
+            rows = []
+            for i in range(0, len(uniq), 500):  # stay under sqlite's host-parameter limit
+                part = uniq[i:i + 500]
+                q = f"SELECT key, value FROM responses WHERE key IN ({','.join('?' * len(part))})"
+                rows.extend(self._conn.execute(q, part).fetchall())
+        for key, value in rows:
+            try:
+                d = json.loads(value)
+                found[key] = Completion(text=d["text"], prompt_tokens=int(d["prompt_tokens"]),
+                                        completion_tokens=int(d["completion_tokens"]),
+                                        finish_reason=str(d["finish_reason"]), cached=True)
+            except (ValueError, KeyError, TypeError) as e:
+                warnings.warn(f"ResponseCache {self.path}: undecodable row {key[:12]}… ({e}); treating as a miss")
+        return found
+
+    def get(self, key: str) -> Completion | None:
+        """The cached completion for ``key`` or None."""
+        return self.get_many([key]).get(key)
+
+    def put_many(self, items: list[tuple[str, str, Completion]]) -> None:
+        """Store ``(key, model_id, completion)`` rows in one transaction (replacing old rows)."""
+        now = time.time()
+        rows = [(k, m, json.dumps({"text": c.text, "prompt_tokens": c.prompt_tokens,
+                                   "completion_tokens": c.completion_tokens,
+                                   "finish_reason": c.finish_reason}, ensure_ascii=False), now)
+                for k, m, c in items]
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.executemany("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?)", rows)
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def put(self, key: str, model_id: str, completion: Completion) -> None:
+        """Store one row; see :meth:`put_many`."""
+        self.put_many([(key, model_id, completion)])
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+
+    def close(self) -> None:
+        """Close the connection; the object is unusable afterwards."""
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> "ResponseCache":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class CachedBackend:
+    """A :class:`Backend` that answers from a :class:`ResponseCache` when it can.
+
+    - Cache hits return ``Completion(cached=True)`` and make no model call.
+    - All misses of one ``generate`` call go to the inner backend in ONE ``generate`` call,
+      and are stored (all in one transaction) before returning.
+    - Greedy requests (``temperature == 0``) are always cacheable; identical prompts in one
+      batch are generated once.
+    - Sampled requests (``temperature > 0``) are cached only when ``params.seed`` is set: a
+      seeded sample is a reproducible function of its inputs, while an unseeded one must be a
+      fresh draw each time (e.g. GRPO groups), so unseeded sampled batches bypass the cache
+      entirely (counted in ``bypassed``). The k-th copy of a prompt within one seeded sampled
+      batch has its own key, so G copies still give G (cached) samples.
+
+    Counters: ``calls`` = the inner backend's ``calls``; ``hits`` / ``misses`` count prompts
+    answered from / not found in the cache; ``bypassed`` counts uncacheable prompts.
+    """
+
+    def __init__(self, backend: Backend, cache: ResponseCache):
+        self.backend = backend
+        self.cache = cache
+        self.model_id = backend.model_id
+        self.hits = 0
+        self.misses = 0
+        self.bypassed = 0
+
+    @property
+    def calls(self) -> int:
+        return self.backend.calls
+
+    @property
+    def tokenizer(self):
+        """The inner backend's tokenizer (AttributeError when it has none)."""
+        return self.backend.tokenizer
+
+    def count_tokens(self, text: str) -> int:
+        """Delegates to the inner backend's ``count_tokens``."""
+        return self.backend.count_tokens(text)
+
+    def generate(self, batch: list[Messages], params: GenerationParams) -> list[Completion]:
+        """One :class:`Completion` per conversation, in order; see the class docstring."""
+        check_batch(batch)
+        if not batch:
+            return []
+        if not params.greedy and params.seed is None:
+            self.bypassed += len(batch)
+            return self.backend.generate(batch, params)
+        keys: list[str] = []
+        seen: dict[str, int] = {}
+        for messages in batch:
+            base = cache_key(self.model_id, messages, params)
+            k = seen.get(base, 0)
+            seen[base] = k + 1
+            keys.append(base if params.greedy or k == 0 else cache_key(self.model_id, messages, params, k))
+        found = self.cache.get_many(keys)
+        miss_keys = list(dict.fromkeys(k for k in keys if k not in found))
+        self.hits += sum(1 for k in keys if k in found)
+        self.misses += len(keys) - sum(1 for k in keys if k in found)
+        if miss_keys:
+            first = {}
+            for k, messages in zip(keys, batch):
+                first.setdefault(k, messages)
+            fresh = self.backend.generate([first[k] for k in miss_keys], params)
+            if len(fresh) != len(miss_keys):
+                raise LLMError(f"backend {self.model_id} returned {len(fresh)} completions for {len(miss_keys)} prompts")
+            self.cache.put_many([(k, self.model_id, c) for k, c in zip(miss_keys, fresh)])
+            new = dict(zip(miss_keys, fresh))
+        else:
+            new = {}
+        return [found[k] if k in found else new[k] for k in keys]

@@ -1,0 +1,196 @@
+"""Sentence embedders: sentence-transformers (default all-MiniLM-L6-v2 from its PyPI package)
+with a text-hash-keyed cache, and a model-free :class:`HashEmbedder` for tests and stub runs.
+
+Source: ``DESIGN.md`` § "LLM backends" (embeddings use sentence-transformers, with a cache
+keyed by text hash) and § "Embedded defaults".
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sqlite3
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from llm.paths import dir_fingerprint
+
+
+def _check_texts(texts) -> list[str]:
+    if isinstance(texts, str) or not isinstance(texts, (list, tuple)):
+        raise TypeError(f"encode() takes a list of str, got {type(texts).__name__}")
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise TypeError(f"encode(): texts[{i}] must be a str, got {type(t).__name__}")
+    return list(texts)
+
+
+def embedding_key(model_id: str, text: str) -> str:
+    """sha256 hex of ``model_id + "\\x00" + text`` (UTF-8)."""
+    return hashlib.sha256(f"{model_id}\x00{text}".encode("utf-8")).hexdigest()
+
+
+class EmbeddingCache:
+    """Map from :func:`embedding_key` to a float32 vector: an in-memory dict, plus optional
+    sqlite persistence at ``path`` (vectors stored as raw float32 bytes, WAL journaling).
+
+    Thread-safe (one lock). ``put_many`` writes in one transaction. A stored vector whose
+    byte length does not match ``dim`` is ignored (treated as a miss).
+    """
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = None if path is None else str(path)
+        self._mem: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()
+        self._conn = None
+        if self.path is not None:
+            if self.path != ":memory:":
+                Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0, isolation_level=None)
+            if self.path != ":memory:":
+                self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("CREATE TABLE IF NOT EXISTS embeddings (key TEXT PRIMARY KEY, dim INTEGER NOT NULL, "
+                               "vec BLOB NOT NULL)")
+
+    def get_many(self, keys: list[str], dim: int) -> dict[str, np.ndarray]:
+        """The stored vectors (shape (dim,), float32) for those of ``keys`` that are present."""
+        out: dict[str, np.ndarray] = {}
+        with self._lock:
+            rest = []
+            for k in dict.fromkeys(keys):
+                v = self._mem.get(k)
+                if v is not None and v.shape == (dim,):
+                    out[k] = v
+                else:
+                    rest.append(k)
+            if self._conn is not None and rest:
+                for i in range(0, len(rest), 500):
+                    part = rest[i:i + 500]
+                    q = f"SELECT key, dim, vec FROM embeddings WHERE key IN ({','.join('?' * len(part))})"
+                    for k, d, blob in self._conn.execute(q, part):
+                        if d == dim and len(blob) == 4 * dim:
+                            v = np.frombuffer(blob, dtype=np.float32).copy()
+                            self._mem[k] = out[k] = v
+        return out
+
+    def put_many(self, items: dict[str, np.ndarray]) -> None:
+        """Store vectors (each 1-D, cast to float32) in memory and, if persistent, on disk."""
+        vecs = {k: np.ascontiguousarray(v, dtype=np.float32).reshape(-1) for k, v in items.items()}
+        with self._lock:
+            if self._conn is not None and vecs:
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    self._conn.executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?)",
+                                           [(k, v.shape[0], v.tobytes()) for k, v in vecs.items()])
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                self._conn.execute("COMMIT")
+            self._mem.update(vecs)
+
+    def __len__(self) -> int:
+        with self._lock:
+            if self._conn is None:
+                return len(self._mem)
+            return int(self._conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0])
+
+    def close(self) -> None:
+        """Close the sqlite connection (the in-memory part stays usable)."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+class STEmbedder:
+    """A sentence-transformers :class:`llm.base.Embedder`.
+
+    ``model_dir``: a local sentence-transformers dir (default :func:`llm.models.minilm_dir`,
+    all-MiniLM-L6-v2, dim 384, max 256 word pieces per text; longer texts are truncated by
+    the model). Loaded with ``HF_HUB_OFFLINE=1``. ``encode`` returns float32 (n, dim), rows
+    L2-normalised. Only texts missing from ``cache`` reach the model, de-duplicated, in one
+    ``SentenceTransformer.encode`` call (mini-batches of ``batch_size``); ``calls`` counts such
+    calls. ``model_id`` = ``st:<dir name>@<fingerprint>`` keys the cache.
+    Raises ``TypeError`` for non-str input, ``FileNotFoundError`` for a missing dir.
+    """
+
+    def __init__(self, model_dir: str | Path | None = None, batch_size: int = 64,
+                 cache: EmbeddingCache | None = None, device: str = "cpu", progress: bool = False):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        from llm.models import minilm_dir
+
+        path = Path(model_dir) if model_dir is not None else minilm_dir()
+        if not path.is_dir():
+            raise FileNotFoundError(f"STEmbedder: model dir {path} does not exist")
+        if batch_size < 1:
+            raise ValueError(f"STEmbedder batch_size must be >= 1, got {batch_size}")
+        self.model = SentenceTransformer(str(path), device=device, local_files_only=True)
+        self.dim = int(self.model.get_embedding_dimension())
+        self.model_id = f"st:{path.parent.name}/{path.name}@{dir_fingerprint(path)}"
+        self.batch_size = batch_size
+        self.cache = cache
+        self.progress = progress
+        self.calls = 0
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Embed ``texts``: float32 array (len(texts), dim), each row of L2 norm 1."""
+        texts = _check_texts(texts)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        keys = [embedding_key(self.model_id, t) for t in texts]
+        found = self.cache.get_many(keys, self.dim) if self.cache is not None else {}
+        todo = list(dict.fromkeys(t for t, k in zip(texts, keys) if k not in found))
+        if todo:
+            vecs = self.model.encode(todo, batch_size=self.batch_size, convert_to_numpy=True,
+                                     normalize_embeddings=True, show_progress_bar=self.progress)
+            self.calls += 1
+            fresh = {embedding_key(self.model_id, t): np.asarray(v, dtype=np.float32) for t, v in zip(todo, vecs)}
+            if self.cache is not None:
+                self.cache.put_many(fresh)
+            found = {**found, **fresh}
+        for i, k in enumerate(keys):
+            out[i] = found[k]
+        return out
+
+
+_TOKEN = re.compile(r"\w+", re.UNICODE)
+
+
+class HashEmbedder:
+    """A deterministic, model-free :class:`llm.base.Embedder` for tests and stub runs only.
+
+    Bag of words with the hashing trick (Weinberger et al. 2009, "Feature Hashing for Large
+    Scale Multitask Learning"), unsigned: each lower-cased ``\\w+`` token adds 1 to bucket
+    ``blake2b(token) mod dim``; rows are L2-normalised. A text with no tokens maps to the
+    bucket of the empty token. Texts sharing words get positive cosine; it knows nothing of
+    meaning, so never use it for real evaluation. ``calls`` counts ``encode`` calls with at
+    least one text.
+    """
+
+    def __init__(self, dim: int = 64):
+        if dim < 1:
+            raise ValueError(f"HashEmbedder dim must be >= 1, got {dim}")
+        self.dim = dim
+        self.model_id = f"hash-{dim}"
+        self.calls = 0
+
+    def _bucket(self, token: str) -> int:
+        return int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest(), "little") % self.dim
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """float32 array (len(texts), dim) of L2-normalised hashed token counts."""
+        texts = _check_texts(texts)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            tokens = _TOKEN.findall(t.lower()) or [""]
+            for tok in tokens:
+                out[i, self._bucket(tok)] += 1.0
+        if texts:
+            self.calls += 1
+            out /= np.linalg.norm(out, axis=1, keepdims=True)
+        return out

@@ -1,0 +1,162 @@
+"""OpenAI-compatible chat backend (``openai:<url>#<model>``): vLLM, SGLang, hosted APIs.
+
+Source: ``DESIGN.md`` § "LLM backends" (bounded concurrency, retries with backoff, timeouts).
+Built on the official ``openai`` client with its own retries turned off (``max_retries=0``)
+so that retry policy, attempt counting and the final error are ours.
+"""
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+from llm.base import BackendRequestError, Completion, GenerationParams, Messages
+from llm.messages import check_batch
+
+RETRY_STATUSES = frozenset({408, 429})  # plus every 5xx
+
+
+def backoff_delay(attempt: int, base_s: float, max_s: float, rng: random.Random) -> float:
+    """Seconds to wait before retry number ``attempt`` (1-based).
+
+    "Equal jitter" exponential backoff (AWS Architecture Blog, "Exponential Backoff And
+    Jitter", 2015): ``d = min(max_s, base_s * 2**(attempt-1))``, wait ``d/2 + U(0, d/2)``.
+    Result is in ``[d/2, d]``.
+    """
+    d = min(max_s, base_s * (2 ** (attempt - 1)))
+    return d / 2 + rng.uniform(0, d / 2)
+
+
+class OpenAIBackend:
+    """Chat completions against an OpenAI-compatible server.
+
+    Args:
+        base_url: e.g. ``http://127.0.0.1:8000/v1``.
+        model: the served model name sent in each request.
+        api_key: default ``$OPENAI_API_KEY`` or ``"EMPTY"`` (what vLLM accepts).
+        max_concurrency: at most this many requests in flight from this object, across all
+            threads calling ``generate`` (>= 1).
+        max_retries: retries after the first attempt (so at most ``max_retries + 1`` attempts).
+        timeout_s: per-request timeout in seconds.
+        backoff_base_s, backoff_max_s: see :func:`backoff_delay`.
+        extra_body: extra JSON fields sent with every request (e.g.
+            ``{"chat_template_kwargs": {"enable_thinking": False}}`` for Qwen3 on vLLM).
+
+    Retried: HTTP 408, 429 and 5xx, timeouts and connection errors. Not retried: any other
+    4xx (a bad request stays bad). Failure raises :class:`BackendRequestError` naming the
+    model, URL, HTTP status (or error kind) and the number of attempts (also in ``.attempts``);
+    a failure of one prompt fails the whole ``generate`` call.
+
+    Counters: ``calls`` = requests that returned a completion (one per prompt);
+    ``attempts`` = HTTP attempts including failed ones; ``retries`` = attempts - first tries.
+    Token counts come from the response's ``usage`` (the server's tokenizer); a response
+    without ``usage`` gives 0/0 and a warning.
+    """
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, max_concurrency: int = 8,
+                 max_retries: int = 5, timeout_s: float = 60, backoff_base_s: float = 0.5,
+                 backoff_max_s: float = 20, extra_body: dict | None = None):
+        import openai
+
+        if max_concurrency < 1 or max_retries < 0 or timeout_s <= 0 or backoff_base_s < 0 or backoff_max_s < 0:
+            raise ValueError(
+                f"OpenAIBackend: need max_concurrency >= 1, max_retries >= 0, timeout_s > 0, backoffs >= 0; got "
+                f"{max_concurrency}, {max_retries}, {timeout_s}, {backoff_base_s}, {backoff_max_s}")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.model_id = f"openai:{self.base_url}#{model}"
+        self.max_concurrency = max_concurrency
+        self.max_retries = max_retries
+        self.timeout_s = timeout_s
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self.extra_body = dict(extra_body or {})
+        self.client = openai.OpenAI(base_url=self.base_url, api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
+                                    max_retries=0, timeout=timeout_s)
+        self._sem = threading.BoundedSemaphore(max_concurrency)
+        self._lock = threading.Lock()
+        self._rng = random.Random()
+        self._warned_usage = False
+        self.calls = 0
+        self.attempts = 0
+        self.retries = 0
+
+    def _count(self, **deltas: int) -> None:
+        with self._lock:
+            for k, v in deltas.items():
+                setattr(self, k, getattr(self, k) + v)
+
+    def _classify(self, exc: Exception) -> tuple[bool, str]:
+        """(retryable, description) for an exception raised by the openai client."""
+        import openai
+
+        if isinstance(exc, openai.APITimeoutError):
+            return True, f"timeout after {self.timeout_s}s"
+        if isinstance(exc, openai.APIConnectionError):
+            return True, f"connection error ({exc.__cause__ or exc})"
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            return (status in RETRY_STATUSES or status >= 500), f"HTTP {status}: {exc.message}"
+        return False, f"{type(exc).__name__}: {exc}"
+
+    def _request(self, messages: Messages, params: GenerationParams) -> Completion:
+        kwargs = dict(model=self.model, messages=messages, max_tokens=params.max_new_tokens,
+                      temperature=params.temperature, top_p=params.top_p)
+        if params.seed is not None:
+            kwargs["seed"] = params.seed
+        if self.extra_body:
+            kwargs["extra_body"] = self.extra_body
+        attempt = 0
+        while True:
+            attempt += 1
+            self._count(attempts=1, retries=int(attempt > 1))
+            try:
+                with self._sem:
+                    resp = self.client.chat.completions.create(**kwargs)
+            except Exception as exc:  # noqa: BLE001 - classified below
+                retryable, what = self._classify(exc)
+                if not retryable or attempt > self.max_retries:
+                    verdict = "not retryable" if not retryable else "retries exhausted"
+                    raise BackendRequestError(
+                        f"OpenAIBackend: request to {self.base_url} for model {self.model!r} failed after "
+                        f"{attempt} attempt(s) ({verdict}): {what}", attempts=attempt) from exc
+                time.sleep(backoff_delay(attempt, self.backoff_base_s, self.backoff_max_s, self._rng))
+                continue
+            return self._to_completion(resp, attempt)
+
+    def _to_completion(self, resp, attempt: int) -> Completion:
+        choices = getattr(resp, "choices", None)
+        if not choices:
+            raise BackendRequestError(
+                f"OpenAIBackend: {self.base_url} returned no choices for model {self.model!r}", attempts=attempt)
+        choice = choices[0]
+        usage = getattr(resp, "usage", None)
+        if usage is None and not self._warned_usage:
+            self._warned_usage = True
+            warnings.warn(f"OpenAIBackend: {self.base_url} ({self.model}) returns no usage; token counts are 0")
+        reason = choice.finish_reason or "stop"
+        self._count(calls=1)
+        return Completion(text=choice.message.content or "",
+                          prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+                          completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+                          finish_reason="length" if reason == "length" else "stop")
+
+    def generate(self, batch: list[Messages], params: GenerationParams) -> list[Completion]:
+        """One :class:`Completion` per conversation, in order; requests run concurrently
+        (at most ``max_concurrency``). Raises :class:`BackendRequestError` (see class doc)."""
+        check_batch(batch)
+        if not batch:
+            return []
+        if len(batch) == 1:
+            return [self._request(batch[0], params)]
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(batch))) as pool:
+            futures = [pool.submit(self._request, m, params) for m in batch]
+            try:
+                return [f.result() for f in futures]
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise

@@ -1,0 +1,195 @@
+"""A small OpenAI-compatible HTTP server over any :class:`llm.base.Backend` (stdlib only).
+
+Serves ``POST /v1/chat/completions`` (non-streaming, ``n == 1``) and ``GET /v1/models`` in
+the shapes of the OpenAI Chat Completions API reference, so ``OpenAIBackend`` and any
+OpenAI client can talk to a local transformers model. Used by ``memgym serve`` on CPU
+machines and by the tests of the ``openai`` backend (on 127.0.0.1, port 0).
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from llm.base import Backend, GenerationParams
+from llm.messages import BatchError, check_batch
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
+class _RequestError(Exception):
+    def __init__(self, status: int, message: str, err_type: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.message, self.err_type = status, message, err_type
+
+
+def _params_from_body(body: dict) -> GenerationParams:
+    """Map OpenAI request fields to :class:`GenerationParams` (OpenAI defaults:
+    temperature 1, top_p 1); ``max_tokens`` or ``max_completion_tokens`` default to 256."""
+    def pick(name: str, default):
+        v = body.get(name)
+        return default if v is None else v
+
+    try:
+        return GenerationParams(
+            max_new_tokens=int(pick("max_completion_tokens", pick("max_tokens", 256))),
+            temperature=float(pick("temperature", 1.0)),
+            top_p=float(pick("top_p", 1.0)),
+            seed=None if body.get("seed") is None else int(body["seed"]),
+        )
+    except (TypeError, ValueError) as e:
+        raise _RequestError(400, f"bad sampling parameter: {e}") from e
+
+
+class BackendHTTPServer(ThreadingHTTPServer):
+    """Threading HTTP server answering chat completions with ``backend``.
+
+    ``generate`` calls are serialised with a lock (one batch of 1 at a time), while requests
+    are accepted concurrently. ``served_model_name`` (default ``backend.model_id``) is what
+    ``/v1/models`` lists; a request naming another model gets 404.
+
+    Instrumentation, for tests and operators: ``requests_total`` (chat requests received),
+    ``in_flight`` / ``max_in_flight`` (concurrent chat requests, counted from receipt to
+    reply). Test knobs: the first ``fail_first`` chat requests are answered with HTTP
+    ``fail_status`` without touching the backend; ``delay_s`` seconds are slept per request
+    (outside the lock) so that overlapping requests can be observed.
+    """
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], backend: Backend, *, served_model_name: str | None = None,
+                 fail_first: int = 0, fail_status: int = 503, delay_s: float = 0.0):
+        if fail_first < 0 or not (400 <= fail_status <= 599):
+            raise ValueError(f"fail_first must be >= 0 and fail_status in 400..599, got {fail_first}, {fail_status}")
+        super().__init__(address, _Handler)
+        self.backend = backend
+        self.served_model_name = served_model_name or backend.model_id
+        self.fail_first = fail_first
+        self.fail_status = fail_status
+        self.delay_s = delay_s
+        self.requests_total = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._stats_lock = threading.Lock()
+        self._generate_lock = threading.Lock()
+        self.created = int(time.time())
+
+    def _enter(self) -> int:
+        with self._stats_lock:
+            self.requests_total += 1
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            return self.requests_total
+
+    def _leave(self) -> None:
+        with self._stats_lock:
+            self.in_flight -= 1
+
+    def chat_completion(self, body: dict) -> dict:
+        """Answer one parsed request body with an OpenAI ``chat.completion`` object.
+        Raises ``_RequestError`` (status 400/404) for bad requests."""
+        model = body.get("model")
+        if model is not None and model != self.served_model_name:
+            raise _RequestError(404, f"The model `{model}` does not exist; this server serves "
+                                     f"`{self.served_model_name}`", "NotFoundError")
+        if body.get("stream"):
+            raise _RequestError(400, "stream=true is not supported by this server")
+        if body.get("n", 1) != 1:
+            raise _RequestError(400, f"only n=1 is supported, got n={body.get('n')!r}")
+        messages = body.get("messages")
+        try:
+            check_batch([messages])
+        except BatchError as e:
+            raise _RequestError(400, f"bad 'messages': {e}") from e
+        params = _params_from_body(body)
+        messages = [{"role": m["role"], "content": m["content"]} for m in messages]
+        with self._generate_lock:
+            comp = self.backend.generate([messages], params)[0]
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.served_model_name,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": comp.text},
+                         "finish_reason": comp.finish_reason, "logprobs": None}],
+            "usage": {"prompt_tokens": comp.prompt_tokens, "completion_tokens": comp.completion_tokens,
+                      "total_tokens": comp.prompt_tokens + comp.completion_tokens},
+        }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: BackendHTTPServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format, *args):  # noqa: A002 - silence per-request stderr lines
+        pass
+
+    def _send(self, status: int, obj: dict) -> None:
+        data = json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, status: int, message: str, err_type: str = "invalid_request_error") -> None:
+        self._send(status, {"error": {"message": message, "type": err_type, "code": status}})
+
+    def do_GET(self):  # noqa: N802
+        if self.path.rstrip("/") in ("/v1/models", "/models"):
+            self._send(200, {"object": "list", "data": [
+                {"id": self.server.served_model_name, "object": "model", "created": self.server.created,
+                 "owned_by": "memgym"}]})
+        elif self.path.rstrip("/") in ("/health", "/v1/health"):
+            self._send(200, {"status": "ok"})
+        else:
+            self._error(404, f"no route GET {self.path}", "NotFoundError")
+
+    def do_POST(self):  # noqa: N802
+        if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+            self._error(404, f"no route POST {self.path}", "NotFoundError")
+            return
+        n = self.server._enter()
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY_BYTES:
+                self._error(413, f"request body of {length} bytes exceeds {MAX_BODY_BYTES}")
+                return
+            raw = self.rfile.read(length)
+            if self.server.delay_s:
+                time.sleep(self.server.delay_s)
+            if n <= self.server.fail_first:
+                self._error(self.server.fail_status, f"injected failure {n}/{self.server.fail_first}", "server_error")
+                return
+            try:
+                body = json.loads(raw)
+                if not isinstance(body, dict):
+                    raise ValueError("the body must be a JSON object")
+            except ValueError as e:
+                self._error(400, f"request body is not valid JSON: {e}")
+                return
+            try:
+                self._send(200, self.server.chat_completion(body))
+            except _RequestError as e:
+                self._error(e.status, e.message, e.err_type)
+            except Exception as e:  # the backend failed: report it, keep serving
+                self._error(500, f"{type(e).__name__}: {e}", "server_error")
+        finally:
+            self.server._leave()
+
+
+def serve_backend(backend: Backend, host: str = "127.0.0.1", port: int = 0, **kw
+                  ) -> tuple[BackendHTTPServer, threading.Thread, str]:
+    """Start a :class:`BackendHTTPServer` in a daemon thread.
+
+    ``port=0`` picks a free port. ``kw`` goes to the server (``served_model_name``,
+    ``fail_first``, ``fail_status``, ``delay_s``). Returns ``(server, thread, base_url)`` with
+    ``base_url = "http://<host>:<port>/v1"``; stop with ``server.shutdown(); server.server_close()``.
+    """
+    server = BackendHTTPServer((host, port), backend, **kw)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=f"memgym-serve-{server.server_port}", daemon=True)
+    thread.start()
+    return server, thread, f"http://{host}:{server.server_port}/v1"

@@ -1,0 +1,91 @@
+"""In-process vLLM backend (``vllm:<path>``), the ``gpu`` extra (``pip install 'memgym[gpu]'``).
+
+Source: ``DESIGN.md`` § "LLM backends" (``vllm``: an in-process engine on GPU, an optional
+extra). Uses ``vllm.LLM`` + ``SamplingParams`` + ``LLM.chat`` (vLLM's offline inference API).
+Not exercised by the CPU test suite: vLLM needs a GPU.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from llm.base import BackendSpecError, Completion, GenerationParams, Messages
+from llm.messages import check_batch
+from llm.paths import dir_fingerprint
+
+
+def import_vllm():
+    """Import and return the ``vllm`` module, or raise :class:`BackendSpecError` saying how to install it."""
+    try:
+        import vllm
+    except ImportError as e:
+        raise BackendSpecError(
+            "the vllm backend needs the 'vllm' package (a GPU extra): pip install 'memgym[gpu]' "
+            f"— or use an hf:<path> spec on CPU ({e})") from e
+    return vllm
+
+
+class VLLMBackend:
+    """Batched chat generation with an in-process vLLM engine.
+
+    ``model_path``: a local model dir, or a PEFT LoRA adapter dir (``adapter_config.json``),
+    served on its base (``base`` or the adapter's ``base_model_name_or_path``, which must be a
+    local dir) with ``enable_lora=True`` and a ``LoRARequest``. ``engine_kw`` goes to
+    ``vllm.LLM`` (``tensor_parallel_size``, ``gpu_memory_utilization``, ``max_model_len``,
+    ``dtype``, ...). Greedy when ``temperature == 0``; ``seed`` is passed per request.
+    Token counts are vLLM's: prompt token ids and generated token ids (the EOS included when
+    the model stopped on it). ``calls`` counts prompts generated.
+    Raises :class:`BackendSpecError` when vLLM is not installed or the paths are not dirs.
+    """
+
+    def __init__(self, model_path: str | Path, *, base: str | Path | None = None, progress: bool = False,
+                 model_id: str | None = None, **engine_kw):
+        vllm = import_vllm()
+        path = Path(model_path).expanduser().resolve()
+        if not path.is_dir():
+            raise BackendSpecError(f"VLLMBackend: model dir {path} does not exist")
+        self.lora_request = None
+        if (path / "adapter_config.json").is_file():
+            from vllm.lora.request import LoRARequest
+
+            cfg = json.loads((path / "adapter_config.json").read_text())
+            base_path = Path(base) if base is not None else Path(str(cfg.get("base_model_name_or_path") or ""))
+            if not str(base_path) or not base_path.is_dir():
+                raise BackendSpecError(f"VLLMBackend: adapter {path} names base {str(base_path)!r}, not a local dir; "
+                                       "pass base=<dir>")
+            engine_kw.setdefault("enable_lora", True)
+            engine_kw.setdefault("max_lora_rank", int(cfg.get("r", 16)))
+            self.lora_request = LoRARequest(path.name, 1, str(path))
+            engine_path = base_path
+            default_id = f"vllm:{base_path.resolve()}@{dir_fingerprint(base_path)}+{path}@{dir_fingerprint(path)}"
+        else:
+            engine_path = path
+            default_id = f"vllm:{path}@{dir_fingerprint(path)}"
+        self._vllm = vllm
+        self.llm = vllm.LLM(model=str(engine_path), **engine_kw)
+        self.tokenizer = self.llm.get_tokenizer()
+        self.model_id = model_id or default_id
+        self.progress = progress
+        self.calls = 0
+
+    def count_tokens(self, text: str) -> int:
+        """Number of tokenizer tokens in ``text`` (no special tokens added)."""
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def generate(self, batch: list[Messages], params: GenerationParams) -> list[Completion]:
+        """One :class:`Completion` per conversation, in order (one ``LLM.chat`` call)."""
+        check_batch(batch)
+        if not batch:
+            return []
+        sp = self._vllm.SamplingParams(n=1, max_tokens=params.max_new_tokens, temperature=params.temperature,
+                                       top_p=params.top_p, seed=params.seed)
+        outs = self.llm.chat(batch, sp, use_tqdm=self.progress, lora_request=self.lora_request,
+                             add_generation_prompt=True)
+        result = []
+        for o in outs:
+            g = o.outputs[0]
+            result.append(Completion(text=g.text, prompt_tokens=len(o.prompt_token_ids or []),
+                                     completion_tokens=len(g.token_ids),
+                                     finish_reason="length" if g.finish_reason == "length" else "stop"))
+        self.calls += len(batch)
+        return result
