@@ -17,11 +17,11 @@ _FINGERPRINT_HEAD_BYTES = 1 << 20  # 1 MiB read from the start of each weights f
 def cache_dir() -> Path:
     """Return memgym's cache directory, creating it (and parents) if needed.
 
-    ``$MEMGYM_CACHE`` wins when set and non-empty; otherwise ``~/.cache/memgym``.
+    ``$MEMGYM_CACHE`` wins when set and non-empty (made absolute); otherwise ``~/.cache/memgym``.
     Raises ``NotADirectoryError`` when the path exists and is not a directory.
     """
     env = os.environ.get("MEMGYM_CACHE", "").strip()
-    path = Path(env).expanduser() if env else Path.home() / ".cache" / "memgym"
+    path = Path(os.path.abspath(Path(env).expanduser())) if env else Path.home() / ".cache" / "memgym"
     if path.exists() and not path.is_dir():
         raise NotADirectoryError(f"memgym cache path {path} (from $MEMGYM_CACHE or ~/.cache/memgym) is not a directory")
     path.mkdir(parents=True, exist_ok=True)
