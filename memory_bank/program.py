@@ -144,7 +144,7 @@ class FieldSpec:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "FieldSpec":
+    def from_dict(cls, d: dict) -> "FieldSpec":  # a report from the sandbox child
         if not isinstance(d, dict) or d.get("kind") not in FIELD_KINDS or not isinstance(d.get("name"), str):
             raise ContractError(f"malformed field spec {d!r}")
         return cls(name=d["name"], kind=d["kind"], optional=bool(d.get("optional")),
@@ -234,7 +234,6 @@ def dataclass_from_schema(name: str, fields: list[FieldSpec]) -> type:
 @functools.lru_cache(maxsize=128)
 def _validator(cls: type):
     import pydantic
-
     specs = describe_dataclass(cls)
     cfg = pydantic.ConfigDict(extra="forbid", allow_inf_nan=False, coerce_numbers_to_str=True)
     fields = {f.name: (f.python_type(), ... if f.required else f.default) for f in specs}
@@ -249,7 +248,6 @@ def coerce_record(record: Any, cls: type, *, index: int | None = None) -> Any:
     :class:`StructuredOutputError` naming the field.
     """
     import pydantic
-
     schema = cls.__name__
     if not isinstance(record, dict):
         raise StructuredOutputError(f"expected a JSON object, got {type(record).__name__}", schema=schema, index=index)
@@ -275,7 +273,6 @@ def parse_structured(text: str | Any, cls: type, *, many: bool | None = None) ->
     program dataclass.
     """
     import json_repair
-
     schema = getattr(cls, "__name__", "?")
     data = text
     if isinstance(text, str):
@@ -359,7 +356,6 @@ class BackendToolkitHost:
 
     def llm(self, prompt: str, max_tokens: int) -> str:
         from llm.base import GenerationParams
-
         params = GenerationParams(max_new_tokens=max_tokens)
         return self.backend.generate([[{"role": "user", "content": prompt}]], params)[0].text
 

@@ -13,7 +13,7 @@ from typing import Optional
 import numpy as np
 import pytest
 
-from memory_bank.program import (OUT_CHAR_BUDGET, BudgetExceededError, ContractError, SessionInfo,
+from memory_bank.program import (OUT_CHAR_BUDGET, BackendToolkitHost, BudgetExceededError, ContractError, SessionInfo,
                                  StructuredOutputError, Toolkit, ToolkitError, contract_from_report,
                                  dataclass_from_schema, describe_dataclass, describe_module, load_program_module,
                                  parse_structured, units_from_entries)
@@ -225,6 +225,29 @@ def test_toolkit_budget_and_counts():
         tk.embed(["d"])
     assert tk.embed([]) == []
     assert tk.calls == {"llm": 2, "embed": 1, "embed_texts": 2, "refused": 2}
+
+
+def test_backend_toolkit_host_adapts_llm_protocols():
+    from llm.base import Completion
+
+    class Backend:
+        model_id, calls, seen = "fake", 0, []
+
+        def generate(self, batch, params):
+            self.seen.append((batch, params.max_new_tokens, params.temperature))
+            return [Completion(text="ANSWER")]
+
+    class Embedder:
+        dim, calls = 2, 0
+
+        def encode(self, texts):
+            return np.array([[3.0, 4.0]] * len(texts), dtype=np.float32)
+
+    backend = Backend()
+    tk = Toolkit(BackendToolkitHost(backend, Embedder()), llm_budget=1)
+    assert tk.llm("hello", max_tokens=7) == "ANSWER"
+    assert backend.seen == [([[{"role": "user", "content": "hello"}]], 7, 0.0)]
+    assert tk.embed(["a"]) == [[pytest.approx(0.6), pytest.approx(0.8)]]  # re-normalised
 
 
 @pytest.mark.parametrize("call,msg", [
