@@ -13,6 +13,9 @@ from memory_bank.actions import MANAGERS
 from memory_bank.prompts import build_prompt
 from rewards.samples import build_reward_samples
 
+pytestmark = pytest.mark.filterwarnings("ignore::data_synth.errors.DataQuirkWarning")
+
+
 CONV30 = expert_dir() / "conv-30.jsonl"
 
 
