@@ -42,7 +42,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, unknown = parser.parse_known_args(argv)
+    if getattr(args, "passthrough", None):
+        # Commands configured by TrlParser (a YAML recipe + field overrides) take every
+        # argument after their own name(s) verbatim; argparse's REMAINDER drops leading flags.
+        words = args.passthrough
+        start = next(i for i in range(len(argv)) if argv[i: i + len(words)] == list(words)) + len(words)
+        args.rest = argv[start:]
+    elif unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     rc = args.func(args)
     return int(rc or 0)
 

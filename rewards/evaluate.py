@@ -1,0 +1,193 @@
+"""The main job: build the bank session by session, answer the QA from retrieved memory,
+score the answers, and report.
+
+Config + runner pair in the TRL style: :class:`EvalConfig` is parsed by ``trl.TrlParser``
+from a YAML recipe plus CLI overrides; :func:`run_eval` does the work.
+Scores: LoCoMo token F1 by default (official rules, :mod:`rewards.metrics`); answer-recall of
+the retrieved context is always reported beside it (it needs no model).
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from data_synth.capabilities import capability_for
+from data_synth.expert import ExpertExtractor
+from data_synth.views import restrict
+from llm.base import GenerationParams
+from memory_bank.actions import MANAGERS
+from memory_bank.construct import ModelExtractor, construct
+from memory_bank.retrieval import BankRetriever
+from memory_bank.schema import Conversation
+from rewards.answer import answer_questions
+from rewards.judge import ScoreItem, make_scorer
+from rewards.metrics import answer_recall
+from rewards.runtime import Runtime
+
+LOCOMO_CATEGORY_NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop",
+                         "5": "adversarial"}
+
+
+@dataclass
+class EvalConfig:
+    """A ``memgym eval`` recipe. Every field can be overridden on the command line."""
+
+    dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval"})
+    path: str | None = field(default=None, metadata={"help": "data file (default: $MEMGYM_DATA/...)"})
+    conversations: list[str] = field(default_factory=lambda: ["conv-30"],
+                                     metadata={"help": "conversation / question ids to run"})
+    n_sessions: int | None = field(default=None, metadata={"help": "first N sessions only; QA kept iff "
+                                                                     "all its evidence lies in them"})
+    max_questions: int | None = field(default=None, metadata={"help": "cap on QA per conversation"})
+    extractor: str = field(default="hf:smollm2", metadata={"help": "hf:<path> | openai:<url>#<model> | "
+                                                                     "expert:<trajectories.jsonl>"})
+    compare: list[str] = field(default_factory=list,
+                               metadata={"help": "more extractor specs run on the same QA, side by side"})
+    answer_model: str = field(default="hf:smollm2", metadata={"help": "backend spec of the answer model"})
+    scorer: str = field(default="f1", metadata={"help": "f1 | answer-recall | llm"})
+    judge_model: str | None = field(default=None, metadata={"help": "backend spec of the LLM judge"})
+    top_k: int = field(default=10, metadata={"help": "entries retrieved per question"})
+    extractor_max_new_tokens: int = field(default=512, metadata={"help": "tokens per manager output"})
+    answer_max_new_tokens: int = field(default=32, metadata={"help": "tokens per answer"})
+    batch_size: int = field(default=8, metadata={"help": "hf backend generation batch"})
+    cache: str | None = field(default=None, metadata={"help": "sqlite response cache (default: under "
+                                                               "$MEMGYM_CACHE); 'none' disables"})
+    out: str = field(default="runs/eval", metadata={"help": "output directory"})
+    progress: bool = field(default=True, metadata={"help": "show progress bars"})
+
+    def __post_init__(self):
+        self.compare = [c for c in self.compare if c.lower() not in ("none", "")]
+        if self.dataset not in ("locomo", "longmemeval"):
+            raise ValueError(f"dataset must be locomo or longmemeval, got {self.dataset!r}")
+        if self.n_sessions is not None and self.n_sessions < 1:
+            raise ValueError(f"n_sessions must be >= 1, got {self.n_sessions}")
+        if self.top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
+
+
+def load_conversations(cfg: EvalConfig) -> list[Conversation]:
+    """The recipe's conversations, restricted to its first ``n_sessions`` sessions."""
+    if cfg.dataset == "locomo":
+        from data_synth.locomo import load_locomo
+        convs = load_locomo(cfg.path, ids=cfg.conversations)
+    else:
+        from data_synth.longmemeval import load_longmemeval
+        convs = load_longmemeval(cfg.path, question_ids=cfg.conversations)
+    if cfg.n_sessions:
+        convs = [restrict(c, cfg.n_sessions) for c in convs]
+    if cfg.max_questions is not None:
+        from dataclasses import replace
+        convs = [replace(c, questions=c.questions[: cfg.max_questions]) for c in convs]
+    return convs
+
+
+def resolve_expert_path(name: str) -> Path:
+    """A trajectory path as given, or a bare name (``conv-30``) looked up in the shipped
+    expert dir (``$MEMGYM_DATA/expert/<name>.jsonl``). Raises FileNotFoundError naming both."""
+    p = Path(name)
+    if p.is_file():
+        return p
+    from data_synth.paths import expert_dir
+
+    alt = expert_dir() / (name if name.endswith(".jsonl") else f"{name}.jsonl")
+    if alt.is_file():
+        return alt
+    raise FileNotFoundError(f"expert trajectories not found: {p} (nor {alt})")
+
+
+def make_extractor(spec: str, rt: Runtime, cfg: EvalConfig):
+    """``expert:<file>`` → :class:`ExpertExtractor`; any backend spec → :class:`ModelExtractor`."""
+    if spec.startswith("expert:"):
+        return ExpertExtractor(*[resolve_expert_path(x) for x in spec[len("expert:"):].split(",")])
+    backend = rt.backend(spec, role="extractor")
+    return ModelExtractor(backend, GenerationParams(max_new_tokens=cfg.extractor_max_new_tokens), name=spec)
+
+
+def _mean(xs):
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def aggregate(rows: list[dict], key: str) -> dict:
+    """Group prediction rows by ``row[key]`` → ``{label: {"score", "recall", "n"}}``."""
+    groups = defaultdict(list)
+    for r in rows:
+        groups[str(r[key])].append(r)
+    return {k: {"score": _mean([r["score"] for r in v]), "recall": _mean([r["recall"] for r in v]), "n": len(v)}
+            for k, v in sorted(groups.items())}
+
+
+def evaluate_extractor(spec: str, convs: list[Conversation], cfg: EvalConfig, rt: Runtime) -> dict:
+    """Build, retrieve, answer and score for one extractor. Returns the report dict and
+    writes nothing (see :func:`run_eval`)."""
+    t0 = time.time()
+    calls0 = rt.calls_snapshot()
+    extractor = make_extractor(spec, rt, cfg)
+    answerer = rt.backend(cfg.answer_model, role="answer")
+    scorer = make_scorer(cfg.scorer, rt.backend(cfg.judge_model, role="judge") if cfg.judge_model else None)
+    rows, attempts, fails = [], defaultdict(int), defaultdict(int)
+    for conv in convs:
+        n = len(conv.sessions)
+        if isinstance(extractor, ExpertExtractor):
+            n = max(i for i in range(len(conv.sessions) + 1)
+                    if all(extractor.has(conv.id, s.index) for s in conv.sessions[:i]))
+            if n < len(conv.sessions):
+                raise ValueError(f"{extractor.name} covers only {n} of {len(conv.sessions)} sessions of {conv.id}")
+        built = construct(conv, extractor, embedder=rt.embedder, progress=cfg.progress)
+        for m in MANAGERS:
+            attempts[m] += built.attempts[m]
+        for f in built.failures:
+            fails[f.manager] += 1
+        if not conv.questions:
+            continue
+        retrieved = BankRetriever(built.bank, rt.embedder, cfg.top_k).retrieve([q.question for q in conv.questions])
+        contexts = [r.render() for r in retrieved]
+        preds = []
+        bs = max(1, cfg.batch_size)
+        items = [(q.question, c, q.question_date) for q, c in zip(conv.questions, contexts)]
+        for i in tqdm(range(0, len(items), bs), desc=f"answer {conv.id}", disable=not cfg.progress, unit="batch"):
+            preds += answer_questions(answerer, items[i: i + bs],
+                                      GenerationParams(max_new_tokens=cfg.answer_max_new_tokens))
+        scores = scorer.score([ScoreItem(q.question, q.answer, p, c, q.category)
+                               for q, p, c in zip(conv.questions, preds, contexts)])
+        for q, p, c, s, r in zip(conv.questions, preds, contexts, scores, retrieved):
+            cap = q.capability or capability_for(cfg.dataset, q.category, q.id)
+            rows.append({"conversation": conv.id, "id": q.id, "question": q.question, "gold": q.answer,
+                         "prediction": p, "score": float(s), "recall": answer_recall(q.answer, c),
+                         "category": q.category, "capability": cap.value, "retrieved": r.counts})
+    calls = rt.calls_since(calls0)
+    return {
+        "extractor": spec,
+        "answer_model": cfg.answer_model,
+        "scorer": cfg.scorer,
+        "n": len(rows),
+        "overall": _mean([r["score"] for r in rows]),
+        "overall_recall": _mean([r["recall"] for r in rows]),
+        "by_category": aggregate(rows, "category"),
+        "by_capability": aggregate(rows, "capability"),
+        "format_failure_rate": {m: (fails[m] / attempts[m] if attempts[m] else 0.0) for m in MANAGERS},
+        "model_calls": calls["calls"],
+        "tokens": calls["tokens"],
+        "wall_s": round(time.time() - t0, 2),
+        "predictions": rows,
+    }
+
+
+def run_eval(cfg: EvalConfig, rt: Runtime | None = None) -> dict:
+    """Run the recipe for ``cfg.extractor`` and every ``cfg.compare`` spec; write
+    ``report.json``, ``report.md`` and ``predictions.jsonl`` under ``cfg.out``."""
+    from rewards.report import write_eval_report
+
+    t0 = time.time()
+    rt = rt or Runtime.from_config(cache=cfg.cache, batch_size=cfg.batch_size)
+    convs = load_conversations(cfg)
+    main = evaluate_extractor(cfg.extractor, convs, cfg, rt)
+    main["compare"] = {spec: evaluate_extractor(spec, convs, cfg, rt) for spec in cfg.compare}
+    main["config"] = asdict(cfg)
+    main["wall_s"] = round(time.time() - t0, 2)
+    write_eval_report(main, Path(cfg.out))
+    return main

@@ -1,0 +1,96 @@
+"""Shared model runtime for a run: one backend per spec (shared across roles), the response
+cache, the embedder, and per-role accounting of model calls and tokens.
+
+Roles (``DESIGN.md`` § "LLM backends"): policy/extractor, answer, judge, expert, coder,
+annotator. A cache hit is not a model call and costs no tokens.
+"""
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from pathlib import Path
+
+from llm.base import Backend, GenerationParams
+
+
+class RoleBackend:
+    """Wraps a backend for one role and books its real calls and tokens to that role."""
+
+    def __init__(self, inner: Backend, role: str, ledger: "Runtime"):
+        self.inner, self.role, self.ledger = inner, role, ledger
+        self.model_id = inner.model_id
+
+    @property
+    def calls(self) -> int:
+        return self.ledger.calls[self.role]
+
+    @property
+    def tokenizer(self):
+        return getattr(self.inner, "tokenizer", None)
+
+    def generate(self, batch, params: GenerationParams):
+        out = self.inner.generate(batch, params)
+        for c in out:
+            if not c.cached:
+                self.ledger.calls[self.role] += 1
+                self.ledger.tokens[self.role]["prompt"] += c.prompt_tokens
+                self.ledger.tokens[self.role]["completion"] += c.completion_tokens
+        return out
+
+
+class Runtime:
+    """Holds the backends of a run. ``backend(spec, role)`` loads each spec once."""
+
+    def __init__(self, cache=None, embedder=None, batch_size: int = 8):
+        self.cache = cache
+        self._embedder = embedder
+        self.batch_size = batch_size
+        self._backends: dict[str, Backend] = {}
+        self.calls: dict[str, int] = defaultdict(int)
+        self.tokens: dict[str, dict[str, int]] = defaultdict(lambda: {"prompt": 0, "completion": 0})
+
+    @classmethod
+    def from_config(cls, cache: str | None = None, batch_size: int = 8) -> "Runtime":
+        """``cache``: sqlite path, ``None`` for the default under ``$MEMGYM_CACHE``, or
+        ``"none"`` to disable response caching."""
+        from llm.cache import ResponseCache
+        from llm.paths import cache_dir
+
+        rc = None
+        if cache != "none":
+            rc = ResponseCache(Path(cache) if cache else cache_dir() / "responses.sqlite")
+        return cls(cache=rc, batch_size=batch_size)
+
+    @property
+    def embedder(self):
+        if self._embedder is None:
+            from llm.embeddings import EmbeddingCache, STEmbedder
+            from llm.paths import cache_dir
+
+            self._embedder = STEmbedder(cache=EmbeddingCache(cache_dir() / "embeddings.sqlite"))
+        return self._embedder
+
+    def backend(self, spec: str, role: str) -> RoleBackend:
+        """The backend of ``spec`` for ``role`` (e.g. ``hf:smollm2``, ``openai:<url>#<model>``)."""
+        if spec not in self._backends:
+            from llm.specs import load_backend
+
+            self._backends[spec] = load_backend(spec, cache=self.cache, batch_size=self.batch_size)
+        return RoleBackend(self._backends[spec], role, self)
+
+    def register(self, spec: str, backend: Backend) -> None:
+        """Use an already-built backend for ``spec`` (tests, in-process models)."""
+        self._backends[spec] = backend
+
+    def calls_snapshot(self) -> dict:
+        emb = self._embedder.calls if self._embedder is not None else 0
+        return {"calls": dict(self.calls), "tokens": {k: dict(v) for k, v in self.tokens.items()}, "embed": emb}
+
+    def calls_since(self, snap: dict) -> dict:
+        """Calls and tokens per role since ``snap`` (plus ``embed`` batches)."""
+        now = self.calls_snapshot()
+        calls = {r: now["calls"].get(r, 0) - snap["calls"].get(r, 0) for r in now["calls"]}
+        calls["embed"] = now["embed"] - snap["embed"]
+        tokens = {r: {k: v - snap["tokens"].get(r, {}).get(k, 0) for k, v in t.items()}
+                  for r, t in now["tokens"].items()}
+        return {"calls": calls, "tokens": tokens}

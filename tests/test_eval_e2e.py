@@ -1,0 +1,68 @@
+"""End to end: ``memgym eval`` on 2 real LoCoMo sessions with a tiny random-weight model, and
+(slow) with the embedded SmolLM2."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from launch.cli import main as memgym
+
+
+def _recipe(tmp_path, extractor, **extra):
+    lines = [
+        "dataset: locomo", "conversations: [conv-30]", "n_sessions: 2",
+        f"extractor: {extractor}", f"answer_model: {extra.pop('answer_model', extractor)}",
+        "scorer: f1", "top_k: 5", "extractor_max_new_tokens: 24", "answer_max_new_tokens: 8",
+        "batch_size: 4", f"cache: {tmp_path / 'responses.sqlite'}", "progress: false",
+    ] + [f"{k}: {v}" for k, v in extra.items()]
+    p = tmp_path / "recipe.yaml"
+    p.write_text("# test recipe\n" + "\n".join(lines) + "\n")
+    return p
+
+
+def test_eval_tiny_model_two_sessions(tmp_path, tiny_model_dir, capsys):
+    out = tmp_path / "run"
+    recipe = _recipe(tmp_path, f"hf:{tiny_model_dir}", max_questions=6)
+    assert memgym(["eval", "--recipe", str(recipe), "--compare", "expert:conv-30", "--out", str(out)]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    # conv-30's first 2 sessions hold 22 QA with all evidence inside; the recipe caps at 6
+    assert rep["n"] == 6 and rep["compare"]["expert:conv-30"]["n"] == 6
+    assert set(rep["format_failure_rate"]) == {"core", "episodic", "semantic", "procedural"}
+    # a random-weight model never writes valid JSON: every manager output is a format failure
+    assert rep["format_failure_rate"] == {"core": 1.0, "episodic": 1.0, "semantic": 1.0, "procedural": 1.0}
+    assert rep["compare"]["expert:conv-30"]["format_failure_rate"]["semantic"] == 0.0
+    # 2 sessions x 4 managers extractor calls + 6 answers, for each extractor column
+    assert rep["model_calls"]["extractor"] == 8 and rep["model_calls"]["answer"] == 6
+    assert rep["compare"]["expert:conv-30"]["model_calls"].get("extractor", 0) == 0
+    assert sum(v["n"] for v in rep["by_category"].values()) == 6
+    assert (out / "report.md").read_text().count("expert:conv-30") >= 2
+    assert (out / "by_category.png").stat().st_size > 1000
+    assert len((out / "predictions.jsonl").read_text().splitlines()) == 12
+    printed = capsys.readouterr().out
+    assert "| category | n |" in printed and "expert:conv-30" in printed
+
+    # a repeated run is served by the response cache: no model call at all
+    out2 = tmp_path / "run2"
+    assert memgym(["eval", "--recipe", str(recipe), "--out", str(out2)]) == 0
+    rep2 = json.loads((out2 / "report.json").read_text())
+    assert rep2["model_calls"].get("extractor", 0) == 0 and rep2["model_calls"].get("answer", 0) == 0
+    assert rep2["overall"] == rep["overall"]
+
+
+def test_eval_bad_recipe_is_a_clear_error(tmp_path, capsys):
+    p = tmp_path / "r.yaml"
+    p.write_text("dataset: locomo\nno_such_field: 1\n")
+    assert memgym(["eval", "--recipe", str(p)]) == 2
+    assert "no_such_field" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_eval_smollm2_one_session(tmp_path, smollm2_dir):
+    out = tmp_path / "run"
+    recipe = _recipe(tmp_path, "hf:smollm2", max_questions=3, n_sessions=1)
+    recipe.write_text(recipe.read_text().replace("n_sessions: 2\n", ""))
+    assert memgym(["eval", "--recipe", str(recipe), "--out", str(out)]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["n"] == 3 and rep["model_calls"]["extractor"] == 4
+    assert all(0.0 <= v <= 1.0 for v in rep["format_failure_rate"].values())
