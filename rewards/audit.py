@@ -1,0 +1,96 @@
+"""Reward audit: does the session reward separate the expert's memory from a control?
+
+``memgym reward audit`` scores every (session, manager) of an expert trajectory file twice,
+with the expert's own output and with a control output, and reports both means. A reward
+that cannot tell the expert from an empty or misplaced output is not worth GPU hours.
+
+Controls:
+- ``shuffled``: the same manager's expert output from a different session of the same
+  conversation, by a deterministic derangement (a cyclic shift by one session: session t
+  gets session t+1's output, the last gets the first's). An output that names ids absent
+  from the bank fails the format gate and scores 0, as it would in training.
+- ``empty``: no change, ``{"operations": []}`` or ``{"operation": "NONE"}`` for core.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from memory_bank.actions import MANAGERS
+from rewards.samples import RewardSample
+
+__all__ = ["CONTROLS", "EMPTY_OUTPUTS", "control_outputs", "run_audit"]
+
+CONTROLS = ("shuffled", "empty")
+EMPTY_OUTPUTS = {"core": '{"operation": "NONE"}', **{m: '{"operations": []}' for m in MANAGERS[1:]}}
+
+
+def control_outputs(samples: list[RewardSample], control: str) -> list[str]:
+    """One control completion per sample (see the module docstring).
+
+    Raises ValueError for an unknown control, or for ``shuffled`` when a conversation has a
+    single session (no derangement exists)."""
+    if control == "empty":
+        return [EMPTY_OUTPUTS[s.manager] for s in samples]
+    if control != "shuffled":
+        raise ValueError(f"unknown control {control!r}; expected one of {CONTROLS}")
+    sessions: dict[str, list[int]] = defaultdict(list)
+    outputs: dict[tuple[str, int], dict[str, str]] = {}
+    for s in samples:
+        if (s.conversation_id, s.session) not in outputs:
+            sessions[s.conversation_id].append(s.session)
+            outputs[(s.conversation_id, s.session)] = s.expert_outputs
+    shift: dict[tuple[str, int], int] = {}
+    for conv, idx in sessions.items():
+        idx = sorted(idx)
+        if len(idx) < 2:
+            raise ValueError(f"control 'shuffled' needs >= 2 sessions of {conv}, got {len(idx)}")
+        for i, t in enumerate(idx):
+            shift[(conv, t)] = idx[(i + 1) % len(idx)]
+    return [outputs[(s.conversation_id, shift[(s.conversation_id, s.session)])][s.manager] for s in samples]
+
+
+def _means(rows: list[tuple[str, float, float, int]]) -> dict:
+    return {"mean": float(np.mean([r[1] for r in rows])) if rows else 0.0,
+            "acc_mean": float(np.mean([r[2] for r in rows])) if rows else 0.0,
+            "gate_rate": float(np.mean([r[3] for r in rows])) if rows else 0.0}
+
+
+def run_audit(samples: list[RewardSample], reward, control: str = "shuffled", batch_size: int = 64,
+              progress: bool = True) -> dict:
+    """Score ``samples`` with their expert outputs and with ``control`` outputs.
+
+    ``reward``: a :class:`rewards.session_reward.SessionReward` (isolated or counterfactual
+    mode; joint mode would need whole sessions per batch and is refused). Returns
+    ``{"expert_mean", "control_mean", "n", "by_manager": {m: {"expert_mean", "control_mean",
+    "n", "expert_acc_mean", "control_acc_mean", "control_gate_rate"}}, "expert_acc_mean",
+    "control_acc_mean", "control_gate_rate", "control", "mode", "judge"}``; means are of R in
+    [0, 1]. Raises ValueError for joint mode, an empty sample list or a bad control.
+    """
+    if reward.config.mode == "joint":
+        raise ValueError("the audit scores one manager's output at a time: use counterfactual or isolated mode")
+    if not samples:
+        raise ValueError("no samples to audit")
+    controls = control_outputs(samples, control)
+    expert = [s.expert_outputs[s.manager] for s in samples]
+    rows = {"expert": [], "control": []}
+    for i in tqdm(range(0, len(samples), batch_size), desc=f"audit ({control})", unit="batch", disable=not progress):
+        chunk = samples[i: i + batch_size]
+        for name, comps in (("expert", expert), ("control", controls)):
+            for s, b in zip(chunk, reward(chunk, comps[i: i + batch_size])):
+                rows[name].append((s.manager, b.reward, b.acc, b.gate))
+    by_manager = {}
+    for m in MANAGERS:
+        e = _means([r for r in rows["expert"] if r[0] == m])
+        c = _means([r for r in rows["control"] if r[0] == m])
+        n = sum(r[0] == m for r in rows["expert"])
+        if n:
+            by_manager[m] = {"expert_mean": e["mean"], "control_mean": c["mean"], "n": n,
+                             "expert_acc_mean": e["acc_mean"], "control_acc_mean": c["acc_mean"],
+                             "control_gate_rate": c["gate_rate"]}
+    e, c = _means(rows["expert"]), _means(rows["control"])
+    return {"expert_mean": e["mean"], "control_mean": c["mean"], "n": len(samples), "by_manager": by_manager,
+            "expert_acc_mean": e["acc_mean"], "control_acc_mean": c["acc_mean"], "control_gate_rate": c["gate_rate"],
+            "control": control, "mode": reward.config.mode, "judge": reward.config.judge}
