@@ -195,13 +195,13 @@ class SessionReward:
             raise ValueError(f"judge {self.config.judge!r} scores an answer: pass answer_backend")
         self.answer_backend = answer_backend
         self.answer_params = answer_params or GenerationParams(max_new_tokens=48, temperature=0)
-        self._expert_ops: dict[tuple[str, str], object] = {}
-        self._expert_len: dict[tuple[str, str], int] = {}
+        self._expert_ops: dict[tuple[str, int, str], object] = {}
+        self._expert_len: dict[tuple[str, int, str], int] = {}
         self.last_stats: dict[str, int] = {}
 
     # ---- banks --------------------------------------------------------------------------
     def _expert(self, s: RewardSample, m: str):
-        key = (s.key.rsplit("/", 1)[0], m)
+        key = (s.conversation_id, s.session, m)
         if key not in self._expert_ops:
             try:
                 self._expert_ops[key] = parse_output(m, s.expert_outputs[m])
@@ -266,32 +266,28 @@ class SessionReward:
 
     # ---- lengths ------------------------------------------------------------------------
     def _lengths(self, rows: list[_Row]) -> list[tuple[float, int, int]]:
+        """(LP, tokens measured, expert tokens measured) per row; ONE tokenizer call for the
+        completions and the expert outputs not yet counted (expert counts are memoised)."""
         cfg = self.config
-        texts, need_expert = [], []
+        texts = []
         for row in rows:
-            s = row.sample
-            if row.error_type is None and s.manager == "core":
+            if row.error_type is None and row.sample.manager == "core":
                 texts.append(core_written_text(row.ops))
             else:
                 texts.append(row.text if isinstance(row.text, str) else "")
-            ek = (s.key.rsplit("/", 1)[0], s.manager)
-            if ek not in self._expert_len and ek not in need_expert:
-                need_expert.append(ek)
-        expert_texts = []
-        by_key = {}
+        todo: dict[tuple, str] = {}
         for row in rows:
-            by_key.setdefault((row.sample.key.rsplit("/", 1)[0], row.sample.manager), row.sample)
-        for ek in need_expert:
-            s = by_key[ek]
-            expert_texts.append(core_written_text(self._expert(s, "core")) if s.manager == "core"
-                                else s.expert_outputs[s.manager])
-        counts = count_tokens(self.tokenizer, texts + expert_texts)
-        for ek, n in zip(need_expert, counts[len(texts):]):
-            self._expert_len[ek] = n
+            s = row.sample
+            key = (s.conversation_id, s.session, s.manager)
+            if key not in self._expert_len and key not in todo:
+                todo[key] = (core_written_text(self._expert(s, "core")) if s.manager == "core"
+                             else s.expert_outputs[s.manager])
+        counts = count_tokens(self.tokenizer, texts + list(todo.values()))
+        self._expert_len.update(zip(todo, counts[len(texts):]))
         out = []
         for row, n in zip(rows, counts[: len(texts)]):
             s = row.sample
-            n_e = self._expert_len[(s.key.rsplit("/", 1)[0], s.manager)]
+            n_e = self._expert_len[(s.conversation_id, s.session, s.manager)]
             if row.error_type is not None:
                 lp = 0.0
             elif s.manager == "core":
