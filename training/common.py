@@ -1,0 +1,219 @@
+"""Helpers both trainers (SFT and ADRPO) use: resolving the policy model, loading it with an
+optional LoRA config or an existing adapter, CPU-safe TRL defaults, and TRL-style config
+parsing (``--config R.yaml`` plus CLI overrides).
+
+Sources: ``DESIGN.md`` § "Training stack" (configs are dataclasses parsed by
+``trl.TrlParser``; CPU facts for TRL 1.16: pass ``bf16=False`` and ``use_cpu=True``) and
+§ "Embedded defaults" (the policy ``smollm2`` is the SmolLM2-135M-Instruct dir prepared by
+:func:`llm.models.prepare_smollm2`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Name that stands for the embedded SmolLM2-135M-Instruct (prepared once, no hub).
+EMBEDDED_POLICY = "smollm2"
+#: Attention projections of Llama/Qwen-style models; the default LoRA targets.
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def cuda_available() -> bool:
+    """True when torch sees at least one CUDA device."""
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def device_default_args(cuda: bool | None = None) -> list[str]:
+    """CLI flags to put *before* the user's arguments so that a TRL config runs on a machine
+    without CUDA: ``--use_cpu true --bf16 false --fp16 false`` (TRL 1.16 defaults ``bf16``
+    to True). They override the recipe YAML, and any later flag on the command line overrides
+    them. With CUDA (``cuda=None`` asks torch) the list is empty."""
+    cuda = cuda_available() if cuda is None else cuda
+    return [] if cuda else ["--use_cpu", "true", "--bf16", "false", "--fp16", "false"]
+
+
+def config_argv(argv: Sequence[str]) -> list[str]:
+    """Normalise the recipe flag for ``TrlParser``: ``--recipe R`` / ``--recipe=R`` /
+    ``--config=R`` all become ``--config R``. Raises ValueError when the flag has no value
+    or is given twice."""
+    out: list[str] = []
+    it = iter(argv)
+    n = 0
+    for a in it:
+        if a in ("--config", "--recipe") or a.startswith(("--config=", "--recipe=")):
+            n += 1
+            if "=" in a:
+                val = a.split("=", 1)[1]
+            else:
+                val = next(it, None)
+            if not val or val.startswith("--"):
+                raise ValueError(f"{a.split('=')[0]} needs a YAML file path")
+            out += ["--config", val]
+        else:
+            out.append(a)
+    if n > 1:
+        raise ValueError("--config/--recipe given more than once")
+    return out
+
+
+def parse_training_args(dataclass_types: Sequence[type], argv: Sequence[str] | None, prog: str,
+                        description: str, cpu_defaults: bool = True) -> tuple:
+    """Parse ``argv`` (default ``sys.argv[1:]``) with ``trl.TrlParser`` into one instance per
+    dataclass: values come from ``--config R.yaml`` (its ``env:`` mapping is exported), then
+    from CLI flags. On a machine without CUDA, :func:`device_default_args` are applied between
+    the two when ``cpu_defaults``. Raises ValueError for an unknown YAML key (TRL's check),
+    FileNotFoundError for a missing recipe; argparse exits (status 2) on a bad flag."""
+    from trl import TrlParser
+
+    args = config_argv(list(sys.argv[1:] if argv is None else argv))
+    if "--config" in args:
+        i = args.index("--config")
+        if not Path(args[i + 1]).is_file():
+            raise FileNotFoundError(f"{prog}: recipe {args[i + 1]} not found")
+    if cpu_defaults:
+        args = device_default_args() + args
+    parser = TrlParser(dataclass_types=list(dataclass_types), prog=prog, description=description)
+    return tuple(parser.parse_args_and_config(args=args))
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """Where to load a policy from: ``"smollm2"`` → the prepared embedded SmolLM2 dir (made
+    once, about 30 s; :func:`llm.models.prepare_smollm2`); an existing local path → its
+    absolute form; anything else is returned as is (a hub id such as
+    ``Qwen/Qwen3-4B-Instruct-2507``, loaded from the local HF cache: ``HF_HUB_OFFLINE``
+    defaults to 1, set it to 0 on a GPU box that may download). Raises ValueError for an
+    empty name."""
+    if not name_or_path or not str(name_or_path).strip():
+        raise ValueError("model_name_or_path is empty")
+    if name_or_path == EMBEDDED_POLICY:
+        from llm.models import prepare_smollm2
+
+        return str(prepare_smollm2())
+    p = Path(name_or_path).expanduser()
+    if p.exists():
+        return str(p.resolve())
+    if name_or_path.startswith((".", "/", "~")):
+        raise FileNotFoundError(f"model path {name_or_path} does not exist")
+    return name_or_path
+
+
+def is_adapter_dir(path: str | Path) -> bool:
+    """True when ``path`` is a PEFT adapter dir (holds ``adapter_config.json``)."""
+    return (Path(path) / "adapter_config.json").is_file()
+
+
+def lora_config(r: int = 16, alpha: int = 32, dropout: float = 0.05,
+                target_modules: Sequence[str] = DEFAULT_LORA_TARGETS):
+    """A ``peft.LoraConfig`` for a causal LM (task ``CAUSAL_LM``, no bias). ``r`` ≥ 1 is the
+    rank, the update is scaled by ``alpha / r`` (Hu et al. 2021, LoRA, Eq. 3), ``dropout`` in
+    [0, 1). Raises ValueError for a value out of range or an empty target list."""
+    from peft import LoraConfig
+
+    if r < 1:
+        raise ValueError(f"lora_r must be >= 1, got {r}")
+    if alpha <= 0:
+        raise ValueError(f"lora_alpha must be > 0, got {alpha}")
+    if not 0 <= dropout < 1:
+        raise ValueError(f"lora_dropout must be in [0, 1), got {dropout}")
+    targets = list(target_modules)
+    if not targets:
+        raise ValueError("lora_target_modules is empty")
+    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets,
+                      bias="none", task_type="CAUSAL_LM")
+
+
+def _torch_dtype(dtype: str):
+    import torch
+
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {DTYPES}")
+    if dtype == "auto":
+        return torch.bfloat16 if cuda_available() and torch.cuda.is_bf16_supported() else torch.float32
+    return getattr(torch, dtype)
+
+
+def load_tokenizer(path: str | Path):
+    """The tokenizer at ``path`` with a pad token (the EOS token when it has none) and a chat
+    template (SmolLM2's ChatML when it has none). Raises ValueError when the tokenizer has
+    neither pad nor EOS token."""
+    from transformers import AutoTokenizer
+
+    from llm.models import SMOLLM2_CHAT_TEMPLATE
+
+    tok = AutoTokenizer.from_pretrained(str(path))
+    if tok.pad_token is None:
+        if tok.eos_token is None:
+            raise ValueError(f"tokenizer at {path} has neither a pad nor an EOS token")
+        tok.pad_token = tok.eos_token
+    if not getattr(tok, "chat_template", None):
+        tok.chat_template = SMOLLM2_CHAT_TEMPLATE
+    return tok
+
+
+@dataclass
+class Policy:
+    """A loaded policy. ``model`` is a ``PreTrainedModel``, or a trainable ``PeftModel`` when
+    loaded from an adapter dir; ``peft_config`` is the ``LoraConfig`` a trainer should apply
+    (None for full fine-tuning or when the adapter is already attached); ``path`` is where the
+    weights came from and ``base_path`` the base model of an adapter (else equal to ``path``)."""
+
+    model: object
+    tokenizer: object
+    peft_config: object | None
+    path: str
+    base_path: str
+
+    @property
+    def is_adapter(self) -> bool:
+        return self.path != self.base_path
+
+
+def load_policy(model_name_or_path: str, lora: bool, *, lora_r: int = 16, lora_alpha: int = 32,
+                lora_dropout: float = 0.05, lora_target_modules: Sequence[str] = DEFAULT_LORA_TARGETS,
+                dtype: str = "float32") -> Policy:
+    """Load the policy to train.
+
+    - ``model_name_or_path``: ``"smollm2"``, a local model dir, a hub id (see
+      :func:`resolve_model_path`), or a PEFT adapter dir (e.g. an SFT output); an adapter is
+      attached to its base (``base_model_name_or_path`` in ``adapter_config.json``) as a
+      *trainable* ``PeftModel`` so training continues it, and ``lora`` is then ignored.
+    - ``lora``: True returns a :func:`lora_config` for the trainer to apply (TRL's
+      ``peft_config=``); False means full fine-tuning.
+    - ``dtype``: one of :data:`DTYPES`; ``auto`` = bfloat16 on a bf16-capable GPU else
+      float32. Default float32 (the CPU choice).
+    Raises FileNotFoundError / ValueError for a bad path or LoRA setting, and what
+    ``from_pretrained`` raises for a broken model dir.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoModelForCausalLM
+
+    path = resolve_model_path(model_name_or_path)
+    torch_dtype = _torch_dtype(dtype)
+    if is_adapter_dir(path):
+        from peft import PeftModel
+
+        cfg = json.loads((Path(path) / "adapter_config.json").read_text())
+        base = cfg.get("base_model_name_or_path")
+        if not base:
+            raise ValueError(f"{path}/adapter_config.json has no base_model_name_or_path")
+        base = resolve_model_path(base)
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch_dtype)
+        model = PeftModel.from_pretrained(model, path, is_trainable=True)
+        tok_dir = path if (Path(path) / "tokenizer_config.json").is_file() else base
+        return Policy(model, load_tokenizer(tok_dir), None, path, base)
+    peft_cfg = lora_config(lora_r, lora_alpha, lora_dropout, lora_target_modules) if lora else None
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    return Policy(model, load_tokenizer(path), peft_cfg, path, path)
+
+
+def trainable_state(model) -> dict:
+    """{name: detached CPU copy} of every parameter with ``requires_grad`` (the LoRA weights
+    for a PEFT model); used to check that training changed them."""
+    return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}

@@ -1,0 +1,234 @@
+"""Training examples built from expert trajectories, shared by SFT and ADRPO.
+
+Source: ``DESIGN.md`` § "Training stack" and issue 4 § 1: one example per manager per
+session; the prompt comes from :func:`memory_bank.prompts.build_prompt` (the builder used at
+inference) over the *replayed* expert bank as it stood before that session; the completion is
+the expert's JSON for that manager.
+
+The SFT dataset uses TRL's conversational prompt-completion format (``prompt`` = system + user
+messages, ``completion`` = one assistant message). With that format ``SFTTrainer`` sets
+``completion_only_loss`` and gives every prompt token the label -100 (TRL 1.16,
+``SFTTrainer._prepare_dataset``: ``completion_mask`` -> ``labels``).
+
+Length policy (:func:`drop_overlong`): TRL truncates to ``max_length`` either from the end
+(``keep_start``: the expert JSON loses its tail, so the model learns to stop mid-object) or
+from the start (``keep_end``: the system prompt with the output format is cut, so the model
+trains on a prompt it never sees at inference). Neither matches inference, so an example whose
+prompt + completion is longer than ``max_length`` tokens is dropped whole, and the drop is
+counted in the run's report.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from data_synth.expert import TrajectoryStep, banks_before_sessions, load_trajectories
+from memory_bank.actions import MANAGERS
+from memory_bank.bank import MemoryBank
+from memory_bank.prompts import build_prompt
+from memory_bank.schema import Conversation, Session
+
+#: Datasets whose conversations expert trajectories can refer to.
+DATASETS = ("locomo", "longmemeval")
+#: Column order of :func:`sft_examples`.
+SFT_COLUMNS = ("prompt", "completion", "conversation_id", "session", "manager")
+
+
+class TrainingDataError(ValueError):
+    """An expert trajectory that cannot be turned into training examples: names the
+    trajectory file, the line, the conversation and the session."""
+
+    def __init__(self, file, line: int, conversation_id: str, session: int, reason: str):
+        super().__init__(f"{file}: line {line} (conversation {conversation_id}, session {session}): {reason}")
+        self.file, self.line, self.conversation_id, self.session = str(file), line, conversation_id, session
+
+
+class ExampleLengthError(ValueError):
+    """Every example of a split is longer than ``max_length`` tokens (names the shortest)."""
+
+
+@dataclass
+class SessionState:
+    """One expert session in context: the conversation, the session (turns and date), the
+    expert's outputs for it (``step``), and a private copy of the expert bank *before* it."""
+
+    conversation: Conversation
+    session: Session
+    step: TrajectoryStep
+    bank_before: MemoryBank
+    trajectory_file: str
+
+    @property
+    def conversation_id(self) -> str:
+        return self.conversation.id
+
+
+def check_managers(managers: Iterable[str]) -> tuple[str, ...]:
+    """Validate a manager selection; returns it as a tuple in the given order.
+
+    Raises ValueError when it is empty, repeats a manager, or names one not in
+    :data:`memory_bank.actions.MANAGERS`."""
+    ms = tuple(managers)
+    if not ms:
+        raise ValueError(f"managers is empty; choose from {MANAGERS}")
+    bad = [m for m in ms if m not in MANAGERS]
+    if bad:
+        raise ValueError(f"unknown manager(s) {bad}; choose from {MANAGERS}")
+    if len(set(ms)) != len(ms):
+        raise ValueError(f"managers repeats an entry: {list(ms)}")
+    return ms
+
+
+def load_conversations(dataset: str, ids: Sequence[str], data_path=None) -> dict[str, Conversation]:
+    """Load the conversations ``ids`` of ``dataset`` ("locomo": LoCoMo ``sample_id``s;
+    "longmemeval": LongMemEval ``question_id``s) from ``data_path`` (default: the dataset's
+    file under ``$MEMGYM_DATA``). Returns {id: Conversation}.
+
+    Raises ValueError for an unknown dataset or an id absent from the file, and the loaders'
+    ``DataFileNotFoundError`` / ``DataFormatError`` for a missing or broken file."""
+    if dataset == "locomo":
+        from data_synth.locomo import load_locomo
+
+        convs = load_locomo(data_path, ids=list(ids))
+    elif dataset == "longmemeval":
+        from data_synth.longmemeval import load_longmemeval
+
+        convs = load_longmemeval(data_path, question_ids=list(ids))
+    else:
+        raise ValueError(f"unknown dataset {dataset!r}; expected one of {DATASETS}")
+    return {c.id: c for c in convs}
+
+
+def expert_session_states(trajectory_paths: Sequence[str | Path], *, dataset: str = "locomo",
+                          data_path=None) -> list[SessionState]:
+    """Every session of the given expert trajectory files, in file order, each paired with its
+    conversation's :class:`Session` and the replayed expert bank before it.
+
+    Raises:
+        ValueError: ``trajectory_paths`` is empty, or ``dataset`` is unknown.
+        FileNotFoundError / ``data_synth.expert.TrajectoryError``: a missing or broken
+            trajectory file (including one that does not replay).
+        TrainingDataError: a trajectory line whose conversation has no such session, or a
+            (conversation, session) that appears twice across the files.
+    """
+    paths = [Path(p) for p in trajectory_paths]
+    if not paths:
+        raise ValueError("no trajectory files given")
+    per_file = [(p, load_trajectories(p)) for p in paths]
+    ids = list(dict.fromkeys(s.conversation_id for _, steps in per_file for s in steps))
+    convs = load_conversations(dataset, ids, data_path) if ids else {}
+    out: list[SessionState] = []
+    seen: dict[tuple[str, int], str] = {}
+    for path, steps in per_file:
+        banks = banks_before_sessions(steps)
+        for step in steps:
+            key = (step.conversation_id, step.session)
+            if key in seen:
+                raise TrainingDataError(path, step.line, *key, f"duplicate session (also in {seen[key]})")
+            seen[key] = str(path)
+            conv = convs[step.conversation_id]
+            session = next((s for s in conv.sessions if s.index == step.session), None)
+            if session is None:
+                raise TrainingDataError(path, step.line, *key, f"{dataset} conversation {conv.id} has no session "
+                                        f"{step.session} (it has {len(conv.sessions)})")
+            out.append(SessionState(conv, session, step, banks[key], str(path)))
+    return out
+
+
+def sft_rows(states: Sequence[SessionState], *, embedder=None, managers: Sequence[str] = MANAGERS,
+             progress: bool = False) -> list[dict]:
+    """One row per (session, manager), sessions in the given order and managers in the given
+    order: ``prompt`` (system + user messages from :func:`build_prompt` on
+    ``state.bank_before``), ``completion`` ([one assistant message holding
+    ``json.dumps(expert_output, ensure_ascii=False)``]), ``conversation_id``, ``session``
+    (1-based index) and ``manager``. ``embedder`` ranks the shown entries as at inference
+    (``None``: the 20 most recently updated). Raises ValueError for a bad manager list."""
+    ms = check_managers(managers)
+    rows = []
+    for st in tqdm(states, desc="SFT examples", unit="session", disable=not progress):
+        for m in ms:
+            prompt = build_prompt(m, st.bank_before, st.session, embedder)
+            rows.append({
+                "prompt": prompt.messages,
+                "completion": [{"role": "assistant", "content": st.step.output_text(m)}],
+                "conversation_id": st.conversation_id,
+                "session": st.session.index,
+                "manager": m,
+            })
+    return rows
+
+
+def sft_examples(trajectory_paths: Sequence[str | Path], *, dataset: str = "locomo", data_path=None,
+                 embedder=None, managers: Sequence[str] = MANAGERS, progress: bool = False):
+    """SFT examples from expert trajectories as a ``datasets.Dataset`` with columns
+    :data:`SFT_COLUMNS` (see :func:`sft_rows`): ``len = sessions x len(managers)``, e.g.
+    LoCoMo conv-26's 19 sessions x 4 managers = 76 rows.
+
+    Raises what :func:`expert_session_states` and :func:`check_managers` raise."""
+    from datasets import Dataset
+
+    check_managers(managers)
+    states = expert_session_states(trajectory_paths, dataset=dataset, data_path=data_path)
+    return Dataset.from_list(sft_rows(states, embedder=embedder, managers=managers, progress=progress))
+
+
+def chat_token_ids(tokenizer, messages: list[dict], *, add_generation_prompt: bool = False) -> list[int]:
+    """Token ids of ``messages`` rendered with the tokenizer's chat template, tokenized the
+    way TRL's ``SFTTrainer`` does (``apply_chat_template(..., tokenize=True)``)."""
+    out = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=add_generation_prompt,
+                                        return_dict=True)
+    return list(out["input_ids"])
+
+
+@dataclass(frozen=True)
+class LengthReport:
+    """What :func:`drop_overlong` kept and dropped; lengths in tokens of the policy's tokenizer."""
+
+    kept: int
+    dropped: int
+    max_length: int | None
+    longest: int
+    dropped_keys: tuple[tuple[str, int, str], ...]
+
+    def to_json(self) -> dict:
+        return {"kept": self.kept, "dropped": self.dropped, "max_length": self.max_length,
+                "longest_tokens": self.longest, "dropped_examples": [list(k) for k in self.dropped_keys]}
+
+
+def drop_overlong(ds, tokenizer, max_length: int | None):
+    """Drop the rows whose chat-rendered prompt + completion exceeds ``max_length`` tokens
+    (see the module docstring for why rows are dropped rather than truncated).
+
+    Returns ``(kept_dataset, LengthReport)``; ``max_length=None`` keeps everything.
+    Raises ValueError when ``max_length`` < 1, and :class:`ExampleLengthError` when every row
+    would be dropped (naming the shortest length, so the limit can be raised)."""
+    if max_length is not None and max_length < 1:
+        raise ValueError(f"max_length must be >= 1 or None, got {max_length}")
+    lengths = [len(chat_token_ids(tokenizer, r["prompt"] + r["completion"])) for r in ds]
+    longest = max(lengths, default=0)
+    if max_length is None:
+        return ds, LengthReport(len(ds), 0, None, longest, ())
+    keep = [i for i, n in enumerate(lengths) if n <= max_length]
+    if lengths and not keep:
+        raise ExampleLengthError(f"every example is longer than max_length={max_length} tokens (shortest {min(lengths)}); "
+                         "raise max_length")
+    dropped = tuple((ds[i]["conversation_id"], ds[i]["session"], ds[i]["manager"])
+                    for i, n in enumerate(lengths) if n > max_length)
+    return ds.select(keep), LengthReport(len(keep), len(dropped), max_length, longest, dropped)
+
+
+def completion_json(row: dict) -> dict:
+    """The expert JSON object held by an SFT row's completion (the inverse of the row
+    builder; used by tests and reports). Raises ValueError when it is not one assistant
+    message holding a JSON object."""
+    comp = row.get("completion")
+    if not (isinstance(comp, list) and len(comp) == 1 and comp[0].get("role") == "assistant"):
+        raise ValueError(f"completion must be one assistant message, got {comp!r:.200}")
+    obj = json.loads(comp[0]["content"])
+    if not isinstance(obj, dict):
+        raise ValueError(f"completion content must be a JSON object, got {type(obj).__name__}")
+    return obj
