@@ -1,0 +1,133 @@
+"""ADRPO dataset rows: one per (conversation, session, manager), keyed to a
+:class:`rewards.samples.RewardSample`.
+
+Source: ``DESIGN.md`` § "Dense session reward and ADRPO" (a rollout sample is one
+(conversation, session t, manager m); its prompt is built from the expert bank after session
+t-1). The row carries only what TRL's ``GRPOTrainer`` needs (``prompt``: chat messages) plus
+the ``key`` the reward function uses to find the sample's expert bank before the session and
+the session's QA, which stay in the trainer's key → RewardSample table.
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+from rewards.samples import RewardSample
+
+ROW_COLUMNS = ("prompt", "key", "conversation_id", "session", "manager")
+
+
+class ADRPODataError(ValueError):
+    """Bad ADRPO rows: duplicate keys, no rows left, or a joint-mode session missing a manager."""
+
+
+def sample_table(samples: Sequence[RewardSample]) -> dict[str, RewardSample]:
+    """key → sample. Raises :class:`ADRPODataError` naming the first duplicated key."""
+    table: dict[str, RewardSample] = {}
+    for s in samples:
+        if s.key in table:
+            raise ADRPODataError(f"duplicate reward sample key {s.key!r}")
+        table[s.key] = s
+    return table
+
+
+def prompt_tokens(tokenizer, messages: list[dict]) -> int:
+    """Tokens of ``messages`` rendered with the tokenizer's chat template and the generation
+    prompt, exactly as TRL feeds them to the policy (special tokens of the template included)."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "keys"):  # transformers 5 returns a BatchEncoding
+        ids = ids["input_ids"]
+    return len(ids)
+
+
+def select_samples(samples: Sequence[RewardSample], *, sessions: Sequence[int] | None = None,
+                   max_prompt_tokens: int | None = None, tokenizer=None,
+                   whole_sessions: bool = False) -> list[RewardSample]:
+    """Filter samples, keeping their order.
+
+    - ``sessions``: keep only these session indices (1-based).
+    - ``max_prompt_tokens``: drop samples whose rendered prompt (see :func:`prompt_tokens`,
+      policy tokenizer, needed then) is longer; a chat prompt cannot be truncated without
+      cutting the transcript or the instructions, so long rows are dropped, with one warning
+      that counts them. TRL 1.16's GRPOConfig has no prompt-length cap of its own.
+    - ``whole_sessions`` (joint mode): after filtering, drop every session that lost one of
+      its managers, since the joint bank needs the four rows of a session together.
+
+    Raises :class:`ADRPODataError` when nothing is left, ``ValueError`` when
+    ``max_prompt_tokens`` is given without a tokenizer.
+    """
+    kept = [s for s in samples if sessions is None or s.session in set(sessions)]
+    if max_prompt_tokens is not None:
+        if tokenizer is None:
+            raise ValueError("select_samples: max_prompt_tokens needs the policy tokenizer")
+        before = len(kept)
+        kept = [s for s in kept if prompt_tokens(tokenizer, s.messages) <= max_prompt_tokens]
+        if len(kept) < before:
+            warnings.warn(f"ADRPO: dropped {before - len(kept)} of {before} rows whose prompt exceeds "
+                          f"max_prompt_tokens={max_prompt_tokens}", stacklevel=2)
+    if whole_sessions:
+        from memory_bank.actions import MANAGERS
+
+        have: dict[tuple[str, int], set[str]] = {}
+        for s in kept:
+            have.setdefault((s.conversation_id, s.session), set()).add(s.manager)
+        kept = [s for s in kept if have[(s.conversation_id, s.session)] == set(MANAGERS)]
+    if not kept:
+        raise ADRPODataError("ADRPO: no training rows left after filtering (sessions="
+                             f"{list(sessions) if sessions is not None else 'all'}, "
+                             f"max_prompt_tokens={max_prompt_tokens}, whole_sessions={whole_sessions})")
+    return kept
+
+
+def rows_from_samples(samples: Sequence[RewardSample]) -> list[dict]:
+    """One dict per sample with :data:`ROW_COLUMNS`: ``prompt`` (the chat messages, copied),
+    ``key``, ``conversation_id``, ``session`` (int), ``manager``. For joint mode the caller
+    keeps the four managers of a session adjacent (the builder's order already does)."""
+    return [{"prompt": [dict(m) for m in s.messages], "key": s.key, "conversation_id": s.conversation_id,
+             "session": int(s.session), "manager": s.manager} for s in samples]
+
+
+def build_dataset(samples: Sequence[RewardSample]):
+    """A ``datasets.Dataset`` of :func:`rows_from_samples` (checks keys are unique)."""
+    from datasets import Dataset
+
+    sample_table(samples)
+    return Dataset.from_list(rows_from_samples(samples))
+
+
+def session_block_sampler(dataset, *, block: int, mini_repeat_count: int, batch_size: int, repeat_count: int,
+                          shuffle: bool, seed: int | None):
+    """TRL's ``RepeatSampler`` shuffled by whole sessions, for the ``joint`` reward mode.
+
+    The dataset must list the ``block`` (= 4) manager rows of each session adjacently; the
+    sampler permutes sessions (not rows), keeps each session's rows together and in order, and
+    then repeats exactly like ``RepeatSampler`` (each index ``mini_repeat_count`` times in a row,
+    each chunk of ``batch_size`` unique rows ``repeat_count`` times). ``batch_size`` (unique
+    prompts per generation batch) must be a multiple of ``block``, so a chunk never splits a
+    session. Raises :class:`ADRPODataError` otherwise, or when ``len(dataset)`` is not a multiple
+    of ``block``.
+    """
+    import torch
+    from trl.trainer.utils import RepeatSampler
+
+    if len(dataset) % block:
+        raise ADRPODataError(f"joint mode: {len(dataset)} rows is not a multiple of {block} managers per session")
+    if batch_size % block:
+        raise ADRPODataError(f"joint mode: the generation batch holds {batch_size} unique prompts, not a multiple of "
+                             f"{block}; set generation_batch_size = num_generations x a multiple of {block}")
+
+    class _SessionBlockSampler(RepeatSampler):
+        def __iter__(self):
+            n_blocks = self.num_samples // block
+            order = (torch.randperm(n_blocks, generator=self.generator).tolist() if self.shuffle
+                     else list(range(n_blocks)))
+            indexes = [b * block + j for b in order for j in range(block)]
+            chunks = [indexes[i: i + self.batch_size] for i in range(0, len(indexes), self.batch_size)]
+            for chunk in (c for c in chunks if len(c) == self.batch_size):
+                for _ in range(self.repeat_count):
+                    for index in chunk:
+                        for _ in range(self.mini_repeat_count):
+                            yield index
+
+    return _SessionBlockSampler(dataset, mini_repeat_count=mini_repeat_count, batch_size=batch_size,
+                                repeat_count=repeat_count, shuffle=shuffle, seed=seed)
