@@ -6,8 +6,12 @@
   ``--stats``). Exit status 0 for any verdict, 2 when FILE (or the parent) cannot be read;
   never a traceback, whatever the candidate does.
 
-Further subcommands (e.g. ``program eval``) register on the same ``program`` sub-parser via
-:func:`register`.
+- ``memgym program eval FILE.py --recipe R.yaml [--extractor SPEC] [--parent PARENT.py]
+  [--out DIR] [--<field> value ...]`` evaluates a program (``evolution.program_eval``): writes
+  ``report.json`` (overall, by_capability, by_category, diagnostics, stages_run/reused,
+  model_calls, tokens, wall_s), ``report.md``, ``tasks.jsonl`` and ``units.jsonl``, and prints
+  the capability table. Exit 0 on success, 1 when the program fails validation or breaks
+  mid-run, 2 for a bad recipe or a missing file.
 """
 from __future__ import annotations
 
@@ -53,6 +57,73 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_argv(rest: list[str]) -> list[str]:
+    """``FILE.py --recipe R ...`` → TrlParser arguments (``--program FILE.py --config R ...``)."""
+    from launch.cmd_eval import translate_recipe_args
+
+    rest = list(rest)
+    if rest and not rest[0].startswith("-"):
+        rest = ["--program", rest[0]] + rest[1:]
+    return translate_recipe_args(rest)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Evaluate one program file; print the capability table; write the reports."""
+    from trl import TrlParser
+
+    from evolution.program_eval import ProgramEvalConfig, run_program_eval
+    from evolution.runner import ProgramRunError
+
+    parser = TrlParser(dataclass_types=[ProgramEvalConfig], prog="memgym program eval FILE.py",
+                       description="Evaluate a memory program: extract -> index -> plan -> retrieve -> answer -> "
+                                   "score with stage caching, plus d_ext/d_idx/d_ret diagnostics. Use --recipe R.yaml "
+                                   "for a recipe; every field below overrides it. --extractor: instruction | "
+                                   "expert:<file or conv-NN> | hf:<checkpoint or adapter dir> | openai:<url>#<model>.")
+    try:
+        cfg = parser.parse_args_and_config(args=_eval_argv(args.rest))[0]
+    except (ValueError, FileNotFoundError) as e:
+        print(f"memgym program eval: {e}", file=sys.stderr)
+        return 2
+    if not cfg.program:
+        print("memgym program eval: give the program file: memgym program eval FILE.py --recipe R.yaml",
+              file=sys.stderr)
+        return 2
+    try:
+        rep = run_program_eval(cfg)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"memgym program eval: {e}", file=sys.stderr)
+        return 2
+    except ProgramRunError as e:
+        print(f"memgym program eval: the program failed: {e}", file=sys.stderr)
+        return 1
+    if not rep["ok"]:
+        v = rep["validation"]
+        print(f"memgym program eval: validation failed at level {v['level']}: {v['reason']}", file=sys.stderr)
+        return 1
+    _print_summary(rep, cfg.out)
+    return 0
+
+
+def _print_summary(rep: dict, out: str) -> None:
+    diag = rep.get("diagnostics") or {}
+    dcap = diag.get("by_capability", {})
+
+    def f(v):
+        return "-" if v is None else f"{v:.3f}"
+
+    print(f"\n{rep['program']}: overall {rep['config']['scorer']} {rep['overall']:.3f} over {rep['n']} questions\n")
+    print("| capability | n | score | d_ext | d_idx | d_ret |\n|---|---|---|---|---|---|")
+    for k, v in rep["by_capability"].items():
+        d = dcap.get(k, {})
+        print(f"| {k} | {v['n']} | {v['score']:.3f} | {f(d.get('d_ext'))} | {f(d.get('d_idx'))} | {f(d.get('d_ret'))} |")
+    if diag:
+        o = diag["overall"]
+        print(f"| overall | {rep['n']} | {rep['overall']:.3f} | {f(o['d_ext'])} | {f(o['d_idx'])} | {f(o['d_ret'])} |")
+    print(f"\nstages run: {', '.join(rep['stages_run']) or '-'}; reused: {', '.join(rep['stages_reused']) or '-'}; "
+          f"model calls: {json.dumps(rep['model_calls'])}")
+    print(f"report: {out}/report.md  (wall {rep['wall_s']:.0f} s)")
+
+
 def _positive(text: str) -> float:
     v = float(text)
     if not v > 0:
@@ -63,7 +134,7 @@ def _positive(text: str) -> float:
 def register(subparsers) -> argparse.ArgumentParser:
     """Add the ``program`` command group (with its own sub-subcommands) to ``subparsers``."""
     p = subparsers.add_parser(
-        "program", help="memory programs: validate candidates (and, later, evaluate them)",
+        "program", help="memory programs: validate (check) and evaluate (eval) candidates",
         description="Commands for PrisMem-style memory programs (one Python module defining MemoryUnit, Query, "
                     "Memory and the three instruction strings).")
     sub = p.add_subparsers(dest="program_command", metavar="SUBCOMMAND")
@@ -81,4 +152,10 @@ def register(subparsers) -> argparse.ArgumentParser:
     c.add_argument("--timeout", type=_positive, metavar="S",
                    help="wall seconds allowed for loading and for each call (default 20)")
     c.set_defaults(func=cmd_check)
+    e = sub.add_parser(
+        "eval", add_help=False, help="evaluate a program on a benchmark: scores, diagnostics, stage reuse, cost",
+        description="memgym program eval FILE.py --recipe R.yaml [--extractor SPEC] [--parent PARENT.py] [--out DIR] "
+                    "(--help lists every recipe field)")
+    e.add_argument("rest", nargs=argparse.REMAINDER)
+    e.set_defaults(func=cmd_eval, passthrough=("program", "eval"))
     return p

@@ -1,0 +1,254 @@
+"""``memgym program eval``: evaluate one memory program on a benchmark and report scores,
+diagnostics, stage reuse and cost.
+
+Config + runner pair in the TRL style (like :mod:`rewards.evaluate`): :class:`ProgramEvalConfig`
+is parsed by ``trl.TrlParser`` from a YAML recipe plus CLI overrides; :func:`run_program_eval`
+validates the program (:func:`evolution.validate.validate_program`), runs it with
+:class:`evolution.runner.ProgramRunner`, computes :mod:`evolution.diagnostics` and writes
+``report.json``, ``report.md``, ``tasks.jsonl`` (one line per question) and ``units.jsonl``.
+
+Scores are in [0, 1]: ``answer-recall`` (default, offline: the share of the gold answer's
+normalised tokens found in the retrieved text; no answer call), ``f1`` (LoCoMo F1 of the
+task model's answer) or ``llm`` (a judge). Capability labels: the native mapping (default),
+or an annotator label file (:mod:`data_synth.annotate`); they are used for grouping only and
+never reach the program.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from evolution.diagnostics import METRICS, diagnose_run
+from evolution.runner import ProgramRun, ProgramRunner, RunnerSettings, dump_units
+from evolution.sandbox import SandboxLimits
+from evolution.stages import StageCache
+from rewards.runtime import Runtime
+
+CATEGORY_NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}
+CAPABILITY_NAMES = {"F": "factual", "T": "temporal", "P": "preference", "M": "multi-session", "A": "adversarial"}
+
+
+@dataclass
+class ProgramEvalConfig:
+    """A ``memgym program eval`` recipe. Every field can be overridden on the command line."""
+
+    program: str | None = field(default=None, metadata={"help": "memory program file (the CLI's FILE.py)"})
+    parent: str | None = field(default=None, metadata={"help": "parent program, for the component diff"})
+    dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval"})
+    path: str | None = field(default=None, metadata={"help": "data file (default: $MEMGYM_DATA/...)"})
+    conversations: list[str] = field(default_factory=lambda: ["conv-26", "conv-30"],
+                                     metadata={"help": "conversation / question ids"})
+    n_sessions: int | None = field(default=None, metadata={"help": "first N sessions only (QA restricted)"})
+    max_questions: int | None = field(default=None, metadata={"help": "cap on QA per conversation"})
+    extractor: str = field(default="instruction", metadata={
+        "help": "instruction | expert:<file or conv-NN>[,...] | hf:<checkpoint or adapter dir> | openai:<url>#<model>"})
+    task_model: str = field(default="hf:smollm2", metadata={"help": "task LLM spec (plan, answer, instruction "
+                                                                    "extraction)"})
+    plan_mode: str = field(default="llm", metadata={"help": "llm (PLANNING_INSTRUCTION) | question (no LLM: the "
+                                                            "question fills the Query)"})
+    scorer: str = field(default="answer-recall", metadata={"help": "answer-recall | f1 | llm"})
+    judge_model: str | None = field(default=None, metadata={"help": "judge spec for scorer llm"})
+    labels: str = field(default="native", metadata={"help": "native | <annotator label JSONL file>"})
+    extract_max_new_tokens: int = field(default=1024, metadata={"help": "tokens per instruction extraction"})
+    extractor_max_new_tokens: int = field(default=512, metadata={"help": "tokens per trained-extractor output"})
+    plan_max_new_tokens: int = field(default=96, metadata={"help": "tokens per plan"})
+    answer_max_new_tokens: int = field(default=48, metadata={"help": "tokens per answer"})
+    program_llm_calls: int = field(default=0, metadata={"help": "toolkit.llm budget per conversation"})
+    diagnostics: bool = field(default=True, metadata={"help": "compute d_ext/d_idx/d_ret"})
+    validate: bool = field(default=True, metadata={"help": "run the 4 validation levels first"})
+    call_timeout_s: float = field(default=60.0, metadata={"help": "sandbox seconds per index/retrieve call"})
+    batch_size: int = field(default=8, metadata={"help": "LLM generation batch"})
+    cache: str | None = field(default=None, metadata={"help": "sqlite response cache; 'none' disables"})
+    stage_cache: str | None = field(default=None, metadata={
+        "help": "stage-output cache (sqlite; default $MEMGYM_CACHE/stages.sqlite); 'none' = memory only"})
+    out: str = field(default="runs/program_eval", metadata={"help": "output directory"})
+    progress: bool = field(default=True, metadata={"help": "show progress bars"})
+
+    def __post_init__(self):
+        if self.dataset not in ("locomo", "longmemeval"):
+            raise ValueError(f"dataset must be locomo or longmemeval, got {self.dataset!r}")
+        if self.scorer == "llm" and not self.judge_model:
+            raise ValueError("scorer llm needs judge_model")
+        self.runner_settings()  # validates extractor / plan_mode / budgets
+
+    def runner_settings(self) -> RunnerSettings:
+        """The :class:`RunnerSettings` this recipe asks for."""
+        return RunnerSettings(
+            extraction=self.extractor, task_model=self.task_model, plan_mode=self.plan_mode, scorer=self.scorer,
+            judge_model=self.judge_model, extract_max_new_tokens=self.extract_max_new_tokens,
+            extractor_max_new_tokens=self.extractor_max_new_tokens, plan_max_new_tokens=self.plan_max_new_tokens,
+            answer_max_new_tokens=self.answer_max_new_tokens, program_llm_calls=self.program_llm_calls,
+            diagnostics=self.diagnostics, progress=self.progress,
+            sandbox=SandboxLimits(call_timeout_s=self.call_timeout_s, load_timeout_s=max(20.0, self.call_timeout_s)))
+
+
+def open_stage_cache(spec: str | None) -> StageCache:
+    """``None`` → ``$MEMGYM_CACHE/stages.sqlite``; ``"none"`` → in memory only; else a path."""
+    if spec == "none":
+        return StageCache()
+    if spec is None:
+        from llm.paths import cache_dir
+        return StageCache(cache_dir() / "stages.sqlite")
+    return StageCache(spec)
+
+
+def load_tasks(cfg: ProgramEvalConfig):
+    """The recipe's conversations (with QA), relabelled from ``cfg.labels`` when it is a file."""
+    from rewards.evaluate import load_conversations
+
+    convs = load_conversations(cfg)
+    if cfg.labels != "native":
+        from data_synth.annotate import apply_labels, load_labels
+        convs = apply_labels(convs, load_labels(cfg.labels))
+    return convs
+
+
+def _mean(xs):
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def summarise(run: ProgramRun) -> dict:
+    """Scores of a run: ``n``, ``overall``, ``by_capability`` {letter: {"score", "n"}} and
+    ``by_category`` {native label: {"score", "n", "name"}}."""
+    by_cap, by_cat = defaultdict(list), defaultdict(list)
+    for t in run.tasks:
+        by_cap[t.qa.capability.value if t.qa.capability is not None else "?"].append(t.score)
+        by_cat[str(t.qa.category)].append(t.score)
+    return {"n": len(run.tasks), "overall": _mean([t.score for t in run.tasks]),
+            "by_capability": {k: {"score": _mean(v), "n": len(v)} for k, v in sorted(by_cap.items())},
+            "by_category": {k: {"score": _mean(v), "n": len(v), "name": CATEGORY_NAMES.get(k, k)}
+                            for k, v in sorted(by_cat.items())}}
+
+
+def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source: str | None = None,
+                     diagnostics: bool = True) -> tuple[dict, ProgramRun]:
+    """Run one program and build its report dict (no files written, no validation).
+    ``model_calls``/``tokens`` are the runtime's per-role counts during this call."""
+    rt = runner.rt
+    t0 = time.time()
+    calls0 = rt.calls_snapshot()
+    run = runner.run(source, convs, parent_source=parent_source)
+    rep = summarise(run)
+    if diagnostics:
+        d = diagnose_run(run, rt.embedder, progress=runner.settings.progress)
+        rep["diagnostics"] = {k: v for k, v in d.items() if k != "tasks"}
+        per_task = {r["id"]: r for r in d["tasks"]}
+    else:
+        rep["diagnostics"], per_task = None, {}
+    calls = rt.calls_since(calls0)
+    rep.update({
+        "stages_run": run.stages_run, "stages_reused": run.stages_reused,
+        "stages_skipped": ["answer"] if run.answer_skipped else [],
+        "stage_items": run.stage_items, "stage_llm_calls": run.stage_llm_calls,
+        "reuse": run.diff.to_dict() if run.diff is not None else None,
+        "component_hashes": {k: v[:12] for k, v in run.hashes.items()},
+        "extraction": run.extraction, "plan_failures": run.plan_failures, "retrieve_errors": run.retrieve_errors,
+        "model_calls": calls["calls"], "tokens": calls["tokens"], "wall_s": round(time.time() - t0, 2),
+    })
+    rep["tasks"] = [{"conversation": t.conversation, "id": t.qa.id, "question": t.qa.question, "gold": t.qa.answer,
+                     "category": t.qa.category, "capability": t.qa.capability.value if t.qa.capability else None,
+                     "query": t.query, "plan_ok": t.plan_ok, "prediction": t.prediction, "score": t.score,
+                     "retrieved_chars": len(t.retrieved), "error": t.error,
+                     **{m: per_task.get(f"{t.conversation}/{t.qa.id}", {}).get(m) for m in METRICS}}
+                    for t in run.tasks]
+    return rep, run
+
+
+def _fmt(v) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def render_markdown(rep: dict) -> str:
+    """``report.md``: scores and diagnostics by capability, by category, stages, cost."""
+    diag = rep.get("diagnostics") or {}
+    dcap = diag.get("by_capability", {})
+    out = [f"# memgym program eval: `{rep['program']}`", "",
+           f"- dataset: {rep['config']['dataset']} {', '.join(rep['config']['conversations'])}; extraction: "
+           f"`{rep['config']['extractor']}`; scorer: `{rep['config']['scorer']}`; plan: {rep['config']['plan_mode']}",
+           f"- overall score: **{rep['overall']:.3f}** over {rep['n']} questions; wall {rep['wall_s']:.1f} s", "",
+           "## By capability", "", "| capability | n | score | d_ext | d_idx | d_ret |", "|---|---|---|---|---|---|"]
+    for k, v in rep["by_capability"].items():
+        d = dcap.get(k, {})
+        out.append(f"| {k} {CAPABILITY_NAMES.get(k, '')} | {v['n']} | {v['score']:.3f} | {_fmt(d.get('d_ext'))} | "
+                   f"{_fmt(d.get('d_idx'))} | {_fmt(d.get('d_ret'))} |")
+    if diag:
+        o = diag["overall"]
+        out.append(f"| **overall** | {rep['n']} | **{rep['overall']:.3f}** | {_fmt(o['d_ext'])} | {_fmt(o['d_idx'])} | "
+                   f"{_fmt(o['d_ret'])} |")
+        out += ["", f"Units: {diag['n_units']}, mean {_fmt(diag['mean_unit_chars'])} characters; retrieved: mean "
+                    f"{_fmt(diag['mean_retrieved_chars'])} characters per question; tasks without resolvable "
+                    f"evidence: {diag['n_no_evidence']}."]
+    out += ["", "## By category", "", "| category | n | score |", "|---|---|---|"]
+    out += [f"| {k} {v['name']} | {v['n']} | {v['score']:.3f} |" for k, v in rep["by_category"].items()]
+    out += ["", "## Stages", "", "| stage | run | reused | LLM calls |", "|---|---|---|---|"]
+    out += [f"| {s} | {c['run']} | {c['reused']} | {rep['stage_llm_calls'][s]} |" for s, c in rep["stage_items"].items()]
+    if rep.get("reuse"):
+        out += ["", f"Changed vs parent: {', '.join(rep['reuse']['changed']) or 'nothing'}; re-execution starts at "
+                    f"`{rep['reuse']['start_stage']}`."]
+    out += ["", "## Cost", "", f"- model calls per role: `{json.dumps(rep['model_calls'])}`",
+            f"- tokens per role: `{json.dumps(rep['tokens'])}`",
+            f"- extraction: `{json.dumps(rep['extraction'])}`; plan failures: {rep['plan_failures']}; "
+            f"retrieve errors: {rep['retrieve_errors']}"]
+    return "\n".join(out) + "\n"
+
+
+def run_program_eval(cfg: ProgramEvalConfig, rt: Runtime | None = None, cache: StageCache | None = None) -> dict:
+    """Validate and evaluate ``cfg.program``; write the report files under ``cfg.out``.
+
+    Returns the report dict (``tasks`` included). When validation fails the report has
+    ``validation`` with the verdict, ``ok: False``, and no scores; nothing else runs.
+    Raises FileNotFoundError naming a missing program/parent file, ValueError for a bad
+    recipe and :class:`evolution.runner.ProgramRunError` when the program breaks mid-run.
+    """
+    from evolution.validate import ValidationLimits, validate_program
+
+    t0 = time.time()
+    if not cfg.program:
+        raise ValueError("no program file given")
+    prog = Path(cfg.program)
+    if not prog.is_file():
+        raise FileNotFoundError(f"memory program not found: {prog}")
+    source = prog.read_text(encoding="utf-8")
+    parent_source = None
+    if cfg.parent:
+        if not Path(cfg.parent).is_file():
+            raise FileNotFoundError(f"parent program not found: {cfg.parent}")
+        parent_source = Path(cfg.parent).read_text(encoding="utf-8")
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    head = {"program": str(prog), "program_sha256": hashlib.sha256(source.encode()).hexdigest()[:16],
+            "parent": cfg.parent, "config": asdict(cfg)}
+    validation = None
+    if cfg.validate:
+        res = validate_program(source, None, ValidationLimits(), progress=cfg.progress)
+        validation = res.to_dict()
+        if not res.ok:
+            rep = {**head, "ok": False, "validation": validation, "wall_s": round(time.time() - t0, 2)}
+            (out / "report.json").write_text(json.dumps(rep, indent=2, ensure_ascii=False))
+            (out / "report.md").write_text(f"# memgym program eval: `{prog}`\n\nValidation failed at level "
+                                           f"{res.level}: {res.reason}\n")
+            return rep
+    rt = rt or Runtime.from_config(cache=cfg.cache, batch_size=cfg.batch_size)
+    own_cache = cache is None
+    cache = cache if cache is not None else open_stage_cache(cfg.stage_cache)
+    try:
+        runner = ProgramRunner(rt, cfg.runner_settings(), cache)
+        rep, run = evaluate_program(source, load_tasks(cfg), runner, parent_source=parent_source,
+                                    diagnostics=cfg.diagnostics)
+    finally:
+        if own_cache:
+            cache.close()
+    rep = {**head, "ok": True, "validation": validation, **rep, "wall_s": round(time.time() - t0, 2)}
+    tasks = rep.pop("tasks")
+    with open(out / "tasks.jsonl", "w", encoding="utf-8") as fh:
+        for row in tasks:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    dump_units(run, out / "units.jsonl")
+    (out / "report.json").write_text(json.dumps(rep, indent=2, ensure_ascii=False, default=str))
+    (out / "report.md").write_text(render_markdown(rep))
+    rep["tasks"] = tasks
+    return rep

@@ -1,0 +1,567 @@
+"""The stage-cached memory-program runner: extract → index → plan → retrieve → answer → score.
+
+Source: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``), appendix "memory interface" and
+"revision-aware execution reuse"; DESIGN.md § "Memory programs and capability-driven
+evolution". The program's own code (``Memory.index``/``retrieve``) only ever runs inside
+:class:`evolution.sandbox.SandboxedProgram`; the host runs the LLM stages.
+
+Caching (:class:`evolution.stages.StageCache`, in memory and on disk): every stage output is
+stored under a key made of the stage's cumulative component hash
+(:func:`evolution.component_diff.stage_component_hashes`) and the hash of its actual inputs.
+A child program therefore re-executes from the earliest stage whose component changed
+(shared helpers: from indexing on) and reuses everything before it, given its parent ran
+with the same cache and inputs. Reused state is copied: units, plans, retrieved texts and
+answers are stored as JSON bytes and decoded afresh; the built Memory is stored as the
+sandbox snapshot bytes taken right after indexing and restored into a NEW sandbox child.
+``retrieve`` is assumed to be a function of (built memory, query), so its outputs are cached
+per query.
+
+Stage items: extract and index count sessions, plan/answer/score count questions, retrieve
+counts questions plus the diagnostics' evidence probes. With a scorer that needs no
+prediction (answer-recall over the retrieved text) the answer stage is skipped.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from evolution.component_diff import STAGES, ComponentDiff, component_hashes, diff_components, \
+    stage_component_hashes
+from evolution.sandbox import ProgramRaised, SandboxedProgram, SandboxError, SandboxLimits
+from evolution.stages import (StageCache, answer_messages, extraction_messages, planning_messages, session_entries,
+                              session_fingerprint, stable_hash, text_query)
+from llm.base import BackendSpecError, GenerationParams
+from memory_bank.program import (OUT_CHAR_BUDGET, ContractError, ProgramInfo, SessionInfo, StructuredOutputError,
+                                 parse_structured, units_from_entries)
+from memory_bank.schema import Conversation, QAItem
+from rewards.answer import clean_answer
+from rewards.judge import ScoreItem, make_scorer
+from rewards.runtime import Runtime
+
+EXTRACTION_MODES = ("instruction", "extractor", "expert")
+
+
+class ProgramRunError(RuntimeError):
+    """A program could not be evaluated: a broken contract, a dead/timed-out sandbox, or an
+    extraction that cannot be mapped to the program's units. ``stage`` names the stage,
+    ``conversation`` the conversation (or "")."""
+
+    def __init__(self, message: str, *, stage: str, conversation: str = ""):
+        where = f"{stage}" + (f" [{conversation}]" if conversation else "")
+        super().__init__(f"{where}: {message}")
+        self.stage, self.conversation, self.reason = stage, conversation, message
+
+
+@dataclass
+class RunnerSettings:
+    """How the runner executes a program.
+
+    extraction: ``instruction`` (the task LLM with EXTRACTION_INSTRUCTION), ``expert:<file or
+    conv-NN>[,...]`` (replay), or a trained extractor's backend spec ``hf:<dir>`` /
+    ``openai:<url>#<model>``. task_model: backend spec of the task LLM (plan, answer,
+    instruction extraction, program toolkit.llm). plan_mode: ``llm`` (the task LLM with
+    PLANNING_INSTRUCTION) or ``question`` (no LLM call: the question text goes into the
+    Query by :func:`evolution.stages.text_query`; an offline/ablation setting).
+    scorer: ``answer-recall`` | ``f1`` | ``llm`` (then ``judge_model``). Token budgets are in
+    tokens of the respective model. program_llm_calls: toolkit.llm budget per conversation's
+    sandbox. diagnostics: also retrieve with each evidence turn as the query (d_idx).
+    """
+
+    extraction: str = "instruction"
+    task_model: str = "hf:smollm2"
+    plan_mode: str = "llm"
+    scorer: str = "answer-recall"
+    judge_model: str | None = None
+    extract_max_new_tokens: int = 1024
+    extractor_max_new_tokens: int = 512
+    plan_max_new_tokens: int = 96
+    answer_max_new_tokens: int = 48
+    program_llm_calls: int = 0
+    diagnostics: bool = True
+    sandbox: SandboxLimits = field(default_factory=SandboxLimits)
+    progress: bool = False
+
+    def __post_init__(self):
+        if self.plan_mode not in ("llm", "question"):
+            raise ValueError(f"plan_mode must be 'llm' or 'question', got {self.plan_mode!r}")
+        if self.program_llm_calls < 0:
+            raise ValueError(f"program_llm_calls must be >= 0, got {self.program_llm_calls}")
+        kind = extraction_kind(self.extraction)
+        if kind == "extractor":
+            from llm.specs import parse_spec
+            parse_spec(self.extraction)  # BackendSpecError names the spec
+
+    @property
+    def extraction_mode(self) -> str:
+        return extraction_kind(self.extraction)
+
+
+def extraction_kind(spec: str) -> str:
+    """``instruction`` | ``expert`` | ``extractor`` for an extraction spec (ValueError if empty)."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"extraction spec must be a non-empty str, got {spec!r}")
+    if spec == "instruction":
+        return "instruction"
+    return "expert" if spec.startswith("expert:") else "extractor"
+
+
+@dataclass
+class TaskResult:
+    """One question's trace. ``query``: the Query record used; ``plan_ok``: the plan parsed
+    (False = fallback query); ``retrieved``: retrieve's output (characters, at most 16,000;
+    "" on error); ``prediction``: the answer (None when the answer stage is skipped);
+    ``score`` in [0, 1]; ``error``: why retrieval failed, else None."""
+
+    conversation: str
+    qa: QAItem
+    query: dict | None
+    plan_ok: bool
+    retrieved: str
+    prediction: str | None
+    score: float
+    error: str | None = None
+
+
+@dataclass
+class ConversationTrace:
+    """Per conversation: ``units[i]`` = the unit dicts extracted from session i (0-based, in
+    session order) with ``session_index[i]`` its 1-based index; ``probes`` maps an evidence
+    turn id to what retrieve returned for that turn's text as the query (d_idx)."""
+
+    conversation: Conversation
+    units: list[list[dict]]
+    session_index: list[int]
+    probes: dict[str, str] = field(default_factory=dict)
+    extract_failures: int = 0
+
+
+@dataclass
+class ProgramRun:
+    """Everything one :meth:`ProgramRunner.run` produced (see the module docstring)."""
+
+    info: ProgramInfo
+    hashes: dict[str, str]
+    diff: ComponentDiff | None
+    tasks: list[TaskResult]
+    traces: list[ConversationTrace]
+    stage_items: dict[str, dict[str, int]]
+    stage_llm_calls: dict[str, int]
+    answer_skipped: bool
+    plan_failures: int
+    retrieve_errors: int
+    extraction: dict
+    wall_s: float
+
+    @property
+    def stages_run(self) -> list[str]:
+        """Stages that executed at least one item, in stage order."""
+        return [s for s in STAGES if self.stage_items[s]["run"] > 0]
+
+    @property
+    def stages_reused(self) -> list[str]:
+        """Stages that took at least one item from the cache, in stage order."""
+        return [s for s in STAGES if self.stage_items[s]["reused"] > 0]
+
+
+class _LazyHost:
+    """Toolkit host for the sandbox: the run's embedder, and the task LLM loaded on first use."""
+
+    def __init__(self, runner: "ProgramRunner"):
+        self.runner = runner
+
+    def embed(self, texts):
+        return self.runner.rt.embedder.encode(list(texts))
+
+    def llm(self, prompt: str, max_tokens: int) -> str:
+        params = GenerationParams(max_new_tokens=max_tokens)
+        return self.runner.task.generate([[{"role": "user", "content": prompt}]], params)[0].text
+
+
+def model_identity(spec: str) -> str:
+    """A cache identity for a backend spec: ``spec@<dir fingerprint>`` for local ``hf:``/``vllm:``
+    dirs (retraining in place changes it), the spec itself otherwise."""
+    from llm.paths import dir_fingerprint
+    from llm.specs import parse_spec, resolve_model_path
+
+    try:
+        s = parse_spec(spec)
+        if s.kind in ("hf", "vllm"):
+            return f"{spec}@{dir_fingerprint(resolve_model_path(s))}"
+    except (BackendSpecError, FileNotFoundError):
+        pass
+    return spec
+
+
+def _file_sha(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+class ProgramRunner:
+    """Runs memory programs over conversations with stage caching.
+
+    ``ProgramRunner(rt, settings, cache)``: ``rt`` a :class:`rewards.runtime.Runtime` (task
+    backend, embedder, per-role call/token ledger); ``cache`` a :class:`StageCache` (default:
+    in memory only). One runner may evaluate many programs; they share the cache.
+    """
+
+    def __init__(self, rt: Runtime, settings: RunnerSettings | None = None, cache: StageCache | None = None):
+        self.rt = rt
+        self.settings = settings or RunnerSettings()
+        self.cache = cache if cache is not None else StageCache()
+        self._task = None
+        self._scorer = None
+        self._ids: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ resources
+
+    @property
+    def task(self):
+        """The task backend (role ``task``), loaded on first use."""
+        if self._task is None:
+            self._task = self.rt.backend(self.settings.task_model, role="task")
+        return self._task
+
+    @property
+    def scorer(self):
+        """The scorer named by the settings (:func:`rewards.judge.make_scorer`), built once."""
+        if self._scorer is None:
+            s = self.settings
+            judge = self.rt.backend(s.judge_model, role="judge") if s.scorer == "llm" and s.judge_model else None
+            self._scorer = make_scorer(s.scorer, judge)
+        return self._scorer
+
+    def _identity(self, what: str) -> str:
+        if what not in self._ids:
+            s = self.settings
+            if what == "task":
+                self._ids[what] = model_identity(s.task_model)
+            elif what == "extractor":
+                if s.extraction_mode == "expert":
+                    from rewards.evaluate import resolve_expert_path
+                    paths = [resolve_expert_path(x) for x in s.extraction[len("expert:"):].split(",")]
+                    self._ids[what] = "expert:" + ",".join(_file_sha(p) for p in paths)
+                else:
+                    self._ids[what] = model_identity(s.extraction)
+            elif what == "scorer":
+                s_id = s.scorer + (f"|{model_identity(s.judge_model)}" if s.scorer == "llm" and s.judge_model else "")
+                self._ids[what] = s_id
+        return self._ids[what]
+
+    def _generate(self, stage: str, batch: list[list[dict]], params: GenerationParams, desc: str) -> list[str]:
+        """Task-LLM completions in chunks of the runtime's batch size; counts real calls."""
+        out = []
+        bs = max(1, self.rt.batch_size)
+        for i in tqdm(range(0, len(batch), bs), desc=desc, disable=not self.settings.progress or len(batch) <= bs,
+                      unit="batch", leave=False):
+            comps = self.task.generate(batch[i: i + bs], params)
+            self.stage_llm_calls[stage] += sum(1 for c in comps if not getattr(c, "cached", False))
+            out += [c.text for c in comps]
+        return out
+
+    def _count(self, stage: str, run: int = 0, reused: int = 0) -> None:
+        self.stage_items[stage]["run"] += run
+        self.stage_items[stage]["reused"] += reused
+
+    def _sandbox(self, source: str, conv_id: str) -> SandboxedProgram:
+        try:
+            return SandboxedProgram(source, _LazyHost(self), self.settings.sandbox,
+                                    llm_budget=self.settings.program_llm_calls, filename="<program>")
+        except SandboxError as e:
+            raise ProgramRunError(f"program failed to load: {e.kind}: {e.reason}", stage="load",
+                                  conversation=conv_id) from None
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self, source: str, conversations: list[Conversation], *, parent_source: str | None = None) -> ProgramRun:
+        """Evaluate ``source`` on ``conversations`` (QA included) and return a :class:`ProgramRun`.
+
+        ``parent_source`` (optional) is only used to report the component diff; reuse itself
+        comes from the cache. Raises :class:`ProgramRunError` (syntax error, broken contract,
+        sandbox death or timeout, extractor output the unit schema cannot hold) and the
+        backends' errors.
+        """
+        t0 = time.time()
+        try:
+            hashes = component_hashes(source)
+            diff = diff_components(parent_source, source) if parent_source is not None else None
+        except SyntaxError as e:
+            raise ProgramRunError(f"syntax error at line {e.lineno}: {e.msg}", stage="load") from None
+        self.stage_hash = stage_component_hashes(hashes)
+        self.stage_items = {s: {"run": 0, "reused": 0} for s in STAGES}
+        self.stage_llm_calls = {s: 0 for s in STAGES}
+        self.plan_failures = self.retrieve_errors = 0
+        self.extraction_stats = {"mode": self.settings.extraction_mode, "sessions": 0, "units": 0,
+                                 "format_failures": 0, "manager_failures": {}}
+        first = self._sandbox(source, conversations[0].id if conversations else "")
+        try:
+            info = first.info
+        except ContractError as e:
+            first.close()
+            raise ProgramRunError(f"contract (level {e.level}): {e}", stage="load") from None
+        tasks, traces = [], []
+        sandbox = first
+        try:
+            for conv in tqdm(conversations, desc="conversations", disable=not self.settings.progress, unit="conv"):
+                sandbox = sandbox or self._sandbox(source, conv.id)
+                t, tr = self._run_conversation(source, conv, info, sandbox)
+                sandbox.close()
+                sandbox = None
+                tasks += t
+                traces.append(tr)
+        finally:
+            if sandbox is not None:
+                sandbox.close()
+        answer_skipped = not self.scorer.needs_prediction
+        return ProgramRun(info, hashes, diff, tasks, traces, self.stage_items, self.stage_llm_calls, answer_skipped,
+                          self.plan_failures, self.retrieve_errors, self.extraction_stats, round(time.time() - t0, 3))
+
+    def _run_conversation(self, source: str, conv: Conversation, info: ProgramInfo, sandbox: SandboxedProgram):
+        trace, extract_keys = self._extract(conv, info)
+        index_key = stable_hash("index", self.stage_hash["index"], self.rt.embedder.model_id,
+                                self._identity("task") if self.settings.program_llm_calls else None,
+                                self.settings.program_llm_calls, extract_keys)
+        blob = self.cache.get("index", index_key)
+        if blob is None:
+            self._index(conv, trace, sandbox)
+            self.cache.put("index", index_key, sandbox.snapshot())
+            live = sandbox
+        else:
+            self._count("index", reused=len(trace.units))
+            live = None  # restored into the given (fresh) sandbox only if a retrieve must run
+
+        def memory() -> SandboxedProgram:
+            nonlocal live
+            if live is None:
+                try:
+                    sandbox.restore(blob)
+                except SandboxError as e:
+                    raise ProgramRunError(f"cannot restore the built memory: {e.kind}: {e.reason}", stage="index",
+                                          conversation=conv.id) from None
+                live = sandbox
+            return live
+
+        questions = list(conv.questions)
+        plans = self._plan(questions, info)
+        results = self._retrieve(conv.id, index_key, [p["query"] for p in plans], info, memory, "questions")
+        if self.settings.diagnostics:
+            index = conv.turn_index
+            turns = list(dict.fromkeys(e for q in questions for e in q.evidence if e in index))
+            probe_queries = [text_query(info.query_fields, index[t][1].text or index[t][1].image_caption or "")
+                             for t in turns]
+            probes = self._retrieve(conv.id, index_key, probe_queries, info, memory, "evidence")
+            trace.probes = {t: r["text"] for t, r in zip(turns, probes)}
+        preds = self._answer(questions, info, [r["text"] for r in results])
+        scores = self._score(questions, [r["text"] for r in results], preds)
+        tasks = [TaskResult(conv.id, q, p["query"], p["ok"], r["text"], pr, s, r["error"])
+                 for q, p, r, pr, s in zip(questions, plans, results, preds, scores)]
+        return tasks, trace
+
+    # ------------------------------------------------------------------ stages
+
+    def _extract(self, conv: Conversation, info: ProgramInfo) -> tuple[ConversationTrace, list[str]]:
+        s = self.settings
+        sessions = list(conv.sessions)
+        unit_fields = [f.to_dict() for f in info.unit_fields]
+        if s.extraction_mode == "instruction":
+            base = ("instruction", self._identity("task"), s.extract_max_new_tokens, list(conv.speakers))
+            keys = [stable_hash("extract", self.stage_hash["extract"], base, session_fingerprint(x)) for x in sessions]
+        else:
+            conv_fp = stable_hash(conv.id, [session_fingerprint(x) for x in sessions])
+            construct_key = stable_hash("construct", self._identity("extractor"), s.extractor_max_new_tokens,
+                                        self.rt.embedder.model_id, conv_fp)
+            keys = [stable_hash("extract", self.stage_hash["extract"], construct_key, unit_fields, x.index)
+                    for x in sessions]
+        cached = [self.cache.get_json("extract", k) for k in keys]
+        todo = [i for i, c in enumerate(cached) if c is None]
+        self._count("extract", run=len(todo), reused=len(sessions) - len(todo))
+        if todo:
+            fresh = self._extract_instruction(conv, info, [sessions[i] for i in todo]) \
+                if s.extraction_mode == "instruction" else self._extract_bank(conv, info, [sessions[i] for i in todo],
+                                                                              construct_key)
+            for i, value in zip(todo, fresh):
+                self.cache.put_json("extract", keys[i], value)
+                cached[i] = value
+        trace = ConversationTrace(conv, [c["units"] for c in cached], [x.index for x in sessions])
+        trace.extract_failures = sum(1 for c in cached if c["error"])
+        stats = self.extraction_stats
+        stats["sessions"] += len(sessions)
+        stats["units"] += sum(len(c["units"]) for c in cached)
+        stats["format_failures"] += trace.extract_failures
+        for c in cached:
+            for m in c.get("failed_managers", []):
+                stats["manager_failures"][m] = stats["manager_failures"].get(m, 0) + 1
+        return trace, keys
+
+    def _extract_instruction(self, conv, info: ProgramInfo, sessions) -> list[dict]:
+        batch = [extraction_messages(info.extraction_instruction, x, conv.speakers, info.unit_fields) for x in sessions]
+        texts = self._generate("extract", batch, GenerationParams(max_new_tokens=self.settings.extract_max_new_tokens),
+                               f"extract {conv.id}")
+        out = []
+        for text in texts:
+            try:
+                units = parse_structured(text, info.unit_class(), many=True)
+                out.append({"units": [dataclasses.asdict(u) for u in units], "error": None})
+            except StructuredOutputError as e:
+                out.append({"units": [], "error": str(e)[:300]})
+        return out
+
+    def _extract_bank(self, conv, info: ProgramInfo, sessions, construct_key: str) -> list[dict]:
+        """Extractor/expert mode: build the bank once per conversation (cached under
+        ``construct_key``), then map each session's new/updated entries to units."""
+        snaps = self.cache.get_json("construct", construct_key)
+        if snaps is None:
+            snaps = self._construct(conv)
+            self.cache.put_json("construct", construct_key, snaps)
+        by_index = {x.index: i for i, x in enumerate(conv.sessions)}
+        out = []
+        for x in sessions:
+            i = by_index[x.index]
+            before = snaps["banks"][i - 1] if i > 0 else None
+            entries = session_entries(before, snaps["banks"][i], x.index, x.date.date().isoformat() if x.date else None)
+            try:
+                units = units_from_entries(entries, info.unit_class())
+            except StructuredOutputError as e:
+                raise ProgramRunError(f"bank entries do not fit the program's MemoryUnit: {e}", stage="extract",
+                                      conversation=conv.id) from None
+            failed = [m for si, m in snaps["failures"] if si == x.index]
+            out.append({"units": [dataclasses.asdict(u) for u in units], "error": None, "failed_managers": failed})
+        return out
+
+    def _construct(self, conv: Conversation) -> dict:
+        from memory_bank.construct import construct
+        from rewards.evaluate import make_extractor
+
+        extractor = make_extractor(self.settings.extraction, self.rt, self.settings)
+        if hasattr(extractor, "has"):
+            missing = [x.index for x in conv.sessions if not extractor.has(conv.id, x.index)]
+            if missing:
+                raise ProgramRunError(f"{extractor.name} has no trajectory line for sessions {missing}", stage="extract",
+                                      conversation=conv.id)
+        calls0 = self.rt.calls_snapshot()
+        built = construct(conv, extractor, embedder=self.rt.embedder, progress=self.settings.progress)
+        self.stage_llm_calls["extract"] += self.rt.calls_since(calls0)["calls"].get("extractor", 0)
+        return {"banks": built.snapshots, "failures": [[f.session, f.manager] for f in built.failures]}
+
+    def _index(self, conv: Conversation, trace: ConversationTrace, sandbox: SandboxedProgram) -> None:
+        try:
+            sandbox.construct()
+            for x, units in tqdm(list(zip(conv.sessions, trace.units)), desc=f"index {conv.id}", leave=False,
+                                 disable=not self.settings.progress, unit="session"):
+                value = sandbox.index(units, SessionInfo.from_session(x).to_dict())
+                if value is not None:
+                    raise ProgramRunError(f"Memory.index returned {type(value).__name__}, not None (session "
+                                          f"{x.index})", stage="index", conversation=conv.id)
+                self._count("index", run=1)
+        except SandboxError as e:
+            raise ProgramRunError(f"{e.kind}: {e.reason}", stage="index", conversation=conv.id) from None
+
+    def _plan(self, questions: list[QAItem], info: ProgramInfo) -> list[dict]:
+        s = self.settings
+        fields = [f.to_dict() for f in info.query_fields]
+        ident = (s.plan_mode, self._identity("task") if s.plan_mode == "llm" else None, s.plan_max_new_tokens, fields)
+        keys = [stable_hash("plan", self.stage_hash["plan"], ident, q.question, q.question_date) for q in questions]
+        cached = [self.cache.get_json("plan", k) for k in keys]
+        todo = [i for i, c in enumerate(cached) if c is None]
+        self._count("plan", run=len(todo), reused=len(questions) - len(todo))
+        if todo and s.plan_mode == "llm":
+            batch = [planning_messages(info.planning_instruction, questions[i].question, questions[i].question_date,
+                                       info.query_fields) for i in todo]
+            texts = self._generate("plan", batch, GenerationParams(max_new_tokens=s.plan_max_new_tokens), "plan")
+        else:
+            texts = [None] * len(todo)
+        for i, text in zip(todo, texts):
+            value = None
+            if text is not None:
+                try:
+                    value = {"query": dataclasses.asdict(parse_structured(text, info.query_class(), many=False)),
+                             "ok": True}
+                except StructuredOutputError:
+                    value = None
+            if value is None:
+                value = {"query": text_query(info.query_fields, questions[i].question), "ok": s.plan_mode == "question"}
+            self.cache.put_json("plan", keys[i], value)
+            cached[i] = value
+        self.plan_failures += sum(1 for c in cached if not c["ok"])
+        return cached
+
+    def _retrieve(self, conv_id: str, index_key: str, queries: list[dict | None], info: ProgramInfo, memory,
+                  what: str) -> list[dict]:
+        keys = [stable_hash("retrieve", self.stage_hash["retrieve"], index_key, q) for q in queries]
+        cached = [self.cache.get_json("retrieve", k) for k in keys]
+        todo = [i for i, c in enumerate(cached) if c is None]
+        self._count("retrieve", run=len(todo), reused=len(queries) - len(todo))
+        for i in tqdm(todo, desc=f"retrieve {conv_id} ({what})", disable=not self.settings.progress, leave=False,
+                      unit="query"):
+            value = {"text": "", "error": None}
+            if queries[i] is None:
+                value["error"] = "the Query schema has no str or list[str] field to carry the text"
+            else:
+                try:
+                    out = memory().retrieve(queries[i])
+                    if not isinstance(out, str):
+                        value["error"] = f"retrieve returned {type(out).__name__}, not str"
+                    elif len(out) > OUT_CHAR_BUDGET:
+                        value["error"] = f"retrieve returned {len(out)} characters > {OUT_CHAR_BUDGET}"
+                    else:
+                        value["text"] = out
+                except ProgramRaised as e:
+                    value["error"] = f"retrieve raised {e.reason}"[:300]
+                except SandboxError as e:
+                    raise ProgramRunError(f"{e.kind}: {e.reason}", stage="retrieve", conversation=conv_id) from None
+            self.cache.put_json("retrieve", keys[i], value)
+            cached[i] = value
+        if what == "questions":
+            self.retrieve_errors += sum(1 for c in cached if c["error"])
+        return cached
+
+    def _answer(self, questions: list[QAItem], info: ProgramInfo, retrieved: list[str]) -> list[str | None]:
+        if not self.scorer.needs_prediction:
+            return [None] * len(questions)
+        s = self.settings
+        ident = (self._identity("task"), s.answer_max_new_tokens)
+        keys = [stable_hash("answer", self.stage_hash["answer"], ident, q.question, q.question_date, r)
+                for q, r in zip(questions, retrieved)]
+        cached = [self.cache.get_json("answer", k) for k in keys]
+        todo = [i for i, c in enumerate(cached) if c is None]
+        self._count("answer", run=len(todo), reused=len(questions) - len(todo))
+        if todo:
+            batch = [answer_messages(info.answer_instruction, questions[i].question, retrieved[i],
+                                     questions[i].question_date) for i in todo]
+            texts = self._generate("answer", batch, GenerationParams(max_new_tokens=s.answer_max_new_tokens), "answer")
+            for i, text in zip(todo, texts):
+                cached[i] = clean_answer(text)
+                self.cache.put_json("answer", keys[i], cached[i])
+        return cached
+
+    def _score(self, questions: list[QAItem], retrieved: list[str], preds: list[str | None]) -> list[float]:
+        keys = [stable_hash("score", self.stage_hash["score"], self._identity("scorer"), q.question, q.answer,
+                            q.category, p, r if not self.scorer.needs_prediction else None)
+                for q, r, p in zip(questions, retrieved, preds)]
+        cached = [self.cache.get_json("score", k) for k in keys]
+        todo = [i for i, c in enumerate(cached) if c is None]
+        self._count("score", run=len(todo), reused=len(questions) - len(todo))
+        if todo:
+            calls0 = self.rt.calls_snapshot()
+            items = [ScoreItem(questions[i].question, questions[i].answer, preds[i] or "", retrieved[i],
+                               questions[i].category) for i in todo]
+            for i, v in zip(todo, self.scorer.score(items)):
+                cached[i] = float(v)
+                self.cache.put_json("score", keys[i], cached[i])
+            self.stage_llm_calls["score"] += self.rt.calls_since(calls0)["calls"].get("judge", 0)
+        return cached
+
+
+def dump_units(run: ProgramRun, path: Path) -> None:
+    """Write every conversation's extracted units as JSONL (one line per session:
+    ``{"conversation", "session", "units"}``) for inspection."""
+    with open(path, "w", encoding="utf-8") as fh:
+        for tr in run.traces:
+            for idx, units in zip(tr.session_index, tr.units):
+                fh.write(json.dumps({"conversation": tr.conversation.id, "session": idx, "units": units},
+                                    ensure_ascii=False) + "\n")

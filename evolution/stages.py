@@ -1,0 +1,244 @@
+"""Building blocks of the stage-cached program runner: the stage output cache, cache keys,
+the host-side prompts of the three LLM stages, and the rules that turn units and texts into
+the strings/queries the runner and the diagnostics need.
+
+Sources: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``), appendix "memory interface"
+(extract → index → plan → retrieve → answer) and "revision-aware execution reuse" (outputs
+cached per component and actual input; reused state copied); DESIGN.md § "Memory programs".
+
+All lengths here are in characters.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from memory_bank.program import FieldSpec
+from memory_bank.schema import Session
+
+CACHE_FORMAT = "memgym-stages-v1"
+"""Mixed into every key so that a change of the runner's output format never reads old values."""
+
+
+def stable_hash(*parts: Any) -> str:
+    """sha256 hex of the canonical JSON (sorted keys, no spaces) of ``parts``.
+
+    Every part must be JSON-serialisable (TypeError otherwise)."""
+    text = json.dumps([CACHE_FORMAT, *parts], sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def session_fingerprint(session: Session) -> str:
+    """Hash of everything a session shows an extractor: index, id, dates and every turn
+    (id, speaker, text, image caption)."""
+    return stable_hash(session.index, session.id, session.date.isoformat() if session.date else None,
+                       session.date_text, [[t.id, t.speaker, t.text, t.image_caption] for t in session.turns])
+
+
+class StageCache:
+    """Stage outputs keyed by (stage, key): an in-memory dict in front of an optional sqlite
+    file (``path``; WAL journaling; created with its parent dirs).
+
+    Values are ``bytes`` (JSON text or a sandbox snapshot), immutable, so a value handed to a
+    child is always a copy of what the parent produced: JSON is decoded into fresh objects and
+    snapshots are unpickled into a fresh sandbox. ``hits``/``misses`` count lookups.
+    Thread-safe (one lock).
+    """
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = None if path is None else Path(path)
+        self._mem: dict[tuple[str, str], bytes] = {}
+        self._lock = threading.Lock()
+        self._conn = None
+        self.hits = self.misses = 0
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30.0, isolation_level=None)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("CREATE TABLE IF NOT EXISTS stages (stage TEXT NOT NULL, key TEXT NOT NULL, "
+                               "value BLOB NOT NULL, PRIMARY KEY (stage, key))")
+
+    def get(self, stage: str, key: str) -> bytes | None:
+        """The stored bytes, or None."""
+        with self._lock:
+            v = self._mem.get((stage, key))
+            if v is None and self._conn is not None:
+                row = self._conn.execute("SELECT value FROM stages WHERE stage=? AND key=?", (stage, key)).fetchone()
+                if row is not None:
+                    v = self._mem[(stage, key)] = bytes(row[0])
+            if v is None:
+                self.misses += 1
+            else:
+                self.hits += 1
+            return v
+
+    def put(self, stage: str, key: str, value: bytes) -> None:
+        """Store ``value`` (bytes) in memory and, when persistent, on disk."""
+        if not isinstance(value, (bytes, bytearray)):
+            raise TypeError(f"StageCache.put({stage!r}): value must be bytes, got {type(value).__name__}")
+        value = bytes(value)
+        with self._lock:
+            self._mem[(stage, key)] = value
+            if self._conn is not None:
+                self._conn.execute("INSERT OR REPLACE INTO stages (stage, key, value) VALUES (?, ?, ?)",
+                                   (stage, key, value))
+
+    def get_json(self, stage: str, key: str) -> Any | None:
+        """The decoded JSON value (a fresh object on every call), or None when absent."""
+        raw = self.get(stage, key)
+        return None if raw is None else json.loads(raw.decode("utf-8"))
+
+    def put_json(self, stage: str, key: str, value: Any) -> None:
+        """Store a JSON-serialisable ``value`` (TypeError otherwise)."""
+        self.put(stage, key, json.dumps(value, ensure_ascii=False, sort_keys=True).encode("utf-8"))
+
+    def __len__(self) -> int:
+        with self._lock:
+            if self._conn is not None:
+                return int(self._conn.execute("SELECT COUNT(*) FROM stages").fetchone()[0])
+            return len(self._mem)
+
+    def close(self) -> None:
+        """Close the sqlite file (the in-memory part stays usable)."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+# --------------------------------------------------------------------------- prompts
+
+
+def schema_hint(fields: tuple[FieldSpec, ...] | list[FieldSpec]) -> str:
+    """``"content" (str), "date" (str or null, optional)`` for a program dataclass schema."""
+    parts = []
+    for f in fields:
+        t = f.kind + (" or null" if f.optional else "")
+        parts.append(f'"{f.name}" ({t}{"" if f.required else ", optional"})')
+    return ", ".join(parts)
+
+
+def extraction_messages(instruction: str, session: Session, speakers: tuple[str, ...],
+                        unit_fields: tuple[FieldSpec, ...]) -> list[dict]:
+    """Instruction-mode extraction prompt (PrisMem style): system = the program's
+    ``EXTRACTION_INSTRUCTION``; user = the session date, speakers, transcript (``[id] speaker:
+    text`` lines) and the unit schema. The answer is parsed as a JSON list of MemoryUnit."""
+    user = (f"Session {session.index} date: {session.date_text or (session.date.isoformat() if session.date else 'unknown')}\n"
+            f"Speakers: {', '.join(speakers)}\n\nTranscript:\n{session.transcript()}\n\n"
+            f"Answer with a JSON list of memory units; each unit is an object with the fields "
+            f"{schema_hint(unit_fields)}.")
+    return [{"role": "system", "content": instruction}, {"role": "user", "content": user}]
+
+
+def planning_messages(instruction: str, question: str, question_date: str | None,
+                      query_fields: tuple[FieldSpec, ...]) -> list[dict]:
+    """Planning prompt: system = ``PLANNING_INSTRUCTION``; user = the question (and its date
+    when known) and the Query schema. The answer is parsed as ONE Query object."""
+    date = f"Question date: {question_date}\n" if question_date else ""
+    user = (f"{date}Question: {question}\n\nAnswer with one JSON object with the fields "
+            f"{schema_hint(query_fields)}.")
+    return [{"role": "system", "content": instruction}, {"role": "user", "content": user}]
+
+
+def answer_messages(instruction: str, question: str, retrieved: str, question_date: str | None) -> list[dict]:
+    """Answer prompt: system = ``ANSWER_INSTRUCTION``; user = the retrieved memory (at most
+    16,000 characters, as the contract bounds it), the question date when known, the
+    question and ``Short answer:``."""
+    parts = [f"Memory:\n{retrieved.strip() or '(empty)'}", ""]
+    if question_date:
+        parts.append(f"Current date: {question_date}")
+    parts += [f"Question: {question}", "Short answer:"]
+    return [{"role": "system", "content": instruction}, {"role": "user", "content": "\n".join(parts)}]
+
+
+# --------------------------------------------------------------------------- units / queries
+
+TEXT_FIELD_NAMES = ("content", "text", "memory", "fact", "summary", "statement")
+"""Unit fields, in preference order, taken as a unit's text by :func:`unit_text`."""
+
+QUERY_FIELD_HINTS = ("query", "search", "text", "question")
+"""Name fragments, in preference order, that mark the Query field a plain text goes into."""
+
+
+def unit_text(unit: dict, fields: tuple[FieldSpec, ...] | list[FieldSpec]) -> str:
+    """The text of one unit, used as z in the diagnostics and for the mean unit length.
+
+    Rule: the value of the first field named in :data:`TEXT_FIELD_NAMES` that holds a
+    non-empty str; else the first non-empty str field in declaration order; else every
+    ``list[str]`` value joined by ", "; else "".
+    """
+    for name in TEXT_FIELD_NAMES:
+        v = unit.get(name)
+        if isinstance(v, str) and v.strip():
+            return v
+    for f in fields:
+        v = unit.get(f.name)
+        if f.kind == "str" and isinstance(v, str) and v.strip():
+            return v
+    lists = [", ".join(unit[f.name]) for f in fields if f.kind == "list[str]" and isinstance(unit.get(f.name), list)]
+    return ", ".join(x for x in lists if x)
+
+
+def text_query(fields: tuple[FieldSpec, ...] | list[FieldSpec], text: str) -> dict | None:
+    """A Query record that carries ``text`` (used for d_idx's oracle evidence query and as
+    the fallback plan when the task model's plan does not parse).
+
+    The target field is the first ``str`` field whose name contains one of
+    :data:`QUERY_FIELD_HINTS` (tried in that order), else the first ``str`` field, else the
+    first ``list[str]`` field (set to ``[text]``). Every other field keeps its default when it
+    has one, else gets a neutral value: None if optional, "" / 0 / 0.0 / False / [] by kind.
+    Returns None when the schema has no str or list[str] field (no text can be carried).
+    """
+    strs = [f for f in fields if f.kind == "str"]
+    target = next((f for hint in QUERY_FIELD_HINTS for f in strs if hint in f.name.lower()), None)
+    target = target or (strs[0] if strs else next((f for f in fields if f.kind == "list[str]"), None))
+    if target is None:
+        return None
+    neutral = {"str": "", "int": 0, "float": 0.0, "bool": False, "list[str]": []}
+    rec = {}
+    for f in fields:
+        if f is target:
+            rec[f.name] = [text] if f.kind == "list[str]" else text
+        elif not f.required:
+            rec[f.name] = list(f.default) if isinstance(f.default, list) else f.default
+        else:
+            rec[f.name] = None if f.optional else neutral[f.kind]
+    return rec
+
+
+# --------------------------------------------------------------------------- extractor banks
+
+_LEADING_DATE = re.compile(r"^\s*(\d{4}(?:-\d{2}(?:-\d{2})?)?)\s*:")
+BANK_PARTS = ("episodic", "semantic", "procedural")
+
+
+def session_entries(before: dict | None, after: dict, session_index: int, session_date: str | None) -> list[dict]:
+    """The bank entries a trained extractor wrote in one session, as
+    :func:`memory_bank.program.units_from_entries` input.
+
+    ``before``/``after``: bank JSON (``MemoryBank.to_json``) before and after the session
+    (``before`` None = empty bank). An entry counts when its ``updated`` session is
+    ``session_index`` (added, updated or merged into in this session); parts in the order
+    episodic, semantic, procedural, entries in bank order. The core block counts as one entry
+    ``{"part": "core", "id": "core"}`` when its text changed and is non-empty. ``date``: an
+    episodic entry's leading ``YYYY[-MM[-DD]]:`` date when it has one, else ``session_date``
+    (ISO ``YYYY-MM-DD`` or None). Returns ``[{"part", "id", "text", "date", "session"}]``.
+    """
+    out = []
+    old_core = (before or {}).get("core", "")
+    if after.get("core", "") and after.get("core", "") != old_core:
+        out.append({"part": "core", "id": "core", "text": after["core"], "date": session_date,
+                    "session": session_index})
+    for part in BANK_PARTS:
+        for e in after.get(part, []):
+            if int(e.get("updated", -1)) != session_index:
+                continue
+            m = _LEADING_DATE.match(e["text"]) if part == "episodic" else None
+            out.append({"part": part, "id": e["id"], "text": e["text"], "date": m.group(1) if m else session_date,
+                        "session": session_index})
+    return out
