@@ -1,0 +1,119 @@
+"""``memgym launch --accelerate-config NAME [--num-processes N] [--main-process-port P]
+[--dry-run] train sft|adrpo --config R.yaml [overrides]``.
+
+Builds ``accelerate launch --config_file launch/accelerate/<NAME>.yaml [--num_processes N]
+[--main_process_port P] -m training.<stage> --config R.yaml [overrides]``, prints it
+(shell-quoted) and runs it, returning its exit code; ``--dry-run`` only prints it.
+Source: ``DESIGN.md`` § "Training stack" (launching is ``accelerate launch --config_file
+launch/accelerate/<x>.yaml -m training.<entry> --config R.yaml``, wrapped by ``memgym launch``).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from launch.cmd_train import STAGES
+
+ACCELERATE_DIR = Path(__file__).resolve().parent / "accelerate"
+
+
+class LaunchError(ValueError):
+    """A launch request that cannot be turned into a command (message says what and why)."""
+
+
+def available_configs() -> list[str]:
+    """Names of the accelerate configs shipped in ``launch/accelerate/`` (sorted, no ``.yaml``)."""
+    return sorted(p.stem for p in ACCELERATE_DIR.glob("*.yaml"))
+
+
+def _display_path(path: Path) -> str:
+    try:
+        return os.path.relpath(path) if path.resolve().is_relative_to(Path.cwd().resolve()) else str(path)
+    except ValueError:  # another drive (Windows)
+        return str(path)
+
+
+def resolve_config(name: str) -> Path:
+    """``launch/accelerate/<name>.yaml`` for a shipped config name, or ``name`` itself when it
+    is an existing ``.yaml`` file. Raises :class:`LaunchError` listing the shipped configs."""
+    if name.endswith((".yaml", ".yml")) and Path(name).is_file():
+        return Path(name)
+    path = ACCELERATE_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise LaunchError(f"unknown accelerate config {name!r}; available: {', '.join(available_configs())} "
+                          f"(in {ACCELERATE_DIR}), or a path to a .yaml file")
+    return path
+
+
+def build_command(config: str, target: list[str], num_processes: int | None = None,
+                  main_process_port: int | None = None) -> list[str]:
+    """The ``accelerate launch`` argv for ``target`` = ``["train", stage, *trainer_args]``.
+
+    Raises :class:`LaunchError` for an unknown config or stage, a target that is not
+    ``train <stage>``, ``num_processes`` < 1 or a port outside 1..65535."""
+    if len(target) < 2 or target[0] != "train":
+        raise LaunchError(f"expected `train <stage> [args]` after the launch options, got {shlex.join(target) or '(nothing)'}")
+    stage, rest = target[1], target[2:]
+    if stage not in STAGES:
+        raise LaunchError(f"unknown stage {stage!r}; expected one of {sorted(STAGES)}")
+    path = resolve_config(config)
+    cmd = ["accelerate", "launch", "--config_file", _display_path(path)]
+    if num_processes is not None:
+        if num_processes < 1:
+            raise LaunchError(f"--num-processes must be >= 1, got {num_processes}")
+        cmd += ["--num_processes", str(num_processes)]
+    if main_process_port is not None:
+        if not 0 < main_process_port < 65536:
+            raise LaunchError(f"--main-process-port must be in 1..65535, got {main_process_port}")
+        cmd += ["--main_process_port", str(main_process_port)]
+    return cmd + ["-m", STAGES[stage][0], *rest]
+
+
+def _env() -> dict:
+    """The child's environment: this interpreter's bin dir first on PATH (so ``accelerate`` is
+    the one installed beside memgym) and ``HF_HUB_OFFLINE=1`` unless set."""
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+def _run(args) -> int:
+    try:
+        cmd = build_command(args.accelerate_config, args.target, args.num_processes, args.main_process_port)
+    except LaunchError as e:
+        print(f"memgym launch: {e}", file=sys.stderr)
+        return 2
+    print(shlex.join(cmd), flush=True)
+    if args.dry_run:
+        return 0
+    try:
+        return subprocess.run(cmd, env=_env()).returncode
+    except FileNotFoundError:
+        print("memgym launch: `accelerate` not found; install it (pip install accelerate)", file=sys.stderr)
+        return 127
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "launch", help="run a trainer under `accelerate launch` (multi-GPU, DeepSpeed, CPU DDP)",
+        description="Build `accelerate launch --config_file launch/accelerate/<NAME>.yaml -m training.<stage> "
+                    "...`, print it, and run it (exit code passed through). Example: memgym launch "
+                    "--accelerate-config deepspeed_zero2 --num-processes 8 train sft --config "
+                    "launch/recipes/sft_qwen3_4b_zero2.yaml",
+        epilog=f"shipped configs: {', '.join(available_configs())}")
+    p.add_argument("--accelerate-config", required=True, metavar="NAME",
+                   help="a config name from launch/accelerate/ (or a path to an accelerate .yaml)")
+    p.add_argument("--num-processes", type=int, default=None, metavar="N",
+                   help="override the config's num_processes (e.g. the number of training GPUs)")
+    p.add_argument("--main-process-port", type=int, default=None, metavar="P",
+                   help="rendezvous port (default: the config's, else 29500)")
+    p.add_argument("--dry-run", action="store_true", help="print the command, do not run it")
+    p.add_argument("target", nargs=argparse.REMAINDER, metavar="train STAGE ...",
+                   help="`train sft|adrpo --config R.yaml [--<field> value ...]`")
+    p.set_defaults(func=_run)

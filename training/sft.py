@@ -1,0 +1,316 @@
+"""Supervised fine-tuning of a memory manager on expert trajectories (TRL ``SFTTrainer``).
+
+Source: ``DESIGN.md`` § "Training stack" and issue 4 § 1.
+
+- Examples: one per manager per session (:func:`training.data.sft_examples`); the prompt is
+  built by the inference prompt builder over the replayed expert bank before that session,
+  the completion is the expert's JSON.
+- Trainer: TRL ``SFTTrainer`` on the conversational prompt-completion format, so the chat
+  template renders the messages and prompt tokens get label -100 (``completion_only_loss``).
+  PEFT LoRA (``use_peft``) or full fine-tuning.
+- Split: the train trajectories (LoCoMo conv-26) train, the eval trajectories (conv-30)
+  validate; the loss on both is measured before and after training.
+- Outputs in ``output_dir``: the model (full) or adapter (LoRA) + tokenizer, ``metrics.json``,
+  ``loss.png`` and ``report.md``.
+
+Run: ``memgym train sft --config launch/recipes/sft_cpu.yaml [--field value ...]``, or
+``python -m training.sft --config ...``, or under ``accelerate launch -m training.sft``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from data_synth.errors import DataFormatError
+from data_synth.expert import TrajectoryError
+from memory_bank.actions import MANAGERS
+from training.common import DEFAULT_LORA_TARGETS, DTYPES, EMBEDDED_POLICY, load_policy, parse_training_args
+from training.data import (DATASETS, ExampleLengthError, TrainingDataError, check_managers, drop_overlong,
+                           sft_examples)
+
+EMBEDDERS = ("minilm", "none")
+PROG = "memgym train sft"
+
+
+def _expert(name: str) -> list[str]:
+    from data_synth.paths import expert_dir
+
+    return [str(expert_dir() / name)]
+
+
+@dataclass
+class SFTScriptArguments:
+    """memgym SFT: fine-tune a memory manager on expert trajectories (TRL SFTTrainer)."""
+
+    train_trajectories: list[str] = field(
+        default_factory=lambda: _expert("conv-26.jsonl"),
+        metadata={"help": "expert trajectory JSONL files to train on (default $MEMGYM_DATA/expert/conv-26.jsonl)"})
+    eval_trajectories: list[str] = field(
+        default_factory=lambda: _expert("conv-30.jsonl"),
+        metadata={"help": "expert trajectory JSONL files to validate on (default "
+                          "$MEMGYM_DATA/expert/conv-30.jsonl); empty list = no validation"})
+    dataset: str = field(default="locomo", metadata={"help": f"dataset the trajectories refer to: {DATASETS}"})
+    data_path: str | None = field(default=None, metadata={"help": "the dataset file (default: under $MEMGYM_DATA)"})
+    managers: list[str] = field(default_factory=lambda: list(MANAGERS),
+                                metadata={"help": f"managers to train, from {MANAGERS}"})
+    embedder: str = field(default="minilm", metadata={
+        "help": "ranks the <=20 entries a prompt shows, as at inference: 'minilm' (all-MiniLM-L6-v2, the eval "
+                "default) or 'none' (the 20 most recently updated)"})
+    model_name_or_path: str = field(default=EMBEDDED_POLICY, metadata={
+        "help": "'smollm2' (the embedded SmolLM2-135M-Instruct), a local dir, an adapter dir or a hub id"})
+    model_dtype: str = field(default="float32", metadata={"help": f"weights dtype at load: {DTYPES}"})
+    use_peft: bool = field(default=True, metadata={"help": "LoRA (true) or full fine-tuning (false)"})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank"})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha (update scaled by alpha/r)"})
+    lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout in [0, 1)"})
+    lora_target_modules: list[str] = field(default_factory=lambda: list(DEFAULT_LORA_TARGETS),
+                                           metadata={"help": "module names LoRA adapts"})
+    max_examples: int | None = field(default=None, metadata={
+        "help": "train on a random subset (seeded by --seed) of at most this many examples, after dropping "
+                "over-long ones"})
+    max_eval_examples: int | None = field(default=None, metadata={
+        "help": "evaluate on at most this many examples of each split (train and validation)"})
+
+    def __post_init__(self):
+        if self.dataset not in DATASETS:
+            raise ValueError(f"dataset must be one of {DATASETS}, got {self.dataset!r}")
+        if self.embedder not in EMBEDDERS:
+            raise ValueError(f"embedder must be one of {EMBEDDERS}, got {self.embedder!r}")
+        if self.model_dtype not in DTYPES:
+            raise ValueError(f"model_dtype must be one of {DTYPES}, got {self.model_dtype!r}")
+        if not self.train_trajectories:
+            raise ValueError("train_trajectories is empty")
+        for name in ("max_examples", "max_eval_examples"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"{name} must be >= 1 or unset, got {v}")
+        self.managers = list(check_managers(self.managers))
+
+
+def parse_args(argv: list[str] | None = None):
+    """``(SFTScriptArguments, trl.SFTConfig)`` from ``--config R.yaml`` + CLI overrides, with
+    CPU-safe defaults on machines without CUDA (:func:`training.common.device_default_args`)."""
+    from trl import SFTConfig
+
+    return parse_training_args([SFTScriptArguments, SFTConfig], argv, PROG,
+                               "Fine-tune a memory manager on expert trajectories (TRL SFTTrainer). Use "
+                               "--config R.yaml for a recipe; any field below overrides it.")
+
+
+def make_embedder(name: str):
+    """The embedder that ranks shown entries: ``minilm`` = the inference default
+    (:class:`llm.embeddings.STEmbedder` with the persistent embedding cache), ``none`` = None."""
+    if name == "none":
+        return None
+    from llm.embeddings import EmbeddingCache, STEmbedder
+    from llm.paths import cache_dir
+
+    return STEmbedder(cache=EmbeddingCache(cache_dir() / "embeddings.sqlite"))
+
+
+def _subset(ds, n: int | None, seed: int):
+    if n is None or len(ds) <= n:
+        return ds
+    return ds.shuffle(seed=seed).select(range(n))
+
+
+@dataclass
+class SFTData:
+    """The prepared splits: ``train`` / ``valid`` (``datasets.Dataset`` of prompt-completion
+    rows, ``valid`` None without eval trajectories), ``train_probe`` (the train rows whose loss
+    is measured before and after training) and the length reports (``training.data.LengthReport``)."""
+
+    train: object
+    valid: object | None
+    train_probe: object
+    lengths: dict
+
+
+def build_data(script_args: SFTScriptArguments, tokenizer, max_length: int | None, seed: int,
+               progress: bool = True) -> SFTData:
+    """Build, length-filter and subsample the SFT splits (see :class:`SFTData`).
+
+    Raises what :func:`training.data.sft_examples` raises, and ValueError when every example
+    of a split is longer than ``max_length`` tokens."""
+    emb = make_embedder(script_args.embedder)
+    common = dict(dataset=script_args.dataset, data_path=script_args.data_path, embedder=emb,
+                  managers=script_args.managers, progress=progress)
+    train, rep_train = drop_overlong(sft_examples(script_args.train_trajectories, **common), tokenizer, max_length)
+    lengths = {"train": rep_train.to_json()}
+    train = _subset(train, script_args.max_examples, seed)
+    valid = None
+    if script_args.eval_trajectories:
+        valid, rep_valid = drop_overlong(sft_examples(script_args.eval_trajectories, **common), tokenizer, max_length)
+        lengths["valid"] = rep_valid.to_json()
+        valid = _subset(valid, script_args.max_eval_examples, seed)
+    probe = _subset(train, script_args.max_eval_examples, seed + 1)
+    return SFTData(train, valid, probe, lengths)
+
+
+def _trainer_columns(ds):
+    return ds.select_columns(["prompt", "completion"]) if ds is not None else None
+
+
+def build_trainer(script_args: SFTScriptArguments, training_args, data: SFTData, policy):
+    """A ``trl.SFTTrainer`` over ``data.train`` with eval sets ``{"train": probe, "valid":
+    valid}`` (metrics ``eval_train_loss``, ``eval_valid_loss``) and the policy's LoRA config
+    (or none: full fine-tuning / continued adapter)."""
+    from trl import SFTTrainer
+
+    evals = {"train": _trainer_columns(data.train_probe)}
+    if data.valid is not None:
+        evals["valid"] = _trainer_columns(data.valid)
+    training_args.prediction_loss_only = True  # never accumulate (tokens x vocab) logits in eval
+    return SFTTrainer(model=policy.model, args=training_args, train_dataset=_trainer_columns(data.train),
+                      eval_dataset=evals, processing_class=policy.tokenizer, peft_config=policy.peft_config)
+
+
+def _losses(metrics: dict) -> dict:
+    return {k[len("eval_"):]: float(v) for k, v in metrics.items() if k.endswith("_loss") and k.startswith("eval_")}
+
+
+def _first_eval_losses(log_history: list[dict]) -> dict:
+    """The first logged value of each eval loss (one log entry per eval split)."""
+    first: dict = {}
+    for h in log_history:
+        for k, v in _losses(h).items():
+            first.setdefault(k, v)
+    return first
+
+
+def plot_losses(log_history: list[dict], path: Path) -> None:
+    """Write ``loss.png``: the training loss per logged step, and the eval losses (train probe
+    and validation) at each evaluation, x = optimizer step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    tr = [(h["step"], h["loss"]) for h in log_history if "loss" in h and "step" in h]
+    if tr:
+        ax.plot(*zip(*tr), label="train loss (per step)", color="tab:blue", alpha=0.7)
+    for key, colour, name in (("eval_train_loss", "tab:green", "eval loss on train split"),
+                              ("eval_valid_loss", "tab:red", "eval loss on validation split")):
+        pts = [(h["step"], h[key]) for h in log_history if key in h and "step" in h]
+        if pts:
+            ax.plot(*zip(*pts), marker="o", linestyle="--", color=colour, label=name)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("cross-entropy (nats / completion token)")
+    ax.set_title("memgym SFT")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(out: Path, metrics: dict) -> None:
+    """Write ``report.md`` (a table of the losses before/after, and the run's facts)."""
+    def f(x):
+        return "-" if x is None else f"{x:.4f}"
+
+    lines = [
+        "# memgym SFT report", "",
+        f"- model: `{metrics['model']}` ({'LoRA' if metrics['use_peft'] else 'full fine-tuning'})",
+        f"- train: {', '.join(metrics['train_trajectories'])} ({metrics['examples']['train']} examples used of "
+        f"{metrics['lengths']['train']['kept']} within max_length)",
+        f"- validation: {', '.join(metrics['eval_trajectories']) or '-'} ({metrics['examples']['valid']} examples "
+        f"used of {metrics['lengths'].get('valid', {}).get('kept', 0)} within max_length)",
+        f"- max_length {metrics['max_length']} tokens; over-long examples dropped: "
+        f"train {metrics['lengths']['train']['dropped']}, "
+        f"validation {metrics['lengths'].get('valid', {}).get('dropped', '-')}",
+        f"- steps {metrics['global_step']}, wall {metrics['wall_s']:.0f} s", "",
+        "| loss (nats/token) | before | after |", "|---|---|---|",
+        f"| train split (probe of {metrics['examples']['train_probe']}) | {f(metrics['train_loss_start'])} | "
+        f"{f(metrics['train_loss_end'])} |",
+        f"| validation split | {f(metrics['eval_loss_start'])} | {f(metrics['eval_loss_end'])} |", "",
+        f"Mean training loss over the run: {f(metrics['train_loss'])}.", "",
+        "![loss](loss.png)", "",
+    ]
+    (out / "report.md").write_text("\n".join(lines))
+
+
+def run(script_args: SFTScriptArguments, training_args) -> dict:
+    """Build data, train, evaluate before and after, save model + tokenizer + report files to
+    ``training_args.output_dir``. Returns the metrics dict written to ``metrics.json``:
+    ``train_loss`` (mean training loss), ``eval_loss`` (validation, after), ``train_loss_start``
+    / ``train_loss_end`` (train probe, before/after), ``eval_loss_start`` / ``eval_loss_end``
+    (validation, before/after; None without validation), counts and timings. Every process
+    of a distributed run trains; only the main one (``is_main_process``) writes files."""
+    t0 = time.time()
+    policy = load_policy(script_args.model_name_or_path, script_args.use_peft, lora_r=script_args.lora_r,
+                         lora_alpha=script_args.lora_alpha, lora_dropout=script_args.lora_dropout,
+                         lora_target_modules=script_args.lora_target_modules, dtype=script_args.model_dtype)
+    data = build_data(script_args, policy.tokenizer, training_args.max_length, training_args.seed)
+    # The "before" losses come from eval_on_start, i.e. inside train() once the model is wrapped:
+    # evaluating before train() fails under DeepSpeed ZeRO-2 (HF only allows ZeRO-3 inference).
+    training_args.eval_on_start = True
+    trainer = build_trainer(script_args, training_args, data, policy)
+    result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    start = _first_eval_losses(trainer.state.log_history)
+    end = _losses(trainer.evaluate())
+    out = Path(training_args.output_dir)
+    trainer.save_model(str(out))
+    metrics = {
+        "model": policy.path, "use_peft": bool(policy.peft_config is not None or policy.is_adapter),
+        "train_trajectories": list(script_args.train_trajectories),
+        "eval_trajectories": list(script_args.eval_trajectories),
+        "max_length": training_args.max_length, "lengths": data.lengths,
+        "examples": {"train": len(data.train), "train_probe": len(data.train_probe),
+                     "valid": 0 if data.valid is None else len(data.valid)},
+        "distributed_type": str(trainer.accelerator.distributed_type.value),
+        "num_processes": int(trainer.accelerator.num_processes),
+        "global_step": int(trainer.state.global_step),
+        "train_loss": float(result.training_loss),
+        "train_loss_start": start.get("train_loss"), "train_loss_end": end.get("train_loss"),
+        "eval_loss_start": start.get("valid_loss"), "eval_loss_end": end.get("valid_loss"),
+        "eval_loss": end.get("valid_loss"),
+        "train_runtime_s": float(result.metrics.get("train_runtime", 0.0)),
+        "wall_s": time.time() - t0,
+        "log_history": trainer.state.log_history,
+    }
+    metrics["is_main_process"] = bool(trainer.is_world_process_zero())
+    if metrics["is_main_process"]:
+        policy.tokenizer.save_pretrained(str(out))
+        (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        plot_losses(trainer.state.log_history, out / "loss.png")
+        write_report(out, metrics)
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry (``memgym train sft`` / ``python -m training.sft``). Returns 0 on success, 2
+    for a bad recipe, flag or data file (the message names it)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        script_args, training_args = parse_args(argv)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 2
+    try:
+        metrics = run(script_args, training_args)
+    except (TrainingDataError, ExampleLengthError, TrajectoryError, DataFormatError, FileNotFoundError) as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 2
+    if not metrics["is_main_process"]:
+        return 0
+
+    def f(x):
+        return "-" if x is None else f"{x:.4f}"
+
+    print(f"\n{PROG}: {metrics['global_step']} steps on {metrics['examples']['train']} examples, "
+          f"wall {metrics['wall_s']:.0f} s")
+    print(f"  train split loss: {f(metrics['train_loss_start'])} -> {f(metrics['train_loss_end'])}")
+    print(f"  validation loss:  {f(metrics['eval_loss_start'])} -> {f(metrics['eval_loss_end'])}")
+    print(f"  outputs: {training_args.output_dir}/ (model, metrics.json, loss.png, report.md)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
