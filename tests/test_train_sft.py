@@ -164,6 +164,39 @@ def test_sft_run_trains_lora_and_loss_falls(session1_file, tiny_model_dir, tmp_p
         assert (out / f).is_file(), f
     assert "| validation split |" in (out / "report.md").read_text()
 
+    # The adapter dir is a starting point for the next stage (ADRPO's init_from): it loads as a
+    # trainable PeftModel over its base, with exactly the saved LoRA weights.
+    from training.common import load_policy, trainable_state
+
+    policy = load_policy(str(out), lora=True)
+    assert policy.is_adapter and policy.peft_config is None and policy.base_path == str(tiny_model_dir)
+    state = trainable_state(policy.model)
+    assert len(state) == 16 and all("lora_" in k for k in state)
+    saved = {k.replace(".weight", ""): v for k, v in lora.items()}
+    for k, v in state.items():
+        key = k.replace(".default", "").replace(".weight", "")
+        assert (saved[key] == v).all(), k
+
+
+def test_common_cli_helpers():
+    from training.common import config_argv, device_default_args, lora_config, resolve_model_path
+
+    assert device_default_args(cuda=False) == ["--use_cpu", "true", "--bf16", "false", "--fp16", "false"]
+    assert device_default_args(cuda=True) == []
+    assert config_argv(["--recipe", "a.yaml", "--x", "1"]) == ["--config", "a.yaml", "--x", "1"]
+    assert config_argv(["--x", "1", "--config=a.yaml"]) == ["--x", "1", "--config", "a.yaml"]
+    with pytest.raises(ValueError, match="more than once"):
+        config_argv(["--config", "a.yaml", "--recipe", "b.yaml"])
+    with pytest.raises(ValueError, match="needs a YAML file path"):
+        config_argv(["--config", "--max_steps", "2"])
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        resolve_model_path("./no/such/model")
+    assert resolve_model_path("Qwen/Qwen3-4B-Instruct-2507") == "Qwen/Qwen3-4B-Instruct-2507"
+    cfg = lora_config(8, 16, 0.0, ["q_proj"])
+    assert (cfg.r, cfg.lora_alpha, set(cfg.target_modules)) == (8, 16, {"q_proj"})
+    with pytest.raises(ValueError, match="lora_dropout"):
+        lora_config(dropout=1.0)
+
 
 def test_cli_config_and_errors(tmp_path, capsys):
     from training.sft import main, parse_args
