@@ -128,7 +128,8 @@ def extraction_messages(instruction: str, session: Session, speakers: tuple[str,
     """Instruction-mode extraction prompt (PrisMem style): system = the program's
     ``EXTRACTION_INSTRUCTION``; user = the session date, speakers, transcript (``[id] speaker:
     text`` lines) and the unit schema. The answer is parsed as a JSON list of MemoryUnit."""
-    user = (f"Session {session.index} date: {session.date_text or (session.date.isoformat() if session.date else 'unknown')}\n"
+    date = session.date_text or (session.date.isoformat() if session.date else "unknown")
+    user = (f"Session {session.index} date: {date}\n"
             f"Speakers: {', '.join(speakers)}\n\nTranscript:\n{session.transcript()}\n\n"
             f"Answer with a JSON list of memory units; each unit is an object with the fields "
             f"{schema_hint(unit_fields)}.")
