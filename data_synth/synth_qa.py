@@ -40,6 +40,19 @@ __all__ = ["kind_quota", "earlier_excerpts", "build_qa_messages", "validate_outp
 NEAR_DUPLICATE_COSINE = 0.9
 #: Characters of one turn shown to the expert (LongMemEval assistant turns can be very long).
 MAX_TURN_CHARS = 1000
+#: What each rejection reason tells the expert on a retry.
+REASON_HINTS = {
+    "unparsable": 'no JSON object {"qa": [...]} could be read',
+    "empty_question": "an empty question",
+    "empty_answer": "an empty answer",
+    "bad_kind": "a kind that is not single-session, multi-session or temporal",
+    "missing_evidence": "no evidence turn ids",
+    "unknown_evidence": "evidence ids that are not in the conversation",
+    "future_evidence": "evidence from a later session",
+    "no_current_evidence": "no evidence from the current session",
+    "kind_mismatch": "evidence that does not fit the kind",
+    "near_duplicate": "a question that repeats another",
+}
 REJECT_REASONS = ("unparsable", "empty_question", "empty_answer", "bad_kind", "missing_evidence", "unknown_evidence",
                   "future_evidence", "no_current_evidence", "kind_mismatch", "near_duplicate")
 
@@ -96,9 +109,9 @@ def build_qa_messages(conv: Conversation, session: Session, quota: dict[str, int
                       excerpts: list[tuple[Session, Turn]], kept: list[dict], feedback: str = "") -> list[dict]:
     """Chat messages asking for ``quota`` more questions about ``session``.
 
-    ``kept``: questions already accepted (not to be repeated); ``feedback``: why the last
-    attempt's items were rejected (makes a retry a different prompt, so a cached greedy
-    answer is not simply replayed)."""
+    ``kept``: questions already accepted (not to be repeated); ``feedback``: which attempt
+    was rejected and why (numbered, so every retry is a different prompt and a cached
+    greedy answer is not simply replayed)."""
     lines = [f"Conversation between {' and '.join(conv.speakers)}.", ""]
     if excerpts:
         lines.append("## Excerpts from earlier sessions")
@@ -117,7 +130,7 @@ def build_qa_messages(conv: Conversation, session: Session, quota: dict[str, int
     if kept:
         lines.append("Do not repeat or rephrase these questions: " + " | ".join(q["question"] for q in kept))
     if feedback:
-        lines.append(f"Your previous answer was rejected: {feedback}. Fix that.")
+        lines.append(f"Your previous answer {feedback}. Fix that.")
     lines.append('Reply with: {"qa": [{"question": "...", "answer": "...", "evidence": ["<turn id>"], '
                  '"kind": "single-session|multi-session|temporal"}]}')
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]
@@ -350,7 +363,9 @@ def _generate_chunk(conv, chunk, backend, embedder, j, max_tries, params, stats)
             stats.generated_items += len(new) + sum(counts.values())
             stats.rejected.update(counts)
             st["rejected"].update(counts)
-            st["feedback"] = ", ".join(f"{n} item(s) {r.replace('_', ' ')}" for r, n in counts.items())
+            # the attempt number keeps every retry a new prompt (a cached greedy answer would repeat itself)
+            st["feedback"] = (f"(attempt {st['tries']}) was rejected: " + "; ".join(
+                f"{n} item(s) with {REASON_HINTS[r]}" for r, n in counts.items())) if counts else ""
     lines = []
     for s in chunk:
         st = state[s.index]

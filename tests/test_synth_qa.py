@@ -155,7 +155,10 @@ def test_synth_qa_retries_with_feedback_until_quota_or_max_tries(tmp_path, conv2
     assert (lines[1]["tries"], lines[1]["missing"], lines[1]["rejected"]) == (2, 0, {"unknown_evidence": 1})
     assert lines[1]["qa"][0]["evidence"] == ["D2:1"]
     retry_prompt = [m for m, _ in backend.seen if "Current session 2" in m[-1]["content"]][1][-1]["content"]
-    assert "rejected: 1 item(s) unknown evidence" in retry_prompt  # the retry tells the expert why
+    # the retry tells the expert why, and numbers the attempt
+    assert "answer (attempt 1) was rejected: 1 item(s) with evidence ids that are not in the conversation" in retry_prompt
+    prompts1 = [m[-1]["content"] for m, _ in backend.seen if "Current session 1" in m[-1]["content"]]
+    assert len(set(prompts1)) == 3  # three distinct prompts: no retry is a cache hit of the previous one
     assert stats.sessions_short == 1 and stats.attempts == 5
     assert stats.to_json()["rejected_share"] == pytest.approx(4 / 5)
 
