@@ -364,3 +364,37 @@ def test_init_from_an_adapter_continues_it(trained, short_samples, tmp_path):
         torch.testing.assert_close(params[live].detach(), value)
         checked += 1
     assert checked == 12  # 2 layers x 3 modules x (lora_A, lora_B)
+
+
+# ---- recipes and commands --------------------------------------------------------------------
+@pytest.mark.parametrize("name,expect", [
+    ("adrpo_cpu", dict(use_vllm=False, loss_type="dapo", num_generations=4, temperature=0.8, top_p=0.9,
+                       beta=0.02, judge="answer-recall", use_peft=True, generation_batch_size=4)),
+    ("adrpo_qwen3_4b_colocate", dict(use_vllm=True, vllm_mode="colocate", loss_type="grpo", num_generations=8,
+                                     temperature=0.8, top_p=0.9, learning_rate=1e-6, beta=0.02, judge="llm",
+                                     model_name_or_path="Qwen/Qwen3-4B-Instruct-2507", init_from="runs/sft_qwen3_4b")),
+    ("adrpo_qwen3_4b_server", dict(use_vllm=True, vllm_mode="server", vllm_server_port=8000, loss_type="grpo",
+                                   num_generations=8, temperature=0.8, top_p=0.9, learning_rate=1e-6, beta=0.02,
+                                   answer_model="openai:http://127.0.0.1:8001/v1#Qwen/Qwen3-4B-Instruct-2507")),
+    ("demo_train_adrpo", dict(sessions=[1], max_prompt_tokens=1000, num_generations=4, generation_batch_size=4)),
+])
+def test_recipes_parse_and_pass_trl_fields_through(name, expect):
+    from pathlib import Path
+
+    from training.adrpo import ADRPOConfig
+    from training.common import parse_training_args
+
+    recipe = Path(__file__).resolve().parents[1] / "launch" / "recipes" / f"{name}.yaml"
+    (cfg,) = parse_training_args([ADRPOConfig], ["--config", str(recipe)], prog="t", description="t")
+    for field_name, value in expect.items():
+        assert getattr(cfg, field_name) == value, field_name
+    assert cfg.weighting == "advantage" and cfg.alpha == 4.0 and cfg.mode == "counterfactual"
+
+
+def test_bench_train_is_registered():
+    from launch.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "train", "--reps", "1", "--skip-sft", "--model", "/tmp/m"])
+    assert (args.reps, args.skip_sft, args.skip_grpo, args.model, args.num_generations) == (1, True, False,
+                                                                                            "/tmp/m", 4)
+    assert args.func.__module__ == "launch.bench_train"

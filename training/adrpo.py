@@ -56,9 +56,10 @@ class ADRPOConfig(GRPOConfig):
     colocate|server, ``loss_type``, ``beta``, ``epsilon``, ``num_generations``, ...) passes
     through to ``GRPOTrainer`` unchanged.
 
-    Raises :class:`ADRPOConfigError` for an unknown weighting/mode/judge, ``alpha <= 0``, a
-    loss type the weighted objective does not support, or ``joint`` mode without whole
-    sessions in a generation batch.
+    Raises :class:`ADRPOConfigError` naming the field for an unknown weighting/mode/judge, an
+    out-of-range reward setting (``alpha <= 0``, ``lam`` outside [0, 1], ...), a loss type the
+    weighted objective does not support, or the entropy bonus under weighting. (Whether a
+    ``joint`` generation batch holds whole sessions is checked by :class:`ADRPOTrainer`.)
     """
 
     # policy
@@ -66,8 +67,9 @@ class ADRPOConfig(GRPOConfig):
         "help": "policy: 'smollm2' (embedded), a local model dir, or a hub id cached locally"})
     init_from: str | None = field(default=None, metadata={
         "help": "start from an SFT checkpoint dir (full model) or a LoRA adapter dir; overrides model_name_or_path"})
-    dtype: str = field(default="float32", metadata={"help": "auto | float32 | bfloat16 | float16"})
-    use_lora: bool = field(default=False, metadata={"help": "train a new LoRA adapter (ignored with an adapter "
+    model_dtype: str = field(default="float32", metadata={"help": "weights dtype at load: auto | float32 | "
+                                                                  "bfloat16 | float16"})
+    use_peft: bool = field(default=False, metadata={"help": "train a new LoRA adapter (ignored with an adapter "
                                                             "init_from, which is trained further)"})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank"})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling numerator (update scaled by alpha/r)"})
@@ -129,10 +131,15 @@ class ADRPOConfig(GRPOConfig):
         self.reward_config()  # validates judge, lam, attribution_on, retrieval_top_k, correct_threshold
 
     def reward_config(self) -> SessionRewardConfig:
-        """The :class:`SessionRewardConfig` these fields describe (ValueError naming a bad field)."""
-        return SessionRewardConfig(mode=self.mode, judge=self.judge, lam=self.lam, alpha=self.alpha,
-                                   attribution_on=self.attribution_on, top_k=self.retrieval_top_k,
-                                   correct_threshold=self.correct_threshold)
+        """The :class:`SessionRewardConfig` these fields describe. Raises
+        :class:`ADRPOConfigError` naming the ADRPO field when one is out of range."""
+        try:
+            return SessionRewardConfig(mode=self.mode, judge=self.judge, lam=self.lam, alpha=self.alpha,
+                                       attribution_on=self.attribution_on, top_k=self.retrieval_top_k,
+                                       correct_threshold=self.correct_threshold)
+        except ValueError as e:
+            msg = str(e).replace("SessionRewardConfig.top_k", "retrieval_top_k")
+            raise ADRPOConfigError(msg.replace("SessionRewardConfig.", "ADRPOConfig.")) from None
 
 
 def _completion_text(completion) -> str:
@@ -407,9 +414,9 @@ def build_trainer(args: ADRPOConfig, callbacks=None) -> ADRPOTrainer:
     from training.adrpo_data import select_samples
     from training.common import load_policy
 
-    policy = load_policy(args.init_from or args.model_name_or_path, args.use_lora, lora_r=args.lora_r,
+    policy = load_policy(args.init_from or args.model_name_or_path, args.use_peft, lora_r=args.lora_r,
                          lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
-                         lora_target_modules=args.lora_target_modules, dtype=args.dtype)
+                         lora_target_modules=args.lora_target_modules, dtype=args.model_dtype)
     embedder = make_embedder(args.embedder)
     samples = build_reward_samples(trajectory_paths(args.train_trajectories), dataset=args.dataset,
                                    data_path=args.data_path, qa_path=args.qa_path, embedder=embedder,
@@ -430,10 +437,11 @@ def resume_arg(value):
     return True if str(value).lower() in ("true", "last", "yes") else value
 
 
-def train(args: ADRPOConfig) -> ADRPOTrainer:
-    """Build, train (resuming when ``resume_from_checkpoint`` is set), save the final model /
-    adapter and tokenizer to ``output_dir``; returns the trainer."""
-    trainer = build_trainer(args)
+def train(args: ADRPOConfig, trainer: ADRPOTrainer | None = None) -> ADRPOTrainer:
+    """Train (resuming when ``resume_from_checkpoint`` is set), then save the final model /
+    adapter and tokenizer to ``output_dir``; ``trainer`` defaults to :func:`build_trainer`.
+    Returns the trainer (its ``state.log_history`` holds every logged step)."""
+    trainer = trainer if trainer is not None else build_trainer(args)
     trainer.train(resume_from_checkpoint=resume_arg(args.resume_from_checkpoint))
     trainer.save_model(args.output_dir)
     if trainer.accelerator.is_main_process:
@@ -444,21 +452,25 @@ def train(args: ADRPOConfig) -> ADRPOTrainer:
 def main(argv: list[str] | None = None) -> int:
     """``python -m training.adrpo --config R.yaml [--field value ...]`` (``trl.TrlParser``: the
     recipe, then CLI overrides; on a machine without CUDA ``use_cpu``/``bf16 false`` come
-    first). Returns 0, or 2 for a bad config (the message names the field)."""
+    first). Returns 0, or 2 for a bad config or missing/broken data (the message names the
+    field or file); errors during training propagate."""
     from training.common import parse_training_args
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         (args,) = parse_training_args([ADRPOConfig], argv, prog="memgym train adrpo",
                                       description="ADRPO: GRPO with dense session rewards and contribution-aware "
                                                   "weighting (TRL GRPOTrainer subclass).")
-    except (ValueError, FileNotFoundError) as e:
+        trainer = build_trainer(args)
+    except (ValueError, FileNotFoundError) as e:  # bad field, missing file, TrajectoryError, ADRPODataError, ...
         print(f"memgym train adrpo: {e}", file=sys.stderr)
         return 2
-    trainer = train(args)
+    train(args, trainer)
     last = next((h for h in reversed(trainer.state.log_history) if "reward" in h), {})
-    summary = {k: v for k, v in last.items() if isinstance(v, (int, float)) and math.isfinite(v)}
-    print(f"memgym train adrpo: {trainer.state.global_step} steps, saved to {args.output_dir}; last log {summary}")
+    summary = {k: round(v, 4) for k, v in last.items() if isinstance(v, (int, float)) and math.isfinite(v)
+               and (k.startswith(("reward", "dominant", "frac_reward")) or k in ("kl", "step"))}
+    print(f"memgym train adrpo: {trainer.state.global_step} steps, saved to {args.output_dir}; last step {summary}")
     return 0
 
 
