@@ -23,13 +23,11 @@ class UsageError(ValueError):
 def load_role_backend(rt, spec: str, role: str, concurrency: int = 8):
     """The backend of ``spec`` for ``role`` through ``rt`` (shared, cached, accounted), with
     the concurrency knob each kind takes: hf ``batch_size``, openai ``max_concurrency``."""
-    from llm.specs import load_backend, parse_spec
+    from llm.specs import parse_spec
 
     kind = parse_spec(spec).kind
     kw = {"batch_size": concurrency} if kind == "hf" else {"max_concurrency": concurrency} if kind == "openai" else {}
-    if spec not in rt._backends:
-        rt.register(spec, load_backend(spec, cache=rt.cache, **kw))
-    return rt.backend(spec, role)
+    return rt.backend(spec, role, **kw)
 
 
 def make_embedder(name: str, rt):

@@ -70,13 +70,21 @@ class Runtime:
             self._embedder = STEmbedder(cache=EmbeddingCache(cache_dir() / "embeddings.sqlite"))
         return self._embedder
 
-    def backend(self, spec: str, role: str) -> RoleBackend:
-        """The backend of ``spec`` for ``role`` (e.g. ``hf:smollm2``, ``openai:<url>#<model>``)."""
+    def backend(self, spec: str, role: str, **load_kw) -> RoleBackend:
+        """The backend of ``spec`` for ``role`` (e.g. ``hf:smollm2``, ``openai:<url>#<model>``).
+
+        ``load_kw`` (e.g. ``max_concurrency`` for openai, ``batch_size`` for hf) applies when
+        this call is the first to load ``spec``; later calls share that instance."""
         if spec not in self._backends:
             from llm.specs import load_backend
 
-            self._backends[spec] = load_backend(spec, cache=self.cache, batch_size=self.batch_size)
+            load_kw.setdefault("batch_size", self.batch_size)
+            self._backends[spec] = load_backend(spec, cache=self.cache, **load_kw)
         return RoleBackend(self._backends[spec], role, self)
+
+    def has_backend(self, spec: str) -> bool:
+        """True when ``spec`` has already been loaded (or registered) in this runtime."""
+        return spec in self._backends
 
     def register(self, spec: str, backend: Backend) -> None:
         """Use an already-built backend for ``spec`` (tests, in-process models)."""
