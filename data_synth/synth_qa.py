@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from data_synth.jsonl import ResumableJsonl
 from data_synth.qa_format import KIND_CAPABILITY, KINDS
-from llm.base import GenerationParams
+from llm.base import CallTally, GenerationParams
 from memory_bank.schema import Conversation, Session, Turn
 
 __all__ = ["kind_quota", "earlier_excerpts", "build_qa_messages", "validate_output", "bucket_benchmark_qa",
@@ -249,7 +249,7 @@ def bucket_benchmark_qa(conv: Conversation, n_sessions: int | None = None) -> tu
 
 
 @dataclass
-class SynthQAStats:
+class SynthQAStats(CallTally):
     """Accounting of one ``synth qa`` run. Tokens are the expert's, for calls that reached
     the model (cache hits are counted in ``cached_completions`` and cost nothing)."""
 
@@ -261,10 +261,6 @@ class SynthQAStats:
     generated_items: int = 0
     rejected: Counter = field(default_factory=Counter)
     surplus: int = 0
-    model_calls: int = 0
-    cached_completions: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
     benchmark_dropped: int = 0
     repaired_bytes: int = 0
 
@@ -350,12 +346,7 @@ def _generate_chunk(conv, chunk, backend, embedder, j, max_tries, params, stats)
         for (s, left), comp in zip(pending, completions):
             st = state[s.index]
             st["tries"] += 1
-            if comp.cached:
-                stats.cached_completions += 1
-            else:
-                stats.model_calls += 1
-                stats.prompt_tokens += comp.prompt_tokens
-                stats.completion_tokens += comp.completion_tokens
+            stats.book(comp)
             new, counts = validate_output(comp.text, conv, s, left, st["kept"], embedder, idx)
             st["kept"] += new
             stats.accepted += len(new)

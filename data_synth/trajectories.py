@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 
 from data_synth.expert import TrajectoryError, apply_step, parse_step
 from data_synth.jsonl import ResumableJsonl
-from llm.base import GenerationParams
+from llm.base import CallTally, GenerationParams
 from memory_bank.actions import MANAGERS, ops_to_json, parse_output
 from memory_bank.bank import CORE_LIMIT_CHARS, CORE_TARGET_CHARS, MemoryBank
 from memory_bank.errors import ManagerOutputError
@@ -45,7 +45,7 @@ __all__ = ["CoreOverLimitError", "SynthTrajectoryStats", "expert_session", "synt
 
 
 @dataclass
-class SynthTrajectoryStats:
+class SynthTrajectoryStats(CallTally):
     """Accounting of one run: sessions written / resumed, failed sessions
     (``{conversation_id, session, managers, errors}``), invalid outputs by error type,
     retries, and the expert's calls and tokens (cache hits excluded)."""
@@ -55,10 +55,6 @@ class SynthTrajectoryStats:
     failed: list[dict] = field(default_factory=list)
     invalid: Counter = field(default_factory=Counter)
     retries: int = 0
-    model_calls: int = 0
-    cached_completions: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
     repaired_bytes: int = 0
 
     def to_json(self) -> dict:
@@ -104,12 +100,7 @@ def expert_session(backend, bank: MemoryBank, session: Session, embedder, params
         completions = backend.generate([messages[m] for m in pending], params)
         failed = []
         for m, comp in zip(pending, completions):
-            if comp.cached:
-                stats.cached_completions += 1
-            else:
-                stats.model_calls += 1
-                stats.prompt_tokens += comp.prompt_tokens
-                stats.completion_tokens += comp.completion_tokens
+            stats.book(comp)
             try:
                 ops = _check_output(m, comp.text, bank, session.index)
             except ManagerOutputError as e:

@@ -93,3 +93,23 @@ class Embedder(Protocol):
     calls: int
 
     def encode(self, texts: list[str]) -> "np.ndarray": ...  # noqa: F821
+
+
+@dataclass
+class CallTally:
+    """Model-call accounting of a run: completions served by the model vs by the response
+    cache, and the tokens the model calls cost (cache hits cost none)."""
+
+    model_calls: int = 0
+    cached_completions: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def book(self, comp: Completion) -> None:
+        """Count one completion."""
+        if comp.cached:
+            self.cached_completions += 1
+        else:
+            self.model_calls += 1
+            self.prompt_tokens += comp.prompt_tokens
+            self.completion_tokens += comp.completion_tokens
