@@ -58,6 +58,14 @@ class ProgramEvalConfig:
     plan_max_new_tokens: int = field(default=96, metadata={"help": "tokens per plan"})
     answer_max_new_tokens: int = field(default=48, metadata={"help": "tokens per answer"})
     program_llm_calls: int = field(default=0, metadata={"help": "toolkit.llm budget per conversation"})
+    constrained: bool = field(default=False, metadata={"help": "decode extraction (MemoryUnit list / manager "
+                                                                 "outputs) and plans (Query) under their JSON schemas"})
+    constrained_max_chars: int | None = field(default=None, metadata={
+        "help": "constrained: at most this many characters per string field"})
+    constrained_max_items: int | None = field(default=None, metadata={
+        "help": "constrained: at most this many units per extraction (and items per list field)"})
+    judge_constrained: bool = field(default=False, metadata={"help": "decode the judge's verdicts under their "
+                                                                       "JSON schema"})
     diagnostics: bool = field(default=True, metadata={"help": "compute d_ext/d_idx/d_ret"})
     validate: bool = field(default=True, metadata={"help": "run the 4 validation levels first"})
     call_timeout_s: float = field(default=60.0, metadata={"help": "sandbox seconds per index/retrieve call"})
@@ -82,7 +90,9 @@ class ProgramEvalConfig:
             judge_model=self.judge_model, extract_max_new_tokens=self.extract_max_new_tokens,
             extractor_max_new_tokens=self.extractor_max_new_tokens, plan_max_new_tokens=self.plan_max_new_tokens,
             answer_max_new_tokens=self.answer_max_new_tokens, program_llm_calls=self.program_llm_calls,
-            diagnostics=self.diagnostics, progress=self.progress,
+            diagnostics=self.diagnostics, progress=self.progress, constrained=self.constrained,
+            constrained_max_chars=self.constrained_max_chars, constrained_max_items=self.constrained_max_items,
+            judge_constrained=self.judge_constrained,
             sandbox=SandboxLimits(call_timeout_s=self.call_timeout_s, load_timeout_s=max(20.0, self.call_timeout_s)))
 
 

@@ -37,8 +37,10 @@ from evolution.sandbox import ProgramRaised, SandboxedProgram, SandboxError, San
 from evolution.stages import (StageCache, answer_messages, extraction_messages, planning_messages, session_entries,
                               session_fingerprint, stable_hash, text_query)
 from llm.base import BackendSpecError, GenerationParams
+from llm.structured import bounded
 from memory_bank.program import (OUT_CHAR_BUDGET, ContractError, ProgramInfo, SessionInfo, StructuredOutputError,
                                  parse_structured, units_from_entries)
+from memory_bank.record_schemas import query_schema, units_schema
 from memory_bank.schema import Conversation, QAItem
 from rewards.answer import clean_answer
 from rewards.judge import ScoreItem, make_scorer
@@ -71,6 +73,12 @@ class RunnerSettings:
     scorer: ``answer-recall`` | ``f1`` | ``llm`` (then ``judge_model``). Token budgets are in
     tokens of the respective model. program_llm_calls: toolkit.llm budget per conversation's
     sandbox. diagnostics: also retrieve with each evidence turn as the query (d_idx).
+    constrained: decode instruction extraction under the program's MemoryUnit-list schema, plans
+    under its Query schema, and a trained extractor's manager outputs under theirs
+    (:mod:`memory_bank.record_schemas`, :mod:`memory_bank.action_schemas`); judge_constrained:
+    the judge's verdicts under theirs. constrained_max_chars / constrained_max_items bound every
+    string / list of the extraction and plan schemas (:func:`llm.structured.bounded`). All are
+    part of the stage-cache keys.
     """
 
     extraction: str = "instruction"
@@ -84,6 +92,10 @@ class RunnerSettings:
     answer_max_new_tokens: int = 48
     program_llm_calls: int = 0
     diagnostics: bool = True
+    constrained: bool = False
+    constrained_max_chars: int | None = None
+    constrained_max_items: int | None = None
+    judge_constrained: bool = False
     sandbox: SandboxLimits = field(default_factory=SandboxLimits)
     progress: bool = False
 
@@ -233,7 +245,7 @@ class ProgramRunner:
         if self._scorer is None:
             s = self.settings
             judge = self.rt.backend(s.judge_model, role="judge") if s.scorer == "llm" and s.judge_model else None
-            self._scorer = make_scorer(s.scorer, judge)
+            self._scorer = make_scorer(s.scorer, judge, judge_constrained=s.judge_constrained)
         return self._scorer
 
     def _identity(self, what: str) -> str:
@@ -250,16 +262,21 @@ class ProgramRunner:
                     self._ids[what] = model_identity(s.extraction)
             elif what == "scorer":
                 s_id = s.scorer + (f"|{model_identity(s.judge_model)}" if s.scorer == "llm" and s.judge_model else "")
+                s_id += "|constrained" if s.scorer == "llm" and s.judge_constrained else ""
                 self._ids[what] = s_id
         return self._ids[what]
 
-    def _generate(self, stage: str, batch: list[list[dict]], params: GenerationParams, desc: str) -> list[str]:
-        """Task-LLM completions in chunks of the runtime's batch size; counts real calls."""
+    def _generate(self, stage: str, batch: list[list[dict]], params: GenerationParams, desc: str,
+                  schema=None) -> list[str]:
+        """Task-LLM completions in chunks of the runtime's batch size; counts real calls.
+        ``schema`` (a :class:`llm.structured.JsonSchema`) constrains every completion."""
         out = []
         bs = max(1, self.rt.batch_size)
         for i in tqdm(range(0, len(batch), bs), desc=desc, disable=not self.settings.progress or len(batch) <= bs,
                       unit="batch", leave=False):
-            comps = self.task.generate(batch[i: i + bs], params)
+            chunk = batch[i: i + bs]
+            comps = (self.task.generate(chunk, params) if schema is None
+                     else self.task.generate(chunk, params, schemas=[schema] * len(chunk)))
             self.stage_llm_calls[stage] += sum(1 for c in comps if not getattr(c, "cached", False))
             out += [c.text for c in comps]
         return out
@@ -370,11 +387,15 @@ class ProgramRunner:
         unit_fields = [f.to_dict() for f in info.unit_fields]
         if s.extraction_mode == "instruction":
             base = ("instruction", self._identity("task"), s.extract_max_new_tokens, list(conv.speakers))
+            if s.constrained:  # appended only when on, so free runs keep their cached stages
+                base += ("constrained", s.constrained_max_chars, s.constrained_max_items)
             keys = [stable_hash("extract", self.stage_hash["extract"], base, session_fingerprint(x)) for x in sessions]
         else:
             conv_fp = stable_hash(conv.id, [session_fingerprint(x) for x in sessions])
             construct_key = stable_hash("construct", self._identity("extractor"), s.extractor_max_new_tokens,
-                                        self.rt.embedder.model_id, conv_fp)
+                                        self.rt.embedder.model_id, conv_fp,
+                                        *(["constrained", s.constrained_max_chars, s.constrained_max_items]
+                                          if s.constrained and s.extraction_mode != "expert" else []))
             keys = [stable_hash("extract", self.stage_hash["extract"], construct_key, unit_fields, x.index)
                     for x in sessions]
         cached = [self.cache.get_json("extract", k) for k in keys]
@@ -400,8 +421,11 @@ class ProgramRunner:
 
     def _extract_instruction(self, conv, info: ProgramInfo, sessions) -> list[dict]:
         batch = [extraction_messages(info.extraction_instruction, x, conv.speakers, info.unit_fields) for x in sessions]
+        s = self.settings
+        schema = bounded(units_schema(info.unit_fields), s.constrained_max_chars, s.constrained_max_items) \
+            if s.constrained else None
         texts = self._generate("extract", batch, GenerationParams(max_new_tokens=self.settings.extract_max_new_tokens),
-                               f"extract {conv.id}")
+                               f"extract {conv.id}", schema)
         out = []
         for text in texts:
             try:
@@ -437,7 +461,8 @@ class ProgramRunner:
         from memory_bank.construct import construct
         from rewards.evaluate import make_extractor
 
-        extractor = make_extractor(self.settings.extraction, self.rt, self.settings)
+        extractor = make_extractor(self.settings.extraction, self.rt, self.settings,
+                                   constrained=self.settings.constrained)
         if hasattr(extractor, "has"):
             missing = [x.index for x in conv.sessions if not extractor.has(conv.id, x.index)]
             if missing:
@@ -465,6 +490,8 @@ class ProgramRunner:
         s = self.settings
         fields = [f.to_dict() for f in info.query_fields]
         ident = (s.plan_mode, self._identity("task") if s.plan_mode == "llm" else None, s.plan_max_new_tokens, fields)
+        if s.constrained and s.plan_mode == "llm":
+            ident += ("constrained", s.constrained_max_chars, s.constrained_max_items)
         keys = [stable_hash("plan", self.stage_hash["plan"], ident, q.question, q.question_date) for q in questions]
         cached = [self.cache.get_json("plan", k) for k in keys]
         todo = [i for i, c in enumerate(cached) if c is None]
@@ -472,7 +499,9 @@ class ProgramRunner:
         if todo and s.plan_mode == "llm":
             batch = [planning_messages(info.planning_instruction, questions[i].question, questions[i].question_date,
                                        info.query_fields) for i in todo]
-            texts = self._generate("plan", batch, GenerationParams(max_new_tokens=s.plan_max_new_tokens), "plan")
+            texts = self._generate("plan", batch, GenerationParams(max_new_tokens=s.plan_max_new_tokens), "plan",
+                                   bounded(query_schema(info.query_fields), s.constrained_max_chars,
+                                           s.constrained_max_items) if s.constrained else None)
         else:
             texts = [None] * len(todo)
         for i, text in zip(todo, texts):

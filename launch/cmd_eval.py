@@ -30,7 +30,7 @@ def parse_config(argv: list[str], cls, prog: str):
 
 def _run(args) -> int:
     from rewards.evaluate import EvalConfig, run_eval
-    from rewards.report import side_by_side
+    from rewards.report import format_failure_table, side_by_side
 
     try:
         cfg = parse_config(args.rest, EvalConfig, "memgym eval")
@@ -42,6 +42,8 @@ def _run(args) -> int:
     print(side_by_side(report, "by_category"))
     print()
     print(side_by_side(report, "by_capability"))
+    print("\nFormat-failure rate per manager (outputs that failed to parse, validate or apply)\n")
+    print(format_failure_table(report))
     print(f"\nreport: {cfg.out}/report.md  (wall {report['wall_s']:.0f} s)")
     return 0
 
