@@ -16,6 +16,8 @@ from __future__ import annotations
 import functools
 import threading
 
+from transformers import LogitsProcessor
+
 from llm.base import LLMError
 from llm.structured import JsonSchema
 
@@ -81,13 +83,7 @@ class SchemaCompiler:
         return bool(m.consume_tokens(self.lltok.tokenize_str(text))) and m.is_accepting()
 
 
-def _transformers_logits_processor():
-    from transformers import LogitsProcessor
-
-    return LogitsProcessor
-
-
-class SchemaLogitsProcessor(_transformers_logits_processor()):
+class SchemaLogitsProcessor(LogitsProcessor):
     """Masks, at every step, the tokens that would leave each row's JSON schema.
 
     ``matchers[i]`` constrains batch row i (None leaves it free). ``prompt_len`` is the

@@ -340,3 +340,64 @@ def test_json_schema_checks_its_name_and_compares_by_content():
     a, b = JsonSchema("x", {"type": "object"}), JsonSchema("x", {"type": "object"})
     assert a == b and hash(a) == hash(b) and a != JsonSchema("x", {"type": "array"})
     assert json.loads(a.canonical) == {"type": "object"}
+
+
+# ------------------------------------------------------------------ synth qa / trajectories
+
+
+class SchemaRecorder:
+    """Wraps a ScriptedBackend; records the schemas of every generate call."""
+
+    def __init__(self, inner):
+        self.inner, self.model_id, self.schemas = inner, inner.model_id, []
+
+    @property
+    def calls(self):
+        return self.inner.calls
+
+    def generate(self, batch, params, schemas=None):
+        self.schemas.append(schemas)
+        return self.inner.generate(batch, params)
+
+
+def test_synth_trajectories_constrained_sends_each_prompts_schema(tmp_path, compiler):
+    import re
+
+    from data_synth.locomo import load_locomo
+    from data_synth.trajectories import synth_trajectories
+    from tests.test_synth_trajectories import EXPERT, replaying_expert, session_and_manager
+    from tests.helpers import ScriptedBackend
+
+    seen = []
+
+    def expert(messages, params):
+        seen.append(messages)
+        return replaying_expert(messages, params)
+
+    be = SchemaRecorder(ScriptedBackend(expert))
+    conv = load_locomo(ids=["conv-30"])[0]
+    stats = synth_trajectories([conv], tmp_path / "t.jsonl", backend=be, n_sessions=3, progress=False, constrained=True)
+    assert stats.sessions_written == 3 and len(be.schemas) == 3
+    flat = [s for call in be.schemas for s in call]
+    for messages, schema in zip(seen, flat):
+        session, m = session_and_manager(messages)
+        shown = tuple(re.findall(r"^\[([ESP]\d+)\] ", messages[1]["content"], flags=re.M))
+        assert schema == manager_schema(m, None if m == "core" else shown)
+        assert compiler.accepts(schema, EXPERT[(session, m)])
+
+
+def test_synth_qa_constrained_sends_the_qa_schema(tmp_path, compiler):
+    from data_synth.locomo import load_locomo
+    from data_synth.synth_qa import QA_SCHEMA, synth_qa
+    from data_synth.qa_format import KINDS
+    from llm.embeddings import HashEmbedder
+    from tests.helpers import ScriptedBackend
+
+    reply = json.dumps({"qa": [{"question": "Who?", "answer": "Jon", "evidence": ["D1:1"], "kind": "single-session"}]})
+    be = SchemaRecorder(ScriptedBackend(lambda m, p: reply))
+    conv = load_locomo(ids=["conv-30"])[0]
+    synth_qa([conv], tmp_path / "qa.jsonl", backend=be, embedder=HashEmbedder(64), j=1, n_sessions=1,
+             progress=False, constrained=True)
+    assert be.schemas == [[QA_SCHEMA]]
+    assert compiler.accepts(QA_SCHEMA, reply)
+    assert QA_SCHEMA.schema["$defs"]["_QAOut"]["properties"]["kind"]["enum"] == list(KINDS)
