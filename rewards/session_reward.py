@@ -167,6 +167,7 @@ class _LookupEmbedder:
 class _Row:
     sample: RewardSample
     text: str
+    finish_reason: str | None = None
     ops: object = None
     error_type: str | None = None
     bank_id: int | None = None
@@ -220,7 +221,7 @@ class SessionReward:
         s = row.sample
         try:
             if row.ops is None:
-                row.ops = parse_output(s.manager, row.text)
+                row.ops = parse_output(s.manager, row.text, row.finish_reason)
             bank.apply(s.manager, row.ops, s.session)
             return True
         except ManagerOutputError as e:
@@ -333,8 +334,12 @@ class SessionReward:
         return out
 
     def __call__(self, samples: list[RewardSample], completions: list[str],
-                 rollout_index: list[int] | None = None) -> list[RewardBreakdown]:
+                 rollout_index: list[int] | None = None,
+                 finish_reasons: list[str | None] | None = None) -> list[RewardBreakdown]:
         """Score ``completions[i]`` as ``samples[i].manager``'s output; one breakdown per row.
+
+        ``finish_reasons[i]`` (optional): the completion's finish reason; ``"length"`` (cut
+        off by the token limit) is a ``truncated`` format failure: gate 0, reward 0.
 
         ``rollout_index[i]`` = k for the k-th rollout of its session; required in joint mode,
         where the batch must hold the four managers' rows of each (session, k). Raises
@@ -344,6 +349,8 @@ class SessionReward:
         """
         if len(samples) != len(completions):
             raise ValueError(f"SessionReward: {len(samples)} samples but {len(completions)} completions")
+        if finish_reasons is not None and len(finish_reasons) != len(completions):
+            raise ValueError(f"SessionReward: {len(finish_reasons)} finish reasons for {len(completions)} completions")
         if self.config.mode == "joint":
             if rollout_index is None or len(rollout_index) != len(samples):
                 raise ValueError("SessionReward: joint mode needs rollout_index, one k per row")
@@ -353,7 +360,7 @@ class SessionReward:
             if not s.qa:
                 raise ValueError(f"SessionReward: sample {s.key} has no QA to score")
         self.last_stats = {"embed_calls": 0, "answer_prompts": 0, "judge_prompts": 0, "unique_banks": 0}
-        rows = [_Row(s, y) for s, y in zip(samples, completions)]
+        rows = [_Row(s, y, r) for s, y, r in zip(samples, completions, finish_reasons or [None] * len(samples))]
         banks = self._build_banks(rows, rollout_index)
         lengths = self._lengths(rows)
         # identical (bank, session) pairs are scored once
