@@ -20,6 +20,7 @@ from data_synth.capabilities import capability_for
 from data_synth.expert import ExpertExtractor
 from data_synth.views import restrict
 from llm.base import GenerationParams
+from llm.config import check_fields, require
 from memory_bank.actions import MANAGERS
 from memory_bank.construct import ModelExtractor, construct
 from memory_bank.retrieval import BankRetriever
@@ -37,20 +38,27 @@ LOCOMO_CATEGORY_NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", 
 class EvalConfig:
     """A ``memgym eval`` recipe. Every field can be overridden on the command line."""
 
-    dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval"})
+    CHECKS = {"n_sessions": {"min": 1}, "max_questions": {"min": 1}, "top_k": {"min": 1},
+              "extractor_max_new_tokens": {"min": 1}, "answer_max_new_tokens": {"min": 1}, "batch_size": {"min": 1},
+              "extractor": {"spec": "extractor"}, "compare": {"spec": "extractor"},
+              "answer_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}, "out": {"out_dir": True}}
+
+    dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval",
+                                                     "choices": ("locomo", "longmemeval")})
     path: str | None = field(default=None, metadata={"help": "data file (default: $MEMGYM_DATA/...)"})
     conversations: list[str] = field(default_factory=lambda: ["conv-30"],
-                                     metadata={"help": "conversation / question ids to run"})
-    n_sessions: int | None = field(default=None, metadata={"help": "first N sessions only; QA kept iff "
+                                     metadata={"help": "conversation / question ids to run (one id or a list)"})
+    n_sessions: int | None = field(default=None, metadata={"help": "first N sessions only (>= 1); QA kept iff "
                                                                      "all its evidence lies in them"})
-    max_questions: int | None = field(default=None, metadata={"help": "cap on QA per conversation"})
+    max_questions: int | None = field(default=None, metadata={"help": "cap on QA per conversation (>= 1)"})
     extractor: str = field(default="hf:smollm2", metadata={"help": "hf:<path> | openai:<url>#<model> | "
                                                                      "expert:<trajectories.jsonl>"})
     compare: list[str] = field(default_factory=list,
                                metadata={"help": "more extractor specs run on the same QA, side by side"})
     answer_model: str = field(default="hf:smollm2", metadata={"help": "backend spec of the answer model"})
-    scorer: str = field(default="f1", metadata={"help": "f1 | answer-recall | llm"})
-    judge_model: str | None = field(default=None, metadata={"help": "backend spec of the LLM judge"})
+    scorer: str = field(default="f1", metadata={"help": "f1 | answer-recall | llm",
+                                                "choices": ("f1", "answer-recall", "llm")})
+    judge_model: str | None = field(default=None, metadata={"help": "backend spec of the LLM judge (scorer llm)"})
     top_k: int = field(default=10, metadata={"help": "entries retrieved per question"})
     extractor_max_new_tokens: int = field(default=512, metadata={"help": "tokens per manager output"})
     answer_max_new_tokens: int = field(default=32, metadata={"help": "tokens per answer"})
@@ -61,13 +69,11 @@ class EvalConfig:
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
     def __post_init__(self):
+        if isinstance(self.compare, str):
+            self.compare = [self.compare]
         self.compare = [c for c in self.compare if c.lower() not in ("none", "")]
-        if self.dataset not in ("locomo", "longmemeval"):
-            raise ValueError(f"dataset must be locomo or longmemeval, got {self.dataset!r}")
-        if self.n_sessions is not None and self.n_sessions < 1:
-            raise ValueError(f"n_sessions must be >= 1, got {self.n_sessions}")
-        if self.top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
+        check_fields(self)
+        require(self, "scorer", "llm", "judge_model", "(a backend spec of the LLM judge)")
 
 
 def load_conversations(cfg: EvalConfig) -> list[Conversation]:
