@@ -6,9 +6,14 @@ import sys
 
 
 def translate_recipe_args(argv: list[str]) -> list[str]:
-    """``--recipe R`` → TrlParser's ``--config R`` (the rest are dataclass field overrides)."""
+    """``--recipe R`` → TrlParser's ``--config R`` (the rest are dataclass field overrides).
+    Raises :class:`llm.config.ConfigError` when ``--recipe``/``--config`` has no value."""
+    from llm.config import ConfigError
+
     out = list(argv)
     for i, a in enumerate(out):
+        if a in ("--recipe", "--config") and (i + 1 == len(out) or out[i + 1].startswith("--")):
+            raise ConfigError(f"{a} needs a value: the path of a YAML recipe ({a} R.yaml)")
         if a == "--recipe":
             out[i] = "--config"
         elif a.startswith("--recipe="):

@@ -1,0 +1,119 @@
+"""What a new user hits: bad values rejected at parse time, one-line errors instead of
+tracebacks, and no data loss (issue 12, findings 1, 2, 3, 5, 6)."""
+from __future__ import annotations
+
+import pytest
+
+from launch.cli import main as memgym
+from llm.config import ConfigError, OutputPathError
+from rewards.evaluate import EvalConfig
+
+
+def test_models_prepare_refuses_a_folder_holding_a_file(tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "thesis.tex").write_text("years of work")
+    (out / "sub").mkdir()
+    for extra in ([], ["--force"]):
+        assert memgym(["models", "prepare", "--out", str(out), *extra]) == 2
+        err = capsys.readouterr().err
+        assert "not a memgym model folder" in err and "left untouched" in err and "Traceback" not in err
+    assert (out / "thesis.tex").read_text() == "years of work" and (out / "sub").is_dir()
+    f = tmp_path / "file.bin"
+    f.write_text("x")
+    assert memgym(["models", "prepare", "--out", str(f)]) == 2
+    assert "is an existing file" in capsys.readouterr().err and f.read_text() == "x"
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--max_questions", "-1"], "--max_questions: must be >= 1, got -1"),
+    (["--max_questions", "0"], "--max_questions: must be >= 1, got 0"),
+    (["--n_sessions", "0"], "--n_sessions: must be >= 1, got 0"),
+    (["--answer_max_new_tokens", "0"], "--answer_max_new_tokens: must be >= 1, got 0"),
+    (["--batch_size", "0"], "--batch_size: must be >= 1, got 0"),
+    (["--scorer", "llm"], "--scorer llm needs --judge_model"),
+    (["--compare", "expert:"], "expert: needs a trajectory file"),
+    (["--judge_model", "openai:http://x/v1"], "must name a model after '#'"),
+    (["--extractor", "hf:smolm2"], "did you mean hf:smollm2?"),
+])
+def test_eval_rejects_bad_values_before_loading_anything(argv, needle, capsys, tmp_path):
+    assert memgym(["eval", "--out", str(tmp_path / "o"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_program_eval_rejects_zero_sessions_and_bad_timeouts(capsys, tmp_path):
+    prog = tmp_path / "p.py"
+    prog.write_text("x = 1\n")
+    for argv, needle in ((["--n_sessions", "0"], "--n_sessions: must be >= 1, got 0"),
+                         (["--call_timeout_s", "-1"], "--call_timeout_s: must be >= 0.001, got -1.0"),
+                         (["--scorer", "llm"], "--scorer llm needs --judge_model")):
+        assert memgym(["program", "eval", str(prog), *argv]) == 2
+        assert needle in capsys.readouterr().err
+
+
+def test_yaml_string_becomes_a_one_element_list(tmp_path):
+    from launch.cmd_eval import parse_config
+    from evolution.program_eval import ProgramEvalConfig
+
+    r = tmp_path / "r.yaml"
+    r.write_text("conversations: conv-30\ncompare: expert:conv-30\n")
+    cfg = parse_config(["--recipe", str(r)], EvalConfig, "memgym eval")
+    assert cfg.conversations == ["conv-30"] and cfg.compare == ["expert:conv-30"]
+    assert ProgramEvalConfig(conversations="conv-41").conversations == ["conv-41"]
+
+
+def test_out_that_is_a_file_fails_at_parse_time(tmp_path):
+    f = tmp_path / "report"
+    f.write_text("old results")
+    with pytest.raises(OutputPathError, match="--out .* is an existing file"):
+        EvalConfig(out=str(f))
+    assert f.read_text() == "old results"
+
+
+@pytest.mark.parametrize("recipe,needle", [
+    ("top_k: null\n", "--top_k: expected a number >= 1, got null"),
+    ("dataset: [locomo\n", "broken YAML"),
+])
+def test_bad_recipes_are_one_line(recipe, needle, tmp_path, capsys):
+    r = tmp_path / "r.yaml"
+    r.write_text(recipe)
+    rc = memgym(["eval", "--recipe", str(r)])
+    err = capsys.readouterr().err
+    assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_recipe_folder_or_missing_value_is_one_line(tmp_path, capsys):
+    assert memgym(["eval", "--recipe", str(tmp_path)]) == 1
+    assert "Is a directory" in capsys.readouterr().err
+    assert memgym(["eval", "--recipe"]) == 2
+    assert "--recipe needs a value" in capsys.readouterr().err
+
+
+def test_debug_keeps_the_traceback(tmp_path, monkeypatch):
+    r = tmp_path / "r.yaml"
+    r.write_text("dataset: [locomo\n")
+    import yaml
+    monkeypatch.setenv("MEMGYM_DEBUG", "1")
+    with pytest.raises(yaml.YAMLError):
+        memgym(["eval", "--recipe", str(r)])
+
+
+def test_genuine_bugs_keep_their_traceback():
+    from launch.cli import run_command
+
+    class Args:
+        debug = False
+
+        @staticmethod
+        def func(_):
+            raise ZeroDivisionError("a bug")
+
+    with pytest.raises(ZeroDivisionError):
+        run_command(Args(), "x")
+
+
+def test_config_errors_are_config_errors():
+    with pytest.raises(ConfigError):
+        EvalConfig(top_k=0)
