@@ -52,6 +52,25 @@ def _is_list(f: dataclasses.Field) -> bool:
     return t.replace("typing.", "").lower().startswith("list")
 
 
+def at_least(lo: float, kind: type = int):
+    """An argparse ``type=`` for the commands that are not dataclass recipes: parses ``kind``
+    and rejects values below ``lo`` at parse time (``--n-sessions 0`` is an error, never "all")."""
+    import argparse
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
+                                             f"got {text!r}") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
 def check_out_dir(path: str | Path, field: str = "out") -> None:
     """Raise :class:`OutputPathError` when ``path`` exists and is not a directory."""
     p = Path(path).expanduser()
