@@ -95,13 +95,24 @@ def _qa(args) -> int:
         backend = load_role_backend(rt, args.expert, "expert", args.concurrency)
         embedder = make_embedder(args.embedder, rt)
     snap = rt.calls_snapshot()
-    stats = synth_qa(convs, args.out, source=args.source, backend=backend, embedder=embedder, j=args.j,
-                     max_tries=args.max_tries, concurrency=args.concurrency, n_sessions=args.n_sessions,
-                     params=GenerationParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                                             seed=args.seed),
-                     progress=not args.quiet)
+    try:
+        stats = synth_qa(convs, args.out, source=args.source, backend=backend, embedder=embedder, j=args.j,
+                         max_tries=args.max_tries, concurrency=args.concurrency, n_sessions=args.n_sessions,
+                         params=GenerationParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                                                 seed=args.seed),
+                         progress=not args.quiet)
+    except ValueError as e:
+        print(f"memgym synth qa: {e}", file=sys.stderr)
+        return 2
     _write_summary(args.out, {"out": args.out, "source": args.source, "expert": args.expert,
                               **stats.to_json(), "runtime": rt.calls_since(snap)})
+    if stats.sessions_written and stats.sessions_empty == stats.sessions_written:
+        print(f"memgym synth qa: all {stats.sessions_written} session(s) came back with no question; nothing usable "
+              f"was produced (see the rejected counts above; rerun to retry them)", file=sys.stderr)
+        return 1
+    if not stats.sessions_written and not stats.sessions_resumed:
+        print("memgym synth qa: no session to write (check --conversations/--split and --n-sessions)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -2,6 +2,8 @@
 tracebacks, and no data loss (issue 12, findings 1, 2, 3, 5, 6)."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from launch.cli import main as memgym
@@ -117,3 +119,32 @@ def test_genuine_bugs_keep_their_traceback():
 def test_config_errors_are_config_errors():
     with pytest.raises(ConfigError):
         EvalConfig(top_k=0)
+
+
+@pytest.mark.parametrize("argv", [
+    ["synth", "qa", "--n-sessions", "0"], ["synth", "qa", "--n-sessions", "-1"], ["synth", "qa", "--j", "0"],
+    ["synth", "trajectories", "--expert", "hf:smollm2", "--max-tries", "0"],
+    ["reward", "audit", "--trajectories", "x.jsonl", "--batch-size", "0"],
+])
+def test_argparse_counts_are_checked_at_parse_time(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        memgym([*argv, "--out", "never.jsonl"] if argv[0] == "synth" else argv)
+    assert e.value.code == 2 and "must be >= 1" in capsys.readouterr().err
+
+
+def test_synth_qa_help_has_no_literal_double_percent(capsys):
+    with pytest.raises(SystemExit):
+        memgym(["synth", "qa", "--help"])
+    out = capsys.readouterr().out
+    assert "%%" not in out and "20% temporal" in " ".join(out.split())
+
+
+def test_audit_with_a_qa_file_matching_nothing_says_so(tmp_path, capsys):
+    from data_synth.paths import expert_dir
+
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text(json.dumps({"conversation_id": "conv-99", "session": 1, "qa": []}) + "\n")
+    rc = memgym(["reward", "audit", "--trajectories", str(expert_dir() / "conv-30.jsonl"), "--qa", str(qa),
+                 "--embedder", "hash", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"QA file {qa}: no QA for any of the" in err and "no samples" not in err
