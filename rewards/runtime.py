@@ -41,9 +41,10 @@ class RoleBackend:
 class Runtime:
     """Holds the backends of a run. ``backend(spec, role)`` loads each spec once."""
 
-    def __init__(self, cache=None, embedder=None, batch_size: int = 8):
+    def __init__(self, cache=None, embedder=None, batch_size: int = 8, embedding_cache=None):
         self.cache = cache
         self._embedder = embedder
+        self._embedding_cache = embedding_cache
         self.batch_size = batch_size
         self._backends: dict[str, Backend] = {}
         self.calls: dict[str, int] = defaultdict(int)
@@ -52,14 +53,17 @@ class Runtime:
     @classmethod
     def from_config(cls, cache: str | None = None, batch_size: int = 8) -> "Runtime":
         """``cache``: sqlite path, ``None`` for the default under ``$MEMGYM_CACHE``, or
-        ``"none"`` to disable response caching."""
+        ``"none"`` to disable response caching. Both cache files (responses, embeddings) are
+        opened here, before any model loads, so a corrupt one fails at once
+        (:class:`llm.cache.CacheCorruptError`, naming the file and the recovery)."""
         from llm.cache import ResponseCache
+        from llm.embeddings import EmbeddingCache
         from llm.paths import cache_dir
 
         rc = None
         if cache != "none":
             rc = ResponseCache(Path(cache) if cache else cache_dir() / "responses.sqlite")
-        return cls(cache=rc, batch_size=batch_size)
+        return cls(cache=rc, batch_size=batch_size, embedding_cache=EmbeddingCache(cache_dir() / "embeddings.sqlite"))
 
     @property
     def embedder(self):
@@ -67,7 +71,7 @@ class Runtime:
             from llm.embeddings import EmbeddingCache, STEmbedder
             from llm.paths import cache_dir
 
-            self._embedder = STEmbedder(cache=EmbeddingCache(cache_dir() / "embeddings.sqlite"))
+            self._embedder = STEmbedder(cache=self._embedding_cache or EmbeddingCache(cache_dir() / "embeddings.sqlite"))
         return self._embedder
 
     def backend(self, spec: str, role: str, **load_kw) -> RoleBackend:
