@@ -41,13 +41,14 @@ class ProgramEvalConfig:
               "extractor_max_new_tokens": {"min": 1}, "plan_max_new_tokens": {"min": 1},
               "answer_max_new_tokens": {"min": 1}, "program_llm_calls": {"min": 0}, "call_timeout_s": {"min": 0.001},
               "batch_size": {"min": 1}, "extractor": {"spec": "extractor", "words": ("instruction",)},
-              "task_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}, "out": {"out_dir": True}}
+              "task_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}, "out": {"out_dir": True},
+              "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0}}
 
     program: str | None = field(default=None, metadata={"help": "memory program file (the CLI's FILE.py)"})
     parent: str | None = field(default=None, metadata={"help": "parent program, for the component diff"})
     dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval",
                                                      "choices": ("locomo", "longmemeval")})
-    path: str | None = field(default=None, metadata={"help": "data file (default: $MEMGYM_DATA/...)"})
+    path: str | None = field(default=None, metadata={"help": "data file; None: the dataset's file under $MEMGYM_DATA"})
     conversations: list[str] = field(default_factory=lambda: ["conv-26", "conv-30"],
                                      metadata={"help": "conversation / question ids (one id or a list)"})
     n_sessions: int | None = field(default=None, metadata={"help": "first N sessions only (>= 1; QA restricted)"})
@@ -74,8 +75,13 @@ class ProgramEvalConfig:
     cache: str | None = field(default=None, metadata={"help": "sqlite response cache; 'none' disables"})
     stage_cache: str | None = field(default=None, metadata={
         "help": "stage-output cache (sqlite; default $MEMGYM_CACHE/stages.sqlite); 'none' = memory only"})
+    request_timeout_s: float | None = field(default=None, metadata={
+        "help": "seconds per request to an openai: server (default $MEMGYM_REQUEST_TIMEOUT_S or 60)"})
+    request_retries: int | None = field(default=None, metadata={
+        "help": "retries of a failed openai: request, each logged with its reason (default $MEMGYM_REQUEST_RETRIES "
+                "or 5)"})
     out: str = field(default="runs/program_eval", metadata={"help": "output directory"})
-    progress: bool = field(default=True, metadata={"help": "show progress bars"})
+    progress: bool = field(default=True, metadata={"help": "progress bars: on (true) or off (--no_progress)"})
 
     def __post_init__(self):
         check_fields(self)
@@ -239,7 +245,8 @@ def run_program_eval(cfg: ProgramEvalConfig, rt: Runtime | None = None, cache: S
             (out / "report.md").write_text(f"# memgym program eval: `{prog}`\n\nValidation failed at level "
                                            f"{res.level}: {res.reason}\n")
             return rep
-    rt = rt or Runtime.from_config(cache=cfg.cache, batch_size=cfg.batch_size)
+    rt = rt or Runtime.from_config(cache=cfg.cache, batch_size=cfg.batch_size, request_timeout_s=cfg.request_timeout_s,
+                                   request_retries=cfg.request_retries)
     own_cache = cache is None
     cache = cache if cache is not None else open_stage_cache(cfg.stage_cache)
     try:

@@ -41,11 +41,12 @@ class EvalConfig:
     CHECKS = {"n_sessions": {"min": 1}, "max_questions": {"min": 1}, "top_k": {"min": 1},
               "extractor_max_new_tokens": {"min": 1}, "answer_max_new_tokens": {"min": 1}, "batch_size": {"min": 1},
               "extractor": {"spec": "extractor"}, "compare": {"spec": "extractor"},
-              "answer_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}, "out": {"out_dir": True}}
+              "answer_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}, "out": {"out_dir": True},
+              "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0}}
 
     dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval",
                                                      "choices": ("locomo", "longmemeval")})
-    path: str | None = field(default=None, metadata={"help": "data file (default: $MEMGYM_DATA/...)"})
+    path: str | None = field(default=None, metadata={"help": "data file; None: the dataset's file under $MEMGYM_DATA"})
     conversations: list[str] = field(default_factory=lambda: ["conv-30"],
                                      metadata={"help": "conversation / question ids to run (one id or a list)"})
     n_sessions: int | None = field(default=None, metadata={"help": "first N sessions only (>= 1); QA kept iff "
@@ -65,8 +66,13 @@ class EvalConfig:
     batch_size: int = field(default=8, metadata={"help": "hf backend generation batch"})
     cache: str | None = field(default=None, metadata={"help": "sqlite response cache (default: under "
                                                                "$MEMGYM_CACHE); 'none' disables"})
+    request_timeout_s: float | None = field(default=None, metadata={
+        "help": "seconds per request to an openai: server (default $MEMGYM_REQUEST_TIMEOUT_S or 60)"})
+    request_retries: int | None = field(default=None, metadata={
+        "help": "retries of a failed openai: request, each logged with its reason (default $MEMGYM_REQUEST_RETRIES "
+                "or 5)"})
     out: str = field(default="runs/eval", metadata={"help": "output directory"})
-    progress: bool = field(default=True, metadata={"help": "show progress bars"})
+    progress: bool = field(default=True, metadata={"help": "progress bars: on (true) or off (--no_progress)"})
 
     def __post_init__(self):
         if isinstance(self.compare, str):
@@ -189,7 +195,8 @@ def run_eval(cfg: EvalConfig, rt: Runtime | None = None) -> dict:
     from rewards.report import write_eval_report
 
     t0 = time.time()
-    rt = rt or Runtime.from_config(cache=cfg.cache, batch_size=cfg.batch_size)
+    rt = rt or Runtime.from_config(cache=cfg.cache, batch_size=cfg.batch_size, request_timeout_s=cfg.request_timeout_s,
+                                   request_retries=cfg.request_retries)
     convs = load_conversations(cfg)
     main = evaluate_extractor(cfg.extractor, convs, cfg, rt)
     main["compare"] = {spec: evaluate_extractor(spec, convs, cfg, rt) for spec in cfg.compare}
