@@ -144,6 +144,7 @@ def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source
     rt = runner.rt
     t0 = time.time()
     calls0 = rt.calls_snapshot()
+    judged0 = getattr(runner._scorer, "parse_failures", 0)
     run = runner.run(source, convs, parent_source=parent_source)
     rep = summarise(run)
     if diagnostics:
@@ -160,6 +161,8 @@ def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source
         "reuse": run.diff.to_dict() if run.diff is not None else None,
         "component_hashes": {k: v[:12] for k, v in run.hashes.items()},
         "extraction": run.extraction, "plan_failures": run.plan_failures, "retrieve_errors": run.retrieve_errors,
+        "empty_answers": sum(1 for t in run.tasks if t.prediction is not None and not t.prediction.strip()),
+        "judge_unparsable": getattr(runner._scorer, "parse_failures", 0) - judged0,
         "model_calls": calls["calls"], "tokens": calls["tokens"], "wall_s": round(time.time() - t0, 2),
     })
     rep["tasks"] = [{"conversation": t.conversation, "id": t.qa.id, "question": t.qa.question, "gold": t.qa.answer,

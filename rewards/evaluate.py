@@ -142,6 +142,8 @@ def evaluate_extractor(spec: str, convs: list[Conversation], cfg: EvalConfig, rt
     answerer = rt.backend(cfg.answer_model, role="answer")
     scorer = make_scorer(cfg.scorer, rt.backend(cfg.judge_model, role="judge") if cfg.judge_model else None)
     rows, attempts, fails = [], defaultdict(int), defaultdict(int)
+    fail_types: dict[str, int] = defaultdict(int)
+    empty_answers = 0
     for conv in convs:
         n = len(conv.sessions)
         if isinstance(extractor, ExpertExtractor):
@@ -154,6 +156,7 @@ def evaluate_extractor(spec: str, convs: list[Conversation], cfg: EvalConfig, rt
             attempts[m] += built.attempts[m]
         for f in built.failures:
             fails[f.manager] += 1
+            fail_types[f.error_type] += 1
         if not conv.questions:
             continue
         retrieved = BankRetriever(built.bank, rt.embedder, cfg.top_k).retrieve([q.question for q in conv.questions])
@@ -164,6 +167,8 @@ def evaluate_extractor(spec: str, convs: list[Conversation], cfg: EvalConfig, rt
         for i in tqdm(range(0, len(items), bs), desc=f"answer {conv.id}", disable=not cfg.progress, unit="batch"):
             preds += answer_questions(answerer, items[i: i + bs],
                                       GenerationParams(max_new_tokens=cfg.answer_max_new_tokens))
+        if scorer.needs_prediction:
+            empty_answers += sum(not p.strip() for p in preds)
         scores = scorer.score([ScoreItem(q.question, q.answer, p, c, q.category)
                                for q, p, c in zip(conv.questions, preds, contexts)])
         for q, p, c, s, r in zip(conv.questions, preds, contexts, scores, retrieved):
@@ -182,6 +187,9 @@ def evaluate_extractor(spec: str, convs: list[Conversation], cfg: EvalConfig, rt
         "by_category": aggregate(rows, "category"),
         "by_capability": aggregate(rows, "capability"),
         "format_failure_rate": {m: (fails[m] / attempts[m] if attempts[m] else 0.0) for m in MANAGERS},
+        "format_failures_by_type": dict(sorted(fail_types.items())),
+        "empty_answers": empty_answers,
+        "judge_unparsable": getattr(scorer, "parse_failures", 0),
         "model_calls": calls["calls"],
         "tokens": calls["tokens"],
         "wall_s": round(time.time() - t0, 2),
