@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         args.rest = argv[start:]
     elif unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    words = getattr(args, "passthrough", None) or [args.command]
+    sub_command = getattr(args, f"{args.command}_command", None)  # e.g. bank_command = "replay"
+    words = getattr(args, "passthrough", None) or [args.command] + ([sub_command] if sub_command else [])
     return run_command(args, " ".join(words))
 
 

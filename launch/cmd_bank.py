@@ -10,6 +10,9 @@ from pathlib import Path
 def _replay(args) -> int:
     from data_synth.expert import TrajectoryError, replay
 
+    if args.out and Path(args.out).is_dir():
+        print(f"memgym bank replay: --out {args.out} is a directory; give a file path (BANK.json)", file=sys.stderr)
+        return 2
     try:
         bank = replay(args.trajectories)
     except (TrajectoryError, FileNotFoundError) as e:

@@ -148,3 +148,33 @@ def test_audit_with_a_qa_file_matching_nothing_says_so(tmp_path, capsys):
                  "--embedder", "hash", "--quiet"])
     err = capsys.readouterr().err
     assert rc == 2 and f"QA file {qa}: no QA for any of the" in err and "no samples" not in err
+
+
+def test_serve_on_a_busy_port_is_one_line_before_loading(capsys):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        rc = memgym(["serve", "--model", "hf:smollm2", "--engine", "builtin", "--port", str(port)])
+    err = capsys.readouterr().err
+    assert rc == 1 and f"cannot listen on 127.0.0.1:{port} (Address already in use)" in err and err.startswith("memgym serve: ") and len(err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit):
+        memgym(["serve", "--model", "hf:smollm2", "--port", "70000"])
+    assert "must be in [0, 65535]" in capsys.readouterr().err
+
+
+def test_bench_retrieval_bad_sizes(capsys):
+    with pytest.raises(SystemExit):
+        memgym(["bench", "retrieval", "--k", "0"])
+    assert "must be >= 1" in capsys.readouterr().err
+    assert memgym(["bench", "retrieval", "--sizes", "5", "--k", "10"]) == 2
+    assert "memgym bench retrieval: --k 10 is larger than the smallest --sizes entry 5" in capsys.readouterr().err
+
+
+def test_bank_replay_out_dir_is_refused_before_replaying(tmp_path, capsys):
+    from data_synth.paths import expert_dir
+
+    assert memgym(["bank", "replay", str(expert_dir() / "conv-30.jsonl"), "--out", str(tmp_path)]) == 2
+    assert "is a directory; give a file path" in capsys.readouterr().err
