@@ -66,6 +66,9 @@ def report_problems(prog: str, reports: list[dict]) -> int:
                                                                          "verdict (scored 0)"),
                                                     ("empty_answers", "answers were empty (scored 0)")) if r.get(k)]
         truncated = (r.get("format_failures_by_type") or {}).get("truncated")
+        if r.get("empty_sessions"):
+            issues.append(f"{len(r['empty_sessions'])} sessions had no turns and were skipped "
+                          f"({', '.join(r['empty_sessions'][:3])})")
         if truncated:
             issues.append(f"{truncated} manager outputs were cut off by the token limit (raise "
                           "extractor_max_new_tokens)")

@@ -8,6 +8,7 @@ and the bank is left as it was.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -75,6 +76,7 @@ class ConstructionResult:
     failures: list[FormatFailure] = field(default_factory=list)
     attempts: dict[str, int] = field(default_factory=lambda: {m: 0 for m in MANAGERS})
     outputs: list[dict[str, str]] = field(default_factory=list)
+    empty_sessions: list[int] = field(default_factory=list)
 
     def format_failure_rate(self) -> dict[str, float]:
         """Per manager: failed outputs / outputs, in [0, 1] (0.0 when no output was made)."""
@@ -104,7 +106,15 @@ def construct(conversation: Conversation, extractor: Extractor, *, n_sessions: i
 
 def step_session(bank: MemoryBank, conversation_id: str, session: Session, extractor: Extractor,
                  result: ConstructionResult, embedder=None) -> None:
-    """Run the four managers on one session and apply their outputs (in place)."""
+    """Run the four managers on one session and apply their outputs (in place). A session
+    with no turns costs no model call: it is recorded in ``result.empty_sessions`` (with a
+    warning) and the bank is left as it was."""
+    if not session.turns:
+        warnings.warn(f"{conversation_id} session {session.index} ({session.id}) has no turns; skipped (no "
+                      "extractor call)", stacklevel=2)
+        result.empty_sessions.append(session.index)
+        result.outputs.append({})
+        return
     prompts = [build_prompt(m, bank, session, embedder) for m in MANAGERS]
     outs = extractor.extract(conversation_id, session, prompts)
     if len(outs) != len(MANAGERS):

@@ -143,7 +143,7 @@ def evaluate_extractor(spec: str, convs: list[Conversation], cfg: EvalConfig, rt
     scorer = make_scorer(cfg.scorer, rt.backend(cfg.judge_model, role="judge") if cfg.judge_model else None)
     rows, attempts, fails = [], defaultdict(int), defaultdict(int)
     fail_types: dict[str, int] = defaultdict(int)
-    empty_answers = 0
+    empty_answers, empty_sessions = 0, []
     for conv in convs:
         n = len(conv.sessions)
         if isinstance(extractor, ExpertExtractor):
@@ -157,6 +157,7 @@ def evaluate_extractor(spec: str, convs: list[Conversation], cfg: EvalConfig, rt
         for f in built.failures:
             fails[f.manager] += 1
             fail_types[f.error_type] += 1
+        empty_sessions += [f"{conv.id}/{i}" for i in built.empty_sessions]
         if not conv.questions:
             continue
         retrieved = BankRetriever(built.bank, rt.embedder, cfg.top_k).retrieve([q.question for q in conv.questions])
@@ -189,6 +190,7 @@ def evaluate_extractor(spec: str, convs: list[Conversation], cfg: EvalConfig, rt
         "format_failure_rate": {m: (fails[m] / attempts[m] if attempts[m] else 0.0) for m in MANAGERS},
         "format_failures_by_type": dict(sorted(fail_types.items())),
         "empty_answers": empty_answers,
+        "empty_sessions": empty_sessions,
         "judge_unparsable": getattr(scorer, "parse_failures", 0),
         "model_calls": calls["calls"],
         "tokens": calls["tokens"],

@@ -110,7 +110,19 @@ class ADRPOConfig(GRPOConfig):
         "help": "drop rows whose chat prompt is longer (policy tokens); TRL 1.16 has no prompt cap"})
 
     def __post_init__(self):
-        super().__post_init__()
+        generation_batch_given = self.generation_batch_size is not None
+        try:
+            super().__post_init__()
+        except ValueError as e:
+            if generation_batch_given or "divisible by num_generations" not in str(e):
+                raise
+            # TRL names generation_batch_size, which the user did not set: name the flags they did
+            raise ADRPOConfigError(
+                f"ADRPOConfig: per_device_train_batch_size ({self.per_device_train_batch_size}) x processes "
+                f"({self.world_size}) x steps_per_generation ({self.steps_per_generation}, default "
+                f"gradient_accumulation_steps) = {self.generation_batch_size} completions per generation batch, "
+                f"not a multiple of num_generations ({self.num_generations}); change --per_device_train_batch_size, "
+                "--gradient_accumulation_steps (or --steps_per_generation) or --num_generations") from None
         checks = [
             ("weighting", self.weighting in WEIGHTINGS, f"one of {WEIGHTINGS}"),
             ("alpha", self.alpha > 0, "> 0"),
