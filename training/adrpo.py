@@ -35,6 +35,7 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import nanmax, nanmin
 
+from llm.config import check_fields, require
 from rewards.samples import RewardSample
 from rewards.session_reward import MODES, SessionReward, SessionRewardConfig
 from training.adrpo_data import build_dataset, sample_table, session_block_sampler
@@ -61,6 +62,10 @@ class ADRPOConfig(GRPOConfig):
     weighted objective does not support, or the entropy bonus under weighting. (Whether a
     ``joint`` generation batch holds whole sessions is checked by :class:`ADRPOTrainer`.)
     """
+
+    CHECKS = {"lora_r": {"min": 1}, "lora_alpha": {"min": 1}, "retrieval_top_k": {"min": 1},
+              "answer_max_new_tokens": {"min": 1}, "max_prompt_tokens": {"min": 1},
+              "answer_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}}
 
     # policy
     model_name_or_path: str = field(default="smollm2", metadata={
@@ -123,6 +128,13 @@ class ADRPOConfig(GRPOConfig):
                 f"gradient_accumulation_steps) = {self.generation_batch_size} completions per generation batch, "
                 f"not a multiple of num_generations ({self.num_generations}); change --per_device_train_batch_size, "
                 "--gradient_accumulation_steps (or --steps_per_generation) or --num_generations") from None
+        try:  # string -> one-element list for the list fields, counts and specs (llm.config)
+            check_fields(self)
+            require(self, "judge", "f1", "answer_model", "(the model whose answers F1 scores)")
+            require(self, "judge", "llm", "answer_model", "(the model whose answers the judge grades)")
+            require(self, "judge", "llm", "judge_model", "(a backend spec of the LLM judge)")
+        except ValueError as e:
+            raise ADRPOConfigError(f"ADRPOConfig: {e}") from None
         checks = [
             ("weighting", self.weighting in WEIGHTINGS, f"one of {WEIGHTINGS}"),
             ("alpha", self.alpha > 0, "> 0"),
