@@ -178,3 +178,32 @@ def test_bank_replay_out_dir_is_refused_before_replaying(tmp_path, capsys):
 
     assert memgym(["bank", "replay", str(expert_dir() / "conv-30.jsonl"), "--out", str(tmp_path)]) == 2
     assert "is a directory; give a file path" in capsys.readouterr().err
+
+
+def test_training_configs_share_the_checks(tmp_path):
+    from training.adrpo import ADRPOConfig, ADRPOConfigError
+    from training.sft import SFTScriptArguments
+
+    assert SFTScriptArguments(train_trajectories="a.jsonl", eval_trajectories="b.jsonl").eval_trajectories == ["b.jsonl"]
+    with pytest.raises(ConfigError, match="--max_examples: must be >= 1, got 0"):
+        SFTScriptArguments(max_examples=0)
+    base = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
+    assert ADRPOConfig(**base, train_trajectories="conv-26").train_trajectories == ["conv-26"]
+    with pytest.raises(ADRPOConfigError, match="--judge f1 needs --answer_model"):
+        ADRPOConfig(**base, judge="f1")
+    with pytest.raises(ADRPOConfigError, match="--judge llm needs --judge_model"):
+        ADRPOConfig(**base, judge="llm", answer_model="hf:smollm2")
+
+
+def test_eval_dead_server_and_broken_data_are_one_line(tmp_path, capsys):
+    dead = "openai:http://127.0.0.1:1/v1#m"
+    rc = memgym(["eval", "--extractor", dead, "--answer_model", dead, "--conversations", "conv-30", "--n_sessions", "1",
+                 "--request_retries", "0", "--cache", "none", "--no_progress", "--out", str(tmp_path / "a")])
+    err = capsys.readouterr().err
+    assert rc == 1 and "memgym eval: OpenAIBackend: request to http://127.0.0.1:1/v1" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    bad = tmp_path / "locomo.json"
+    bad.write_text('[{"sample_id": "conv-30"}]')
+    rc = memgym(["eval", "--path", str(bad), "--extractor", "expert:conv-30", "--out", str(tmp_path / "b")])
+    err = capsys.readouterr().err
+    assert rc == 1 and f"file {bad}" in err and "Traceback" not in err
