@@ -70,3 +70,16 @@ def test_program_eval_where_every_retrieve_fails_exits_1(tmp_path, capsys, monke
     err = capsys.readouterr().err
     assert rc == 1 and "every Memory.retrieve call failed" in err and "boom" in err
     assert json.loads((tmp_path / "o" / "report.json").read_text())["retrieve_errors"] > 0
+
+
+def test_session_reward_counts_unparsable_judge_replies_and_empty_answers():
+    from rewards.session_reward import SessionReward, SessionRewardConfig
+    from tests.test_reward_session import DOG, WordTokenizer, bank_with, make_samples, qa
+
+    samples = make_samples(bank_with(1, episodic=[DOG]), 2, {},
+                           [qa("What is the name of the dog Alice adopted?", "Biscuit"), qa("Who?", "Alice")],
+                           managers=["episodic"])
+    reward = SessionReward(SessionRewardConfig(judge="llm"), embedder=HashEmbedder(512), tokenizer=WordTokenizer(),
+                           answer_backend=ScriptedBackend(["", "Alice"]), judge_backend=ScriptedBackend(["CORRECT"] * 2))
+    (b,) = reward(samples, ['{"operations": []}'])
+    assert b.acc == 0.0 and reward.last_stats["judge_unparsable"] == 2 and reward.last_stats["empty_answers"] == 1

@@ -226,6 +226,14 @@ class SessionRewardFunction:
         if len(out) != len(texts):
             raise ValueError(f"ADRPO reward returned {len(out)} breakdowns for {len(texts)} completions")
         self.breakdowns = list(out)
+        log_metric = kwargs.get("log_metric")
+        stats = getattr(self.reward, "last_stats", None) or {}
+        if log_metric is not None:  # failures that score 0 without being wrong answers
+            for k in ("judge_unparsable", "empty_answers"):
+                if k in stats:
+                    log_metric(f"reward_failures/{k}", float(stats[k]))
+            if reasons is not None:
+                log_metric("reward_failures/truncated", float(sum(r == "length" for r in reasons)))
         log_extra = kwargs.get("log_extra")
         if log_extra is not None:
             log_extra("gate", [b.gate for b in out])
@@ -434,13 +442,14 @@ def trajectory_paths(names: Sequence[str]) -> list[Path]:
     return [resolve_expert_path(n) for n in names]
 
 
-def build_reward(args: ADRPOConfig, tokenizer, embedder) -> SessionReward:
+def build_reward(args: ADRPOConfig, tokenizer, embedder, rt=None) -> SessionReward:
     """The :class:`SessionReward` of ``args``: answer/judge backends loaded from their specs
-    (with the sqlite response cache unless ``reward_cache: none``)."""
+    (with the sqlite response cache unless ``reward_cache: none``; ``rt``: a
+    :class:`rewards.runtime.Runtime` already opened, else one is made here)."""
     from llm.base import GenerationParams
     from rewards.runtime import Runtime
 
-    rt = Runtime.from_config(cache=args.reward_cache)
+    rt = rt or Runtime.from_config(cache=args.reward_cache)
     answer = rt.backend(args.answer_model, role="answer") if args.answer_model else None
     judge = rt.backend(args.judge_model, role="judge") if args.judge_model else None
     return SessionReward(args.reward_config(), embedder=embedder, tokenizer=tokenizer, answer_backend=answer,
@@ -451,21 +460,25 @@ def build_reward(args: ADRPOConfig, tokenizer, embedder) -> SessionReward:
 def build_trainer(args: ADRPOConfig, callbacks=None) -> ADRPOTrainer:
     """Load the policy (``init_from`` or ``model_name_or_path``; LoRA per the config), build the
     reward samples from ``train_trajectories``, the reward, and the trainer."""
+    from rewards.runtime import Runtime
     from rewards.samples import build_reward_samples
     from training.adrpo_data import select_samples
     from training.common import load_policy
 
+    # files and caches first: a missing trajectory or a corrupt cache fails before the policy loads
+    paths = trajectory_paths(args.train_trajectories)
+    rt = Runtime.from_config(cache=args.reward_cache)
+    embedder = make_embedder(args.embedder)
     policy = load_policy(args.init_from or args.model_name_or_path, args.use_peft, lora_r=args.lora_r,
                          lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
                          lora_target_modules=args.lora_target_modules, dtype=args.model_dtype)
-    embedder = make_embedder(args.embedder)
-    samples = build_reward_samples(trajectory_paths(args.train_trajectories), dataset=args.dataset,
+    samples = build_reward_samples(paths, dataset=args.dataset,
                                    data_path=args.data_path, qa_path=args.qa_path, embedder=embedder,
                                    managers=args.managers)
     samples = select_samples(samples, sessions=args.sessions, max_prompt_tokens=args.max_prompt_tokens,
                              tokenizer=policy.tokenizer, whole_sessions=args.mode == "joint")
     logger.info("ADRPO: %d rows from %s", len(samples), args.train_trajectories)
-    reward = build_reward(args, policy.tokenizer, embedder)
+    reward = build_reward(args, policy.tokenizer, embedder, rt)
     return ADRPOTrainer(policy.model, args=args, samples=samples, reward=reward, processing_class=policy.tokenizer,
                         peft_config=policy.peft_config, callbacks=callbacks)
 
