@@ -208,3 +208,14 @@ def test_eval_dead_server_and_broken_data_are_one_line(tmp_path, capsys):
     rc = memgym(["eval", "--path", str(bad), "--extractor", "expert:conv-30", "--out", str(tmp_path / "b")])
     err = capsys.readouterr().err
     assert rc == 1 and f"file {bad}" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [["eval", "--help"], ["program", "eval", "--help"]])
+def test_help_reads_right_for_progress_and_path(argv, capsys):
+    with pytest.raises(SystemExit):
+        memgym(argv)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "show progress bars (default: False)" not in out  # --no_progress read backwards
+    assert "progress bars: on (true) or off (--no_progress)" in out
+    path_help = out.rsplit("--path PATH", 1)[1].split("--", 1)[0]  # the options entry, not the usage line
+    assert path_help.count("default") == 1, path_help
