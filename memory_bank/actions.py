@@ -91,17 +91,31 @@ _PART_ADAPTER = TypeAdapter(PartOutput)
 _CLOSER = {"{": "}", "[": "]"}
 
 
-def unterminated_json(text: str) -> str | None:
-    """Where ``text`` ends inside a JSON value: ``"string"``, ``"object"`` or ``"array"``,
-    or None when every value it opens is closed.
+def _value_start(text: str) -> int:
+    """Index of the first ``{`` or of a ``[`` that opens a list of objects (``[{``), else -1."""
+    for i, ch in enumerate(text):
+        if ch == "{":
+            return i
+        if ch == "[" and text[i + 1:].lstrip().startswith("{"):
+            return i
+    return -1
 
-    Prose outside JSON values is skipped (only ``{``/``[`` open a value); inside a value,
-    double-quoted strings with backslash escapes are tracked, and a closer that does not
-    match the innermost opener closes the nearest matching one (small damage, not a cut).
-    Used to tell a truncated output (cut off mid-value) from one that only needs repair."""
+
+def unterminated_json(text: str) -> str | None:
+    """Where ``text`` ends inside its JSON value: ``"string"``, ``"object"`` or ``"array"``,
+    or None when the value closes (or there is none).
+
+    The value starts at the first ``{`` (or a ``[`` opening a list of objects); prose before
+    it is skipped and the scan stops when it closes, so prose after it does not count. Inside,
+    double-quoted strings with backslash escapes are tracked, and a closer that does not match
+    the innermost opener closes the nearest matching one (small damage, not a cut). Used to
+    tell a truncated output (cut off mid-value) from one that only needs repair."""
+    start = _value_start(text)
+    if start < 0:
+        return None
     stack: list[str] = []
     in_string = escaped = False
-    for ch in text:
+    for ch in text[start:]:
         if in_string:
             if escaped:
                 escaped = False
@@ -109,17 +123,17 @@ def unterminated_json(text: str) -> str | None:
                 escaped = True
             elif ch == '"':
                 in_string = False
-        elif ch in _CLOSER:
-            stack.append(ch)
-        elif not stack:
-            continue
         elif ch == '"':
             in_string = True
+        elif ch in _CLOSER:
+            stack.append(ch)
         elif ch in ("}", "]"):
             opener = "{" if ch == "}" else "["
             if opener in stack:
                 while stack.pop() != opener:
                     pass
+            if not stack:
+                return None
     if in_string:
         return "string"
     if stack:

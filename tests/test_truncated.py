@@ -57,6 +57,8 @@ def test_unterminated_json_is_truncated_with_bank_untouched(text, where):
 
 def test_small_damage_fences_and_prose_are_still_repaired():
     assert unterminated_json('Sure: {"a": [1, 2]} and a {brace} in prose.') is None
+    assert unterminated_json('Here [is] it: {"operations": []} (I used [brackets') is None  # prose around it
+    assert unterminated_json('Here [is] it: {"operations": [') == "array"
     assert parse_core('```json\n{"operation": "NONE"}\n```').operation == "NONE"
     ops = parse_part('{"operations": [{"action": "ADD", "memory": "x"},]}', "episodic")  # trailing comma
     assert [o.memory for o in ops] == ["x"]
