@@ -77,9 +77,8 @@ def user_error_types() -> tuple[tuple[type, ...], tuple[type, ...]]:
         ("launch.cmd_launch", ("LaunchError",), usage),
         ("launch.cmd_synth", ("UsageError",), usage),
     ):
-        try:
-            mod = importlib.import_module(module)
-        except ImportError:  # an optional extra (e.g. training without TRL) is not installed
+        mod = sys.modules.get(module)  # a module never imported cannot have raised its errors
+        if mod is None:
             continue
         into.extend(getattr(mod, n) for n in names if hasattr(mod, n))
     return tuple(usage), tuple(run)
