@@ -1,5 +1,6 @@
-"""Parse-time checks shared by every recipe dataclass (``EvalConfig``, ``ProgramEvalConfig``,
-``SessionRewardConfig``/``ADRPOConfig``, ...), so a bad value fails before any model loads,
+"""Parse-time checks shared by the recipe dataclasses (``EvalConfig``, ``ProgramEvalConfig``,
+``ADRPOConfig``, ``SFTScriptArguments``) and, through :func:`at_least`, by the argparse
+commands (``synth``, ``reward audit``, ``bench``), so a bad value fails before any model loads,
 with a message naming the field, the value and what is allowed.
 
 A config declares its rules in a class attribute ``CHECKS = {field: {rule: value}}`` (not in
