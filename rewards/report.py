@@ -62,6 +62,10 @@ def render_markdown(report: dict) -> str:
     out += ["", "## Format-failure rate per manager", "",
             "Columns marked (constrained) decode every manager output under its JSON schema.", "",
             format_failure_table(report)]
+    out += ["", "## Failures that score 0", "",
+            "| extractor | format failures by type | empty answers | unparsable judge replies |", "|---|---|---|---|"]
+    out += [f"| {spec} | {json.dumps(r.get('format_failures_by_type', {}))} | {r.get('empty_answers', 0)} | "
+            f"{r.get('judge_unparsable', 0)} |" for spec, r in runs]
     out += ["", "## Model calls", "", "| extractor | calls per role | tokens per role | wall s |", "|---|---|---|---|"]
     out += [f"| {spec} | {json.dumps(r['model_calls'])} | {json.dumps(r['tokens'])} | {r['wall_s']:.1f} |"
             for spec, r in runs]
