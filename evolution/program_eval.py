@@ -42,7 +42,8 @@ class ProgramEvalConfig:
               "answer_max_new_tokens": {"min": 1}, "program_llm_calls": {"min": 0}, "call_timeout_s": {"min": 0.001},
               "batch_size": {"min": 1}, "extractor": {"spec": "extractor", "words": ("instruction",)},
               "task_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}, "out": {"out_dir": True},
-              "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0}}
+              "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0},
+              "constrained_max_chars": {"min": 1}, "constrained_max_items": {"min": 1}}
 
     program: str | None = field(default=None, metadata={"help": "memory program file (the CLI's FILE.py)"})
     parent: str | None = field(default=None, metadata={"help": "parent program, for the component diff"})

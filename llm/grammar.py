@@ -92,7 +92,8 @@ class SchemaLogitsProcessor(LogitsProcessor):
     stopped and the row only receives padding, which is not fed to it. Logits of tokens beyond
     the tokenizer's vocabulary (model embedding padding) are masked on constrained rows.
     Raises :class:`GrammarError` when a matcher rejects a token the mask allowed (an engine bug,
-    never silently ignored).
+    never silently ignored). ``seconds`` accumulates the wall time spent in this processor
+    (the whole cost of constraint per step, for ``memgym bench constrained``).
     """
 
     def __init__(self, matchers: list, prompt_len: int, vocab_size: int):
@@ -104,8 +105,18 @@ class SchemaLogitsProcessor(LogitsProcessor):
         self.vocab_size = vocab_size
         self.bitmask = torch.full((len(matchers), (vocab_size + 31) // 32), -1, dtype=torch.int32)
         self._bits = torch.arange(32, dtype=torch.int32)
+        self.seconds = 0.0
 
     def __call__(self, input_ids, scores):
+        import time
+
+        t0 = time.perf_counter()
+        try:
+            return self._mask(input_ids, scores)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def _mask(self, input_ids, scores):
         import torch
 
         if not self.rows:

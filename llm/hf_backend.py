@@ -111,6 +111,7 @@ class HFBackend:
         self.tokenizer = tokenizer
         self._eos_ids = self._collect_eos_ids()
         self._schema_compiler = None
+        self.grammar_seconds = 0.0  # wall time in grammar masking (constrained calls), cumulative
 
     def _collect_eos_ids(self) -> list[int]:
         ids: list[int] = []
@@ -201,9 +202,11 @@ class HFBackend:
 
             comp = self.schema_compiler()
             matchers = [comp.matcher(s) if s is not None else None for s in schemas]
-            extra["logits_processor"] = LogitsProcessorList(
-                [SchemaLogitsProcessor(matchers, enc["input_ids"].shape[1], comp.vocab_size)])
+            proc = SchemaLogitsProcessor(matchers, enc["input_ids"].shape[1], comp.vocab_size)
+            extra["logits_processor"] = LogitsProcessorList([proc])
         seq = self.model.generate(**enc, generation_config=gen_cfg, **extra)
+        if extra:
+            self.grammar_seconds += proc.seconds
         gen = seq[:, enc["input_ids"].shape[1]:].tolist()
         eos = set(self._eos_ids)
         result = []

@@ -40,7 +40,9 @@ class EvalConfig:
 
     CHECKS = {"n_sessions": {"min": 1}, "max_questions": {"min": 1}, "top_k": {"min": 1},
               "extractor_max_new_tokens": {"min": 1}, "answer_max_new_tokens": {"min": 1}, "batch_size": {"min": 1},
-              "extractor": {"spec": "extractor"}, "compare": {"spec": "extractor"},
+              "extractor": {"spec": "extractor", "options": ("constrained", "free")},
+              "compare": {"spec": "extractor", "options": ("constrained", "free")},
+              "constrained_max_chars": {"min": 1}, "constrained_max_items": {"min": 1},
               "answer_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}, "out": {"out_dir": True},
               "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0}}
 
@@ -88,10 +90,10 @@ class EvalConfig:
         if isinstance(self.compare, str):
             self.compare = [self.compare]
         self.compare = [c for c in self.compare if c.lower() not in ("none", "")]
-        check_fields(self)
-        require(self, "scorer", "llm", "judge_model", "(a backend spec of the LLM judge)")
         for c in [self.extractor, *self.compare]:
             parse_column(c, self.constrained)  # a bad option word fails before any model loads
+        check_fields(self)
+        require(self, "scorer", "llm", "judge_model", "(a backend spec of the LLM judge)")
 
 
 def parse_column(text: str, default_constrained: bool) -> tuple[str, bool, str]:
