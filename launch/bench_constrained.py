@@ -94,6 +94,9 @@ def _run(args) -> int:
     print(f"| free | {r['steps_free']} x {r['prompts']} | {r['ms_per_step_free']:.1f} | {r['free_tok_s']:.1f} |")
     print(f"| constrained (llguidance) | {r['steps_constrained']} x {r['prompts']} | "
           f"{r['ms_per_step_constrained']:.1f} | {r['constrained_tok_s']:.1f} |")
+    if r["slowdown"] <= 0 or r["first_call_setup_s"] < 0:
+        print("\nwall-time ratio unusable: the machine's load changed between the paired calls (a 1-token call "
+              "took longer than a full one); rerun on an idle machine or read the grammar share below")
     print(f"\nconstrained takes {r['slowdown']:.2f}x the time per decoding step of free (median of {r['rounds']} "
           f"rounds, prefill subtracted); one-time setup {r['first_call_setup_s']:.1f} s")
     print(f"time inside the grammar mask (measured within the same steps, robust to machine load): "
