@@ -57,6 +57,7 @@ class EvolveConfig:
     answer_max_new_tokens: int = field(default=48, metadata={"help": "tokens per answer"})
     extract_max_new_tokens: int = field(default=1024, metadata={"help": "tokens per instruction extraction"})
     call_timeout_s: float = field(default=60.0, metadata={"help": "sandbox seconds per index/retrieve call"})
+    validate_timeout_s: float = field(default=20.0, metadata={"help": "validation: sandbox seconds per call"})
     probe_units: int = field(default=2000, metadata={"help": "validation level 4: units in the complexity probe"})
     probe_batches: int = field(default=100, metadata={"help": "validation level 4: index batches"})
     budget_coder: int | None = field(default=None, metadata={"help": "token budget of the coder role"})

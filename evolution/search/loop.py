@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 
 from evolution.execution.program_eval import evaluate_program, summarise  # noqa: F401
 from evolution.execution.runner import ProgramRunError, ProgramRunner
+from evolution.execution.sandbox import SandboxLimits
 from evolution.execution.stages import StageCache, unit_text
 from evolution.execution.validate import ValidationLimits, validate_program
 from evolution.search.archive import CAPABILITIES, Archive, Candidate, SplitScores, program_key
@@ -63,6 +64,20 @@ def _rng_to_json(state) -> list:
 
 def _rng_from_json(v) -> tuple:
     return (v[0], tuple(v[1]), v[2])
+
+
+def precheck(source: str, parent: Candidate, archive: Archive) -> str:
+    """Why a child is rejected before validation, or "": unparsable source, a no-op (same
+    :func:`program_key` as its parent: only comments, docstrings or formatting changed) or a
+    duplicate of any archived program (named)."""
+    try:
+        key = program_key(source)
+    except SyntaxError as e:
+        return f"syntax error at line {e.lineno}: {e.msg}"
+    if key == parent.key:
+        return "no-op: the child equals its parent (up to comments and formatting)"
+    dup = next((c.id for c in archive.candidates.values() if c.key == key), None)
+    return f"duplicate of archived program {dup}" if dup else ""
 
 
 class Evolution:
@@ -97,7 +112,9 @@ class Evolution:
         self.cache = StageCache(self.dir.root / "stages.sqlite")
         self.runner_diag = ProgramRunner(rt, cfg.runner_settings(diagnostics=True), self.cache)
         self.runner = ProgramRunner(rt, cfg.runner_settings(diagnostics=False), self.cache)
-        self.limits = ValidationLimits(probe_units=cfg.probe_units, probe_batches=cfg.probe_batches)
+        self.limits = ValidationLimits(
+            sandbox=SandboxLimits(call_timeout_s=cfg.validate_timeout_s, load_timeout_s=max(10.0, cfg.validate_timeout_s)),
+            probe_units=cfg.probe_units, probe_batches=cfg.probe_batches)
         self.splits = self._load_splits()
         self.tasks = {t.id: t for ts in self._task_infos().values() for t in ts}
         self.archive = Archive()
@@ -368,15 +385,7 @@ class Evolution:
         return cand
 
     def _check(self, source: str, parent: Candidate) -> str:
-        """Why ``source`` is rejected before validation (no-op, duplicate, unparsable), or ""."""
-        try:
-            key = program_key(source)
-        except SyntaxError as e:
-            return f"syntax error at line {e.lineno}: {e.msg}"
-        if key == parent.key:
-            return "no-op: the child equals its parent (up to comments and formatting)"
-        dup = next((c.id for c in self.archive.candidates.values() if c.key == key), None)
-        return f"duplicate of archived program {dup}" if dup else ""
+        return precheck(source, parent, self.archive)
 
     def _validate(self, cid: str, name: str, source: str, parent: Candidate) -> dict:
         saved = self.dir.load_step(cid, name)
