@@ -22,7 +22,8 @@ from memory_bank.programs import read_program_source, seed_program_path
 ROOT = Path(__file__).resolve().parents[1]
 SEED = read_program_source(seed_program_path())
 SMALL = dict(train=["conv-26"], valid=["conv-30"], n_sessions=2, max_questions=6, extractor="turns",
-             plan_mode="question", scorer="answer-recall", probe_units=200, probe_batches=10, progress=False)
+             plan_mode="question", scorer="answer-recall", probe_units=200, probe_batches=10, progress=False,
+             embedder="hash:256")
 
 
 def _tree(root: Path, skip: Path) -> dict:
@@ -92,10 +93,10 @@ def test_hostile_and_malformed_coder_output_is_rejected_and_contained(tmp_path):
 def _small_recipe(tmp_path: Path) -> Path:
     r = tmp_path / "r.yaml"
     r.write_text("\n".join([
-        "dataset: locomo", "train: [conv-26]", "valid: [conv-30]", "test: [conv-41]", "n_sessions: 3",
-        "max_questions: 8", "extractor: turns", "plan_mode: question", "scorer: answer-recall", "proposer: params",
+        "dataset: locomo", "train: [conv-26]", "valid: [conv-30]", "test: [conv-41]", "n_sessions: 2",
+        "max_questions: 6", "extractor: turns", "plan_mode: question", "scorer: answer-recall", "proposer: params",
         "rounds_cold: 1", "rounds_refine: 2", "seed: 1", "probe_units: 200", "probe_batches: 10",
-        "progress: false"]) + "\n")
+        "embedder: hash:256", "progress: false"]) + "\n")
     return r
 
 
@@ -117,32 +118,36 @@ def _fingerprint(run: Path):
 
 
 def test_kill9_at_three_points_then_resume_matches_the_uninterrupted_run(tmp_path):
+    """One chain: killed between rounds 1 and 2, resumed and killed during round 2's proposal,
+    resumed and killed during round 3's evaluation, resumed to the end."""
     from launch.cli import main as memgym
 
     recipe = _small_recipe(tmp_path)
     ref = tmp_path / "ref"
     assert memgym(["evolve", "--recipe", str(recipe), "--out", str(ref)]) == 0
     ref_summary = json.loads((ref / "summary.json").read_text())
-    assert ref_summary["rounds"] == 3
+    assert ref_summary["rounds"] == 3 and ref_summary["candidates_evaluated"] == 3
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    for point in ("proposal:2", "evaluation:2", "round_end:1"):
-        run = tmp_path / point.replace(":", "_")
-        proc = subprocess.run([sys.executable, "-m", "launch.cli", "evolve", "--recipe", str(recipe), "--out",
-                               str(run)], env={**env, FAULT_ENV: point}, cwd=ROOT, capture_output=True, text=True,
-                              timeout=600)
+    run = tmp_path / "killed"
+    first = ["evolve", "--recipe", str(recipe), "--out", str(run)]
+    for args, point, done in ((first, "round_end:1", 1), (["evolve", "--resume", str(run)], "proposal:2", 1),
+                              (["evolve", "--resume", str(run)], "evaluation:3", 2)):
+        proc = subprocess.run([sys.executable, "-m", "launch.cli", *args], env={**env, FAULT_ENV: point}, cwd=ROOT,
+                              capture_output=True, text=True, timeout=600)
         assert proc.returncode == -9, proc.stderr[-2000:]
-        assert not (run / "summary.json").exists()
-        assert memgym(["evolve", "--resume", str(run)]) == 0
-        assert _fingerprint(run) == _fingerprint(ref), point
-        got = json.loads((run / "summary.json").read_text())
-        for k in ("rounds", "candidates_evaluated", "proposals_failed", "seed", "final", "specialists"):
-            if k in ("final", "specialists"):
-                assert json.dumps(got[k]).replace(str(run), "R") == json.dumps(ref_summary[k]).replace(str(ref), "R")
-            else:
-                assert got[k] == ref_summary[k], (point, k)
-        # nothing evaluated twice: the same scored (program, task) entries; no more fresh scoring
-        assert _score_rows(run) == _score_rows(ref)
-        assert _scored(run) <= _scored(ref)
+        state = json.loads((run / "state.json").read_text())
+        assert state["next_round"] == done + 1 and not (run / "summary.json").exists(), point
+    assert (run / "candidates/r02/proposal.json").exists() and not (run / "candidates/r03/eval.json").exists()
+    assert memgym(["evolve", "--resume", str(run)]) == 0
+    assert _fingerprint(run) == _fingerprint(ref)
+    got = json.loads((run / "summary.json").read_text())
+    for k in ("rounds", "candidates_evaluated", "proposals_failed", "seed"):
+        assert got[k] == ref_summary[k], k
+    for k in ("final", "specialists"):
+        assert json.dumps(got[k]).replace(str(run), "R") == json.dumps(ref_summary[k]).replace(str(ref), "R")
+    # nothing evaluated twice: the same scored (program, task) entries, and no more fresh scoring
+    assert _score_rows(run) == _score_rows(ref)
+    assert _scored(run) <= _scored(ref)
     assert memgym(["evolve", "--recipe", str(recipe), "--out", str(ref)]) == 2  # a run is there: --resume it
 
 

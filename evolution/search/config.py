@@ -66,6 +66,8 @@ class EvolveConfig:
     budget_answer: int | None = field(default=None, metadata={"help": "token budget of task-LLM answers"})
     budget_extractor: int | None = field(default=None, metadata={"help": "token budget of a trained extractor"})
     budget_judge: int | None = field(default=None, metadata={"help": "token budget of the judge"})
+    embedder: str = field(default="minilm", metadata={"help": "minilm (all-MiniLM-L6-v2, the default) | hash:<dim> "
+                                                                "(model-free bag of words: tests and stub runs only)"})
     cache: str | None = field(default=None, metadata={"help": "response cache (default <out>/responses.sqlite; "
                                                               "'none' disables)"})
     out: str = field(default="runs/evolve", metadata={"help": "run directory"})
@@ -85,6 +87,9 @@ class EvolveConfig:
         for name in ("rounds_cold", "rounds_refine", "rounds_integrate"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.embedder != "minilm" and not (self.embedder.startswith("hash:") and
+                                              self.embedder[5:].isdigit()):
+            raise ValueError(f"embedder must be minilm or hash:<dim>, got {self.embedder!r}")
         if self.cases < 1 or self.case_budget < 200:
             raise ValueError(f"cases must be >= 1 and case_budget >= 200, got {self.cases}, {self.case_budget}")
         for k in ("train", "valid", "test"):

@@ -100,6 +100,9 @@ class Evolution:
             from rewards.runtime import Runtime
             cache = cfg.cache or str(self.dir.root / "responses.sqlite")
             rt = Runtime.from_config(cache=cache, batch_size=cfg.batch_size)
+            if cfg.embedder.startswith("hash:"):
+                from llm.embeddings import HashEmbedder
+                rt = Runtime(cache=rt.cache, embedder=HashEmbedder(int(cfg.embedder[5:])), batch_size=cfg.batch_size)
         self.rt = rt
         self.target_policy = target_policy or DependencyAwareTarget()
         self.parent_policy = parent_policy or SpecialistParent()
