@@ -426,6 +426,8 @@ class Evolution:
                              "valid": cand.valid.scores() if cand.valid else None,
                              "specialists": {c: self.archive.specialist(c).valid.by_capability.get(c)
                                              for c in self.archive.specialists},
+                             "base": self.archive.base,
+                             "base_overall": self.archive.get(self.archive.base).valid.overall,
                              "tokens": self.ledger.round_tokens(round_no)})
 
     def accept(self, cand: Candidate, stage: str, parent: Candidate) -> str:
