@@ -5,8 +5,8 @@ rounds_integrate, seed, workers, out) are stable: scripts and later issues rely 
 
 Splits (DESIGN.md § "Capability-driven evolution"): LoCoMo train conv-26, conv-30; valid
 conv-41, conv-42; test the other six. LongMemEval: the S subset with ``s_splits.json`` (train
-52, valid 47, test 100 question ids). Empty ``train``/``valid`` take these defaults; an empty
-``test`` means no test run.
+52, valid 47, test 100 question ids). Empty ``train``/``valid`` take these defaults; ``test:
+[default]`` takes the default test split; an empty ``test`` means no test run.
 """
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ class EvolveConfig:
     train: list[str] = field(default_factory=list, metadata={"help": "train conversation / question ids (empty = the "
                                                                      "dataset's default split)"})
     valid: list[str] = field(default_factory=list, metadata={"help": "valid ids (empty = default split)"})
-    test: list[str] = field(default_factory=list, metadata={"help": "test ids (empty = no test run)"})
+    test: list[str] = field(default_factory=list, metadata={"help": "test ids ([default] = the dataset's test split; "
+                                                                   "empty = no test run)"})
     n_sessions: int | None = field(default=None, metadata={"help": "first N sessions of each history only"})
     max_questions: int | None = field(default=None, metadata={"help": "cap on QA per conversation (small runs)"})
     labels: str = field(default="native", metadata={"help": "native | annotator label JSONL (train/valid only)"})
@@ -96,10 +97,12 @@ class EvolveConfig:
             v = getattr(self, k)
             if isinstance(v, str):  # "a,b" or a YAML scalar
                 setattr(self, k, [x.strip() for x in v.split(",") if x.strip()])
-        if not self.train or not self.valid:
+        if not self.train or not self.valid or self.test == ["default"]:
             d = self.default_splits()
             self.train = self.train or d["train"]
             self.valid = self.valid or d["valid"]
+            if self.test == ["default"]:
+                self.test = d["test"]
         overlap = (set(self.train) & set(self.valid)) | (set(self.train) & set(self.test)) | \
                   (set(self.valid) & set(self.test))
         if overlap:
