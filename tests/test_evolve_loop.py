@@ -162,3 +162,14 @@ def test_offline_params_loop_raises_the_seeds_valid_answer_recall(tmp_path):
     best = (tmp_path / "run" / "best.py").read_text()
     assert "def retrieve(self, query):" in best and best != SEED
     assert (tmp_path / "run" / "capabilities.png").stat().st_size > 10_000
+
+
+def test_a_spent_budget_stops_the_run_cleanly_with_a_report(tmp_path):
+    (tmp_path / "s.json").write_text(json.dumps({"proposals": [_block(RET, '        return ""\n')]}))
+    cfg = EvolveConfig(**SMALL, proposer="scripted", script=str(tmp_path / "s.json"), rounds_cold=3, rounds_refine=0,
+                       budget_coder=10, out=str(tmp_path / "run"))
+    s = Evolution(cfg).run()
+    assert s["rounds"] == 1 and s["stopped"].startswith("budget of role 'coder' exhausted")
+    assert s["tokens"]["coder"]["prompt"] > 10 and (tmp_path / "run" / "report.md").read_text().count("stopped") == 1
+    outcome = json.loads((tmp_path / "run" / "candidates" / "r01" / "outcome.json").read_text())
+    assert outcome["status"] == "evaluated" and outcome["accepted"] == ""

@@ -418,6 +418,9 @@ class Evolution:
             cand.reason = "valid overall did not improve" if stage == "cold" else "no capability's valid score improved"
         if not accepted:
             self.archive.attempts.setdefault(target or "cold", []).append(cand.id)
+        atomic_write_json(self.dir.step(cand.id, "outcome"), {
+            "status": cand.status, "reason": cand.reason, "accepted": accepted, "roles": cand.roles,
+            "valid": cand.valid.scores() if cand.valid else None, "train": cand.train.scores() if cand.train else None})
         self.history.append({"round": round_no, "stage": stage, "target": target, "parent": parent.id,
                              "candidate": cand.id, "proposal": cand.description, "status": cand.status,
                              "verdict": "ok" if cand.validation and cand.validation["ok"] else
