@@ -10,11 +10,15 @@ the specialist of every capability whose valid score it beats), then **integrati
 integrator's choice) runs once on the test split, beside the seed.
 
 Plug-in points (all small objects, swapped for ablations): ``target_policy``,
-``parent_policy``, ``case_policy`` (:mod:`evolution.search.select`), ``proposer``
-(:mod:`evolution.search.proposers`), ``integrator`` (``run_round(evo, round_no, rng)`` and
-``final(evo) -> candidate id``). A round is one proposal → checks → validation (one revise
-turn on failure) → evaluation on train and valid → acceptance; :meth:`Evolution.attempt`
-does one such step for any stage, so an integrator reuses it.
+``parent_policy``, ``case_policy``, ``acceptance`` (:mod:`evolution.search.select`),
+``proposer`` (:mod:`evolution.search.proposers`), ``integrator`` (an object with
+``run_round(evo, round_no, rng)`` and ``final(evo) -> candidate id``; ``rounds_integrate``
+rounds go to it, after refinement). A round is one proposal → checks → validation (one revise
+turn on failure) → evaluation on train and valid → acceptance → :meth:`Evolution.record_round`;
+:meth:`Evolution.build_input` and :meth:`Evolution.attempt` do the first steps for any stage,
+so an integrator reuses them (it passes its extra material in ``ProposalInput.extra``), then
+applies its own acceptance rule and calls ``record_round``. Integrator state that must
+survive ``--resume`` goes into the archive or into step files under ``candidates/<id>/``.
 
 Run state: after every round ``state.json`` (archive, RNG state, ledger, history) is written
 atomically; inside a round every finished step (proposal, validation, evaluation) is a file
@@ -46,8 +50,8 @@ from evolution.search.config import EvolveConfig
 from evolution.search.ledger import BudgetExhausted, Ledger, usage_from_eval
 from evolution.search.proposers.base import LineageEntry, ProposalInput, ProposalResult
 from evolution.search.rundir import RunDir, atomic_write_json, atomic_write_text, read_json
-from evolution.search.select import (DependencyAwareTarget, HistoryGuidedCases, SpecialistParent, TaskInfo,
-                                     record_cases)
+from evolution.search.select import (CapabilityAcceptance, DependencyAwareTarget, HistoryGuidedCases,
+                                     SpecialistParent, TaskInfo, record_cases)
 
 FAULT_ENV = "MEMGYM_EVOLVE_FAULT"
 
@@ -90,7 +94,7 @@ class Evolution:
     """
 
     def __init__(self, cfg: EvolveConfig, *, rt=None, proposer=None, target_policy=None, parent_policy=None,
-                 case_policy=None, integrator=None):
+                 case_policy=None, acceptance=None, integrator=None):
         from evolution.search.proposers import make_proposer
 
         self.cfg = cfg
@@ -107,6 +111,7 @@ class Evolution:
         self.target_policy = target_policy or DependencyAwareTarget()
         self.parent_policy = parent_policy or SpecialistParent()
         self.case_policy = case_policy or HistoryGuidedCases()
+        self.acceptance = acceptance or CapabilityAcceptance()
         self.integrator = integrator
         if cfg.rounds_integrate and integrator is None:
             raise ValueError("rounds_integrate > 0 needs an integrator (trace-guided integration is not built yet); "
@@ -280,8 +285,9 @@ class Evolution:
         c, r = self.cfg.rounds_cold, self.cfg.rounds_refine
         return "cold" if round_no <= c else "refine" if round_no <= c + r else "integrate"
 
-    def lineage(self, parent: Candidate, target: str | None) -> tuple[list, list]:
-        """(ancestors, failed attempts for ``target``) as :class:`LineageEntry` lists."""
+    def lineage(self, parent: Candidate, target: str | None, stage: str = "cold") -> tuple[list, list]:
+        """(ancestors, the last 5 failed attempts for ``target``, or for ``stage`` without a
+        target) as :class:`LineageEntry` lists."""
         def entry(c: Candidate, reason: str = "") -> LineageEntry:
             delta = None
             if c.valid is not None and c.parent is not None:
@@ -292,7 +298,7 @@ class Evolution:
 
         ancestors = [entry(c) for c in self.archive.lineage(parent.id)]
         failed = [entry(self.archive.get(i), self.archive.get(i).reason or "not accepted")
-                  for i in self.archive.attempts.get(target or "cold", [])[-5:]]
+                  for i in self.archive.attempts.get(target or stage, [])[-5:]]
         return ancestors, failed
 
     def build_input(self, round_no: int, stage: str, parent: Candidate, target: str | None,
@@ -310,7 +316,7 @@ class Evolution:
                     task = by_id[cid]
                     mat = case_from_run(task, traces[task.conversation], lambda u: unit_text(u, run.info.unit_fields))
                     cases.append(render_compact(mat, self.rt.embedder, self.cfg.case_budget)[0])
-        ancestors, failed = self.lineage(parent, target)
+        ancestors, failed = self.lineage(parent, target, stage)
         return ProposalInput(parent_source, parent.id, stage, target, diag, cases, case_ids, ancestors, failed,
                              frozenset(self.archive.keys()), extra={"round": round_no})
 
@@ -406,18 +412,27 @@ class Evolution:
         target = None
         if stage == "refine":
             target = self.target_policy.choose(self.archive, self.split_tasks("valid"), round_no, self.rng)
-            self.archive.selections[target] = self.archive.selections.get(target, 0) + 1
+            if target is not None:  # a holistic policy refines without a target
+                self.archive.selections[target] = self.archive.selections.get(target, 0) + 1
         parent = self.parent_policy.choose(self.archive, target)
         case_ids = self.case_policy.choose(self.archive, parent, target, self.split_tasks("train"), self.cfg.cases,
                                            self.rng)
         record_cases(self.archive, case_ids, self.tasks)
         inp = self.build_input(round_no, stage, parent, target, case_ids)
         cand = self.attempt(round_no, stage, parent, target, inp, f"r{round_no:02d}")
-        accepted = self.accept(cand, stage, parent)
+        accepted = self.acceptance.accept(self.archive, cand, stage, parent)
+        self.record_round(round_no, stage, target, parent, cand, accepted)
+
+    def record_round(self, round_no: int, stage: str, target: str | None, parent: Candidate, cand: Candidate,
+                     accepted: str) -> None:
+        """Book a finished attempt: its reason when not accepted, the target's failed
+        attempts, ``outcome.json`` and the history row the report prints. Integrators call it
+        for their own attempts."""
         if not accepted and cand.status == "evaluated":
-            cand.reason = "valid overall did not improve" if stage == "cold" else "no capability's valid score improved"
+            cand.reason = "valid overall did not improve" if stage in ("cold", "integrate") else \
+                "no capability's valid score improved"
         if not accepted:
-            self.archive.attempts.setdefault(target or "cold", []).append(cand.id)
+            self.archive.attempts.setdefault(target or stage, []).append(cand.id)
         atomic_write_json(self.dir.step(cand.id, "outcome"), {
             "status": cand.status, "reason": cand.reason, "accepted": accepted, "roles": cand.roles,
             "valid": cand.valid.scores() if cand.valid else None, "train": cand.train.scores() if cand.train else None})
@@ -432,19 +447,6 @@ class Evolution:
                              "base": self.archive.base,
                              "base_overall": self.archive.get(self.archive.base).valid.overall,
                              "tokens": self.ledger.round_tokens(round_no)})
-
-    def accept(self, cand: Candidate, stage: str, parent: Candidate) -> str:
-        """Apply the acceptance rule; returns what the child became ("" = nothing)."""
-        if cand.status != "evaluated":
-            return ""
-        took = []
-        if stage == "cold" and cand.valid.overall > self.archive.get(self.archive.base).valid.overall:
-            self.archive.base = cand.id
-            cand.roles.append("base")
-            took.append("base")
-        caps = self.archive.promote(cand, list(self.archive.specialists))
-        took += [f"specialist {c}" for c in caps]
-        return ", ".join(took)
 
     # ------------------------------------------------------------------ the run
 
