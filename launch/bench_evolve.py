@@ -9,7 +9,9 @@
   evaluation on train and valid) with the parent's stage outputs reused vs from an empty stage
   cache, for the offline ``params`` proposer and a scripted coder: wall seconds, model calls
   (embedding batches that reached the model, task-LLM calls, coder calls) and stage items.
-  Both measured runs start from empty embedding and response caches.
+  The reuse run keeps the stage and embedding caches its parent's evaluation left; the full
+  run starts from empty ones. Both re-run the parent on train for the compact cases (its
+  index is then shared with a child that leaves indexing alone).
 """
 from __future__ import annotations
 
