@@ -373,3 +373,21 @@ def test_cli_eval_turns_on_longmemeval(tmp_path):
     turns = json.loads(oracle.read_text())[0]["haystack_sessions"]
     assert sum(len(u["units"]) for u in units) == sum(len(s) for s in turns)
     assert units[0]["units"][0]["content"].split(": ", 1)[0] in ("user", "assistant")
+
+
+def test_two_evaluations_overlap_on_one_runner():
+    from concurrent.futures import ThreadPoolExecutor
+
+    runner, _, _ = make_runner(diagnostics=True, plan_mode="question")
+    runner.settings.extraction = "turns"
+    with ThreadPoolExecutor(2) as pool:
+        a, b = pool.map(lambda src: runner.run(src, [conversation()]), [REF, RETRIEVAL_ONLY])
+    solo, _, _ = make_runner(diagnostics=True, plan_mode="question")
+    solo.settings.extraction = "turns"
+    for run, src in ((a, REF), (b, RETRIEVAL_ONLY)):
+        alone = solo.run(src, [conversation()])
+        assert [(t.retrieved, t.score) for t in run.tasks] == [(t.retrieved, t.score) for t in alone.tasks]
+        assert run.traces[0].probes == alone.traces[0].probes
+        # each run counted only its own work (per-run state): 4 questions + 5 known evidence turns probed
+        assert sum(run.stage_items["retrieve"].values()) == 4 + 5
+        assert run.stage_items["extract"]["run"] + run.stage_items["extract"]["reused"] == 3
