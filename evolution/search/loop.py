@@ -39,7 +39,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from evolution.execution.program_eval import evaluate_program, summarise  # noqa: F401
+from evolution.execution.program_eval import evaluate_program
 from evolution.execution.runner import ProgramRunError, ProgramRunner
 from evolution.execution.sandbox import SandboxLimits
 from evolution.execution.stages import StageCache, unit_text
