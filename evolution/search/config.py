@@ -67,6 +67,10 @@ class EvolveConfig:
     budget_answer: int | None = field(default=None, metadata={"help": "token budget of task-LLM answers"})
     budget_extractor: int | None = field(default=None, metadata={"help": "token budget of a trained extractor"})
     budget_judge: int | None = field(default=None, metadata={"help": "token budget of the judge"})
+    request_timeout_s: float | None = field(default=None, metadata={
+        "help": "seconds per request to an openai: server (default $MEMGYM_REQUEST_TIMEOUT_S or 60)"})
+    request_retries: int | None = field(default=None, metadata={
+        "help": "retries of a failed openai: request (default $MEMGYM_REQUEST_RETRIES or 5)"})
     embedder: str = field(default="minilm", metadata={"help": "minilm (all-MiniLM-L6-v2, the default) | hash:<dim> "
                                                                 "(model-free bag of words: tests and stub runs only)"})
     cache: str | None = field(default=None, metadata={"help": "response cache (default <out>/responses.sqlite; "
