@@ -22,6 +22,18 @@ ROLE_BUDGETS = ("coder", "extract", "plan", "answer", "extractor", "judge")
 class EvolveConfig:
     """A ``memgym evolve`` recipe. Every field can be overridden on the command line."""
 
+    CHECKS = {"n_sessions": {"min": 1}, "max_questions": {"min": 1}, "cases": {"min": 1}, "case_budget": {"min": 200},
+              "workers": {"min": 1}, "batch_size": {"min": 1}, "plan_max_new_tokens": {"min": 1},
+              "answer_max_new_tokens": {"min": 1}, "extract_max_new_tokens": {"min": 1},
+              "coder_max_new_tokens": {"min": 1}, "call_timeout_s": {"min": 0.001},
+              "validate_timeout_s": {"min": 0.001}, "probe_units": {"min": 1}, "probe_batches": {"min": 1},
+              "rounds_cold": {"min": 0}, "rounds_refine": {"min": 0}, "rounds_integrate": {"min": 0},
+              "extractor": {"spec": "extractor", "words": ("instruction", "turns")}, "task_model": {"spec": "backend"},
+              "judge_model": {"spec": "backend"}, "coder_model": {"spec": "backend"}, "out": {"out_dir": True},
+              "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0},
+              "dataset": {"choices": ("locomo", "longmemeval")}, "proposer": {"choices": ("params", "coder", "scripted")},
+              "scorer": {"choices": ("answer-recall", "f1", "llm")}, "plan_mode": {"choices": ("llm", "question")}}
+
     dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval (the S subset)"})
     path: str | None = field(default=None, metadata={"help": "data file (default: $MEMGYM_DATA/...; longmemeval: "
                                                              "longmemeval/longmemeval_s_subset.json)"})
@@ -79,6 +91,9 @@ class EvolveConfig:
     progress: bool = field(default=True, metadata={"help": "progress bars"})
 
     def __post_init__(self):
+        from llm.config import check_fields
+
+        check_fields(self)
         if self.dataset not in ("locomo", "longmemeval"):
             raise ValueError(f"dataset must be locomo or longmemeval, got {self.dataset!r}")
         if self.proposer not in ("params", "coder", "scripted"):
