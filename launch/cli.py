@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "launch.cmd_eval",
     "launch.cmd_bench",
     "launch.cmd_program",
+    "launch.cmd_evolve",
     "launch.cmd_synth",
     "launch.cmd_reward",
     "launch.cmd_train",

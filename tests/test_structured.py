@@ -235,7 +235,7 @@ def test_record_schemas_follow_the_program_dataclasses(compiler):
 
 
 def test_runner_plans_and_units_parse_under_constraint_with_the_tiny_model(tiny):
-    from evolution.runner import ProgramRunner, RunnerSettings
+    from evolution.execution.runner import ProgramRunner, RunnerSettings
     from llm.embeddings import HashEmbedder
     from memory_bank.programs import read_program_source, reference_program_path
     from rewards.runtime import Runtime
@@ -250,11 +250,11 @@ def test_runner_plans_and_units_parse_under_constraint_with_the_tiny_model(tiny)
         runner = ProgramRunner(rt, s)
         return runner, runner.run(read_program_source(reference_program_path()), [conversation()])
 
-    runner, res = run(True)
-    assert runner.extraction_stats["sessions"] == 3 and runner.extraction_stats["format_failures"] == 0
-    assert runner.plan_failures == 0 and res.plan_failures == 0
-    free_runner, _ = run(False)
-    assert free_runner.extraction_stats["format_failures"] == 3 and free_runner.plan_failures == 4
+    _, res = run(True)
+    assert res.extraction["sessions"] == 3 and res.extraction["format_failures"] == 0
+    assert res.plan_failures == 0
+    _, free = run(False)
+    assert free.extraction["format_failures"] == 3 and free.plan_failures == 4
 
 
 # ------------------------------------------------------------------ openai, vllm, eval, adrpo
