@@ -22,6 +22,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from data_synth.datasets import DATASETS, load_conversations
 from evolution.diagnostics import METRICS, diagnose_run
 from evolution.runner import ProgramRun, ProgramRunner, RunnerSettings, dump_units
 from evolution.sandbox import SandboxLimits
@@ -69,8 +70,8 @@ class ProgramEvalConfig:
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
     def __post_init__(self):
-        if self.dataset not in ("locomo", "longmemeval"):
-            raise ValueError(f"dataset must be locomo or longmemeval, got {self.dataset!r}")
+        if self.dataset not in DATASETS:
+            raise ValueError(f"dataset must be one of {', '.join(DATASETS)}, got {self.dataset!r}")
         if self.scorer == "llm" and not self.judge_model:
             raise ValueError("scorer llm needs judge_model")
         self.runner_settings()  # validates extractor / plan_mode / budgets
@@ -98,9 +99,8 @@ def open_stage_cache(spec: str | None) -> StageCache:
 
 def load_tasks(cfg: ProgramEvalConfig):
     """The recipe's conversations (with QA), relabelled from ``cfg.labels`` when it is a file."""
-    from rewards.evaluate import load_conversations
-
-    convs = load_conversations(cfg)
+    convs = load_conversations(cfg.dataset, cfg.path, ids=cfg.conversations, n_sessions=cfg.n_sessions,
+                               max_questions=cfg.max_questions)
     if cfg.labels != "native":
         from data_synth.annotate import apply_labels, load_labels
         convs = apply_labels(convs, load_labels(cfg.labels))

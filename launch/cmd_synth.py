@@ -50,7 +50,7 @@ def select_conversations(args):
     """Load the conversations named by ``--conversations`` or ``--split``; raises
     :class:`UsageError` for a test split or test ids, or when neither is given."""
     from data_synth.splits import is_test_split, split_ids
-    from rewards.samples import load_benchmark
+    from data_synth.datasets import conversations_by_id
 
     if args.split and is_test_split(args.dataset, args.split):
         raise UsageError(f"refusing the test split of {args.dataset}: synthetic QA and trajectories are training "
@@ -61,7 +61,7 @@ def select_conversations(args):
     bad = sorted(set(ids) & test_ids(args.dataset))
     if bad:
         raise UsageError(f"refusing test-split conversations of {args.dataset}: {', '.join(bad)}")
-    convs = load_benchmark(args.dataset, ids, args.path)
+    convs = conversations_by_id(args.dataset, ids, args.path)
     return [convs[i] for i in dict.fromkeys(ids)]
 
 

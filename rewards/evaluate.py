@@ -17,8 +17,8 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from data_synth.capabilities import capability_for
+from data_synth.datasets import DATASETS, load_conversations
 from data_synth.expert import ExpertExtractor
-from data_synth.views import restrict
 from llm.base import GenerationParams
 from memory_bank.actions import MANAGERS
 from memory_bank.construct import ModelExtractor, construct
@@ -62,28 +62,19 @@ class EvalConfig:
 
     def __post_init__(self):
         self.compare = [c for c in self.compare if c.lower() not in ("none", "")]
-        if self.dataset not in ("locomo", "longmemeval"):
-            raise ValueError(f"dataset must be locomo or longmemeval, got {self.dataset!r}")
+        if self.dataset not in DATASETS:
+            raise ValueError(f"dataset must be one of {', '.join(DATASETS)}, got {self.dataset!r}")
         if self.n_sessions is not None and self.n_sessions < 1:
             raise ValueError(f"n_sessions must be >= 1, got {self.n_sessions}")
         if self.top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {self.top_k}")
 
 
-def load_conversations(cfg: EvalConfig) -> list[Conversation]:
-    """The recipe's conversations, restricted to its first ``n_sessions`` sessions."""
-    if cfg.dataset == "locomo":
-        from data_synth.locomo import load_locomo
-        convs = load_locomo(cfg.path, ids=cfg.conversations)
-    else:
-        from data_synth.longmemeval import load_longmemeval
-        convs = load_longmemeval(cfg.path, question_ids=cfg.conversations)
-    if cfg.n_sessions:
-        convs = [restrict(c, cfg.n_sessions) for c in convs]
-    if cfg.max_questions is not None:
-        from dataclasses import replace
-        convs = [replace(c, questions=c.questions[: cfg.max_questions]) for c in convs]
-    return convs
+def load_eval_conversations(cfg) -> list[Conversation]:
+    """The recipe's conversations (``dataset``, ``path``, ``conversations``), restricted to its
+    first ``n_sessions`` sessions and ``max_questions`` QA (:func:`data_synth.datasets.load_conversations`)."""
+    return load_conversations(cfg.dataset, cfg.path, ids=cfg.conversations, n_sessions=cfg.n_sessions,
+                              max_questions=cfg.max_questions)
 
 
 def resolve_expert_path(name: str) -> Path:
@@ -184,7 +175,7 @@ def run_eval(cfg: EvalConfig, rt: Runtime | None = None) -> dict:
 
     t0 = time.time()
     rt = rt or Runtime.from_config(cache=cfg.cache, batch_size=cfg.batch_size)
-    convs = load_conversations(cfg)
+    convs = load_eval_conversations(cfg)
     main = evaluate_extractor(cfg.extractor, convs, cfg, rt)
     main["compare"] = {spec: evaluate_extractor(spec, convs, cfg, rt) for spec in cfg.compare}
     main["config"] = asdict(cfg)

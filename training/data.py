@@ -26,6 +26,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from data_synth.datasets import DATASETS, conversations_by_id
 from data_synth.expert import TrajectoryStep, banks_before_sessions, load_trajectories
 from memory_bank.actions import MANAGERS
 from memory_bank.bank import MemoryBank
@@ -33,7 +34,6 @@ from memory_bank.prompts import build_prompt
 from memory_bank.schema import Conversation, Session
 
 #: Datasets whose conversations expert trajectories can refer to.
-DATASETS = ("locomo", "longmemeval")
 #: Column order of :func:`sft_examples`.
 SFT_COLUMNS = ("prompt", "completion", "conversation_id", "session", "manager")
 
@@ -83,26 +83,6 @@ def check_managers(managers: Iterable[str]) -> tuple[str, ...]:
     return ms
 
 
-def load_conversations(dataset: str, ids: Sequence[str], data_path=None) -> dict[str, Conversation]:
-    """Load the conversations ``ids`` of ``dataset`` ("locomo": LoCoMo ``sample_id``s;
-    "longmemeval": LongMemEval ``question_id``s) from ``data_path`` (default: the dataset's
-    file under ``$MEMGYM_DATA``). Returns {id: Conversation}.
-
-    Raises ValueError for an unknown dataset or an id absent from the file, and the loaders'
-    ``DataFileNotFoundError`` / ``DataFormatError`` for a missing or broken file."""
-    if dataset == "locomo":
-        from data_synth.locomo import load_locomo
-
-        convs = load_locomo(data_path, ids=list(ids))
-    elif dataset == "longmemeval":
-        from data_synth.longmemeval import load_longmemeval
-
-        convs = load_longmemeval(data_path, question_ids=list(ids))
-    else:
-        raise ValueError(f"unknown dataset {dataset!r}; expected one of {DATASETS}")
-    return {c.id: c for c in convs}
-
-
 def expert_session_states(trajectory_paths: Sequence[str | Path], *, dataset: str = "locomo",
                           data_path=None) -> list[SessionState]:
     """Every session of the given expert trajectory files, in file order, each paired with its
@@ -120,7 +100,7 @@ def expert_session_states(trajectory_paths: Sequence[str | Path], *, dataset: st
         raise ValueError("no trajectory files given")
     per_file = [(p, load_trajectories(p)) for p in paths]
     ids = list(dict.fromkeys(s.conversation_id for _, steps in per_file for s in steps))
-    convs = load_conversations(dataset, ids, data_path) if ids else {}
+    convs = conversations_by_id(dataset, ids, data_path) if ids else {}
     out: list[SessionState] = []
     seen: dict[tuple[str, int], str] = {}
     for path, steps in per_file:
