@@ -140,6 +140,10 @@ class ExpertExtractor:
     def has(self, conversation_id: str, session: int) -> bool:
         return (conversation_id, session) in self.steps
 
+    def missing_sessions(self, conv) -> list[int]:
+        """Indices of ``conv``'s sessions this file has no line for (empty: it covers all)."""
+        return [s.index for s in conv.sessions if not self.has(conv.id, s.index)]
+
     def extract(self, conversation_id, session, prompts):
         key = (conversation_id, session.index)
         if key not in self.steps:

@@ -21,7 +21,7 @@ split into segments, one per non-empty line (stripped), and Z is that set of seg
 value is the mean over its evidence snippets; tasks without any resolvable evidence are left
 out of the averages (counted in ``n_no_evidence``). Capabilities come from the task's primary
 label (never shown to the program). φ is the run's embedder (MiniLM through
-:class:`rewards.runtime.Runtime`, cached by text hash).
+:class:`llm.runtime.Runtime`, cached by text hash).
 
 Lengths: ``mean_unit_chars`` (mean characters per unit text over all units) and
 ``mean_retrieved_chars`` (mean characters of retrieve's output per question).

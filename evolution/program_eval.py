@@ -27,7 +27,7 @@ from evolution.diagnostics import METRICS, diagnose_run
 from evolution.runner import ProgramRun, ProgramRunner, RunnerSettings, dump_units
 from evolution.sandbox import SandboxLimits
 from evolution.stages import StageCache
-from rewards.runtime import Runtime
+from llm.runtime import Runtime
 
 CATEGORY_NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}
 CAPABILITY_NAMES = {"F": "factual", "T": "temporal", "P": "preference", "M": "multi-session", "A": "adversarial"}

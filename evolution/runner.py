@@ -31,6 +31,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from data_synth.extractors import expert_paths, extractor_kind, make_extractor
 from evolution.component_diff import STAGES, ComponentDiff, component_hashes, diff_components, \
     stage_component_hashes
 from evolution.sandbox import ProgramRaised, SandboxedProgram, SandboxError, SandboxLimits
@@ -39,12 +40,10 @@ from evolution.stages import (StageCache, answer_messages, extraction_messages, 
 from llm.base import BackendSpecError, GenerationParams
 from memory_bank.program import (OUT_CHAR_BUDGET, ContractError, ProgramInfo, SessionInfo, StructuredOutputError,
                                  parse_structured, units_from_entries)
+from llm.runtime import Runtime
 from memory_bank.schema import Conversation, QAItem
 from rewards.answer import clean_answer
 from rewards.judge import ScoreItem, make_scorer
-from rewards.runtime import Runtime
-
-EXTRACTION_MODES = ("instruction", "extractor", "expert")
 
 
 class ProgramRunError(RuntimeError):
@@ -92,23 +91,14 @@ class RunnerSettings:
             raise ValueError(f"plan_mode must be 'llm' or 'question', got {self.plan_mode!r}")
         if self.program_llm_calls < 0:
             raise ValueError(f"program_llm_calls must be >= 0, got {self.program_llm_calls}")
-        kind = extraction_kind(self.extraction)
+        kind = extractor_kind(self.extraction)
         if kind == "extractor":
             from llm.specs import parse_spec
             parse_spec(self.extraction)  # BackendSpecError names the spec
 
     @property
     def extraction_mode(self) -> str:
-        return extraction_kind(self.extraction)
-
-
-def extraction_kind(spec: str) -> str:
-    """``instruction`` | ``expert`` | ``extractor`` for an extraction spec (ValueError if empty)."""
-    if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"extraction spec must be a non-empty str, got {spec!r}")
-    if spec == "instruction":
-        return "instruction"
-    return "expert" if spec.startswith("expert:") else "extractor"
+        return extractor_kind(self.extraction)
 
 
 @dataclass
@@ -205,7 +195,7 @@ def _file_sha(path: Path) -> str:
 class ProgramRunner:
     """Runs memory programs over conversations with stage caching.
 
-    ``ProgramRunner(rt, settings, cache)``: ``rt`` a :class:`rewards.runtime.Runtime` (task
+    ``ProgramRunner(rt, settings, cache)``: ``rt`` a :class:`llm.runtime.Runtime` (task
     backend, embedder, per-role call/token ledger); ``cache`` a :class:`StageCache` (default:
     in memory only). One runner may evaluate many programs; they share the cache.
     """
@@ -243,8 +233,7 @@ class ProgramRunner:
                 self._ids[what] = model_identity(s.task_model)
             elif what == "extractor":
                 if s.extraction_mode == "expert":
-                    from rewards.evaluate import resolve_expert_path
-                    paths = [resolve_expert_path(x) for x in s.extraction[len("expert:"):].split(",")]
+                    paths = expert_paths(s.extraction)
                     self._ids[what] = "expert:" + ",".join(_file_sha(p) for p in paths)
                 else:
                     self._ids[what] = model_identity(s.extraction)
@@ -435,9 +424,7 @@ class ProgramRunner:
 
     def _construct(self, conv: Conversation) -> dict:
         from memory_bank.construct import construct
-        from rewards.evaluate import make_extractor
-
-        extractor = make_extractor(self.settings.extraction, self.rt, self.settings)
+        extractor = make_extractor(self.settings.extraction, self.rt, self.settings.extractor_max_new_tokens)
         if hasattr(extractor, "has"):
             missing = [x.index for x in conv.sessions if not extractor.has(conv.id, x.index)]
             if missing:

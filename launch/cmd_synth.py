@@ -66,7 +66,7 @@ def select_conversations(args):
 
 
 def _runtime(args):
-    from rewards.runtime import Runtime
+    from llm.runtime import Runtime
 
     return Runtime.from_config(cache=args.cache, batch_size=args.concurrency)
 

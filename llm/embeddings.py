@@ -194,3 +194,20 @@ class HashEmbedder:
             self.calls += 1
             out /= np.linalg.norm(out, axis=1, keepdims=True)
         return out
+
+
+def load_embedder(spec: str, hash_dim: int = 64):
+    """The one embedder factory. ``minilm``: the embedded all-MiniLM-L6-v2
+    (:class:`STEmbedder` with the persistent cache ``$MEMGYM_CACHE/embeddings.sqlite``);
+    ``hash``: :class:`HashEmbedder` of ``hash_dim`` buckets (tests and stub runs only);
+    ``none``: None (callers that can go without); else a sentence-transformers model dir
+    (cached the same way). Raises ValueError for an empty spec."""
+    if not spec:
+        raise ValueError("embedder spec is empty; expected minilm, hash, none or a model dir")
+    if spec == "none":
+        return None
+    if spec == "hash":
+        return HashEmbedder(hash_dim)
+    from llm.paths import cache_dir
+
+    return STEmbedder(None if spec == "minilm" else spec, cache=EmbeddingCache(cache_dir() / "embeddings.sqlite"))

@@ -19,19 +19,16 @@ from tqdm.auto import tqdm
 from data_synth.capabilities import capability_for
 from data_synth.datasets import DATASETS, load_conversations
 from data_synth.expert import ExpertExtractor
+from data_synth.extractors import make_extractor
 from llm.base import GenerationParams
 from memory_bank.actions import MANAGERS
-from memory_bank.construct import ModelExtractor, construct
+from memory_bank.construct import construct
 from memory_bank.retrieval import BankRetriever
 from memory_bank.schema import Conversation
 from rewards.answer import answer_questions
 from rewards.judge import ScoreItem, make_scorer
 from rewards.metrics import answer_recall
-from rewards.runtime import Runtime
-
-LOCOMO_CATEGORY_NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop",
-                         "5": "adversarial"}
-
+from llm.runtime import Runtime
 
 @dataclass
 class EvalConfig:
@@ -77,28 +74,6 @@ def load_eval_conversations(cfg) -> list[Conversation]:
                               max_questions=cfg.max_questions)
 
 
-def resolve_expert_path(name: str) -> Path:
-    """A trajectory path as given, or a bare name (``conv-30``) looked up in the shipped
-    expert dir (``$MEMGYM_DATA/expert/<name>.jsonl``). Raises FileNotFoundError naming both."""
-    p = Path(name)
-    if p.is_file():
-        return p
-    from data_synth.paths import expert_dir
-
-    alt = expert_dir() / (name if name.endswith(".jsonl") else f"{name}.jsonl")
-    if alt.is_file():
-        return alt
-    raise FileNotFoundError(f"expert trajectories not found: {p} (nor {alt})")
-
-
-def make_extractor(spec: str, rt: Runtime, cfg: EvalConfig):
-    """``expert:<file>`` → :class:`ExpertExtractor`; any backend spec → :class:`ModelExtractor`."""
-    if spec.startswith("expert:"):
-        return ExpertExtractor(*[resolve_expert_path(x) for x in spec[len("expert:"):].split(",")])
-    backend = rt.backend(spec, role="extractor")
-    return ModelExtractor(backend, GenerationParams(max_new_tokens=cfg.extractor_max_new_tokens), name=spec)
-
-
 def _mean(xs):
     return sum(xs) / len(xs) if xs else 0.0
 
@@ -117,17 +92,15 @@ def evaluate_extractor(spec: str, convs: list[Conversation], cfg: EvalConfig, rt
     writes nothing (see :func:`run_eval`)."""
     t0 = time.time()
     calls0 = rt.calls_snapshot()
-    extractor = make_extractor(spec, rt, cfg)
+    extractor = make_extractor(spec, rt, cfg.extractor_max_new_tokens)
     answerer = rt.backend(cfg.answer_model, role="answer")
     scorer = make_scorer(cfg.scorer, rt.backend(cfg.judge_model, role="judge") if cfg.judge_model else None)
     rows, attempts, fails = [], defaultdict(int), defaultdict(int)
     for conv in convs:
         n = len(conv.sessions)
-        if isinstance(extractor, ExpertExtractor):
-            n = max(i for i in range(len(conv.sessions) + 1)
-                    if all(extractor.has(conv.id, s.index) for s in conv.sessions[:i]))
-            if n < len(conv.sessions):
-                raise ValueError(f"{extractor.name} covers only {n} of {len(conv.sessions)} sessions of {conv.id}")
+        if isinstance(extractor, ExpertExtractor) and extractor.missing_sessions(conv):
+            n = min(extractor.missing_sessions(conv)) - 1
+            raise ValueError(f"{extractor.name} covers only {n} of {len(conv.sessions)} sessions of {conv.id}")
         built = construct(conv, extractor, embedder=rt.embedder, progress=cfg.progress)
         for m in MANAGERS:
             attempts[m] += built.attempts[m]

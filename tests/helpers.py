@@ -56,3 +56,9 @@ class ScriptedBackend:
             out.append(Completion(text=text, prompt_tokens=prompt_tokens, completion_tokens=len(words),
                                   finish_reason=reason))
         return out
+
+
+def trainable_state(model) -> dict:
+    """{name: detached CPU copy} of every parameter with ``requires_grad`` (the LoRA weights
+    for a PEFT model); tests compare it before and after training."""
+    return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}

@@ -10,7 +10,7 @@ from evolution.diagnostics import DiagTask, EvidenceTrace, diagnose_run, diagnos
 from evolution.runner import ProgramRunner, RunnerSettings
 from llm.embeddings import HashEmbedder
 from memory_bank.programs import read_program_source, seed_program_path
-from rewards.runtime import Runtime
+from llm.runtime import Runtime
 from tests.helpers import ScriptedBackend
 from tests.test_program_runner import TASK, Script, conversation
 

@@ -14,7 +14,7 @@ from llm.embeddings import HashEmbedder
 from memory_bank.program import FieldSpec
 from memory_bank.programs import read_program_source, reference_program_path, seed_program_path
 from memory_bank.schema import Capability, Conversation, QAItem, Session, Turn
-from rewards.runtime import Runtime
+from llm.runtime import Runtime
 from tests.helpers import ScriptedBackend
 
 SEED = read_program_source(seed_program_path())

@@ -64,10 +64,9 @@ class Runtime:
     @property
     def embedder(self):
         if self._embedder is None:
-            from llm.embeddings import EmbeddingCache, STEmbedder
-            from llm.paths import cache_dir
+            from llm.embeddings import load_embedder
 
-            self._embedder = STEmbedder(cache=EmbeddingCache(cache_dir() / "embeddings.sqlite"))
+            self._embedder = load_embedder("minilm")
         return self._embedder
 
     def backend(self, spec: str, role: str, **load_kw) -> RoleBackend:
