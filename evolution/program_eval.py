@@ -22,15 +22,16 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from data_synth.capabilities import CAPABILITY_NAMES
+from data_synth.capabilities import LOCOMO_CATEGORY_NAMES as CATEGORY_NAMES
 from data_synth.datasets import DATASETS, load_conversations
 from evolution.diagnostics import METRICS, diagnose_run
 from evolution.runner import ProgramRun, ProgramRunner, RunnerSettings, dump_units
 from evolution.sandbox import SandboxLimits
 from evolution.stages import StageCache
 from llm.runtime import Runtime
+from rewards.metrics import mean_or_zero
 
-CATEGORY_NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}
-CAPABILITY_NAMES = {"F": "factual", "T": "temporal", "P": "preference", "M": "multi-session", "A": "adversarial"}
 
 
 @dataclass
@@ -107,10 +108,6 @@ def load_tasks(cfg: ProgramEvalConfig):
     return convs
 
 
-def _mean(xs):
-    return sum(xs) / len(xs) if xs else 0.0
-
-
 def summarise(run: ProgramRun) -> dict:
     """Scores of a run: ``n``, ``overall``, ``by_capability`` {letter: {"score", "n"}} and
     ``by_category`` {native label: {"score", "n", "name"}}."""
@@ -118,9 +115,9 @@ def summarise(run: ProgramRun) -> dict:
     for t in run.tasks:
         by_cap[t.qa.capability.value if t.qa.capability is not None else "?"].append(t.score)
         by_cat[str(t.qa.category)].append(t.score)
-    return {"n": len(run.tasks), "overall": _mean([t.score for t in run.tasks]),
-            "by_capability": {k: {"score": _mean(v), "n": len(v)} for k, v in sorted(by_cap.items())},
-            "by_category": {k: {"score": _mean(v), "n": len(v), "name": CATEGORY_NAMES.get(k, k)}
+    return {"n": len(run.tasks), "overall": mean_or_zero([t.score for t in run.tasks]),
+            "by_capability": {k: {"score": mean_or_zero(v), "n": len(v)} for k, v in sorted(by_cap.items())},
+            "by_category": {k: {"score": mean_or_zero(v), "n": len(v), "name": CATEGORY_NAMES.get(k, k)}
                             for k, v in sorted(by_cat.items())}}
 
 

@@ -35,11 +35,12 @@ from data_synth.extractors import expert_paths, extractor_kind, make_extractor
 from evolution.component_diff import STAGES, ComponentDiff, component_hashes, diff_components, \
     stage_component_hashes
 from evolution.sandbox import ProgramRaised, SandboxedProgram, SandboxError, SandboxLimits
-from evolution.stages import (StageCache, answer_messages, extraction_messages, planning_messages, session_entries,
-                              session_fingerprint, stable_hash, text_query)
+from evolution.stages import (StageCache, answer_messages, extraction_messages, planning_messages,
+                              session_fingerprint, stable_hash)
 from llm.base import BackendSpecError, GenerationParams
-from memory_bank.program import (OUT_CHAR_BUDGET, ContractError, ProgramInfo, SessionInfo, StructuredOutputError,
-                                 parse_structured, units_from_entries)
+from memory_bank.program import (OUT_CHAR_BUDGET, BackendToolkitHost, ContractError, ProgramInfo, SessionInfo,
+                                 StructuredOutputError, parse_structured, session_entries, text_query,
+                                 units_from_entries)
 from llm.runtime import Runtime
 from memory_bank.schema import Conversation, QAItem
 from rewards.answer import clean_answer
@@ -66,7 +67,7 @@ class RunnerSettings:
     ``openai:<url>#<model>``. task_model: backend spec of the task LLM (plan, answer,
     instruction extraction, program toolkit.llm). plan_mode: ``llm`` (the task LLM with
     PLANNING_INSTRUCTION) or ``question`` (no LLM call: the question text goes into the
-    Query by :func:`evolution.stages.text_query`; an offline/ablation setting).
+    Query by :func:`memory_bank.program.text_query`; an offline/ablation setting).
     scorer: ``answer-recall`` | ``f1`` | ``llm`` (then ``judge_model``). Token budgets are in
     tokens of the respective model. program_llm_calls: toolkit.llm budget per conversation's
     sandbox. diagnostics: also retrieve with each evidence turn as the query (d_idx).
@@ -159,20 +160,6 @@ class ProgramRun:
         return [s for s in STAGES if self.stage_items[s]["reused"] > 0]
 
 
-class _LazyHost:
-    """Toolkit host for the sandbox: the run's embedder, and the task LLM loaded on first use."""
-
-    def __init__(self, runner: "ProgramRunner"):
-        self.runner = runner
-
-    def embed(self, texts):
-        return self.runner.rt.embedder.encode(list(texts))
-
-    def llm(self, prompt: str, max_tokens: int) -> str:
-        params = GenerationParams(max_new_tokens=max_tokens)
-        return self.runner.task.generate([[{"role": "user", "content": prompt}]], params)[0].text
-
-
 def model_identity(spec: str) -> str:
     """A cache identity for a backend spec: ``spec@<dir fingerprint>`` for local ``hf:``/``vllm:``
     dirs (retraining in place changes it), the spec itself otherwise."""
@@ -259,7 +246,7 @@ class ProgramRunner:
 
     def _sandbox(self, source: str, conv_id: str) -> SandboxedProgram:
         try:
-            return SandboxedProgram(source, _LazyHost(self), self.settings.sandbox,
+            return SandboxedProgram(source, BackendToolkitHost(lambda: self.task, lambda: self.rt.embedder), self.settings.sandbox,
                                     llm_budget=self.settings.program_llm_calls, filename="<program>")
         except SandboxError as e:
             raise ProgramRunError(f"program failed to load: {e.kind}: {e.reason}", stage="load",

@@ -178,9 +178,14 @@ class HashEmbedder:
         self.dim = dim
         self.model_id = f"hash-{dim}"
         self.calls = 0
+        self._buckets: dict[str, int] = {}
 
     def _bucket(self, token: str) -> int:
-        return int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest(), "little") % self.dim
+        b = self._buckets.get(token)
+        if b is None:
+            b = self._buckets[token] = int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest(),
+                                                      "little") % self.dim
+        return b
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """float32 array (len(texts), dim) of L2-normalised hashed token counts."""

@@ -27,7 +27,7 @@ from memory_bank.retrieval import BankRetriever
 from memory_bank.schema import Conversation
 from rewards.answer import answer_questions
 from rewards.judge import ScoreItem, make_scorer
-from rewards.metrics import answer_recall
+from rewards.metrics import answer_recall, mean_or_zero
 from llm.runtime import Runtime
 
 @dataclass
@@ -74,16 +74,12 @@ def load_eval_conversations(cfg) -> list[Conversation]:
                               max_questions=cfg.max_questions)
 
 
-def _mean(xs):
-    return sum(xs) / len(xs) if xs else 0.0
-
-
 def aggregate(rows: list[dict], key: str) -> dict:
     """Group prediction rows by ``row[key]`` → ``{label: {"score", "recall", "n"}}``."""
     groups = defaultdict(list)
     for r in rows:
         groups[str(r[key])].append(r)
-    return {k: {"score": _mean([r["score"] for r in v]), "recall": _mean([r["recall"] for r in v]), "n": len(v)}
+    return {k: {"score": mean_or_zero([r["score"] for r in v]), "recall": mean_or_zero([r["recall"] for r in v]), "n": len(v)}
             for k, v in sorted(groups.items())}
 
 
@@ -129,8 +125,8 @@ def evaluate_extractor(spec: str, convs: list[Conversation], cfg: EvalConfig, rt
         "answer_model": cfg.answer_model,
         "scorer": cfg.scorer,
         "n": len(rows),
-        "overall": _mean([r["score"] for r in rows]),
-        "overall_recall": _mean([r["recall"] for r in rows]),
+        "overall": mean_or_zero([r["score"] for r in rows]),
+        "overall_recall": mean_or_zero([r["recall"] for r in rows]),
         "by_category": aggregate(rows, "category"),
         "by_capability": aggregate(rows, "capability"),
         "format_failure_rate": {m: (fails[m] / attempts[m] if attempts[m] else 0.0) for m in MANAGERS},

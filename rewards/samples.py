@@ -18,7 +18,7 @@ from data_synth.qa_format import load_session_qa, qa_item_from_json
 from memory_bank.actions import MANAGERS
 from memory_bank.bank import MemoryBank
 from memory_bank.prompts import build_prompt
-from memory_bank.schema import Conversation, QAItem
+from memory_bank.schema import QAItem
 
 __all__ = ["RewardSample", "build_reward_samples", "sample_key"]
 

@@ -62,3 +62,28 @@ def trainable_state(model) -> dict:
     """{name: detached CPU copy} of every parameter with ``requires_grad`` (the LoRA weights
     for a PEFT model); tests compare it before and after training."""
     return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def load_program_module(path, module_name: str | None = None):
+    """Import a TRUSTED program file in-process (seed/reference, tests). Untrusted candidates
+    must go through ``evolution.sandbox.SandboxedProgram`` instead. The module is registered
+    in ``sys.modules`` under ``module_name`` (default ``memgym_program_<stem>``) so that
+    ``typing.get_type_hints`` can resolve its annotations. Raises FileNotFoundError naming
+    the path."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"memory program not found: {path}")
+    name = module_name or f"memgym_program_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module

@@ -9,9 +9,9 @@ import pytest
 
 from evolution.component_diff import COMPONENTS, diff_components, stage_component_hashes, component_hashes
 from evolution.runner import ProgramRunError, ProgramRunner, RunnerSettings
-from evolution.stages import StageCache, session_entries, text_query, unit_text
+from evolution.stages import StageCache
 from llm.embeddings import HashEmbedder
-from memory_bank.program import FieldSpec
+from memory_bank.program import FieldSpec, session_entries, text_query, unit_text
 from memory_bank.programs import read_program_source, reference_program_path, seed_program_path
 from memory_bank.schema import Capability, Conversation, QAItem, Session, Turn
 from llm.runtime import Runtime

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from data_synth.datasets import DATASETS, conversations_by_id
+from data_synth.datasets import conversations_by_id
 from data_synth.expert import TrajectoryStep, banks_before_sessions, load_trajectories
 from memory_bank.actions import MANAGERS
 from memory_bank.bank import MemoryBank

@@ -25,11 +25,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from data_synth.datasets import DATASETS
 from data_synth.errors import DataFormatError
 from data_synth.expert import TrajectoryError
 from memory_bank.actions import MANAGERS
 from training.common import PolicyModelConfig, load_policy, parse_training_args
-from training.data import (DATASETS, ExampleLengthError, TrainingDataError, check_managers, drop_overlong,
+from training.data import (ExampleLengthError, TrainingDataError, check_managers, drop_overlong,
                            sft_examples)
 
 EMBEDDERS = ("minilm", "none")
