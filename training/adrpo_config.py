@@ -46,6 +46,10 @@ class ADRPOConfig(GRPOConfig):
     ``weighting: unclipped`` are checked by :class:`training.adrpo_eq12.ADRPOEq12Trainer`.
     """
 
+    _argument_group_name = ("ADRPOConfig: every trl.GRPOConfig field "
+                            "(https://huggingface.co/docs/trl/main/en/grpo_trainer#trl.GRPOConfig), then the ADRPO "
+                            "fields from --init_from on")
+
     init_from: str | None = field(default=None, metadata={
         "help": "start from an SFT checkpoint dir (full model) or a LoRA adapter dir; overrides model_name_or_path"})
     # weighting

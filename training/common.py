@@ -67,11 +67,17 @@ def config_argv(argv: Sequence[str]) -> list[str]:
 
 def parse_training_args(dataclass_types: Sequence[type], argv: Sequence[str] | None, prog: str,
                         description: str, cpu_defaults: bool = True) -> tuple:
-    """Parse ``argv`` (default ``sys.argv[1:]``) with ``trl.TrlParser`` into one instance per
-    dataclass: values come from ``--config R.yaml`` (its ``env:`` mapping is exported), then
-    from CLI flags. On a machine without CUDA, :func:`device_default_args` are applied between
-    the two when ``cpu_defaults``. Raises ValueError for an unknown YAML key (TRL's check),
-    FileNotFoundError for a missing recipe; argparse exits (status 2) on a bad flag."""
+    """The one recipe parser of memgym's TrlParser-configured commands (trainers, ``memgym
+    eval``, ``memgym program eval``): parse ``argv`` (default ``sys.argv[1:]``) with
+    ``trl.TrlParser`` into one instance per dataclass, in order. Values come from ``--config
+    R.yaml`` (alias ``--recipe``; its ``env:`` mapping is exported), then from CLI flags. On a
+    machine without CUDA, :func:`device_default_args` are applied between the two when
+    ``cpu_defaults``. A dataclass's ``_argument_group_name`` heads its fields in ``--help``.
+    Raises ValueError for an unknown YAML key (TRL's check) or a repeated/empty ``--config``,
+    FileNotFoundError for a missing recipe; argparse exits (status 2) on a bad flag and
+    (status 0) after ``--help``."""
+    import argparse
+
     from trl import TrlParser
 
     args = config_argv(list(sys.argv[1:] if argv is None else argv))
@@ -82,7 +88,11 @@ def parse_training_args(dataclass_types: Sequence[type], argv: Sequence[str] | N
     if cpu_defaults:
         args = device_default_args() + args
     parser = TrlParser(dataclass_types=list(dataclass_types), prog=prog, description=description)
-    return tuple(parser.parse_args_and_config(args=args))
+    # listed for --help only: TrlParser reads --config itself before argparse sees the arguments
+    parser.add_argument("--config", "--recipe", metavar="R.yaml", default=None,
+                        help="YAML recipe whose keys set the fields below; flags given after it override it")
+    out = parser.parse_args_and_config(args=args)
+    return tuple(o for o in out if not isinstance(o, argparse.Namespace))
 
 
 def resolve_model_path(name_or_path: str) -> str:
@@ -118,6 +128,9 @@ class PolicyModelConfig(ModelConfig):
     LoRA on the attention projections. The LoRA config is TRL's ``get_peft_config`` of these
     fields. Raises ValueError naming the field for an empty model name, ``lora_r`` < 1,
     ``lora_alpha`` <= 0, ``lora_dropout`` outside [0, 1) or an empty target list."""
+
+    _argument_group_name = ("model and LoRA: trl.ModelConfig fields, memgym defaults "
+                            "(https://huggingface.co/docs/trl/main/en/script_utils#trl.ModelConfig)")
 
     model_name_or_path: str = field(default=EMBEDDED_POLICY, metadata={
         "help": "'smollm2' (the embedded SmolLM2-135M-Instruct), a local dir, an adapter dir or a hub id"})

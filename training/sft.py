@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trl import SFTConfig
+
 from data_synth.datasets import DATASETS
 from data_synth.errors import DataFormatError
 from data_synth.expert import TrajectoryError
@@ -46,6 +48,8 @@ def _expert(name: str) -> list[str]:
 @dataclass
 class SFTScriptArguments:
     """memgym SFT: fine-tune a memory manager on expert trajectories (TRL SFTTrainer)."""
+
+    _argument_group_name = "memgym SFT: the expert trajectories and the examples built from them"
 
     train_trajectories: list[str] = field(
         default_factory=lambda: _expert("conv-26.jsonl"),
@@ -81,13 +85,19 @@ class SFTScriptArguments:
         self.managers = list(check_managers(self.managers))
 
 
-def parse_args(argv: list[str] | None = None):
-    """``(SFTScriptArguments, trl.SFTConfig, PolicyModelConfig)`` from ``--config R.yaml`` + CLI
-    overrides, with CPU-safe defaults on machines without CUDA
-    (:func:`training.common.device_default_args`)."""
-    from trl import SFTConfig
+@dataclass
+class SFTTrainingConfig(SFTConfig):
+    """TRL's ``SFTConfig`` unchanged; the subclass only heads its fields in ``--help``."""
 
-    return parse_training_args([SFTScriptArguments, SFTConfig, PolicyModelConfig], argv, PROG,
+    _argument_group_name = ("trainer: every trl.SFTConfig field (transformers TrainingArguments + SFT; "
+                            "https://huggingface.co/docs/trl/main/en/sft_trainer#trl.SFTConfig)")
+
+
+def parse_args(argv: list[str] | None = None):
+    """``(SFTScriptArguments, SFTTrainingConfig, PolicyModelConfig)`` from ``--config R.yaml`` +
+    CLI overrides, with CPU-safe defaults on machines without CUDA
+    (:func:`training.common.device_default_args`)."""
+    return parse_training_args([SFTScriptArguments, SFTTrainingConfig, PolicyModelConfig], argv, PROG,
                                "Fine-tune a memory manager on expert trajectories (TRL SFTTrainer). Use "
                                "--config R.yaml for a recipe; any field below overrides it.")
 
