@@ -183,7 +183,7 @@ def validate_program(source: str, parent_source: str | None = None, limits: Vali
             sandbox = SandboxedProgram(
                 source, host, limits.sandbox, llm_budget=limits.smoke_llm_calls + limits.probe_max_llm_calls,
                 embed_budget=limits.smoke_embed_calls + limits.probe_max_embed_calls,
-                allowed_imports=allowed_imports, static_check=False)
+                allowed_imports=allowed_imports, skip_static_check=True)
         except SandboxError as e:
             return ValidationResult(False, 1, f"module failed to load: {_describe(e)}", stats)
         stats["load_s"] = round(time.perf_counter() - t0, 3)

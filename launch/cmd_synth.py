@@ -33,11 +33,11 @@ def load_role_backend(rt, spec: str, role: str, concurrency: int = 8):
 def make_embedder(name: str, rt):
     """``minilm``: the cached all-MiniLM-L6-v2 of the runtime; ``hash``: the model-free
     :class:`llm.embeddings.HashEmbedder` (tests and stub runs only)."""
-    if name == "hash":
-        from llm.embeddings import HashEmbedder
+    if name == "minilm":
+        return rt.embedder
+    from llm.embeddings import load_embedder
 
-        return HashEmbedder(256)
-    return rt.embedder
+    return load_embedder(name, hash_dim=256)
 
 
 def test_ids(dataset: str) -> set[str]:

@@ -6,7 +6,6 @@ annotator. A cache hit is not a model call and costs no tokens.
 """
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from pathlib import Path
 

@@ -8,7 +8,6 @@ the retrieved context is always reported beside it (it needs no model).
 """
 from __future__ import annotations
 
-import json
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field

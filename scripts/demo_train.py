@@ -72,11 +72,12 @@ def run_adrpo(out: Path, steps: int | None) -> list[dict]:
 
 def run_evaluation(out: Path) -> dict:
     """Stage 3: the eval job with the base model and the trained adapter side by side."""
-    from launch.cmd_eval import parse_config
     from rewards.evaluate import EvalConfig, run_eval
+    from training.common import parse_training_args
 
-    cfg = parse_config(["--recipe", str(RECIPES / "demo_train_eval.yaml"), "--compare", f"hf:{out / 'adrpo'}",
-                        "--out", str(out / "eval")], EvalConfig, "demo-train eval")
+    (cfg,) = parse_training_args([EvalConfig], ["--config", str(RECIPES / "demo_train_eval.yaml"), "--compare",
+                                                f"hf:{out / 'adrpo'}", "--out", str(out / "eval")],
+                                 "demo-train eval", "eval stage", cpu_defaults=False)
     return run_eval(cfg)
 
 

@@ -84,7 +84,7 @@ def parse_training_args(dataclass_types: Sequence[type], argv: Sequence[str] | N
     if "--config" in args:
         i = args.index("--config")
         if not Path(args[i + 1]).is_file():
-            raise FileNotFoundError(f"{prog}: recipe {args[i + 1]} not found")
+            raise FileNotFoundError(f"recipe {args[i + 1]} not found")
     if cpu_defaults:
         args = device_default_args() + args
     parser = TrlParser(dataclass_types=list(dataclass_types), prog=prog, description=description)

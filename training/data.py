@@ -19,7 +19,6 @@ counted in the run's report.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,16 +198,3 @@ def drop_overlong(ds, tokenizer, max_length: int | None):
     dropped = tuple((ds[i]["conversation_id"], ds[i]["session"], ds[i]["manager"])
                     for i, n in enumerate(lengths) if n > max_length)
     return ds.select(keep), LengthReport(len(keep), len(dropped), max_length, longest, dropped)
-
-
-def completion_json(row: dict) -> dict:
-    """The expert JSON object held by an SFT row's completion (the inverse of the row
-    builder; used by tests and reports). Raises ValueError when it is not one assistant
-    message holding a JSON object."""
-    comp = row.get("completion")
-    if not (isinstance(comp, list) and len(comp) == 1 and comp[0].get("role") == "assistant"):
-        raise ValueError(f"completion must be one assistant message, got {comp!r:.200}")
-    obj = json.loads(comp[0]["content"])
-    if not isinstance(obj, dict):
-        raise ValueError(f"completion content must be a JSON object, got {type(obj).__name__}")
-    return obj

@@ -108,7 +108,7 @@ def _sft_setup(args, tmp: Path):
     from training.common import load_policy
     from training.sft import build_data, build_trainer, parse_args
 
-    argv = ["--config", str(Path(__file__).parent / "recipes" / "sft_cpu.yaml"), "--output_dir", str(tmp / "sft"),
+    argv = ["--config", str(Path(__file__).resolve().parents[1] / "recipes" / "sft_cpu.yaml"), "--output_dir", str(tmp / "sft"),
             "--max_steps", str(args.sft_steps), "--max_length", str(args.sft_max_length),
             "--max_examples", str(args.sft_steps), "--embedder", "minilm" if args.embedder == "minilm" else "none",
             "--model_name_or_path", args.model, "--disable_tqdm", "true"]
