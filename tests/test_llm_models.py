@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import time
 
 import pytest
 
@@ -63,9 +62,8 @@ def test_dir_fingerprint_changes_with_weights(tmp_path):
 def test_prepare_smollm2_is_idempotent_and_generates(smollm2_dir):
     from llm.hf_backend import HFBackend
 
-    t = time.perf_counter()
     again = models.ensure_smollm2()
-    assert again.path == smollm2_dir and again.created is False and time.perf_counter() - t < 1.0
+    assert again.path == smollm2_dir and again.created is False  # the complete dir is reused, not rebuilt
     cfg = json.loads((smollm2_dir / "config.json").read_text())
     assert cfg["num_hidden_layers"] == 30 and cfg["hidden_size"] == 576 and "quantization_config" not in cfg
     b = HFBackend(smollm2_dir)

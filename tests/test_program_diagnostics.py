@@ -11,8 +11,7 @@ from evolution.runner import ProgramRunner, RunnerSettings
 from llm.embeddings import HashEmbedder
 from memory_bank.programs import read_program_source, seed_program_path
 from llm.runtime import Runtime
-from tests.helpers import ScriptedBackend
-from tests.test_program_runner import TASK, Script, conversation
+from tests.helpers import TASK, Script, ScriptedBackend, conversation
 
 
 class Lookup:

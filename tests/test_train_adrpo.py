@@ -483,4 +483,4 @@ def test_bench_train_is_registered():
     args = build_parser().parse_args(["bench", "train", "--reps", "1", "--skip-sft", "--model", "/tmp/m"])
     assert (args.reps, args.skip_sft, args.skip_grpo, args.model, args.num_generations) == (1, True, False,
                                                                                             "/tmp/m", 4)
-    assert args.func.__module__ == "launch.bench_train"
+    assert args.func.__module__ == "launch.bench.train"

@@ -16,7 +16,7 @@ from data_synth.expert import load_trajectories, replay
 from data_synth.paths import expert_dir
 from memory_bank.actions import MANAGERS
 from tests.helpers import trainable_state
-from training.data import (ExampleLengthError, TrainingDataError, chat_token_ids, completion_json,
+from training.data import (ExampleLengthError, TrainingDataError, chat_token_ids,
                            drop_overlong, expert_session_states, sft_examples)
 
 CONV26 = expert_dir() / "conv-26.jsonl"
@@ -59,7 +59,9 @@ def test_one_example_per_manager_per_session(conv26_examples):
     row = ds[4 * 1 + 1]  # session 2, episodic
     assert (row["session"], row["manager"]) == (2, "episodic")
     assert row["completion"][0]["content"] == json.dumps(steps[1].outputs["episodic"], ensure_ascii=False)
-    assert completion_json(row) == steps[1].outputs["episodic"]
+    comp = row["completion"]
+    assert len(comp) == 1 and comp[0]["role"] == "assistant"
+    assert json.loads(comp[0]["content"]) == steps[1].outputs["episodic"]
 
 
 def test_prompt_uses_the_replayed_bank_before_the_session(conv26_examples):
