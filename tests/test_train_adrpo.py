@@ -388,7 +388,8 @@ def test_eq12_trainer_loss_is_trl_loss_at_w1_and_ignores_w_for_positive_advantag
     from training.adrpo_eq12 import EQ12_LOSS_TYPES, ADRPOEq12Trainer
 
     trainer, _, _ = trained
-    eq12 = _trainer(planted_dir, short_samples, tmp_path / "eq12", weighting="unclipped")
+    eq12 = _trainer(planted_dir, short_samples, tmp_path / "eq12", weighting="unclipped", max_steps=1,
+                    save_strategy="no")
     assert isinstance(eq12, ADRPOEq12Trainer)
     eq12.current_gradient_accumulation_steps = 1  # set by train(); both losses read it
     eq12.model.train()
@@ -414,6 +415,11 @@ def test_eq12_trainer_loss_is_trl_loss_at_w1_and_ignores_w_for_positive_advantag
     amplified, _ = _grads_of(eq12, stock_loss, {**pos, "advantages": adv.abs() * w})
     assert unclipped == pytest.approx(stock, rel=1e-5, abs=1e-7)
     assert amplified != pytest.approx(stock, rel=1e-3)
+    # and it trains: one real step through TRL's batching with the weights beside the advantages
+    eq12.train()
+    assert eq12.state.global_step == 1
+    assert any("reward_parts/weight" in h and math.isfinite(h["loss"]) for h in eq12.state.log_history if "loss" in h)
+
     from training.adrpo_trainer import ADRPOTrainer
 
     with pytest.raises(ValueError, match="needs its own loss"):

@@ -53,7 +53,8 @@ class SFTScriptArguments:
 
     train_trajectories: list[str] = field(
         default_factory=lambda: _expert("conv-26.jsonl"),
-        metadata={"help": "expert trajectory JSONL files to train on (default $MEMGYM_DATA/expert/conv-26.jsonl)"})
+        metadata={"help": "expert trajectory JSONL files to train on, or names looked up in $MEMGYM_DATA/expert "
+                          "(default $MEMGYM_DATA/expert/conv-26.jsonl)"})
     eval_trajectories: list[str] = field(
         default_factory=lambda: _expert("conv-30.jsonl"),
         metadata={"help": "expert trajectory JSONL files to validate on (default "
@@ -131,12 +132,16 @@ def build_data(script_args: SFTScriptArguments, tokenizer, max_length: int | Non
     emb = load_embedder(script_args.embedder)
     common = dict(dataset=script_args.dataset, data_path=script_args.data_path, embedder=emb,
                   managers=script_args.managers, progress=progress)
-    train, rep_train = drop_overlong(sft_examples(script_args.train_trajectories, **common), tokenizer, max_length)
+    from data_synth.extractors import resolve_expert_path
+
+    train_paths = [resolve_expert_path(p) for p in script_args.train_trajectories]
+    train, rep_train = drop_overlong(sft_examples(train_paths, **common), tokenizer, max_length)
     lengths = {"train": rep_train.to_json()}
     train = _subset(train, script_args.max_examples, seed)
     valid = None
     if script_args.eval_trajectories:
-        valid, rep_valid = drop_overlong(sft_examples(script_args.eval_trajectories, **common), tokenizer, max_length)
+        eval_paths = [resolve_expert_path(p) for p in script_args.eval_trajectories]
+        valid, rep_valid = drop_overlong(sft_examples(eval_paths, **common), tokenizer, max_length)
         lengths["valid"] = rep_valid.to_json()
         valid = _subset(valid, script_args.max_eval_examples, seed)
     probe = _subset(train, script_args.max_eval_examples, seed + 1)
