@@ -101,7 +101,7 @@ def _cfg(tmp_path, **kw):
     from training.adrpo_config import ADRPOConfig
 
     base = dict(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
-                gradient_checkpointing=False)
+                activation_checkpointing=False)
     return ADRPOConfig(**{**base, **kw})
 
 
@@ -236,7 +236,7 @@ def _trainer(policy_dir, samples, out, **kw):
     policy = load_policy(PolicyModelConfig(model_name_or_path=str(policy_dir), lora_r=4, lora_alpha=8,
                                            lora_dropout=0.0, lora_target_modules=["q_proj", "v_proj", "o_proj"]))
     args = ADRPOConfig(**{**dict(
-        output_dir=str(out), use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False,
+        output_dir=str(out), use_cpu=True, bf16=False, report_to="none", activation_checkpointing=False,
         num_generations=4, per_device_train_batch_size=8, max_completion_length=10, max_steps=2, logging_steps=1,
         save_steps=1, learning_rate=0.05, beta=0.02, loss_type="dapo", embedder="hash", seed=0, temperature=1.0,
         weighting="advantage", alpha=ALPHA), **kw})

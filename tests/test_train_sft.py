@@ -16,7 +16,7 @@ from data_synth.expert import load_trajectories, replay
 from data_synth.paths import expert_dir
 from memory_bank.actions import MANAGERS
 from tests.helpers import trainable_state
-from training.data import (ExampleLengthError, TrainingDataError, chat_token_ids,
+from training.sft_data import (ExampleLengthError, TrainingDataError, chat_token_ids,
                            drop_overlong, expert_session_states, sft_examples)
 
 CONV26 = expert_dir() / "conv-26.jsonl"

@@ -2,7 +2,7 @@
 
 Source: ``DESIGN.md`` § "Training stack" and issue 4 § 1.
 
-- Examples: one per manager per session (:func:`training.data.sft_examples`); the prompt is
+- Examples: one per manager per session (:func:`training.sft_data.sft_examples`); the prompt is
   built by the inference prompt builder over the replayed expert bank before that session,
   the completion is the expert's JSON.
 - Trainer: TRL ``SFTTrainer`` on the conversational prompt-completion format, so the chat
@@ -32,7 +32,7 @@ from data_synth.errors import DataFormatError
 from data_synth.expert import TrajectoryError
 from memory_bank.actions import MANAGERS
 from training.common import PolicyModelConfig, load_policy, parse_training_args
-from training.data import (ExampleLengthError, TrainingDataError, check_managers, drop_overlong,
+from training.sft_data import (ExampleLengthError, TrainingDataError, check_managers, drop_overlong,
                            sft_examples)
 
 EMBEDDERS = ("minilm", "none")
@@ -113,7 +113,7 @@ def _subset(ds, n: int | None, seed: int):
 class SFTData:
     """The prepared splits: ``train`` / ``valid`` (``datasets.Dataset`` of prompt-completion
     rows, ``valid`` None without eval trajectories), ``train_probe`` (the train rows whose loss
-    is measured before and after training) and the length reports (``training.data.LengthReport``)."""
+    is measured before and after training) and the length reports (``training.sft_data.LengthReport``)."""
 
     train: object
     valid: object | None
@@ -125,7 +125,7 @@ def build_data(script_args: SFTScriptArguments, tokenizer, max_length: int | Non
                progress: bool = True) -> SFTData:
     """Build, length-filter and subsample the SFT splits (see :class:`SFTData`).
 
-    Raises what :func:`training.data.sft_examples` raises, and ValueError when every example
+    Raises what :func:`training.sft_data.sft_examples` raises, and ValueError when every example
     of a split is longer than ``max_length`` tokens."""
     from llm.embeddings import load_embedder
 

@@ -43,7 +43,7 @@ def _grpo_pair(args, tmp: Path):
     from training.adrpo_trainer import ADRPOTrainer, SessionRewardFunction
     from training.common import PolicyModelConfig, load_policy
 
-    common = dict(use_cpu=not _cuda(), bf16=_cuda(), report_to="none", gradient_checkpointing=False,
+    common = dict(use_cpu=not _cuda(), bf16=_cuda(), report_to="none", activation_checkpointing=False,
                   num_generations=args.num_generations, per_device_train_batch_size=args.micro_batch,
                   gradient_accumulation_steps=args.num_generations // args.micro_batch,
                   max_completion_length=args.max_completion_length, max_steps=1, logging_steps=1,

@@ -1,4 +1,4 @@
-"""Training examples built from expert trajectories, shared by SFT and ADRPO.
+"""SFT examples built from expert trajectories (ADRPO's rollout rows are :mod:`training.adrpo_data`).
 
 Source: ``DESIGN.md`` § "Training stack" and issue 4 § 1: one example per manager per
 session; the prompt comes from :func:`memory_bank.prompts.build_prompt` (the builder used at
