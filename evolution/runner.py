@@ -31,6 +31,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from data_synth.expert import ExpertExtractor
 from data_synth.extractors import expert_paths, extractor_kind, make_extractor
 from evolution.component_diff import STAGES, ComponentDiff, component_hashes, diff_components, \
     stage_component_hashes
@@ -412,8 +413,8 @@ class ProgramRunner:
     def _construct(self, conv: Conversation) -> dict:
         from memory_bank.construct import construct
         extractor = make_extractor(self.settings.extraction, self.rt, self.settings.extractor_max_new_tokens)
-        if hasattr(extractor, "has"):
-            missing = [x.index for x in conv.sessions if not extractor.has(conv.id, x.index)]
+        if isinstance(extractor, ExpertExtractor):
+            missing = extractor.missing_sessions(conv)
             if missing:
                 raise ProgramRunError(f"{extractor.name} has no trajectory line for sessions {missing}", stage="extract",
                                       conversation=conv.id)
