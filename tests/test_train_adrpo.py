@@ -120,10 +120,12 @@ def test_config_checks(tmp_path):
     assert _cfg(tmp_path, entropy_coef=0.01).entropy_coef == 0.01
     # the Eq. 12 ablation has its own loss and its limits
     with pytest.raises(ADRPOConfigError, match="loss_type 'sapo'"):
-        check_eq12_support(_cfg(tmp_path, loss_type="sapo", weighting="unclipped"))
+        _cfg(tmp_path, loss_type="sapo", weighting="unclipped")
     with pytest.raises(ADRPOConfigError, match="entropy"):
-        check_eq12_support(_cfg(tmp_path, entropy_coef=0.01, weighting="unclipped"))
+        _cfg(tmp_path, entropy_coef=0.01, weighting="unclipped")
     check_eq12_support(_cfg(tmp_path, loss_type="bnpo", weighting="unclipped"))
+    with pytest.raises(ADRPOConfigError, match="text-only"):
+        check_eq12_support(_cfg(tmp_path, weighting="unclipped"), is_vlm=True)
     with pytest.raises(ValueError, match="lam"):
         _cfg(tmp_path, lam=1.5)
     assert main(["--output_dir", str(tmp_path / "o"), "--weighting", "clipped"]) == 2

@@ -42,8 +42,8 @@ class ADRPOConfig(GRPOConfig):
             max_prompt_tokens: the rollout rows.
 
     Raises :class:`ADRPOConfigError` naming the field for an unknown weighting/mode/judge or an
-    out-of-range reward setting (``alpha <= 0``, ``lam`` outside [0, 1], ...). The limits of
-    ``weighting: unclipped`` are checked by :class:`training.adrpo_eq12.ADRPOEq12Trainer`.
+    out-of-range reward setting (``alpha <= 0``, ``lam`` outside [0, 1], ...), or a setting
+    outside the limits of ``weighting: unclipped`` (:func:`training.adrpo_eq12.check_eq12_support`).
     """
 
     _argument_group_name = ("ADRPOConfig: every trl.GRPOConfig field "
@@ -99,6 +99,10 @@ class ADRPOConfig(GRPOConfig):
             if not ok:
                 raise ADRPOConfigError(f"ADRPOConfig.{name} must be {need}, got {getattr(self, name)!r}")
         self.reward_config()  # validates judge, lam, attribution_on, retrieval_top_k, correct_threshold
+        if self.weighting == "unclipped":  # the Eq. 12 loss's limits, checked before any model loads
+            from training.adrpo_eq12 import check_eq12_support
+
+            check_eq12_support(self)
 
     def reward_config(self) -> SessionRewardConfig:
         """The :class:`SessionRewardConfig` these fields describe. Raises
