@@ -4,7 +4,7 @@
    the same rows and the same session reward; the two trainers alternate one optimizer step at
    a time (A B, B A, ...) so machine load hits both alike, and each step starts from the same
    RNG seed with learning rate 0, so both generate the same completions and do the same work
-   apart from ADRPO's own (weights, breakdown logging, the weighted loss). The time is TRL's
+   apart from ADRPO's own (advantages x w(m), breakdown logging; the loss is TRL's). The time is TRL's
    ``step_time`` metric: generation + reward + loss + backward of one optimizer step.
 2. SFT tokens/s of TRL's ``SFTTrainer`` (the ``sft_cpu`` recipe's data and LoRA) against a
    plain PyTorch floor: the same model, the same examples (prompt masked), ``loss.backward()``
