@@ -33,7 +33,6 @@ from llm.runtime import Runtime
 from rewards.metrics import mean_or_zero
 
 
-
 @dataclass
 class ProgramEvalConfig:
     """A ``memgym program eval`` recipe. Every field can be overridden on the command line."""

@@ -39,10 +39,10 @@ from evolution.sandbox import ProgramRaised, SandboxedProgram, SandboxError, San
 from evolution.stages import (StageCache, answer_messages, extraction_messages, planning_messages,
                               session_fingerprint, stable_hash)
 from llm.base import BackendSpecError, GenerationParams
+from llm.runtime import Runtime
 from memory_bank.program import (OUT_CHAR_BUDGET, BackendToolkitHost, ContractError, ProgramInfo, SessionInfo,
                                  StructuredOutputError, parse_structured, session_entries, text_query,
                                  units_from_entries)
-from llm.runtime import Runtime
 from memory_bank.schema import Conversation, QAItem
 from rewards.answer import clean_answer
 from rewards.judge import ScoreItem, make_scorer

@@ -1,6 +1,6 @@
-"""Building blocks of the stage-cached program runner: the stage output cache, cache keys,
-the host-side prompts of the three LLM stages, and the rules that turn units and texts into
-the strings/queries the runner and the diagnostics need.
+"""Building blocks of the stage-cached program runner: the stage output cache, cache keys and
+the host-side prompts of the three LLM stages (the rules that turn units and texts into
+strings/queries live with the records, :mod:`memory_bank.program.records`).
 
 Sources: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``), appendix "memory interface"
 (extract → index → plan → retrieve → answer) and "revision-aware execution reuse" (outputs
@@ -145,5 +145,3 @@ def answer_messages(instruction: str, question: str, retrieved: str, question_da
         parts.append(f"Current date: {question_date}")
     parts += [f"Question: {question}", "Short answer:"]
     return [{"role": "system", "content": instruction}, {"role": "user", "content": "\n".join(parts)}]
-
-

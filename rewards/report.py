@@ -10,7 +10,6 @@ from data_synth.capabilities import LOCOMO_CATEGORY_NAMES as CATEGORY_NAMES
 from memory_bank.actions import MANAGERS
 
 
-
 def _runs(report: dict) -> list[tuple[str, dict]]:
     return [(report["extractor"], report)] + list(report.get("compare", {}).items())
 

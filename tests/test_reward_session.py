@@ -34,8 +34,6 @@ def reward(**cfg) -> SessionReward:
     return SessionReward(SessionRewardConfig(**cfg), embedder=HashEmbedder(512), tokenizer=WordTokenizer())
 
 
-
-
 @pytest.mark.parametrize("mode", ["counterfactual", "isolated"])
 def test_prior_session_memory_answers_at_reward_time(mode):
     """The question's evidence lies in session 1 and only the bank before session 2 holds it.

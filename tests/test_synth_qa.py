@@ -16,7 +16,6 @@ from tests.helpers import ScriptedBackend, fake_expert
 pytestmark = pytest.mark.filterwarnings("ignore::data_synth.errors.DataQuirkWarning")
 
 
-
 @pytest.fixture(scope="module")
 def conv26():
     return load_locomo(ids=["conv-26"])[0]

@@ -36,7 +36,6 @@ REQUIRED_NAMES = ("MemoryUnit", "Query", "Memory") + INSTRUCTION_NAMES
 METHOD_PARAMS = {"__init__": ("toolkit",), "index": ("units", "session"), "retrieve": ("query",)}
 
 
-
 @dataclass(frozen=True)
 class SessionInfo:
     """The session metadata a program's ``index`` receives (as ``to_dict()``).
