@@ -42,7 +42,7 @@ def register(sub) -> None:
                                    "recipe (--config R.yaml, alias --recipe) and takes any recipe field as an "
                                    "override flag; `memgym train STAGE --help` lists them. For multi-process or "
                                    "DeepSpeed runs use `memgym launch`.")
-    stages = p.add_subparsers(dest="stage", metavar="STAGE")
+    stages = p.add_subparsers(dest="train_command", metavar="STAGE")
     stages.required = True
     for name, (module, help_) in STAGES.items():
         add_recipe_command(stages, name, help=help_,

@@ -196,3 +196,19 @@ def bank_with(session: int = 1, episodic=(), semantic=(), core: str = ""):
     if semantic:
         bank.apply_text("semantic", ops(*semantic), session)
     return bank
+
+
+EMPTY = {"core": '{"operation": "NONE"}', "episodic": '{"operations": []}', "semantic": '{"operations": []}',
+         "procedural": '{"operations": []}'}
+"""Manager outputs that change nothing, per manager."""
+
+
+def make_samples(bank, session: int, expert: dict[str, str], qa: list[QAItem],
+                 managers=("core", "episodic", "semantic", "procedural")) -> list:
+    """One :class:`rewards.samples.RewardSample` per manager of conversation ``c1``, session
+    ``session``: the bank before it, the expert outputs (``EMPTY`` where not given), the QA."""
+    from rewards.samples import RewardSample, sample_key
+
+    outputs = {**EMPTY, **expert}
+    return [RewardSample(sample_key("c1", session, m), "c1", session, m, [{"role": "user", "content": "x"}],
+                         outputs, bank, list(qa)) for m in managers]

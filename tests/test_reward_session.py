@@ -9,25 +9,13 @@ from llm.base import GenerationParams
 from llm.cache import CachedBackend, ResponseCache
 from llm.embeddings import HashEmbedder
 from memory_bank.bank import MemoryBank
-from memory_bank.schema import QAItem
-from rewards.samples import RewardSample, sample_key
 from rewards.session_reward import (
     RewardBreakdown,
     SessionReward,
     SessionRewardConfig,
     frac_reward_zero_std,
 )
-from tests.helpers import DOG, PILOT, ScriptedBackend, WordTokenizer, bank_with, ops, qa
-
-EMPTY = {"core": '{"operation": "NONE"}', "episodic": '{"operations": []}', "semantic": '{"operations": []}',
-         "procedural": '{"operations": []}'}
-
-
-def make_samples(bank: MemoryBank, session: int, expert: dict[str, str], qa: list[QAItem],
-                 managers=("core", "episodic", "semantic", "procedural")) -> list[RewardSample]:
-    outputs = {**EMPTY, **expert}
-    return [RewardSample(sample_key("c1", session, m), "c1", session, m, [{"role": "user", "content": "x"}],
-                         outputs, bank, list(qa)) for m in managers]
+from tests.helpers import DOG, EMPTY, PILOT, ScriptedBackend, WordTokenizer, bank_with, make_samples, ops, qa
 
 
 def reward(**cfg) -> SessionReward:

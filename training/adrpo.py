@@ -33,13 +33,14 @@ def trajectory_paths(names: Sequence[str]) -> list[Path]:
     return [resolve_expert_path(n) for n in names]
 
 
-def build_reward(args: ADRPOConfig, tokenizer, embedder) -> SessionReward:
+def build_reward(args: ADRPOConfig, tokenizer, embedder, rt=None) -> SessionReward:
     """The :class:`SessionReward` of ``args``: answer/judge backends loaded from their specs
-    (with the sqlite response cache unless ``reward_cache: none``)."""
+    (with the sqlite response cache unless ``reward_cache: none``; ``rt``: a
+    :class:`llm.runtime.Runtime` already opened, else one is made here)."""
     from llm.base import GenerationParams
     from llm.runtime import Runtime
 
-    rt = Runtime.from_config(cache=args.reward_cache)
+    rt = rt or Runtime.from_config(cache=args.reward_cache)
     answer = rt.backend(args.answer_model, role="answer") if args.answer_model else None
     judge = rt.backend(args.judge_model, role="judge") if args.judge_model else None
     return SessionReward(args.reward_config(), embedder=embedder, tokenizer=tokenizer, answer_backend=answer,
@@ -61,19 +62,22 @@ def build_trainer(args: ADRPOConfig, model_args: PolicyModelConfig | None = None
     ``model_args``, default :class:`PolicyModelConfig`), build the reward samples from
     ``train_trajectories``, the reward, and the trainer."""
     from llm.embeddings import load_embedder
+    from llm.runtime import Runtime
     from rewards.samples import build_reward_samples
     from training.adrpo_data import select_samples
     from training.common import load_policy
 
-    policy = load_policy(model_args or PolicyModelConfig(), init_from=args.init_from)
+    # files and caches first: a missing trajectory or a corrupt cache fails before the policy loads
+    paths = trajectory_paths(args.train_trajectories)
+    rt = Runtime.from_config(cache=args.reward_cache)
     embedder = load_embedder(args.embedder)
-    samples = build_reward_samples(trajectory_paths(args.train_trajectories), dataset=args.dataset,
-                                   data_path=args.data_path, qa_path=args.qa_path, embedder=embedder,
-                                   managers=args.managers)
+    policy = load_policy(model_args or PolicyModelConfig(), init_from=args.init_from)
+    samples = build_reward_samples(paths, dataset=args.dataset, data_path=args.data_path, qa_path=args.qa_path,
+                                   embedder=embedder, managers=args.managers)
     samples = select_samples(samples, sessions=args.sessions, max_prompt_tokens=args.max_prompt_tokens,
                              tokenizer=policy.tokenizer, whole_sessions=args.mode == "joint")
     logger.info("ADRPO: %d rows from %s", len(samples), args.train_trajectories)
-    reward = build_reward(args, policy.tokenizer, embedder)
+    reward = build_reward(args, policy.tokenizer, embedder, rt)
     return trainer_class(args)(policy.model, args=args, samples=samples, reward=reward,
                                processing_class=policy.tokenizer, peft_config=policy.peft_config, callbacks=callbacks)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from llm.config import check_fields, require
 from rewards.session_reward import MODES, SessionRewardConfig
 
 #: ``advantage``: the corrected weighting, stock TRL loss with each completion's advantage × w(m);
@@ -50,6 +51,9 @@ class ADRPOConfig(GRPOConfig):
                             "(https://huggingface.co/docs/trl/main/en/grpo_trainer#trl.GRPOConfig), then the ADRPO "
                             "fields from --init_from on")
 
+    CHECKS = {"retrieval_top_k": {"min": 1}, "answer_max_new_tokens": {"min": 1}, "max_prompt_tokens": {"min": 1},
+              "answer_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}}
+
     init_from: str | None = field(default=None, metadata={
         "help": "start from an SFT checkpoint dir (full model) or a LoRA adapter dir; overrides model_name_or_path"})
     # weighting
@@ -87,7 +91,26 @@ class ADRPOConfig(GRPOConfig):
         "help": "drop rows whose chat prompt is longer (policy tokens); TRL 1.16 has no prompt cap"})
 
     def __post_init__(self):
-        super().__post_init__()
+        generation_batch_given = self.generation_batch_size is not None
+        try:
+            super().__post_init__()
+        except ValueError as e:
+            if generation_batch_given or "divisible by num_generations" not in str(e):
+                raise
+            # TRL names generation_batch_size, which the user did not set: name the flags they did
+            raise ADRPOConfigError(
+                f"ADRPOConfig: per_device_train_batch_size ({self.per_device_train_batch_size}) x processes "
+                f"({self.world_size}) x steps_per_generation ({self.steps_per_generation}, default "
+                f"gradient_accumulation_steps) = {self.generation_batch_size} completions per generation batch, "
+                f"not a multiple of num_generations ({self.num_generations}); change --per_device_train_batch_size, "
+                "--gradient_accumulation_steps (or --steps_per_generation) or --num_generations") from None
+        try:  # string -> one-element list for the list fields, counts and specs (llm.config)
+            check_fields(self)
+            require(self, "judge", "f1", "answer_model", "(the model whose answers F1 scores)")
+            require(self, "judge", "llm", "answer_model", "(the model whose answers the judge grades)")
+            require(self, "judge", "llm", "judge_model", "(a backend spec of the LLM judge)")
+        except ValueError as e:
+            raise ADRPOConfigError(f"ADRPOConfig: {e}") from None
         checks = [
             ("weighting", self.weighting in WEIGHTINGS, f"one of {WEIGHTINGS}"),
             ("alpha", self.alpha > 0, "> 0"),

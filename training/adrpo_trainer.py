@@ -54,6 +54,10 @@ class SessionRewardFunction:
     set by the trainer before each batch: the global position of this process's first
     completion, so ``rollout_index = (offset + i) mod num_generations`` is k, the rollout's
     index within its group. ``breakdowns`` holds the last batch's breakdowns, in order.
+    ``stop_token_ids`` (set by the trainer: the EOS and pad ids): a completion whose last
+    token is none of them stopped on ``max_completion_length`` and is scored with
+    ``finish_reason="length"``, i.e. as a ``truncated`` format failure (gate 0), the same test
+    TRL's ``mask_truncated_completions`` uses.
     Raises KeyError naming an unknown key, ValueError when the reward returns the wrong count.
     """
 
@@ -63,8 +67,17 @@ class SessionRewardFunction:
         self.reward, self.table, self.num_generations = reward, table, num_generations
         self.rollout_offset = 0
         self.breakdowns: list = []
+        self.stop_token_ids: set[int] | None = None
 
-    def __call__(self, prompts, completions, key=None, **kwargs) -> list[float]:
+    def finish_reasons(self, completion_ids) -> list[str] | None:
+        """``"length"`` for each completion that did not end on a stop token, else ``"stop"``;
+        None when the token ids or the stop ids are unknown."""
+        if completion_ids is None or not self.stop_token_ids:
+            return None
+        return ["length" if len(ids) and int(ids[-1]) not in self.stop_token_ids else "stop"
+                for ids in completion_ids]
+
+    def __call__(self, prompts, completions, key=None, completion_ids=None, **kwargs) -> list[float]:
         if key is None:
             raise KeyError("ADRPO reward: the batch has no 'key' column (rows must come from training.adrpo_data)")
         missing = [k for k in key if k not in self.table]
@@ -74,10 +87,20 @@ class SessionRewardFunction:
         texts = [_completion_text(c) for c in completions]
         group = self.num_generations
         rollout_index = [(self.rollout_offset + i) % group for i in range(len(texts))]
-        out = self.reward(samples, texts, rollout_index=rollout_index)
+        reasons = self.finish_reasons(completion_ids)
+        out = (self.reward(samples, texts, rollout_index=rollout_index) if reasons is None
+               else self.reward(samples, texts, rollout_index=rollout_index, finish_reasons=reasons))
         if len(out) != len(texts):
             raise ValueError(f"ADRPO reward returned {len(out)} breakdowns for {len(texts)} completions")
         self.breakdowns = list(out)
+        log_metric = kwargs.get("log_metric")
+        stats = getattr(self.reward, "last_stats", None) or {}
+        if log_metric is not None:  # failures that score 0 without being wrong answers
+            for k in ("judge_unparsable", "empty_answers"):
+                if k in stats:
+                    log_metric(f"reward_failures/{k}", float(stats[k]))
+            if reasons is not None:
+                log_metric("reward_failures/truncated", float(sum(r == "length" for r in reasons)))
         log_extra = kwargs.get("log_extra")
         if log_extra is not None:
             log_extra("gate", [b.gate for b in out])
@@ -120,6 +143,8 @@ class ADRPOTrainer(GRPOTrainer):
         self.reward_fn = SessionRewardFunction(reward, self.table, args.num_generations)
         super().__init__(model, reward_funcs=[self.reward_fn], args=args, train_dataset=build_dataset(samples),
                          processing_class=processing_class, peft_config=peft_config, callbacks=callbacks)
+        pad = getattr(self._tokenizer, "pad_token_id", None)
+        self.reward_fn.stop_token_ids = {int(t) for t in self.eos_token_ids} | ({int(pad)} if pad is not None else set())
 
     def _get_train_sampler(self, dataset=None):
         if self.args.mode != "joint":

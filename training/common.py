@@ -56,7 +56,10 @@ def config_argv(argv: Sequence[str]) -> list[str]:
             else:
                 val = next(it, None)
             if not val or val.startswith("--"):
-                raise ValueError(f"{a.split('=')[0]} needs a YAML file path")
+                from llm.config import ConfigError
+
+                flag = a.split("=")[0]
+                raise ConfigError(f"{flag} needs a value: it needs a YAML file path ({flag} R.yaml)")
             out += ["--config", val]
         else:
             out.append(a)
@@ -74,7 +77,7 @@ def parse_training_args(dataclass_types: Sequence[type], argv: Sequence[str] | N
     machine without CUDA, :func:`device_default_args` are applied between the two when
     ``cpu_defaults``. A dataclass's ``_argument_group_name`` heads its fields in ``--help``.
     Raises ValueError for an unknown YAML key (TRL's check) or a repeated/empty ``--config``,
-    FileNotFoundError for a missing recipe; argparse exits (status 2) on a bad flag and
+    FileNotFoundError for a missing recipe, IsADirectoryError for a directory; argparse exits (status 2) on a bad flag and
     (status 0) after ``--help``."""
     import argparse
 
@@ -82,9 +85,11 @@ def parse_training_args(dataclass_types: Sequence[type], argv: Sequence[str] | N
 
     args = config_argv(list(sys.argv[1:] if argv is None else argv))
     if "--config" in args:
-        i = args.index("--config")
-        if not Path(args[i + 1]).is_file():
-            raise FileNotFoundError(f"recipe {args[i + 1]} not found")
+        recipe = Path(args[args.index("--config") + 1])
+        if recipe.is_dir():
+            raise IsADirectoryError(21, "Is a directory; the recipe must be a YAML file", str(recipe))
+        if not recipe.is_file():
+            raise FileNotFoundError(f"recipe {recipe} not found")
     if cpu_defaults:
         args = device_default_args() + args
     parser = TrlParser(dataclass_types=list(dataclass_types), prog=prog, description=description)
@@ -101,7 +106,7 @@ def resolve_model_path(name_or_path: str) -> str:
     absolute form; anything else is returned as is (a hub id such as
     ``Qwen/Qwen3-4B-Instruct-2507``, loaded from the local HF cache: ``HF_HUB_OFFLINE``
     defaults to 1, set it to 0 on a GPU box that may download). Raises ValueError for an
-    empty name."""
+    empty name, :class:`llm.config.ConfigError` for a near-miss of ``smollm2`` (``smolm2``)."""
     if not name_or_path or not str(name_or_path).strip():
         raise ValueError("model_name_or_path is empty")
     if name_or_path == EMBEDDED_POLICY:
@@ -113,6 +118,13 @@ def resolve_model_path(name_or_path: str) -> str:
         return str(p.resolve())
     if name_or_path.startswith((".", "/", "~")):
         raise FileNotFoundError(f"model path {name_or_path} does not exist")
+    import difflib
+
+    if "/" not in name_or_path and difflib.get_close_matches(name_or_path.lower(), [EMBEDDED_POLICY], cutoff=0.7):
+        from llm.config import ConfigError
+
+        raise ConfigError(f"--model_name_or_path {name_or_path!r} is not a local model dir; did you mean "
+                          f"{EMBEDDED_POLICY!r} (the embedded model)? Nothing is fetched from a model hub")
     return name_or_path
 
 
@@ -139,7 +151,12 @@ class PolicyModelConfig(ModelConfig):
     lora_target_modules: list[str] | None = field(default_factory=lambda: list(DEFAULT_LORA_TARGETS),
                                                   metadata={"help": "module names LoRA adapts"})
 
+    CHECKS = {"lora_r": {"min": 1}, "lora_alpha": {"min": 1}}
+
     def __post_init__(self):
+        from llm.config import check_fields
+
+        check_fields(self)  # string -> one-element list, counts (llm.config)
         targets = self.lora_target_modules
         super().__post_init__()
         if isinstance(targets, list) and targets != ["all-linear"]:
