@@ -311,8 +311,8 @@ def weighted_batch(trained):
     inner = trainer.reward_fn.reward
     w = [ALPHA, 1.0, 1.0, 1.0] * 2
 
-    def forced(samples, completions, rollout_index=None):
-        out = inner(samples, completions, rollout_index=rollout_index)
+    def forced(samples, completions, rollout_index=None, **kw):
+        out = inner(samples, completions, rollout_index=rollout_index, **kw)
         return [dataclasses.replace(b, reward=float(i % 4 in (0, 3)), weight=w[i]) for i, b in enumerate(out)]
 
     trainer.reward_fn.reward = forced
