@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +72,26 @@ def test_prepare_smollm2_is_idempotent_and_generates(smollm2_dir):
                      GenerationParams(max_new_tokens=16))
     assert "paris" in out[0].text.lower() and out[0].finish_reason == "stop"
     assert out[0].completion_tokens == b.count_tokens(out[0].text) + 1  # + the EOS
+
+
+def test_saved_model_reloads_identically_without_importing_deepspeed(tiny_model_dir, tmp_path):
+    """``models prepare`` writes the dir with ``_save_model``: the reloaded weights are the same
+    tensors (the tied LM head stored once) and DeepSpeed, a training-only dependency, is never
+    imported (``save_pretrained`` would import it and print its accelerator warning)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from transformers import AutoModelForCausalLM\n"
+        "from llm.models import _save_model\n"
+        f"src = AutoModelForCausalLM.from_pretrained({str(tiny_model_dir)!r})\n"
+        f"_save_model(src, __import__('pathlib').Path({str(tmp_path / 'out')!r}))\n"
+        f"back = AutoModelForCausalLM.from_pretrained({str(tmp_path / 'out')!r})\n"
+        "a, b = src.state_dict(), back.state_dict()\n"
+        "assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)\n"
+        "print('deepspeed' in sys.modules, back.config.architectures)\n")
+    repo = str(Path(__file__).resolve().parents[1])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=repo)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[-2] == "False ['LlamaForCausalLM']"
