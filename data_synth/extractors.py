@@ -1,8 +1,8 @@
 """Extractor specs: the one parser of what builds a memory bank, for the eval job, the
 program runner and training.
 
-A spec is ``instruction`` (the program's EXTRACTION_INSTRUCTION, the runner only),
-``expert:<file or conv-NN>[,...]`` (replay expert trajectories) or a backend spec of a trained
+A spec is ``instruction`` (the program's EXTRACTION_INSTRUCTION, the runner only), ``turns``
+(no model: every dialogue turn is a unit, the runner only), ``expert:<file or conv-NN>[,...]`` (replay expert trajectories) or a backend spec of a trained
 extractor (``hf:<dir>``, ``openai:<url>#<model>``, ``vllm:<dir>``; :mod:`llm.specs`).
 Source: ``DESIGN.md`` § "Memory programs" (extraction modes).
 """
@@ -16,12 +16,12 @@ EXPERT_PREFIX = "expert:"
 
 
 def extractor_kind(spec: str) -> str:
-    """``instruction`` | ``expert`` | ``extractor`` (a trained model) for a spec. Raises
-    ValueError for an empty spec or an ``expert:`` spec without files."""
+    """``instruction`` | ``turns`` | ``expert`` | ``extractor`` (a trained model) for a spec.
+    Raises ValueError for an empty spec or an ``expert:`` spec without files."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"extraction spec must be a non-empty str, got {spec!r}")
-    if spec == "instruction":
-        return "instruction"
+    if spec in ("instruction", "turns"):
+        return spec
     if spec.startswith(EXPERT_PREFIX):
         if not [x for x in spec[len(EXPERT_PREFIX):].split(",") if x.strip()]:
             raise ValueError(f"extraction spec {spec!r} names no trajectory file")
@@ -60,8 +60,8 @@ def make_extractor(spec: str, rt, max_new_tokens: int = 512):
     kind = extractor_kind(spec)
     if kind == "expert":
         return ExpertExtractor(*expert_paths(spec))
-    if kind == "instruction":
-        raise ValueError("extraction 'instruction' runs inside a memory program; it builds no bank")
+    if kind in ("instruction", "turns"):
+        raise ValueError(f"extraction {spec!r} runs inside the program runner; it builds no bank")
     from llm.base import GenerationParams
     from memory_bank.construct import ModelExtractor
 

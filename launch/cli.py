@@ -1,6 +1,6 @@
 """The ``memgym`` command line. Each command group lives in its own ``launch/cmd_*.py``
 module exposing ``register(subparsers)``; this file only wires them together. Commands
-configured by ``trl.TrlParser`` (train, eval, program eval) take their arguments verbatim
+configured by ``trl.TrlParser`` (train, eval, program eval, evolve) take their arguments verbatim
 (:mod:`launch.passthrough`).
 
 Errors: an ordinary mistake (a bad recipe value, a missing or unreadable file, broken YAML or
@@ -15,12 +15,12 @@ import argparse
 import os
 import sys
 
-from launch import (cmd_bank, cmd_bench, cmd_data, cmd_eval, cmd_launch, cmd_models, cmd_program, cmd_reward,
-                    cmd_serve, cmd_synth, cmd_train)
+from launch import (cmd_bank, cmd_bench, cmd_data, cmd_eval, cmd_evolve, cmd_launch, cmd_models, cmd_program,
+                    cmd_reward, cmd_serve, cmd_synth, cmd_train)
 
 #: Command groups in ``memgym --help`` order; each defines ``register(subparsers)``.
-COMMAND_MODULES = (cmd_models, cmd_data, cmd_bank, cmd_eval, cmd_bench, cmd_program, cmd_synth, cmd_reward, cmd_train,
-                   cmd_launch, cmd_serve)
+COMMAND_MODULES = (cmd_models, cmd_data, cmd_bank, cmd_eval, cmd_bench, cmd_program, cmd_evolve, cmd_synth, cmd_reward,
+                   cmd_train, cmd_launch, cmd_serve)
 
 
 def build_parser() -> argparse.ArgumentParser:

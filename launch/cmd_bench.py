@@ -2,10 +2,10 @@
 by side in one run (never timed tests: this machine is shared and noisy)."""
 from __future__ import annotations
 
-from launch.bench import retrieval, reuse, reward, train
+from launch.bench import evolve, retrieval, reuse, reward, train
 
 #: Benchmarks in ``memgym bench --help`` order; each defines ``register_bench(subparsers)``.
-BENCH_MODULES = (retrieval, reward, train, reuse)
+BENCH_MODULES = (retrieval, reward, train, reuse, evolve)
 
 
 def register(sub) -> None:

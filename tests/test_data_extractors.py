@@ -9,8 +9,9 @@ from data_synth.paths import expert_dir
 
 
 def test_kinds_and_expert_paths():
-    assert [extractor_kind(s) for s in ("instruction", "expert:conv-30", "hf:smollm2", "openai:http://x/v1#m")] == [
-        "instruction", "expert", "extractor", "extractor"]
+    assert [extractor_kind(s) for s in ("instruction", "turns", "expert:conv-30", "hf:smollm2",
+                                        "openai:http://x/v1#m")] == ["instruction", "turns", "expert", "extractor",
+                                                                     "extractor"]
     assert expert_paths("expert:conv-26, conv-30.jsonl") == [expert_dir() / "conv-26.jsonl",
                                                               expert_dir() / "conv-30.jsonl"]
     with pytest.raises(ValueError, match="names no trajectory file"):

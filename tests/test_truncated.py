@@ -147,7 +147,7 @@ def test_program_runner_counts_cut_off_extractions_as_failures():
     from tests.helpers import TASK, Script, conversation
 
     REF = read_program_source(reference_program_path())
-    from evolution.runner import ProgramRunner, RunnerSettings
+    from evolution.execution.runner import ProgramRunner, RunnerSettings
     from llm.runtime import Runtime
 
     rt = Runtime(embedder=HashEmbedder_())

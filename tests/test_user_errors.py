@@ -56,7 +56,7 @@ def test_program_eval_rejects_zero_sessions_and_bad_timeouts(capsys, tmp_path):
 
 
 def test_yaml_string_becomes_a_one_element_list(tmp_path):
-    from evolution.program_eval import ProgramEvalConfig
+    from evolution.execution.program_eval import ProgramEvalConfig
     from training.common import parse_training_args
 
     r = tmp_path / "r.yaml"

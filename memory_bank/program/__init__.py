@@ -12,7 +12,8 @@ from memory_bank.program.contract import (INSTRUCTION_NAMES, METHOD_PARAMS, OUT_
                                           ProgramInfo, SessionInfo, contract_from_report, describe_module)
 from memory_bank.program.records import (FIELD_KINDS, QUERY_FIELD_HINTS, TEXT_FIELD_NAMES, FieldSpec, coerce_record,
                                          dataclass_from_schema, describe_dataclass, parse_structured, schema_hint,
-                                         session_entries, text_query, unit_text, units_from_entries)
+                                         session_entries, text_query, turn_entries, unit_text,
+                                         units_from_entries)
 from memory_bank.program.toolkit import BackendToolkitHost, Toolkit, ToolkitHost
 
 __all__ = [
@@ -20,5 +21,6 @@ __all__ = [
     "METHOD_PARAMS", "OUT_CHAR_BUDGET", "ProgramError", "ProgramInfo", "QUERY_FIELD_HINTS", "REQUIRED_NAMES",
     "SessionInfo", "StructuredOutputError", "TEXT_FIELD_NAMES", "Toolkit", "ToolkitError", "ToolkitHost",
     "coerce_record", "contract_from_report", "dataclass_from_schema", "describe_dataclass", "describe_module",
-    "parse_structured", "schema_hint", "session_entries", "text_query", "unit_text", "units_from_entries",
+    "parse_structured", "schema_hint", "session_entries", "text_query", "turn_entries", "unit_text",
+    "units_from_entries",
 ]

@@ -318,3 +318,20 @@ def session_entries(before: dict | None, after: dict, session_index: int, sessio
             out.append({"part": part, "id": e["id"], "text": e["text"], "date": m.group(1) if m else session_date,
                         "session": session_index})
     return out
+
+
+def turn_entries(session) -> list[dict]:
+    """``turns`` extraction of one :class:`memory_bank.schema.Session`: one entry per dialogue
+    turn, ``{"part": "turn", "id": turn id, "text": "speaker: text", "date": session date
+    (YYYY-MM-DD) or None, "session": 1-based index}``; an image caption is appended as
+    ``[image: caption]``. Turns with neither text nor caption are skipped."""
+    date = session.date.date().isoformat() if session.date else None
+    out = []
+    for t in session.turns:
+        text = (t.text or "").strip()
+        if t.image_caption:
+            text = f"{text} [image: {t.image_caption}]".strip()
+        if text:
+            out.append({"part": "turn", "id": t.id, "text": f"{t.speaker}: {text}", "date": date,
+                        "session": session.index})
+    return out

@@ -147,7 +147,7 @@ def diagnose_tasks(tasks: list[DiagTask], embedder, *, progress: bool = False) -
 
 
 def tasks_from_run(run) -> list[DiagTask]:
-    """Build :class:`DiagTask` s from an :class:`evolution.runner.ProgramRun`: evidence ids
+    """Build :class:`DiagTask` s from an :class:`evolution.execution.runner.ProgramRun`: evidence ids
     resolved through each conversation's ``turn_index``, U_e = the units of the evidence
     turn's session, the probes of the trace as R_e."""
     traces = {tr.conversation.id: tr for tr in run.traces}
@@ -170,7 +170,7 @@ def tasks_from_run(run) -> list[DiagTask]:
 
 
 def diagnose_run(run, embedder, *, progress: bool = False) -> dict:
-    """Diagnostics of a whole :class:`~evolution.runner.ProgramRun` (see :func:`diagnose_tasks`)
+    """Diagnostics of a whole :class:`~evolution.execution.runner.ProgramRun` (see :func:`diagnose_tasks`)
     plus ``mean_unit_chars``, ``mean_retrieved_chars`` (characters; None when there is
     nothing to average) and ``n_units``."""
     rep = diagnose_tasks(tasks_from_run(run), embedder, progress=progress)

@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from llm.base import BackendSpecError
 from memory_bank.program import FieldSpec, schema_hint
 from memory_bank.schema import Session
 
@@ -145,3 +146,26 @@ def answer_messages(instruction: str, question: str, retrieved: str, question_da
         parts.append(f"Current date: {question_date}")
     parts += [f"Question: {question}", "Short answer:"]
     return [{"role": "system", "content": instruction}, {"role": "user", "content": "\n".join(parts)}]
+
+
+# --------------------------------------------------------------------------- cache identities
+
+
+def model_identity(spec: str) -> str:
+    """A cache identity for a backend spec: ``spec@<dir fingerprint>`` for local ``hf:``/``vllm:``
+    dirs (retraining in place changes it), the spec itself otherwise."""
+    from llm.paths import dir_fingerprint
+    from llm.specs import parse_spec, resolve_model_path
+
+    try:
+        s = parse_spec(spec)
+        if s.kind in ("hf", "vllm"):
+            return f"{spec}@{dir_fingerprint(resolve_model_path(s))}"
+    except (BackendSpecError, FileNotFoundError):
+        pass
+    return spec
+
+
+def file_sha(path: Path) -> str:
+    """First 16 hex digits of the sha256 of a file's bytes."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
