@@ -238,8 +238,8 @@ def test_runner_plans_and_units_parse_under_constraint_with_the_tiny_model(tiny)
     from evolution.execution.runner import ProgramRunner, RunnerSettings
     from llm.embeddings import HashEmbedder
     from memory_bank.programs import read_program_source, reference_program_path
-    from rewards.runtime import Runtime
-    from tests.test_program_runner import TASK, conversation
+    from llm.runtime import Runtime
+    from tests.helpers import TASK, conversation
 
     def run(constrained):
         rt = Runtime(embedder=HashEmbedder(dim=64))
@@ -328,7 +328,7 @@ def test_eval_columns_say_whether_constrained():
 
 
 def test_adrpo_refuses_constrained_rollouts(tmp_path):
-    from training.adrpo import ADRPOConfig, ADRPOConfigError
+    from training.adrpo_config import ADRPOConfig, ADRPOConfigError
 
     with pytest.raises(ADRPOConfigError, match="own distribution"):
         ADRPOConfig(output_dir=str(tmp_path / "o"), use_cpu=True, bf16=False, report_to="none", constrained=True)
