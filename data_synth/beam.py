@@ -13,7 +13,7 @@ Schema and quirks: ``../shared/data/beam/README.md``. One chat folder (``<size>/
 - ``chat_trunecated.json`` (sic) is read when present, as the official answer pipeline does;
   ``truncated=False`` reads ``chat.json``.
 - The ``" ->-> b,k"`` plan markers (generation residue, also ``b,N/A`` and ``b,`` forms, a
-  few mid-text) are stripped from user messages; ``strip_markers=False`` keeps the text as is.
+  few mid-text, a few on assistant messages) are stripped; ``strip_markers=False`` keeps the text as is.
 - The 20 probing questions become :class:`QAItem` s with ``id`` =
   ``"<chat id>:<ability>:<k>"`` (k 1-based within the ability), ``category`` = the ability,
   ``answer`` = the ability's reference field (``ideal_response``, ``ideal_answer``,
@@ -78,7 +78,7 @@ def beam_root() -> Path:
 
 
 def strip_plan_markers(text: str) -> str:
-    """Remove the ``->-> b,k`` plan markers of BEAM user messages.
+    """Remove the ``->-> b,k`` plan markers of BEAM messages.
 
     A marker at the end is dropped with the spaces before it; one in mid-text is replaced by
     one space when text follows it directly. Example: ``"Hi? ->-> 1,2"`` -> ``"Hi?"``.
@@ -155,11 +155,10 @@ def _parse_chat(file: Path, data, strip_markers: bool, quirks: QuirkLog, cid: st
                 if mid in seen:
                     raise DataFormatError(file, mrec, "id", "duplicate message id")
                 seen.add(mid)
-                if role == "user":
-                    if anchor is None and not turns:
-                        anchor = msg.get("time_anchor")
-                    if strip_markers:
-                        content = strip_plan_markers(content)
+                if role == "user" and anchor is None and not turns:
+                    anchor = msg.get("time_anchor")
+                if strip_markers:
+                    content = strip_plan_markers(content)
                 turns.append(Turn(id=str(mid), speaker=role, text=content))
         date = parse_beam_date(anchor)
         if date is None:
@@ -227,7 +226,7 @@ def load_beam_chat(folder: Path | str, *, truncated: bool = True, strip_markers:
         folder: ``.../beam/<size>/<n>``.
         truncated: read ``chat_trunecated.json`` when the folder has one (the official
             pipeline's choice); False reads ``chat.json``.
-        strip_markers: remove the ``->-> b,k`` plan markers from user messages.
+        strip_markers: remove the ``->-> b,k`` plan markers from messages.
         quirks: a log shared across chats; ``None`` emits this chat's own summary warning.
 
     Returns:
