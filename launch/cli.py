@@ -12,6 +12,7 @@ COMMAND_MODULES = [
     "launch.cmd_data",
     "launch.cmd_bank",
     "launch.cmd_eval",
+    "launch.cmd_score",
     "launch.cmd_bench",
     "launch.cmd_program",
     "launch.cmd_synth",
