@@ -8,8 +8,10 @@ validates the program (:func:`evolution.validate.validate_program`), runs it wit
 ``report.json``, ``report.md``, ``tasks.jsonl`` (one line per question) and ``units.jsonl``.
 
 Scores are in [0, 1]: ``answer-recall`` (default, offline: the share of the gold answer's
-normalised tokens found in the retrieved text; no answer call), ``f1`` (LoCoMo F1 of the
-task model's answer) or ``llm`` (a judge). Capability labels: the native mapping (default),
+normalised tokens found in the retrieved text; no answer call), ``rubric-recall`` (BEAM's
+offline proxy over the retrieved text), ``f1`` (LoCoMo F1 of the task model's answer) or
+``llm`` (the dataset's official judge). The report adds the benchmark's headline numbers
+(:func:`rewards.official.headline`). Capability labels: the native mapping (default),
 or an annotator label file (:mod:`data_synth.annotate`); they are used for grouping only and
 never reach the program.
 """
@@ -38,10 +40,17 @@ class ProgramEvalConfig:
 
     program: str | None = field(default=None, metadata={"help": "memory program file (the CLI's FILE.py)"})
     parent: str | None = field(default=None, metadata={"help": "parent program, for the component diff"})
-    dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval"})
-    path: str | None = field(default=None, metadata={"help": "data file (default: $MEMGYM_DATA/...)"})
+    dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval | beam"})
+    path: str | None = field(default=None, metadata={"help": "data file (default: $MEMGYM_DATA/...); for beam a "
+                                                             "chat folder, a size folder or the BEAM root"})
     conversations: list[str] = field(default_factory=lambda: ["conv-26", "conv-30"],
-                                     metadata={"help": "conversation / question ids"})
+                                     metadata={"help": "conversation / question ids (beam: chat ids, e.g. 100K-3)"})
+    split: str | None = field(default=None, metadata={"help": "run this split's ids instead of conversations: "
+                                                              "train|valid|test (locomo, beam), sft|rl|test "
+                                                              "(longmemeval)"})
+    beam_full_chat: bool = field(default=False, metadata={"help": "beam: read chat.json even where "
+                                                                  "chat_trunecated.json exists"})
+    beam_keep_markers: bool = field(default=False, metadata={"help": "beam: keep the ' ->-> b,k' plan markers"})
     n_sessions: int | None = field(default=None, metadata={"help": "first N sessions only (QA restricted)"})
     max_questions: int | None = field(default=None, metadata={"help": "cap on QA per conversation"})
     extractor: str = field(default="instruction", metadata={
@@ -50,11 +59,15 @@ class ProgramEvalConfig:
                                                                     "extraction)"})
     plan_mode: str = field(default="llm", metadata={"help": "llm (PLANNING_INSTRUCTION) | question (no LLM: the "
                                                             "question fills the Query)"})
-    scorer: str = field(default="answer-recall", metadata={"help": "answer-recall | f1 | llm"})
+    scorer: str = field(default="answer-recall", metadata={"help": "answer-recall | rubric-recall (beam) | f1 | llm "
+                                                                   "(the dataset's official judge)"})
     judge_model: str | None = field(default=None, metadata={"help": "judge spec for scorer llm"})
     labels: str = field(default="native", metadata={"help": "native | <annotator label JSONL file>"})
     extract_max_new_tokens: int = field(default=1024, metadata={"help": "tokens per instruction extraction"})
     extractor_max_new_tokens: int = field(default=512, metadata={"help": "tokens per trained-extractor output"})
+    extractor_context_tokens: int | None = field(default=None, metadata={
+        "help": "trained extractor's context window (tokens); longer sessions are built in segments (default: what "
+                "the backend reports)"})
     plan_max_new_tokens: int = field(default=96, metadata={"help": "tokens per plan"})
     answer_max_new_tokens: int = field(default=48, metadata={"help": "tokens per answer"})
     program_llm_calls: int = field(default=0, metadata={"help": "toolkit.llm budget per conversation"})
@@ -69,8 +82,10 @@ class ProgramEvalConfig:
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
     def __post_init__(self):
-        if self.dataset not in ("locomo", "longmemeval"):
-            raise ValueError(f"dataset must be locomo or longmemeval, got {self.dataset!r}")
+        if self.dataset not in ("locomo", "longmemeval", "beam"):
+            raise ValueError(f"dataset must be locomo, longmemeval or beam, got {self.dataset!r}")
+        if self.scorer == "rubric-recall" and self.dataset != "beam":
+            raise ValueError("scorer rubric-recall needs dataset beam (it scores BEAM rubrics)")
         if self.scorer == "llm" and not self.judge_model:
             raise ValueError("scorer llm needs judge_model")
         self.runner_settings()  # validates extractor / plan_mode / budgets
@@ -79,8 +94,9 @@ class ProgramEvalConfig:
         """The :class:`RunnerSettings` this recipe asks for."""
         return RunnerSettings(
             extraction=self.extractor, task_model=self.task_model, plan_mode=self.plan_mode, scorer=self.scorer,
-            judge_model=self.judge_model, extract_max_new_tokens=self.extract_max_new_tokens,
-            extractor_max_new_tokens=self.extractor_max_new_tokens, plan_max_new_tokens=self.plan_max_new_tokens,
+            judge_model=self.judge_model, dataset=self.dataset, extract_max_new_tokens=self.extract_max_new_tokens,
+            extractor_max_new_tokens=self.extractor_max_new_tokens,
+            extractor_context_tokens=self.extractor_context_tokens, plan_max_new_tokens=self.plan_max_new_tokens,
             answer_max_new_tokens=self.answer_max_new_tokens, program_llm_calls=self.program_llm_calls,
             diagnostics=self.diagnostics, progress=self.progress,
             sandbox=SandboxLimits(call_timeout_s=self.call_timeout_s, load_timeout_s=max(20.0, self.call_timeout_s)))
@@ -111,6 +127,17 @@ def _mean(xs):
     return sum(xs) / len(xs) if xs else 0.0
 
 
+def run_dataset(run: ProgramRun) -> str | None:
+    """The dataset a run's questions come from, by their category labels (None if mixed)."""
+    from data_synth.capabilities import BEAM_MAP, LOCOMO_MAP, LONGMEMEVAL_MAP
+
+    cats = {str(t.qa.category) for t in run.tasks}
+    for name, table in (("locomo", LOCOMO_MAP), ("longmemeval", LONGMEMEVAL_MAP), ("beam", BEAM_MAP)):
+        if cats and cats <= set(table):
+            return name
+    return None
+
+
 def summarise(run: ProgramRun) -> dict:
     """Scores of a run: ``n``, ``overall``, ``by_capability`` {letter: {"score", "n"}} and
     ``by_category`` {native label: {"score", "n", "name"}}."""
@@ -118,7 +145,13 @@ def summarise(run: ProgramRun) -> dict:
     for t in run.tasks:
         by_cap[t.qa.capability.value if t.qa.capability is not None else "?"].append(t.score)
         by_cat[str(t.qa.category)].append(t.score)
+    from rewards.official import headline
+
+    dataset = run_dataset(run)
+    rows = [{"id": t.qa.id, "conversation": t.conversation, "category": str(t.qa.category), "score": t.score}
+            for t in run.tasks]
     return {"n": len(run.tasks), "overall": _mean([t.score for t in run.tasks]),
+            **({"headline": headline(dataset, rows)} if dataset else {}),
             "by_capability": {k: {"score": _mean(v), "n": len(v)} for k, v in sorted(by_cap.items())},
             "by_category": {k: {"score": _mean(v), "n": len(v), "name": CATEGORY_NAMES.get(k, k)}
                             for k, v in sorted(by_cat.items())}}
@@ -128,6 +161,8 @@ def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source
                      diagnostics: bool = True) -> tuple[dict, ProgramRun]:
     """Run one program and build its report dict (no files written, no validation).
     ``model_calls``/``tokens`` are the runtime's per-role counts during this call."""
+    from rewards.official import judge_stats
+
     rt = runner.rt
     t0 = time.time()
     calls0 = rt.calls_snapshot()
@@ -147,6 +182,7 @@ def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source
         "reuse": run.diff.to_dict() if run.diff is not None else None,
         "component_hashes": {k: v[:12] for k, v in run.hashes.items()},
         "extraction": run.extraction, "plan_failures": run.plan_failures, "retrieve_errors": run.retrieve_errors,
+        "judge_calls": judge_stats(runner.scorer) if runner.settings.scorer == "llm" else None,
         "model_calls": calls["calls"], "tokens": calls["tokens"], "wall_s": round(time.time() - t0, 2),
     })
     rep["tasks"] = [{"conversation": t.conversation, "id": t.qa.id, "question": t.qa.question, "gold": t.qa.answer,
@@ -182,6 +218,14 @@ def render_markdown(rep: dict) -> str:
         out += ["", f"Units: {diag['n_units']}, mean {_fmt(diag['mean_unit_chars'])} characters; retrieved: mean "
                     f"{_fmt(diag['mean_retrieved_chars'])} characters per question; tasks without resolvable "
                     f"evidence: {diag['n_no_evidence']}."]
+    head = rep.get("headline") or {}
+    if "by_ability" in head:
+        out += ["", f"## BEAM abilities (mean per chat, then over chats; {head['note']})", "",
+                "| ability | score |", "|---|---|"] + [f"| {k} | {v:.3f} |" for k, v in head["by_ability"].items()]
+        out.append(f"| **overall (ours)** | **{head['overall']:.3f}** |")
+    if "task_averaged_accuracy" in head:
+        out += ["", f"LongMemEval: task-averaged {head['task_averaged_accuracy']:.3f}, overall "
+                    f"{head['overall_accuracy']:.3f}, abstention {_fmt(head['abstention_accuracy'])}."]
     out += ["", "## By category", "", "| category | n | score |", "|---|---|---|"]
     out += [f"| {k} {v['name']} | {v['n']} | {v['score']:.3f} |" for k, v in rep["by_category"].items()]
     out += ["", "## Stages", "", "| stage | run | reused | LLM calls |", "|---|---|---|---|"]

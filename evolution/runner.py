@@ -68,7 +68,8 @@ class RunnerSettings:
     instruction extraction, program toolkit.llm). plan_mode: ``llm`` (the task LLM with
     PLANNING_INSTRUCTION) or ``question`` (no LLM call: the question text goes into the
     Query by :func:`evolution.stages.text_query`; an offline/ablation setting).
-    scorer: ``answer-recall`` | ``f1`` | ``llm`` (then ``judge_model``). Token budgets are in
+    scorer: ``answer-recall`` | ``f1`` | ``rubric-recall`` (BEAM) | ``llm`` (then ``judge_model``: the
+    official judge of ``dataset``, see :func:`rewards.judge.make_scorer`). Token budgets are in
     tokens of the respective model. program_llm_calls: toolkit.llm budget per conversation's
     sandbox. diagnostics: also retrieve with each evidence turn as the query (d_idx).
     """
@@ -78,8 +79,10 @@ class RunnerSettings:
     plan_mode: str = "llm"
     scorer: str = "answer-recall"
     judge_model: str | None = None
+    dataset: str | None = None
     extract_max_new_tokens: int = 1024
     extractor_max_new_tokens: int = 512
+    extractor_context_tokens: int | None = None
     plan_max_new_tokens: int = 96
     answer_max_new_tokens: int = 48
     program_llm_calls: int = 0
@@ -233,7 +236,7 @@ class ProgramRunner:
         if self._scorer is None:
             s = self.settings
             judge = self.rt.backend(s.judge_model, role="judge") if s.scorer == "llm" and s.judge_model else None
-            self._scorer = make_scorer(s.scorer, judge)
+            self._scorer = make_scorer(s.scorer, judge, dataset=s.dataset)
         return self._scorer
 
     def _identity(self, what: str) -> str:
@@ -249,7 +252,8 @@ class ProgramRunner:
                 else:
                     self._ids[what] = model_identity(s.extraction)
             elif what == "scorer":
-                s_id = s.scorer + (f"|{model_identity(s.judge_model)}" if s.scorer == "llm" and s.judge_model else "")
+                s_id = s.scorer + (f"|{model_identity(s.judge_model)}|{s.dataset}" if s.scorer == "llm" and s.judge_model
+                                   else "")
                 self._ids[what] = s_id
         return self._ids[what]
 
@@ -296,7 +300,7 @@ class ProgramRunner:
         self.stage_items = {s: {"run": 0, "reused": 0} for s in STAGES}
         self.stage_llm_calls = {s: 0 for s in STAGES}
         self.plan_failures = self.retrieve_errors = 0
-        self.extraction_stats = {"mode": self.settings.extraction_mode, "sessions": 0, "units": 0,
+        self.extraction_stats = {"mode": self.settings.extraction_mode, "sessions": 0, "units": 0, "segments": 0,
                                  "format_failures": 0, "manager_failures": {}}
         first = self._sandbox(source, conversations[0].id if conversations else "")
         try:
@@ -374,7 +378,8 @@ class ProgramRunner:
         else:
             conv_fp = stable_hash(conv.id, [session_fingerprint(x) for x in sessions])
             construct_key = stable_hash("construct", self._identity("extractor"), s.extractor_max_new_tokens,
-                                        self.rt.embedder.model_id, conv_fp)
+                                        self.rt.embedder.model_id, conv_fp,
+                                        *([s.extractor_context_tokens] if s.extractor_context_tokens else []))
             keys = [stable_hash("extract", self.stage_hash["extract"], construct_key, unit_fields, x.index)
                     for x in sessions]
         cached = [self.cache.get_json("extract", k) for k in keys]
@@ -391,6 +396,7 @@ class ProgramRunner:
         trace.extract_failures = sum(1 for c in cached if c["error"])
         stats = self.extraction_stats
         stats["sessions"] += len(sessions)
+        stats["segments"] += sum(c.get("segments", 1) for c in cached)
         stats["units"] += sum(len(c["units"]) for c in cached)
         stats["format_failures"] += trace.extract_failures
         for c in cached:
@@ -430,7 +436,8 @@ class ProgramRunner:
                 raise ProgramRunError(f"bank entries do not fit the program's MemoryUnit: {e}", stage="extract",
                                       conversation=conv.id) from None
             failed = [m for si, m in snaps["failures"] if si == x.index]
-            out.append({"units": [dataclasses.asdict(u) for u in units], "error": None, "failed_managers": failed})
+            out.append({"units": [dataclasses.asdict(u) for u in units], "error": None, "failed_managers": failed,
+                        "segments": snaps.get("segments", {}).get(str(x.index), 1)})
         return out
 
     def _construct(self, conv: Conversation) -> dict:
@@ -446,7 +453,8 @@ class ProgramRunner:
         calls0 = self.rt.calls_snapshot()
         built = construct(conv, extractor, embedder=self.rt.embedder, progress=self.settings.progress)
         self.stage_llm_calls["extract"] += self.rt.calls_since(calls0)["calls"].get("extractor", 0)
-        return {"banks": built.snapshots, "failures": [[f.session, f.manager] for f in built.failures]}
+        return {"banks": built.snapshots, "failures": [[f.session, f.manager] for f in built.failures],
+                "segments": {str(k): v for k, v in built.segments.items()}}
 
     def _index(self, conv: Conversation, trace: ConversationTrace, sandbox: SandboxedProgram) -> None:
         try:
@@ -541,7 +549,8 @@ class ProgramRunner:
 
     def _score(self, questions: list[QAItem], retrieved: list[str], preds: list[str | None]) -> list[float]:
         keys = [stable_hash("score", self.stage_hash["score"], self._identity("scorer"), q.question, q.answer,
-                            q.category, p, r if not self.scorer.needs_prediction else None)
+                            q.category, p, r if not self.scorer.needs_prediction else None,
+                            *([q.id, list(q.rubric)] if q.rubric or self.settings.scorer == "llm" else []))
                 for q, r, p in zip(questions, retrieved, preds)]
         cached = [self.cache.get_json("score", k) for k in keys]
         todo = [i for i, c in enumerate(cached) if c is None]
@@ -549,7 +558,7 @@ class ProgramRunner:
         if todo:
             calls0 = self.rt.calls_snapshot()
             items = [ScoreItem(questions[i].question, questions[i].answer, preds[i] or "", retrieved[i],
-                               questions[i].category) for i in todo]
+                               questions[i].category, questions[i].id, questions[i].rubric) for i in todo]
             for i, v in zip(todo, self.scorer.score(items)):
                 cached[i] = float(v)
                 self.cache.put_json("score", keys[i], cached[i])

@@ -3,8 +3,12 @@ score the answers, and report.
 
 Config + runner pair in the TRL style: :class:`EvalConfig` is parsed by ``trl.TrlParser``
 from a YAML recipe plus CLI overrides; :func:`run_eval` does the work.
-Scores: LoCoMo token F1 by default (official rules, :mod:`rewards.metrics`); answer-recall of
-the retrieved context is always reported beside it (it needs no model).
+Scores: LoCoMo token F1 by default (official rules, :mod:`rewards.metrics`); ``scorer: llm``
+picks the dataset's official judge (:func:`rewards.judge.make_scorer`), ``rubric-recall`` the
+offline BEAM proxy; answer-recall of the retrieved context is always reported beside it (it
+needs no model), and the benchmark's own headline numbers (:func:`rewards.official.headline`).
+Sessions longer than the extractor's context are built in segments
+(:func:`memory_bank.construct.construct`); the report counts them.
 """
 from __future__ import annotations
 
@@ -37,10 +41,18 @@ LOCOMO_CATEGORY_NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", 
 class EvalConfig:
     """A ``memgym eval`` recipe. Every field can be overridden on the command line."""
 
-    dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval"})
-    path: str | None = field(default=None, metadata={"help": "data file (default: $MEMGYM_DATA/...)"})
+    dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval | beam"})
+    path: str | None = field(default=None, metadata={"help": "data file (default: $MEMGYM_DATA/...); for beam a "
+                                                             "chat folder, a size folder or the BEAM root"})
     conversations: list[str] = field(default_factory=lambda: ["conv-30"],
-                                     metadata={"help": "conversation / question ids to run"})
+                                     metadata={"help": "conversation / question ids to run (beam: chat ids, "
+                                                       "e.g. 100K-3)"})
+    split: str | None = field(default=None, metadata={"help": "run this split's ids instead of conversations: "
+                                                              "train|valid|test (locomo, beam), sft|rl|test "
+                                                              "(longmemeval)"})
+    beam_full_chat: bool = field(default=False, metadata={"help": "beam: read chat.json even where "
+                                                                  "chat_trunecated.json exists"})
+    beam_keep_markers: bool = field(default=False, metadata={"help": "beam: keep the ' ->-> b,k' plan markers"})
     n_sessions: int | None = field(default=None, metadata={"help": "first N sessions only; QA kept iff "
                                                                      "all its evidence lies in them"})
     max_questions: int | None = field(default=None, metadata={"help": "cap on QA per conversation"})
@@ -49,10 +61,15 @@ class EvalConfig:
     compare: list[str] = field(default_factory=list,
                                metadata={"help": "more extractor specs run on the same QA, side by side"})
     answer_model: str = field(default="hf:smollm2", metadata={"help": "backend spec of the answer model"})
-    scorer: str = field(default="f1", metadata={"help": "f1 | answer-recall | llm"})
+    scorer: str = field(default="f1", metadata={"help": "f1 | answer-recall | rubric-recall (beam) | llm (the "
+                                                        "dataset's official judge)"})
     judge_model: str | None = field(default=None, metadata={"help": "backend spec of the LLM judge"})
     top_k: int = field(default=10, metadata={"help": "entries retrieved per question"})
     extractor_max_new_tokens: int = field(default=512, metadata={"help": "tokens per manager output"})
+    extractor_context_tokens: int | None = field(default=None, metadata={
+        "help": "the extractor's context window in tokens; a session whose prompt does not fit is built in "
+                "segments (default: what the backend reports, e.g. max_position_embeddings for hf; none known = "
+                "no segmentation)"})
     answer_max_new_tokens: int = field(default=32, metadata={"help": "tokens per answer"})
     batch_size: int = field(default=8, metadata={"help": "hf backend generation batch"})
     cache: str | None = field(default=None, metadata={"help": "sqlite response cache (default: under "
@@ -62,8 +79,10 @@ class EvalConfig:
 
     def __post_init__(self):
         self.compare = [c for c in self.compare if c.lower() not in ("none", "")]
-        if self.dataset not in ("locomo", "longmemeval"):
-            raise ValueError(f"dataset must be locomo or longmemeval, got {self.dataset!r}")
+        if self.dataset not in ("locomo", "longmemeval", "beam"):
+            raise ValueError(f"dataset must be locomo, longmemeval or beam, got {self.dataset!r}")
+        if self.scorer == "rubric-recall" and self.dataset != "beam":
+            raise ValueError("scorer rubric-recall needs dataset beam (it scores BEAM rubrics)")
         if self.n_sessions is not None and self.n_sessions < 1:
             raise ValueError(f"n_sessions must be >= 1, got {self.n_sessions}")
         if self.top_k < 1:
@@ -71,13 +90,27 @@ class EvalConfig:
 
 
 def load_conversations(cfg: EvalConfig) -> list[Conversation]:
-    """The recipe's conversations, restricted to its first ``n_sessions`` sessions."""
-    if cfg.dataset == "locomo":
+    """The recipe's conversations (its ``split``'s ids when set), restricted to its first
+    ``n_sessions`` sessions. Works for any config with the fields of :class:`EvalConfig`'s data
+    section (``ProgramEvalConfig`` too)."""
+    split = getattr(cfg, "split", None)
+    if cfg.dataset == "beam":
+        from data_synth.stats import load_dataset
+        if split is None:
+            from data_synth.beam import load_beam
+            convs = load_beam(cfg.path, ids=cfg.conversations, truncated=not getattr(cfg, "beam_full_chat", False),
+                              strip_markers=not getattr(cfg, "beam_keep_markers", False))
+        else:
+            convs = load_dataset("beam", cfg.path, split, beam_truncated=not getattr(cfg, "beam_full_chat", False),
+                                 beam_strip_markers=not getattr(cfg, "beam_keep_markers", False))
+    elif cfg.dataset == "locomo":
         from data_synth.locomo import load_locomo
-        convs = load_locomo(cfg.path, ids=cfg.conversations)
+        from data_synth.splits import split_ids
+        convs = load_locomo(cfg.path, ids=split_ids("locomo", split) if split else cfg.conversations)
     else:
         from data_synth.longmemeval import load_longmemeval
-        convs = load_longmemeval(cfg.path, question_ids=cfg.conversations)
+        from data_synth.splits import split_ids
+        convs = load_longmemeval(cfg.path, question_ids=split_ids("longmemeval", split) if split else cfg.conversations)
     if cfg.n_sessions:
         convs = [restrict(c, cfg.n_sessions) for c in convs]
     if cfg.max_questions is not None:
@@ -105,7 +138,8 @@ def make_extractor(spec: str, rt: Runtime, cfg: EvalConfig):
     if spec.startswith("expert:"):
         return ExpertExtractor(*[resolve_expert_path(x) for x in spec[len("expert:"):].split(",")])
     backend = rt.backend(spec, role="extractor")
-    return ModelExtractor(backend, GenerationParams(max_new_tokens=cfg.extractor_max_new_tokens), name=spec)
+    return ModelExtractor(backend, GenerationParams(max_new_tokens=cfg.extractor_max_new_tokens), name=spec,
+                          context_tokens=getattr(cfg, "extractor_context_tokens", None))
 
 
 def _mean(xs):
@@ -128,8 +162,10 @@ def evaluate_extractor(spec: str, convs: list[Conversation], cfg: EvalConfig, rt
     calls0 = rt.calls_snapshot()
     extractor = make_extractor(spec, rt, cfg)
     answerer = rt.backend(cfg.answer_model, role="answer")
-    scorer = make_scorer(cfg.scorer, rt.backend(cfg.judge_model, role="judge") if cfg.judge_model else None)
+    scorer = make_scorer(cfg.scorer, rt.backend(cfg.judge_model, role="judge") if cfg.judge_model else None,
+                         dataset=cfg.dataset)
     rows, attempts, fails = [], defaultdict(int), defaultdict(int)
+    segments: dict[str, dict[int, int]] = {}
     for conv in convs:
         n = len(conv.sessions)
         if isinstance(extractor, ExpertExtractor):
@@ -138,6 +174,7 @@ def evaluate_extractor(spec: str, convs: list[Conversation], cfg: EvalConfig, rt
             if n < len(conv.sessions):
                 raise ValueError(f"{extractor.name} covers only {n} of {len(conv.sessions)} sessions of {conv.id}")
         built = construct(conv, extractor, embedder=rt.embedder, progress=cfg.progress)
+        segments[conv.id] = dict(built.segments)
         for m in MANAGERS:
             attempts[m] += built.attempts[m]
         for f in built.failures:
@@ -152,7 +189,7 @@ def evaluate_extractor(spec: str, convs: list[Conversation], cfg: EvalConfig, rt
         for i in tqdm(range(0, len(items), bs), desc=f"answer {conv.id}", disable=not cfg.progress, unit="batch"):
             preds += answer_questions(answerer, items[i: i + bs],
                                       GenerationParams(max_new_tokens=cfg.answer_max_new_tokens))
-        scores = scorer.score([ScoreItem(q.question, q.answer, p, c, q.category)
+        scores = scorer.score([ScoreItem(q.question, q.answer, p, c, q.category, q.id, q.rubric)
                                for q, p, c in zip(conv.questions, preds, contexts)])
         for q, p, c, s, r in zip(conv.questions, preds, contexts, scores, retrieved):
             cap = q.capability or capability_for(cfg.dataset, q.category, q.id)
@@ -160,6 +197,7 @@ def evaluate_extractor(spec: str, convs: list[Conversation], cfg: EvalConfig, rt
                          "prediction": p, "score": float(s), "recall": answer_recall(q.answer, c),
                          "category": q.category, "capability": cap.value, "retrieved": r.counts})
     calls = rt.calls_since(calls0)
+    from rewards.official import headline, judge_stats
     return {
         "extractor": spec,
         "answer_model": cfg.answer_model,
@@ -169,6 +207,10 @@ def evaluate_extractor(spec: str, convs: list[Conversation], cfg: EvalConfig, rt
         "overall_recall": _mean([r["recall"] for r in rows]),
         "by_category": aggregate(rows, "category"),
         "by_capability": aggregate(rows, "capability"),
+        "headline": headline(cfg.dataset, [{**r, "category": str(r["category"])} for r in rows]),
+        "judge_calls": judge_stats(scorer),
+        "segments": {c: {"sessions": len(v), "segments": sum(v.values()),
+                         "split_sessions": {str(k): n for k, n in v.items() if n > 1}} for c, v in segments.items()},
         "format_failure_rate": {m: (fails[m] / attempts[m] if attempts[m] else 0.0) for m in MANAGERS},
         "model_calls": calls["calls"],
         "tokens": calls["tokens"],
