@@ -50,7 +50,8 @@ class RewardSample:
 
 
 def load_benchmark(dataset: str, ids: Sequence[str], data_path=None) -> dict[str, Conversation]:
-    """Load the named conversations (LoCoMo ``sample_id`` or LongMemEval ``question_id``).
+    """Load the named conversations (LoCoMo ``sample_id``, LongMemEval ``question_id`` or BEAM
+    chat id such as ``100K-3``).
 
     Raises ValueError for an unknown dataset or ids absent from the file, and the loaders'
     DataFileNotFoundError / DataFormatError."""
@@ -63,8 +64,12 @@ def load_benchmark(dataset: str, ids: Sequence[str], data_path=None) -> dict[str
         from data_synth.longmemeval import load_longmemeval
 
         convs = load_longmemeval(data_path, question_ids=ids)
+    elif dataset == "beam":
+        from data_synth.beam import load_beam
+
+        convs = load_beam(data_path, ids=ids)
     else:
-        raise ValueError(f"unknown dataset {dataset!r}; expected locomo or longmemeval")
+        raise ValueError(f"unknown dataset {dataset!r}; expected locomo, longmemeval or beam")
     return {c.id: c for c in convs}
 
 

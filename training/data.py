@@ -33,7 +33,7 @@ from memory_bank.prompts import build_prompt
 from memory_bank.schema import Conversation, Session
 
 #: Datasets whose conversations expert trajectories can refer to.
-DATASETS = ("locomo", "longmemeval")
+DATASETS = ("locomo", "longmemeval", "beam")
 #: Column order of :func:`sft_examples`.
 SFT_COLUMNS = ("prompt", "completion", "conversation_id", "session", "manager")
 
@@ -85,8 +85,9 @@ def check_managers(managers: Iterable[str]) -> tuple[str, ...]:
 
 def load_conversations(dataset: str, ids: Sequence[str], data_path=None) -> dict[str, Conversation]:
     """Load the conversations ``ids`` of ``dataset`` ("locomo": LoCoMo ``sample_id``s;
-    "longmemeval": LongMemEval ``question_id``s) from ``data_path`` (default: the dataset's
-    file under ``$MEMGYM_DATA``). Returns {id: Conversation}.
+    "longmemeval": LongMemEval ``question_id``s; "beam": BEAM chat ids such as ``100K-3``) from
+    ``data_path`` (default: the dataset's file or folder under ``$MEMGYM_DATA``). Returns
+    {id: Conversation}.
 
     Raises ValueError for an unknown dataset or an id absent from the file, and the loaders'
     ``DataFileNotFoundError`` / ``DataFormatError`` for a missing or broken file."""
@@ -98,6 +99,10 @@ def load_conversations(dataset: str, ids: Sequence[str], data_path=None) -> dict
         from data_synth.longmemeval import load_longmemeval
 
         convs = load_longmemeval(data_path, question_ids=list(ids))
+    elif dataset == "beam":
+        from data_synth.beam import load_beam
+
+        convs = load_beam(data_path, ids=list(ids))
     else:
         raise ValueError(f"unknown dataset {dataset!r}; expected one of {DATASETS}")
     return {c.id: c for c in convs}
