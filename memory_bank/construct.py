@@ -86,6 +86,13 @@ class ModelExtractor:
         """Tokens a prompt may take: the context minus the output budget (None = unlimited)."""
         return None if self.context_tokens is None else self.context_tokens - self.params.max_new_tokens
 
+    def text_tokens(self, text: str) -> int:
+        """Tokens of a bare text (no chat wrapper); characters / 3 without a tokenizer."""
+        tok = getattr(self.backend, "tokenizer", None)
+        if tok is not None:
+            return len(tok(text, add_special_tokens=False)["input_ids"])
+        return len(text) // 3 + 1
+
     def prompt_tokens(self, messages: list[dict]) -> int:
         """Tokens of ``messages`` as the model sees them (chat template + generation prompt)."""
         tok = getattr(self.backend, "tokenizer", None)
@@ -159,6 +166,10 @@ def construct(conversation: Conversation, extractor: Extractor, *, n_sessions: i
     return result
 
 
+#: The fewest transcript tokens a segment must have room for (else construction stops with an error).
+MIN_SEGMENT_TOKENS = 64
+
+
 def _max_prompt_tokens(extractor, bank: MemoryBank, session: Session, embedder) -> int:
     return max(extractor.prompt_tokens(build_prompt(m, bank, session, embedder).messages) for m in MANAGERS)
 
@@ -176,15 +187,15 @@ def step_session_segmented(bank: MemoryBank, conversation_id: str, session: Sess
 
     Each segment holds as many whole turns as fit with the bank as it stands before that
     segment (the prompt of every manager is measured); a turn that does not fit alone is split
-    into parts of its text. Raises ValueError when even an empty segment's prompt (the bank
-    shown to the managers) exceeds the budget.
+    into parts of its text. Raises ValueError when an empty segment's prompt (the bank shown to
+    the managers) leaves fewer than :data:`MIN_SEGMENT_TOKENS` tokens of the budget.
     """
     budget = extractor.prompt_budget() if hasattr(extractor, "prompt_budget") else None
     if budget is None or _max_prompt_tokens(extractor, bank, session, embedder) <= budget:
         step_session(bank, conversation_id, session, extractor, result, embedder)
         return 1
-    def cost(t: Turn) -> int:  # a turn's tokens as one transcript line (chat wrapper included: an overestimate)
-        return extractor.prompt_tokens([{"role": "user", "content": t.render()}])
+    def cost(t: Turn) -> int:  # a turn's tokens as one transcript line, its newline included
+        return extractor.text_tokens(t.render()) + 1
 
     turns = list(session.turns)
     costs = [cost(t) for t in turns]
@@ -192,9 +203,10 @@ def step_session_segmented(bank: MemoryBank, conversation_id: str, session: Sess
     while turns:
         empty = _max_prompt_tokens(extractor, bank, dataclasses.replace(session, turns=()), embedder)
         room = budget - empty
-        if room <= 0:
+        if room < MIN_SEGMENT_TOKENS:
             raise ValueError(f"{conversation_id} session {session.index}: the managers' prompt without any turn "
-                             f"takes {empty} tokens, over the extractor's budget of {budget}")
+                             f"takes {empty} tokens, leaving {room} of the extractor's budget of {budget} for the "
+                             f"transcript (at least {MIN_SEGMENT_TOKENS} needed)")
         end, used = 0, 0
         while end < len(costs) and used + costs[end] <= room:
             used += costs[end]
@@ -203,7 +215,7 @@ def step_session_segmented(bank: MemoryBank, conversation_id: str, session: Sess
                                              embedder) > budget:
             end -= 1  # per-turn estimates ignore the bank entries a segment selects: shrink until it fits
         if end == 0:  # the first turn does not fit alone: split its text into parts that do
-            parts = _split_turn(turns[0], max(2, -(-costs[0] // max(1, room // 2))))
+            parts = _split_turn(turns[0], max(2, -(-costs[0] // max(1, room * 3 // 4))))
             turns[:1], costs[:1] = parts, [cost(t) for t in parts]
             continue
         step_session(bank, conversation_id, dataclasses.replace(session, turns=tuple(turns[:end])), extractor,
