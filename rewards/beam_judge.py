@@ -44,8 +44,8 @@ BEAM_ABILITY_ORDER: tuple[str, ...] = (
     "abstention", "contradiction_resolution", "event_ordering", "information_extraction", "instruction_following",
     "knowledge_update", "multi_session_reasoning", "preference_following", "summarization", "temporal_reasoning")
 EVENT_ORDERING = "event_ordering"
-OVERALL_NOTE = ("overall = mean of the 10 BEAM abilities (memgym's summary; the official BEAM code reports "
-                "per-ability scores only)")
+OVERALL_NOTE = ("overall = mean of the 10 BEAM abilities, or of those scored when fewer are present (memgym's "
+                "summary; the official BEAM code reports per-ability scores only)")
 
 _RUBRIC_SYSTEM = (
     "You grade one criterion of an AI assistant's response to a user's question about their long chat history. "

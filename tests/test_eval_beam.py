@@ -1,0 +1,46 @@
+"""``memgym eval`` on BEAM with scripted backends: the first session of 100K chat 3 is built in
+segments (reported), ``scorer: llm`` picks BEAM's rubric judge, and the report carries BEAM's
+headline (per ability, overall labelled as ours) and the judge's call accounting."""
+from __future__ import annotations
+
+import json
+import warnings
+
+from data_synth.errors import DataQuirkWarning
+from llm.embeddings import HashEmbedder
+from rewards.evaluate import EvalConfig, run_eval
+from rewards.runtime import Runtime
+from tests.helpers import ScriptedBackend
+
+EX, ANS, JUDGE = (f"openai:http://stub.invalid/v1#{r}" for r in ("extractor", "answer", "judge"))
+
+
+def _extractor(messages, params):
+    if "Your part is CORE" in messages[0]["content"]:
+        return '{"operation": "NONE"}'
+    return '{"operations": [{"action": "ADD", "memory": "a note"}]}'
+
+
+def test_eval_beam_segmented_with_the_official_judge(tmp_path):
+    rt = Runtime(embedder=HashEmbedder(dim=64))
+    judge = ScriptedBackend(lambda m, p: '{"score": 0.5, "reason": "partly"}')
+    rt.register(EX, ScriptedBackend(_extractor))
+    rt.register(ANS, ScriptedBackend(lambda m, p: "an answer"))
+    rt.register(JUDGE, judge)
+    cfg = EvalConfig(dataset="beam", conversations=["100K-3"], n_sessions=1, extractor=EX, answer_model=ANS,
+                     scorer="llm", judge_model=JUDGE, extractor_max_new_tokens=200, extractor_context_tokens=4000,
+                     out=str(tmp_path), progress=False, cache="none")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataQuirkWarning)
+        rep = run_eval(cfg, rt)
+    assert rep["segments"] == {"100K-3": {"sessions": 1, "segments": 22, "split_sessions": {"1": 22}}}
+    # the 8 questions whose evidence lies in session 1 (restrict drops the evidence-less abstention ones)
+    assert rep["n"] == 8 and {r["score"] for r in rep["predictions"]} == {0.5}
+    assert all(r["question"] in m[1]["content"] for r in rep["predictions"][:1] for m, _ in judge.seen[:1])
+    # one judge call per rubric item: contradiction 4 + extraction 1+2 + instruction 2+1 + update 1 + preference 2
+    # + temporal 2
+    assert rep["judge_calls"]["prompts"] == len(judge.seen) == 15 and rep["judge_calls"]["unparsable"] == 0
+    head = rep["headline"]
+    assert head["overall"] == 0.5 and head["abilities"] == 6 and "mean of the 10" in head["note"]
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert saved["segments"]["100K-3"]["segments"] == 22
