@@ -38,7 +38,7 @@ def _run(args) -> int:
         print(f"memgym eval: {e}", file=sys.stderr)
         return 2
     report = run_eval(cfg)
-    print(f"\nScore by category ({report['scorer']}); rows = LoCoMo categories, columns = extractors\n")
+    print(f"\nScore by category ({report['scorer']}); rows = native categories, columns = extractors\n")
     print(side_by_side(report, "by_category"))
     print()
     print(side_by_side(report, "by_capability"))

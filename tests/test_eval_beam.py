@@ -44,3 +44,5 @@ def test_eval_beam_segmented_with_the_official_judge(tmp_path):
     assert head["overall"] == 0.5 and head["abilities"] == 6 and "mean of the 10" in head["note"]
     saved = json.loads((tmp_path / "report.json").read_text())
     assert saved["segments"]["100K-3"]["segments"] == 22
+    md = (tmp_path / "report.md").read_text()
+    assert "| **overall (ours)** | **0.500** |" in md and "| 100K-3 | 1 | 22 | 1 |" in md
