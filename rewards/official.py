@@ -87,9 +87,8 @@ def judge_stats(scorer) -> dict | None:
     st = getattr(scorer, "stats", None)
     if isinstance(st, JudgeStats):
         return st.to_dict()
-    if hasattr(scorer, "parse_failures"):  # the CORRECT/WRONG judge: retried never, failures counted
-        n = len(getattr(scorer, "last_verdicts", []))
-        return {"prompts": n, "retried": 0, "unparsable": scorer.parse_failures, "examples": []}
+    if hasattr(scorer, "parse_failures"):  # LoCoMo's CORRECT/WRONG judge: no retry, failures counted (WRONG)
+        return {"prompts": None, "retried": 0, "unparsable": scorer.parse_failures, "examples": []}
     return None
 
 
