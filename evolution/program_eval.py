@@ -227,7 +227,8 @@ def render_markdown(rep: dict) -> str:
         out += ["", f"LongMemEval: task-averaged {head['task_averaged_accuracy']:.3f}, overall "
                     f"{head['overall_accuracy']:.3f}, abstention {_fmt(head['abstention_accuracy'])}."]
     out += ["", "## By category", "", "| category | n | score |", "|---|---|---|"]
-    out += [f"| {k} {v['name']} | {v['n']} | {v['score']:.3f} |" for k, v in rep["by_category"].items()]
+    out += [f"| {k}{'' if v['name'] == k else ' ' + v['name']} | {v['n']} | {v['score']:.3f} |"
+            for k, v in rep["by_category"].items()]
     out += ["", "## Stages", "", "| stage | run | reused | LLM calls |", "|---|---|---|---|"]
     out += [f"| {s} | {c['run']} | {c['reused']} | {rep['stage_llm_calls'][s]} |" for s, c in rep["stage_items"].items()]
     if rep.get("reuse"):
