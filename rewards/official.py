@@ -37,6 +37,11 @@ class LongMemEvalScorer:
     def stats(self) -> JudgeStats:
         return self.judge.stats
 
+    @property
+    def parse_failures(self) -> int:
+        """Replies still unparsable after the retry (scored 0), over the scorer's life."""
+        return self.stats.unparsable
+
     def score(self, items: list[ScoreItem]) -> list[float]:
         items = _check_score_items(items)
         return self.judge.judge([(str(it.category), it.question, it.gold, it.prediction, it.qid) for it in items])
@@ -58,6 +63,11 @@ class BeamScorer:
         total.add(self.judge.stats)
         total.add(self.judge.match_stats)
         return total
+
+    @property
+    def parse_failures(self) -> int:
+        """Replies still unparsable after the retry (scored 0), over the scorer's life."""
+        return self.stats.unparsable
 
     def score(self, items: list[ScoreItem]) -> list[float]:
         items = _check_score_items(items)
