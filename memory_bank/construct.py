@@ -16,12 +16,13 @@ counts the segments of every session.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from tqdm.auto import tqdm
 
-from llm.base import Backend, GenerationParams
+from llm.base import Backend, Completion, GenerationParams
 from memory_bank.actions import MANAGERS
 from memory_bank.bank import MemoryBank
 from memory_bank.errors import ManagerOutputError
@@ -33,14 +34,16 @@ class Extractor(Protocol):
     """Produces the raw text of each manager's output for one session.
 
     ``extract`` gets the four :class:`ManagerPrompt` (order of :data:`MANAGERS`) and returns
-    four strings in the same order. ``compress(core, target_chars)`` may shorten the core
-    block; return None from :meth:`compressor` to disable compression. An extractor with a
-    finite context also has ``prompt_budget()`` (tokens a prompt may take, or None) and
-    ``prompt_tokens(messages)``; :func:`construct` then segments sessions that do not fit."""
+    four outputs in the same order: strings, or :class:`llm.base.Completion` objects whose
+    ``finish_reason`` then tells a cut-off output (``truncated``) from a finished one.
+    ``compress(core, target_chars)`` may shorten the core block; return None from
+    :meth:`compressor` to disable compression. An extractor with a finite context also has
+    ``prompt_budget()`` (tokens a prompt may take, or None) and ``prompt_tokens(messages)``;
+    :func:`construct` then segments sessions that do not fit."""
 
     name: str
 
-    def extract(self, conversation_id: str, session: Session, prompts: list[ManagerPrompt]) -> list[str]: ...
+    def extract(self, conversation_id: str, session: Session, prompts: list[ManagerPrompt]) -> list[str | Completion]: ...
 
     def compressor(self): ...
 
@@ -103,11 +106,13 @@ class ModelExtractor:
         return sum(len(m["content"]) for m in messages) // 3 + 8 * len(messages)
 
     def extract(self, conversation_id, session, prompts):
-        return [c.text for c in self.backend.generate([p.messages for p in prompts], self.params)]
+        return self.backend.generate([p.messages for p in prompts], self.params)
 
     def compressor(self):
         def compress(core: str, target: int) -> str:
-            return self.backend.generate([compress_messages(core, target)], self.params)[0].text.strip()
+            comp = self.backend.generate([compress_messages(core, target)], self.params)[0]
+            # a cut-off compression is a failed one: the bank then keeps the head of the block
+            return "" if comp.truncated else comp.text.strip()
         return compress
 
 
@@ -131,6 +136,7 @@ class ConstructionResult:
     failures: list[FormatFailure] = field(default_factory=list)
     attempts: dict[str, int] = field(default_factory=lambda: {m: 0 for m in MANAGERS})
     outputs: list[dict[str, str]] = field(default_factory=list)
+    empty_sessions: list[int] = field(default_factory=list)
     segments: dict[int, int] = field(default_factory=dict)
 
     @property
@@ -227,15 +233,25 @@ def step_session_segmented(bank: MemoryBank, conversation_id: str, session: Sess
 
 def step_session(bank: MemoryBank, conversation_id: str, session: Session, extractor: Extractor,
                  result: ConstructionResult, embedder=None) -> None:
-    """Run the four managers on one session and apply their outputs (in place)."""
+    """Run the four managers on one session and apply their outputs (in place). A session
+    with no turns costs no model call: it is recorded in ``result.empty_sessions`` (with a
+    warning) and the bank is left as it was."""
+    if not session.turns:
+        warnings.warn(f"{conversation_id} session {session.index} ({session.id}) has no turns; skipped (no "
+                      "extractor call)", stacklevel=2)
+        result.empty_sessions.append(session.index)
+        result.outputs.append({})
+        return
     prompts = [build_prompt(m, bank, session, embedder) for m in MANAGERS]
-    texts = extractor.extract(conversation_id, session, prompts)
-    if len(texts) != len(MANAGERS):
-        raise RuntimeError(f"extractor {extractor.name} returned {len(texts)} outputs, expected {len(MANAGERS)}")
+    outs = extractor.extract(conversation_id, session, prompts)
+    if len(outs) != len(MANAGERS):
+        raise RuntimeError(f"extractor {extractor.name} returned {len(outs)} outputs, expected {len(MANAGERS)}")
+    texts = [o.text if isinstance(o, Completion) else o for o in outs]
+    reasons = [o.finish_reason if isinstance(o, Completion) else None for o in outs]
     result.outputs.append(dict(zip(MANAGERS, texts)))
-    for manager, text in zip(MANAGERS, texts):
+    for manager, text, reason in zip(MANAGERS, texts, reasons):
         result.attempts[manager] += 1
         try:
-            bank.apply_text(manager, text, session.index)
+            bank.apply_text(manager, text, session.index, finish_reason=reason)
         except ManagerOutputError as e:
             result.failures.append(FormatFailure(session.index, manager, e.error_type, str(e)))
