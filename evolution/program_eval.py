@@ -28,7 +28,7 @@ from evolution.diagnostics import METRICS, diagnose_run
 from evolution.runner import ProgramRun, ProgramRunner, RunnerSettings, dump_units
 from evolution.sandbox import SandboxLimits
 from evolution.stages import StageCache
-from llm.config import check_fields, require
+from llm.config import ConfigError, check_fields, require
 from rewards.runtime import Runtime
 
 CATEGORY_NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}
@@ -102,7 +102,19 @@ class ProgramEvalConfig:
         check_fields(self)
         require(self, "scorer", "llm", "judge_model", "(a backend spec of the LLM judge)")
         if self.scorer == "rubric-recall" and self.dataset != "beam":
-            raise ValueError("scorer rubric-recall needs dataset beam (it scores BEAM rubrics)")
+            raise ConfigError("--scorer rubric-recall needs --dataset beam (it scores BEAM rubrics)")
+        if self.split is not None:
+            from data_synth.splits import split_names
+            if self.split not in split_names(self.dataset):
+                raise ConfigError(f"--split: {self.split!r} is not a {self.dataset} split; expected one of "
+                                  f"{', '.join(split_names(self.dataset))}")
+        elif self.dataset == "beam":
+            from data_synth.beam import chat_id_of, find_chats
+            known = [chat_id_of(f) for f in find_chats(self.path)]
+            missing = [c for c in self.conversations if c not in known]
+            if missing:
+                raise ConfigError(f"--conversations: BEAM chat ids {', '.join(missing)} not found under "
+                                  f"{self.path or 'the BEAM root'}; known: {', '.join(known)}")
         self.runner_settings()  # validates extractor / plan_mode / budgets
 
     def runner_settings(self) -> RunnerSettings:

@@ -24,7 +24,7 @@ from data_synth.capabilities import capability_for
 from data_synth.expert import ExpertExtractor
 from data_synth.views import restrict
 from llm.base import GenerationParams
-from llm.config import check_fields, require
+from llm.config import ConfigError, check_fields, require
 from memory_bank.actions import MANAGERS
 from memory_bank.construct import ModelExtractor, construct
 from memory_bank.retrieval import BankRetriever
@@ -99,7 +99,19 @@ class EvalConfig:
         check_fields(self)
         require(self, "scorer", "llm", "judge_model", "(a backend spec of the LLM judge)")
         if self.scorer == "rubric-recall" and self.dataset != "beam":
-            raise ValueError("scorer rubric-recall needs dataset beam (it scores BEAM rubrics)")
+            raise ConfigError("--scorer rubric-recall needs --dataset beam (it scores BEAM rubrics)")
+        if self.split is not None:
+            from data_synth.splits import split_names
+            if self.split not in split_names(self.dataset):
+                raise ConfigError(f"--split: {self.split!r} is not a {self.dataset} split; expected one of "
+                                  f"{', '.join(split_names(self.dataset))}")
+        elif self.dataset == "beam":
+            from data_synth.beam import chat_id_of, find_chats
+            known = [chat_id_of(f) for f in find_chats(self.path)]
+            missing = [c for c in self.conversations if c not in known]
+            if missing:
+                raise ConfigError(f"--conversations: BEAM chat ids {', '.join(missing)} not found under "
+                                  f"{self.path or 'the BEAM root'}; known: {', '.join(known)}")
 
 
 def load_conversations(cfg: EvalConfig) -> list[Conversation]:

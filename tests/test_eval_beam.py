@@ -46,3 +46,18 @@ def test_eval_beam_segmented_with_the_official_judge(tmp_path):
     assert saved["segments"]["100K-3"]["segments"] == 22
     md = (tmp_path / "report.md").read_text()
     assert "| **overall (ours)** | **0.500** |" in md and "| 100K-3 | 1 | 22 | 1 |" in md
+
+
+def test_beam_config_errors_name_the_flag():
+    import pytest
+
+    from evolution.program_eval import ProgramEvalConfig
+    from llm.config import ConfigError
+
+    with pytest.raises(ConfigError, match="--split: 'sft' is not a beam split; expected one of train, valid, test"):
+        EvalConfig(dataset="beam", split="sft", scorer="rubric-recall")
+    with pytest.raises(ConfigError, match="--conversations: BEAM chat ids 100K-99 not found"):
+        EvalConfig(dataset="beam", conversations=["100K-99"], scorer="rubric-recall")
+    with pytest.raises(ConfigError, match="--scorer rubric-recall needs --dataset beam"):
+        ProgramEvalConfig(dataset="locomo", scorer="rubric-recall")
+    assert ProgramEvalConfig(dataset="beam", split="test", scorer="rubric-recall", extractor="instruction").split == "test"
