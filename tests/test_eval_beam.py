@@ -61,3 +61,35 @@ def test_beam_config_errors_name_the_flag():
     with pytest.raises(ConfigError, match="--scorer rubric-recall needs --dataset beam"):
         ProgramEvalConfig(dataset="locomo", scorer="rubric-recall")
     assert ProgramEvalConfig(dataset="beam", split="test", scorer="rubric-recall", extractor="instruction").split == "test"
+
+
+def test_program_eval_beam_rubric_recall_headline(tmp_path):
+    """``memgym program eval`` on BEAM: scripted instruction extraction (each transcript line one
+    unit), the question as the query, rubric-recall, and BEAM's per-ability headline."""
+    from evolution.program_eval import ProgramEvalConfig, run_program_eval
+    from evolution.stages import StageCache
+    from memory_bank.programs import reference_program_path
+
+    task = "openai:http://stub.invalid/v1#task"
+
+    def script(messages, params):
+        user = messages[-1]["content"]
+        lines = [ln.split(": ", 1)[1] for ln in user.splitlines() if ln[:1] == "[" and ln[1:2].isdigit()]
+        return json.dumps([{"content": t[:40]} for t in lines])  # short: the stub counts words as tokens
+
+    rt = Runtime(embedder=HashEmbedder(dim=64))
+    rt.register(task, ScriptedBackend(script))
+    cfg = ProgramEvalConfig(program=str(reference_program_path()), dataset="beam", conversations=["100K-3"],
+                            n_sessions=1, extractor="instruction", task_model=task, plan_mode="question",
+                            scorer="rubric-recall", validate=False, diagnostics=False, progress=False,
+                            out=str(tmp_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataQuirkWarning)
+        rep = run_program_eval(cfg, rt, StageCache())
+    assert rep["ok"] and rep["n"] == 8 and rep["extraction"]["units"] == 58
+    head = rep["headline"]
+    assert head["abilities"] == 6 and set(head["by_ability"]) == {
+        "contradiction_resolution", "information_extraction", "instruction_following", "knowledge_update",
+        "preference_following", "temporal_reasoning"}
+    assert abs(head["overall"] - sum(head["by_ability"].values()) / 6) < 1e-12
+    assert "BEAM abilities" in (tmp_path / "report.md").read_text()
