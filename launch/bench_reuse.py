@@ -25,7 +25,7 @@ CHILD_NEW = 'return "\\n".join(self.lines[i] for i in chosen)'
 def retrieval_only_child(parent_source: str) -> str:
     """The reference program with ``retrieve`` returning lines best-first. Raises ValueError
     if the parent lacks the expected line or the edit touches more than ``retrieval``."""
-    from evolution.component_diff import diff_components
+    from evolution.execution.component_diff import diff_components
 
     if CHILD_OLD not in parent_source:
         raise ValueError(f"parent program has no line {CHILD_OLD!r} to revise")
@@ -51,9 +51,9 @@ def bench_reuse(conversations=("conv-30",), *, n_sessions: int | None = None, pl
     """
     from data_synth.locomo import load_locomo
     from data_synth.views import restrict
-    from evolution.program_eval import evaluate_program
-    from evolution.runner import ProgramRunner, RunnerSettings
-    from evolution.stages import StageCache
+    from evolution.execution.program_eval import evaluate_program
+    from evolution.execution.runner import ProgramRunner, RunnerSettings
+    from evolution.execution.stages import StageCache
     from llm.cache import CachedBackend, ResponseCache
     from llm.embeddings import EmbeddingCache, STEmbedder
     from memory_bank.programs import read_program_source, reference_program_path
@@ -85,7 +85,8 @@ def bench_reuse(conversations=("conv-30",), *, n_sessions: int | None = None, pl
         rt = runtime()
         e0 = emb.calls
         t = time.perf_counter()
-        rep, _ = evaluate_program(source, convs, ProgramRunner(rt, settings, cache), parent_source=parent_source)
+        ev, _ = evaluate_program(source, convs, ProgramRunner(rt, settings, cache), parent_source=parent_source)
+        rep = ev.to_dict(tasks=False)
         wall = time.perf_counter() - t
         texts = len(emb.cache) if getattr(emb, "cache", None) is not None else None  # fresh cache: texts embedded
         return {"wall_s": round(wall, 3), "task_calls": rep["model_calls"].get("task", 0), "embed_calls": emb.calls - e0,

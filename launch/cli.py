@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "launch.cmd_score",
     "launch.cmd_bench",
     "launch.cmd_program",
+    "launch.cmd_evolve",
     "launch.cmd_synth",
     "launch.cmd_reward",
     "launch.cmd_train",

@@ -1,13 +1,13 @@
 """``memgym program ...``: memory-program commands.
 
 - ``memgym program check FILE.py [--parent P.py] [--no-probe] [--stats] [--timeout S]``
-  runs the four validation levels (``evolution.validate``) in the sandbox and prints ONE JSON
+  runs the four validation levels (``evolution.execution.validate``) in the sandbox and prints ONE JSON
   line ``{"ok": bool, "level": 1-4 or null, "reason": str}`` (plus ``"stats"`` with
   ``--stats``). Exit status 0 for any verdict, 2 when FILE (or the parent) cannot be read;
   never a traceback, whatever the candidate does.
 
 - ``memgym program eval FILE.py --recipe R.yaml [--extractor SPEC] [--parent PARENT.py]
-  [--out DIR] [--<field> value ...]`` evaluates a program (``evolution.program_eval``): writes
+  [--out DIR] [--<field> value ...]`` evaluates a program (``evolution.execution.program_eval``): writes
   ``report.json`` (overall, by_capability, by_category, diagnostics, stages_run/reused,
   model_calls, tokens, wall_s), ``report.md``, ``tasks.jsonl`` and ``units.jsonl``, and prints
   the capability table. Exit 0 on success, 1 when the program fails validation or breaks
@@ -44,7 +44,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             return 2
     source, parent = texts["source"], texts["parent"]
     try:
-        from evolution.validate import ValidationLimits, validate_program
+        from evolution.execution.validate import ValidationLimits, validate_program
 
         limits = ValidationLimits(run_probe=not args.no_probe)
         if args.timeout is not None:
@@ -71,13 +71,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """Evaluate one program file; print the capability table; write the reports."""
     from trl import TrlParser
 
-    from evolution.program_eval import ProgramEvalConfig, run_program_eval
-    from evolution.runner import ProgramRunError
+    from evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
+    from evolution.execution.runner import ProgramRunError
 
     parser = TrlParser(dataclass_types=[ProgramEvalConfig], prog="memgym program eval FILE.py",
                        description="Evaluate a memory program: extract -> index -> plan -> retrieve -> answer -> "
                                    "score with stage caching, plus d_ext/d_idx/d_ret diagnostics. Use --recipe R.yaml "
-                                   "for a recipe; every field below overrides it. --extractor: instruction | "
+                                   "for a recipe; every field below overrides it. --extractor: instruction | turns | "
                                    "expert:<file or conv-NN> | hf:<checkpoint or adapter dir> | openai:<url>#<model>.")
     try:
         cfg = parser.parse_args_and_config(args=_eval_argv(args.rest))[0]
@@ -96,10 +96,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     except ProgramRunError as e:
         print(f"memgym program eval: the program failed: {e}", file=sys.stderr)
         return 1
-    if not rep["ok"]:
-        v = rep["validation"]
+    if not rep.ok:
+        v = rep.validation
         print(f"memgym program eval: validation failed at level {v['level']}: {v['reason']}", file=sys.stderr)
         return 1
+    rep = rep.to_dict()
     _print_summary(rep, cfg.out)
     return _report_problems(rep)
 

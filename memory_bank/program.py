@@ -581,7 +581,7 @@ def contract_from_report(report: dict) -> ProgramInfo:
 
 def load_program_module(path: str | Path, module_name: str | None = None) -> types.ModuleType:
     """Import a TRUSTED program file in-process (seed/reference, tests). Untrusted candidates
-    must go through ``evolution.sandbox.SandboxedProgram`` instead. The module is registered
+    must go through ``evolution.execution.sandbox.SandboxedProgram`` instead. The module is registered
     in ``sys.modules`` under ``module_name`` (default ``memgym_program_<stem>``) so that
     ``typing.get_type_hints`` can resolve its annotations. Raises FileNotFoundError naming
     the path."""

@@ -7,7 +7,7 @@ import sqlite3
 import numpy as np
 import pytest
 
-from evolution.stages import StageCache
+from evolution.execution.stages import StageCache
 from launch.cli import main as memgym
 from llm.base import Completion
 from llm.cache import CacheCorruptError, ResponseCache

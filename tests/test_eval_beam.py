@@ -51,7 +51,7 @@ def test_eval_beam_segmented_with_the_official_judge(tmp_path):
 def test_beam_config_errors_name_the_flag():
     import pytest
 
-    from evolution.program_eval import ProgramEvalConfig
+    from evolution.execution.program_eval import ProgramEvalConfig
     from llm.config import ConfigError
 
     with pytest.raises(ConfigError, match="--split: 'sft' is not a beam split; expected one of train, valid, test"):
@@ -66,8 +66,8 @@ def test_beam_config_errors_name_the_flag():
 def test_program_eval_beam_rubric_recall_headline(tmp_path):
     """``memgym program eval`` on BEAM: scripted instruction extraction (each transcript line one
     unit), the question as the query, rubric-recall, and BEAM's per-ability headline."""
-    from evolution.program_eval import ProgramEvalConfig, run_program_eval
-    from evolution.stages import StageCache
+    from evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
+    from evolution.execution.stages import StageCache
     from memory_bank.programs import reference_program_path
 
     task = "openai:http://stub.invalid/v1#task"
@@ -86,8 +86,8 @@ def test_program_eval_beam_rubric_recall_headline(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DataQuirkWarning)
         rep = run_program_eval(cfg, rt, StageCache())
-    assert rep["ok"] and rep["n"] == 8 and rep["extraction"]["units"] == 58
-    head = rep["headline"]
+    assert rep.ok and rep.n == 8 and rep.extraction["units"] == 58
+    head = rep.headline
     assert head["abilities"] == 6 and set(head["by_ability"]) == {
         "contradiction_resolution", "information_extraction", "instruction_following", "knowledge_update",
         "preference_following", "temporal_reasoning"}

@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from evolution.diagnostics import DiagTask, EvidenceTrace, diagnose_run, diagnose_tasks, max_match, split_segments
-from evolution.runner import ProgramRunner, RunnerSettings
+from evolution.execution.diagnostics import DiagTask, EvidenceTrace, diagnose_run, diagnose_tasks, max_match, split_segments
+from evolution.execution.runner import ProgramRunner, RunnerSettings
 from llm.embeddings import HashEmbedder
 from memory_bank.programs import read_program_source, seed_program_path
 from rewards.runtime import Runtime

@@ -7,9 +7,9 @@ from datetime import datetime
 
 import pytest
 
-from evolution.component_diff import COMPONENTS, diff_components, stage_component_hashes, component_hashes
-from evolution.runner import ProgramRunError, ProgramRunner, RunnerSettings
-from evolution.stages import StageCache, session_entries, text_query, unit_text
+from evolution.execution.component_diff import COMPONENTS, diff_components, stage_component_hashes, component_hashes
+from evolution.execution.runner import ProgramRunError, ProgramRunner, RunnerSettings
+from evolution.execution.stages import StageCache, session_entries, text_query, unit_text
 from llm.embeddings import HashEmbedder
 from memory_bank.program import FieldSpec
 from memory_bank.programs import read_program_source, reference_program_path, seed_program_path
@@ -300,3 +300,94 @@ def test_cli_eval_errors(tmp_path, capsys):
     assert json.loads((out / "report.json").read_text())["validation"]["level"] == 1
     assert memgym(["program", "eval", str(bad), "--recipe", _recipe(tmp_path), "--plan_mode", "psychic"]) == 2
     assert "plan_mode" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ turns extraction, workers, typed result
+
+
+def test_turns_extraction_maps_every_turn_without_a_model_call():
+    from evolution.execution.stages import turn_entries
+
+    conv = conversation()
+    assert turn_entries(conv.sessions[1]) == [
+        {"part": "turn", "id": "s2:0", "text": "Caroline: Caroline is researching adoption agencies", "date": "2023-05-08",
+         "session": 2},
+        {"part": "turn", "id": "s2:1", "text": "Melanie: Melanie took her kids camping in the mountains",
+         "date": "2023-05-08", "session": 2}]
+    runner, script, rt = make_runner(diagnostics=False, plan_mode="question")
+    runner.settings.extraction = "turns"
+    run = runner.run(SEED, [conv])
+    assert script.counts == {"extract": 0, "plan": 0, "answer": 0} and rt.calls_snapshot()["calls"].get("task", 0) == 0
+    assert run.extraction["mode"] == "turns" and run.extraction["units"] == 6
+    assert run.traces[0].units[0][0] == {"content": "Caroline: Caroline went to the LGBTQ support group",
+                                         "date": "2023-05-01", "part": "turn", "entry_id": "s1:0", "session": 1}
+    # the seed returns every line: every answer's tokens are there except "15 May 2023", whose
+    # date only appears as the "[2023-05-15]" prefix (one token "20230515" after normalisation)
+    assert [t.score for t in run.tasks] == [1.0, 1.0, 0.0, 1.0]
+
+
+def test_workers_overlap_conversations_with_identical_results():
+    from dataclasses import replace
+
+    convs = [conversation(), replace(conversation(), id="d", sessions=conversation().sessions[:2])]
+    r1, _, _ = make_runner(diagnostics=True, plan_mode="question")
+    r1.settings.extraction = "turns"
+    a = r1.run(REF, convs, workers=1)
+    r2, _, _ = make_runner(diagnostics=True, plan_mode="question")
+    r2.settings.extraction = "turns"
+    b = r2.run(REF, convs, workers=2)
+    assert [t.conversation for t in b.tasks] == ["c"] * 4 + ["d"] * 4
+    assert [(t.retrieved, t.score) for t in a.tasks] == [(t.retrieved, t.score) for t in b.tasks]
+    assert a.stage_items == b.stage_items and b.stage_items["index"] == {"run": 5, "reused": 0}
+    assert [tr.probes for tr in a.traces] == [tr.probes for tr in b.traces]
+
+
+def test_evaluate_program_returns_a_typed_result():
+    from evolution.execution.program_eval import evaluate_program
+    from evolution.execution.results import ProgramEvaluation
+
+    runner, _, _ = make_runner(plan_mode="question")
+    runner.settings.extraction = "turns"
+    ev, run = evaluate_program(SEED, [conversation()], runner)
+    assert isinstance(ev, ProgramEvaluation) and ev.ok and ev.n == 4
+    assert ev.overall == 0.75
+    assert ev.scores() == {"overall": 0.75, "by_capability": {"F": 1.0, "M": 1.0, "T": 0.0}}
+    assert ev.task_scores() == {"c/c/q0": 1.0, "c/c/q1": 1.0, "c/c/q2": 0.0, "c/c/q3": 1.0}
+    assert ev.to_dict(tasks=False)["stages_skipped"] == ["answer"] and "tasks" not in ev.to_dict(tasks=False)
+
+
+def test_cli_eval_turns_on_longmemeval(tmp_path):
+    from data_synth.paths import data_root
+    from launch.cli import main as memgym
+
+    oracle = data_root() / "longmemeval" / "longmemeval_oracle.json"
+    qid = json.loads(oracle.read_text())[0]["question_id"]
+    out = tmp_path / "lme"
+    rc = memgym(["program", "eval", str(seed_program_path()), "--dataset", "longmemeval", "--path", str(oracle),
+                 "--conversations", qid, "--extractor", "turns", "--plan_mode", "question", "--validate", "false",
+                 "--progress", "false", "--out", str(out)])
+    assert rc == 0
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["n"] == 1 and rep["extraction"]["mode"] == "turns" and rep["model_calls"].get("task", 0) == 0
+    units = [json.loads(x) for x in (out / "units.jsonl").read_text().splitlines()]
+    turns = json.loads(oracle.read_text())[0]["haystack_sessions"]
+    assert sum(len(u["units"]) for u in units) == sum(len(s) for s in turns)
+    assert units[0]["units"][0]["content"].split(": ", 1)[0] in ("user", "assistant")
+
+
+def test_two_evaluations_overlap_on_one_runner():
+    from concurrent.futures import ThreadPoolExecutor
+
+    runner, _, _ = make_runner(diagnostics=True, plan_mode="question")
+    runner.settings.extraction = "turns"
+    with ThreadPoolExecutor(2) as pool:
+        a, b = pool.map(lambda src: runner.run(src, [conversation()]), [REF, RETRIEVAL_ONLY])
+    solo, _, _ = make_runner(diagnostics=True, plan_mode="question")
+    solo.settings.extraction = "turns"
+    for run, src in ((a, REF), (b, RETRIEVAL_ONLY)):
+        alone = solo.run(src, [conversation()])
+        assert [(t.retrieved, t.score) for t in run.tasks] == [(t.retrieved, t.score) for t in alone.tasks]
+        assert run.traces[0].probes == alone.traces[0].probes
+        # each run counted only its own work (per-run state): 4 questions + 5 known evidence turns probed
+        assert sum(run.stage_items["retrieve"].values()) == 4 + 5
+        assert run.stage_items["extract"]["run"] + run.stage_items["extract"]["reused"] == 3

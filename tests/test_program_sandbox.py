@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from evolution.sandbox import (DEFAULT_ALLOWED_IMPORTS, ProgramRaised, SandboxBadResult, SandboxClosed,
+from evolution.execution.sandbox import (DEFAULT_ALLOWED_IMPORTS, ProgramRaised, SandboxBadResult, SandboxClosed,
                                SandboxedProgram, SandboxLimits, SandboxMemoryError, SandboxOversized, SandboxTimeout,
                                SandboxViolation, static_check)
 from memory_bank.programs import read_program_source, reference_program_path, seed_program_path

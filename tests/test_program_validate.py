@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from evolution.sandbox import SandboxLimits
-from evolution.validate import StubHost, ValidationLimits, normalised_ast, synthetic_record, validate_program
+from evolution.execution.sandbox import SandboxLimits
+from evolution.execution.validate import StubHost, ValidationLimits, normalised_ast, synthetic_record, validate_program
 from launch import cmd_program
 from memory_bank.program import FieldSpec
 from memory_bank.programs import read_program_source, reference_program_path, seed_program_path

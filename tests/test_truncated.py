@@ -144,7 +144,7 @@ def test_adrpo_reward_function_reads_truncation_from_token_ids():
 
 def test_program_runner_counts_cut_off_extractions_as_failures():
     from tests.test_program_runner import REF, TASK, Script, conversation
-    from evolution.runner import ProgramRunner, RunnerSettings
+    from evolution.execution.runner import ProgramRunner, RunnerSettings
     from rewards.runtime import Runtime
 
     rt = Runtime(embedder=HashEmbedder_())

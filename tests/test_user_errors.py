@@ -57,7 +57,7 @@ def test_program_eval_rejects_zero_sessions_and_bad_timeouts(capsys, tmp_path):
 
 def test_yaml_string_becomes_a_one_element_list(tmp_path):
     from launch.cmd_eval import parse_config
-    from evolution.program_eval import ProgramEvalConfig
+    from evolution.execution.program_eval import ProgramEvalConfig
 
     r = tmp_path / "r.yaml"
     r.write_text("conversations: conv-30\ncompare: expert:conv-30\n")

@@ -6,7 +6,7 @@
   search text with an optional time hint, cosine top-k and greedy budget packing).
 
 Both follow the contract in :mod:`memory_bank.program` and import only allow-listed modules,
-so they run unchanged inside ``evolution.sandbox``.
+so they run unchanged inside ``evolution.execution.sandbox``.
 """
 from __future__ import annotations
 

@@ -3,8 +3,8 @@ diagnostics, stage reuse and cost.
 
 Config + runner pair in the TRL style (like :mod:`rewards.evaluate`): :class:`ProgramEvalConfig`
 is parsed by ``trl.TrlParser`` from a YAML recipe plus CLI overrides; :func:`run_program_eval`
-validates the program (:func:`evolution.validate.validate_program`), runs it with
-:class:`evolution.runner.ProgramRunner`, computes :mod:`evolution.diagnostics` and writes
+validates the program (:func:`evolution.execution.validate.validate_program`), runs it with
+:class:`evolution.execution.runner.ProgramRunner`, computes :mod:`evolution.execution.diagnostics` and writes
 ``report.json``, ``report.md``, ``tasks.jsonl`` (one line per question) and ``units.jsonl``.
 
 Scores are in [0, 1]: ``answer-recall`` (default, offline: the share of the gold answer's
@@ -24,10 +24,11 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from evolution.diagnostics import METRICS, diagnose_run
-from evolution.runner import ProgramRun, ProgramRunner, RunnerSettings, dump_units
-from evolution.sandbox import SandboxLimits
-from evolution.stages import StageCache
+from evolution.execution.diagnostics import METRICS, diagnose_run
+from evolution.execution.results import ProgramEvaluation
+from evolution.execution.runner import ProgramRun, ProgramRunner, RunnerSettings, dump_units
+from evolution.execution.sandbox import SandboxLimits
+from evolution.execution.stages import StageCache
 from llm.config import ConfigError, check_fields, require
 from rewards.runtime import Runtime
 
@@ -43,9 +44,9 @@ class ProgramEvalConfig:
               "extractor_max_new_tokens": {"min": 1},
               "extractor_context_tokens": {"min": 2}, "plan_max_new_tokens": {"min": 1},
               "answer_max_new_tokens": {"min": 1}, "program_llm_calls": {"min": 0}, "call_timeout_s": {"min": 0.001},
-              "batch_size": {"min": 1}, "extractor": {"spec": "extractor", "words": ("instruction",)},
+              "batch_size": {"min": 1}, "extractor": {"spec": "extractor", "words": ("instruction", "turns")},
               "task_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}, "out": {"out_dir": True},
-              "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0}}
+              "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0}, "workers": {"min": 1}}
 
     program: str | None = field(default=None, metadata={"help": "memory program file (the CLI's FILE.py)"})
     parent: str | None = field(default=None, metadata={"help": "parent program, for the component diff"})
@@ -65,7 +66,7 @@ class ProgramEvalConfig:
     n_sessions: int | None = field(default=None, metadata={"help": "first N sessions only (>= 1; QA restricted)"})
     max_questions: int | None = field(default=None, metadata={"help": "cap on QA per conversation (>= 1)"})
     extractor: str = field(default="instruction", metadata={
-        "help": "instruction | expert:<file or conv-NN>[,...] | hf:<checkpoint or adapter dir> | openai:<url>#<model>"})
+        "help": "instruction | turns | expert:<file or conv-NN>[,...] | hf:<checkpoint or adapter dir> | openai:<url>#<model>"})
     task_model: str = field(default="hf:smollm2", metadata={"help": "task LLM spec (plan, answer, instruction "
                                                                     "extraction)"})
     plan_mode: str = field(default="llm", metadata={"help": "llm (PLANNING_INSTRUCTION) | question (no LLM: the "
@@ -97,6 +98,7 @@ class ProgramEvalConfig:
                 "or 5)"})
     out: str = field(default="runs/program_eval", metadata={"help": "output directory"})
     progress: bool = field(default=True, metadata={"help": "progress bars: on (true) or off (--no_progress)"})
+    workers: int = field(default=1, metadata={"help": "conversations evaluated concurrently (one sandbox each)"})
 
     def __post_init__(self):
         check_fields(self)
@@ -125,7 +127,7 @@ class ProgramEvalConfig:
             extractor_max_new_tokens=self.extractor_max_new_tokens,
             extractor_context_tokens=self.extractor_context_tokens, plan_max_new_tokens=self.plan_max_new_tokens,
             answer_max_new_tokens=self.answer_max_new_tokens, program_llm_calls=self.program_llm_calls,
-            diagnostics=self.diagnostics, progress=self.progress,
+            diagnostics=self.diagnostics, progress=self.progress, workers=self.workers,
             sandbox=SandboxLimits(call_timeout_s=self.call_timeout_s, load_timeout_s=max(20.0, self.call_timeout_s)))
 
 
@@ -185,43 +187,45 @@ def summarise(run: ProgramRun) -> dict:
 
 
 def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source: str | None = None,
-                     diagnostics: bool = True) -> tuple[dict, ProgramRun]:
-    """Run one program and build its report dict (no files written, no validation).
-    ``model_calls``/``tokens`` are the runtime's per-role counts during this call."""
+                     diagnostics: bool = True, workers: int | None = None) -> tuple[ProgramEvaluation, ProgramRun]:
+    """Run one program and build its :class:`ProgramEvaluation` (no files written, no
+    validation). ``model_calls``/``tokens`` are the runtime's per-role counts during this
+    call. ``workers``: conversations evaluated concurrently (default: the runner's setting)."""
     from rewards.official import judge_stats
 
     rt = runner.rt
     t0 = time.time()
     calls0 = rt.calls_snapshot()
     judged0 = getattr(runner._scorer, "parse_failures", 0)
-    run = runner.run(source, convs, parent_source=parent_source)
+    run = runner.run(source, convs, parent_source=parent_source, workers=workers)
     rep = summarise(run)
     if diagnostics:
-        d = diagnose_run(run, rt.embedder, progress=runner.settings.progress)
-        rep["diagnostics"] = {k: v for k, v in d.items() if k != "tasks"}
+        with runner.model_lock:
+            d = diagnose_run(run, rt.embedder, progress=runner.settings.progress)
+        diag = {k: v for k, v in d.items() if k != "tasks"}
         per_task = {r["id"]: r for r in d["tasks"]}
     else:
-        rep["diagnostics"], per_task = None, {}
+        diag, per_task = None, {}
     calls = rt.calls_since(calls0)
-    rep.update({
-        "stages_run": run.stages_run, "stages_reused": run.stages_reused,
-        "stages_skipped": ["answer"] if run.answer_skipped else [],
-        "stage_items": run.stage_items, "stage_llm_calls": run.stage_llm_calls,
-        "reuse": run.diff.to_dict() if run.diff is not None else None,
-        "component_hashes": {k: v[:12] for k, v in run.hashes.items()},
-        "extraction": run.extraction, "plan_failures": run.plan_failures, "retrieve_errors": run.retrieve_errors,
-        "judge_calls": judge_stats(runner.scorer) if runner.settings.scorer == "llm" else None,
-        "empty_answers": sum(1 for t in run.tasks if t.prediction is not None and not t.prediction.strip()),
-        "judge_unparsable": getattr(runner._scorer, "parse_failures", 0) - judged0,
-        "model_calls": calls["calls"], "tokens": calls["tokens"], "wall_s": round(time.time() - t0, 2),
-    })
-    rep["tasks"] = [{"conversation": t.conversation, "id": t.qa.id, "question": t.qa.question, "gold": t.qa.answer,
-                     "category": t.qa.category, "capability": t.qa.capability.value if t.qa.capability else None,
-                     "query": t.query, "plan_ok": t.plan_ok, "prediction": t.prediction, "score": t.score,
-                     "retrieved_chars": len(t.retrieved), "error": t.error,
-                     **{m: per_task.get(f"{t.conversation}/{t.qa.id}", {}).get(m) for m in METRICS}}
-                    for t in run.tasks]
-    return rep, run
+    tasks = [{"conversation": t.conversation, "id": t.qa.id, "question": t.qa.question, "gold": t.qa.answer,
+              "category": t.qa.category, "capability": t.qa.capability.value if t.qa.capability else None,
+              "query": t.query, "plan_ok": t.plan_ok, "prediction": t.prediction, "score": t.score,
+              "retrieved_chars": len(t.retrieved), "error": t.error,
+              **{m: per_task.get(f"{t.conversation}/{t.qa.id}", {}).get(m) for m in METRICS}}
+             for t in run.tasks]
+    ev = ProgramEvaluation(
+        ok=True, n=rep["n"], overall=rep["overall"], by_capability=rep["by_capability"], by_category=rep["by_category"],
+        diagnostics=diag, stages_run=run.stages_run, stages_reused=run.stages_reused,
+        stages_skipped=["answer"] if run.answer_skipped else [], stage_items=run.stage_items,
+        stage_llm_calls=run.stage_llm_calls, reuse=run.diff.to_dict() if run.diff is not None else None,
+        component_hashes={k: v[:12] for k, v in run.hashes.items()}, extraction=run.extraction,
+        plan_failures=run.plan_failures, retrieve_errors=run.retrieve_errors,
+        empty_answers=sum(1 for t in run.tasks if t.prediction is not None and not t.prediction.strip()),
+        judge_unparsable=getattr(runner._scorer, "parse_failures", 0) - judged0,
+        headline=rep.get("headline"),
+        judge_calls=judge_stats(runner.scorer) if runner.settings.scorer == "llm" else None, model_calls=calls["calls"],
+        tokens=calls["tokens"], wall_s=round(time.time() - t0, 2), tasks=tasks)
+    return ev, run
 
 
 def _fmt(v) -> str:
@@ -271,15 +275,16 @@ def render_markdown(rep: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def run_program_eval(cfg: ProgramEvalConfig, rt: Runtime | None = None, cache: StageCache | None = None) -> dict:
+def run_program_eval(cfg: ProgramEvalConfig, rt: Runtime | None = None,
+                     cache: StageCache | None = None) -> ProgramEvaluation:
     """Validate and evaluate ``cfg.program``; write the report files under ``cfg.out``.
 
-    Returns the report dict (``tasks`` included). When validation fails the report has
-    ``validation`` with the verdict, ``ok: False``, and no scores; nothing else runs.
+    Returns the :class:`ProgramEvaluation` (``tasks`` included). When validation fails it has
+    ``ok`` False, ``validation`` with the verdict, and no scores; nothing else runs.
     Raises FileNotFoundError naming a missing program/parent file, ValueError for a bad
-    recipe and :class:`evolution.runner.ProgramRunError` when the program breaks mid-run.
+    recipe and :class:`evolution.execution.runner.ProgramRunError` when the program breaks mid-run.
     """
-    from evolution.validate import ValidationLimits, validate_program
+    from evolution.execution.validate import ValidationLimits, validate_program
 
     t0 = time.time()
     if not cfg.program:
@@ -302,29 +307,31 @@ def run_program_eval(cfg: ProgramEvalConfig, rt: Runtime | None = None, cache: S
         res = validate_program(source, None, ValidationLimits(), progress=cfg.progress)
         validation = res.to_dict()
         if not res.ok:
-            rep = {**head, "ok": False, "validation": validation, "wall_s": round(time.time() - t0, 2)}
-            (out / "report.json").write_text(json.dumps(rep, indent=2, ensure_ascii=False))
+            ev = ProgramEvaluation(ok=False, validation=validation, wall_s=round(time.time() - t0, 2), **head)
+            (out / "report.json").write_text(json.dumps(ev.to_dict(tasks=False), indent=2, ensure_ascii=False))
             (out / "report.md").write_text(f"# memgym program eval: `{prog}`\n\nValidation failed at level "
                                            f"{res.level}: {res.reason}\n")
-            return rep
+            return ev
     rt = rt or Runtime.from_config(cache=cfg.cache, batch_size=cfg.batch_size, request_timeout_s=cfg.request_timeout_s,
                                    request_retries=cfg.request_retries)
     own_cache = cache is None
     cache = cache if cache is not None else open_stage_cache(cfg.stage_cache)
     try:
         runner = ProgramRunner(rt, cfg.runner_settings(), cache)
-        rep, run = evaluate_program(source, load_tasks(cfg), runner, parent_source=parent_source,
-                                    diagnostics=cfg.diagnostics)
+        ev, run = evaluate_program(source, load_tasks(cfg), runner, parent_source=parent_source,
+                                   diagnostics=cfg.diagnostics)
     finally:
         if own_cache:
             cache.close()
-    rep = {**head, "ok": True, "validation": validation, **rep, "wall_s": round(time.time() - t0, 2)}
-    tasks = rep.pop("tasks")
+    for k, v in head.items():
+        setattr(ev, k, v)
+    ev.validation = validation
+    ev.wall_s = round(time.time() - t0, 2)
     with open(out / "tasks.jsonl", "w", encoding="utf-8") as fh:
-        for row in tasks:
+        for row in ev.tasks:
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     dump_units(run, out / "units.jsonl")
+    rep = ev.to_dict(tasks=False)
     (out / "report.json").write_text(json.dumps(rep, indent=2, ensure_ascii=False, default=str))
     (out / "report.md").write_text(render_markdown(rep))
-    rep["tasks"] = tasks
-    return rep
+    return ev

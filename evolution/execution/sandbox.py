@@ -2,7 +2,7 @@
 
 Source: PrisMem (shared/seeds/000_0e559b88b400976a.txt), appendix "execution checks": candidates
 run with allowed imports only, no network, bounded time and memory. The parent never imports
-candidate code; :class:`SandboxedProgram` starts ``evolution.sandbox_child`` with
+candidate code; :class:`SandboxedProgram` starts ``evolution.execution.sandbox_child`` with
 
 - rlimits set with ``prlimit`` before any candidate code runs: address space (``memory_mb``), CPU seconds over the child's
   life (``cpu_s``), file size (``file_size_mb``), no core dumps; its own session (process
@@ -201,8 +201,8 @@ class SandboxClosed(SandboxError):
 _KINDS = {c.kind: c for c in (SandboxViolation, SandboxTimeout, SandboxMemoryError, SandboxCrash, SandboxOversized,
                               ProgramRaised, SandboxBadResult)}
 
-_BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv[1]); from evolution.sandbox_child import main; main()"
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv[1]); from evolution.execution.sandbox_child import main; main()"
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _jsonable(x: Any) -> Any:

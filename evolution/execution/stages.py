@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from llm.base import BackendSpecError
 from memory_bank.program import FieldSpec
 from memory_bank.schema import Session
 
@@ -243,3 +244,43 @@ def session_entries(before: dict | None, after: dict, session_index: int, sessio
             out.append({"part": part, "id": e["id"], "text": e["text"], "date": m.group(1) if m else session_date,
                         "session": session_index})
     return out
+
+
+def turn_entries(session) -> list[dict]:
+    """``turns`` extraction of one :class:`memory_bank.schema.Session`: one entry per dialogue
+    turn, ``{"part": "turn", "id": turn id, "text": "speaker: text", "date": session date
+    (YYYY-MM-DD) or None, "session": 1-based index}``; an image caption is appended as
+    ``[image: caption]``. Turns with neither text nor caption are skipped."""
+    date = session.date.date().isoformat() if session.date else None
+    out = []
+    for t in session.turns:
+        text = (t.text or "").strip()
+        if t.image_caption:
+            text = f"{text} [image: {t.image_caption}]".strip()
+        if text:
+            out.append({"part": "turn", "id": t.id, "text": f"{t.speaker}: {text}", "date": date,
+                        "session": session.index})
+    return out
+
+
+# --------------------------------------------------------------------------- cache identities
+
+
+def model_identity(spec: str) -> str:
+    """A cache identity for a backend spec: ``spec@<dir fingerprint>`` for local ``hf:``/``vllm:``
+    dirs (retraining in place changes it), the spec itself otherwise."""
+    from llm.paths import dir_fingerprint
+    from llm.specs import parse_spec, resolve_model_path
+
+    try:
+        s = parse_spec(spec)
+        if s.kind in ("hf", "vllm"):
+            return f"{spec}@{dir_fingerprint(resolve_model_path(s))}"
+    except (BackendSpecError, FileNotFoundError):
+        pass
+    return spec
+
+
+def file_sha(path: Path) -> str:
+    """First 16 hex digits of the sha256 of a file's bytes."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]

@@ -10,13 +10,13 @@ and for each reference evidence snippet e of a task x:
 
 - d_ext = m(e, U_e): U_e = the units extracted from e's source session;
 - d_idx = m(e, R_e): R_e = what ``retrieve`` returns for e itself as the query (the Query is
-  built from e's text by :func:`evolution.stages.text_query`);
+  built from e's text by :func:`evolution.execution.stages.text_query`);
 - d_ret = m(e, R_x): R_x = what ``retrieve`` returns for the real question's planned query.
 
 Rules fixed here: e is the evidence turn's text (its image caption when the text is empty);
 evidence ids map to turns and sessions through ``Conversation.turn_index`` (LoCoMo ``dia_id``
 "D3:7", LongMemEval ``<session>:<k>``), unknown ids are skipped and each task's ids are
-de-duplicated. A unit's text is :func:`evolution.stages.unit_text`. Retrieved strings are
+de-duplicated. A unit's text is :func:`evolution.execution.stages.unit_text`. Retrieved strings are
 split into segments, one per non-empty line (stripped), and Z is that set of segments. A task's
 value is the mean over its evidence snippets; tasks without any resolvable evidence are left
 out of the averages (counted in ``n_no_evidence``). Capabilities come from the task's primary
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from evolution.stages import unit_text
+from evolution.execution.stages import unit_text
 
 METRICS = ("d_ext", "d_idx", "d_ret")
 
@@ -147,7 +147,7 @@ def diagnose_tasks(tasks: list[DiagTask], embedder, *, progress: bool = False) -
 
 
 def tasks_from_run(run) -> list[DiagTask]:
-    """Build :class:`DiagTask` s from an :class:`evolution.runner.ProgramRun`: evidence ids
+    """Build :class:`DiagTask` s from an :class:`evolution.execution.runner.ProgramRun`: evidence ids
     resolved through each conversation's ``turn_index``, U_e = the units of the evidence
     turn's session, the probes of the trace as R_e."""
     traces = {tr.conversation.id: tr for tr in run.traces}
@@ -170,7 +170,7 @@ def tasks_from_run(run) -> list[DiagTask]:
 
 
 def diagnose_run(run, embedder, *, progress: bool = False) -> dict:
-    """Diagnostics of a whole :class:`~evolution.runner.ProgramRun` (see :func:`diagnose_tasks`)
+    """Diagnostics of a whole :class:`~evolution.execution.runner.ProgramRun` (see :func:`diagnose_tasks`)
     plus ``mean_unit_chars``, ``mean_retrieved_chars`` (characters; None when there is
     nothing to average) and ``n_units``."""
     rep = diagnose_tasks(tasks_from_run(run), embedder, progress=progress)

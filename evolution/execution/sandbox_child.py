@@ -1,6 +1,6 @@
-"""Child side of :mod:`evolution.sandbox`: load ONE candidate memory program and serve calls.
+"""Child side of :mod:`evolution.execution.sandbox`: load ONE candidate memory program and serve calls.
 
-Started only by :class:`evolution.sandbox.SandboxedProgram` as
+Started only by :class:`evolution.execution.sandbox.SandboxedProgram` as
 ``python -I -B -c "<bootstrap>"`` with rlimits set, cwd = a scratch directory and a minimal
 environment. Never imports torch or any model code (startup is ~0.3 s, mostly numpy).
 
@@ -8,7 +8,7 @@ Protocol: JSON lines. Parent -> child on the original stdin (moved to a private 
 becomes /dev/null); child -> parent on the original stdout (moved to a private fd; fd 1 and
 ``sys.stdout`` become stderr, so the candidate's prints cannot corrupt the protocol).
 
-Defences, in the order they act (see also the static check in ``evolution.sandbox``):
+Defences, in the order they act (see also the static check in ``evolution.execution.sandbox``):
 1. the candidate module's ``__builtins__`` are a copy without eval/exec/compile/input/
    breakpoint and with an ``__import__`` that admits only allow-listed top-level modules;
 2. a ``sys.addaudithook`` hook (permanent; adding another hook is refused) that refuses

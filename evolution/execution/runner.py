@@ -3,11 +3,11 @@
 Source: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``), appendix "memory interface" and
 "revision-aware execution reuse"; DESIGN.md § "Memory programs and capability-driven
 evolution". The program's own code (``Memory.index``/``retrieve``) only ever runs inside
-:class:`evolution.sandbox.SandboxedProgram`; the host runs the LLM stages.
+:class:`evolution.execution.sandbox.SandboxedProgram`; the host runs the LLM stages.
 
-Caching (:class:`evolution.stages.StageCache`, in memory and on disk): every stage output is
+Caching (:class:`evolution.execution.stages.StageCache`, in memory and on disk): every stage output is
 stored under a key made of the stage's cumulative component hash
-(:func:`evolution.component_diff.stage_component_hashes`) and the hash of its actual inputs.
+(:func:`evolution.execution.component_diff.stage_component_hashes`) and the hash of its actual inputs.
 A child program therefore re-executes from the earliest stage whose component changed
 (shared helpers: from indexing on) and reuses everything before it, given its parent ran
 with the same cache and inputs. Reused state is copied: units, plans, retrieved texts and
@@ -23,20 +23,20 @@ prediction (answer-recall over the retrieved text) the answer stage is skipped.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from evolution.component_diff import STAGES, ComponentDiff, component_hashes, diff_components, \
+from evolution.execution.component_diff import STAGES, component_hashes, diff_components, \
     stage_component_hashes
-from evolution.sandbox import ProgramRaised, SandboxedProgram, SandboxError, SandboxLimits
-from evolution.stages import (StageCache, answer_messages, extraction_messages, planning_messages, session_entries,
-                              session_fingerprint, stable_hash, text_query)
-from llm.base import BackendSpecError, Completion, GenerationParams, TruncatedOutputError, require_complete
+from evolution.execution.results import ConversationTrace, ProgramRun, TaskResult, dump_units  # noqa: F401
+from evolution.execution.sandbox import ProgramRaised, SandboxedProgram, SandboxError, SandboxLimits
+from evolution.execution.stages import (StageCache, answer_messages, extraction_messages, planning_messages, session_entries,
+                              session_fingerprint, stable_hash, text_query, turn_entries, model_identity, file_sha)
+from llm.base import Completion, GenerationParams, TruncatedOutputError, require_complete
 from memory_bank.program import (OUT_CHAR_BUDGET, ContractError, ProgramInfo, SessionInfo, StructuredOutputError,
                                  parse_structured, units_from_entries)
 from memory_bank.schema import Conversation, QAItem
@@ -44,7 +44,7 @@ from rewards.answer import clean_answer
 from rewards.judge import ScoreItem, make_scorer
 from rewards.runtime import Runtime
 
-EXTRACTION_MODES = ("instruction", "extractor", "expert")
+EXTRACTION_MODES = ("instruction", "turns", "extractor", "expert")
 
 
 class ProgramRunError(RuntimeError):
@@ -62,16 +62,18 @@ class ProgramRunError(RuntimeError):
 class RunnerSettings:
     """How the runner executes a program.
 
-    extraction: ``instruction`` (the task LLM with EXTRACTION_INSTRUCTION), ``expert:<file or
+    extraction: ``instruction`` (the task LLM with EXTRACTION_INSTRUCTION), ``turns`` (no
+    model: every dialogue turn is a unit, :func:`turn_entries`), ``expert:<file or
     conv-NN>[,...]`` (replay), or a trained extractor's backend spec ``hf:<dir>`` /
     ``openai:<url>#<model>``. task_model: backend spec of the task LLM (plan, answer,
     instruction extraction, program toolkit.llm). plan_mode: ``llm`` (the task LLM with
     PLANNING_INSTRUCTION) or ``question`` (no LLM call: the question text goes into the
-    Query by :func:`evolution.stages.text_query`; an offline/ablation setting).
+    Query by :func:`evolution.execution.stages.text_query`; an offline/ablation setting).
     scorer: ``answer-recall`` | ``f1`` | ``rubric-recall`` (BEAM) | ``llm`` (then ``judge_model``: the
     official judge of ``dataset``, see :func:`rewards.judge.make_scorer`). Token budgets are in
     tokens of the respective model. program_llm_calls: toolkit.llm budget per conversation's
     sandbox. diagnostics: also retrieve with each evidence turn as the query (d_idx).
+    workers: conversations of one evaluation run concurrently (one sandbox each).
     """
 
     extraction: str = "instruction"
@@ -89,10 +91,13 @@ class RunnerSettings:
     diagnostics: bool = True
     sandbox: SandboxLimits = field(default_factory=SandboxLimits)
     progress: bool = False
+    workers: int = 1
 
     def __post_init__(self):
         if self.plan_mode not in ("llm", "question"):
             raise ValueError(f"plan_mode must be 'llm' or 'question', got {self.plan_mode!r}")
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.program_llm_calls < 0:
             raise ValueError(f"program_llm_calls must be >= 0, got {self.program_llm_calls}")
         kind = extraction_kind(self.extraction)
@@ -106,103 +111,30 @@ class RunnerSettings:
 
 
 def extraction_kind(spec: str) -> str:
-    """``instruction`` | ``expert`` | ``extractor`` for an extraction spec (ValueError if empty)."""
+    """``instruction`` | ``turns`` | ``expert`` | ``extractor`` for an extraction spec
+    (ValueError if empty)."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"extraction spec must be a non-empty str, got {spec!r}")
-    if spec == "instruction":
-        return "instruction"
+    if spec in ("instruction", "turns"):
+        return spec
     return "expert" if spec.startswith("expert:") else "extractor"
 
 
-@dataclass
-class TaskResult:
-    """One question's trace. ``query``: the Query record used; ``plan_ok``: the plan parsed
-    (False = fallback query); ``retrieved``: retrieve's output (characters, at most 16,000;
-    "" on error); ``prediction``: the answer (None when the answer stage is skipped);
-    ``score`` in [0, 1]; ``error``: why retrieval failed, else None."""
-
-    conversation: str
-    qa: QAItem
-    query: dict | None
-    plan_ok: bool
-    retrieved: str
-    prediction: str | None
-    score: float
-    error: str | None = None
-
-
-@dataclass
-class ConversationTrace:
-    """Per conversation: ``units[i]`` = the unit dicts extracted from session i (0-based, in
-    session order) with ``session_index[i]`` its 1-based index; ``probes`` maps an evidence
-    turn id to what retrieve returned for that turn's text as the query (d_idx)."""
-
-    conversation: Conversation
-    units: list[list[dict]]
-    session_index: list[int]
-    probes: dict[str, str] = field(default_factory=dict)
-    extract_failures: int = 0
-
-
-@dataclass
-class ProgramRun:
-    """Everything one :meth:`ProgramRunner.run` produced (see the module docstring)."""
-
-    info: ProgramInfo
-    hashes: dict[str, str]
-    diff: ComponentDiff | None
-    tasks: list[TaskResult]
-    traces: list[ConversationTrace]
-    stage_items: dict[str, dict[str, int]]
-    stage_llm_calls: dict[str, int]
-    answer_skipped: bool
-    plan_failures: int
-    retrieve_errors: int
-    extraction: dict
-    wall_s: float
-
-    @property
-    def stages_run(self) -> list[str]:
-        """Stages that executed at least one item, in stage order."""
-        return [s for s in STAGES if self.stage_items[s]["run"] > 0]
-
-    @property
-    def stages_reused(self) -> list[str]:
-        """Stages that took at least one item from the cache, in stage order."""
-        return [s for s in STAGES if self.stage_items[s]["reused"] > 0]
-
-
 class _LazyHost:
-    """Toolkit host for the sandbox: the run's embedder, and the task LLM loaded on first use."""
+    """Toolkit host for one sandbox: the run's embedder, and the task LLM loaded on first use.
+    Both go through the runner's model lock (backends are not assumed thread-safe)."""
 
     def __init__(self, runner: "ProgramRunner"):
         self.runner = runner
 
     def embed(self, texts):
-        return self.runner.rt.embedder.encode(list(texts))
+        with self.runner.model_lock:
+            return self.runner.rt.embedder.encode(list(texts))
 
     def llm(self, prompt: str, max_tokens: int) -> str:
         params = GenerationParams(max_new_tokens=max_tokens)
-        return self.runner.task.generate([[{"role": "user", "content": prompt}]], params)[0].text
-
-
-def model_identity(spec: str) -> str:
-    """A cache identity for a backend spec: ``spec@<dir fingerprint>`` for local ``hf:``/``vllm:``
-    dirs (retraining in place changes it), the spec itself otherwise."""
-    from llm.paths import dir_fingerprint
-    from llm.specs import parse_spec, resolve_model_path
-
-    try:
-        s = parse_spec(spec)
-        if s.kind in ("hf", "vllm"):
-            return f"{spec}@{dir_fingerprint(resolve_model_path(s))}"
-    except (BackendSpecError, FileNotFoundError):
-        pass
-    return spec
-
-
-def _file_sha(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+        with self.runner.model_lock:
+            return self.runner.task.generate([[{"role": "user", "content": prompt}]], params)[0].text
 
 
 class ProgramRunner:
@@ -210,7 +142,12 @@ class ProgramRunner:
 
     ``ProgramRunner(rt, settings, cache)``: ``rt`` a :class:`rewards.runtime.Runtime` (task
     backend, embedder, per-role call/token ledger); ``cache`` a :class:`StageCache` (default:
-    in memory only). One runner may evaluate many programs; they share the cache.
+    in memory only). One runner may evaluate many programs, also at the same time from
+    several threads: everything one evaluation accumulates lives in its own :class:`RunState`,
+    the runner only holds shared resources (backends, scorer, cache, model identities).
+    ``settings.workers`` conversations of one evaluation run concurrently, each in its own
+    sandbox; every model call (task LLM, embedder, judge, extractor) goes through
+    :attr:`model_lock`, so backends see one batch at a time.
     """
 
     def __init__(self, rt: Runtime, settings: RunnerSettings | None = None, cache: StageCache | None = None):
@@ -220,59 +157,56 @@ class ProgramRunner:
         self._task = None
         self._scorer = None
         self._ids: dict[str, str] = {}
+        self.model_lock = threading.RLock()
+        self._init_lock = threading.Lock()
 
     # ------------------------------------------------------------------ resources
 
     @property
     def task(self):
         """The task backend (role ``task``), loaded on first use."""
-        if self._task is None:
-            self._task = self.rt.backend(self.settings.task_model, role="task")
-        return self._task
+        with self._init_lock:
+            if self._task is None:
+                self._task = self.rt.backend(self.settings.task_model, role="task")
+            return self._task
 
     @property
     def scorer(self):
         """The scorer named by the settings (:func:`rewards.judge.make_scorer`), built once."""
-        if self._scorer is None:
-            s = self.settings
-            judge = self.rt.backend(s.judge_model, role="judge") if s.scorer == "llm" and s.judge_model else None
-            self._scorer = make_scorer(s.scorer, judge, dataset=s.dataset)
-        return self._scorer
+        with self._init_lock:
+            if self._scorer is None:
+                s = self.settings
+                judge = self.rt.backend(s.judge_model, role="judge") if s.scorer == "llm" and s.judge_model else None
+                self._scorer = make_scorer(s.scorer, judge, dataset=s.dataset)
+            return self._scorer
 
-    def _identity(self, what: str) -> str:
-        if what not in self._ids:
-            s = self.settings
-            if what == "task":
-                self._ids[what] = model_identity(s.task_model)
-            elif what == "extractor":
-                if s.extraction_mode == "expert":
-                    from rewards.evaluate import resolve_expert_path
-                    paths = [resolve_expert_path(x) for x in s.extraction[len("expert:"):].split(",")]
-                    self._ids[what] = "expert:" + ",".join(_file_sha(p) for p in paths)
-                else:
-                    self._ids[what] = model_identity(s.extraction)
-            elif what == "scorer":
-                s_id = s.scorer + (f"|{model_identity(s.judge_model)}|{s.dataset}" if s.scorer == "llm" and s.judge_model
-                                   else "")
-                self._ids[what] = s_id
-        return self._ids[what]
+    def identity(self, what: str) -> str:
+        """Cache identity of ``task`` | ``extractor`` | ``scorer`` (model dir fingerprints
+        included), computed once."""
+        with self._init_lock:
+            if what not in self._ids:
+                self._ids[what] = self._compute_identity(what)
+            return self._ids[what]
 
-    def _generate(self, stage: str, batch: list[list[dict]], params: GenerationParams, desc: str) -> list[Completion]:
-        """Task-LLM completions in chunks of the runtime's batch size; counts real calls."""
-        out = []
-        bs = max(1, self.rt.batch_size)
-        for i in tqdm(range(0, len(batch), bs), desc=desc, disable=not self.settings.progress or len(batch) <= bs,
-                      unit="batch", leave=False):
-            comps = self.task.generate(batch[i: i + bs], params)
-            self.stage_llm_calls[stage] += sum(1 for c in comps if not getattr(c, "cached", False))
-            out += comps
-        return out
+    def _compute_identity(self, what: str) -> str:
+        s = self.settings
+        if what == "task":
+            return model_identity(s.task_model)
+        if what == "extractor":
+            if s.extraction_mode == "expert":
+                from rewards.evaluate import resolve_expert_path
+                paths = [resolve_expert_path(x) for x in s.extraction[len("expert:"):].split(",")]
+                return "expert:" + ",".join(file_sha(p) for p in paths)
+            if s.extraction_mode == "turns":
+                return "turns"
+            return model_identity(s.extraction)
+        if what == "scorer":
+            return s.scorer + (f"|{model_identity(s.judge_model)}|{s.dataset}" if s.scorer == "llm" and s.judge_model
+                               else "")
+        raise KeyError(what)
 
-    def _count(self, stage: str, run: int = 0, reused: int = 0) -> None:
-        self.stage_items[stage]["run"] += run
-        self.stage_items[stage]["reused"] += reused
-
-    def _sandbox(self, source: str, conv_id: str) -> SandboxedProgram:
+    def sandbox(self, source: str, conv_id: str = "") -> SandboxedProgram:
+        """A fresh sandbox holding ``source`` (ProgramRunError when it does not load)."""
         try:
             return SandboxedProgram(source, _LazyHost(self), self.settings.sandbox,
                                     llm_budget=self.settings.program_llm_calls, filename="<program>")
@@ -282,13 +216,15 @@ class ProgramRunner:
 
     # ------------------------------------------------------------------ the run
 
-    def run(self, source: str, conversations: list[Conversation], *, parent_source: str | None = None) -> ProgramRun:
+    def run(self, source: str, conversations: list[Conversation], *, parent_source: str | None = None,
+            workers: int | None = None) -> ProgramRun:
         """Evaluate ``source`` on ``conversations`` (QA included) and return a :class:`ProgramRun`.
 
         ``parent_source`` (optional) is only used to report the component diff; reuse itself
-        comes from the cache. Raises :class:`ProgramRunError` (syntax error, broken contract,
-        sandbox death or timeout, extractor output the unit schema cannot hold) and the
-        backends' errors.
+        comes from the cache. ``workers`` (default ``settings.workers``): conversations run
+        concurrently, one sandbox each; results keep the conversations' order. Raises
+        :class:`ProgramRunError` (syntax error, broken contract, sandbox death or timeout,
+        extractor output the unit schema cannot hold) and the backends' errors.
         """
         t0 = time.time()
         try:
@@ -296,34 +232,116 @@ class ProgramRunner:
             diff = diff_components(parent_source, source) if parent_source is not None else None
         except SyntaxError as e:
             raise ProgramRunError(f"syntax error at line {e.lineno}: {e.msg}", stage="load") from None
+        state = RunState(self, source, hashes)
+        first = self.sandbox(source, conversations[0].id if conversations else "")
+        try:
+            info = first.info
+        except ContractError as e:
+            first.close()
+            raise ProgramRunError(f"contract (level {e.level}): {e}", stage="load") from None
+        n_workers = max(1, min(workers or self.settings.workers, len(conversations) or 1))
+        spare = [first]
+        spare_lock = threading.Lock()
+
+        def one(conv: Conversation):
+            with spare_lock:
+                box = spare.pop() if spare else None
+            box = box or self.sandbox(source, conv.id)
+            try:
+                return state.run_conversation(conv, info, box)
+            finally:
+                box.close()
+
+        results = [None] * len(conversations)
+        bar = tqdm(total=len(conversations), desc="conversations", disable=not self.settings.progress, unit="conv",
+                   leave=False)
+        try:
+            if n_workers == 1:
+                for i, conv in enumerate(conversations):
+                    results[i] = one(conv)
+                    bar.update(1)
+            else:
+                with ThreadPoolExecutor(max_workers=n_workers, thread_name_prefix="program-run") as pool:
+                    futures = {pool.submit(one, conv): i for i, conv in enumerate(conversations)}
+                    try:
+                        for fut in as_completed(futures):
+                            results[futures[fut]] = fut.result()
+                            bar.update(1)
+                    except BaseException:
+                        for f in futures:
+                            f.cancel()
+                        raise
+        finally:
+            bar.close()
+            for box in spare:
+                box.close()
+        tasks = [t for r in results for t in r[0]]
+        traces = [r[1] for r in results]
+        answer_skipped = not self.scorer.needs_prediction
+        return ProgramRun(info, hashes, diff, tasks, traces, state.stage_items, state.stage_llm_calls, answer_skipped,
+                          state.plan_failures, state.retrieve_errors, state.extraction_stats,
+                          round(time.time() - t0, 3))
+
+
+class RunState:
+    """Everything ONE evaluation accumulates (stage hashes of the program, items run/reused per
+    stage, LLM calls per stage, plan failures, retrieve errors, extraction statistics), and the
+    stage methods that fill it. Shared resources come from :attr:`runner`. Counters are
+    updated under :attr:`lock`, so the conversations of one run may execute concurrently."""
+
+    def __init__(self, runner: ProgramRunner, source: str, hashes: dict[str, str]):
+        self.runner = runner
+        self.settings = runner.settings
+        self.cache = runner.cache
+        self.rt = runner.rt
+        self.source = source
         self.stage_hash = stage_component_hashes(hashes)
         self.stage_items = {s: {"run": 0, "reused": 0} for s in STAGES}
         self.stage_llm_calls = {s: 0 for s in STAGES}
         self.plan_failures = self.retrieve_errors = 0
         self.extraction_stats = {"mode": self.settings.extraction_mode, "sessions": 0, "units": 0, "segments": 0,
                                  "format_failures": 0, "manager_failures": {}}
-        first = self._sandbox(source, conversations[0].id if conversations else "")
-        try:
-            info = first.info
-        except ContractError as e:
-            first.close()
-            raise ProgramRunError(f"contract (level {e.level}): {e}", stage="load") from None
-        tasks, traces = [], []
-        sandbox = first
-        try:
-            for conv in tqdm(conversations, desc="conversations", disable=not self.settings.progress, unit="conv"):
-                sandbox = sandbox or self._sandbox(source, conv.id)
-                t, tr = self._run_conversation(source, conv, info, sandbox)
-                sandbox.close()
-                sandbox = None
-                tasks += t
-                traces.append(tr)
-        finally:
-            if sandbox is not None:
-                sandbox.close()
-        answer_skipped = not self.scorer.needs_prediction
-        return ProgramRun(info, hashes, diff, tasks, traces, self.stage_items, self.stage_llm_calls, answer_skipped,
-                          self.plan_failures, self.retrieve_errors, self.extraction_stats, round(time.time() - t0, 3))
+        self.lock = threading.Lock()
+
+    @property
+    def task(self):
+        return self.runner.task
+
+    @property
+    def scorer(self):
+        return self.runner.scorer
+
+    def _identity(self, what: str) -> str:
+        return self.runner.identity(what)
+
+    def _add(self, name: str, n: int) -> None:
+        with self.lock:
+            setattr(self, name, getattr(self, name) + n)
+
+    def _add_calls(self, stage: str, n: int) -> None:
+        with self.lock:
+            self.stage_llm_calls[stage] += n
+
+    def _count(self, stage: str, run: int = 0, reused: int = 0) -> None:
+        with self.lock:
+            self.stage_items[stage]["run"] += run
+            self.stage_items[stage]["reused"] += reused
+
+    def _generate(self, stage: str, batch: list[list[dict]], params: GenerationParams, desc: str) -> list[Completion]:
+        """Task-LLM completions in chunks of the runtime's batch size; counts real calls."""
+        out = []
+        bs = max(1, self.rt.batch_size)
+        for i in tqdm(range(0, len(batch), bs), desc=desc, disable=not self.settings.progress or len(batch) <= bs,
+                      unit="batch", leave=False):
+            with self.runner.model_lock:
+                comps = self.task.generate(batch[i: i + bs], params)
+            self._add_calls(stage, sum(1 for c in comps if not getattr(c, "cached", False)))
+            out += comps
+        return out
+
+    def run_conversation(self, conv: Conversation, info: ProgramInfo, sandbox: SandboxedProgram):
+        """One conversation in ``sandbox`` (a fresh one): (task results, trace)."""
+        return self._run_conversation(self.source, conv, info, sandbox)
 
     def _run_conversation(self, source: str, conv: Conversation, info: ProgramInfo, sandbox: SandboxedProgram):
         trace, extract_keys = self._extract(conv, info)
@@ -375,6 +393,9 @@ class ProgramRunner:
         if s.extraction_mode == "instruction":
             base = ("instruction", self._identity("task"), s.extract_max_new_tokens, list(conv.speakers))
             keys = [stable_hash("extract", self.stage_hash["extract"], base, session_fingerprint(x)) for x in sessions]
+        elif s.extraction_mode == "turns":
+            keys = [stable_hash("extract", self.stage_hash["extract"], "turns", unit_fields, session_fingerprint(x))
+                    for x in sessions]
         else:
             conv_fp = stable_hash(conv.id, [session_fingerprint(x) for x in sessions])
             construct_key = stable_hash("construct", self._identity("extractor"), s.extractor_max_new_tokens,
@@ -386,14 +407,23 @@ class ProgramRunner:
         todo = [i for i, c in enumerate(cached) if c is None]
         self._count("extract", run=len(todo), reused=len(sessions) - len(todo))
         if todo:
-            fresh = self._extract_instruction(conv, info, [sessions[i] for i in todo]) \
-                if s.extraction_mode == "instruction" else self._extract_bank(conv, info, [sessions[i] for i in todo],
-                                                                              construct_key)
+            chosen = [sessions[i] for i in todo]
+            if s.extraction_mode == "instruction":
+                fresh = self._extract_instruction(conv, info, chosen)
+            elif s.extraction_mode == "turns":
+                fresh = self._extract_turns(conv, info, chosen)
+            else:
+                fresh = self._extract_bank(conv, info, chosen, construct_key)
             for i, value in zip(todo, fresh):
                 self.cache.put_json("extract", keys[i], value)
                 cached[i] = value
         trace = ConversationTrace(conv, [c["units"] for c in cached], [x.index for x in sessions])
         trace.extract_failures = sum(1 for c in cached if c["error"])
+        with self.lock:
+            self._extraction_stats(sessions, cached, trace)
+        return trace, keys
+
+    def _extraction_stats(self, sessions, cached, trace) -> None:
         stats = self.extraction_stats
         stats["sessions"] += len(sessions)
         stats["segments"] += sum(c.get("segments", 1) for c in cached)
@@ -402,7 +432,19 @@ class ProgramRunner:
         for c in cached:
             for m in c.get("failed_managers", []):
                 stats["manager_failures"][m] = stats["manager_failures"].get(m, 0) + 1
-        return trace, keys
+
+    def _extract_turns(self, conv, info: ProgramInfo, sessions) -> list[dict]:
+        """``turns`` mode: every dialogue turn is one unit (no model call), mapped onto the
+        program's MemoryUnit like a trained extractor's entries (:func:`turn_entries`)."""
+        out = []
+        for x in sessions:
+            try:
+                units = units_from_entries(turn_entries(x), info.unit_class())
+            except StructuredOutputError as e:
+                raise ProgramRunError(f"dialogue turns do not fit the program's MemoryUnit: {e}", stage="extract",
+                                      conversation=conv.id) from None
+            out.append({"units": [dataclasses.asdict(u) for u in units], "error": None})
+        return out
 
     def _extract_instruction(self, conv, info: ProgramInfo, sessions) -> list[dict]:
         batch = [extraction_messages(info.extraction_instruction, x, conv.speakers, info.unit_fields) for x in sessions]
@@ -452,9 +494,10 @@ class ProgramRunner:
             if missing:
                 raise ProgramRunError(f"{extractor.name} has no trajectory line for sessions {missing}", stage="extract",
                                       conversation=conv.id)
-        calls0 = self.rt.calls_snapshot()
-        built = construct(conv, extractor, embedder=self.rt.embedder, progress=self.settings.progress)
-        self.stage_llm_calls["extract"] += self.rt.calls_since(calls0)["calls"].get("extractor", 0)
+        with self.runner.model_lock:
+            calls0 = self.rt.calls_snapshot()
+            built = construct(conv, extractor, embedder=self.rt.embedder, progress=self.settings.progress)
+        self._add_calls("extract", self.rt.calls_since(calls0)["calls"].get("extractor", 0))
         return {"banks": built.snapshots, "failures": [[f.session, f.manager] for f in built.failures],
                 "segments": {str(k): v for k, v in built.segments.items()}}
 
@@ -498,7 +541,7 @@ class ProgramRunner:
                 value = {"query": text_query(info.query_fields, questions[i].question), "ok": s.plan_mode == "question"}
             self.cache.put_json("plan", keys[i], value)
             cached[i] = value
-        self.plan_failures += sum(1 for c in cached if not c["ok"])
+        self._add("plan_failures", sum(1 for c in cached if not c["ok"]))
         return cached
 
     def _retrieve(self, conv_id: str, index_key: str, queries: list[dict | None], info: ProgramInfo, memory,
@@ -528,7 +571,7 @@ class ProgramRunner:
             self.cache.put_json("retrieve", keys[i], value)
             cached[i] = value
         if what == "questions":
-            self.retrieve_errors += sum(1 for c in cached if c["error"])
+            self._add("retrieve_errors", sum(1 for c in cached if c["error"]))
         return cached
 
     def _answer(self, questions: list[QAItem], info: ProgramInfo, retrieved: list[str]) -> list[str | None]:
@@ -559,21 +602,14 @@ class ProgramRunner:
         todo = [i for i, c in enumerate(cached) if c is None]
         self._count("score", run=len(todo), reused=len(questions) - len(todo))
         if todo:
-            calls0 = self.rt.calls_snapshot()
             items = [ScoreItem(questions[i].question, questions[i].answer, preds[i] or "", retrieved[i],
                                questions[i].category, questions[i].id, questions[i].rubric) for i in todo]
-            for i, v in zip(todo, self.scorer.score(items)):
+            with self.runner.model_lock:
+                calls0 = self.rt.calls_snapshot()
+                values = self.scorer.score(items)
+                judged = self.rt.calls_since(calls0)["calls"].get("judge", 0)
+            for i, v in zip(todo, values):
                 cached[i] = float(v)
                 self.cache.put_json("score", keys[i], cached[i])
-            self.stage_llm_calls["score"] += self.rt.calls_since(calls0)["calls"].get("judge", 0)
+            self._add_calls("score", judged)
         return cached
-
-
-def dump_units(run: ProgramRun, path: Path) -> None:
-    """Write every conversation's extracted units as JSONL (one line per session:
-    ``{"conversation", "session", "units"}``) for inspection."""
-    with open(path, "w", encoding="utf-8") as fh:
-        for tr in run.traces:
-            for idx, units in zip(tr.session_index, tr.units):
-                fh.write(json.dumps({"conversation": tr.conversation.id, "session": idx, "units": units},
-                                    ensure_ascii=False) + "\n")

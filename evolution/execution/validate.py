@@ -3,7 +3,7 @@
 Source: PrisMem (shared/seeds/000_0e559b88b400976a.txt), appendix "execution checks":
 
 1. **Source and module completeness**: non-empty, parses, allowed imports only (and no
-   introspection escapes, :func:`evolution.sandbox.static_check`), a patch differs from its
+   introspection escapes, :func:`evolution.execution.sandbox.static_check`), a patch differs from its
    parent after AST normalisation (:func:`normalised_ast`), the module loads in the sandbox and
    defines MemoryUnit, Query, Memory and the three instruction strings.
 2. **Schema and signature compatibility**: non-empty dataclasses with JSON-compatible fields,
@@ -30,7 +30,7 @@ from datetime import date, timedelta
 import numpy as np
 from tqdm import tqdm
 
-from evolution.sandbox import DEFAULT_ALLOWED_IMPORTS, SandboxError, SandboxedProgram, SandboxLimits, static_check
+from evolution.execution.sandbox import DEFAULT_ALLOWED_IMPORTS, SandboxError, SandboxedProgram, SandboxLimits, static_check
 from memory_bank.program import OUT_CHAR_BUDGET, ContractError, FieldSpec, SessionInfo
 
 _WORDS = ("hiking", "painting", "guitar", "adoption", "marathon", "pottery", "camping", "museum", "sunrise",

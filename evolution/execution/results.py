@@ -1,0 +1,150 @@
+"""Typed results of the execution layer: one question's trace (:class:`TaskResult`), one
+conversation's extraction trace (:class:`ConversationTrace`), everything one runner call
+produced (:class:`ProgramRun`) and the scored report of one evaluation
+(:class:`ProgramEvaluation`, what ``memgym program eval`` and the evolution loop consume).
+
+Scores are in [0, 1]; lengths in characters.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evolution.execution.component_diff import STAGES, ComponentDiff
+from memory_bank.program import ProgramInfo
+from memory_bank.schema import Conversation, QAItem
+
+
+@dataclass
+class TaskResult:
+    """One question's trace. ``query``: the Query record used; ``plan_ok``: the plan parsed
+    (False = fallback query); ``retrieved``: retrieve's output (characters, at most 16,000;
+    "" on error); ``prediction``: the answer (None when the answer stage is skipped);
+    ``score`` in [0, 1]; ``error``: why retrieval failed, else None."""
+
+    conversation: str
+    qa: QAItem
+    query: dict | None
+    plan_ok: bool
+    retrieved: str
+    prediction: str | None
+    score: float
+    error: str | None = None
+
+
+@dataclass
+class ConversationTrace:
+    """Per conversation: ``units[i]`` = the unit dicts extracted from session i (0-based, in
+    session order) with ``session_index[i]`` its 1-based index; ``probes`` maps an evidence
+    turn id to what retrieve returned for that turn's text as the query (d_idx)."""
+
+    conversation: Conversation
+    units: list[list[dict]]
+    session_index: list[int]
+    probes: dict[str, str] = field(default_factory=dict)
+    extract_failures: int = 0
+
+
+@dataclass
+class ProgramRun:
+    """Everything one :meth:`ProgramRunner.run` produced (see the module docstring)."""
+
+    info: ProgramInfo
+    hashes: dict[str, str]
+    diff: ComponentDiff | None
+    tasks: list[TaskResult]
+    traces: list[ConversationTrace]
+    stage_items: dict[str, dict[str, int]]
+    stage_llm_calls: dict[str, int]
+    answer_skipped: bool
+    plan_failures: int
+    retrieve_errors: int
+    extraction: dict
+    wall_s: float
+
+    @property
+    def stages_run(self) -> list[str]:
+        """Stages that executed at least one item, in stage order."""
+        return [s for s in STAGES if self.stage_items[s]["run"] > 0]
+
+    @property
+    def stages_reused(self) -> list[str]:
+        """Stages that took at least one item from the cache, in stage order."""
+        return [s for s in STAGES if self.stage_items[s]["reused"] > 0]
+
+
+def dump_units(run: ProgramRun, path: Path) -> None:
+    """Write every conversation's extracted units as JSONL (one line per session:
+    ``{"conversation", "session", "units"}``) for inspection."""
+    with open(path, "w", encoding="utf-8") as fh:
+        for tr in run.traces:
+            for idx, units in zip(tr.session_index, tr.units):
+                fh.write(json.dumps({"conversation": tr.conversation.id, "session": idx, "units": units},
+                                    ensure_ascii=False) + "\n")
+
+
+@dataclass
+class ProgramEvaluation:
+    """The scored report of one program evaluation (:func:`evolution.execution.program_eval.evaluate_program`).
+
+    ``ok`` False means the program failed validation (``validation`` holds the verdict
+    ``{"ok", "level", "reason"}``) and nothing else was measured. Scores in [0, 1]:
+    ``overall`` (mean over ``n`` tasks), ``by_capability`` ``{letter: {"score", "n"}}`` (primary
+    label; "?" = unlabelled), ``by_category`` ``{native label: {"score", "n", "name"}}``.
+    ``diagnostics``: :func:`evolution.execution.diagnostics.diagnose_run` without per-task
+    rows (None when off). ``tasks``: one dict per question (``conversation``, ``id``,
+    ``question``, ``gold``, ``capability``, ``query``, ``prediction``, ``score``,
+    ``retrieved_chars``, ``error``, d_ext/d_idx/d_ret). ``empty_answers``: predictions that are
+    empty; ``judge_unparsable``: judge replies that did not parse. ``headline``: the benchmark's own
+    numbers (:func:`rewards.official.headline`; None for mixed data); ``judge_calls``: the official
+    judge's call accounting (scorer ``llm``). ``model_calls`` / ``tokens``: per role
+    during this evaluation. ``wall_s`` in seconds. ``program``/``program_sha256``/``parent``/
+    ``config`` are set by ``memgym program eval``.
+    """
+
+    ok: bool = True
+    n: int = 0
+    overall: float = 0.0
+    by_capability: dict = field(default_factory=dict)
+    by_category: dict = field(default_factory=dict)
+    diagnostics: dict | None = None
+    stages_run: list = field(default_factory=list)
+    stages_reused: list = field(default_factory=list)
+    stages_skipped: list = field(default_factory=list)
+    stage_items: dict = field(default_factory=dict)
+    stage_llm_calls: dict = field(default_factory=dict)
+    reuse: dict | None = None
+    component_hashes: dict = field(default_factory=dict)
+    extraction: dict = field(default_factory=dict)
+    plan_failures: int = 0
+    retrieve_errors: int = 0
+    empty_answers: int = 0
+    judge_unparsable: int = 0
+    headline: dict | None = None
+    judge_calls: dict | None = None
+    model_calls: dict = field(default_factory=dict)
+    tokens: dict = field(default_factory=dict)
+    wall_s: float = 0.0
+    tasks: list = field(default_factory=list)
+    validation: dict | None = None
+    program: str | None = None
+    program_sha256: str | None = None
+    parent: str | None = None
+    config: dict | None = None
+
+    def scores(self) -> dict:
+        """``{"overall": float, "by_capability": {letter: float}}`` (the evolve summary's SCORES)."""
+        return {"overall": self.overall, "by_capability": {k: v["score"] for k, v in self.by_capability.items()}}
+
+    def task_scores(self) -> dict[str, float]:
+        """``{"<conversation>/<question id>": score}`` over every task, in run order."""
+        return {f"{t['conversation']}/{t['id']}": t["score"] for t in self.tasks}
+
+    def to_dict(self, tasks: bool = True) -> dict:
+        """A JSON-ready dict of every field (``tasks`` left out when False)."""
+        from dataclasses import asdict
+        d = asdict(self)
+        if not tasks:
+            d.pop("tasks")
+        return d

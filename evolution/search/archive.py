@@ -1,0 +1,183 @@
+"""The evolution archive: every candidate with its lineage and scores, the base program, one
+specialist per capability, and the selection history (PrisMem Algorithm 1; DESIGN.md §
+"Capability-driven evolution", "Run state").
+
+A candidate's scores are kept per split as :class:`SplitScores` (overall, per capability and
+per task, all in [0, 1]). ``train`` feeds diagnosis and case selection, ``valid`` selection and
+acceptance; ``test`` is only filled for the frozen final program and the seed. The archive is
+plain JSON (:meth:`Archive.to_json` / :meth:`Archive.from_json`) so a run directory holds it
+and ``--resume`` restores it exactly.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+from evolution.execution.component_diff import component_hashes
+
+CAPABILITIES = ("F", "T", "P", "M", "A")
+"""PrisMem's five capabilities: factual, temporal, preference, multi-session, adversarial."""
+
+
+def program_key(source: str) -> str:
+    """sha256 (16 hex digits) of a program's component hashes: two programs with equal keys
+    differ at most in comments, docstrings and formatting. Raises SyntaxError."""
+    h = component_hashes(source)
+    return hashlib.sha256(json.dumps(h, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class SplitScores:
+    """Scores of one program on one split: ``overall`` (mean over tasks), ``by_capability``
+    (mean over each capability's primary tasks; a capability without tasks is absent) and
+    ``tasks`` ``{"<conversation>/<question id>": score}``."""
+
+    overall: float
+    by_capability: dict[str, float]
+    tasks: dict[str, float]
+
+    def scores(self) -> dict:
+        """The summary's SCORES form ``{"overall", "by_capability"}``."""
+        return {"overall": self.overall, "by_capability": dict(self.by_capability)}
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "SplitScores | None":
+        return None if d is None else cls(d["overall"], dict(d["by_capability"]), dict(d["tasks"]))
+
+
+@dataclass
+class Candidate:
+    """One proposed program.
+
+    ``id``: ``seed`` or ``r<round>-<attempt>``; ``parent``: the parent's id; ``stage``:
+    ``seed`` | ``cold`` | ``refine`` | ``integrate``; ``target``: the capability letter aimed at
+    (None in cold start). ``status``: ``evaluated`` (scored on train and valid),
+    ``rejected`` (a program existed but failed application checks, validation, or was a
+    duplicate/no-op; never evaluated) or ``failed`` (the proposer produced no program).
+    ``reason``: why it was rejected/failed ("" otherwise). ``edits``: the applied blocks as
+    ``{"search", "replace"}`` dicts (or ``[{"whole_file": true}]``). ``validation``: the
+    4-level verdict. ``key``: :func:`program_key` (None without a program). ``roles``: what it
+    became when accepted (``base``, ``specialist:T``, ...). ``changed``: components changed
+    against the parent.
+    """
+
+    id: str
+    parent: str | None
+    round: int
+    stage: str
+    target: str | None
+    proposer: str
+    status: str = "pending"
+    reason: str = ""
+    key: str | None = None
+    program: str | None = None
+    edits: list = field(default_factory=list)
+    description: str = ""
+    validation: dict | None = None
+    changed: list = field(default_factory=list)
+    train: SplitScores | None = None
+    valid: SplitScores | None = None
+    test: SplitScores | None = None
+    roles: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Candidate":
+        d = dict(d)
+        for split in ("train", "valid", "test"):
+            d[split] = SplitScores.from_dict(d.get(split))
+        return cls(**d)
+
+
+@dataclass
+class Archive:
+    """Base, specialists, every candidate, and the history the selection policies read.
+
+    ``candidates``: id → :class:`Candidate` in creation order. ``base``: the base program's id.
+    ``specialists``: capability → id of the archived program with the best valid score on it.
+    ``selections``: capability → times chosen as target (n_c). ``case_usage``: task id → times
+    shown as a case; ``combo_usage``: secondary-label combination (letters joined, "" for none)
+    → times shown. ``attempts``: capability → ids of this target's candidates that were not
+    accepted (the lineage's "failed attempts").
+    """
+
+    candidates: dict[str, Candidate] = field(default_factory=dict)
+    base: str | None = None
+    specialists: dict[str, str] = field(default_factory=dict)
+    selections: dict[str, int] = field(default_factory=dict)
+    case_usage: dict[str, int] = field(default_factory=dict)
+    combo_usage: dict[str, int] = field(default_factory=dict)
+    attempts: dict[str, list] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ queries
+
+    def get(self, cid: str) -> Candidate:
+        """The candidate ``cid`` (KeyError naming it when absent)."""
+        if cid not in self.candidates:
+            raise KeyError(f"no candidate {cid!r} in the archive")
+        return self.candidates[cid]
+
+    def evaluated(self) -> list[Candidate]:
+        """Every candidate scored on train and valid, in creation order."""
+        return [c for c in self.candidates.values() if c.status == "evaluated"]
+
+    def keys(self) -> set[str]:
+        """Program keys of every archived program (evaluated or rejected after validation)."""
+        return {c.key for c in self.candidates.values() if c.key}
+
+    def specialist(self, cap: str) -> Candidate:
+        """c's specialist (the base when none was set)."""
+        return self.get(self.specialists.get(cap, self.base))
+
+    def lineage(self, cid: str) -> list[Candidate]:
+        """``cid`` and its ancestors, oldest first."""
+        out, cur = [], cid
+        while cur is not None:
+            c = self.get(cur)
+            out.append(c)
+            cur = c.parent
+        return out[::-1]
+
+    # ------------------------------------------------------------------ updates
+
+    def add(self, cand: Candidate) -> None:
+        """Store a candidate (ValueError on a duplicate id)."""
+        if cand.id in self.candidates:
+            raise ValueError(f"candidate {cand.id!r} is already archived")
+        self.candidates[cand.id] = cand
+
+    def promote(self, cand: Candidate, capabilities) -> list[str]:
+        """Make ``cand`` the specialist of every capability in ``capabilities`` whose valid
+        score it beats strictly. Returns the capabilities it took (also added to ``roles``)."""
+        took = []
+        for cap in capabilities:
+            if cap not in cand.valid.by_capability:
+                continue
+            cur = self.specialist(cap)
+            if cand.valid.by_capability[cap] > cur.valid.by_capability.get(cap, 0.0):
+                self.specialists[cap] = cand.id
+                took.append(cap)
+                cand.roles.append(f"specialist:{cap}")
+        return took
+
+    def to_json(self) -> dict:
+        return {"candidates": [c.to_dict() for c in self.candidates.values()], "base": self.base,
+                "specialists": dict(self.specialists), "selections": dict(self.selections),
+                "case_usage": dict(self.case_usage), "combo_usage": dict(self.combo_usage),
+                "attempts": {k: list(v) for k, v in self.attempts.items()}}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Archive":
+        return cls({c["id"]: Candidate.from_dict(c) for c in d["candidates"]}, d["base"], dict(d["specialists"]),
+                   dict(d["selections"]), dict(d["case_usage"]), dict(d["combo_usage"]),
+                   {k: list(v) for k, v in d["attempts"].items()})
+
+    def fingerprint(self) -> list:
+        """What must agree between an uninterrupted and a resumed run: per candidate (id,
+        status, program key, train/valid task scores), base and specialists."""
+        rows = [[c.id, c.status, c.key, c.parent, c.train.tasks if c.train else None,
+                 c.valid.tasks if c.valid else None] for c in self.candidates.values()]
+        return [rows, self.base, dict(sorted(self.specialists.items()))]

@@ -1,0 +1,163 @@
+"""``memgym evolve`` recipe: :class:`EvolveConfig`, parsed by ``trl.TrlParser`` (YAML + CLI
+overrides). The field names in the issue's Contract (dataset, path, train, valid, test,
+extractor, plan_mode, scorer, task_model, proposer, coder_model, rounds_cold, rounds_refine,
+rounds_integrate, seed, workers, out) are stable: scripts and later issues rely on them.
+
+Splits (DESIGN.md § "Capability-driven evolution"): LoCoMo train conv-26, conv-30; valid
+conv-41, conv-42; test the other six. LongMemEval: the S subset with ``s_splits.json`` (train
+52, valid 47, test 100 question ids). Empty ``train``/``valid`` take these defaults; ``test:
+[default]`` takes the default test split; an empty ``test`` means no test run.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+LOCOMO_SPLITS = {"train": ["conv-26", "conv-30"], "valid": ["conv-41", "conv-42"],
+                 "test": ["conv-43", "conv-44", "conv-47", "conv-48", "conv-49", "conv-50"]}
+ROLE_BUDGETS = ("coder", "extract", "plan", "answer", "extractor", "judge")
+
+
+@dataclass
+class EvolveConfig:
+    """A ``memgym evolve`` recipe. Every field can be overridden on the command line."""
+
+    CHECKS = {"n_sessions": {"min": 1}, "max_questions": {"min": 1}, "cases": {"min": 1}, "case_budget": {"min": 200},
+              "workers": {"min": 1}, "batch_size": {"min": 1}, "plan_max_new_tokens": {"min": 1},
+              "answer_max_new_tokens": {"min": 1}, "extract_max_new_tokens": {"min": 1},
+              "coder_max_new_tokens": {"min": 1}, "call_timeout_s": {"min": 0.001},
+              "validate_timeout_s": {"min": 0.001}, "probe_units": {"min": 1}, "probe_batches": {"min": 1},
+              "rounds_cold": {"min": 0}, "rounds_refine": {"min": 0}, "rounds_integrate": {"min": 0},
+              "extractor": {"spec": "extractor", "words": ("instruction", "turns")}, "task_model": {"spec": "backend"},
+              "judge_model": {"spec": "backend"}, "coder_model": {"spec": "backend"}, "out": {"out_dir": True},
+              "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0},
+              "dataset": {"choices": ("locomo", "longmemeval")}, "proposer": {"choices": ("params", "coder", "scripted")},
+              "scorer": {"choices": ("answer-recall", "f1", "llm")}, "plan_mode": {"choices": ("llm", "question")}}
+
+    dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval (the S subset)"})
+    path: str | None = field(default=None, metadata={"help": "data file (default: $MEMGYM_DATA/...; longmemeval: "
+                                                             "longmemeval/longmemeval_s_subset.json)"})
+    train: list[str] = field(default_factory=list, metadata={"help": "train conversation / question ids (empty = the "
+                                                                     "dataset's default split)"})
+    valid: list[str] = field(default_factory=list, metadata={"help": "valid ids (empty = default split)"})
+    test: list[str] = field(default_factory=list, metadata={"help": "test ids ([default] = the dataset's test split; "
+                                                                   "empty = no test run)"})
+    n_sessions: int | None = field(default=None, metadata={"help": "first N sessions of each history only"})
+    max_questions: int | None = field(default=None, metadata={"help": "cap on QA per conversation (small runs)"})
+    labels: str = field(default="native", metadata={"help": "native | annotator label JSONL (train/valid only)"})
+    seed_program: str | None = field(default=None, metadata={"help": "starting program (default: the shipped seed)"})
+    extractor: str = field(default="turns", metadata={
+        "help": "instruction | turns | expert:<file or conv-NN>[,...] | hf:<dir> | openai:<url>#<model>"})
+    task_model: str = field(default="hf:smollm2", metadata={"help": "task LLM spec (plan, answer, extraction)"})
+    plan_mode: str = field(default="question", metadata={"help": "llm | question (no LLM: the question is the query)"})
+    scorer: str = field(default="answer-recall", metadata={"help": "answer-recall | f1 | llm"})
+    judge_model: str | None = field(default=None, metadata={"help": "judge spec for scorer llm"})
+    proposer: str = field(default="params", metadata={"help": "params | coder | scripted"})
+    coder_model: str | None = field(default=None, metadata={"help": "coder backend spec (proposer coder), e.g. "
+                                                                    "openai:http://host:8000/v1#Qwen3-Coder"})
+    coder_max_new_tokens: int = field(default=4096, metadata={"help": "tokens per coder answer"})
+    coder_temperature: float = field(default=0.7, metadata={"help": "coder sampling temperature"})
+    script: str | None = field(default=None, metadata={"help": "proposer scripted: JSON file {\"proposals\": [...]}"})
+    rounds_cold: int = field(default=5, metadata={"help": "cold-start rounds"})
+    rounds_refine: int = field(default=15, metadata={"help": "capability-refinement rounds"})
+    rounds_integrate: int = field(default=0, metadata={"help": "trace-guided integration rounds (next issue; 0)"})
+    cases: int = field(default=5, metadata={"help": "compact cases per proposal"})
+    case_budget: int = field(default=2400, metadata={"help": "characters per displayed excerpt"})
+    seed: int = field(default=0, metadata={"help": "RNG seed of the run"})
+    workers: int = field(default=1, metadata={"help": "conversations evaluated concurrently (one sandbox each)"})
+    batch_size: int = field(default=8, metadata={"help": "LLM generation batch"})
+    plan_max_new_tokens: int = field(default=96, metadata={"help": "tokens per plan"})
+    answer_max_new_tokens: int = field(default=48, metadata={"help": "tokens per answer"})
+    extract_max_new_tokens: int = field(default=1024, metadata={"help": "tokens per instruction extraction"})
+    call_timeout_s: float = field(default=60.0, metadata={"help": "sandbox seconds per index/retrieve call"})
+    validate_timeout_s: float = field(default=20.0, metadata={"help": "validation: sandbox seconds per call"})
+    probe_units: int = field(default=2000, metadata={"help": "validation level 4: units in the complexity probe"})
+    probe_batches: int = field(default=100, metadata={"help": "validation level 4: index batches"})
+    budget_coder: int | None = field(default=None, metadata={"help": "token budget of the coder role"})
+    budget_extract: int | None = field(default=None, metadata={"help": "token budget of task-LLM extraction"})
+    budget_plan: int | None = field(default=None, metadata={"help": "token budget of task-LLM planning"})
+    budget_answer: int | None = field(default=None, metadata={"help": "token budget of task-LLM answers"})
+    budget_extractor: int | None = field(default=None, metadata={"help": "token budget of a trained extractor"})
+    budget_judge: int | None = field(default=None, metadata={"help": "token budget of the judge"})
+    request_timeout_s: float | None = field(default=None, metadata={
+        "help": "seconds per request to an openai: server (default $MEMGYM_REQUEST_TIMEOUT_S or 60)"})
+    request_retries: int | None = field(default=None, metadata={
+        "help": "retries of a failed openai: request (default $MEMGYM_REQUEST_RETRIES or 5)"})
+    embedder: str = field(default="minilm", metadata={"help": "minilm (all-MiniLM-L6-v2, the default) | hash:<dim> "
+                                                                "(model-free bag of words: tests and stub runs only)"})
+    cache: str | None = field(default=None, metadata={"help": "response cache (default <out>/responses.sqlite; "
+                                                              "'none' disables)"})
+    out: str = field(default="runs/evolve", metadata={"help": "run directory"})
+    progress: bool = field(default=True, metadata={"help": "progress bars"})
+
+    def __post_init__(self):
+        from llm.config import check_fields
+
+        check_fields(self)
+        if self.dataset not in ("locomo", "longmemeval"):
+            raise ValueError(f"dataset must be locomo or longmemeval, got {self.dataset!r}")
+        if self.proposer not in ("params", "coder", "scripted"):
+            raise ValueError(f"proposer must be params, coder or scripted, got {self.proposer!r}")
+        if self.proposer == "coder" and not self.coder_model:
+            raise ValueError("proposer coder needs coder_model (a backend spec)")
+        if self.proposer == "scripted" and not self.script:
+            raise ValueError("proposer scripted needs script (a JSON file)")
+        if self.scorer == "llm" and not self.judge_model:
+            raise ValueError("scorer llm needs judge_model")
+        for name in ("rounds_cold", "rounds_refine", "rounds_integrate"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.embedder != "minilm" and not (self.embedder.startswith("hash:") and
+                                              self.embedder[5:].isdigit()):
+            raise ValueError(f"embedder must be minilm or hash:<dim>, got {self.embedder!r}")
+        if self.cases < 1 or self.case_budget < 200:
+            raise ValueError(f"cases must be >= 1 and case_budget >= 200, got {self.cases}, {self.case_budget}")
+        for k in ("train", "valid", "test"):
+            v = getattr(self, k)
+            if isinstance(v, str):  # "a,b" or a YAML scalar
+                setattr(self, k, [x.strip() for x in v.split(",") if x.strip()])
+        if not self.train or not self.valid or self.test == ["default"]:
+            d = self.default_splits()
+            self.train = self.train or d["train"]
+            self.valid = self.valid or d["valid"]
+            if self.test == ["default"]:
+                self.test = d["test"]
+        overlap = (set(self.train) & set(self.valid)) | (set(self.train) & set(self.test)) | \
+                  (set(self.valid) & set(self.test))
+        if overlap:
+            raise ValueError(f"splits overlap: {sorted(overlap)}")
+        self.runner_settings()
+
+    def default_splits(self) -> dict:
+        """The dataset's DESIGN splits."""
+        if self.dataset == "locomo":
+            return {k: list(v) for k, v in LOCOMO_SPLITS.items()}
+        from data_synth.paths import data_root
+        return json.loads((data_root() / "longmemeval" / "s_splits.json").read_text())
+
+    @property
+    def total_rounds(self) -> int:
+        return self.rounds_cold + self.rounds_refine + self.rounds_integrate
+
+    def budgets(self) -> dict:
+        """role → token budget (None = unlimited)."""
+        return {r: getattr(self, f"budget_{r}") for r in ROLE_BUDGETS}
+
+    def runner_settings(self, diagnostics: bool = True):
+        """The :class:`~evolution.execution.runner.RunnerSettings` of this recipe."""
+        from evolution.execution.runner import RunnerSettings
+        from evolution.execution.sandbox import SandboxLimits
+
+        return RunnerSettings(
+            extraction=self.extractor, task_model=self.task_model, plan_mode=self.plan_mode, scorer=self.scorer,
+            judge_model=self.judge_model, extract_max_new_tokens=self.extract_max_new_tokens,
+            plan_max_new_tokens=self.plan_max_new_tokens, answer_max_new_tokens=self.answer_max_new_tokens,
+            diagnostics=diagnostics, progress=self.progress, workers=self.workers,
+            sandbox=SandboxLimits(call_timeout_s=self.call_timeout_s, load_timeout_s=max(20.0, self.call_timeout_s)))
+
+    def data_path(self) -> str | None:
+        """The data file (LongMemEval defaults to the S subset)."""
+        if self.path or self.dataset == "locomo":
+            return self.path
+        from data_synth.paths import data_root
+        return str(data_root() / "longmemeval" / "longmemeval_s_subset.json")

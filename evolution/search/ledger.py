@@ -1,0 +1,104 @@
+"""The token ledger of an evolution run: model calls and tokens per role and round, budgets.
+
+Source: DESIGN.md § "Run state": "The ledger counts calls and tokens per role (coder, extract,
+plan, answer, judge, embed) per round; budgets per role stop a run cleanly."
+
+Roles: ``coder`` (proposals), ``extract`` / ``plan`` / ``answer`` (task-LLM calls of the
+runner's stages, by stage), ``extractor`` (a trained extractor), ``judge`` and ``embed``
+(embedding batches that reached the model). Tokens are those of the respective model
+(prompt and completion); embed has calls only. Cache hits are not calls and cost nothing.
+A budget is a cap on a role's total tokens (prompt + completion; calls for ``embed``).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+ROLES = ("coder", "extract", "plan", "answer", "extractor", "judge", "embed")
+
+
+class BudgetExhausted(RuntimeError):
+    """A role used up its budget; ``role``, ``used``, ``budget`` say which and how much."""
+
+    def __init__(self, role: str, used: int, budget: int):
+        super().__init__(f"budget of role {role!r} exhausted: {used} >= {budget}")
+        self.role, self.used, self.budget = role, used, budget
+
+
+@dataclass
+class Ledger:
+    """``rounds``: round number (str, "0" = seed/setup, "final" = test) → role →
+    ``{"calls", "prompt", "completion"}``. ``budgets``: role → token cap (None = none)."""
+
+    rounds: dict = field(default_factory=dict)
+    budgets: dict = field(default_factory=dict)
+
+    def add(self, round_key, role: str, calls: int = 0, prompt: int = 0, completion: int = 0) -> None:
+        """Book usage to ``role`` in ``round_key`` (ValueError for an unknown role)."""
+        if role not in ROLES:
+            raise ValueError(f"unknown ledger role {role!r}; expected one of {', '.join(ROLES)}")
+        r = self.rounds.setdefault(str(round_key), {})
+        row = r.setdefault(role, {"calls": 0, "prompt": 0, "completion": 0})
+        row["calls"] += int(calls)
+        row["prompt"] += int(prompt)
+        row["completion"] += int(completion)
+
+    def add_usage(self, round_key, usage: dict) -> None:
+        """Book a usage dict ``{role: {"calls", "prompt", "completion"}}``."""
+        for role, u in usage.items():
+            self.add(round_key, role, u.get("calls", 0), u.get("prompt", 0), u.get("completion", 0))
+
+    def totals(self) -> dict:
+        """role → summed ``{"calls", "prompt", "completion"}`` over all rounds."""
+        out = defaultdict(lambda: {"calls": 0, "prompt": 0, "completion": 0})
+        for r in self.rounds.values():
+            for role, u in r.items():
+                for k in ("calls", "prompt", "completion"):
+                    out[role][k] += u[k]
+        return {k: dict(v) for k, v in out.items()}
+
+    def used(self, role: str) -> int:
+        """Tokens used by ``role`` (calls for ``embed``)."""
+        t = self.totals().get(role, {"calls": 0, "prompt": 0, "completion": 0})
+        return t["calls"] if role == "embed" else t["prompt"] + t["completion"]
+
+    def check(self) -> None:
+        """Raise :class:`BudgetExhausted` for the first role at or over its budget."""
+        for role, cap in self.budgets.items():
+            if cap is not None and self.used(role) >= cap:
+                raise BudgetExhausted(role, self.used(role), cap)
+
+    def round_tokens(self, round_key) -> int:
+        """Prompt + completion tokens of every role in one round."""
+        return sum(u["prompt"] + u["completion"] for u in self.rounds.get(str(round_key), {}).values())
+
+    def to_json(self) -> dict:
+        return {"rounds": self.rounds, "budgets": self.budgets}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Ledger":
+        return cls({k: {r: dict(u) for r, u in v.items()} for k, v in d["rounds"].items()}, dict(d["budgets"]))
+
+
+def usage_from_eval(ev) -> dict:
+    """Ledger usage of one :class:`~evolution.execution.results.ProgramEvaluation`: task-LLM
+    calls split by stage (extract, plan, answer; tokens apportioned by call share), the
+    extractor, judge and embed roles from the runtime counts."""
+    out = {}
+    task_calls = ev.model_calls.get("task", 0)
+    task_tok = ev.tokens.get("task", {"prompt": 0, "completion": 0})
+    stage_calls = {s: ev.stage_llm_calls.get(s, 0) for s in ("extract", "plan", "answer")}
+    total = sum(stage_calls.values())
+    for s, n in stage_calls.items():
+        if n:
+            share = n / total if total else 0.0
+            out[s] = {"calls": n, "prompt": round(task_tok["prompt"] * share),
+                      "completion": round(task_tok["completion"] * share)}
+    if task_calls and not total:  # program toolkit.llm calls: booked to answer
+        out["answer"] = {"calls": task_calls, **task_tok}
+    for role in ("extractor", "judge"):
+        if ev.model_calls.get(role):
+            out[role] = {"calls": ev.model_calls[role], **ev.tokens.get(role, {"prompt": 0, "completion": 0})}
+    if ev.model_calls.get("embed"):
+        out["embed"] = {"calls": ev.model_calls["embed"], "prompt": 0, "completion": 0}
+    return out

@@ -1,0 +1,24 @@
+"""Proposers: small interchangeable objects with one protocol
+(:class:`evolution.search.proposers.base.Proposer`): ``params`` (offline, library of component
+variants + constant mutations), ``coder`` (an LLM writing SEARCH/REPLACE edits), ``scripted``
+(fixed answers through the coder's path, for tests)."""
+from __future__ import annotations
+
+from evolution.search.proposers.base import LineageEntry, ProposalInput, ProposalResult, Proposer  # noqa: F401
+
+
+def make_proposer(cfg, rt):
+    """The proposer a recipe names (``cfg.proposer``): params | coder | scripted. The coder's
+    backend is loaded from ``cfg.coder_model`` with role ``coder`` (calls and tokens booked
+    to it in the runtime)."""
+    if cfg.proposer == "params":
+        from evolution.search.proposers.params import ParamsProposer
+        return ParamsProposer()
+    if cfg.proposer == "scripted":
+        from evolution.search.proposers.scripted import ScriptedProposer, load_script
+        return ScriptedProposer(load_script(cfg.script))
+    if cfg.proposer == "coder":
+        from evolution.search.proposers.coder import CoderProposer, backend_chat
+        backend = rt.backend(cfg.coder_model, role="coder")
+        return CoderProposer(backend_chat(backend, cfg.coder_max_new_tokens, cfg.coder_temperature))
+    raise ValueError(f"unknown proposer {cfg.proposer!r}; expected params, coder or scripted")

@@ -1,0 +1,121 @@
+"""The proposer protocol: one input, one output, small interchangeable objects (GEPA-style).
+
+Source: DESIGN.md § "Capability-driven evolution" (proposers): every proposer sees the same
+input (program, target, diagnostics, compact cases, lineage: ancestors with their score changes
+and the failed attempts for this target) and answers with edits. The loop owns everything
+else (duplicate/no-op checks, validation, evaluation, acceptance), so a new proposer only
+implements :meth:`Proposer.propose` (and optionally :meth:`Proposer.revise`).
+
+A proposer never raises for bad model output: it returns a :class:`ProposalResult` with
+``ok=False`` and the reason. It may raise only for its own misconfiguration (e.g. an
+unloadable backend spec).
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from evolution.search.edits import Edit
+
+
+@dataclass
+class LineageEntry:
+    """An ancestor (or a failed attempt): ``id``, ``stage``, ``target``, ``description`` of its
+    change, ``changed`` components, ``delta``: valid score change against its parent per
+    capability and ``overall`` (None for a never-evaluated attempt), ``reason`` why it was
+    not accepted ("" for an ancestor)."""
+
+    id: str
+    stage: str
+    target: str | None
+    description: str
+    changed: list[str]
+    delta: dict | None
+    reason: str = ""
+
+    def render(self) -> str:
+        d = "" if self.delta is None else " (" + ", ".join(f"{k} {v:+.3f}" for k, v in self.delta.items()) + ")"
+        why = f" -- not accepted: {self.reason}" if self.reason else ""
+        return f"- {self.id} [{self.stage}{', target ' + self.target if self.target else ''}] " \
+               f"{self.description or 'no description'}{d}{why}"
+
+
+@dataclass
+class ProposalInput:
+    """Everything a proposer may look at.
+
+    ``source``: the parent program's text; ``parent``: its id; ``stage``: ``cold`` | ``refine``
+    | ``integrate``; ``target``: capability letter (None in cold start); ``diagnostics``: the
+    parent's train diagnostics table ``{capability: {"score", "d_ext", "d_idx", "d_ret",
+    "unit_chars", "retrieved_chars", "n"}}``; ``cases``: rendered compact cases (text);
+    ``case_ids``: their task ids; ``ancestors``/``failed``: :class:`LineageEntry` lists;
+    ``known_keys``: program keys already archived (a proposer may use them to avoid
+    duplicates); ``interface``: the program contract text; ``extra``: stage-specific material
+    (integration: the specialist's diff and paired traces).
+    """
+
+    source: str
+    parent: str
+    stage: str
+    target: str | None
+    diagnostics: dict
+    cases: list[str]
+    case_ids: list[str]
+    ancestors: list[LineageEntry]
+    failed: list[LineageEntry]
+    known_keys: frozenset = frozenset()
+    interface: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class ProposalResult:
+    """A proposer's answer. ``ok``: a program was produced (``source``); otherwise ``reason``
+    says why not. ``edits``: the blocks applied (empty for a whole file, then
+    ``whole_file`` True). ``description``: one line about the change. ``transcript``: every
+    prompt/response exchanged (``[{"role", "content"}]`` per turn), for the run directory.
+    ``turns``: model calls made (0 for offline proposers); ``prompt_tokens`` /
+    ``completion_tokens``: what they cost (cache hits cost 0)."""
+
+    ok: bool
+    source: str | None = None
+    edits: list[Edit] = field(default_factory=list)
+    whole_file: bool = False
+    description: str = ""
+    reason: str = ""
+    transcript: list = field(default_factory=list)
+    turns: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def to_dict(self) -> dict:
+        return {"ok": self.ok, "edits": [e.to_dict() for e in self.edits], "whole_file": self.whole_file,
+                "description": self.description, "reason": self.reason, "transcript": self.transcript,
+                "turns": self.turns, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens, "source": self.source}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ProposalResult":
+        return cls(d["ok"], d.get("source"), [Edit.from_dict(e) for e in d["edits"]], d["whole_file"],
+                   d["description"], d["reason"], d["transcript"], d["turns"], d.get("prompt_tokens", 0),
+                   d.get("completion_tokens", 0))
+
+
+class Proposer(Protocol):
+    """Proposes a child program from a :class:`ProposalInput`.
+
+    ``propose(inp, rng)``: one proposal; ``rng`` is the run's seeded generator (the only
+    source of randomness allowed, so runs replay exactly). ``revise(inp, result, verdict,
+    rng)``: called once when the child failed a validation level, with the verdict text;
+    returns a new result or None (no second try). ``needs_cases``: False lets the loop skip
+    rendering compact cases the proposer never reads (default True when absent).
+    """
+
+    name: str
+    needs_cases: bool
+
+    def propose(self, inp: ProposalInput, rng: random.Random) -> ProposalResult: ...
+
+    def revise(self, inp: ProposalInput, result: ProposalResult, verdict: str,
+               rng: random.Random) -> ProposalResult | None: ...

@@ -1,0 +1,143 @@
+"""The offline ``params`` proposer: no LLM, seeded, deterministic given the run's RNG.
+
+Source: DESIGN.md § "Capability-driven evolution" (proposers). It proposes either
+
+- a **library variant** (:mod:`evolution.search.proposers.library`) that applies to the parent,
+  or
+- a **constant mutation**: one module-level constant of the parent changed (ints and floats
+  scaled by 0.5, 0.75, 1.5 or 2; booleans flipped; strings annotated ``# choices: a|b|c``
+  switched to another choice). ``OUT_CHAR_BUDGET`` and the instructions are never touched.
+
+Options whose child is already archived (``known_keys``) are dropped. Weights: in refinement
+a variant scores 3 when it names the target capability, 1.5 when it is for all ("*"), 0.5
+otherwise (answer variants 0.1 when the diagnostics say no answer is generated, i.e. the
+scorer reads the retrieved text); in cold start (no target) it scores 1 + 4·max(0, d_ext − d_ret) for retrieval
+variants, 1 + 2·max(0, d_ext − d_idx) for indexing ones and 1 otherwise (the diagnostics
+table's overall row: units hold the evidence but retrieval misses it → fix retrieval). A
+library variant is chosen with probability 0.6 when both kinds exist; each mutation weighs 1.
+"""
+from __future__ import annotations
+
+import ast
+import random
+
+from evolution.search.archive import program_key
+from evolution.search.edits import Edit, EditError, apply_edits, render_edits
+from evolution.search.proposers.base import ProposalInput, ProposalResult
+from evolution.search.proposers.library import LIBRARY, Variant
+
+PROTECTED = frozenset({"OUT_CHAR_BUDGET"})
+SCALES = (0.5, 0.75, 1.5, 2.0)
+LIBRARY_SHARE = 0.6
+
+
+def constant_mutations(source: str) -> list[tuple[str, Edit]]:
+    """Every single-constant mutation of ``source``: ``[(description, edit)]`` in source order
+    (see the module doc). Multi-line assignments are skipped."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    lines = source.splitlines(keepends=True)
+    out = []
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            continue
+        name = node.targets[0].id
+        if name in PROTECTED or name.endswith("_INSTRUCTION") or node.lineno != node.end_lineno:
+            continue
+        if not isinstance(node.value, ast.Constant):
+            continue
+        v = node.value.value
+        line = lines[node.lineno - 1]
+        seg = ast.get_source_segment(source, node.value)
+        if seg is None:
+            continue
+        news = []
+        if isinstance(v, bool):
+            news = [repr(not v)]
+        elif isinstance(v, int):
+            news = sorted({max(1, round(v * s)) for s in SCALES} - {v})
+            news = [str(x) for x in news]
+        elif isinstance(v, float):
+            vals = {round(v * s, 4) for s in SCALES} if v else {0.05, 0.1, 0.2}
+            news = [repr(x) for x in sorted(vals - {v})]
+        elif isinstance(v, str) and "# choices:" in line:
+            choices = [c.strip() for c in line.split("# choices:", 1)[1].split("|") if c.strip()]
+            news = [repr(c) for c in choices if c != v]
+        for new in news:
+            new_line = line.replace(seg, new, 1)
+            if new_line != line:
+                out.append((f"constant {name}: {seg} -> {new}", Edit(line, new_line)))
+    return out
+
+
+def _variant_weight(v: Variant, inp: ProposalInput) -> float:
+    if v.component == "answer" and inp.diagnostics.get("overall", {}).get("answered") is False:
+        return 0.1  # no answer is generated: the answer instruction cannot matter
+    if inp.target is not None:
+        if inp.target in v.capabilities:
+            return 3.0
+        return 1.5 if v.capabilities == "*" else 0.5
+    overall = inp.diagnostics.get("overall", {})
+    d_ext, d_ret, d_idx = (overall.get(k) for k in ("d_ext", "d_ret", "d_idx"))
+    if v.component == "retrieval" and d_ext is not None and d_ret is not None:
+        return 1.0 + 4.0 * max(0.0, d_ext - d_ret)
+    if v.component == "indexing" and d_ext is not None and d_idx is not None:
+        return 1.0 + 2.0 * max(0.0, d_ext - d_idx)
+    return 1.0
+
+
+def _weighted(rng: random.Random, options: list[tuple[float, object]]):
+    total = sum(w for w, _ in options)
+    x = rng.random() * total
+    for w, o in options:
+        x -= w
+        if x < 0:
+            return o
+    return options[-1][1]
+
+
+class ParamsProposer:
+    """See the module doc. ``library``: the variants to draw from (default :data:`LIBRARY`)."""
+
+    name = "params"
+    needs_cases = False  # reads the diagnostics table and the target, not the case texts
+
+    def __init__(self, library: tuple[Variant, ...] = LIBRARY):
+        self.library = library
+
+    def options(self, inp: ProposalInput) -> tuple[list, list]:
+        """(library options, mutation options) as ``[(weight, (description, edits, source))]``,
+        children already archived removed."""
+        lib, mut = [], []
+        for v in self.library:
+            try:
+                child, edits = v.apply(inp.source)
+            except EditError:
+                continue
+            if program_key(child) not in inp.known_keys:
+                lib.append((_variant_weight(v, inp), (f"variant {v.name}: {v.description}", edits, child)))
+        for desc, edit in constant_mutations(inp.source):
+            try:
+                child = apply_edits(inp.source, [edit])
+                key = program_key(child)
+            except (EditError, SyntaxError):
+                continue
+            if key not in inp.known_keys:
+                mut.append((1.0, (desc, [edit], child)))
+        return lib, mut
+
+    def propose(self, inp: ProposalInput, rng: random.Random) -> ProposalResult:
+        lib, mut = self.options(inp)
+        if not lib and not mut:
+            return ProposalResult(False, reason="no library variant or constant mutation gives a new program")
+        use_lib = bool(lib) and (not mut or rng.random() < LIBRARY_SHARE)
+        desc, edits, child = _weighted(rng, lib if use_lib else mut)
+        menu = "\n".join(f"{w:.2f}  {o[0]}" for w, o in lib + mut)
+        return ProposalResult(True, child, list(edits), False, desc,
+                              transcript=[{"role": "options", "content": menu},
+                                          {"role": "choice", "content": f"{desc}\n{render_edits(edits)}"}])
+
+    def revise(self, inp, result, verdict, rng):
+        return None

@@ -1,0 +1,155 @@
+"""Reports of an evolution run: ``summary.json`` (the issue's Contract), ``report.md`` (one row
+per round) and ``capabilities.png`` (valid score of each capability's specialist by round,
+PrisMem Fig. 3a).
+
+summary.json::
+
+    {"rounds": int, "candidates_evaluated": int, "proposals_failed": int, "wall_s": float,
+     "model_calls": {role: int}, "tokens": {role: {"prompt": int, "completion": int}},
+     "seed":  {"valid": SCORES, "test": SCORES or null},
+     "final": {"valid": SCORES, "test": SCORES or null, "program": "<path of best.py>"},
+     "specialists": {"F"|"T"|"P"|"M"|"A": {"valid": SCORES, "program": "<path>"}}}
+    SCORES = {"overall": float, "by_capability": {"F": float, ...}}
+
+plus ``candidates_rejected`` (a program that failed checks or validation), ``final_id``,
+``stopped`` (why the run stopped early, else null) and ``ledger`` (per round and role).
+``candidates_evaluated`` excludes the seed; ``proposals_failed`` counts every proposal that
+was not evaluated (no program, or a program rejected before evaluation).
+"""
+from __future__ import annotations
+
+import json
+
+from evolution.search.archive import CAPABILITIES
+from evolution.search.rundir import atomic_write_json, atomic_write_text
+
+CAP_NAMES = {"F": "factual", "T": "temporal", "P": "preference", "M": "multi-session", "A": "adversarial"}
+
+
+def _scores(split) -> dict | None:
+    return None if split is None else {"overall": split["overall"], "by_capability": dict(split["by_capability"])}
+
+
+def build_summary(evo, fin: dict) -> dict:
+    """The summary dict of a finished (or stopped) run ``evo`` with ``final.json`` ``fin``."""
+    arch = evo.archive
+    cands = [c for c in arch.candidates.values() if c.id != "seed"]
+    totals = evo.ledger.totals()
+    final = arch.get(fin["final"])
+    root = evo.dir.root
+    return {
+        "rounds": len([h for h in evo.history if h["round"] > 0]),
+        "candidates_evaluated": sum(c.status == "evaluated" for c in cands),
+        "proposals_failed": sum(c.status in ("failed", "rejected") for c in cands),
+        "candidates_rejected": sum(c.status == "rejected" for c in cands),
+        "wall_s": round(evo.elapsed_s, 1),
+        "model_calls": {r: u["calls"] for r, u in totals.items()},
+        "tokens": {r: {"prompt": u["prompt"], "completion": u["completion"]} for r, u in totals.items() if r != "embed"},
+        "seed": {"valid": arch.get("seed").valid.scores(), "test": _scores(fin.get("seed_test"))},
+        "final": {"valid": final.valid.scores(), "test": _scores(fin.get("final_test")),
+                  "program": str(root / "best.py"), "id": final.id},
+        "specialists": {c: {"valid": arch.specialist(c).valid.scores(), "id": arch.specialist(c).id,
+                            "program": str(root / arch.specialist(c).program)}
+                        for c in CAPABILITIES if c in arch.specialists},
+        "final_id": final.id, "stopped": evo.stopped, "ledger": evo.ledger.rounds,
+    }
+
+
+def _f(v) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def render_report(evo, summary: dict) -> str:
+    """``report.md``."""
+    cfg = evo.cfg
+    caps = [c for c in CAPABILITIES if c in summary["seed"]["valid"]["by_capability"]]
+    out = [f"# memgym evolve: {cfg.dataset}", "",
+           f"- train {', '.join(cfg.train)}; valid {', '.join(cfg.valid)}; test {', '.join(cfg.test) or '(none)'}",
+           f"- extractor `{cfg.extractor}`, plan `{cfg.plan_mode}`, scorer `{cfg.scorer}`, proposer `{cfg.proposer}`, "
+           f"seed {cfg.seed}; rounds cold {cfg.rounds_cold} / refine {cfg.rounds_refine} / integrate "
+           f"{cfg.rounds_integrate}",
+           f"- {summary['rounds']} rounds in {summary['wall_s']:.0f} s; {summary['candidates_evaluated']} candidates "
+           f"evaluated, {summary['proposals_failed']} proposals not evaluated ({summary['candidates_rejected']} "
+           f"rejected programs)" + (f"; stopped early: {summary['stopped']}" if summary["stopped"] else ""), "",
+           "## Rounds", "",
+           "| round | stage | target | parent | candidate | proposal | verdict | valid overall | "
+           + " | ".join(caps) + " | accepted | tokens |",
+           "|" + "---|" * (10 + len(caps))]
+    for h in evo.history:
+        v = h.get("valid") or {}
+        bc = v.get("by_capability", {})
+        prop = (h.get("proposal") or "").replace("|", "/")[:70]
+        acc = str(h.get("accepted") or "").replace("|", "/")[:80]
+        out.append(f"| {h['round']} | {h['stage']} | {h['target'] or '-'} | {h['parent'] or '-'} | {h['candidate']} | "
+                   f"{prop} | {h['verdict']} | {_f(v.get('overall'))} | " + " | ".join(_f(bc.get(c)) for c in caps)
+                   + f" | {acc} | {h.get('tokens', 0)} |")
+    out += ["", "## Programs (valid split)", "", "| program | id | overall | " + " | ".join(caps) + " |",
+            "|" + "---|" * (3 + len(caps))]
+
+    def row(name, cid, sc):
+        return f"| {name} | {cid} | {_f(sc['overall'])} | " + " | ".join(_f(sc["by_capability"].get(c)) for c in caps) \
+            + " |"
+
+    out.append(row("seed", "seed", summary["seed"]["valid"]))
+    out.append(row("final (base)", summary["final_id"], summary["final"]["valid"]))
+    for c, s in summary["specialists"].items():
+        out.append(row(f"specialist {c} {CAP_NAMES[c]}", s["id"], s["valid"]))
+    if summary["final"]["test"] is not None:
+        out += ["", "## Test split (frozen program, run once)", "", "| program | overall | " + " | ".join(caps) + " |",
+                "|" + "---|" * (2 + len(caps))]
+        for name, sc in (("seed", summary["seed"]["test"]), ("final", summary["final"]["test"])):
+            out.append(f"| {name} | {_f(sc['overall'])} | " + " | ".join(_f(sc["by_capability"].get(c)) for c in caps)
+                       + " |")
+    out += ["", "## Cost", "", f"- model calls per role: `{json.dumps(summary['model_calls'])}`",
+            f"- tokens per role: `{json.dumps(summary['tokens'])}`", "",
+            "Files: `best.py` (the frozen program), `capabilities.png`, `summary.json`, `candidates/<id>/` "
+            "(program, proposal transcript, validation, scores)."]
+    return "\n".join(out) + "\n"
+
+
+def plot_capabilities(evo, path) -> None:
+    """capabilities.png: per capability, the valid score of its specialist after each round."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [h for h in evo.history if h.get("specialists") or h["round"] == 0]
+    seed = evo.archive.get("seed").valid.by_capability
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for c in CAPABILITIES:
+        if c not in seed:
+            continue
+        xs, ys = [0], [seed[c]]
+        for h in rows:
+            if h["round"] > 0 and h.get("specialists", {}).get(c) is not None:
+                xs.append(h["round"])
+                ys.append(h["specialists"][c])
+        ax.step(xs, ys, where="post", marker="o", ms=3, label=f"{c} {CAP_NAMES[c]}")
+    base_x, base_y = [0], [evo.archive.get("seed").valid.overall]
+    for h in rows:
+        if h["round"] > 0 and h.get("base_overall") is not None:
+            base_x.append(h["round"])
+            base_y.append(h["base_overall"])
+    ax.step(base_x, base_y, where="post", color="black", ls="--", lw=1, label="base (overall)")
+    if 0 < evo.cfg.rounds_cold < evo.cfg.total_rounds:
+        ax.axvline(evo.cfg.rounds_cold + 0.5, color="grey", lw=0.8, ls=":")
+        ax.text(evo.cfg.rounds_cold + 0.6, 0.02, "refinement", fontsize=8, color="grey")
+    ax.set_xlabel("round")
+    ax.set_ylabel(f"valid {evo.cfg.scorer} of the specialist")
+    ax.set_title("Capability specialists by round")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_reports(evo, fin: dict) -> dict:
+    """Write summary.json, report.md and capabilities.png; return the summary."""
+    summary = build_summary(evo, fin)
+    atomic_write_json(evo.dir.root / "summary.json", summary)
+    atomic_write_text(evo.dir.root / "report.md", render_report(evo, summary))
+    plot_capabilities(evo, evo.dir.root / "capabilities.png")
+    return summary

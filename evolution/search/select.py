@@ -1,0 +1,217 @@
+"""Selection policies of the loop: which capability to target, which parent to refine, which
+train tasks to show as cases. Each policy is a small object with one method, so ablations
+(``round_robin`` targets, ``random_cases``, ``holistic`` parents/cases/acceptance) are
+alternative objects passed to :class:`evolution.search.loop.Evolution`. The protocols:
+:class:`TargetPolicy` (may return None: no target), :class:`ParentPolicy`,
+:class:`CasePolicy`, :class:`AcceptancePolicy`.
+
+Source: DESIGN.md § "Capability-driven evolution", step 2 (PrisMem Algorithm 1):
+
+- target c maximising  (err_c + max_{c' ≠ c} pressure(c→c')) / (1 + n_c), with
+  err_c = 1 − s_c, s_c = the valid score on c of c's specialist;
+  pressure(c→c') = max(0, F − S): F = share of the base program's FAILED c'-primary valid
+  tasks that list c as a secondary label, S = share of ALL c'-primary valid tasks that do;
+  n_c = times c was chosen before. Only capabilities with valid tasks compete; ties go to
+  the earlier letter of F, T, P, M, A.
+- parent = c's specialist.
+- cases: up to 5 train tasks with primary c and the parent's score ≤ 0.8, ranked by
+  w = (1 + g) / ((1 + u) · (1 + v)), g = the largest amount by which any archived program
+  beat the parent on the task (a regression witness has g > 0), u = times the task was shown,
+  v = times its secondary-label combination was shown; ties: lower parent score, then task
+  order.
+
+A task "fails" when its score is ≤ :data:`FAIL_THRESHOLD`.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Protocol
+
+from evolution.search.archive import CAPABILITIES, Archive, Candidate
+
+FAIL_THRESHOLD = 0.8
+CASES_PER_ROUND = 5
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """A task's labels (never shown to programs): ``id`` ``"<conversation>/<question id>"``,
+    ``split`` (train | valid | test), ``primary`` letter (None = unlabelled), ``secondary``
+    letters."""
+
+    id: str
+    split: str
+    primary: str | None
+    secondary: tuple[str, ...] = ()
+
+    @property
+    def combo(self) -> str:
+        """The secondary-label combination as sorted letters ("" = none)."""
+        return "".join(sorted(self.secondary))
+
+
+def pressure(cap: str, other: str, tasks: list[TaskInfo], scores: dict[str, float]) -> float:
+    """pressure(cap → other) on ``tasks`` (one split) with the base's per-task ``scores``."""
+    prim = [t for t in tasks if t.primary == other]
+    if not prim:
+        return 0.0
+    failed = [t for t in prim if scores.get(t.id, 0.0) <= FAIL_THRESHOLD]
+    share_all = sum(cap in t.secondary for t in prim) / len(prim)
+    share_failed = sum(cap in t.secondary for t in failed) / len(failed) if failed else 0.0
+    return max(0.0, share_failed - share_all)
+
+
+def target_scores(archive: Archive, valid_tasks: list[TaskInfo]) -> dict[str, float]:
+    """The DESIGN formula's value for every capability with valid tasks (see module doc)."""
+    present = [c for c in CAPABILITIES if any(t.primary == c for t in valid_tasks)]
+    base_scores = archive.get(archive.base).valid.tasks
+    out = {}
+    for c in present:
+        s_c = archive.specialist(c).valid.by_capability.get(c, 0.0)
+        push = max([pressure(c, o, valid_tasks, base_scores) for o in present if o != c], default=0.0)
+        out[c] = ((1.0 - s_c) + push) / (1 + archive.selections.get(c, 0))
+    return out
+
+
+class TargetPolicy(Protocol):
+    """Chooses the capability a refinement round aims at."""
+
+    name: str
+
+    def choose(self, archive: Archive, valid_tasks: list[TaskInfo], round_no: int, rng: random.Random) -> str: ...
+
+
+class ParentPolicy(Protocol):
+    """Chooses the program a round refines."""
+
+    name: str
+
+    def choose(self, archive: Archive, target: str | None) -> Candidate: ...
+
+
+class CasePolicy(Protocol):
+    """Chooses the train task ids shown as compact cases (at most ``k``)."""
+
+    name: str
+
+    def choose(self, archive: Archive, parent: Candidate, target: str | None, train_tasks: list[TaskInfo], k: int,
+               rng: random.Random) -> list[str]: ...
+
+
+class AcceptancePolicy(Protocol):
+    """Decides what an evaluated child becomes; returns "" (nothing) or its new roles, and
+    updates the archive (base, specialists, ``roles``)."""
+
+    name: str
+
+    def accept(self, archive: Archive, cand: Candidate, stage: str, parent: Candidate) -> str: ...
+
+
+class CapabilityAcceptance:
+    """DESIGN.md: in cold start a child whose valid overall beats the base's becomes the base;
+    in every stage a child becomes the specialist of each capability whose valid score it
+    beats strictly (:meth:`Archive.promote`)."""
+
+    name = "capability"
+
+    def accept(self, archive, cand, stage, parent):
+        if cand.status != "evaluated":
+            return ""
+        took = []
+        if stage == "cold" and cand.valid.overall > archive.get(archive.base).valid.overall:
+            archive.base = cand.id
+            cand.roles.append("base")
+            took.append("base")
+        took += [f"specialist {c}" for c in archive.promote(cand, list(archive.specialists))]
+        return ", ".join(took)
+
+
+class DependencyAwareTarget:
+    """The DESIGN formula (:func:`target_scores`); ties → earlier capability letter."""
+
+    name = "dependency_aware"
+
+    def choose(self, archive, valid_tasks, round_no, rng):
+        scores = target_scores(archive, valid_tasks)
+        if not scores:
+            raise ValueError("no capability has valid tasks: cannot choose a target")
+        return max(scores, key=lambda c: (scores[c], -CAPABILITIES.index(c)))
+
+
+class RoundRobinTarget:
+    """Ablation ``round_robin``: the capabilities with valid tasks in turn, by round number."""
+
+    name = "round_robin"
+
+    def choose(self, archive, valid_tasks, round_no, rng):
+        present = [c for c in CAPABILITIES if any(t.primary == c for t in valid_tasks)]
+        return present[sum(archive.selections.values()) % len(present)]
+
+
+class SpecialistParent:
+    """Parent = the target's specialist (the base in cold start, when target is None)."""
+
+    name = "specialist"
+
+    def choose(self, archive, target):
+        return archive.get(archive.base) if target is None else archive.specialist(target)
+
+
+def regression_gap(archive: Archive, parent: Candidate, task_id: str) -> float:
+    """g: how much better than ``parent`` any evaluated program scored on the train task (≥ 0)."""
+    mine = parent.train.tasks.get(task_id, 0.0)
+    best = max((c.train.tasks.get(task_id, 0.0) for c in archive.evaluated()), default=mine)
+    return max(0.0, best - mine)
+
+
+def case_weight(archive: Archive, parent: Candidate, task: TaskInfo) -> float:
+    """w = (1 + g) / ((1 + u) · (1 + v)) of the module doc."""
+    g = regression_gap(archive, parent, task.id)
+    u = archive.case_usage.get(task.id, 0)
+    v = archive.combo_usage.get(task.combo, 0)
+    return (1.0 + g) / ((1.0 + u) * (1.0 + v))
+
+
+class HistoryGuidedCases:
+    """The DESIGN rule for refinement (target given): failed primary-c train tasks ranked by
+    :func:`case_weight`. Without a target (cold start): failed train tasks spread over the
+    capabilities round-robin (F, T, P, M, A order), each capability's lowest scores first."""
+
+    name = "history_guided"
+
+    def choose(self, archive, parent, target, train_tasks, k, rng):
+        scores = parent.train.tasks
+        order = {t.id: i for i, t in enumerate(train_tasks)}
+        failed = [t for t in train_tasks if scores.get(t.id, 0.0) <= FAIL_THRESHOLD]
+        if target is None:
+            queues = {c: sorted([t for t in failed if t.primary == c], key=lambda t: (scores.get(t.id, 0.0),
+                                                                                      order[t.id]))
+                      for c in CAPABILITIES}
+            out = []
+            while len(out) < k and any(queues.values()):
+                for c in CAPABILITIES:
+                    if queues[c] and len(out) < k:
+                        out.append(queues[c].pop(0).id)
+            return out
+        pool = [t for t in failed if t.primary == target]
+        pool.sort(key=lambda t: (-case_weight(archive, parent, t), scores.get(t.id, 0.0), order[t.id]))
+        return [t.id for t in pool[:k]]
+
+
+class RandomCases:
+    """Ablation ``random_cases``: ``k`` train tasks drawn uniformly (seeded), any score."""
+
+    name = "random_cases"
+
+    def choose(self, archive, parent, target, train_tasks, k, rng):
+        ids = [t.id for t in train_tasks]
+        return rng.sample(ids, min(k, len(ids)))
+
+
+def record_cases(archive: Archive, case_ids: list[str], tasks: dict[str, TaskInfo]) -> None:
+    """Count the shown cases in the archive's usage tables (u and v of the weight)."""
+    for cid in case_ids:
+        archive.case_usage[cid] = archive.case_usage.get(cid, 0) + 1
+        combo = tasks[cid].combo
+        archive.combo_usage[combo] = archive.combo_usage.get(combo, 0) + 1
