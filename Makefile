@@ -24,7 +24,7 @@ install: $(VENV)/.installed
 ## The main job: SmolLM2 builds memory on real LoCoMo sessions; scored beside the expert bank.
 demo: install
 	$(MEMGYM) models prepare
-	$(MEMGYM) eval --recipe launch/recipes/demo_locomo.yaml
+	$(MEMGYM) eval --config launch/recipes/demo_locomo.yaml
 
 ## The whole suite (slow-marked SmolLM2 tests included).
 test: install

@@ -3,16 +3,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import Path
 
-from data_synth.beam import load_beam
 from data_synth.capabilities import count_by_capability, is_abstention_id
-from data_synth.locomo import load_locomo
-from data_synth.longmemeval import load_longmemeval
-from data_synth.splits import split_ids
+from data_synth.datasets import DATASETS
 from memory_bank.schema import Conversation
 
-STATS_DATASETS: tuple[str, ...] = ("locomo", "longmemeval", "beam")
+STATS_DATASETS: tuple[str, ...] = DATASETS
 
 
 def _category_key(cat: str):
@@ -54,30 +50,3 @@ def dataset_stats(convs: Sequence[Conversation], dataset: str, with_ids: bool = 
     if with_ids:
         out["ids"] = [q.id for q in questions]
     return out
-
-
-def load_dataset(dataset: str, path: Path | str | None = None, split: str | None = None,
-                 splits_path: Path | str | None = None, *, beam_truncated: bool = True,
-                 beam_strip_markers: bool = True) -> list[Conversation]:
-    """Load ``dataset`` ("locomo" | "longmemeval" | "beam") from ``path`` (default file or
-    folder under the data root; for BEAM a chat folder, a size folder or the BEAM root),
-    keeping only the ids of ``split`` when given (LongMemEval splits come from
-    ``splits_path``, default ``longmemeval/splits.json``). ``beam_truncated`` and
-    ``beam_strip_markers`` are :func:`data_synth.beam.load_beam`'s switches.
-
-    Raises:
-        ValueError: unknown dataset or split, or split ids absent from the file;
-        DataFileNotFoundError / DataFormatError from the loaders.
-    """
-    if dataset not in STATS_DATASETS:
-        raise ValueError(f"unknown dataset {dataset!r}; expected one of {', '.join(STATS_DATASETS)}")
-    ids = split_ids(dataset, split, splits_path) if split is not None else None
-    if dataset == "locomo":
-        return load_locomo(path, ids=ids)
-    if dataset == "beam":
-        if ids is not None and path is not None:  # a chat or size folder: keep the split's chats found there
-            from data_synth.beam import chat_id_of, find_chats
-            found = {chat_id_of(f) for f in find_chats(path)}
-            ids = [i for i in ids if i in found]
-        return load_beam(path, ids=ids, truncated=beam_truncated, strip_markers=beam_strip_markers)
-    return load_longmemeval(path, question_ids=ids)

@@ -1,6 +1,6 @@
 """``memgym evolve``: capability-driven evolution of a memory program (PrisMem).
 
-- ``memgym evolve --recipe R.yaml [--out DIR] [--<field> value ...]`` starts a run in DIR
+- ``memgym evolve --config R.yaml [--out DIR] [--<field> value ...]`` starts a run in DIR
   (the recipe and seed program are stored there);
 - ``memgym evolve --resume DIR`` continues the run in DIR with the recipe stored there; a
   resumed run ends in the same state as an uninterrupted one.
@@ -18,6 +18,8 @@ import json
 import sys
 from pathlib import Path
 
+from launch.passthrough import add_recipe_command
+
 
 def _config_from_dir(run_dir: str):
     from evolution.search.config import EvolveConfig
@@ -32,14 +34,14 @@ def _config_from_dir(run_dir: str):
     return cfg
 
 
-def cmd_evolve(args: argparse.Namespace) -> int:
+def cmd_evolve(argv: list[str]) -> int:
     from evolution.execution.runner import ProgramRunError
     from evolution.search.config import EvolveConfig
     from evolution.search.loop import Evolution
     from evolution.search.rundir import atomic_write_json
-    from launch.cmd_eval import translate_recipe_args
+    from training.common import parse_training_args
 
-    rest = list(args.rest)
+    rest = list(argv)
     resume = None
     if "--resume" in rest:
         i = rest.index("--resume")
@@ -56,13 +58,11 @@ def cmd_evolve(args: argparse.Namespace) -> int:
                 return 2
             cfg = _config_from_dir(resume)
         else:
-            from trl import TrlParser
-            parser = TrlParser(dataclass_types=[EvolveConfig], prog="memgym evolve",
-                               description="Capability-driven evolution of a memory program (PrisMem): cold start, "
-                                           "capability refinement, frozen final program on the test split. "
-                                           "memgym evolve --recipe R.yaml [--out DIR] [--<field> value ...]; "
-                                           "memgym evolve --resume DIR continues a run.")
-            cfg = parser.parse_args_and_config(args=translate_recipe_args(rest))[0]
+            (cfg,) = parse_training_args(
+                [EvolveConfig], rest, "memgym evolve",
+                "Capability-driven evolution of a memory program (PrisMem): cold start, capability refinement, "
+                "frozen final program on the test split. memgym evolve --config R.yaml [--out DIR] "
+                "[--<field> value ...]; memgym evolve --resume DIR continues a run.", cpu_defaults=False)
             out = Path(cfg.out)
             if (out / "state.json").exists() or (out / "recipe.json").exists():
                 print(f"memgym evolve: {out} already holds a run; continue it with: memgym evolve --resume {out}",
@@ -102,10 +102,7 @@ def _print(s: dict, out: str) -> None:
 
 def register(subparsers) -> argparse.ArgumentParser:
     """Add ``memgym evolve``."""
-    p = subparsers.add_parser(
-        "evolve", add_help=False, help="evolve a memory program (cold start, capability refinement; resumable)",
-        description="memgym evolve --recipe R.yaml [--out DIR] [--<field> value ...] | memgym evolve --resume DIR "
-                    "(--help lists every recipe field)")
-    p.add_argument("rest", nargs=argparse.REMAINDER)
-    p.set_defaults(func=cmd_evolve, passthrough=("evolve",))
-    return p
+    return add_recipe_command(
+        subparsers, "evolve", help="evolve a memory program (cold start, capability refinement; resumable)",
+        description="memgym evolve --config R.yaml [--out DIR] [--<field> value ...] | memgym evolve --resume DIR "
+                    "(--help lists every recipe field)", run=cmd_evolve)

@@ -21,7 +21,7 @@ JUDGE_HELP = ("the judge: a backend spec (hf:<dir>|hf:smollm2|openai:<url>#<mode
 
 def _run(args: argparse.Namespace) -> int:
     from data_synth.errors import DataFileNotFoundError, DataFormatError, DataQuirkWarning
-    from data_synth.stats import load_dataset
+    from data_synth.datasets import load_conversations
     from llm.base import LLMError
     from rewards.judge import make_scorer
     from rewards.scoring import OFFLINE_JUDGES, PredictionsError, read_predictions, score_predictions, write_scores
@@ -35,7 +35,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", DataQuirkWarning)
-            convs = load_dataset(args.dataset, args.path, args.split)
+            convs = load_conversations(args.dataset, args.path, split=args.split)
         for w in caught:
             print(f"warning: {w.message}", file=sys.stderr)
         preds = read_predictions(args.predictions)
@@ -43,7 +43,7 @@ def _run(args: argparse.Namespace) -> int:
             scorer = make_scorer(args.judge)
         else:
             from llm.specs import parse_spec
-            from rewards.runtime import Runtime
+            from llm.runtime import Runtime
 
             parse_spec(args.judge)
             rt = Runtime.from_config(cache=args.cache, batch_size=args.batch_size)

@@ -12,7 +12,8 @@ from data_synth.beam import BEAM_ABILITIES, beam_root, flatten_ids, load_beam, l
 from data_synth.capabilities import count_by_capability
 from data_synth.errors import DataFormatError, DataQuirkWarning
 from data_synth.splits import split_ids
-from data_synth.stats import dataset_stats, load_dataset
+from data_synth.datasets import load_conversations
+from data_synth.stats import dataset_stats
 
 
 @pytest.fixture(scope="module")
@@ -124,8 +125,8 @@ def test_splits_and_stats():
     assert split_ids("beam", "test") == ["1M-3", "1M-4", "1M-6", "1M-7", "1M-8", "1M-9", "1M-10", "1M-31"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DataQuirkWarning)
-        valid = load_dataset("beam", None, "valid")
-        one = load_dataset("beam", beam_root() / "100K" / "3", "train")
+        valid = load_conversations("beam", split="valid")
+        one = load_conversations("beam", beam_root() / "100K" / "3", split="train")
     assert [c.id for c in valid] == [f"100K-{n}" for n in range(11, 17)]
     st = dataset_stats(one, "beam", with_ids=True)
     assert (st["conversations"], st["sessions"], st["turns"], st["questions"], st["rubric_items"]) == (1, 3, 194, 20, 48)

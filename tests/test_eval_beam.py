@@ -9,7 +9,7 @@ import warnings
 from data_synth.errors import DataQuirkWarning
 from llm.embeddings import HashEmbedder
 from rewards.evaluate import EvalConfig, run_eval
-from rewards.runtime import Runtime
+from llm.runtime import Runtime
 from tests.helpers import ScriptedBackend
 
 EX, ANS, JUDGE = (f"openai:http://stub.invalid/v1#{r}" for r in ("extractor", "answer", "judge"))
