@@ -20,6 +20,8 @@ LOCOMO_SPLITS: dict[str, tuple[str, ...]] = {
     "test": ("conv-43", "conv-44", "conv-47", "conv-48", "conv-49", "conv-50"),
 }
 LONGMEMEVAL_SPLIT_NAMES: tuple[str, ...] = ("sft", "rl", "test")
+# longmemeval/s_splits.json (LongMemEval-S, the evolution protocol): {train: 52, valid: 47, test: 100}
+LONGMEMEVAL_S_SPLIT_NAMES: tuple[str, ...] = ("train", "valid", "test")
 BEAM_SPLITS: dict[str, tuple[str, ...]] = {
     "train": tuple(f"100K-{n}" for n in range(3, 11)),
     "valid": tuple(f"100K-{n}" for n in range(11, 17)),
@@ -29,7 +31,8 @@ TEST_SPLIT = "test"
 
 
 def split_names(dataset: str) -> tuple[str, ...]:
-    """``("train", "valid", "test")`` for locomo and beam, ``("sft", "rl", "test")`` for longmemeval.
+    """``("train", "valid", "test")`` for locomo and beam; for longmemeval ``("sft", "rl", "test",
+    "train", "valid")``: ``splits.json`` has sft/rl/test, ``s_splits.json`` train/valid/test.
 
     Raises:
         ValueError: a dataset without splits (the message names the known ones).
@@ -38,7 +41,7 @@ def split_names(dataset: str) -> tuple[str, ...]:
     if ds == "locomo":
         return tuple(LOCOMO_SPLITS)
     if ds == "longmemeval":
-        return LONGMEMEVAL_SPLIT_NAMES
+        return LONGMEMEVAL_SPLIT_NAMES + LONGMEMEVAL_S_SPLIT_NAMES[:2]
     if ds == "beam":
         return tuple(BEAM_SPLITS)
     raise ValueError(f"no splits defined for dataset {dataset!r}; expected locomo, longmemeval or beam")
@@ -52,7 +55,8 @@ def _check_split(dataset: str, split: str) -> str:
 
 
 def longmemeval_splits(path: Path | str | None = None) -> dict[str, list[str]]:
-    """Read ``splits.json``: ``{"sft": [...], "rl": [...], "test": [...]}`` question ids.
+    """Read ``splits.json`` (``{"sft": [...], "rl": [...], "test": [...]}``) or ``s_splits.json``
+    (``{"train": [...], "valid": [...], "test": [...]}``): question ids per split.
 
     Raises:
         DataFileNotFoundError: the file is absent.
@@ -64,12 +68,14 @@ def longmemeval_splits(path: Path | str | None = None) -> dict[str, list[str]]:
     data = read_json(p, "LongMemEval splits file")
     if not isinstance(data, dict):
         raise DataFormatError(p, "-", "-", f"expected a JSON object, got {type(data).__name__}")
-    if set(data) != set(LONGMEMEVAL_SPLIT_NAMES):
-        raise DataFormatError(p, "-", "-", f"expected keys {', '.join(LONGMEMEVAL_SPLIT_NAMES)},"
+    names = next((n for n in (LONGMEMEVAL_SPLIT_NAMES, LONGMEMEVAL_S_SPLIT_NAMES) if set(data) == set(n)), None)
+    if names is None:
+        raise DataFormatError(p, "-", "-", f"expected keys {', '.join(LONGMEMEVAL_SPLIT_NAMES)} (splits.json) or "
+                                           f"{', '.join(LONGMEMEVAL_S_SPLIT_NAMES)} (s_splits.json),"
                                            f" got {', '.join(sorted(map(str, data)))}")
     owner: dict[str, str] = {}
     out: dict[str, list[str]] = {}
-    for name in LONGMEMEVAL_SPLIT_NAMES:
+    for name in names:
         ids = data[name]
         if not isinstance(ids, list):
             raise DataFormatError(p, name, "-", f"expected a list, got {type(ids).__name__}")
@@ -101,7 +107,12 @@ def split_ids(dataset: str, split: str, path: Path | str | None = None) -> list[
         return list(LOCOMO_SPLITS[split])
     if str(dataset).strip().lower() == "beam":
         return list(BEAM_SPLITS[split])
-    return longmemeval_splits(path)[split]
+    splits = longmemeval_splits(path)
+    if split not in splits:
+        where = path if path is not None else longmemeval_splits_path()
+        raise ValueError(f"LongMemEval split {split!r} is not in {where} (it has {', '.join(splits)}); "
+                         "sft/rl are in splits.json, train/valid in s_splits.json (--splits-path)")
+    return splits[split]
 
 
 def is_test_split(dataset: str, split: str) -> bool:

@@ -103,7 +103,26 @@ def run_command(args, command: str) -> int:
         return 2 if isinstance(e, usage) else 1
 
 
+def _show_data_warnings_plainly() -> None:
+    """Print data-quirk warnings as ``warning: <message>`` lines (as ``memgym data stats``
+    does), not in Python's file:line format; other warnings keep the default display."""
+    import warnings
+
+    from data_synth.errors import DataQuirkWarning
+
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, DataQuirkWarning):
+            print(f"warning: {message}", file=file or sys.stderr)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+
+
 def main(argv: list[str] | None = None) -> int:
+    _show_data_warnings_plainly()
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     sub_command = getattr(args, f"{args.command}_command", None)  # e.g. bank_command = "replay"
     return run_command(args, " ".join([args.command] + ([sub_command] if sub_command else [])))

@@ -237,7 +237,7 @@ def parse_part(text: str, part: str, finish_reason: str | None = None) -> list[A
         ids = op.ids if isinstance(op, Merge) else [op.id] if isinstance(op, (Update, Delete)) else []
         for id_ in ids:
             if not id_.startswith(prefix) or not id_[1:].isdigit():
-                raise WrongPartError(f"id {id_!r} is not a {part} id ({prefix}<n>)", manager=part, op_index=i)
+                raise WrongPartError(f"id {id_!r} is not {'an' if part[0] in 'aeiou' else 'a'} {part} id ({prefix}<n>)", manager=part, op_index=i)
     return parsed
 
 

@@ -96,8 +96,31 @@ def parse_training_args(dataclass_types: Sequence[type], argv: Sequence[str] | N
     # listed for --help only: TrlParser reads --config itself before argparse sees the arguments
     parser.add_argument("--config", "--recipe", metavar="R.yaml", default=None,
                         help="YAML recipe whose keys set the fields below; flags given after it override it")
-    out = parser.parse_args_and_config(args=args)
+    try:
+        out = parser.parse_args_and_config(args=args)
+    except ValueError as e:
+        if "not used by the HfArgumentParser" not in str(e):
+            raise
+        raise ValueError(unknown_flags_message(parser, args)) from None
     return tuple(o for o in out if not isinstance(o, argparse.Namespace))
+
+
+def unknown_flags_message(parser, args: Sequence[str]) -> str:
+    """One line naming every ``--flag`` in ``args`` that ``parser`` does not define, each with
+    its closest known flag (``difflib``, cutoff 0.6) when there is one."""
+    import difflib
+
+    known = sorted({o for a in parser._actions for o in a.option_strings})
+    parts = []
+    for a in args:
+        if not a.startswith("--"):
+            continue
+        flag = a.split("=", 1)[0]
+        if flag in known:
+            continue
+        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+        parts.append(flag + (f" (did you mean {close[0]}?)" if close else ""))
+    return "unknown option(s): " + ", ".join(parts or ["?"]) + "; --help lists every field"
 
 
 def resolve_model_path(name_or_path: str) -> str:
