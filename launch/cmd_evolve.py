@@ -3,7 +3,10 @@
 - ``memgym evolve --recipe R.yaml [--out DIR] [--<field> value ...]`` starts a run in DIR
   (the recipe and seed program are stored there);
 - ``memgym evolve --resume DIR`` continues the run in DIR with the recipe stored there; a
-  resumed run ends in the same state as an uninterrupted one.
+  resumed run ends in the same state as an uninterrupted one;
+- ``memgym evolve experiment --recipe R.yaml --variants full,holistic,... --seeds 3 [--out DIR]``
+  runs every ablation variant with every seed (:mod:`evolution.search.experiment`);
+  ``memgym evolve experiment --resume DIR`` continues one without re-running finished runs.
 
 Writes DIR/report.md, capabilities.png, summary.json and best.py (see
 :mod:`evolution.search.report`). Exit 0 on success (also when a budget stopped the run
@@ -32,14 +35,70 @@ def _config_from_dir(run_dir: str):
     return cfg
 
 
+def _take(rest: list[str], flag: str) -> str | None:
+    """Remove ``flag VALUE`` (or ``flag=VALUE``) from ``rest``; the value, None when absent;
+    ValueError when the value is missing."""
+    for i, a in enumerate(rest):
+        if a == flag:
+            if i + 1 >= len(rest):
+                raise ValueError(f"{flag} needs a value")
+            v = rest[i + 1]
+            del rest[i: i + 2]
+            return v
+        if a.startswith(flag + "="):
+            del rest[i]
+            return a.split("=", 1)[1]
+    return None
+
+
+def cmd_experiment(rest: list[str]) -> int:
+    """``memgym evolve experiment`` (see :mod:`evolution.search.experiment`)."""
+    from evolution.execution.runner import ProgramRunError
+    from evolution.search.config import EvolveConfig
+    from evolution.search.experiment import VARIANTS, Experiment
+    from launch.cmd_eval import translate_recipe_args
+
+    rest = list(rest)
+    try:
+        resume = _take(rest, "--resume")
+        variants = _take(rest, "--variants")
+        seeds = _take(rest, "--seeds")
+        if resume is not None:
+            if rest or variants or seeds:
+                raise ValueError(f"--resume takes no other arguments (the recipe is stored in {resume})")
+            exp = Experiment.from_dir(resume)
+        else:
+            from trl import TrlParser
+            parser = TrlParser(dataclass_types=[EvolveConfig], prog="memgym evolve experiment",
+                               description="Every ablation variant x every seed under one recipe (PrisMem Table 4): "
+                                           "memgym evolve experiment --recipe R.yaml --variants "
+                                           f"{','.join(VARIANTS)} --seeds 3 [--out DIR] [--<field> value ...]; "
+                                           "memgym evolve experiment --resume DIR continues one. Writes "
+                                           "DIR/experiment.md, experiment.json, boundary.png.")
+            cfg = parser.parse_args_and_config(args=translate_recipe_args(rest))[0]
+            exp = Experiment(cfg, variants or ",".join(VARIANTS), int(seeds or 3))
+        data = exp.run(resume=resume is not None)
+    except (ValueError, FileNotFoundError, FileExistsError) as e:
+        print(f"memgym evolve experiment: {e}", file=sys.stderr)
+        return 2
+    except ProgramRunError as e:
+        print(f"memgym evolve experiment: a program could not run: {e}", file=sys.stderr)
+        return 1
+    print((exp.root / "experiment.md").read_text(encoding="utf-8"))
+    print(f"{data['finished_runs']} runs; report: {exp.root}/experiment.md, boundary.png")
+    return 0
+
+
 def cmd_evolve(args: argparse.Namespace) -> int:
     from evolution.execution.runner import ProgramRunError
     from evolution.search.config import EvolveConfig
-    from evolution.search.loop import Evolution
+    from evolution.search.ablations import build_evolution
     from evolution.search.rundir import atomic_write_json
     from launch.cmd_eval import translate_recipe_args
 
     rest = list(args.rest)
+    if rest and rest[0] == "experiment":
+        return cmd_experiment(rest[1:])
     resume = None
     if "--resume" in rest:
         i = rest.index("--resume")
@@ -70,7 +129,7 @@ def cmd_evolve(args: argparse.Namespace) -> int:
                 return 2
             out.mkdir(parents=True, exist_ok=True)
             atomic_write_json(out / "recipe.json", dataclasses.asdict(cfg))
-        evo = Evolution(cfg)
+        evo = build_evolution(cfg)
         summary = evo.run(resume=resume is not None)
     except (ValueError, FileNotFoundError, FileExistsError) as e:
         print(f"memgym evolve: {e}", file=sys.stderr)
@@ -83,20 +142,28 @@ def cmd_evolve(args: argparse.Namespace) -> int:
 
 
 def _print(s: dict, out: str) -> None:
+    """The per-capability tables (valid, then test): seed, each specialist, the final program."""
     def f(v):
         return "-" if v is None else f"{v:.3f}"
 
     print(f"\n{s['rounds']} rounds, {s['candidates_evaluated']} candidates evaluated, {s['proposals_failed']} "
           f"proposals not evaluated, {s['wall_s']:.0f} s" + (f"; stopped: {s['stopped']}" if s["stopped"] else ""))
     caps = list(s["seed"]["valid"]["by_capability"])
-    print("| program | valid overall | " + " | ".join(caps) + " | test overall |")
-    print("|---|---|" + "---|" * len(caps) + "---|")
-    rows = [("seed", s["seed"]), (f"final ({s['final_id']})", s["final"])]
-    rows += [(f"specialist {c} ({v['id']})", {"valid": v["valid"], "test": None}) for c, v in s["specialists"].items()]
-    for name, r in rows:
-        v = r["valid"]
-        print(f"| {name} | {f(v['overall'])} | " + " | ".join(f(v["by_capability"].get(c)) for c in caps)
-              + f" | {f(r['test']['overall']) if r.get('test') else '-'} |")
+    final = "integrated" if s.get("integrated") else "base"
+    rows = [("seed", s["seed"])]
+    rows += [(f"specialist {c} ({v['id']})", v) for c, v in s["specialists"].items()]
+    rows.append((f"final: {final} ({s['final_id']})", s["final"]))
+    for split in ("valid", "test"):
+        if split == "test" and s["final"]["test"] is None:
+            continue
+        print(f"\n{split} split")
+        print("| program | overall | " + " | ".join(caps) + " |")
+        print("|---|---|" + "---|" * len(caps))
+        for name, r in rows:
+            v = r.get(split)
+            if v is None:
+                continue
+            print(f"| {name} | {f(v['overall'])} | " + " | ".join(f(v["by_capability"].get(c)) for c in caps) + " |")
     print(f"report: {out}/report.md; frozen program: {out}/best.py")
 
 
@@ -105,7 +172,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "evolve", add_help=False, help="evolve a memory program (cold start, capability refinement; resumable)",
         description="memgym evolve --recipe R.yaml [--out DIR] [--<field> value ...] | memgym evolve --resume DIR "
-                    "(--help lists every recipe field)")
+                    "| memgym evolve experiment --recipe R.yaml --variants full,holistic,round_robin,random_cases,"
+                    "no_integration --seeds 3 (--help lists every recipe field)")
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_evolve, passthrough=("evolve",))
     return p

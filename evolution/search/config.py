@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 
 LOCOMO_SPLITS = {"train": ["conv-26", "conv-30"], "valid": ["conv-41", "conv-42"],
                  "test": ["conv-43", "conv-44", "conv-47", "conv-48", "conv-49", "conv-50"]}
+ABLATIONS = ("none", "holistic", "round_robin", "random_cases", "no_integration")
+"""DESIGN.md § "Capability-driven evolution" (ablations; PrisMem Table 4), see
+:mod:`evolution.search.ablations`."""
 ROLE_BUDGETS = ("coder", "extract", "plan", "answer", "extractor", "judge")
 
 
@@ -47,7 +50,17 @@ class EvolveConfig:
     script: str | None = field(default=None, metadata={"help": "proposer scripted: JSON file {\"proposals\": [...]}"})
     rounds_cold: int = field(default=5, metadata={"help": "cold-start rounds"})
     rounds_refine: int = field(default=15, metadata={"help": "capability-refinement rounds"})
-    rounds_integrate: int = field(default=0, metadata={"help": "trace-guided integration rounds (next issue; 0)"})
+    rounds_integrate: int = field(default=3, metadata={"help": "trace-guided integration rounds (at most; 0 = none)"})
+    delta: float = field(default=0.02, metadata={"help": "integration: largest allowed drop of any capability's valid "
+                                                         "score against the base"})
+    integrate_offline_first: bool = field(default=True, metadata={
+        "help": "an LLM proposer's first integration attempt is the offline component merge"})
+    ablation: str = field(default="none", metadata={
+        "help": "none | holistic | round_robin | random_cases | no_integration (DESIGN.md ablations)"})
+    test_specialists: bool = field(default=True, metadata={
+        "help": "also run every specialist once on the test split (report rows, oracle-label router baseline)"})
+    stage_cache: str | None = field(default=None, metadata={
+        "help": "stage-output cache file (default <out>/stages.sqlite; an experiment shares one)"})
     cases: int = field(default=5, metadata={"help": "compact cases per proposal"})
     case_budget: int = field(default=2400, metadata={"help": "characters per displayed excerpt"})
     seed: int = field(default=0, metadata={"help": "RNG seed of the run"})
@@ -81,6 +94,10 @@ class EvolveConfig:
             raise ValueError("proposer scripted needs script (a JSON file)")
         if self.scorer == "llm" and not self.judge_model:
             raise ValueError("scorer llm needs judge_model")
+        if self.ablation not in ABLATIONS:
+            raise ValueError(f"ablation must be one of {', '.join(ABLATIONS)}, got {self.ablation!r}")
+        if not 0.0 <= self.delta <= 1.0:
+            raise ValueError(f"delta must be in [0, 1], got {self.delta}")
         for name in ("rounds_cold", "rounds_refine", "rounds_integrate"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
