@@ -157,8 +157,8 @@ def aggregate(runs: dict[str, dict[str, dict]], labels: dict[str, str]) -> dict:
     return out
 
 
-def _ms(x: dict | None) -> str:
-    return "-" if not x else f"{x['mean']:.3f} ± {x['std']:.3f}"
+def _ms(x: dict | None, digits: int = 3) -> str:
+    return "-" if not x else f"{x['mean']:.{digits}f} ± {x['std']:.{digits}f}"
 
 
 def _iv(x: dict | None) -> str:
@@ -214,8 +214,8 @@ def render_markdown(exp, data: dict) -> str:
         calls = ", ".join(f"{r} {x['mean']:.0f}" for r, x in a["model_calls"].items()) or "-"
         toks = ", ".join(f"{r} {t['prompt']['mean'] + t['completion']['mean']:.0f}" for r, t in a["tokens"].items()) \
             or "0"
-        out.append(f"| {v} | {_ms(a['rounds'])} | {_ms(a['candidates_evaluated'])} | {a['integrated_runs']}/"
-                   f"{a['seeds']} | {_ms(a['wall_s'])} | {calls} | {toks} |")
+        out.append(f"| {v} | {_ms(a['rounds'], 1)} | {_ms(a['candidates_evaluated'], 1)} | {a['integrated_runs']}/"
+                   f"{a['seeds']} | {_ms(a['wall_s'], 0)} | {calls} | {toks} |")
     out += ["", "## Performance boundary (valid, PrisMem Fig. 3b): `boundary.png`", "",
             "| variant | " + " | ".join(f"best {c} at any round" for c in caps) + " |", "|" + "---|" * (1 + len(caps))]
     for v, a in agg.items():

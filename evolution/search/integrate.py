@@ -67,13 +67,16 @@ def paired_case(archive: Archive, cap: str, train_tasks: list[TaskInfo]) -> tupl
 
 
 def paired_cases(archive: Archive, train_tasks: list[TaskInfo], rng: random.Random | None = None,
-                 random_draw: bool = False) -> dict[str, dict]:
+                 random_draw: bool = False, only: set | None = None) -> dict[str, dict]:
     """capability → ``{"task", "gap", "specialist"}`` for every capability whose specialist
-    differs from the base, in F, T, P, M, A order. ``random_draw`` (ablation ``random_cases``):
-    the task is ``rng.choice`` over all train tasks (gap still reported)."""
+    differs from the base (and is in ``only`` when given), in F, T, P, M, A order.
+    ``random_draw`` (ablation ``random_cases``): the task is ``rng.choice`` over all train
+    tasks (gap still reported)."""
     out = {}
     base = archive.get(archive.base)
     for cap in CAPABILITIES:
+        if only is not None and archive.specialists.get(cap) not in only:
+            continue
         hit = paired_case(archive, cap, train_tasks)
         if hit is None:
             continue
@@ -205,7 +208,7 @@ class TraceGuidedIntegrator:
             return
         specs = self.specialists(evo)
         caps_of = {s.id: "".join(c for c in CAPABILITIES if arch.specialists.get(c) == s.id) for s in specs}
-        paired = paired_cases(arch, evo.split_tasks("train"), rng, self.random_cases)
+        paired = paired_cases(arch, evo.split_tasks("train"), rng, self.random_cases, {s.id for s in specs})
         row["paired"] = paired
         if not specs:
             self._log(evo, row, "nothing to integrate", "skipped: every specialist is the base or its ancestor")
@@ -365,7 +368,8 @@ def integration_section(history: list[dict]) -> str:
     caps = [c for c in CAPABILITIES if any(c in (h.get("valid") or {}).get("by_capability", {}) for h in rows)]
     out = ["## Integration attempts", "",
            "| round | kind | specialists | paired cases (specialist − base on train) | conflicts settled | "
-           "candidate | valid overall | " + " | ".join(caps) + " | accepted |", "|" + "---|" * (8 + len(caps))]
+           "candidate | valid overall | " + "".join(f"{c} | " for c in caps) + "accepted |",
+           "|" + "---|" * (8 + len(caps))]
     for h in rows:
         v = h.get("valid") or {}
         bc = v.get("by_capability", {})
@@ -374,5 +378,5 @@ def integration_section(history: list[dict]) -> str:
         f = (lambda x: "-" if x is None else f"{x:.3f}")
         out.append(f"| {h['round']} | {h.get('kind', '-')} | {', '.join(h.get('merged_from') or []) or '-'} | "
                    f"{paired} | {conf.replace('|', '/')} | {h.get('candidate') or '-'} | {f(v.get('overall'))} | "
-                   + " | ".join(f(bc.get(c)) for c in caps) + f" | {str(h.get('accepted')).replace('|', '/')} |")
+                   + "".join(f"{f(bc.get(c))} | " for c in caps) + f"{str(h.get('accepted')).replace('|', '/')} |")
     return "\n".join(out) + "\n"
