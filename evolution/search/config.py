@@ -69,6 +69,7 @@ class EvolveConfig:
     plan_max_new_tokens: int = field(default=96, metadata={"help": "tokens per plan"})
     answer_max_new_tokens: int = field(default=48, metadata={"help": "tokens per answer"})
     extract_max_new_tokens: int = field(default=1024, metadata={"help": "tokens per instruction extraction"})
+    extractor_max_new_tokens: int = field(default=512, metadata={"help": "tokens per trained-extractor output"})
     call_timeout_s: float = field(default=60.0, metadata={"help": "sandbox seconds per index/retrieve call"})
     probe_units: int = field(default=2000, metadata={"help": "validation level 4: units in the complexity probe"})
     probe_batches: int = field(default=100, metadata={"help": "validation level 4: index batches"})
@@ -140,6 +141,7 @@ class EvolveConfig:
         return RunnerSettings(
             extraction=self.extractor, task_model=self.task_model, plan_mode=self.plan_mode, scorer=self.scorer,
             judge_model=self.judge_model, extract_max_new_tokens=self.extract_max_new_tokens,
+            extractor_max_new_tokens=self.extractor_max_new_tokens,
             plan_max_new_tokens=self.plan_max_new_tokens, answer_max_new_tokens=self.answer_max_new_tokens,
             diagnostics=diagnostics, progress=self.progress, workers=self.workers,
             sandbox=SandboxLimits(call_timeout_s=self.call_timeout_s, load_timeout_s=max(20.0, self.call_timeout_s)))
