@@ -17,14 +17,17 @@ statement or one member of ``class Memory``:
 - ``class Memory``: its header (decorators, bases) and each member, keyed by name
   (``Memory.retrieve`` is the retrieval component, every other member is indexing).
 
-Three-way rule, element by element, against the common ancestor ``A`` (the deepest program
-in the archive lineage of the base and every specialist): a program *changed* an element when
-its version (normalised AST, docstrings ignored; "absent" counts as a version) differs from
-A's. No program changed it → A's (= the base's) version; one distinct changed version → that
-one; several distinct changed versions → a **conflict**, settled by :func:`settle`: each
-version scores the best mean train score, over the paired differential cases of the
-capabilities involved, of the programs holding it; the highest wins (ties: the base's version,
-then the earliest capability in F, T, P, M, A order). The module docstring is the base's.
+Three-way rule, element by element. Each specialist S is compared with its **common ancestor
+with the base** A_S (the deepest program in both archive lineages: the base itself for a
+specialist refined from it; S itself when S is an ancestor of the base, so it contributes
+nothing). S *changed* an element when its version (normalised AST, docstrings ignored; "absent"
+counts as a version) differs from A_S's. No specialist changed it → the base's version. One
+distinct changed version, and the base did not change the element since that ancestor → that
+version. Otherwise a **conflict** (several specialists changed it differently, or the base
+changed it too), settled by :func:`settle`: each version scores the best mean train score, over
+the paired differential cases of the capabilities its holders specialise in, of the programs
+holding it; the highest wins (ties: the base's version, then the earliest capability in F, T,
+P, M, A order). The module docstring is the base's.
 
 Layout: the merged module follows the base's statement order; an element the base lacks is
 inserted after its nearest preceding element (in the contributing program's order) that is
@@ -234,9 +237,10 @@ class Conflict:
 @dataclass
 class MergeResult:
     """``source``: the merged program. ``provenance``: element key → id of the program it was
-    taken from (ancestor elements nobody changed map to the ancestor's id). ``components``:
-    component → sorted ids that supplied a changed element of it. ``conflicts``:
-    :class:`Conflict` list. ``contributors``: ids that supplied at least one changed element."""
+    taken from (the base's id for elements no specialist changed). ``components``: component
+    → ids of the specialists that supplied a changed element of it (base order, then the
+    specialists' order). ``conflicts``: :class:`Conflict` list. ``contributors``: specialist
+    ids that supplied at least one element."""
 
     source: str
     provenance: dict
