@@ -148,7 +148,7 @@ def _print(s: dict, out: str) -> None:
 
     print(f"\n{s['rounds']} rounds, {s['candidates_evaluated']} candidates evaluated, {s['proposals_failed']} "
           f"proposals not evaluated, {s['wall_s']:.0f} s" + (f"; stopped: {s['stopped']}" if s["stopped"] else ""))
-    caps = list(s["seed"]["valid"]["by_capability"])
+    caps = [c for c in "FTPMA" if c in s["seed"]["valid"]["by_capability"]]
     final = "integrated" if s.get("integrated") else "base"
     rows = [("seed", s["seed"])]
     rows += [(f"specialist {c} ({v['id']})", v) for c, v in s["specialists"].items()]

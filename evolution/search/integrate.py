@@ -207,23 +207,21 @@ class TraceGuidedIntegrator:
             self._log(evo, row, "merge already accepted", "skipped: an earlier integration round was accepted")
             return
         specs = self.specialists(evo)
-        caps_of = {s.id: "".join(c for c in CAPABILITIES if arch.specialists.get(c) == s.id) for s in specs}
-        paired = paired_cases(arch, evo.split_tasks("train"), rng, self.random_cases, {s.id for s in specs})
-        row["paired"] = paired
         if not specs:
             self._log(evo, row, "nothing to integrate", "skipped: every specialist is the base or its ancestor")
             return
-        offline = evo.proposer.name in OFFLINE_PROPOSERS
+        caps_of = {s.id: "".join(c for c in CAPABILITIES if arch.specialists.get(c) == s.id) for s in specs}
         merges = [h for h in rows if h.get("kind") == "merge"]
-        use_merge = offline or (self.offline_first and not merges)
+        use_merge = evo.proposer.name in OFFLINE_PROPOSERS or (self.offline_first and not merges)
+        include = [s.id for s in specs]
+        if use_merge and merges:  # an offline retry leaves out every specialist blamed so far
+            include = [i for i in include if i not in {h.get("blamed") for h in merges}]
+            if not include or merges[-1].get("blamed") is None:
+                self._log(evo, row, "no merge left to try", "skipped: every specialist was left out")
+                return
+        paired = paired_cases(arch, evo.split_tasks("train"), rng, self.random_cases, set(include))
+        row["paired"] = paired
         if use_merge:
-            include = [s.id for s in specs]
-            if merges:  # retry: leave out everyone blamed so far
-                left_out = [h["blamed"] for h in merges if h.get("blamed")]
-                include = [i for i in include if i not in left_out]
-                if not include or (merges[-1].get("blamed") is None):
-                    self._log(evo, row, "no merge left to try", "skipped: every specialist was left out")
-                    return
             self._merge_attempt(evo, round_no, row, [arch.get(i) for i in include], caps_of, paired)
         else:
             self._coder_attempt(evo, round_no, row, specs, caps_of, paired, rows)

@@ -12,8 +12,8 @@ statement or one member of ``class Memory``:
 
 - module level: a statement assigning / defining names is keyed by those names
   (``TOP_K``, ``def query_text``, ``class MemoryUnit``); an import or any other statement is
-  keyed by its normalised text (so two programs adding the same import agree, and different
-  imports are both kept);
+  keyed by its normalised text (``ast.unparse``: ``import re``), so two programs adding the
+  same import agree and different imports are both kept;
 - ``class Memory``: its header (decorators, bases) and each member, keyed by name
   (``Memory.retrieve`` is the retrieval component, every other member is indexing).
 
@@ -29,6 +29,10 @@ the paired differential cases of the capabilities its holders specialise in, of 
 holding it; the highest wins (ties: the base's version, then the earliest capability in F, T,
 P, M, A order). The module docstring is the base's.
 
+Dead code: a definition the base lacks that nothing in the merge uses any more (the helpers
+of a specialist whose ``retrieve`` lost a conflict) is dropped, repeatedly, so a merge that
+reduces to one specialist's program is recognised as that program.
+
 Layout: the merged module follows the base's statement order; an element the base lacks is
 inserted after its nearest preceding element (in the contributing program's order) that is
 already placed, else at the front of its container. Every element's text is taken verbatim
@@ -42,6 +46,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import textwrap
 from dataclasses import dataclass, field
 
 from evolution.search.archive import CAPABILITIES
@@ -172,7 +177,7 @@ def split_program(source: str, name: str = "program") -> ProgramParts:
             add(module, Element("class Memory", "module", "indexing", "".join(lines[start:head_end]), _norm(shell)))
             for m, mt in zip(members, _segments(lines, members, head_end + 1)):
                 mnames = _names(m)
-                key = "Memory." + (",".join(mnames) if mnames else _norm(m))
+                key = "Memory." + (",".join(mnames) if mnames else ast.unparse(m))
                 add(memory, Element(key, "Memory", "retrieval" if mnames == ["retrieve"] else "indexing", mt,
                                     _norm(m)))
             continue
@@ -184,7 +189,7 @@ def split_program(source: str, name: str = "program") -> ProgramParts:
                 "class " if isinstance(st, ast.ClassDef) else ""
             key = prefix + ",".join(names)
         else:
-            comp, key = "shared", _norm(st)
+            comp, key = "shared", ast.unparse(st)
         add(module, Element(key, "module", comp, text, _norm(st)))
     if not has_memory:
         raise MergeError(f"{name}: no class Memory")
@@ -304,7 +309,7 @@ def component_merge(base: Contender, specialists: list[Contender], ancestors: di
 
     pick: dict[str, Element] = {}
     prov: dict[str, str] = {}
-    comps: dict[str, set] = {}
+    comp_of: dict[str, str] = {}
     conflicts = []
     for k in keys:
         b = norm(maps[base.id], k)
@@ -331,16 +336,52 @@ def component_merge(base: Contender, specialists: list[Contender], ancestors: di
             conf = settle(k, some.component, versions, base.id, cases)
             conflicts.append(conf)
             winner = next(p for p in progs if p.id == conf.winner)
-        prov[k] = winner.id
-        if winner.id != base.id:
-            comps.setdefault(some.component, set()).add(winner.id)
+        prov[k], comp_of[k] = winner.id, some.component
         if k in maps[winner.id]:
             pick[k] = maps[winner.id][k]
+    for k in _prune(pick, maps[base.id]):
+        del prov[k]
+    comps = {}
+    for k, pid in prov.items():
+        if pid != base.id:
+            comps.setdefault(comp_of[k], set()).add(pid)
     source = _assemble(base, parts, pick, progs)
     order = [p.id for p in progs]
     contributors = sorted({pid for ids in comps.values() for pid in ids}, key=order.index)
     return MergeResult(source, prov, {k: sorted(v, key=order.index) for k, v in comps.items()}, conflicts,
                        contributors)
+
+
+def _refs(el: Element) -> set[str]:
+    """Names an element's code loads (its own text parsed; members are dedented)."""
+    try:
+        tree = ast.parse(textwrap.dedent(el.text))
+    except SyntaxError:
+        return set()
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _prune(pick: dict[str, Element], base_map: dict[str, Element]) -> list[str]:
+    """Drop module-level definitions the base lacks that nothing else in the merge uses (a
+    losing specialist's helpers, repeatedly); returns the dropped keys. Contract names and
+    everything the base has are kept."""
+    dropped = []
+    refs = {k: _refs(e) for k, e in pick.items()}
+    while True:
+        gone = []
+        for k, e in pick.items():
+            names = set(k.removeprefix("def ").removeprefix("class ").split(","))
+            if k in base_map or e.container != "module" or k == "class Memory" or \
+                    not all(n.isidentifier() for n in names):  # imports and other statements stay
+                continue
+            if not any(names & refs[o] for o in pick if o != k):
+                gone.append(k)
+        if not gone:
+            return dropped
+        for k in gone:
+            pick.pop(k)
+            refs.pop(k)
+        dropped += gone
 
 
 def _order(base_keys: list[str], chosen: set[str], sequences: list[list[str]]) -> list[str]:
