@@ -158,3 +158,44 @@ def test_trained_extractor_run_completes_with_integration_and_extracts_once_per_
     # (train, valid, test) over 4 evaluated programs, the seed and 3 run on test; no response cache
     assert s["model_calls"]["extractor"] == 3 * 2 * 4
     assert s["candidates_evaluated"] == 3 and s["final"]["test"] is not None
+
+
+def test_coder_integration_gets_diffs_and_paired_traces_and_a_failed_merge_goes_back(tmp_path):
+    """Scripted coder, offline first try off: integration round 1 answers with a change that
+    does not beat the base (rejected); round 2 gets that failed merge as its parent with its
+    verdict and traces, and merges both specialists' notes (accepted)."""
+    from evolution.search.ablations import build_evolution
+
+    seed = tmp_path / "seed.py"
+    seed.write_text(PROGRAM)
+    both = (_note("NOTE_A", "by dancing. He lost his job and decided to start his own business to share his passion.")
+            + _note("NOTE_B", "19 January, 2023").split("\n", 1)[1])
+    instr = ('Reword.\n<<<<<<< SEARCH\nANSWER_INSTRUCTION = "Answer the question using only the memory below."\n'
+             '=======\nANSWER_INSTRUCTION = "Answer briefly from the memory below."\n>>>>>>> REPLACE\n')
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"proposals": [
+        _note("NOTE_A", "by dancing. He lost his job and decided to start his own business to share his passion."),
+        _note("NOTE_B", "19 January, 2023"), instr, both]}))
+    cfg = EvolveConfig(train=["conv-26"], valid=["conv-30"], n_sessions=2, max_questions=6, extractor="turns",
+                       plan_mode="question", scorer="answer-recall", proposer="scripted", script=str(script),
+                       seed_program=str(seed), rounds_cold=0, rounds_refine=2, rounds_integrate=2,
+                       integrate_offline_first=False, probe_units=200, probe_batches=10, progress=False,
+                       out=str(tmp_path / "run"))
+    s = build_evolution(cfg).run()
+    run = tmp_path / "run"
+    hist = _state(run)["history"]
+    r3, r4 = hist[3], hist[4]
+    assert r3["kind"] == "coder" and r3["parent"] == "seed" and not r3["integrated"]
+    assert r3["accepted"].startswith("no: valid overall") and "does not beat the base's" in r3["accepted"]
+    assert r4["kind"] == "coder" and r4["parent"] == "r03" and r4["integrated"]
+    assert s["final_id"] == "r04" and s["integrated"]
+    p3 = json.loads((run / "candidates/r03/proposal.json").read_text())["result"]["transcript"][0]["content"]
+    assert "# Integration material" in p3 and "## Specialist r01 for F" in p3 and "## Specialist r02 for T" in p3
+    assert "+NOTE_A = 'by dancing." in p3 and "+NOTE_B = '19 January, 2023'" in p3  # the diffs against the base
+    assert "Paired differential case for T: conv-26/conv-26/q" in p3
+    assert "trace of base seed" in p3 and "trace of specialist T r02" in p3 and "Integrate the capability" in p3
+    p4 = json.loads((run / "candidates/r04/proposal.json").read_text())["result"]["transcript"][0]["content"]
+    assert "The previous merge r03 was not accepted: no: valid overall" in p4 and "trace of failed merge r03" in p4
+    assert "Answer briefly from the memory below." in p4  # the failed implementation is the program shown
+    report = (run / "report.md").read_text()
+    assert "## Integration attempts" in report and "| 4 | coder | r01 (F" in report
