@@ -199,3 +199,33 @@ def test_coder_integration_gets_diffs_and_paired_traces_and_a_failed_merge_goes_
     assert "Answer briefly from the memory below." in p4  # the failed implementation is the program shown
     report = (run / "report.md").read_text()
     assert "## Integration attempts" in report and "| 4 | coder | r01 (F" in report
+
+
+def test_kill9_during_the_integration_evaluation_then_resume_matches(tmp_path):
+    from evolution.search.loop import FAULT_ENV as EVOLVE_FAULT
+    from launch.cli import main as memgym
+
+    (tmp_path / "seed.py").write_text(PROGRAM)
+    (tmp_path / "script.json").write_text(json.dumps({"proposals": [
+        _note("NOTE_A", "by dancing. He lost his job and decided to start his own business to share his passion."),
+        _note("NOTE_B", "19 January, 2023")]}))
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("\n".join([
+        "dataset: locomo", "train: [conv-26]", "valid: [conv-30]", "n_sessions: 2", "max_questions: 6",
+        "extractor: turns", "plan_mode: question", "scorer: answer-recall", "proposer: scripted",
+        f"script: {tmp_path / 'script.json'}", f"seed_program: {tmp_path / 'seed.py'}", "rounds_cold: 0",
+        "rounds_refine: 2", "rounds_integrate: 1", "probe_units: 200", "probe_batches: 10", "progress: false"]) + "\n")
+    ref, run = tmp_path / "ref", tmp_path / "killed"
+    assert memgym(["evolve", "--recipe", str(recipe), "--out", str(ref)]) == 0
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", EVOLVE_FAULT: "evaluation:3"}
+    proc = subprocess.run([sys.executable, "-m", "launch.cli", "evolve", "--recipe", str(recipe), "--out", str(run)],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert (run / "candidates/r03/proposal.json").exists() and not (run / "candidates/r03/eval.json").exists()
+    assert memgym(["evolve", "--resume", str(run)]) == 0
+    fp = [Archive.from_json(_state(d)["archive"]).fingerprint() for d in (ref, run)]
+    assert fp[0] == fp[1]
+    a, b = (json.loads((d / "summary.json").read_text()) for d in (ref, run))
+    assert a["final_id"] == b["final_id"] == "r03" and a["integrated"] and b["integrated"]
+    assert a["final"]["valid"] == b["final"]["valid"]
+    assert [h["accepted"] for h in _state(ref)["history"]] == [h["accepted"] for h in _state(run)["history"]]
