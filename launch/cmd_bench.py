@@ -129,4 +129,4 @@ def register(sub) -> None:
         mod.register_bench(s)
 
 
-BENCH_MODULES = ["launch.bench_reward", "launch.bench_train", "launch.bench_reuse"]
+BENCH_MODULES = ["launch.bench_reward", "launch.bench_train", "launch.bench_reuse", "launch.bench_evolve"]

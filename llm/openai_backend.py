@@ -1,4 +1,8 @@
-"""OpenAI-compatible chat backend (``openai:<url>#<model>``): vLLM, SGLang, hosted APIs.
+"""OpenAI-compatible chat backend (``openai:<url>[,<url>...]#<model>``): vLLM, SGLang, hosted APIs.
+
+Several base URLs name data-parallel replicas of one model (e.g. one vLLM server per GPU):
+each request goes to the replica with the fewest requests in flight (ties: round robin), and
+a retry goes to another replica when there is one.
 
 Source: ``DESIGN.md`` § "LLM backends" (bounded concurrency, retries with backoff, timeouts).
 Built on the official ``openai`` client with its own retries turned off (``max_retries=0``)
@@ -34,11 +38,12 @@ class OpenAIBackend:
     """Chat completions against an OpenAI-compatible server.
 
     Args:
-        base_url: e.g. ``http://127.0.0.1:8000/v1``.
+        base_url: e.g. ``http://127.0.0.1:8000/v1``; several replicas as a list or a
+            comma-separated string (``http://h1:8000/v1,http://h2:8000/v1``).
         model: the served model name sent in each request.
         api_key: default ``$OPENAI_API_KEY`` or ``"EMPTY"`` (what vLLM accepts).
-        max_concurrency: at most this many requests in flight from this object, across all
-            threads calling ``generate`` (>= 1).
+        max_concurrency: at most this many requests in flight per replica from this object,
+            across all threads calling ``generate`` (>= 1).
         max_retries: retries after the first attempt (so at most ``max_retries + 1`` attempts).
         timeout_s: per-request timeout in seconds.
         backoff_base_s, backoff_max_s: see :func:`backoff_delay`.
@@ -51,12 +56,13 @@ class OpenAIBackend:
     a failure of one prompt fails the whole ``generate`` call.
 
     Counters: ``calls`` = requests that returned a completion (one per prompt);
+    ``replica_calls[i]`` = those answered by replica i;
     ``attempts`` = HTTP attempts including failed ones; ``retries`` = attempts - first tries.
     Token counts come from the response's ``usage`` (the server's tokenizer); a response
     without ``usage`` gives 0/0 and a warning.
     """
 
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, max_concurrency: int = 8,
+    def __init__(self, base_url: str | list[str], model: str, api_key: str | None = None, max_concurrency: int = 8,
                  max_retries: int = 5, timeout_s: float = 60, backoff_base_s: float = 0.5,
                  backoff_max_s: float = 20, extra_body: dict | None = None):
         import openai
@@ -65,7 +71,11 @@ class OpenAIBackend:
             raise ValueError(
                 f"OpenAIBackend: need max_concurrency >= 1, max_retries >= 0, timeout_s > 0, backoffs >= 0; got "
                 f"{max_concurrency}, {max_retries}, {timeout_s}, {backoff_base_s}, {backoff_max_s}")
-        self.base_url = base_url.rstrip("/")
+        urls = base_url.split(",") if isinstance(base_url, str) else list(base_url)
+        self.base_urls = [u.strip().rstrip("/") for u in urls if u.strip()]
+        if not self.base_urls:
+            raise ValueError(f"OpenAIBackend: no base url in {base_url!r}")
+        self.base_url = ",".join(self.base_urls)
         self.model = model
         self.model_id = f"openai:{self.base_url}#{model}"
         self.max_concurrency = max_concurrency
@@ -74,9 +84,13 @@ class OpenAIBackend:
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         self.extra_body = dict(extra_body or {})
-        self.client = openai.OpenAI(base_url=self.base_url, api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
-                                    max_retries=0, timeout=timeout_s)
-        self._sem = threading.BoundedSemaphore(max_concurrency)
+        key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+        self.clients = [openai.OpenAI(base_url=u, api_key=key, max_retries=0, timeout=timeout_s) for u in self.base_urls]
+        self.client = self.clients[0]
+        self._sems = [threading.BoundedSemaphore(max_concurrency) for _ in self.base_urls]
+        self._inflight = [0] * len(self.base_urls)
+        self._next = 0
+        self.replica_calls = [0] * len(self.base_urls)
         self._lock = threading.Lock()
         self._rng = random.Random()
         self._warned_usage = False
@@ -109,23 +123,45 @@ class OpenAIBackend:
             kwargs["seed"] = params.seed
         if self.extra_body:
             kwargs["extra_body"] = self.extra_body
-        attempt = 0
+        attempt, last = 0, None
         while True:
             attempt += 1
             self._count(attempts=1, retries=int(attempt > 1))
+            i = self._pick(avoid=last)
             try:
-                with self._sem:
-                    resp = self.client.chat.completions.create(**kwargs)
+                with self._sems[i]:
+                    resp = self.clients[i].chat.completions.create(**kwargs)
             except Exception as exc:  # noqa: BLE001 - classified below
+                self._release(i)
+                last = i
                 retryable, what = self._classify(exc)
                 if not retryable or attempt > self.max_retries:
                     verdict = "not retryable" if not retryable else "retries exhausted"
                     raise BackendRequestError(
-                        f"OpenAIBackend: request to {self.base_url} for model {self.model!r} failed after "
+                        f"OpenAIBackend: request to {self.base_urls[i]} for model {self.model!r} failed after "
                         f"{attempt} attempt(s) ({verdict}): {what}", attempts=attempt) from exc
                 time.sleep(backoff_delay(attempt, self.backoff_base_s, self.backoff_max_s, self._rng))
                 continue
+            self._release(i, answered=True)
             return self._to_completion(resp, attempt)
+
+    def _pick(self, avoid: int | None = None) -> int:
+        """The replica for the next attempt: fewest requests in flight, ties by round robin;
+        ``avoid`` (the replica that just failed) only when it is the only one."""
+        with self._lock:
+            n = len(self.base_urls)
+            order = [(self._next + k) % n for k in range(n)]
+            cands = [i for i in order if i != avoid] or order
+            i = min(cands, key=lambda j: self._inflight[j])
+            self._inflight[i] += 1
+            self._next = (i + 1) % n
+            return i
+
+    def _release(self, i: int, answered: bool = False) -> None:
+        with self._lock:
+            self._inflight[i] -= 1
+            if answered:
+                self.replica_calls[i] += 1
 
     def _to_completion(self, resp, attempt: int) -> Completion:
         choices = getattr(resp, "choices", None)
@@ -152,7 +188,7 @@ class OpenAIBackend:
             return []
         if len(batch) == 1:
             return [self._request(batch[0], params)]
-        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(batch))) as pool:
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency * len(self.base_urls), len(batch))) as pool:
             futures = [pool.submit(self._request, m, params) for m in batch]
             try:
                 return [f.result() for f in futures]

@@ -7,7 +7,9 @@ Source: ``DESIGN.md`` § "LLM backends". Forms:
   (:func:`llm.models.prepare_smollm2`).
 - ``openai:<base_url>#<model>``: an OpenAI-compatible server, e.g.
   ``openai:http://127.0.0.1:8000/v1#Qwen3-32B`` (:class:`OpenAIBackend`); the API key comes
-  from ``$OPENAI_API_KEY`` or is ``"EMPTY"``.
+  from ``$OPENAI_API_KEY`` or is ``"EMPTY"``. Several comma-separated base URLs
+  (``openai:http://h1:8000/v1,http://h2:8000/v1#Qwen3-32B``) are data-parallel replicas of one
+  model; requests are spread over them.
 - ``vllm:<path>``: an in-process vLLM engine (:class:`VLLMBackend`, GPU extra);
   ``vllm:smollm2`` / ``vllm:default`` as for ``hf:``.
 """
@@ -51,8 +53,10 @@ def parse_spec(spec: str) -> BackendSpec:
         url, sep, model = rest.rpartition("#")
         if not sep or not url or not model.strip():
             raise BackendSpecError(f"backend spec {spec!r} must name a model after '#': {EXPECTED}")
-        if not (url.startswith("http://") or url.startswith("https://")) or len(url.split("://", 1)[1]) == 0:
-            raise BackendSpecError(f"backend spec {spec!r} needs an http(s):// base url: {EXPECTED}")
+        for u in url.split(","):  # several base urls = data-parallel replicas of one model
+            u = u.strip()
+            if not (u.startswith("http://") or u.startswith("https://")) or len(u.split("://", 1)[1]) == 0:
+                raise BackendSpecError(f"backend spec {spec!r} needs http(s):// base url(s): {EXPECTED}")
         return BackendSpec(kind, url, model.strip())
     raise BackendSpecError(f"backend spec {spec!r} has unknown kind {kind!r}: {EXPECTED}")
 

@@ -132,3 +132,28 @@ def test_backoff_delay_bounds():
 def test_constructor_rejects_bad_limits():
     with pytest.raises(ValueError, match="max_concurrency >= 1"):
         OpenAIBackend("http://127.0.0.1:1/v1", "m", max_concurrency=0)
+
+
+def test_several_base_urls_spread_requests_and_fail_over(serve, hf):
+    s1, u1 = serve(delay_s=0.1)
+    s2, u2 = serve(delay_s=0.1)
+    client = OpenAIBackend(f"{u1},{u2}", "tiny", max_concurrency=2)
+    assert client.base_urls == [u1, u2] and client.model_id == f"openai:{u1},{u2}#tiny"
+    prompts = [[{"role": "user", "content": f"question {i}"}] for i in range(8)]
+    greedy = GenerationParams(max_new_tokens=2)
+    out = client.generate(prompts, greedy)
+    assert out == [hf.generate([m], greedy)[0] for m in prompts]  # same answers whichever replica served
+    assert client.replica_calls == [s1.requests_total, s2.requests_total] and sum(client.replica_calls) == 8
+    assert min(client.replica_calls) >= 3  # least-in-flight + round robin: both replicas share the load
+    assert s1.max_in_flight <= 2 and s2.max_in_flight <= 2
+    # a dead replica: the retry goes to the live one
+    dead = OpenAIBackend(f"http://127.0.0.1:{_free_port()}/v1,{u1}", "tiny", max_retries=1, **FAST)
+    before = s1.requests_total
+    assert len(dead.generate(prompts[:3], greedy)) == 3 and s1.requests_total - before == 3
+    assert dead.replica_calls == [0, 3]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

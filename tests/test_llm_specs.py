@@ -18,6 +18,8 @@ from llm.specs import BackendSpec, load_backend, parse_spec, resolve_model_path
     ("vllm:runs/sft/final", BackendSpec("vllm", "runs/sft/final")),
     ("openai:http://127.0.0.1:8000/v1#Qwen3-32B", BackendSpec("openai", "http://127.0.0.1:8000/v1", "Qwen3-32B")),
     ("openai:https://api.example.com/v1#org/model#2", BackendSpec("openai", "https://api.example.com/v1#org/model", "2")),
+    ("openai:http://h1:8000/v1,http://h2:8000/v1#Qwen3-32B",
+     BackendSpec("openai", "http://h1:8000/v1,http://h2:8000/v1", "Qwen3-32B")),
 ])
 def test_parse_valid(spec, parsed):
     assert parse_spec(spec) == parsed

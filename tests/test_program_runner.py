@@ -354,3 +354,40 @@ def test_evaluate_program_returns_a_typed_result():
     assert ev.scores() == {"overall": 0.75, "by_capability": {"F": 1.0, "M": 1.0, "T": 0.0}}
     assert ev.task_scores() == {"c/c/q0": 1.0, "c/c/q1": 1.0, "c/c/q2": 0.0, "c/c/q3": 1.0}
     assert ev.to_dict(tasks=False)["stages_skipped"] == ["answer"] and "tasks" not in ev.to_dict(tasks=False)
+
+
+def test_cli_eval_turns_on_longmemeval(tmp_path):
+    from data_synth.paths import data_root
+    from launch.cli import main as memgym
+
+    oracle = data_root() / "longmemeval" / "longmemeval_oracle.json"
+    qid = json.loads(oracle.read_text())[0]["question_id"]
+    out = tmp_path / "lme"
+    rc = memgym(["program", "eval", str(seed_program_path()), "--dataset", "longmemeval", "--path", str(oracle),
+                 "--conversations", qid, "--extractor", "turns", "--plan_mode", "question", "--validate", "false",
+                 "--progress", "false", "--out", str(out)])
+    assert rc == 0
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["n"] == 1 and rep["extraction"]["mode"] == "turns" and rep["model_calls"].get("task", 0) == 0
+    units = [json.loads(x) for x in (out / "units.jsonl").read_text().splitlines()]
+    turns = json.loads(oracle.read_text())[0]["haystack_sessions"]
+    assert sum(len(u["units"]) for u in units) == sum(len(s) for s in turns)
+    assert units[0]["units"][0]["content"].split(": ", 1)[0] in ("user", "assistant")
+
+
+def test_two_evaluations_overlap_on_one_runner():
+    from concurrent.futures import ThreadPoolExecutor
+
+    runner, _, _ = make_runner(diagnostics=True, plan_mode="question")
+    runner.settings.extraction = "turns"
+    with ThreadPoolExecutor(2) as pool:
+        a, b = pool.map(lambda src: runner.run(src, [conversation()]), [REF, RETRIEVAL_ONLY])
+    solo, _, _ = make_runner(diagnostics=True, plan_mode="question")
+    solo.settings.extraction = "turns"
+    for run, src in ((a, REF), (b, RETRIEVAL_ONLY)):
+        alone = solo.run(src, [conversation()])
+        assert [(t.retrieved, t.score) for t in run.tasks] == [(t.retrieved, t.score) for t in alone.tasks]
+        assert run.traces[0].probes == alone.traces[0].probes
+        # each run counted only its own work (per-run state): 4 questions + 5 known evidence turns probed
+        assert sum(run.stage_items["retrieve"].values()) == 4 + 5
+        assert run.stage_items["extract"]["run"] + run.stage_items["extract"]["reused"] == 3

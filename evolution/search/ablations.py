@@ -59,9 +59,23 @@ class LowestScoreCases:
         return [train_tasks[i].id for i in order[:k]]
 
 
+class OverallAcceptance:
+    """Holistic acceptance: a child whose valid overall score beats the base's becomes the
+    base; nothing else (no specialists)."""
+
+    name = "overall"
+
+    def accept(self, archive: Archive, cand: Candidate, stage: str, parent: Candidate) -> str:
+        if cand.status != "evaluated" or not cand.valid.overall > archive.get(archive.base).valid.overall:
+            return ""
+        archive.base = cand.id
+        cand.roles.append("base")
+        return "base"
+
+
 class HolisticEvolution(Evolution):
-    """The ``holistic`` ablation's loop (module doc): stage ``holistic`` in every round, base
-    only, no specialists."""
+    """The ``holistic`` ablation's loop (module doc): stage ``holistic`` in every round, no
+    specialists (the seed holds none either); acceptance by :class:`OverallAcceptance`."""
 
     def stage_of(self, round_no: int) -> str:
         return "holistic"
@@ -72,15 +86,6 @@ class HolisticEvolution(Evolution):
         self.archive.specialists = {}
         seed.roles = ["base"]
         self.history[-1]["accepted"] = "base"
-
-    def accept(self, cand: Candidate, stage: str, parent: Candidate) -> str:
-        if cand.status != "evaluated":
-            return ""
-        if cand.valid.overall > self.archive.get(self.archive.base).valid.overall:
-            self.archive.base = cand.id
-            cand.roles.append("base")
-            return "base"
-        return ""
 
 
 def effective_config(cfg: EvolveConfig) -> EvolveConfig:
@@ -101,6 +106,7 @@ def build_evolution(cfg: EvolveConfig, **kw) -> Evolution:
     if cfg.ablation == "holistic":
         kw.setdefault("parent_policy", BestOverallParent())
         kw.setdefault("case_policy", LowestScoreCases())
+        kw.setdefault("acceptance", OverallAcceptance())
         return HolisticEvolution(run_cfg, **kw)
     kw.setdefault("target_policy", RoundRobinTarget() if cfg.ablation == "round_robin" else DependencyAwareTarget())
     kw.setdefault("case_policy", RandomCases() if cfg.ablation == "random_cases" else HistoryGuidedCases())

@@ -5,8 +5,8 @@ rounds_integrate, seed, workers, out) are stable: scripts and later issues rely 
 
 Splits (DESIGN.md § "Capability-driven evolution"): LoCoMo train conv-26, conv-30; valid
 conv-41, conv-42; test the other six. LongMemEval: the S subset with ``s_splits.json`` (train
-52, valid 47, test 100 question ids). Empty ``train``/``valid`` take these defaults; an empty
-``test`` means no test run.
+52, valid 47, test 100 question ids). Empty ``train``/``valid`` take these defaults; ``test:
+[default]`` takes the default test split; an empty ``test`` means no test run.
 """
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ class EvolveConfig:
     train: list[str] = field(default_factory=list, metadata={"help": "train conversation / question ids (empty = the "
                                                                      "dataset's default split)"})
     valid: list[str] = field(default_factory=list, metadata={"help": "valid ids (empty = default split)"})
-    test: list[str] = field(default_factory=list, metadata={"help": "test ids (empty = no test run)"})
+    test: list[str] = field(default_factory=list, metadata={"help": "test ids ([default] = the dataset's test split; "
+                                                                   "empty = no test run)"})
     n_sessions: int | None = field(default=None, metadata={"help": "first N sessions of each history only"})
     max_questions: int | None = field(default=None, metadata={"help": "cap on QA per conversation (small runs)"})
     labels: str = field(default="native", metadata={"help": "native | annotator label JSONL (train/valid only)"})
@@ -71,6 +72,7 @@ class EvolveConfig:
     extract_max_new_tokens: int = field(default=1024, metadata={"help": "tokens per instruction extraction"})
     extractor_max_new_tokens: int = field(default=512, metadata={"help": "tokens per trained-extractor output"})
     call_timeout_s: float = field(default=60.0, metadata={"help": "sandbox seconds per index/retrieve call"})
+    validate_timeout_s: float = field(default=20.0, metadata={"help": "validation: sandbox seconds per call"})
     probe_units: int = field(default=2000, metadata={"help": "validation level 4: units in the complexity probe"})
     probe_batches: int = field(default=100, metadata={"help": "validation level 4: index batches"})
     budget_coder: int | None = field(default=None, metadata={"help": "token budget of the coder role"})
@@ -79,6 +81,8 @@ class EvolveConfig:
     budget_answer: int | None = field(default=None, metadata={"help": "token budget of task-LLM answers"})
     budget_extractor: int | None = field(default=None, metadata={"help": "token budget of a trained extractor"})
     budget_judge: int | None = field(default=None, metadata={"help": "token budget of the judge"})
+    embedder: str = field(default="minilm", metadata={"help": "minilm (all-MiniLM-L6-v2, the default) | hash:<dim> "
+                                                                "(model-free bag of words: tests and stub runs only)"})
     cache: str | None = field(default=None, metadata={"help": "response cache (default <out>/responses.sqlite; "
                                                               "'none' disables)"})
     out: str = field(default="runs/evolve", metadata={"help": "run directory"})
@@ -102,16 +106,21 @@ class EvolveConfig:
         for name in ("rounds_cold", "rounds_refine", "rounds_integrate"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.embedder != "minilm" and not (self.embedder.startswith("hash:") and
+                                              self.embedder[5:].isdigit()):
+            raise ValueError(f"embedder must be minilm or hash:<dim>, got {self.embedder!r}")
         if self.cases < 1 or self.case_budget < 200:
             raise ValueError(f"cases must be >= 1 and case_budget >= 200, got {self.cases}, {self.case_budget}")
         for k in ("train", "valid", "test"):
             v = getattr(self, k)
             if isinstance(v, str):  # "a,b" or a YAML scalar
                 setattr(self, k, [x.strip() for x in v.split(",") if x.strip()])
-        if not self.train or not self.valid:
+        if not self.train or not self.valid or self.test == ["default"]:
             d = self.default_splits()
             self.train = self.train or d["train"]
             self.valid = self.valid or d["valid"]
+            if self.test == ["default"]:
+                self.test = d["test"]
         overlap = (set(self.train) & set(self.valid)) | (set(self.train) & set(self.test)) | \
                   (set(self.valid) & set(self.test))
         if overlap:

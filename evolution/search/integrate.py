@@ -271,24 +271,29 @@ class TraceGuidedIntegrator:
         self._judge(evo, row, cand, [s for s in include if s.id in res.contributors])
 
     def _judge(self, evo, row, cand: Candidate, contributors: list[Candidate]) -> None:
+        """Apply the acceptance rule to ``cand`` and book the attempt: a candidate made in this
+        round through :meth:`Evolution.record_round` (outcome.json, failed attempts, history),
+        a reused archived program as a plain history row."""
         base = evo.archive.get(evo.archive.base)
         if cand.status != "evaluated":
-            row["blamed"] = blame(contributors, {}, self.delta)
-            self._log(evo, row, row.get("proposal", ""), f"no: {cand.reason}")
-            return
-        ok, reason, drops = integration_verdict(cand.valid.overall, cand.valid.by_capability, base.valid.overall,
-                                                base.valid.by_capability, self.delta)
-        row["drops"] = drops
+            ok, reason, drops = False, cand.reason, {}
+        else:
+            ok, reason, drops = integration_verdict(cand.valid.overall, cand.valid.by_capability, base.valid.overall,
+                                                    base.valid.by_capability, self.delta)
+        row["drops"], row["integrated"] = drops, ok
         if ok:
-            row["integrated"] = True
             if "integrated" not in cand.roles:
                 cand.roles.append("integrated")
-            self._log(evo, row, row.get("proposal", ""), "integrated: the final program")
+        else:
+            row["blamed"] = blame(contributors, drops, self.delta)
+        accepted = "integrated: the final program" if ok else ""
+        if cand.stage == "integrate" and cand.round == row["round"]:
+            cand.reason = "" if ok else (cand.reason or reason)
+            evo.record_round(row["round"], "integrate", None, evo.archive.get(row["parent"]), cand, accepted)
+            extra = {k: v for k, v in row.items() if k not in evo.history[-1] or k in ("kind", "integrated")}
+            evo.history[-1].update(extra)
             return
-        if cand.stage == "integrate":
-            cand.reason = cand.reason or reason
-        row["blamed"] = blame(contributors, drops, self.delta)
-        self._log(evo, row, row.get("proposal", ""), f"no: {reason}")
+        self._log(evo, row, row.get("proposal", ""), accepted or f"no: {reason}")
 
     # -------------------------------------------------------------- LLM attempt
 
@@ -329,9 +334,9 @@ class TraceGuidedIntegrator:
         parent = arch.get(failed["candidate"]) if failed else base
         text, cases, ids = self.material(evo, specs, caps_of, paired, failed)
         diag = (evo.dir.load_step(parent.id, "eval") or {}).get("diagnostics", {})
-        ancestors, _ = evo.lineage(parent, None)
-        inp = ProposalInput(evo.source_of(parent.id), parent.id, "integrate", None, diag, cases, ids, ancestors, [],
-                            frozenset(arch.keys()),
+        ancestors, failed_attempts = evo.lineage(parent, None, "integrate")
+        inp = ProposalInput(evo.source_of(parent.id), parent.id, "integrate", None, diag, cases, ids, ancestors,
+                            failed_attempts, frozenset(arch.keys()),
                             extra={"round": round_no, "integration": text,
                                    "goal": "Integrate the capability specialists into the base program (trace-guided "
                                            "integration): one program, better overall, no capability worse."})

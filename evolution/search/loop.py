@@ -11,11 +11,15 @@ the specialist of every capability whose valid score it beats), then **integrati
 integrator's choice) runs once on the test split, beside the seed.
 
 Plug-in points (all small objects, swapped for ablations): ``target_policy``,
-``parent_policy``, ``case_policy`` (:mod:`evolution.search.select`), ``proposer``
-(:mod:`evolution.search.proposers`), ``integrator`` (``run_round(evo, round_no, rng)`` and
-``final(evo) -> candidate id``). A round is one proposal → checks → validation (one revise
-turn on failure) → evaluation on train and valid → acceptance; :meth:`Evolution.attempt`
-does one such step for any stage, so an integrator reuses it.
+``parent_policy``, ``case_policy``, ``acceptance`` (:mod:`evolution.search.select`),
+``proposer`` (:mod:`evolution.search.proposers`), ``integrator`` (an object with
+``run_round(evo, round_no, rng)`` and ``final(evo) -> candidate id``; ``rounds_integrate``
+rounds go to it, after refinement). A round is one proposal → checks → validation (one revise
+turn on failure) → evaluation on train and valid → acceptance → :meth:`Evolution.record_round`;
+:meth:`Evolution.build_input` and :meth:`Evolution.attempt` do the first steps for any stage,
+so an integrator reuses them (it passes its extra material in ``ProposalInput.extra``), then
+applies its own acceptance rule and calls ``record_round``. Integrator state that must
+survive ``--resume`` goes into the archive or into step files under ``candidates/<id>/``.
 
 Run state: after every round ``state.json`` (archive, RNG state, ledger, history) is written
 atomically; inside a round every finished step (proposal, validation, evaluation) is a file
@@ -36,8 +40,9 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from evolution.execution.program_eval import evaluate_program, summarise  # noqa: F401
+from evolution.execution.program_eval import evaluate_program
 from evolution.execution.runner import ProgramRunError, ProgramRunner
+from evolution.execution.sandbox import SandboxLimits
 from evolution.execution.stages import StageCache, unit_text
 from evolution.execution.validate import ValidationLimits, validate_program
 from evolution.search.archive import CAPABILITIES, Archive, Candidate, SplitScores, program_key
@@ -46,8 +51,8 @@ from evolution.search.config import EvolveConfig
 from evolution.search.ledger import BudgetExhausted, Ledger, usage_from_eval
 from evolution.search.proposers.base import LineageEntry, ProposalInput, ProposalResult
 from evolution.search.rundir import RunDir, atomic_write_json, atomic_write_text, read_json
-from evolution.search.select import (DependencyAwareTarget, HistoryGuidedCases, SpecialistParent, TaskInfo,
-                                     record_cases)
+from evolution.search.select import (CapabilityAcceptance, DependencyAwareTarget, HistoryGuidedCases,
+                                     SpecialistParent, TaskInfo, record_cases)
 
 FAULT_ENV = "MEMGYM_EVOLVE_FAULT"
 
@@ -66,6 +71,20 @@ def _rng_from_json(v) -> tuple:
     return (v[0], tuple(v[1]), v[2])
 
 
+def precheck(source: str, parent: Candidate, archive: Archive) -> str:
+    """Why a child is rejected before validation, or "": unparsable source, a no-op (same
+    :func:`program_key` as its parent: only comments, docstrings or formatting changed) or a
+    duplicate of any archived program (named)."""
+    try:
+        key = program_key(source)
+    except SyntaxError as e:
+        return f"syntax error at line {e.lineno}: {e.msg}"
+    if key == parent.key:
+        return "no-op: the child equals its parent (up to comments and formatting)"
+    dup = next((c.id for c in archive.candidates.values() if c.key == key), None)
+    return f"duplicate of archived program {dup}" if dup else ""
+
+
 class Evolution:
     """One evolution run in ``cfg.out`` (see the module doc).
 
@@ -77,7 +96,7 @@ class Evolution:
     """
 
     def __init__(self, cfg: EvolveConfig, *, rt=None, proposer=None, target_policy=None, parent_policy=None,
-                 case_policy=None, integrator=None):
+                 case_policy=None, acceptance=None, integrator=None):
         from evolution.search.proposers import make_proposer
 
         self.cfg = cfg
@@ -87,10 +106,14 @@ class Evolution:
             from rewards.runtime import Runtime
             cache = cfg.cache or str(self.dir.root / "responses.sqlite")
             rt = Runtime.from_config(cache=cache, batch_size=cfg.batch_size)
+            if cfg.embedder.startswith("hash:"):
+                from llm.embeddings import HashEmbedder
+                rt = Runtime(cache=rt.cache, embedder=HashEmbedder(int(cfg.embedder[5:])), batch_size=cfg.batch_size)
         self.rt = rt
         self.target_policy = target_policy or DependencyAwareTarget()
         self.parent_policy = parent_policy or SpecialistParent()
         self.case_policy = case_policy or HistoryGuidedCases()
+        self.acceptance = acceptance or CapabilityAcceptance()
         if integrator is None and cfg.rounds_integrate:
             from evolution.search.integrate import TraceGuidedIntegrator
             integrator = TraceGuidedIntegrator(cfg.delta, random_cases=cfg.ablation == "random_cases",
@@ -100,7 +123,9 @@ class Evolution:
         self.cache = StageCache(cfg.stage_cache or self.dir.root / "stages.sqlite")
         self.runner_diag = ProgramRunner(rt, cfg.runner_settings(diagnostics=True), self.cache)
         self.runner = ProgramRunner(rt, cfg.runner_settings(diagnostics=False), self.cache)
-        self.limits = ValidationLimits(probe_units=cfg.probe_units, probe_batches=cfg.probe_batches)
+        self.limits = ValidationLimits(
+            sandbox=SandboxLimits(call_timeout_s=cfg.validate_timeout_s, load_timeout_s=max(10.0, cfg.validate_timeout_s)),
+            probe_units=cfg.probe_units, probe_batches=cfg.probe_batches)
         self.splits = self._load_splits()
         self.tasks = {t.id: t for ts in self._task_infos().values() for t in ts}
         self.archive = Archive()
@@ -263,8 +288,9 @@ class Evolution:
         c, r = self.cfg.rounds_cold, self.cfg.rounds_refine
         return "cold" if round_no <= c else "refine" if round_no <= c + r else "integrate"
 
-    def lineage(self, parent: Candidate, target: str | None) -> tuple[list, list]:
-        """(ancestors, failed attempts for ``target``) as :class:`LineageEntry` lists."""
+    def lineage(self, parent: Candidate, target: str | None, stage: str = "cold") -> tuple[list, list]:
+        """(ancestors, the last 5 failed attempts for ``target``, or for ``stage`` without a
+        target) as :class:`LineageEntry` lists."""
         def entry(c: Candidate, reason: str = "") -> LineageEntry:
             delta = None
             if c.valid is not None and c.parent is not None:
@@ -275,7 +301,7 @@ class Evolution:
 
         ancestors = [entry(c) for c in self.archive.lineage(parent.id)]
         failed = [entry(self.archive.get(i), self.archive.get(i).reason or "not accepted")
-                  for i in self.archive.attempts.get(target or "cold", [])[-5:]]
+                  for i in self.archive.attempts.get(target or stage, [])[-5:]]
         return ancestors, failed
 
     def build_input(self, round_no: int, stage: str, parent: Candidate, target: str | None,
@@ -293,7 +319,7 @@ class Evolution:
                     task = by_id[cid]
                     mat = case_from_run(task, traces[task.conversation], lambda u: unit_text(u, run.info.unit_fields))
                     cases.append(render_compact(mat, self.rt.embedder, self.cfg.case_budget)[0])
-        ancestors, failed = self.lineage(parent, target)
+        ancestors, failed = self.lineage(parent, target, stage)
         return ProposalInput(parent_source, parent.id, stage, target, diag, cases, case_ids, ancestors, failed,
                              frozenset(self.archive.keys()), extra={"round": round_no})
 
@@ -373,15 +399,7 @@ class Evolution:
         return cand
 
     def _check(self, source: str, parent: Candidate) -> str:
-        """Why ``source`` is rejected before validation (no-op, duplicate, unparsable), or ""."""
-        try:
-            key = program_key(source)
-        except SyntaxError as e:
-            return f"syntax error at line {e.lineno}: {e.msg}"
-        if key == parent.key:
-            return "no-op: the child equals its parent (up to comments and formatting)"
-        dup = next((c.id for c in self.archive.candidates.values() if c.key == key), None)
-        return f"duplicate of archived program {dup}" if dup else ""
+        return precheck(source, parent, self.archive)
 
     def _validate(self, cid: str, name: str, source: str, parent: Candidate) -> dict:
         saved = self.dir.load_step(cid, name)
@@ -399,19 +417,30 @@ class Evolution:
         target = None
         if stage == "refine":
             target = self.target_policy.choose(self.archive, self.split_tasks("valid"), round_no, self.rng)
-            self.archive.selections[target] = self.archive.selections.get(target, 0) + 1
+            if target is not None:  # a holistic policy refines without a target
+                self.archive.selections[target] = self.archive.selections.get(target, 0) + 1
         parent = self.parent_policy.choose(self.archive, target)
         case_ids = self.case_policy.choose(self.archive, parent, target, self.split_tasks("train"), self.cfg.cases,
                                            self.rng)
         record_cases(self.archive, case_ids, self.tasks)
         inp = self.build_input(round_no, stage, parent, target, case_ids)
         cand = self.attempt(round_no, stage, parent, target, inp, f"r{round_no:02d}")
-        accepted = self.accept(cand, stage, parent)
+        accepted = self.acceptance.accept(self.archive, cand, stage, parent)
+        self.record_round(round_no, stage, target, parent, cand, accepted)
+
+    def record_round(self, round_no: int, stage: str, target: str | None, parent: Candidate, cand: Candidate,
+                     accepted: str) -> None:
+        """Book a finished attempt: its reason when not accepted, the target's failed
+        attempts, ``outcome.json`` and the history row the report prints. Integrators call it
+        for their own attempts."""
         if not accepted and cand.status == "evaluated":
-            cand.reason = "valid overall did not improve" if stage in ("cold", "holistic") else \
-                "no capability's valid score improved"
+            cand.reason = cand.reason or ("valid overall did not improve" if stage in ("cold", "integrate", "holistic")
+                                          else "no capability's valid score improved")
         if not accepted:
-            self.archive.attempts.setdefault(target or "cold", []).append(cand.id)
+            self.archive.attempts.setdefault(target or stage, []).append(cand.id)
+        atomic_write_json(self.dir.step(cand.id, "outcome"), {
+            "status": cand.status, "reason": cand.reason, "accepted": accepted, "roles": cand.roles,
+            "valid": cand.valid.scores() if cand.valid else None, "train": cand.train.scores() if cand.train else None})
         self.history.append({"round": round_no, "stage": stage, "target": target, "parent": parent.id,
                              "candidate": cand.id, "proposal": cand.description, "status": cand.status,
                              "verdict": "ok" if cand.validation and cand.validation["ok"] else
@@ -420,20 +449,9 @@ class Evolution:
                              "valid": cand.valid.scores() if cand.valid else None,
                              "specialists": {c: self.archive.specialist(c).valid.by_capability.get(c)
                                              for c in self.archive.specialists},
+                             "base": self.archive.base,
+                             "base_overall": self.archive.get(self.archive.base).valid.overall,
                              "tokens": self.ledger.round_tokens(round_no)})
-
-    def accept(self, cand: Candidate, stage: str, parent: Candidate) -> str:
-        """Apply the acceptance rule; returns what the child became ("" = nothing)."""
-        if cand.status != "evaluated":
-            return ""
-        took = []
-        if stage == "cold" and cand.valid.overall > self.archive.get(self.archive.base).valid.overall:
-            self.archive.base = cand.id
-            cand.roles.append("base")
-            took.append("base")
-        caps = self.archive.promote(cand, list(self.archive.specialists))
-        took += [f"specialist {c}" for c in caps]
-        return ", ".join(took)
 
     # ------------------------------------------------------------------ the run
 

@@ -147,6 +147,15 @@ def plot_capabilities(evo, path) -> None:
                 xs.append(h["round"])
                 ys.append(h["specialists"][c])
         ax.step(xs, ys, where="post", marker="o", ms=3, label=f"{c} {CAP_NAMES[c]}")
+    base_x, base_y = [0], [evo.archive.get("seed").valid.overall]
+    for h in rows:
+        if h["round"] > 0 and h.get("base_overall") is not None:
+            base_x.append(h["round"])
+            base_y.append(h["base_overall"])
+    ax.step(base_x, base_y, where="post", color="black", ls="--", lw=1, label="base (overall)")
+    if 0 < evo.cfg.rounds_cold < evo.cfg.total_rounds:
+        ax.axvline(evo.cfg.rounds_cold + 0.5, color="grey", lw=0.8, ls=":")
+        ax.text(evo.cfg.rounds_cold + 0.6, 0.02, "refinement", fontsize=8, color="grey")
     ax.set_xlabel("round")
     ax.set_ylabel(f"valid {evo.cfg.scorer} of the specialist")
     ax.set_title("Capability specialists by round")

@@ -7,7 +7,8 @@ Layout (DESIGN.md § "Run state")::
     DIR/state.json           archive, RNG state, ledger, history, next round (after every round)
     DIR/candidates/<id>/     program.py, proposal.json (prompt/response transcript, edits,
                              outcome, RNG state after it), validation.json, eval.json
-                             (train/valid scores, diagnostics, usage), revise.json
+                             (train/valid scores, diagnostics, usage), revise.json,
+                             outcome.json (status, reason, what it became)
     DIR/stages.sqlite        stage-output cache;  DIR/responses.sqlite  LLM response cache
     DIR/report.md, capabilities.png, summary.json, best.py
 

@@ -1,7 +1,9 @@
 """Selection policies of the loop: which capability to target, which parent to refine, which
 train tasks to show as cases. Each policy is a small object with one method, so ablations
-(``round_robin`` targets, ``random_cases``, ``holistic`` parents/cases) are alternative
-objects passed to :class:`evolution.search.loop.Evolution`.
+(``round_robin`` targets, ``random_cases``, ``holistic`` parents/cases/acceptance) are
+alternative objects passed to :class:`evolution.search.loop.Evolution`. The protocols:
+:class:`TargetPolicy` (may return None: no target), :class:`ParentPolicy`,
+:class:`CasePolicy`, :class:`AcceptancePolicy`.
 
 Source: DESIGN.md § "Capability-driven evolution", step 2 (PrisMem Algorithm 1):
 
@@ -95,6 +97,34 @@ class CasePolicy(Protocol):
 
     def choose(self, archive: Archive, parent: Candidate, target: str | None, train_tasks: list[TaskInfo], k: int,
                rng: random.Random) -> list[str]: ...
+
+
+class AcceptancePolicy(Protocol):
+    """Decides what an evaluated child becomes; returns "" (nothing) or its new roles, and
+    updates the archive (base, specialists, ``roles``)."""
+
+    name: str
+
+    def accept(self, archive: Archive, cand: Candidate, stage: str, parent: Candidate) -> str: ...
+
+
+class CapabilityAcceptance:
+    """DESIGN.md: in cold start a child whose valid overall beats the base's becomes the base;
+    in every stage a child becomes the specialist of each capability whose valid score it
+    beats strictly (:meth:`Archive.promote`)."""
+
+    name = "capability"
+
+    def accept(self, archive, cand, stage, parent):
+        if cand.status != "evaluated":
+            return ""
+        took = []
+        if stage == "cold" and cand.valid.overall > archive.get(archive.base).valid.overall:
+            archive.base = cand.id
+            cand.roles.append("base")
+            took.append("base")
+        took += [f"specialist {c}" for c in archive.promote(cand, list(archive.specialists))]
+        return ", ".join(took)
 
 
 class DependencyAwareTarget:

@@ -1,0 +1,134 @@
+"""Proposers: the library of component variants (applies to the seed and its descendants and
+passes the four validation levels), constant mutations, the params proposer's determinism,
+and the coder's parse → strict apply → repair → whole-file protocol on scripted answers."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from evolution.execution.validate import ValidationLimits, validate_program
+from evolution.search.archive import program_key
+from evolution.search.edits import render_edits
+from evolution.search.proposers.base import ProposalInput
+from evolution.search.proposers.coder import CoderProposer, build_prompt
+from evolution.search.proposers.library import LIBRARY, variant
+from evolution.search.proposers.params import ParamsProposer, constant_mutations
+from evolution.search.proposers.scripted import ScriptedProposer
+from memory_bank.programs import read_program_source, seed_program_path
+
+SEED = read_program_source(seed_program_path())
+LIMITS = ValidationLimits(probe_units=600, probe_batches=30)
+
+
+def _inp(source=SEED, target=None, known=frozenset(), diag=None, rnd=1):
+    return ProposalInput(source, "seed", "cold" if target is None else "refine", target,
+                         diag or {"overall": {"d_ext": 0.9, "d_idx": 0.5, "d_ret": 0.5, "answered": False}},
+                         ["## Case x"], ["x"], [], [], known, extra={"round": rnd})
+
+
+def test_every_library_variant_applies_to_the_seed_or_its_ranked_child_and_validates():
+    dense, _ = variant("dense_ranking").apply(SEED)
+    on_seed = {v.name for v in LIBRARY if _applies(v, SEED)}
+    assert on_seed == {"dense_ranking", "date_words", "dedup", "answer_chronology", "answer_abstain",
+                       "answer_aggregate"}
+    stacked = dense
+    for v in LIBRARY:
+        if v.name == "dense_ranking":
+            continue
+        child, edits = v.apply(dense)
+        assert edits and program_key(child) != program_key(dense)
+        stacked, _ = v.apply(stacked)  # they also compose
+    programs = [dense, stacked] + [variant(n).apply(SEED)[0] for n in ("date_words", "dedup")]
+    for src in programs:
+        res = validate_program(src, None, LIMITS)
+        assert res.ok, res.reason
+        assert res.stats["levels_passed"] == [1, 2, 3, 4]
+    assert not _applies(variant("dense_ranking"), dense)  # the seed's Memory is gone: no double application
+
+
+def _applies(v, src):
+    try:
+        v.apply(src)
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def test_constant_mutations_exact():
+    src = 'OUT_CHAR_BUDGET = 16_000\nTOP_K = 40\nW = 0.3\nON = True\nMODE = "a"  # choices: a|b\nX = [1]\n'
+    got = [d for d, _ in constant_mutations(src)]
+    assert got == ["constant TOP_K: 40 -> 20", "constant TOP_K: 40 -> 30", "constant TOP_K: 40 -> 60",
+                   "constant TOP_K: 40 -> 80", "constant W: 0.3 -> 0.15", "constant W: 0.3 -> 0.225",
+                   "constant W: 0.3 -> 0.45", "constant W: 0.3 -> 0.6", "constant ON: True -> False",
+                   "constant MODE: \"a\" -> 'b'"]
+    edit = constant_mutations(src)[2][1]
+    assert (edit.search, edit.replace) == ("TOP_K = 40\n", "TOP_K = 60\n")
+
+
+def test_params_proposer_is_seeded_and_skips_archived_children():
+    p = ParamsProposer()
+    a = p.propose(_inp(), random.Random(3))
+    b = p.propose(_inp(), random.Random(3))
+    assert a.ok and a.source == b.source and a.description == b.description and a.turns == 0
+    lib, mut = p.options(_inp())
+    assert [o[0].split(":")[0] for _, o in lib] == ["variant dense_ranking", "variant date_words", "variant dedup",
+                                                    "variant answer_chronology", "variant answer_abstain",
+                                                    "variant answer_aggregate"]
+    assert [w for w, _ in lib][:3] == [pytest.approx(2.6), pytest.approx(1.8), pytest.approx(1.8)]
+    assert [w for w, _ in lib][3:] == [0.1, 0.1, 0.1]  # no answer is generated: answer variants barely matter
+    known = frozenset(program_key(o[2]) for _, o in lib + mut)
+    none = p.propose(_inp(known=known), random.Random(3))
+    assert not none.ok and "no library variant" in none.reason
+    # refinement weights: 3 for the target's variants, 1.5 for "*", 0.5 for the others
+    dense, _ = variant("dense_ranking").apply(SEED)
+    lib_t, _ = p.options(_inp(dense, target="T", diag={"overall": {}}))
+    weights = {o[0].split(":")[0].split()[1]: w for w, o in lib_t}
+    assert weights["time_hint"] == 3.0 and weights["date_words"] == 3.0 and weights["dedup"] == 1.5
+    assert weights["mmr"] == 0.5 and weights["answer_chronology"] == 3.0
+
+
+GOOD = ("Halve the budget.\n<<<<<<< SEARCH\n        return \"\\n\".join(self.lines)[:OUT_CHAR_BUDGET]\n=======\n"
+        "        return \"\\n\".join(reversed(self.lines))[:OUT_CHAR_BUDGET]\n>>>>>>> REPLACE\n")
+MISS = "Fix.\n<<<<<<< SEARCH\n        return self.nothing\n=======\n        return ''\n>>>>>>> REPLACE\n"
+
+
+def test_coder_protocol_repair_then_whole_file_then_failure():
+    ok = ScriptedProposer([GOOD]).propose(_inp(), random.Random(0))
+    assert ok.ok and "reversed(self.lines)" in ok.source and ok.turns == 1 and not ok.whole_file
+    assert ok.description == "Halve the budget." and len(ok.edits) == 1
+    # a miss → one repair turn with the closest region → fixed
+    fixed = ScriptedProposer([[MISS, GOOD]]).propose(_inp(), random.Random(0))
+    assert fixed.ok and fixed.turns == 2
+    assert "closest region" in fixed.transcript[2]["content"] and "def retrieve(self, query):" in \
+        fixed.transcript[2]["content"]
+    # miss, miss → whole-file request → a file
+    whole = ScriptedProposer([[MISS, MISS, "```python\n" + SEED.replace("self.lines = []", "self.lines = list()")
+                               + "```"]]).propose(_inp(), random.Random(0))
+    assert whole.ok and whole.whole_file and whole.turns == 3 and "list()" in whole.source
+    assert "COMPLETE new program" in whole.transcript[4]["content"]
+    # prose all the way → fails with its reason after three turns
+    prose = ScriptedProposer(["I would improve retrieval."]).propose(_inp(), random.Random(0))
+    assert not prose.ok and prose.turns == 3 and "no usable program" in prose.reason
+    # a dead backend fails the proposal, not the run
+    def boom(messages):
+        raise ConnectionError("server down")
+    dead = CoderProposer(boom).propose(_inp(), random.Random(0))
+    assert not dead.ok and dead.reason == "coder call failed: ConnectionError: server down"
+
+
+def test_coder_prompt_holds_interface_source_target_diagnostics_cases_lineage():
+    from evolution.search.proposers.base import LineageEntry
+
+    inp = _inp(target="T", diag={"T": {"n": 3, "score": 0.25, "d_ext": 0.9, "d_idx": 0.4, "d_ret": 0.3,
+                                       "unit_chars": 80.0, "retrieved_chars": 16000.0}})
+    inp.ancestors = [LineageEntry("seed", "seed", None, "seed program", [], None)]
+    inp.failed = [LineageEntry("r02", "refine", "T", "variant mmr", ["retrieval"], {"overall": -0.01, "T": 0.0},
+                               "no capability's valid score improved")]
+    sys_msg, user = build_prompt(inp)
+    assert "class Memory with __init__(self, toolkit)" in sys_msg["content"] and "<<<<<<< SEARCH" in sys_msg["content"]
+    u = user["content"]
+    assert "Improve capability T" in u and "| T | 3 | 0.250 | 0.900 | 0.400 | 0.300 | 80.000 | 16000.000 |" in u
+    assert "   1| \"\"\"PrisMem seed memory program" in u and "## Case x" in u
+    assert "- r02 [refine, target T] variant mmr (overall -0.010, T +0.000) -- not accepted: no capability's" in u
+    assert render_edits(ScriptedProposer([GOOD]).propose(_inp(), random.Random(0)).edits).count("<<<<<<< SEARCH") == 1
