@@ -76,6 +76,8 @@ def cmd_experiment(rest: list[str]) -> int:
                                            "memgym evolve experiment --resume DIR continues one. Writes "
                                            "DIR/experiment.md, experiment.json, boundary.png.")
             cfg = parser.parse_args_and_config(args=translate_recipe_args(rest))[0]
+            if seeds is not None and not seeds.isdigit():
+                raise ValueError(f"--seeds must be a positive integer, got {seeds!r}")
             exp = Experiment(cfg, variants or ",".join(VARIANTS), int(seeds or 3))
         data = exp.run(resume=resume is not None)
     except (ValueError, FileNotFoundError, FileExistsError) as e:
