@@ -27,7 +27,7 @@ def _recipe(tmp_path: Path) -> Path:
         "dataset: locomo", "train: [conv-26]", "valid: [conv-30]", "test: [conv-41]", "n_sessions: 2",
         "max_questions: 6", "extractor: turns", "plan_mode: question", "scorer: answer-recall", "proposer: params",
         "rounds_cold: 1", "rounds_refine: 1", "rounds_integrate: 1", "seed: 0", "probe_units: 200",
-        "probe_batches: 10", "progress: false", f"out: {tmp_path / 'exp'}"]) + "\n")
+        "probe_batches: 10", "embedder: hash:256", "progress: false", f"out: {tmp_path / 'exp'}"]) + "\n")
     return r
 
 
@@ -140,7 +140,7 @@ def test_trained_extractor_run_completes_with_integration_and_extracts_once_per_
                        extractor=f"hf:{tiny_model_dir}", extractor_max_new_tokens=16, plan_mode="question",
                        scorer="answer-recall", proposer="scripted", script=str(script), seed_program=str(seed),
                        rounds_cold=0, rounds_refine=2, rounds_integrate=2, cache="none", probe_units=200,
-                       probe_batches=10, progress=False, out=str(tmp_path / "run"))
+                       probe_batches=10, embedder="hash:256", progress=False, out=str(tmp_path / "run"))
     s = build_evolution(cfg).run()
     st = _state(tmp_path / "run")
     arch = Archive.from_json(st["archive"])
@@ -179,8 +179,8 @@ def test_coder_integration_gets_diffs_and_paired_traces_and_a_failed_merge_goes_
     cfg = EvolveConfig(train=["conv-26"], valid=["conv-30"], n_sessions=2, max_questions=6, extractor="turns",
                        plan_mode="question", scorer="answer-recall", proposer="scripted", script=str(script),
                        seed_program=str(seed), rounds_cold=0, rounds_refine=2, rounds_integrate=2,
-                       integrate_offline_first=False, probe_units=200, probe_batches=10, progress=False,
-                       out=str(tmp_path / "run"))
+                       integrate_offline_first=False, probe_units=200, probe_batches=10, embedder="hash:256",
+                       progress=False, out=str(tmp_path / "run"))
     s = build_evolution(cfg).run()
     run = tmp_path / "run"
     hist = _state(run)["history"]
@@ -214,7 +214,8 @@ def test_kill9_during_the_integration_evaluation_then_resume_matches(tmp_path):
         "dataset: locomo", "train: [conv-26]", "valid: [conv-30]", "n_sessions: 2", "max_questions: 6",
         "extractor: turns", "plan_mode: question", "scorer: answer-recall", "proposer: scripted",
         f"script: {tmp_path / 'script.json'}", f"seed_program: {tmp_path / 'seed.py'}", "rounds_cold: 0",
-        "rounds_refine: 2", "rounds_integrate: 1", "probe_units: 200", "probe_batches: 10", "progress: false"]) + "\n")
+        "rounds_refine: 2", "rounds_integrate: 1", "probe_units: 200", "probe_batches: 10", "embedder: hash:256",
+        "progress: false"]) + "\n")
     ref, run = tmp_path / "ref", tmp_path / "killed"
     assert memgym(["evolve", "--recipe", str(recipe), "--out", str(ref)]) == 0
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", EVOLVE_FAULT: "evaluation:3"}

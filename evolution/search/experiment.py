@@ -70,7 +70,12 @@ class Experiment:
         if self._rt is None:
             from rewards.runtime import Runtime
             cache = self.cfg.cache or str(self.root / "responses.sqlite")
-            self._rt = Runtime.from_config(cache=cache, batch_size=self.cfg.batch_size)
+            rt = Runtime.from_config(cache=cache, batch_size=self.cfg.batch_size)
+            if self.cfg.embedder.startswith("hash:"):  # as Evolution does: model-free, tests only
+                from llm.embeddings import HashEmbedder
+                rt = Runtime(cache=rt.cache, embedder=HashEmbedder(int(self.cfg.embedder[5:])),
+                             batch_size=self.cfg.batch_size)
+            self._rt = rt
         return self._rt
 
     @classmethod
