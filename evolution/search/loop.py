@@ -306,11 +306,12 @@ class Evolution:
 
     def build_input(self, round_no: int, stage: str, parent: Candidate, target: str | None,
                     case_ids: list[str]) -> ProposalInput:
-        """The proposer's input: parent source, diagnostics, compact cases, lineage."""
+        """The proposer's input: parent source, diagnostics, compact cases (rendered only for
+        proposers whose ``needs_cases`` is not False; the ids are always kept), lineage."""
         parent_source = self.source_of(parent.id)
         diag = self.dir.load_step(parent.id, "eval")["diagnostics"]
         cases = []
-        if case_ids:
+        if case_ids and getattr(self.proposer, "needs_cases", True):
             ev, run = self.evaluate(parent_source, "train", diagnostics=False)  # all stages cached
             traces = {tr.conversation.id: tr for tr in run.traces}
             by_id = {f"{t.conversation}/{t.qa.id}": t for t in run.tasks}

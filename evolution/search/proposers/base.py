@@ -108,10 +108,12 @@ class Proposer(Protocol):
     ``propose(inp, rng)``: one proposal; ``rng`` is the run's seeded generator (the only
     source of randomness allowed, so runs replay exactly). ``revise(inp, result, verdict,
     rng)``: called once when the child failed a validation level, with the verdict text;
-    returns a new result or None (no second try).
+    returns a new result or None (no second try). ``needs_cases``: False lets the loop skip
+    rendering compact cases the proposer never reads (default True when absent).
     """
 
     name: str
+    needs_cases: bool
 
     def propose(self, inp: ProposalInput, rng: random.Random) -> ProposalResult: ...
 

@@ -102,6 +102,7 @@ class ParamsProposer:
     """See the module doc. ``library``: the variants to draw from (default :data:`LIBRARY`)."""
 
     name = "params"
+    needs_cases = False  # reads the diagnostics table and the target, not the case texts
 
     def __init__(self, library: tuple[Variant, ...] = LIBRARY):
         self.library = library
