@@ -14,7 +14,7 @@ from evolution.search.archive import Archive, Candidate, SplitScores
 from evolution.search.config import EvolveConfig
 from evolution.search.edits import apply_edits
 from evolution.search.integrate import blame, integration_verdict, paired_case, paired_cases
-from evolution.search.merge import Contender, MergeError, component_merge, split_program
+from evolution.search.merge import Contender, MergeError, component_merge, element_key, split_program
 from evolution.search.proposers.library import variant
 from evolution.search.proposers.params import constant_mutations
 from evolution.search.select import RandomCases, RoundRobinTarget, TaskInfo
@@ -152,6 +152,10 @@ def test_merge_of_one_specialist_is_that_specialist_and_bad_programs_raise():
 
     res = component_merge(Contender("base", BASE), [Contender("sT", SPEC_T, "T")], {"sT": BASE})
     assert program_key(res.source) == program_key(SPEC_T) and res.conflicts == []
+    # statement order does not change the element key (the program key sees it)
+    moved = SPEC_T.replace("TOP_K = 40\n\n\n", "").replace("def pack_lines(", "TOP_K = 40\n\n\ndef pack_lines(")
+    assert moved != SPEC_T and element_key(moved) == element_key(SPEC_T) != element_key(BASE)
+    assert program_key(moved) != program_key(SPEC_T)
     with pytest.raises(MergeError, match="sX: syntax error"):
         component_merge(Contender("base", BASE), [Contender("sX", "def (", "T")], {"sX": BASE})
     with pytest.raises(MergeError, match="no class Memory"):

@@ -38,7 +38,7 @@ import random
 from dataclasses import dataclass
 
 from evolution.search.archive import CAPABILITIES, Archive, Candidate, program_key
-from evolution.search.merge import Contender, MergeError, component_merge
+from evolution.search.merge import Contender, MergeError, component_merge, element_key
 from evolution.search.proposers.base import ProposalInput, ProposalResult
 from evolution.search.select import TaskInfo
 
@@ -251,9 +251,10 @@ class TraceGuidedIntegrator:
         row["conflicts"] = [c.to_dict() for c in res.conflicts]
         row["components"] = res.components
         desc = "component merge of " + ", ".join(f"{s.id} ({caps_of[s.id]})" for s in include)
-        key = program_key(res.source)
-        same = next((c for c in arch.candidates.values() if c.key == key and c.status == "evaluated"), None)
-        if same is not None:  # the merge is an archived program (e.g. one contributor): reuse its scores
+        key, ekey = program_key(res.source), element_key(res.source)
+        same = next((c for c in arch.candidates.values() if c.status == "evaluated" and
+                     (c.key == key or element_key(evo.source_of(c.id)) == ekey)), None)
+        if same is not None:  # the merge is an archived program, up to statement order: reuse its scores
             row.update(candidate=same.id, status="evaluated", verdict="ok", valid=same.valid.scores(),
                        proposal=desc + f" = archived {same.id} (scores reused)")
             self._judge(evo, row, same, [s for s in include if s.id in res.contributors])

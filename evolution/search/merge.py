@@ -196,6 +196,21 @@ def split_program(source: str, name: str = "program") -> ProgramParts:
     return ProgramParts(docstring, module, memory)
 
 
+def element_key(source: str) -> str | None:
+    """sha256 (16 hex digits) of a program's elements as an unordered set of (key, normalised
+    AST): two programs with equal element keys define the same things and differ at most in
+    statement order, comments and docstrings. None when the source cannot be split."""
+    import hashlib
+    import json
+
+    try:
+        parts = split_program(source)
+    except MergeError:
+        return None
+    items = sorted([e.key, e.norm] for e in parts.module + parts.memory)
+    return hashlib.sha256(json.dumps(items).encode()).hexdigest()[:16]
+
+
 def render(parts: ProgramParts, module_keys: list[str], memory_keys: list[str], pick: dict[str, Element]) -> str:
     """Source text of the chosen elements (``pick``: key → element) in the given orders, under
     ``parts``' module docstring."""
