@@ -108,6 +108,35 @@ class ResumableJsonl:
         self.done.add(k)
         self.records.append(record)
 
+    def drop(self, keys) -> int:
+        """Remove the records of ``keys`` so that their units are redone (e.g. sessions that
+        came back empty). The file is rewritten crash-safely: the kept lines go to a temporary
+        file that is fsynced and renamed over ``path``; the lock moves to the new file.
+        Returns the number of records dropped. Raises JsonlLockedError if another process
+        took the renamed file's lock first."""
+        keys = set(keys)
+        kept = [r for r in self.records if self.key(r) not in keys]
+        n = len(self.records) - len(kept)
+        if not n:
+            return 0
+        tmp = self.path.with_name(f".{self.path.name}.rewrite-{os.getpid()}")
+        with open(tmp, "wb") as f:
+            f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept).encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise JsonlLockedError(f"{self.path} was taken by another process while being rewritten") from None
+        os.close(self._fd)
+        self._fd = fd
+        self.records = kept
+        self.done = {self.key(r) for r in kept}
+        return n
+
     def close(self) -> None:
         """Release the lock and close the file (idempotent)."""
         if self._fd is not None:

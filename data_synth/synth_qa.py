@@ -255,6 +255,8 @@ class SynthQAStats(CallTally):
 
     sessions_written: int = 0
     sessions_resumed: int = 0
+    sessions_retried_empty: int = 0
+    sessions_empty: int = 0
     sessions_short: int = 0
     attempts: int = 0
     accepted: int = 0
@@ -281,6 +283,36 @@ def _session_key(rec: dict):
     return (rec.get("conversation_id"), rec.get("session"))
 
 
+def run_settings(source: str, backend, j: int) -> dict:
+    """The settings a ``synth qa`` line records and a resume must match: ``source``, the
+    ``expert`` model id (expert source) and ``j`` (expert source; benchmark lines hold the
+    benchmark's own QA, whatever j is)."""
+    if source == "benchmark":
+        return {"source": "benchmark", "expert": None, "j": None}
+    return {"source": "expert", "expert": getattr(backend, "model_id", "?"), "j": j}
+
+
+def _line_settings(rec: dict) -> dict:
+    if rec.get("source") == "benchmark":
+        return {"source": "benchmark", "expert": None, "j": None}
+    j = rec.get("j")
+    if j is None and isinstance(rec.get("qa"), list) and isinstance(rec.get("missing"), int):
+        j = len(rec["qa"]) + rec["missing"]  # lines written before j was recorded
+    return {"source": rec.get("source"), "expert": rec.get("expert"), "j": j}
+
+
+def check_resume_settings(records: list[dict], want: dict, out_path) -> None:
+    """Refuse to resume a file written with other settings (its old lines would be mixed with
+    new ones while the summary reports only the new settings). Raises ValueError naming the
+    file, the first differing line's settings and the requested ones."""
+    for no, rec in enumerate(records, 1):
+        have = _line_settings(rec)
+        if have != want:
+            diff = ", ".join(f"{k} {have[k]!r} (now {want[k]!r})" for k in want if have[k] != want[k])
+            raise ValueError(f"{out_path}: line {no} was written with other settings: {diff}; resume with the same "
+                             "--source/--expert/--j, or write to another --out")
+
+
 def synth_qa(convs: list[Conversation], out_path, *, source: str = "expert", backend=None, embedder=None,
              j: int = 5, max_tries: int = 3, concurrency: int = 8, n_sessions: int | None = None,
              params: GenerationParams | None = None, progress: bool = True) -> SynthQAStats:
@@ -292,7 +324,10 @@ def synth_qa(convs: list[Conversation], out_path, *, source: str = "expert", bac
     attempt (the backend runs them concurrently); ``embedder`` retrieves earlier excerpts and
     finds near-duplicates. source "benchmark": :func:`bucket_benchmark_qa` (no model; the
     caller must refuse test splits). ``params`` default: greedy, 1024 new tokens.
-    Raises ValueError for a bad source / j / max_tries / concurrency or missing backend.
+    Resume: every line records its settings (:func:`run_settings`); a file written with other
+    settings is refused, and expert sessions that came back with no question are redone.
+    Raises ValueError for a bad source / j / max_tries / concurrency, a missing backend, or
+    a resume with other settings.
     """
     if source not in ("expert", "benchmark"):
         raise ValueError(f"source must be expert or benchmark, got {source!r}")
@@ -303,8 +338,13 @@ def synth_qa(convs: list[Conversation], out_path, *, source: str = "expert", bac
     kind_quota(j, False)  # validates j
     params = params or GenerationParams(max_new_tokens=1024, temperature=0.0)
     stats = SynthQAStats()
+    want = run_settings(source, backend, j)
     with ResumableJsonl(out_path, _session_key) as log:
         stats.repaired_bytes = log.repaired_bytes
+        check_resume_settings(log.records, want, out_path)
+        # a session that came back with no question is redone (e.g. with a higher max_tries)
+        stats.sessions_retried_empty = log.drop([_session_key(r) for r in log.records
+                                                 if r.get("source") == "expert" and not r.get("qa")])
         for conv in tqdm(convs, desc="synth qa", unit="conv", disable=not progress):
             sessions = conv.sessions[:n_sessions] if n_sessions else conv.sessions
             todo = [s for s in sessions if (conv.id, s.index) not in log.done]
@@ -316,12 +356,14 @@ def synth_qa(convs: list[Conversation], out_path, *, source: str = "expert", bac
                     log.append({"conversation_id": conv.id, "session": s.index, "date": s.date_text,
                                 "qa": buckets.get(s.index, []), "source": "benchmark"})
                     stats.sessions_written += 1
+                    stats.sessions_empty += not buckets.get(s.index)
                 continue
             for i in range(0, len(todo), concurrency):
                 for line in _generate_chunk(conv, todo[i: i + concurrency], backend, embedder, j, max_tries,
                                             params, stats):
                     log.append(line)
                     stats.sessions_written += 1
+                    stats.sessions_empty += not line["qa"]
     return stats
 
 
@@ -365,7 +407,7 @@ def _generate_chunk(conv, chunk, backend, embedder, j, max_tries, params, stats)
         missing = j - len(qa)
         stats.sessions_short += missing > 0
         lines.append({"conversation_id": conv.id, "session": s.index, "date": s.date_text, "qa": qa,
-                      "source": "expert", "expert": getattr(backend, "model_id", "?"), "tries": st["tries"],
+                      "source": "expert", "expert": getattr(backend, "model_id", "?"), "j": j, "tries": st["tries"],
                       "missing": missing, "rejected": dict(st["rejected"])})
     return lines
 

@@ -70,9 +70,10 @@ class CoreOverLimitError(ManagerOutputError):
     error_type = "core_over_limit"
 
 
-def _check_output(manager: str, text: str, bank: MemoryBank, session: int):
-    """Parsed ops of a valid output; raises ManagerOutputError (with ``error_type``)."""
-    ops = parse_output(manager, text)
+def _check_output(manager: str, text: str, bank: MemoryBank, session: int, finish_reason: str | None = None):
+    """Parsed ops of a valid output; raises ManagerOutputError (with ``error_type``; a cut-off
+    completion is ``truncated``)."""
+    ops = parse_output(manager, text, finish_reason)
     trial = bank.copy()
     trial.compressor = None
     trial.apply(manager, ops, session)
@@ -102,7 +103,7 @@ def expert_session(backend, bank: MemoryBank, session: Session, embedder, params
         for m, comp in zip(pending, completions):
             stats.book(comp)
             try:
-                ops = _check_output(m, comp.text, bank, session.index)
+                ops = _check_output(m, comp.text, bank, session.index, comp.finish_reason)
             except ManagerOutputError as e:
                 stats.invalid[e.error_type] += 1
                 errors[m] = f"{e.error_type}: {e}"

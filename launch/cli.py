@@ -1,9 +1,17 @@
 """The ``memgym`` command line. Each command group lives in its own ``launch/cmd_*.py``
-module exposing ``register(subparsers)``; this file only wires them together."""
+module exposing ``register(subparsers)``; this file only wires them together.
+
+Errors: an ordinary mistake (a bad recipe value, a missing or unreadable file, broken YAML or
+data, a dead or misbehaving server, a corrupt cache: the types in :func:`user_error_types`)
+ends in ONE line on stderr, ``memgym <command>: <what and where>``, and exit status 2 (a
+config or usage error) or 1 (anything else). Any other exception is a bug and keeps its
+traceback; ``--debug`` or ``MEMGYM_DEBUG=1`` shows the traceback of every error.
+"""
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # (module, help) — each module defines register(subparsers) that adds its parser(s).
@@ -28,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="memgym",
         description="memgym: train memory-construction LLMs (SFT + ADRPO) and evolve memory programs.",
     )
+    p.add_argument("--debug", action="store_true",
+                   help="show the full traceback of every error (also: MEMGYM_DEBUG=1)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMAND_MODULES:
@@ -39,6 +49,70 @@ def build_parser() -> argparse.ArgumentParser:
             raise
         mod.register(sub)
     return p
+
+
+def user_error_types() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """``(usage_errors, run_errors)``: exception types that are the user's input or
+    environment, not a bug in memgym. Usage errors exit 2, run errors exit 1."""
+    import yaml
+
+    from llm.base import LLMError, TruncatedOutputError
+    from llm.config import ConfigError
+    from llm.messages import BatchError
+    from llm.models import ModelPackageMissing
+
+    usage: list[type] = [ConfigError, yaml.YAMLError]
+    run: list[type] = [OSError, LLMError, ModelPackageMissing, TruncatedOutputError, BatchError]
+    for module, names, into in (
+        ("llm.cache", ("CacheCorruptError",), run),
+        ("memory_bank.errors", ("ManagerOutputError", "BankFormatError"), run),
+        ("data_synth.errors", ("DataFormatError",), run),
+        ("data_synth.expert", ("TrajectoryError",), run),
+        ("data_synth.jsonl", ("JsonlCorruptError", "JsonlLockedError"), run),
+        ("data_synth.qa_format", ("SessionQAError",), run),
+        ("data_synth.annotate", ("LabelValidationError",), run),
+        ("rewards.session_reward", ("RewardDataError",), run),
+        ("training.adrpo", ("ADRPOConfigError",), usage),
+        ("training.adrpo_data", ("ADRPODataError",), run),
+        ("training.data", ("TrainingDataError", "ExampleLengthError"), run),
+        ("launch.cmd_launch", ("LaunchError",), usage),
+        ("launch.cmd_synth", ("UsageError",), usage),
+    ):
+        mod = sys.modules.get(module)  # a module never imported cannot have raised its errors
+        if mod is None:
+            continue
+        into.extend(getattr(mod, n) for n in names if hasattr(mod, n))
+    return tuple(usage), tuple(run)
+
+
+def one_line(exc: BaseException, limit: int = 600) -> str:
+    """``exc`` as one line: its message with whitespace runs collapsed, cut at ``limit``
+    characters; the type name is added when the message does not already say it."""
+    msg = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, OSError) and getattr(exc, "filename", None) and str(exc.filename) not in msg:
+        msg = f"{msg}: {exc.filename}"
+    if isinstance(exc, (KeyError,)) or msg == type(exc).__name__:
+        msg = f"{type(exc).__name__}: {msg}"
+    elif type(exc).__module__ == "yaml" or type(exc).__module__.startswith("yaml."):
+        msg = f"broken YAML: {msg}"
+    return msg if len(msg) <= limit else msg[: limit - 1] + "…"
+
+
+def run_command(args, command: str) -> int:
+    """Run ``args.func(args)``; a user error becomes one stderr line and exit status 2 or 1
+    (see the module docstring); ``--debug``/``MEMGYM_DEBUG=1`` re-raises it."""
+    debug = getattr(args, "debug", False) or os.environ.get("MEMGYM_DEBUG", "") not in ("", "0")
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"memgym {command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - classified below; bugs are re-raised
+        usage, run = user_error_types()
+        if debug or not isinstance(e, usage + run):
+            raise
+        print(f"memgym {command}: {one_line(e)}", file=sys.stderr)
+        return 2 if isinstance(e, usage) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,8 +127,9 @@ def main(argv: list[str] | None = None) -> int:
         args.rest = argv[start:]
     elif unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    rc = args.func(args)
-    return int(rc or 0)
+    sub_command = getattr(args, f"{args.command}_command", None)  # e.g. bank_command = "replay"
+    words = getattr(args, "passthrough", None) or [args.command] + ([sub_command] if sub_command else [])
+    return run_command(args, " ".join(words))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,9 @@ from pathlib import Path
 def _replay(args) -> int:
     from data_synth.expert import TrajectoryError, replay
 
+    if args.out and Path(args.out).is_dir():
+        print(f"memgym bank replay: --out {args.out} is a directory; give a file path (BANK.json)", file=sys.stderr)
+        return 2
     try:
         bank = replay(args.trajectories)
     except (TrajectoryError, FileNotFoundError) as e:
@@ -22,8 +25,9 @@ def _replay(args) -> int:
     return 0
 
 
-def check_output(manager: str, raw: bytes, bank_text: str | None = None) -> dict:
-    """The verdict of ``memgym bank check``: never raises for any input bytes."""
+def check_output(manager: str, raw: bytes, bank_text: str | None = None, finish_reason: str | None = None) -> dict:
+    """The verdict of ``memgym bank check``: never raises for any input bytes. A cut-off
+    output (unterminated JSON, or ``finish_reason == "length"``) is error ``truncated``."""
     from memory_bank.bank import MemoryBank
     from memory_bank.errors import BankFormatError, ManagerOutputError
 
@@ -36,7 +40,7 @@ def check_output(manager: str, raw: bytes, bank_text: str | None = None) -> dict
     except UnicodeDecodeError as e:
         return {"ok": False, "error": "parse_error", "message": f"input is not UTF-8 text (byte {e.start})"}
     try:
-        bank.apply_text(manager, text, bank.session + 1)
+        bank.apply_text(manager, text, bank.session + 1, finish_reason=finish_reason)
     except ManagerOutputError as e:
         return {"ok": False, "error": e.error_type, "message": str(e)}
     except RecursionError:
@@ -53,7 +57,7 @@ def _check(args) -> int:
             print(json.dumps({"ok": False, "error": "bank_file_error", "message": f"cannot read {args.bank}: {e}"}))
             return 0
     try:
-        verdict = check_output(args.manager, sys.stdin.buffer.read(), bank_text)
+        verdict = check_output(args.manager, sys.stdin.buffer.read(), bank_text, args.finish_reason)
     except Exception as e:  # noqa: BLE001 - the contract is "never a traceback"
         verdict = {"ok": False, "error": "internal_error", "message": f"{type(e).__name__}: {e}"}
     print(json.dumps(verdict))
@@ -75,4 +79,7 @@ def register(sub) -> None:
                                  '{"ok": bool, "error": <type or null>, "message": str}. Always exits 0.')
     c.add_argument("--manager", required=True, choices=["core", "episodic", "semantic", "procedural"])
     c.add_argument("--bank", metavar="BANK.json", help="bank to validate against (default: empty bank)")
+    c.add_argument("--finish_reason", choices=["stop", "length"],
+                   help="the completion's finish reason, when known: 'length' (cut off by the token limit) is "
+                        "reported as error 'truncated' whatever the text")
     c.set_defaults(func=_check)

@@ -95,6 +95,10 @@ def bench_retrieval(sizes=(1_000, 10_000, 100_000), dim: int = 384, k: int = 10,
 
 
 def _retrieval(args) -> int:
+    from llm.config import ConfigError
+
+    if args.k > min(args.sizes):
+        raise ConfigError(f"--k {args.k} is larger than the smallest --sizes entry {min(args.sizes)}")
     rows = bench_retrieval(tuple(args.sizes), args.dim, args.k)
     print("| entries | floor ms/query | VectorIndex ms/query (ratio) | BankRetriever ms/query (ratio) |")
     print("|---|---|---|---|")
@@ -112,9 +116,12 @@ def register(sub) -> None:
     r = s.add_parser("retrieval", help="top-k retrieval ms/query vs a numpy matmul+argpartition floor",
                      description="Top-10 retrieval over 1K/10K/100K entries of 384 dims: ms/query of "
                                  "VectorIndex and BankRetriever, each as a ratio to the numpy floor.")
-    r.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
-    r.add_argument("--dim", type=int, default=384)
-    r.add_argument("--k", type=int, default=10)
+    from llm.config import at_least
+
+    r.add_argument("--sizes", type=at_least(1), nargs="+", default=[1_000, 10_000, 100_000],
+                   help="bank sizes in entries (default 1000 10000 100000)")
+    r.add_argument("--dim", type=at_least(1), default=384, help="embedding dimension (default 384)")
+    r.add_argument("--k", type=at_least(1), default=10, help="entries retrieved per query (default 10)")
     r.set_defaults(func=_retrieval)
     # Other packages' benchmarks: each module defines register_bench(subparsers).
     import importlib

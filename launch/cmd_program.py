@@ -100,8 +100,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
         v = rep.validation
         print(f"memgym program eval: validation failed at level {v['level']}: {v['reason']}", file=sys.stderr)
         return 1
-    _print_summary(rep.to_dict(tasks=False), cfg.out)
-    return 0
+    rep = rep.to_dict()
+    _print_summary(rep, cfg.out)
+    return _report_problems(rep)
+
+
+def _report_problems(rep: dict) -> int:
+    """Failures that would otherwise hide in report.json: say them on stderr; exit 1 when no
+    question was scored or every retrieve call failed (the scores then mean nothing)."""
+    from launch.cmd_eval import report_problems
+
+    rc = report_problems("memgym program eval", [rep])
+    n, errors = rep.get("n", 0), rep.get("retrieve_errors", 0)
+    if n and errors == n:
+        first = next((t["error"] for t in rep.get("tasks", []) if t.get("error")), "")
+        print(f"memgym program eval: every Memory.retrieve call failed ({errors} of {n}), e.g. {first[:200]}; "
+              "the scores are not a result", file=sys.stderr)
+        rc = 1
+    elif errors:
+        print(f"memgym program eval: warning: {errors} of {n} Memory.retrieve calls failed (scored 0)", file=sys.stderr)
+    return rc
 
 
 def _print_summary(rep: dict, out: str) -> None:

@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+from llm.config import at_least
+
 
 def load_policy_tokenizer(spec: str):
     """The policy tokenizer: ``smollm2`` (default, the embedded SmolLM2's) or a local model
@@ -49,10 +51,10 @@ def add_reward_flags(p) -> None:
     p.add_argument("--judge-model", default=None, metavar="SPEC", help="judge model for llm (default: answer model)")
     p.add_argument("--tokenizer", default="smollm2", help="policy tokenizer: smollm2 or a local model dir")
     p.add_argument("--embedder", choices=["minilm", "hash"], default="minilm", help="minilm (default) or hash (tests)")
-    p.add_argument("--top-k", type=int, default=10, help="entries retrieved per question (default 10)")
+    p.add_argument("--top-k", type=at_least(1), default=10, help="entries retrieved per question (default 10)")
     p.add_argument("--lam", type=float, default=0.8, help="λ of the length penalty (default 0.8)")
     p.add_argument("--alpha", type=float, default=4.0, help="α, weight of the dominant part (default 4)")
-    p.add_argument("--concurrency", type=int, default=8, help="answer/judge requests in flight (default 8)")
+    p.add_argument("--concurrency", type=at_least(1), default=8, help="answer/judge requests in flight (default 8)")
     p.add_argument("--cache", default=None, help="sqlite response cache (default under $MEMGYM_CACHE); 'none' disables")
 
 
@@ -91,7 +93,7 @@ def register(sub) -> None:
     a.add_argument("--dataset", choices=["locomo", "longmemeval"], default="locomo")
     a.add_argument("--path", help="benchmark file (default: $MEMGYM_DATA/...)")
     a.add_argument("--qa", metavar="QA.jsonl", help="session QA from `memgym synth qa` (default: the files' qa)")
-    a.add_argument("--batch-size", type=int, default=64, help="samples per reward call (default 64)")
+    a.add_argument("--batch-size", type=at_least(1), default=64, help="samples per reward call (default 64)")
     a.add_argument("--quiet", action="store_true", help="no progress bars")
     add_reward_flags(a)
     a.set_defaults(func=_audit)

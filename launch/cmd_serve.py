@@ -39,6 +39,20 @@ def choose_engine(engine: str, has_vllm: bool, has_gpu: bool) -> str:
     raise ValueError(f"unknown engine {engine!r}; expected auto, vllm or builtin")
 
 
+def check_port(host: str, port: int) -> None:
+    """Raise OSError naming ``host:port`` when nothing can listen there (in use, no
+    permission, unknown host); checked before a model is loaded."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+    except OSError as e:
+        raise OSError(e.errno, f"cannot listen on {host}:{port} ({e.strerror or e}); pick another --port "
+                               "(0 = any free port) or --host") from None
+
+
 def vllm_command(model_path: str, host: str, port: int, served_model_name: str | None) -> list[str]:
     """The ``vllm serve`` command line for a local model dir."""
     cmd = ["vllm", "serve", model_path, "--host", host, "--port", str(port)]
@@ -62,6 +76,7 @@ def run_serve(args: argparse.Namespace, *, on_ready: Callable[[str], None] | Non
     except ValueError as e:  # BackendSpecError is a ValueError too
         raise SystemExit(f"memgym serve: {e}") from e
     port = args.port if args.port is not None else ROLE_PORTS[args.role]
+    check_port(args.host, port)  # before any model loads
     if engine == "vllm":
         if spec.kind == "openai":
             raise SystemExit(f"memgym serve: {args.model} is already a server; vllm needs an hf:/vllm: model dir")
@@ -92,6 +107,17 @@ def run_serve(args: argparse.Namespace, *, on_ready: Callable[[str], None] | Non
     return 0
 
 
+def port_number(text: str) -> int:
+    """argparse type: a TCP port in [0, 65535]."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"must be in [0, 65535], got {v}")
+    return v
+
+
 def register(subparsers) -> None:
     """Add ``serve`` to the memgym CLI."""
     p = subparsers.add_parser(
@@ -102,7 +128,7 @@ def register(subparsers) -> None:
     p.add_argument("--model", required=True, metavar="SPEC",
                    help="hf:<dir> | hf:smollm2 | vllm:<dir> (or openai:<url>#<model> to proxy, builtin only)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=None,
+    p.add_argument("--port", type=port_number, default=None,
                    help="port (default by role: policy 8000, answer 8001, judge 8002; 0 = any free port)")
     p.add_argument("--engine", choices=["auto", "vllm", "builtin"], default="auto",
                    help="auto: vllm when installed and a GPU exists, else builtin")

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from data_synth.splits import LOCOMO_SPLITS
+from llm.config import at_least
 
 EMBEDDERS = ("minilm", "hash")
 
@@ -94,13 +95,24 @@ def _qa(args) -> int:
         backend = load_role_backend(rt, args.expert, "expert", args.concurrency)
         embedder = make_embedder(args.embedder, rt)
     snap = rt.calls_snapshot()
-    stats = synth_qa(convs, args.out, source=args.source, backend=backend, embedder=embedder, j=args.j,
-                     max_tries=args.max_tries, concurrency=args.concurrency, n_sessions=args.n_sessions,
-                     params=GenerationParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                                             seed=args.seed),
-                     progress=not args.quiet)
+    try:
+        stats = synth_qa(convs, args.out, source=args.source, backend=backend, embedder=embedder, j=args.j,
+                         max_tries=args.max_tries, concurrency=args.concurrency, n_sessions=args.n_sessions,
+                         params=GenerationParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                                                 seed=args.seed),
+                         progress=not args.quiet)
+    except ValueError as e:
+        print(f"memgym synth qa: {e}", file=sys.stderr)
+        return 2
     _write_summary(args.out, {"out": args.out, "source": args.source, "expert": args.expert,
                               **stats.to_json(), "runtime": rt.calls_since(snap)})
+    if stats.sessions_written and stats.sessions_empty == stats.sessions_written:
+        print(f"memgym synth qa: all {stats.sessions_written} session(s) came back with no question; nothing usable "
+              f"was produced (see the rejected counts above; rerun to retry them)", file=sys.stderr)
+        return 1
+    if not stats.sessions_written and not stats.sessions_resumed:
+        print("memgym synth qa: no session to write (check --conversations/--split and --n-sessions)", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -136,15 +148,15 @@ def _common(p: argparse.ArgumentParser, expert_required: bool) -> None:
     p.add_argument("--path", help="benchmark file (default: $MEMGYM_DATA/...)")
     p.add_argument("--split", help="a training split (locomo: train|valid; longmemeval: sft|rl); test is refused")
     p.add_argument("--conversations", nargs="+", metavar="ID", help="conversation / question ids (instead of --split)")
-    p.add_argument("--n-sessions", type=int, metavar="N", help="first N sessions of each conversation only")
+    p.add_argument("--n-sessions", type=at_least(1), metavar="N", help="first N sessions of each conversation only")
     p.add_argument("--expert", required=expert_required, metavar="SPEC",
                    help="expert backend: openai:<url>#<model> | hf:<dir> | hf:smollm2 | vllm:<dir>")
     p.add_argument("--out", required=True, metavar="F.jsonl", help="output JSONL (resumed if it exists)")
-    p.add_argument("--max-tries", type=int, default=3, help="attempts per session before giving up (default 3)")
-    p.add_argument("--concurrency", type=int, default=8,
+    p.add_argument("--max-tries", type=at_least(1), default=3, help="attempts per session before giving up (default 3)")
+    p.add_argument("--concurrency", type=at_least(1), default=8,
                    help="requests in flight (openai) / generation batch (hf) (default 8)")
-    p.add_argument("--max-new-tokens", type=int, default=1024, help="expert tokens per output (default 1024)")
-    p.add_argument("--temperature", type=float, default=0.0, help="expert sampling temperature (default 0: greedy)")
+    p.add_argument("--max-new-tokens", type=at_least(1), default=1024, help="expert tokens per output (default 1024)")
+    p.add_argument("--temperature", type=at_least(0.0, float), default=0.0, help="expert sampling temperature (default 0: greedy)")
     p.add_argument("--seed", type=int, default=None, help="sampling seed (makes sampled outputs cacheable)")
     p.add_argument("--embedder", choices=EMBEDDERS, default="minilm",
                    help="minilm (default) or hash (model-free, for tests only)")
@@ -158,15 +170,15 @@ def register(sub) -> None:
     s.required = True
     q = s.add_parser("qa", help="J validated QA per session, by an expert model or from the benchmark",
                      description="Writes one JSONL line per session {conversation_id, session, date, qa:[{question, "
-                                 "answer, evidence, kind}], ...}: J questions (~50%% single-session, 30%% "
-                                 "multi-session, 20%% temporal) with evidence turn ids, validated (unknown evidence "
+                                 "answer, evidence, kind}], ...}: J questions (~50% single-session, 30% "
+                                 "multi-session, 20% temporal) with evidence turn ids, validated (unknown evidence "
                                  "ids, empty answers, near-duplicates, unparsable output are rejected and counted) and "
                                  "regenerated up to --max-tries. Resumes after a crash. --source benchmark buckets "
                                  "the benchmark's own QA by the session of its latest evidence (training splits "
                                  "only). Prints and writes <out>.summary.json. Exit 2 on a usage error or test split.")
     _common(q, expert_required=False)
     q.add_argument("--source", choices=["expert", "benchmark"], default="expert")
-    q.add_argument("--j", type=int, default=5, help="questions per session (default 5)")
+    q.add_argument("--j", type=at_least(1), default=5, help="questions per session (default 5)")
     q.set_defaults(func=_qa)
     t = s.add_parser("trajectories", help="expert memory-construction trajectories, validated by replay",
                      description="Runs the four managers with the expert over each session and writes lines in "

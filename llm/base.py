@@ -29,6 +29,28 @@ class BackendSpecError(LLMError, ValueError):
     """A backend spec string (``hf:<path>``, ``openai:<url>#<model>``) is malformed."""
 
 
+class TruncatedOutputError(ValueError):
+    """A model output that was cut off before it finished: the completion stopped on the
+    token limit (``finish_reason == "length"``) or its text ends inside an unterminated JSON
+    string, object or array. ``error_type`` is always ``"truncated"``: the one error kind
+    every caller (manager-output parsing, judges, program records, structured outputs) uses
+    for cut-off outputs, so reports and format gates count them the same way.
+    Raise it from a completion with :func:`require_complete`."""
+
+    error_type = "truncated"
+
+
+def require_complete(completion: "Completion", what: str = "output") -> str:
+    """``completion.text`` when the completion finished on its own; raises
+    :class:`TruncatedOutputError` (naming ``what`` and the token count) when it stopped on
+    the length limit."""
+    if completion.truncated:
+        raise TruncatedOutputError(
+            f"{what} was cut off by the token limit after {completion.completion_tokens} tokens "
+            f"(finish_reason 'length'); raise max_new_tokens")
+    return completion.text
+
+
 @dataclass(frozen=True)
 class GenerationParams:
     """Sampling parameters. ``temperature == 0`` means greedy decoding.
@@ -60,13 +82,20 @@ class GenerationParams:
 
 @dataclass(frozen=True)
 class Completion:
-    """One generated answer. ``cached`` is True when it came from the response cache."""
+    """One generated answer. ``cached`` is True when it came from the response cache.
+    ``finish_reason``: ``"stop"`` (the model ended it) or ``"length"`` (cut off at
+    ``max_new_tokens``; see :attr:`truncated`)."""
 
     text: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: str = "stop"
     cached: bool = False
+
+    @property
+    def truncated(self) -> bool:
+        """True when generation stopped on the token limit, not on its own."""
+        return self.finish_reason == "length"
 
 
 @runtime_checkable

@@ -20,6 +20,59 @@ _SCHEMA = """CREATE TABLE IF NOT EXISTS responses (
     key TEXT PRIMARY KEY, model_id TEXT NOT NULL, value TEXT NOT NULL, created REAL NOT NULL)"""
 
 
+class CacheError(LLMError):
+    """A sqlite cache file (responses, embeddings, stage outputs) cannot be opened."""
+
+
+class CacheCorruptError(CacheError):
+    """A sqlite cache file is not a database or fails sqlite's integrity check. The message
+    names the file and the recovery: move it aside (a cache only saves recomputation), or
+    run without it."""
+
+
+def corrupt_message(path, what: str, err, without: str) -> str:
+    return (f"the {what} cache {path} is corrupt ({err}); move it aside and rerun "
+            f"(mv '{path}' '{path}.corrupt'; it only saves recomputation) or run {without}")
+
+
+def open_cache_db(path: str, schema: str, what: str, without: str = "with --cache none") -> sqlite3.Connection:
+    """Open (creating if needed) a sqlite cache with WAL journaling, create its table and run
+    ``PRAGMA quick_check``, so a corrupt file is found at open, before any model loads.
+
+    ``what`` names the cache in messages (``response``, ``embedding``, ``stage``); ``without``
+    says how to run without it. Raises :class:`CacheCorruptError` (naming the file and the
+    recovery) for a file that is not a database or fails the check, :class:`CacheError` when
+    it cannot be opened (permissions, a locked or missing folder)."""
+    conn = None
+    try:
+        conn = sqlite3.connect(path, check_same_thread=False, timeout=30.0, isolation_level=None)
+        if path != ":memory:":
+            conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute(schema)
+        if path != ":memory:":
+            verdict = conn.execute("PRAGMA quick_check").fetchone()[0]
+            if verdict != "ok":
+                raise sqlite3.DatabaseError(f"integrity check: {verdict}")
+    except sqlite3.OperationalError as e:
+        if conn is not None:
+            conn.close()
+        raise CacheError(f"cannot open the {what} cache {path}: {e}") from None
+    except sqlite3.DatabaseError as e:
+        if conn is not None:
+            conn.close()
+        raise CacheCorruptError(corrupt_message(path, what, e, without)) from None
+    return conn
+
+
+def fail_soft(obj, what: str, err: Exception) -> None:
+    """A cache file that breaks mid-run: warn once naming the file, stop using the file and
+    keep the run going (results are then only not cached)."""
+    if not getattr(obj, "_broken", None):
+        obj._broken = str(err)
+        warnings.warn(f"{corrupt_message(obj.path, what, err, 'with --cache none')}; continuing without it", stacklevel=3)
+
+
 def cache_key(model_id: str, messages: Messages, params: GenerationParams, occurrence: int = 0) -> str:
     """sha256 hex of the canonical JSON of ``{model, messages, params[, occurrence]}``.
 
@@ -41,7 +94,10 @@ class ResponseCache:
     several processes can share one file; within a process one connection is shared under a
     lock, so the object is thread-safe. ``put_many`` writes all rows in one transaction (all
     or nothing). A row that cannot be decoded is treated as a miss (with a warning) and is
-    overwritten by the next ``put``.
+    overwritten by the next ``put``. A corrupt file raises :class:`CacheCorruptError` at open
+    (see :func:`open_cache_db`); one that breaks mid-run is dropped with a warning and the
+    run goes on uncached. Completions with no text are never stored (an empty answer from a
+    misbehaving server would otherwise be served for good).
     """
 
     def __init__(self, path: str | Path):
@@ -49,12 +105,8 @@ class ResponseCache:
         if self.path != ":memory:":
             Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0, isolation_level=None)
-        with self._lock:
-            if self.path != ":memory:":
-                self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.execute(_SCHEMA)
+        self._broken: str | None = None
+        self._conn = open_cache_db(self.path, _SCHEMA, "response")
 
     def get_many(self, keys: list[str]) -> dict[str, Completion]:
         """The cached completions for those of ``keys`` that are present (``cached=True``)."""
@@ -62,10 +114,16 @@ class ResponseCache:
         uniq = list(dict.fromkeys(keys))
         with self._lock:
             rows = []
-            for i in range(0, len(uniq), 500):  # stay under sqlite's host-parameter limit
-                part = uniq[i:i + 500]
-                q = f"SELECT key, value FROM responses WHERE key IN ({','.join('?' * len(part))})"
-                rows.extend(self._conn.execute(q, part).fetchall())
+            try:
+                for i in range(0, len(uniq) if not self._broken else 0, 500):  # under sqlite's parameter limit
+                    part = uniq[i:i + 500]
+                    q = f"SELECT key, value FROM responses WHERE key IN ({','.join('?' * len(part))})"
+                    rows.extend(self._conn.execute(q, part).fetchall())
+            except sqlite3.DatabaseError as e:
+                if isinstance(e, sqlite3.OperationalError) and "malformed" not in str(e):
+                    raise
+                fail_soft(self, "response", e)
+                rows = []
         for key, value in rows:
             try:
                 d = json.loads(value)
@@ -81,20 +139,30 @@ class ResponseCache:
         return self.get_many([key]).get(key)
 
     def put_many(self, items: list[tuple[str, str, Completion]]) -> None:
-        """Store ``(key, model_id, completion)`` rows in one transaction (replacing old rows)."""
+        """Store ``(key, model_id, completion)`` rows in one transaction (replacing old rows).
+        Completions whose text is empty or blank are skipped: they are asked again next time."""
         now = time.time()
         rows = [(k, m, json.dumps({"text": c.text, "prompt_tokens": c.prompt_tokens,
                                    "completion_tokens": c.completion_tokens,
                                    "finish_reason": c.finish_reason}, ensure_ascii=False), now)
-                for k, m, c in items]
+                for k, m, c in items if c.text and c.text.strip()]
+        if not rows:
+            return
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
+            if self._broken:
+                return
             try:
-                self._conn.executemany("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?)", rows)
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    self._conn.executemany("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?)", rows)
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                self._conn.execute("COMMIT")
+            except sqlite3.DatabaseError as e:
+                if isinstance(e, sqlite3.OperationalError) and "malformed" not in str(e):
+                    raise
+                fail_soft(self, "response", e)
 
     def put(self, key: str, model_id: str, completion: Completion) -> None:
         """Store one row; see :meth:`put_many`."""

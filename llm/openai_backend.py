@@ -10,6 +10,7 @@ so that retry policy, attempt counting and the final error are ours.
 """
 from __future__ import annotations
 
+import logging
 import os
 import random
 import threading
@@ -21,6 +22,34 @@ from llm.base import BackendRequestError, Completion, GenerationParams, Messages
 from llm.messages import check_batch
 
 RETRY_STATUSES = frozenset({408, 429})  # plus every 5xx
+#: Environment settings read when a backend is built without explicit values.
+ENV_TIMEOUT = "MEMGYM_REQUEST_TIMEOUT_S"
+ENV_RETRIES = "MEMGYM_REQUEST_RETRIES"
+DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_RETRIES = 5
+
+log = logging.getLogger("memgym.llm")
+
+
+def request_settings(timeout_s: float | None = None, max_retries: int | None = None) -> tuple[float, int]:
+    """``(timeout_s, max_retries)``: the explicit values (a recipe's ``request_timeout_s`` /
+    ``request_retries``), else ``$MEMGYM_REQUEST_TIMEOUT_S`` / ``$MEMGYM_REQUEST_RETRIES``,
+    else 60 s and 5 retries. Raises ValueError naming the variable for a bad value."""
+    def env(name, kind, default):
+        raw = os.environ.get(name, "").strip()
+        if not raw:
+            return default
+        try:
+            return kind(raw)
+        except ValueError:
+            raise ValueError(f"${name}={raw!r} is not a{'n integer' if kind is int else ' number'}") from None
+
+    t = timeout_s if timeout_s is not None else env(ENV_TIMEOUT, float, DEFAULT_TIMEOUT_S)
+    r = max_retries if max_retries is not None else env(ENV_RETRIES, int, DEFAULT_RETRIES)
+    if t <= 0 or r < 0:
+        raise ValueError(f"request timeout must be > 0 s and retries >= 0, got {t} s and {r} "
+                         f"(recipe request_timeout_s / request_retries or ${ENV_TIMEOUT} / ${ENV_RETRIES})")
+    return float(t), int(r)
 
 
 def backoff_delay(attempt: int, base_s: float, max_s: float, rng: random.Random) -> float:
@@ -44,14 +73,16 @@ class OpenAIBackend:
         api_key: default ``$OPENAI_API_KEY`` or ``"EMPTY"`` (what vLLM accepts).
         max_concurrency: at most this many requests in flight per replica from this object,
             across all threads calling ``generate`` (>= 1).
-        max_retries: retries after the first attempt (so at most ``max_retries + 1`` attempts).
-        timeout_s: per-request timeout in seconds.
+        max_retries: retries after the first attempt (so at most ``max_retries + 1`` attempts);
+            None: ``$MEMGYM_REQUEST_RETRIES`` or 5 (:func:`request_settings`).
+        timeout_s: per-request timeout in seconds; None: ``$MEMGYM_REQUEST_TIMEOUT_S`` or 60.
         backoff_base_s, backoff_max_s: see :func:`backoff_delay`.
         extra_body: extra JSON fields sent with every request (e.g.
             ``{"chat_template_kwargs": {"enable_thinking": False}}`` for Qwen3 on vLLM).
 
     Retried: HTTP 408, 429 and 5xx, timeouts and connection errors. Not retried: any other
-    4xx (a bad request stays bad). Failure raises :class:`BackendRequestError` naming the
+    4xx (a bad request stays bad). Each retry is logged (logger ``memgym.llm``, WARNING) with
+    its reason and wait, so a slow server is visible. Failure raises :class:`BackendRequestError` naming the
     model, URL, HTTP status (or error kind) and the number of attempts (also in ``.attempts``);
     a failure of one prompt fails the whole ``generate`` call.
 
@@ -63,10 +94,11 @@ class OpenAIBackend:
     """
 
     def __init__(self, base_url: str | list[str], model: str, api_key: str | None = None, max_concurrency: int = 8,
-                 max_retries: int = 5, timeout_s: float = 60, backoff_base_s: float = 0.5,
+                 max_retries: int | None = None, timeout_s: float | None = None, backoff_base_s: float = 0.5,
                  backoff_max_s: float = 20, extra_body: dict | None = None):
         import openai
 
+        timeout_s, max_retries = request_settings(timeout_s, max_retries)
         if max_concurrency < 1 or max_retries < 0 or timeout_s <= 0 or backoff_base_s < 0 or backoff_max_s < 0:
             raise ValueError(
                 f"OpenAIBackend: need max_concurrency >= 1, max_retries >= 0, timeout_s > 0, backoffs >= 0; got "
@@ -140,7 +172,11 @@ class OpenAIBackend:
                     raise BackendRequestError(
                         f"OpenAIBackend: request to {self.base_urls[i]} for model {self.model!r} failed after "
                         f"{attempt} attempt(s) ({verdict}): {what}", attempts=attempt) from exc
-                time.sleep(backoff_delay(attempt, self.backoff_base_s, self.backoff_max_s, self._rng))
+                delay = backoff_delay(attempt, self.backoff_base_s, self.backoff_max_s, self._rng)
+                log.warning("%s (%s): %s; retry %d of %d in %.1f s (request_timeout_s %g, request_retries %d)",
+                            self.base_urls[i], self.model, what, attempt, self.max_retries, delay, self.timeout_s,
+                            self.max_retries)
+                time.sleep(delay)
                 continue
             self._release(i, answered=True)
             return self._to_completion(resp, attempt)
@@ -164,6 +200,11 @@ class OpenAIBackend:
                 self.replica_calls[i] += 1
 
     def _to_completion(self, resp, attempt: int) -> Completion:
+        if isinstance(resp, (str, bytes)) or not hasattr(resp, "choices"):
+            head = (resp.decode("utf-8", "replace") if isinstance(resp, bytes) else str(resp))[:60]
+            raise BackendRequestError(
+                f"OpenAIBackend: {self.base_url} answered with a non-JSON body ({head!r}), not an OpenAI chat "
+                f"completion: is the URL the server's OpenAI-compatible /v1 base?", attempts=attempt)
         choices = getattr(resp, "choices", None)
         if not choices:
             raise BackendRequestError(

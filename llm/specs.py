@@ -73,7 +73,11 @@ def resolve_model_path(spec: BackendSpec | str) -> Path:
         return prepare_smollm2()
     path = Path(s.target).expanduser()
     if not path.is_dir():
-        raise BackendSpecError(f"backend spec {s.kind}:{s.target}: {path.resolve()} is not a directory")
+        import difflib
+
+        close = difflib.get_close_matches(s.target.lower(), DEFAULT_ALIASES, n=1, cutoff=0.7)
+        hint = f"; did you mean {s.kind}:{close[0]}?" if close else ""
+        raise BackendSpecError(f"backend spec {s.kind}:{s.target}: {path.resolve()} is not a directory{hint}")
     return path
 
 

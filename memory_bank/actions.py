@@ -16,7 +16,7 @@ from typing import Annotated, Literal, Union
 import json_repair
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from memory_bank.errors import OutputParseError, OutputSchemaError, WrongPartError
+from memory_bank.errors import OutputParseError, OutputSchemaError, OutputTruncatedError, WrongPartError
 
 PARTS = ("episodic", "semantic", "procedural")
 MANAGERS = ("core",) + PARTS
@@ -88,9 +88,70 @@ _CORE_ADAPTER = TypeAdapter(CoreOp)
 _PART_ADAPTER = TypeAdapter(PartOutput)
 
 
+_CLOSER = {"{": "}", "[": "]"}
+
+
+def _value_start(text: str) -> int:
+    """Index of the first ``{`` or of a ``[`` that opens a list of objects (``[{``), else -1."""
+    for i, ch in enumerate(text):
+        if ch == "{":
+            return i
+        if ch == "[" and text[i + 1:].lstrip().startswith("{"):
+            return i
+    return -1
+
+
+def unterminated_json(text: str) -> str | None:
+    """Where ``text`` ends inside its JSON value: ``"string"``, ``"object"`` or ``"array"``,
+    or None when the value closes (or there is none).
+
+    The value starts at the first ``{`` (or a ``[`` opening a list of objects); prose before
+    it is skipped and the scan stops when it closes, so prose after it does not count. Inside,
+    double-quoted strings with backslash escapes are tracked, and a closer that does not match
+    the innermost opener closes the nearest matching one (small damage, not a cut). Used to
+    tell a truncated output (cut off mid-value) from one that only needs repair."""
+    start = _value_start(text)
+    if start < 0:
+        return None
+    stack: list[str] = []
+    in_string = escaped = False
+    for ch in text[start:]:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in _CLOSER:
+            stack.append(ch)
+        elif ch in ("}", "]"):
+            opener = "{" if ch == "}" else "["
+            if opener in stack:
+                while stack.pop() != opener:
+                    pass
+            if not stack:
+                return None
+    if in_string:
+        return "string"
+    if stack:
+        return "object" if stack[-1] == "{" else "array"
+    return None
+
+
+def _check_finished(manager: str, finish_reason: str | None) -> None:
+    if finish_reason == "length":
+        raise OutputTruncatedError("the completion stopped on the token limit (finish_reason 'length')",
+                                   manager=manager)
+
+
 def _recover_object(text: str, manager: str) -> dict:
     """Recover one JSON object from model text: code fences, prose around the object and
-    small damage (a missing brace, trailing commas) are repaired by ``json_repair``."""
+    small damage (trailing commas, a missing comma, single quotes) are repaired by
+    ``json_repair``. Text that ends inside an unterminated string, object or array was cut
+    off: :class:`OutputTruncatedError` (error type ``truncated``)."""
     if not isinstance(text, str):
         raise OutputParseError(f"expected text, got {type(text).__name__}", manager=manager)
     if len(text) > MAX_OUTPUT_CHARS:
@@ -103,6 +164,10 @@ def _recover_object(text: str, manager: str) -> dict:
     try:
         obj = json.loads(stripped)
     except ValueError:
+        cut = unterminated_json(stripped)
+        if cut is not None:
+            raise OutputTruncatedError(f"output ends inside an unterminated {cut} (...{stripped[-40:]!r})",
+                                       manager=manager) from None
         try:
             obj = json_repair.loads(stripped)
         except Exception as e:  # json_repair raises assorted errors on pathological input
@@ -126,11 +191,14 @@ def _schema_error(e: ValidationError, manager: str) -> OutputSchemaError:
     return OutputSchemaError(f"field '{loc or '<root>'}': {err.get('msg')}", manager=manager, op_index=op_index)
 
 
-def parse_core(text: str) -> CoreAppend | CoreReplace | CoreRewrite | CoreNone:
+def parse_core(text: str, finish_reason: str | None = None) -> CoreAppend | CoreReplace | CoreRewrite | CoreNone:
     """Parse the core manager's output into one core operation.
 
-    Raises OutputParseError (no object), WrongPartError (a part-style ``operations`` list),
+    ``finish_reason``: the completion's (``"length"`` = cut off by the token limit), when known.
+    Raises OutputTruncatedError (cut off: finish_reason ``length`` or an unterminated JSON
+    value), OutputParseError (no object), WrongPartError (a part-style ``operations`` list),
     OutputSchemaError (missing field, unknown operation)."""
+    _check_finished("core", finish_reason)
     obj = _recover_object(text, "core")
     if "operation" not in obj and "operations" in obj:
         raise WrongPartError("core takes one {'operation': ...}, not an 'operations' list", manager="core")
@@ -142,14 +210,15 @@ def parse_core(text: str) -> CoreAppend | CoreReplace | CoreRewrite | CoreNone:
         raise _schema_error(e, "core") from None
 
 
-def parse_part(text: str, part: str) -> list[Add | Update | Merge | Delete]:
+def parse_part(text: str, part: str, finish_reason: str | None = None) -> list[Add | Update | Merge | Delete]:
     """Parse an episodic/semantic/procedural manager's output into its operations.
 
-    Ids must carry the part's prefix (E/S/P); ``[]`` means no change.
-    Raises OutputParseError, OutputSchemaError, WrongPartError (a core-style object or an
-    id of another part)."""
+    Ids must carry the part's prefix (E/S/P); ``[]`` means no change. ``finish_reason`` as in
+    :func:`parse_core`. Raises OutputTruncatedError, OutputParseError, OutputSchemaError,
+    WrongPartError (a core-style object or an id of another part)."""
     if part not in PARTS:
         raise ValueError(f"unknown part {part!r}; expected one of {PARTS}")
+    _check_finished(part, finish_reason)
     obj = _recover_object(text, part)
     if "operations" not in obj and "operation" in obj:
         raise WrongPartError(f"{part} takes {{'operations': [...]}}, not a core 'operation'", manager=part)
@@ -173,11 +242,12 @@ def parse_part(text: str, part: str) -> list[Add | Update | Merge | Delete]:
     return parsed
 
 
-def parse_output(manager: str, text: str):
-    """Dispatch to :func:`parse_core` or :func:`parse_part`."""
+def parse_output(manager: str, text: str, finish_reason: str | None = None):
+    """Dispatch to :func:`parse_core` or :func:`parse_part`. ``finish_reason`` (the
+    completion's, when known): ``"length"`` fails with :class:`OutputTruncatedError`."""
     if manager == "core":
-        return parse_core(text)
-    return parse_part(text, manager)
+        return parse_core(text, finish_reason)
+    return parse_part(text, manager, finish_reason)
 
 
 def ops_to_json(manager: str, ops) -> dict:

@@ -96,12 +96,13 @@ class MemoryBank:
         return {"sessions": self.session, "core_chars": len(self.core), **self.counts()}
 
     # ---- applying ------------------------------------------------------------------------
-    def apply_text(self, manager: str, text: str, session: int) -> ApplyResult:
+    def apply_text(self, manager: str, text: str, session: int, finish_reason: str | None = None) -> ApplyResult:
         """Parse ``text`` as ``manager``'s output and apply it atomically.
 
-        Raises a :class:`~memory_bank.errors.ManagerOutputError` subclass; on error the bank
-        is unchanged (byte-identical JSON)."""
-        return self.apply(manager, parse_output(manager, text), session)
+        ``finish_reason``: the completion's, when known (``"length"`` = cut off: a
+        ``truncated`` failure). Raises a :class:`~memory_bank.errors.ManagerOutputError`
+        subclass; on error the bank is unchanged (byte-identical JSON)."""
+        return self.apply(manager, parse_output(manager, text, finish_reason), session)
 
     def apply(self, manager: str, ops, session: int) -> ApplyResult:
         """Apply already-parsed operations (see :mod:`memory_bank.actions`) atomically."""

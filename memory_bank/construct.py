@@ -8,12 +8,13 @@ and the bank is left as it was.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from tqdm.auto import tqdm
 
-from llm.base import Backend, GenerationParams
+from llm.base import Backend, Completion, GenerationParams
 from memory_bank.actions import MANAGERS
 from memory_bank.bank import MemoryBank
 from memory_bank.errors import ManagerOutputError
@@ -25,12 +26,13 @@ class Extractor(Protocol):
     """Produces the raw text of each manager's output for one session.
 
     ``extract`` gets the four :class:`ManagerPrompt` (order of :data:`MANAGERS`) and returns
-    four strings in the same order. ``compress(core, target_chars)`` may shorten the core
+    four outputs in the same order: strings, or :class:`llm.base.Completion` objects whose
+    ``finish_reason`` then tells a cut-off output (``truncated``) from a finished one. ``compress(core, target_chars)`` may shorten the core
     block; return None from :meth:`compressor` to disable compression."""
 
     name: str
 
-    def extract(self, conversation_id: str, session: Session, prompts: list[ManagerPrompt]) -> list[str]: ...
+    def extract(self, conversation_id: str, session: Session, prompts: list[ManagerPrompt]) -> list[str | Completion]: ...
 
     def compressor(self): ...
 
@@ -46,11 +48,13 @@ class ModelExtractor:
         self.name = name or backend.model_id
 
     def extract(self, conversation_id, session, prompts):
-        return [c.text for c in self.backend.generate([p.messages for p in prompts], self.params)]
+        return self.backend.generate([p.messages for p in prompts], self.params)
 
     def compressor(self):
         def compress(core: str, target: int) -> str:
-            return self.backend.generate([compress_messages(core, target)], self.params)[0].text.strip()
+            comp = self.backend.generate([compress_messages(core, target)], self.params)[0]
+            # a cut-off compression is a failed one: the bank then keeps the head of the block
+            return "" if comp.truncated else comp.text.strip()
         return compress
 
 
@@ -72,6 +76,7 @@ class ConstructionResult:
     failures: list[FormatFailure] = field(default_factory=list)
     attempts: dict[str, int] = field(default_factory=lambda: {m: 0 for m in MANAGERS})
     outputs: list[dict[str, str]] = field(default_factory=list)
+    empty_sessions: list[int] = field(default_factory=list)
 
     def format_failure_rate(self) -> dict[str, float]:
         """Per manager: failed outputs / outputs, in [0, 1] (0.0 when no output was made)."""
@@ -101,15 +106,25 @@ def construct(conversation: Conversation, extractor: Extractor, *, n_sessions: i
 
 def step_session(bank: MemoryBank, conversation_id: str, session: Session, extractor: Extractor,
                  result: ConstructionResult, embedder=None) -> None:
-    """Run the four managers on one session and apply their outputs (in place)."""
+    """Run the four managers on one session and apply their outputs (in place). A session
+    with no turns costs no model call: it is recorded in ``result.empty_sessions`` (with a
+    warning) and the bank is left as it was."""
+    if not session.turns:
+        warnings.warn(f"{conversation_id} session {session.index} ({session.id}) has no turns; skipped (no "
+                      "extractor call)", stacklevel=2)
+        result.empty_sessions.append(session.index)
+        result.outputs.append({})
+        return
     prompts = [build_prompt(m, bank, session, embedder) for m in MANAGERS]
-    texts = extractor.extract(conversation_id, session, prompts)
-    if len(texts) != len(MANAGERS):
-        raise RuntimeError(f"extractor {extractor.name} returned {len(texts)} outputs, expected {len(MANAGERS)}")
+    outs = extractor.extract(conversation_id, session, prompts)
+    if len(outs) != len(MANAGERS):
+        raise RuntimeError(f"extractor {extractor.name} returned {len(outs)} outputs, expected {len(MANAGERS)}")
+    texts = [o.text if isinstance(o, Completion) else o for o in outs]
+    reasons = [o.finish_reason if isinstance(o, Completion) else None for o in outs]
     result.outputs.append(dict(zip(MANAGERS, texts)))
-    for manager, text in zip(MANAGERS, texts):
+    for manager, text, reason in zip(MANAGERS, texts, reasons):
         result.attempts[manager] += 1
         try:
-            bank.apply_text(manager, text, session.index)
+            bank.apply_text(manager, text, session.index, finish_reason=reason)
         except ManagerOutputError as e:
             result.failures.append(FormatFailure(session.index, manager, e.error_type, str(e)))

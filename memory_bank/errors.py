@@ -6,6 +6,8 @@ REPLACE text not found, missing field, wrong action for the part).
 """
 from __future__ import annotations
 
+from llm.base import TruncatedOutputError
+
 
 class ManagerOutputError(ValueError):
     """Base class: a manager output that cannot be applied. The bank is left untouched."""
@@ -27,6 +29,14 @@ class OutputParseError(ManagerOutputError):
     """No JSON object could be recovered from the text (empty, binary, prose only, a list)."""
 
     error_type = "parse_error"
+
+
+class OutputTruncatedError(OutputParseError, TruncatedOutputError):
+    """The output was cut off: the completion stopped on the token limit, or the text ends
+    inside an unterminated JSON string, object or array. Applying what was recovered would
+    write half-finished memory, so it is a format failure like any other."""
+
+    error_type = "truncated"
 
 
 class OutputSchemaError(ManagerOutputError):

@@ -20,6 +20,7 @@ from data_synth.capabilities import capability_for
 from data_synth.expert import ExpertExtractor
 from data_synth.views import restrict
 from llm.base import GenerationParams
+from llm.config import check_fields, require
 from memory_bank.actions import MANAGERS
 from memory_bank.construct import ModelExtractor, construct
 from memory_bank.retrieval import BankRetriever
@@ -37,37 +38,48 @@ LOCOMO_CATEGORY_NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", 
 class EvalConfig:
     """A ``memgym eval`` recipe. Every field can be overridden on the command line."""
 
-    dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval"})
-    path: str | None = field(default=None, metadata={"help": "data file (default: $MEMGYM_DATA/...)"})
+    CHECKS = {"n_sessions": {"min": 1}, "max_questions": {"min": 1}, "top_k": {"min": 1},
+              "extractor_max_new_tokens": {"min": 1}, "answer_max_new_tokens": {"min": 1}, "batch_size": {"min": 1},
+              "extractor": {"spec": "extractor"}, "compare": {"spec": "extractor"},
+              "answer_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}, "out": {"out_dir": True},
+              "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0}}
+
+    dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval",
+                                                     "choices": ("locomo", "longmemeval")})
+    path: str | None = field(default=None, metadata={"help": "data file; None: the dataset's file under $MEMGYM_DATA"})
     conversations: list[str] = field(default_factory=lambda: ["conv-30"],
-                                     metadata={"help": "conversation / question ids to run"})
-    n_sessions: int | None = field(default=None, metadata={"help": "first N sessions only; QA kept iff "
+                                     metadata={"help": "conversation / question ids to run (one id or a list)"})
+    n_sessions: int | None = field(default=None, metadata={"help": "first N sessions only (>= 1); QA kept iff "
                                                                      "all its evidence lies in them"})
-    max_questions: int | None = field(default=None, metadata={"help": "cap on QA per conversation"})
+    max_questions: int | None = field(default=None, metadata={"help": "cap on QA per conversation (>= 1)"})
     extractor: str = field(default="hf:smollm2", metadata={"help": "hf:<path> | openai:<url>#<model> | "
                                                                      "expert:<trajectories.jsonl>"})
     compare: list[str] = field(default_factory=list,
                                metadata={"help": "more extractor specs run on the same QA, side by side"})
     answer_model: str = field(default="hf:smollm2", metadata={"help": "backend spec of the answer model"})
-    scorer: str = field(default="f1", metadata={"help": "f1 | answer-recall | llm"})
-    judge_model: str | None = field(default=None, metadata={"help": "backend spec of the LLM judge"})
+    scorer: str = field(default="f1", metadata={"help": "f1 | answer-recall | llm",
+                                                "choices": ("f1", "answer-recall", "llm")})
+    judge_model: str | None = field(default=None, metadata={"help": "backend spec of the LLM judge (scorer llm)"})
     top_k: int = field(default=10, metadata={"help": "entries retrieved per question"})
     extractor_max_new_tokens: int = field(default=512, metadata={"help": "tokens per manager output"})
     answer_max_new_tokens: int = field(default=32, metadata={"help": "tokens per answer"})
     batch_size: int = field(default=8, metadata={"help": "hf backend generation batch"})
     cache: str | None = field(default=None, metadata={"help": "sqlite response cache (default: under "
                                                                "$MEMGYM_CACHE); 'none' disables"})
+    request_timeout_s: float | None = field(default=None, metadata={
+        "help": "seconds per request to an openai: server (default $MEMGYM_REQUEST_TIMEOUT_S or 60)"})
+    request_retries: int | None = field(default=None, metadata={
+        "help": "retries of a failed openai: request, each logged with its reason (default $MEMGYM_REQUEST_RETRIES "
+                "or 5)"})
     out: str = field(default="runs/eval", metadata={"help": "output directory"})
-    progress: bool = field(default=True, metadata={"help": "show progress bars"})
+    progress: bool = field(default=True, metadata={"help": "progress bars: on (true) or off (--no_progress)"})
 
     def __post_init__(self):
+        if isinstance(self.compare, str):
+            self.compare = [self.compare]
         self.compare = [c for c in self.compare if c.lower() not in ("none", "")]
-        if self.dataset not in ("locomo", "longmemeval"):
-            raise ValueError(f"dataset must be locomo or longmemeval, got {self.dataset!r}")
-        if self.n_sessions is not None and self.n_sessions < 1:
-            raise ValueError(f"n_sessions must be >= 1, got {self.n_sessions}")
-        if self.top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
+        check_fields(self)
+        require(self, "scorer", "llm", "judge_model", "(a backend spec of the LLM judge)")
 
 
 def load_conversations(cfg: EvalConfig) -> list[Conversation]:
@@ -130,6 +142,8 @@ def evaluate_extractor(spec: str, convs: list[Conversation], cfg: EvalConfig, rt
     answerer = rt.backend(cfg.answer_model, role="answer")
     scorer = make_scorer(cfg.scorer, rt.backend(cfg.judge_model, role="judge") if cfg.judge_model else None)
     rows, attempts, fails = [], defaultdict(int), defaultdict(int)
+    fail_types: dict[str, int] = defaultdict(int)
+    empty_answers, empty_sessions = 0, []
     for conv in convs:
         n = len(conv.sessions)
         if isinstance(extractor, ExpertExtractor):
@@ -142,6 +156,8 @@ def evaluate_extractor(spec: str, convs: list[Conversation], cfg: EvalConfig, rt
             attempts[m] += built.attempts[m]
         for f in built.failures:
             fails[f.manager] += 1
+            fail_types[f.error_type] += 1
+        empty_sessions += [f"{conv.id}/{i}" for i in built.empty_sessions]
         if not conv.questions:
             continue
         retrieved = BankRetriever(built.bank, rt.embedder, cfg.top_k).retrieve([q.question for q in conv.questions])
@@ -152,6 +168,8 @@ def evaluate_extractor(spec: str, convs: list[Conversation], cfg: EvalConfig, rt
         for i in tqdm(range(0, len(items), bs), desc=f"answer {conv.id}", disable=not cfg.progress, unit="batch"):
             preds += answer_questions(answerer, items[i: i + bs],
                                       GenerationParams(max_new_tokens=cfg.answer_max_new_tokens))
+        if scorer.needs_prediction:
+            empty_answers += sum(not p.strip() for p in preds)
         scores = scorer.score([ScoreItem(q.question, q.answer, p, c, q.category)
                                for q, p, c in zip(conv.questions, preds, contexts)])
         for q, p, c, s, r in zip(conv.questions, preds, contexts, scores, retrieved):
@@ -170,6 +188,10 @@ def evaluate_extractor(spec: str, convs: list[Conversation], cfg: EvalConfig, rt
         "by_category": aggregate(rows, "category"),
         "by_capability": aggregate(rows, "capability"),
         "format_failure_rate": {m: (fails[m] / attempts[m] if attempts[m] else 0.0) for m in MANAGERS},
+        "format_failures_by_type": dict(sorted(fail_types.items())),
+        "empty_answers": empty_answers,
+        "empty_sessions": empty_sessions,
+        "judge_unparsable": getattr(scorer, "parse_failures", 0),
         "model_calls": calls["calls"],
         "tokens": calls["tokens"],
         "wall_s": round(time.time() - t0, 2),
@@ -183,7 +205,8 @@ def run_eval(cfg: EvalConfig, rt: Runtime | None = None) -> dict:
     from rewards.report import write_eval_report
 
     t0 = time.time()
-    rt = rt or Runtime.from_config(cache=cfg.cache, batch_size=cfg.batch_size)
+    rt = rt or Runtime.from_config(cache=cfg.cache, batch_size=cfg.batch_size, request_timeout_s=cfg.request_timeout_s,
+                                   request_retries=cfg.request_retries)
     convs = load_conversations(cfg)
     main = evaluate_extractor(cfg.extractor, convs, cfg, rt)
     main["compare"] = {spec: evaluate_extractor(spec, convs, cfg, rt) for spec in cfg.compare}

@@ -52,6 +52,10 @@ def render_markdown(report: dict) -> str:
             "| extractor | " + " | ".join(MANAGERS) + " |", "|---|" + "---|" * len(MANAGERS)]
     out += [f"| {spec} | " + " | ".join(f"{r['format_failure_rate'][m]:.2f}" for m in MANAGERS) + " |"
             for spec, r in runs]
+    out += ["", "## Failures that score 0", "",
+            "| extractor | format failures by type | empty answers | unparsable judge replies |", "|---|---|---|---|"]
+    out += [f"| {spec} | {json.dumps(r.get('format_failures_by_type', {}))} | {r.get('empty_answers', 0)} | "
+            f"{r.get('judge_unparsable', 0)} |" for spec, r in runs]
     out += ["", "## Model calls", "", "| extractor | calls per role | tokens per role | wall s |", "|---|---|---|---|"]
     out += [f"| {spec} | {json.dumps(r['model_calls'])} | {json.dumps(r['tokens'])} | {r['wall_s']:.1f} |"
             for spec, r in runs]

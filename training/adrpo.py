@@ -35,6 +35,7 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import nanmax, nanmin
 
+from llm.config import check_fields, require
 from rewards.samples import RewardSample
 from rewards.session_reward import MODES, SessionReward, SessionRewardConfig
 from training.adrpo_data import build_dataset, sample_table, session_block_sampler
@@ -61,6 +62,10 @@ class ADRPOConfig(GRPOConfig):
     weighted objective does not support, or the entropy bonus under weighting. (Whether a
     ``joint`` generation batch holds whole sessions is checked by :class:`ADRPOTrainer`.)
     """
+
+    CHECKS = {"lora_r": {"min": 1}, "lora_alpha": {"min": 1}, "retrieval_top_k": {"min": 1},
+              "answer_max_new_tokens": {"min": 1}, "max_prompt_tokens": {"min": 1},
+              "answer_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}}
 
     # policy
     model_name_or_path: str = field(default="smollm2", metadata={
@@ -110,7 +115,26 @@ class ADRPOConfig(GRPOConfig):
         "help": "drop rows whose chat prompt is longer (policy tokens); TRL 1.16 has no prompt cap"})
 
     def __post_init__(self):
-        super().__post_init__()
+        generation_batch_given = self.generation_batch_size is not None
+        try:
+            super().__post_init__()
+        except ValueError as e:
+            if generation_batch_given or "divisible by num_generations" not in str(e):
+                raise
+            # TRL names generation_batch_size, which the user did not set: name the flags they did
+            raise ADRPOConfigError(
+                f"ADRPOConfig: per_device_train_batch_size ({self.per_device_train_batch_size}) x processes "
+                f"({self.world_size}) x steps_per_generation ({self.steps_per_generation}, default "
+                f"gradient_accumulation_steps) = {self.generation_batch_size} completions per generation batch, "
+                f"not a multiple of num_generations ({self.num_generations}); change --per_device_train_batch_size, "
+                "--gradient_accumulation_steps (or --steps_per_generation) or --num_generations") from None
+        try:  # string -> one-element list for the list fields, counts and specs (llm.config)
+            check_fields(self)
+            require(self, "judge", "f1", "answer_model", "(the model whose answers F1 scores)")
+            require(self, "judge", "llm", "answer_model", "(the model whose answers the judge grades)")
+            require(self, "judge", "llm", "judge_model", "(a backend spec of the LLM judge)")
+        except ValueError as e:
+            raise ADRPOConfigError(f"ADRPOConfig: {e}") from None
         checks = [
             ("weighting", self.weighting in WEIGHTINGS, f"one of {WEIGHTINGS}"),
             ("alpha", self.alpha > 0, "> 0"),
@@ -163,6 +187,10 @@ class SessionRewardFunction:
     set by the trainer before each batch: the global position of this process's first
     completion, so ``rollout_index = (offset + i) mod num_generations`` is k, the rollout's
     index within its group. ``breakdowns`` holds the last batch's breakdowns, in order.
+    ``stop_token_ids`` (set by the trainer: the EOS and pad ids): a completion whose last
+    token is none of them stopped on ``max_completion_length`` and is scored with
+    ``finish_reason="length"``, i.e. as a ``truncated`` format failure (gate 0), the same test
+    TRL's ``mask_truncated_completions`` uses.
     Raises KeyError naming an unknown key, ValueError when the reward returns the wrong count.
     """
 
@@ -172,8 +200,17 @@ class SessionRewardFunction:
         self.reward, self.table, self.num_generations = reward, table, num_generations
         self.rollout_offset = 0
         self.breakdowns: list = []
+        self.stop_token_ids: set[int] | None = None
 
-    def __call__(self, prompts, completions, key=None, **kwargs) -> list[float]:
+    def finish_reasons(self, completion_ids) -> list[str] | None:
+        """``"length"`` for each completion that did not end on a stop token, else ``"stop"``;
+        None when the token ids or the stop ids are unknown."""
+        if completion_ids is None or not self.stop_token_ids:
+            return None
+        return ["length" if len(ids) and int(ids[-1]) not in self.stop_token_ids else "stop"
+                for ids in completion_ids]
+
+    def __call__(self, prompts, completions, key=None, completion_ids=None, **kwargs) -> list[float]:
         if key is None:
             raise KeyError("ADRPO reward: the batch has no 'key' column (rows must come from training.adrpo_data)")
         missing = [k for k in key if k not in self.table]
@@ -183,10 +220,20 @@ class SessionRewardFunction:
         texts = [_completion_text(c) for c in completions]
         group = self.num_generations
         rollout_index = [(self.rollout_offset + i) % group for i in range(len(texts))]
-        out = self.reward(samples, texts, rollout_index=rollout_index)
+        reasons = self.finish_reasons(completion_ids)
+        out = (self.reward(samples, texts, rollout_index=rollout_index) if reasons is None
+               else self.reward(samples, texts, rollout_index=rollout_index, finish_reasons=reasons))
         if len(out) != len(texts):
             raise ValueError(f"ADRPO reward returned {len(out)} breakdowns for {len(texts)} completions")
         self.breakdowns = list(out)
+        log_metric = kwargs.get("log_metric")
+        stats = getattr(self.reward, "last_stats", None) or {}
+        if log_metric is not None:  # failures that score 0 without being wrong answers
+            for k in ("judge_unparsable", "empty_answers"):
+                if k in stats:
+                    log_metric(f"reward_failures/{k}", float(stats[k]))
+            if reasons is not None:
+                log_metric("reward_failures/truncated", float(sum(r == "length" for r in reasons)))
         log_extra = kwargs.get("log_extra")
         if log_extra is not None:
             log_extra("gate", [b.gate for b in out])
@@ -219,6 +266,8 @@ class ADRPOTrainer(GRPOTrainer):
         self.reward_fn = SessionRewardFunction(reward, self.table, args.num_generations)
         super().__init__(model, reward_funcs=[self.reward_fn], args=args, train_dataset=build_dataset(samples),
                          processing_class=processing_class, peft_config=peft_config, callbacks=callbacks)
+        pad = getattr(self._tokenizer, "pad_token_id", None)
+        self.reward_fn.stop_token_ids = {int(t) for t in self.eos_token_ids} | ({int(pad)} if pad is not None else set())
         if args.weighting != "none":
             if self._is_vlm:
                 raise ADRPOConfigError("ADRPOTrainer: weighting is implemented for text-only models")
@@ -393,13 +442,14 @@ def trajectory_paths(names: Sequence[str]) -> list[Path]:
     return [resolve_expert_path(n) for n in names]
 
 
-def build_reward(args: ADRPOConfig, tokenizer, embedder) -> SessionReward:
+def build_reward(args: ADRPOConfig, tokenizer, embedder, rt=None) -> SessionReward:
     """The :class:`SessionReward` of ``args``: answer/judge backends loaded from their specs
-    (with the sqlite response cache unless ``reward_cache: none``)."""
+    (with the sqlite response cache unless ``reward_cache: none``; ``rt``: a
+    :class:`rewards.runtime.Runtime` already opened, else one is made here)."""
     from llm.base import GenerationParams
     from rewards.runtime import Runtime
 
-    rt = Runtime.from_config(cache=args.reward_cache)
+    rt = rt or Runtime.from_config(cache=args.reward_cache)
     answer = rt.backend(args.answer_model, role="answer") if args.answer_model else None
     judge = rt.backend(args.judge_model, role="judge") if args.judge_model else None
     return SessionReward(args.reward_config(), embedder=embedder, tokenizer=tokenizer, answer_backend=answer,
@@ -410,21 +460,25 @@ def build_reward(args: ADRPOConfig, tokenizer, embedder) -> SessionReward:
 def build_trainer(args: ADRPOConfig, callbacks=None) -> ADRPOTrainer:
     """Load the policy (``init_from`` or ``model_name_or_path``; LoRA per the config), build the
     reward samples from ``train_trajectories``, the reward, and the trainer."""
+    from rewards.runtime import Runtime
     from rewards.samples import build_reward_samples
     from training.adrpo_data import select_samples
     from training.common import load_policy
 
+    # files and caches first: a missing trajectory or a corrupt cache fails before the policy loads
+    paths = trajectory_paths(args.train_trajectories)
+    rt = Runtime.from_config(cache=args.reward_cache)
+    embedder = make_embedder(args.embedder)
     policy = load_policy(args.init_from or args.model_name_or_path, args.use_peft, lora_r=args.lora_r,
                          lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
                          lora_target_modules=args.lora_target_modules, dtype=args.model_dtype)
-    embedder = make_embedder(args.embedder)
-    samples = build_reward_samples(trajectory_paths(args.train_trajectories), dataset=args.dataset,
+    samples = build_reward_samples(paths, dataset=args.dataset,
                                    data_path=args.data_path, qa_path=args.qa_path, embedder=embedder,
                                    managers=args.managers)
     samples = select_samples(samples, sessions=args.sessions, max_prompt_tokens=args.max_prompt_tokens,
                              tokenizer=policy.tokenizer, whole_sessions=args.mode == "joint")
     logger.info("ADRPO: %d rows from %s", len(samples), args.train_trajectories)
-    reward = build_reward(args, policy.tokenizer, embedder)
+    reward = build_reward(args, policy.tokenizer, embedder, rt)
     return ADRPOTrainer(policy.model, args=args, samples=samples, reward=reward, processing_class=policy.tokenizer,
                         peft_config=policy.peft_config, callbacks=callbacks)
 

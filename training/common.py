@@ -89,7 +89,7 @@ def resolve_model_path(name_or_path: str) -> str:
     absolute form; anything else is returned as is (a hub id such as
     ``Qwen/Qwen3-4B-Instruct-2507``, loaded from the local HF cache: ``HF_HUB_OFFLINE``
     defaults to 1, set it to 0 on a GPU box that may download). Raises ValueError for an
-    empty name."""
+    empty name, :class:`llm.config.ConfigError` for a near-miss of ``smollm2`` (``smolm2``)."""
     if not name_or_path or not str(name_or_path).strip():
         raise ValueError("model_name_or_path is empty")
     if name_or_path == EMBEDDED_POLICY:
@@ -101,6 +101,13 @@ def resolve_model_path(name_or_path: str) -> str:
         return str(p.resolve())
     if name_or_path.startswith((".", "/", "~")):
         raise FileNotFoundError(f"model path {name_or_path} does not exist")
+    import difflib
+
+    if "/" not in name_or_path and difflib.get_close_matches(name_or_path.lower(), [EMBEDDED_POLICY], cutoff=0.7):
+        from llm.config import ConfigError
+
+        raise ConfigError(f"--model_name_or_path {name_or_path!r} is not a local model dir; did you mean "
+                          f"{EMBEDDED_POLICY!r} (the embedded model)? Nothing is fetched from a model hub")
     return name_or_path
 
 

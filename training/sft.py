@@ -27,6 +27,7 @@ from pathlib import Path
 
 from data_synth.errors import DataFormatError
 from data_synth.expert import TrajectoryError
+from llm.config import check_fields
 from memory_bank.actions import MANAGERS
 from training.common import DEFAULT_LORA_TARGETS, DTYPES, EMBEDDED_POLICY, load_policy, parse_training_args
 from training.data import (DATASETS, ExampleLengthError, TrainingDataError, check_managers, drop_overlong,
@@ -45,6 +46,9 @@ def _expert(name: str) -> list[str]:
 @dataclass
 class SFTScriptArguments:
     """memgym SFT: fine-tune a memory manager on expert trajectories (TRL SFTTrainer)."""
+
+    CHECKS = {"lora_r": {"min": 1}, "lora_alpha": {"min": 1}, "max_examples": {"min": 1},
+              "max_eval_examples": {"min": 1}}
 
     train_trajectories: list[str] = field(
         default_factory=lambda: _expert("conv-26.jsonl"),
@@ -76,6 +80,7 @@ class SFTScriptArguments:
         "help": "evaluate on at most this many examples of each split (train and validation)"})
 
     def __post_init__(self):
+        check_fields(self)  # string -> one-element list, counts (llm.config)
         if self.dataset not in DATASETS:
             raise ValueError(f"dataset must be one of {DATASETS}, got {self.dataset!r}")
         if self.embedder not in EMBEDDERS:

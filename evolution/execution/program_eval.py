@@ -27,6 +27,7 @@ from evolution.execution.results import ProgramEvaluation
 from evolution.execution.runner import ProgramRun, ProgramRunner, RunnerSettings, dump_units
 from evolution.execution.sandbox import SandboxLimits
 from evolution.execution.stages import StageCache
+from llm.config import check_fields, require
 from rewards.runtime import Runtime
 
 CATEGORY_NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}
@@ -37,21 +38,30 @@ CAPABILITY_NAMES = {"F": "factual", "T": "temporal", "P": "preference", "M": "mu
 class ProgramEvalConfig:
     """A ``memgym program eval`` recipe. Every field can be overridden on the command line."""
 
+    CHECKS = {"n_sessions": {"min": 1}, "max_questions": {"min": 1}, "extract_max_new_tokens": {"min": 1},
+              "extractor_max_new_tokens": {"min": 1}, "plan_max_new_tokens": {"min": 1},
+              "answer_max_new_tokens": {"min": 1}, "program_llm_calls": {"min": 0}, "call_timeout_s": {"min": 0.001},
+              "batch_size": {"min": 1}, "extractor": {"spec": "extractor", "words": ("instruction", "turns")},
+              "task_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}, "out": {"out_dir": True},
+              "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0}, "workers": {"min": 1}}
+
     program: str | None = field(default=None, metadata={"help": "memory program file (the CLI's FILE.py)"})
     parent: str | None = field(default=None, metadata={"help": "parent program, for the component diff"})
-    dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval"})
-    path: str | None = field(default=None, metadata={"help": "data file (default: $MEMGYM_DATA/...)"})
+    dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval",
+                                                     "choices": ("locomo", "longmemeval")})
+    path: str | None = field(default=None, metadata={"help": "data file; None: the dataset's file under $MEMGYM_DATA"})
     conversations: list[str] = field(default_factory=lambda: ["conv-26", "conv-30"],
-                                     metadata={"help": "conversation / question ids"})
-    n_sessions: int | None = field(default=None, metadata={"help": "first N sessions only (QA restricted)"})
-    max_questions: int | None = field(default=None, metadata={"help": "cap on QA per conversation"})
+                                     metadata={"help": "conversation / question ids (one id or a list)"})
+    n_sessions: int | None = field(default=None, metadata={"help": "first N sessions only (>= 1; QA restricted)"})
+    max_questions: int | None = field(default=None, metadata={"help": "cap on QA per conversation (>= 1)"})
     extractor: str = field(default="instruction", metadata={
         "help": "instruction | turns | expert:<file or conv-NN>[,...] | hf:<checkpoint or adapter dir> | openai:<url>#<model>"})
     task_model: str = field(default="hf:smollm2", metadata={"help": "task LLM spec (plan, answer, instruction "
                                                                     "extraction)"})
     plan_mode: str = field(default="llm", metadata={"help": "llm (PLANNING_INSTRUCTION) | question (no LLM: the "
                                                             "question fills the Query)"})
-    scorer: str = field(default="answer-recall", metadata={"help": "answer-recall | f1 | llm"})
+    scorer: str = field(default="answer-recall", metadata={"help": "answer-recall | f1 | llm",
+                                                           "choices": ("answer-recall", "f1", "llm")})
     judge_model: str | None = field(default=None, metadata={"help": "judge spec for scorer llm"})
     labels: str = field(default="native", metadata={"help": "native | <annotator label JSONL file>"})
     extract_max_new_tokens: int = field(default=1024, metadata={"help": "tokens per instruction extraction"})
@@ -61,20 +71,23 @@ class ProgramEvalConfig:
     program_llm_calls: int = field(default=0, metadata={"help": "toolkit.llm budget per conversation"})
     diagnostics: bool = field(default=True, metadata={"help": "compute d_ext/d_idx/d_ret"})
     validate: bool = field(default=True, metadata={"help": "run the 4 validation levels first"})
-    call_timeout_s: float = field(default=60.0, metadata={"help": "sandbox seconds per index/retrieve call"})
+    call_timeout_s: float = field(default=60.0, metadata={"help": "sandbox seconds per index/retrieve call (> 0)"})
     batch_size: int = field(default=8, metadata={"help": "LLM generation batch"})
     cache: str | None = field(default=None, metadata={"help": "sqlite response cache; 'none' disables"})
     stage_cache: str | None = field(default=None, metadata={
         "help": "stage-output cache (sqlite; default $MEMGYM_CACHE/stages.sqlite); 'none' = memory only"})
+    request_timeout_s: float | None = field(default=None, metadata={
+        "help": "seconds per request to an openai: server (default $MEMGYM_REQUEST_TIMEOUT_S or 60)"})
+    request_retries: int | None = field(default=None, metadata={
+        "help": "retries of a failed openai: request, each logged with its reason (default $MEMGYM_REQUEST_RETRIES "
+                "or 5)"})
     out: str = field(default="runs/program_eval", metadata={"help": "output directory"})
-    progress: bool = field(default=True, metadata={"help": "show progress bars"})
+    progress: bool = field(default=True, metadata={"help": "progress bars: on (true) or off (--no_progress)"})
     workers: int = field(default=1, metadata={"help": "conversations evaluated concurrently (one sandbox each)"})
 
     def __post_init__(self):
-        if self.dataset not in ("locomo", "longmemeval"):
-            raise ValueError(f"dataset must be locomo or longmemeval, got {self.dataset!r}")
-        if self.scorer == "llm" and not self.judge_model:
-            raise ValueError("scorer llm needs judge_model")
+        check_fields(self)
+        require(self, "scorer", "llm", "judge_model", "(a backend spec of the LLM judge)")
         self.runner_settings()  # validates extractor / plan_mode / budgets
 
     def runner_settings(self) -> RunnerSettings:
@@ -134,6 +147,7 @@ def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source
     rt = runner.rt
     t0 = time.time()
     calls0 = rt.calls_snapshot()
+    judged0 = getattr(runner._scorer, "parse_failures", 0)
     run = runner.run(source, convs, parent_source=parent_source, workers=workers)
     rep = summarise(run)
     if diagnostics:
@@ -156,7 +170,9 @@ def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source
         stages_skipped=["answer"] if run.answer_skipped else [], stage_items=run.stage_items,
         stage_llm_calls=run.stage_llm_calls, reuse=run.diff.to_dict() if run.diff is not None else None,
         component_hashes={k: v[:12] for k, v in run.hashes.items()}, extraction=run.extraction,
-        plan_failures=run.plan_failures, retrieve_errors=run.retrieve_errors, model_calls=calls["calls"],
+        plan_failures=run.plan_failures, retrieve_errors=run.retrieve_errors,
+        empty_answers=sum(1 for t in run.tasks if t.prediction is not None and not t.prediction.strip()),
+        judge_unparsable=getattr(runner._scorer, "parse_failures", 0) - judged0, model_calls=calls["calls"],
         tokens=calls["tokens"], wall_s=round(time.time() - t0, 2), tasks=tasks)
     return ev, run
 
@@ -236,7 +252,8 @@ def run_program_eval(cfg: ProgramEvalConfig, rt: Runtime | None = None,
             (out / "report.md").write_text(f"# memgym program eval: `{prog}`\n\nValidation failed at level "
                                            f"{res.level}: {res.reason}\n")
             return ev
-    rt = rt or Runtime.from_config(cache=cfg.cache, batch_size=cfg.batch_size)
+    rt = rt or Runtime.from_config(cache=cfg.cache, batch_size=cfg.batch_size, request_timeout_s=cfg.request_timeout_s,
+                                   request_retries=cfg.request_retries)
     own_cache = cache is None
     cache = cache if cache is not None else open_stage_cache(cfg.stage_cache)
     try:

@@ -95,7 +95,8 @@ class ProgramEvaluation:
     ``diagnostics``: :func:`evolution.execution.diagnostics.diagnose_run` without per-task
     rows (None when off). ``tasks``: one dict per question (``conversation``, ``id``,
     ``question``, ``gold``, ``capability``, ``query``, ``prediction``, ``score``,
-    ``retrieved_chars``, ``error``, d_ext/d_idx/d_ret). ``model_calls`` / ``tokens``: per role
+    ``retrieved_chars``, ``error``, d_ext/d_idx/d_ret). ``empty_answers``: predictions that are
+    empty; ``judge_unparsable``: judge replies that did not parse. ``model_calls`` / ``tokens``: per role
     during this evaluation. ``wall_s`` in seconds. ``program``/``program_sha256``/``parent``/
     ``config`` are set by ``memgym program eval``.
     """
@@ -116,6 +117,8 @@ class ProgramEvaluation:
     extraction: dict = field(default_factory=dict)
     plan_failures: int = 0
     retrieve_errors: int = 0
+    empty_answers: int = 0
+    judge_unparsable: int = 0
     model_calls: dict = field(default_factory=dict)
     tokens: dict = field(default_factory=dict)
     wall_s: float = 0.0

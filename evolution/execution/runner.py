@@ -36,7 +36,7 @@ from evolution.execution.results import ConversationTrace, ProgramRun, TaskResul
 from evolution.execution.sandbox import ProgramRaised, SandboxedProgram, SandboxError, SandboxLimits
 from evolution.execution.stages import (StageCache, answer_messages, extraction_messages, planning_messages, session_entries,
                               session_fingerprint, stable_hash, text_query, turn_entries, model_identity, file_sha)
-from llm.base import GenerationParams
+from llm.base import Completion, GenerationParams, TruncatedOutputError, require_complete
 from memory_bank.program import (OUT_CHAR_BUDGET, ContractError, ProgramInfo, SessionInfo, StructuredOutputError,
                                  parse_structured, units_from_entries)
 from memory_bank.schema import Conversation, QAItem
@@ -323,7 +323,7 @@ class RunState:
             self.stage_items[stage]["run"] += run
             self.stage_items[stage]["reused"] += reused
 
-    def _generate(self, stage: str, batch: list[list[dict]], params: GenerationParams, desc: str) -> list[str]:
+    def _generate(self, stage: str, batch: list[list[dict]], params: GenerationParams, desc: str) -> list[Completion]:
         """Task-LLM completions in chunks of the runtime's batch size; counts real calls."""
         out = []
         bs = max(1, self.rt.batch_size)
@@ -332,7 +332,7 @@ class RunState:
             with self.runner.model_lock:
                 comps = self.task.generate(batch[i: i + bs], params)
             self._add_calls(stage, sum(1 for c in comps if not getattr(c, "cached", False)))
-            out += [c.text for c in comps]
+            out += comps
         return out
 
     def run_conversation(self, conv: Conversation, info: ProgramInfo, sandbox: SandboxedProgram):
@@ -442,13 +442,15 @@ class RunState:
 
     def _extract_instruction(self, conv, info: ProgramInfo, sessions) -> list[dict]:
         batch = [extraction_messages(info.extraction_instruction, x, conv.speakers, info.unit_fields) for x in sessions]
-        texts = self._generate("extract", batch, GenerationParams(max_new_tokens=self.settings.extract_max_new_tokens),
+        comps = self._generate("extract", batch, GenerationParams(max_new_tokens=self.settings.extract_max_new_tokens),
                                f"extract {conv.id}")
         out = []
-        for text in texts:
-            try:
-                units = parse_structured(text, info.unit_class(), many=True)
+        for comp in comps:
+            try:  # a cut-off extraction is a format failure (error type truncated), never half the units
+                units = parse_structured(require_complete(comp, "extraction"), info.unit_class(), many=True)
                 out.append({"units": [dataclasses.asdict(u) for u in units], "error": None})
+            except TruncatedOutputError as e:
+                out.append({"units": [], "error": f"truncated: {e}"})
             except StructuredOutputError as e:
                 out.append({"units": [], "error": str(e)[:300]})
         return out
@@ -515,16 +517,17 @@ class RunState:
         if todo and s.plan_mode == "llm":
             batch = [planning_messages(info.planning_instruction, questions[i].question, questions[i].question_date,
                                        info.query_fields) for i in todo]
-            texts = self._generate("plan", batch, GenerationParams(max_new_tokens=s.plan_max_new_tokens), "plan")
+            comps = self._generate("plan", batch, GenerationParams(max_new_tokens=s.plan_max_new_tokens), "plan")
         else:
-            texts = [None] * len(todo)
-        for i, text in zip(todo, texts):
+            comps = [None] * len(todo)
+        for i, comp in zip(todo, comps):
             value = None
-            if text is not None:
-                try:
-                    value = {"query": dataclasses.asdict(parse_structured(text, info.query_class(), many=False)),
+            if comp is not None:
+                try:  # a cut-off plan is a failed plan: the fallback query is used
+                    value = {"query": dataclasses.asdict(parse_structured(require_complete(comp, "plan"),
+                                                                          info.query_class(), many=False)),
                              "ok": True}
-                except StructuredOutputError:
+                except (StructuredOutputError, TruncatedOutputError):
                     value = None
             if value is None:
                 value = {"query": text_query(info.query_fields, questions[i].question), "ok": s.plan_mode == "question"}
@@ -576,9 +579,9 @@ class RunState:
         if todo:
             batch = [answer_messages(info.answer_instruction, questions[i].question, retrieved[i],
                                      questions[i].question_date) for i in todo]
-            texts = self._generate("answer", batch, GenerationParams(max_new_tokens=s.answer_max_new_tokens), "answer")
-            for i, text in zip(todo, texts):
-                cached[i] = clean_answer(text)
+            comps = self._generate("answer", batch, GenerationParams(max_new_tokens=s.answer_max_new_tokens), "answer")
+            for i, comp in zip(todo, comps):
+                cached[i] = clean_answer(comp.text)
                 self.cache.put_json("answer", keys[i], cached[i])
         return cached
 

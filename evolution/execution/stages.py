@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
@@ -59,10 +58,11 @@ class StageCache:
         self.hits = self.misses = 0
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30.0, isolation_level=None)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("CREATE TABLE IF NOT EXISTS stages (stage TEXT NOT NULL, key TEXT NOT NULL, "
-                               "value BLOB NOT NULL, PRIMARY KEY (stage, key))")
+            from llm.cache import open_cache_db  # CacheCorruptError names the file and the recovery
+
+            self._conn = open_cache_db(str(self.path), "CREATE TABLE IF NOT EXISTS stages (stage TEXT NOT NULL, "
+                                                       "key TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (stage, key))",
+                                       "stage", "with --stage_cache none")
 
     def get(self, stage: str, key: str) -> bytes | None:
         """The stored bytes, or None."""

@@ -25,6 +25,18 @@ ROLE_BUDGETS = ("coder", "extract", "plan", "answer", "extractor", "judge")
 class EvolveConfig:
     """A ``memgym evolve`` recipe. Every field can be overridden on the command line."""
 
+    CHECKS = {"n_sessions": {"min": 1}, "max_questions": {"min": 1}, "cases": {"min": 1}, "case_budget": {"min": 200},
+              "workers": {"min": 1}, "batch_size": {"min": 1}, "plan_max_new_tokens": {"min": 1},
+              "answer_max_new_tokens": {"min": 1}, "extract_max_new_tokens": {"min": 1},
+              "coder_max_new_tokens": {"min": 1}, "call_timeout_s": {"min": 0.001},
+              "validate_timeout_s": {"min": 0.001}, "probe_units": {"min": 1}, "probe_batches": {"min": 1},
+              "rounds_cold": {"min": 0}, "rounds_refine": {"min": 0}, "rounds_integrate": {"min": 0},
+              "extractor": {"spec": "extractor", "words": ("instruction", "turns")}, "task_model": {"spec": "backend"},
+              "judge_model": {"spec": "backend"}, "coder_model": {"spec": "backend"}, "out": {"out_dir": True},
+              "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0},
+              "dataset": {"choices": ("locomo", "longmemeval")}, "proposer": {"choices": ("params", "coder", "scripted")},
+              "scorer": {"choices": ("answer-recall", "f1", "llm")}, "plan_mode": {"choices": ("llm", "question")}}
+
     dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval (the S subset)"})
     path: str | None = field(default=None, metadata={"help": "data file (default: $MEMGYM_DATA/...; longmemeval: "
                                                              "longmemeval/longmemeval_s_subset.json)"})
@@ -81,6 +93,10 @@ class EvolveConfig:
     budget_answer: int | None = field(default=None, metadata={"help": "token budget of task-LLM answers"})
     budget_extractor: int | None = field(default=None, metadata={"help": "token budget of a trained extractor"})
     budget_judge: int | None = field(default=None, metadata={"help": "token budget of the judge"})
+    request_timeout_s: float | None = field(default=None, metadata={
+        "help": "seconds per request to an openai: server (default $MEMGYM_REQUEST_TIMEOUT_S or 60)"})
+    request_retries: int | None = field(default=None, metadata={
+        "help": "retries of a failed openai: request (default $MEMGYM_REQUEST_RETRIES or 5)"})
     embedder: str = field(default="minilm", metadata={"help": "minilm (all-MiniLM-L6-v2, the default) | hash:<dim> "
                                                                 "(model-free bag of words: tests and stub runs only)"})
     cache: str | None = field(default=None, metadata={"help": "response cache (default <out>/responses.sqlite; "
@@ -89,6 +105,9 @@ class EvolveConfig:
     progress: bool = field(default=True, metadata={"help": "progress bars"})
 
     def __post_init__(self):
+        from llm.config import check_fields
+
+        check_fields(self)
         if self.dataset not in ("locomo", "longmemeval"):
             raise ValueError(f"dataset must be locomo or longmemeval, got {self.dataset!r}")
         if self.proposer not in ("params", "coder", "scripted"):

@@ -105,7 +105,8 @@ class Evolution:
         if rt is None:
             from rewards.runtime import Runtime
             cache = cfg.cache or str(self.dir.root / "responses.sqlite")
-            rt = Runtime.from_config(cache=cache, batch_size=cfg.batch_size)
+            rt = Runtime.from_config(cache=cache, batch_size=cfg.batch_size, request_timeout_s=cfg.request_timeout_s,
+                                     request_retries=cfg.request_retries)
             if cfg.embedder.startswith("hash:"):
                 from llm.embeddings import HashEmbedder
                 rt = Runtime(cache=rt.cache, embedder=HashEmbedder(int(cfg.embedder[5:])), batch_size=cfg.batch_size)

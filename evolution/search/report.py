@@ -86,7 +86,7 @@ def render_report(evo, summary: dict) -> str:
            "## Rounds", "",
            "| round | stage | target | parent | candidate | proposal | verdict | valid overall | "
            + " | ".join(caps) + " | accepted | tokens |",
-           "|" + "---|" * (9 + len(caps))]
+           "|" + "---|" * (10 + len(caps))]
     for h in evo.history:
         v = h.get("valid") or {}
         bc = v.get("by_capability", {})

@@ -1,0 +1,147 @@
+"""Parse-time checks shared by the recipe dataclasses (``EvalConfig``, ``ProgramEvalConfig``,
+``ADRPOConfig``, ``SFTScriptArguments``) and, through :func:`at_least`, by the argparse
+commands (``synth``, ``reward audit``, ``bench``), so a bad value fails before any model loads,
+with a message naming the field, the value and what is allowed.
+
+A config declares its rules in a class attribute ``CHECKS = {field: {rule: value}}`` (not in
+``field(metadata=...)``: ``HfArgumentParser`` hands every metadata key to argparse) and calls
+:func:`check_fields` from ``__post_init__`` (``trl.TrlParser`` builds the dataclass, so the
+checks run at parse time for recipes and CLI overrides alike). Rules:
+
+- ``"min": m``: a number >= ``m`` (``None`` only when the field's default is ``None``);
+  counts use ``min: 1``, so 0 and negatives never silently mean "all" or "all but one";
+- ``"choices": (...)``: one of these values (also read from the field's metadata, where
+  argparse checks it for CLI values; a YAML value skips argparse, so it is checked here);
+- ``"spec": "backend"``: a backend spec (``hf:``/``openai:``/``vllm:``, :func:`check_spec`);
+  ``"spec": "extractor"``: a backend spec, ``expert:<file or conv-NN>[,...]`` or one of
+  the rule ``"words"`` (e.g. ``("instruction",)``); on a ``list[str]`` field every item is checked;
+- ``"out_dir": True``: an output directory: must not be an existing file.
+
+A ``list[...]`` field given a single string (``conversations: conv-30`` in YAML) becomes a
+one-element list instead of being split into characters. Cross-field rules go through
+:func:`require`. Errors are :class:`ConfigError` (a ``ValueError``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    """A recipe or command-line value is invalid. The message names the field (as the
+    ``--flag`` the user sets), the value given and what is allowed."""
+
+
+class OutputPathError(ConfigError):
+    """An output path that memgym refuses to write: an existing file where a directory is
+    expected, or a non-empty directory that memgym did not create."""
+
+
+def _flag(name: str) -> str:
+    return f"--{name}"
+
+
+def _admits_none(f: dataclasses.Field) -> bool:
+    # ``HfArgumentParser`` rewrites ``int | None`` field types to ``int`` in place, so the
+    # default tells: a field whose default is None may stay None ("not set")
+    return f.default is None
+
+
+def _is_list(f: dataclasses.Field) -> bool:
+    t = f.type if isinstance(f.type, str) else repr(f.type)
+    return t.replace("typing.", "").lower().startswith("list")
+
+
+def at_least(lo: float, kind: type = int):
+    """An argparse ``type=`` for the commands that are not dataclass recipes: parses ``kind``
+    and rejects values below ``lo`` at parse time (``--n-sessions 0`` is an error, never "all")."""
+    import argparse
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
+                                             f"got {text!r}") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def check_out_dir(path: str | Path, field: str = "out") -> None:
+    """Raise :class:`OutputPathError` when ``path`` exists and is not a directory."""
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        raise OutputPathError(f"{_flag(field)} {path}: is an existing file, not a directory; give a directory "
+                              "path (it is created if missing)")
+
+
+def check_spec(spec: str, field: str = "model", *, kind: str = "backend", words: tuple[str, ...] = ()) -> None:
+    """Check the syntax of a backend spec (``kind="backend"``) or an extractor spec
+    (``kind="extractor"``: also ``expert:<x>[,...]`` and the bare ``words``). A local
+    ``hf:``/``vllm:`` path that does not exist is an error too, with the closest known name
+    (``hf:smolm2`` → did you mean ``hf:smollm2``?). Raises :class:`ConfigError`."""
+    from llm.base import BackendSpecError
+    from llm.specs import DEFAULT_ALIASES, parse_spec
+
+    if not isinstance(spec, str) or not spec.strip():
+        raise ConfigError(f"{_flag(field)}: expected a spec string, got {spec!r}")
+    if kind == "extractor":
+        if spec in words:
+            return
+        if spec.startswith("expert:"):
+            if not all(x.strip() for x in spec[len("expert:"):].split(",")):
+                raise ConfigError(f"{_flag(field)} {spec!r}: expert: needs a trajectory file or conversation id "
+                                  "after the colon (expert:conv-30, expert:a.jsonl,b.jsonl)")
+            return
+    try:
+        s = parse_spec(spec)
+    except BackendSpecError as e:
+        more = f" or one of {', '.join(words)} or expert:<file or conv-NN>" if kind == "extractor" else ""
+        raise ConfigError(f"{_flag(field)}: {e}{more}") from None
+    if s.kind in ("hf", "vllm") and s.target.lower() not in DEFAULT_ALIASES and not Path(s.target).expanduser().is_dir():
+        close = difflib.get_close_matches(s.target.lower(), DEFAULT_ALIASES, n=1, cutoff=0.7)
+        hint = f"; did you mean {s.kind}:{close[0]}?" if close else \
+            f" (the embedded model is {s.kind}:smollm2; nothing is fetched from a model hub)"
+        raise ConfigError(f"{_flag(field)} {spec!r}: {s.target} is not a local model directory{hint}")
+
+
+def check_fields(obj) -> None:
+    """Apply the ``CHECKS`` rules (module docstring) to every field of the dataclass ``obj``,
+    in field order; a single string on a list field becomes a one-element list (in place).
+    Raises :class:`ConfigError` naming the first bad field."""
+    rules = getattr(type(obj), "CHECKS", {})
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        meta = {**({"choices": f.metadata["choices"]} if "choices" in (f.metadata or {}) else {}),
+                **rules.get(f.name, {})}
+        if _is_list(f) and isinstance(value, str):
+            value = [value]
+            setattr(obj, f.name, value)
+        if "min" in meta:
+            lo = meta["min"]
+            if value is None:
+                if not _admits_none(f):
+                    raise ConfigError(f"{_flag(f.name)}: expected a number >= {lo}, got null")
+            elif isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"{_flag(f.name)}: expected a number >= {lo}, got {value!r}")
+            elif value < lo:
+                raise ConfigError(f"{_flag(f.name)}: must be >= {lo}, got {value}")
+        if "choices" in meta and value is not None and value not in meta["choices"]:
+            raise ConfigError(f"{_flag(f.name)}: {value!r} is not one of {', '.join(map(str, meta['choices']))}")
+        if meta.get("spec") and value is not None:
+            for item in (value if isinstance(value, list) else [value]):
+                check_spec(item, f.name, kind=meta["spec"], words=tuple(meta.get("words", ())))
+        if meta.get("out_dir") and value:
+            check_out_dir(value, f.name)
+
+
+def require(obj, field: str, value, needs: str, why: str = "") -> None:
+    """Cross-field rule: when ``obj.<field> == value``, ``obj.<needs>`` must be set.
+    Raises :class:`ConfigError` naming both flags (e.g. ``--scorer llm needs --judge_model``)."""
+    if getattr(obj, field) == value and not getattr(obj, needs):
+        raise ConfigError(f"{_flag(field)} {value} needs {_flag(needs)}{' ' + why if why else ''}")
