@@ -206,8 +206,10 @@ def test_ablation_configs_and_classes(tmp_path):
     assert (hol.rounds_cold, hol.rounds_refine, hol.rounds_integrate) == (7, 0, 0)
     noi = effective_config(EvolveConfig(**base, ablation="no_integration"))
     assert (noi.rounds_cold, noi.rounds_refine, noi.rounds_integrate) == (2, 3, 0)
-    with pytest.raises(ValueError, match="ablation must be one of"):
+    with pytest.raises(ValueError, match="--ablation: 'greedy' is not one of none, holistic, round_robin"):
         EvolveConfig(**base, ablation="greedy")
+    with pytest.raises(ValueError, match="delta must be in"):
+        EvolveConfig(**base, delta=1.5)
     evo = build_evolution(EvolveConfig(**base, ablation="holistic"))
     assert isinstance(evo, HolisticEvolution) and evo.integrator is None
     assert evo.stage_of(1) == evo.stage_of(7) == "holistic"

@@ -35,7 +35,8 @@ class EvolveConfig:
               "judge_model": {"spec": "backend"}, "coder_model": {"spec": "backend"}, "out": {"out_dir": True},
               "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0},
               "dataset": {"choices": ("locomo", "longmemeval")}, "proposer": {"choices": ("params", "coder", "scripted")},
-              "scorer": {"choices": ("answer-recall", "f1", "llm")}, "plan_mode": {"choices": ("llm", "question")}}
+              "scorer": {"choices": ("answer-recall", "f1", "llm")}, "plan_mode": {"choices": ("llm", "question")},
+              "ablation": {"choices": ABLATIONS}, "delta": {"min": 0.0}, "extractor_max_new_tokens": {"min": 1}}
 
     dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval (the S subset)"})
     path: str | None = field(default=None, metadata={"help": "data file (default: $MEMGYM_DATA/...; longmemeval: "
@@ -118,8 +119,6 @@ class EvolveConfig:
             raise ValueError("proposer scripted needs script (a JSON file)")
         if self.scorer == "llm" and not self.judge_model:
             raise ValueError("scorer llm needs judge_model")
-        if self.ablation not in ABLATIONS:
-            raise ValueError(f"ablation must be one of {', '.join(ABLATIONS)}, got {self.ablation!r}")
         if not 0.0 <= self.delta <= 1.0:
             raise ValueError(f"delta must be in [0, 1], got {self.delta}")
         for name in ("rounds_cold", "rounds_refine", "rounds_integrate"):
