@@ -24,7 +24,7 @@ install: $(VENV)/.installed
 ## The main job: SmolLM2 builds memory on real LoCoMo sessions; scored beside the expert bank.
 demo: install
 	$(MEMGYM) models prepare
-	$(MEMGYM) eval --recipe launch/recipes/demo_locomo.yaml
+	$(MEMGYM) eval --config launch/recipes/demo_locomo.yaml
 
 ## The whole suite (slow-marked SmolLM2 tests included).
 test: install
@@ -56,4 +56,4 @@ demo-evolve: install
 	$(MEMGYM) models prepare
 	export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; \
 	if [ -f runs/demo_evolve/recipe.json ]; then $(MEMGYM) evolve --resume runs/demo_evolve; \
-	else $(MEMGYM) evolve --recipe launch/recipes/demo_evolve.yaml --out runs/demo_evolve; fi
+	else $(MEMGYM) evolve --config launch/recipes/demo_evolve.yaml --out runs/demo_evolve; fi

@@ -121,3 +121,12 @@ class QuirkLog:
             import warnings
 
             warnings.warn(DataQuirkWarning(self.message()), stacklevel=stacklevel)
+
+
+def record_id(file, i: int, rec, key: str) -> str:
+    """The id ``rec[key]`` (a str) of the ``i``-th record of ``file`` (LoCoMo ``sample_id``,
+    LongMemEval ``question_id``). Raises :class:`DataFormatError` naming the file and ``#i``
+    when the record is not a JSON object or its id is missing or not a str."""
+    if not isinstance(rec, dict):
+        raise DataFormatError(file, f"#{i}", "-", f"expected a JSON object, got {type(rec).__name__}")
+    return get_field(rec, key, str, file, f"#{i}", key)

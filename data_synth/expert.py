@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from data_synth.jsonl import read_jsonl
 from memory_bank.actions import MANAGERS, parse_output
 from memory_bank.bank import MemoryBank
 from memory_bank.errors import ManagerOutputError
@@ -71,24 +72,7 @@ def parse_step(obj, file, line: int) -> TrajectoryStep:
 def load_trajectories(path) -> list[TrajectoryStep]:
     """Read a trajectory JSONL file. Raises FileNotFoundError naming the path, or
     :class:`TrajectoryError` naming the line and field of the first broken line."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"trajectory file not found: {path}")
-    steps = []
-    with open(path, encoding="utf-8", errors="strict") as fh:
-        try:
-            lines = list(fh)
-        except UnicodeDecodeError as e:
-            raise TrajectoryError(path, 0, "<file>", f"not UTF-8 text: {e}") from None
-    for i, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except ValueError as e:
-            raise TrajectoryError(path, i, "<json>", f"invalid JSON: {e}") from None
-        steps.append(parse_step(obj, path, i))
-    return steps
+    return [parse_step(obj, Path(path), i) for i, obj in read_jsonl(path, TrajectoryError, what="trajectory file")]
 
 
 def apply_step(bank: MemoryBank, step: TrajectoryStep, file="<memory>") -> None:
@@ -139,6 +123,10 @@ class ExpertExtractor:
 
     def has(self, conversation_id: str, session: int) -> bool:
         return (conversation_id, session) in self.steps
+
+    def missing_sessions(self, conv) -> list[int]:
+        """Indices of ``conv``'s sessions this file has no line for (empty: it covers all)."""
+        return [s.index for s in conv.sessions if not self.has(conv.id, s.index)]
 
     def extract(self, conversation_id, session, prompts):
         key = (conversation_id, session.index)

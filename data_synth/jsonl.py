@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable, Hashable
 from pathlib import Path
 
-__all__ = ["JsonlCorruptError", "JsonlLockedError", "ResumableJsonl"]
+__all__ = ["JsonlCorruptError", "JsonlLockedError", "ResumableJsonl", "read_jsonl"]
 
 
 class JsonlCorruptError(ValueError):
@@ -148,3 +148,32 @@ class ResumableJsonl:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def read_jsonl(path, error: Callable[[Path, int, str, str], Exception], *, what: str,
+               allow_torn_tail: bool = False) -> list[tuple[int, object]]:
+    """``(line number, decoded value)`` of every non-blank line of a JSONL file, 1-based.
+
+    ``error(path, line, field, reason)`` builds the error raised for a file that is not UTF-8
+    (line 0, field ``<file>``) or a line that is not JSON (field ``<json>``). With
+    ``allow_torn_tail`` a last line without a newline that is not JSON (a writer killed
+    mid-line) is skipped. Raises FileNotFoundError ``"<what> not found: <path>"``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} not found: {path}")
+    try:
+        lines = path.read_bytes().decode("utf-8").split("\n")
+    except UnicodeDecodeError as e:
+        raise error(path, 0, "<file>", f"not UTF-8 text: {e}") from None
+    out = []
+    for i, text in enumerate(lines, 1):
+        if not text.strip():
+            continue
+        try:
+            out.append((i, json.loads(text)))
+        except ValueError as e:
+            if allow_torn_tail and i == len(lines):
+                break
+            raise error(path, i, "<json>", f"invalid JSON: {e}") from None
+    return out

@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 from data_synth.capabilities import capability_for, secondary_for
-from data_synth.errors import DataFormatError, QuirkLog, get_field
+from data_synth.errors import DataFormatError, QuirkLog, get_field, record_id
 from data_synth.paths import locomo_path, read_json
 from memory_bank.schema import Conversation, QAItem, Session, Turn
 
@@ -171,13 +171,6 @@ def _parse_qa(file: Path, rid: str, qa_raw: list, sessions: list[Session],
     return out
 
 
-def _record_id(file: Path, i: int, rec) -> str:
-    if not isinstance(rec, dict):
-        raise DataFormatError(file, f"#{i}", "-", f"expected a JSON object, got "
-                                                  f"{type(rec).__name__}")
-    return get_field(rec, "sample_id", str, file, f"#{i}", "sample_id")
-
-
 def parse_locomo_record(file: Path | str, i: int, rec) -> Conversation:
     """Convert one LoCoMo record (the ``i``-th of ``file``) to a :class:`Conversation`.
 
@@ -195,7 +188,7 @@ def parse_locomo_record(file: Path | str, i: int, rec) -> Conversation:
             duplicate ``dia_id``. Nothing is returned half-parsed.
     """
     file = Path(file)
-    rid = _record_id(file, i, rec)
+    rid = record_id(file, i, rec, "sample_id")
     conv = get_field(rec, "conversation", dict, file, rid, "conversation")
     qa_raw = get_field(rec, "qa", list, file, rid, "qa")
     speakers = (get_field(conv, "speaker_a", str, file, rid, "conversation.speaker_a"),
@@ -233,7 +226,7 @@ def load_locomo(path: Path | str | None = None, ids: list[str] | None = None) ->
         raise DataFormatError(p, "-", "-", f"expected a JSON list of conversations, got "
                                            f"{type(data).__name__}")
     wanted = None if ids is None else list(dict.fromkeys(ids))
-    rids = [_record_id(p, i, rec) for i, rec in enumerate(data)]
+    rids = [record_id(p, i, rec, "sample_id") for i, rec in enumerate(data)]
     if wanted is not None:
         present = set(rids)
         missing = [x for x in wanted if x not in present]

@@ -34,7 +34,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from data_synth.capabilities import LONGMEMEVAL_MAP, capability_for, secondary_for
-from data_synth.errors import DataFormatError, QuirkLog, get_field
+from data_synth.errors import DataFormatError, QuirkLog, get_field, record_id
 from data_synth.paths import longmemeval_oracle_path, read_json
 from memory_bank.schema import Conversation, QAItem, Session, Turn
 
@@ -50,13 +50,6 @@ def parse_longmemeval_date(text: str) -> datetime | None:
         return datetime.strptime(" ".join(str(text).split()), LONGMEMEVAL_DATE_FORMAT)
     except ValueError:
         return None
-
-
-def _record_id(file: Path, i: int, rec) -> str:
-    if not isinstance(rec, dict):
-        raise DataFormatError(file, f"#{i}", "-", f"expected a JSON object, got "
-                                                  f"{type(rec).__name__}")
-    return get_field(rec, "question_id", str, file, f"#{i}", "question_id")
 
 
 def _str_list(rec: dict, key: str, file: Path, rid: str) -> list[str]:
@@ -79,7 +72,7 @@ def parse_longmemeval_record(file: Path | str, i: int, rec, quirks: QuirkLog) ->
             user/assistant, or whose ``content`` is not a string.
     """
     file = Path(file)
-    rid = _record_id(file, i, rec)
+    rid = record_id(file, i, rec, "question_id")
     qtype = get_field(rec, "question_type", str, file, rid, "question_type")
     if qtype not in LONGMEMEVAL_MAP:
         raise DataFormatError(file, rid, "question_type", f"unknown type {qtype!r}; expected "
@@ -179,7 +172,7 @@ def load_longmemeval(path: Path | str | None = None, question_ids: list[str] | N
     if not isinstance(data, list):
         raise DataFormatError(p, "-", "-", f"expected a JSON list of questions, got "
                                            f"{type(data).__name__}")
-    rids = [_record_id(p, i, rec) for i, rec in enumerate(data)]
+    rids = [record_id(p, i, rec, "question_id") for i, rec in enumerate(data)]
     seen: set[str] = set()
     for i, r in enumerate(rids):
         if r in seen:

@@ -13,9 +13,9 @@ A session-QA file is JSONL, one line per session::
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from data_synth.jsonl import read_jsonl
 from memory_bank.schema import Capability, QAItem
 
 #: Synthetic question kinds and the capability each tests.
@@ -68,16 +68,6 @@ def qa_item_from_json(obj: dict, conversation_id: str, session: int, j: int, dat
                   evidence=tuple(ev), category=kind, capability=cap, question_date=date or None)
 
 
-def qa_item_to_json(item: QAItem) -> dict:
-    """Inverse of :func:`qa_item_from_json` (``{question, answer, evidence, kind}`` plus the
-    id and, when set, the capability letter)."""
-    out = {"id": item.id, "question": item.question, "answer": item.answer, "evidence": list(item.evidence),
-           "kind": item.category}
-    if item.capability is not None:
-        out["capability"] = item.capability.value
-    return out
-
-
 def load_session_qa(path) -> dict[tuple[str, int], list[QAItem]]:
     """Read a session-QA JSONL file into ``{(conversation_id, session): [QAItem, ...]}``.
 
@@ -87,20 +77,8 @@ def load_session_qa(path) -> dict[tuple[str, int], list[QAItem]]:
     Raises FileNotFoundError naming the path when it is absent.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"session-QA file not found: {path}")
-    raw = path.read_text(encoding="utf-8")
-    lines = raw.split("\n")
     out: dict[tuple[str, int], list[QAItem]] = {}
-    for i, text in enumerate(lines, 1):
-        if not text.strip():
-            continue
-        try:
-            obj = json.loads(text)
-        except ValueError as e:
-            if i == len(lines):  # the last piece had no newline: a torn write
-                break
-            raise SessionQAError(path, i, "<json>", f"invalid JSON: {e}") from None
+    for i, obj in read_jsonl(path, SessionQAError, what="session-QA file", allow_torn_tail=True):
         if not isinstance(obj, dict):
             raise SessionQAError(path, i, "<root>", f"expected an object, got {type(obj).__name__}")
         conv, sess = obj.get("conversation_id"), obj.get("session")

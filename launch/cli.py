@@ -1,5 +1,7 @@
 """The ``memgym`` command line. Each command group lives in its own ``launch/cmd_*.py``
-module exposing ``register(subparsers)``; this file only wires them together.
+module exposing ``register(subparsers)``; this file only wires them together. Commands
+configured by ``trl.TrlParser`` (train, eval, program eval, evolve) take their arguments verbatim
+(:mod:`launch.passthrough`).
 
 Errors: an ordinary mistake (a bad recipe value, a missing or unreadable file, broken YAML or
 data, a dead or misbehaving server, a corrupt cache: the types in :func:`user_error_types`)
@@ -10,43 +12,29 @@ traceback; ``--debug`` or ``MEMGYM_DEBUG=1`` shows the traceback of every error.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 
-# (module, help) — each module defines register(subparsers) that adds its parser(s).
-COMMAND_MODULES = [
-    "launch.cmd_models",
-    "launch.cmd_data",
-    "launch.cmd_bank",
-    "launch.cmd_eval",
-    "launch.cmd_bench",
-    "launch.cmd_program",
-    "launch.cmd_evolve",
-    "launch.cmd_synth",
-    "launch.cmd_reward",
-    "launch.cmd_train",
-    "launch.cmd_launch",
-    "launch.cmd_serve",
-]
+from launch import (cmd_bank, cmd_bench, cmd_data, cmd_eval, cmd_evolve, cmd_launch, cmd_models, cmd_program,
+                    cmd_reward, cmd_serve, cmd_synth, cmd_train)
+
+#: Command groups in ``memgym --help`` order; each defines ``register(subparsers)``.
+COMMAND_MODULES = (cmd_models, cmd_data, cmd_bank, cmd_eval, cmd_bench, cmd_program, cmd_evolve, cmd_synth, cmd_reward,
+                   cmd_train, cmd_launch, cmd_serve)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="memgym",
-        description="memgym: train memory-construction LLMs (SFT + ADRPO) and evolve memory programs.",
+        description="memgym: train memory-construction LLMs (SFT + ADRPO) and evolve memory programs. "
+                    "Recipe-driven commands (train, eval, program eval) take --config R.yaml (alias --recipe) "
+                    "and --<field> value overrides; `memgym COMMAND --help` lists them.",
     )
     p.add_argument("--debug", action="store_true",
                    help="show the full traceback of every error (also: MEMGYM_DEBUG=1)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in COMMAND_MODULES:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as e:  # a command group not yet installed
-            if e.name == name:
-                continue
-            raise
+    for mod in COMMAND_MODULES:
         mod.register(sub)
     return p
 
@@ -72,9 +60,9 @@ def user_error_types() -> tuple[tuple[type, ...], tuple[type, ...]]:
         ("data_synth.qa_format", ("SessionQAError",), run),
         ("data_synth.annotate", ("LabelValidationError",), run),
         ("rewards.session_reward", ("RewardDataError",), run),
-        ("training.adrpo", ("ADRPOConfigError",), usage),
+        ("training.adrpo_config", ("ADRPOConfigError",), usage),
         ("training.adrpo_data", ("ADRPODataError",), run),
-        ("training.data", ("TrainingDataError", "ExampleLengthError"), run),
+        ("training.sft_data", ("TrainingDataError", "ExampleLengthError"), run),
         ("launch.cmd_launch", ("LaunchError",), usage),
         ("launch.cmd_synth", ("UsageError",), usage),
     ):
@@ -116,20 +104,9 @@ def run_command(args, command: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args, unknown = parser.parse_known_args(argv)
-    if getattr(args, "passthrough", None):
-        # Commands configured by TrlParser (a YAML recipe + field overrides) take every
-        # argument after their own name(s) verbatim; argparse's REMAINDER drops leading flags.
-        words = args.passthrough
-        start = next(i for i in range(len(argv)) if argv[i: i + len(words)] == list(words)) + len(words)
-        args.rest = argv[start:]
-    elif unknown:
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     sub_command = getattr(args, f"{args.command}_command", None)  # e.g. bank_command = "replay"
-    words = getattr(args, "passthrough", None) or [args.command] + ([sub_command] if sub_command else [])
-    return run_command(args, " ".join(words))
+    return run_command(args, " ".join([args.command] + ([sub_command] if sub_command else [])))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,6 @@
 """``memgym bank replay`` and ``memgym bank check``."""
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path

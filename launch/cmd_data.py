@@ -7,14 +7,16 @@ import sys
 import warnings
 
 from data_synth.errors import DataFileNotFoundError, DataFormatError, DataQuirkWarning
-from data_synth.stats import STATS_DATASETS, dataset_stats, load_dataset
+from data_synth.datasets import DATASETS, load_conversations
+from data_synth.stats import dataset_stats
 
 
 def _stats(args: argparse.Namespace) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DataQuirkWarning)
         try:
-            convs = load_dataset(args.dataset, args.path, args.split, args.splits_path)
+            convs = load_conversations(args.dataset, args.path, split=args.split,
+                                       splits_path=args.splits_path)
         except (DataFileNotFoundError, DataFormatError, ValueError) as e:
             print(f"memgym data stats: error: {e}", file=sys.stderr)
             return 2
@@ -41,7 +43,7 @@ def register(subparsers) -> None:
                     "LongMemEval, abstention. Data quirks are reported on stderr. Exit 2 on "
                     "a missing or broken file.",
     )
-    s.add_argument("--dataset", required=True, choices=STATS_DATASETS, help="which benchmark")
+    s.add_argument("--dataset", required=True, choices=DATASETS, help="which benchmark")
     s.add_argument("--path", default=None,
                    help="the benchmark JSON file (default: locomo/locomo10.json or "
                         "longmemeval/longmemeval_oracle.json under the data root); "

@@ -1,46 +1,26 @@
-"""``memgym eval --recipe R.yaml [--extractor SPEC] [--out DIR] [--<field> value ...]``."""
+"""``memgym eval --config R.yaml [--extractor SPEC] [--out DIR] [--<field> value ...]`` (``--recipe``
+is an alias of ``--config``)."""
 from __future__ import annotations
 
-import argparse
 import sys
 
+from launch.passthrough import add_recipe_command
 
-def translate_recipe_args(argv: list[str]) -> list[str]:
-    """``--recipe R`` → TrlParser's ``--config R`` (the rest are dataclass field overrides).
-    Raises :class:`llm.config.ConfigError` when ``--recipe``/``--config`` has no value."""
-    from llm.config import ConfigError
-
-    out = list(argv)
-    for i, a in enumerate(out):
-        if a in ("--recipe", "--config") and (i + 1 == len(out) or out[i + 1].startswith("--")):
-            raise ConfigError(f"{a} needs a value: the path of a YAML recipe ({a} R.yaml)")
-        if a == "--recipe":
-            out[i] = "--config"
-        elif a.startswith("--recipe="):
-            out[i] = "--config=" + a.split("=", 1)[1]
-    if any(a.startswith("--config=") for a in out):
-        i = next(i for i, a in enumerate(out) if a.startswith("--config="))
-        out[i: i + 1] = ["--config", out[i].split("=", 1)[1]]
-    return out
+PROG = "memgym eval"
 
 
-def parse_config(argv: list[str], cls, prog: str):
-    from trl import TrlParser
-
-    parser = TrlParser(dataclass_types=[cls], prog=prog,
-                       description=(cls.__doc__ or "").strip() + " Use --recipe R.yaml for a recipe; any "
-                                   "field below overrides it.")
-    return parser.parse_args_and_config(args=translate_recipe_args(argv))[0]
-
-
-def _run(args) -> int:
+def run(argv: list[str]) -> int:
+    """Parse the recipe (:class:`rewards.evaluate.EvalConfig`), run it, print the tables.
+    Returns 0, or 2 for a bad recipe, field or data file (the message names it)."""
     from rewards.evaluate import EvalConfig, run_eval
     from rewards.report import side_by_side
+    from training.common import parse_training_args
 
     try:
-        cfg = parse_config(args.rest, EvalConfig, "memgym eval")
+        (cfg,) = parse_training_args([EvalConfig], argv, PROG, (EvalConfig.__doc__ or "").strip() + " Use --config "
+                                     "R.yaml for a recipe; any field below overrides it.", cpu_defaults=False)
     except (ValueError, FileNotFoundError) as e:
-        print(f"memgym eval: {e}", file=sys.stderr)
+        print(f"{PROG}: {e}", file=sys.stderr)
         return 2
     report = run_eval(cfg)
     print(f"\nScore by category ({report['scorer']}); rows = LoCoMo categories, columns = extractors\n")
@@ -48,7 +28,7 @@ def _run(args) -> int:
     print()
     print(side_by_side(report, "by_capability"))
     print(f"\nreport: {cfg.out}/report.md  (wall {report['wall_s']:.0f} s)")
-    return report_problems("memgym eval", [report, *report.get("compare", {}).values()])
+    return report_problems(PROG, [report, *report.get("compare", {}).values()])
 
 
 def report_problems(prog: str, reports: list[dict]) -> int:
@@ -78,7 +58,6 @@ def report_problems(prog: str, reports: list[dict]) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("eval", help="build memory, answer QA from it, score, report (the main job)",
-                       add_help=False, description="memgym eval --recipe R.yaml [--extractor SPEC] [--out DIR]")
-    p.add_argument("rest", nargs=argparse.REMAINDER)
-    p.set_defaults(func=_run, passthrough=("eval",))
+    add_recipe_command(sub, "eval", help="build memory, answer QA from it, score, report (the main job)",
+                       description="memgym eval --config R.yaml [--extractor SPEC] [--out DIR] (--help lists "
+                                   "every recipe field)", run=run)

@@ -1,10 +1,10 @@
 """``memgym evolve``: capability-driven evolution of a memory program (PrisMem).
 
-- ``memgym evolve --recipe R.yaml [--out DIR] [--<field> value ...]`` starts a run in DIR
+- ``memgym evolve --config R.yaml [--out DIR] [--<field> value ...]`` starts a run in DIR
   (the recipe and seed program are stored there);
 - ``memgym evolve --resume DIR`` continues the run in DIR with the recipe stored there; a
   resumed run ends in the same state as an uninterrupted one;
-- ``memgym evolve experiment --recipe R.yaml --variants full,holistic,... --seeds 3 [--out DIR]``
+- ``memgym evolve experiment --config R.yaml --variants full,holistic,... --seeds 3 [--out DIR]``
   runs every ablation variant with every seed (:mod:`evolution.search.experiment`);
   ``memgym evolve experiment --resume DIR`` continues one without re-running finished runs.
 
@@ -20,6 +20,8 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
+
+from launch.passthrough import add_recipe_command
 
 
 def _config_from_dir(run_dir: str):
@@ -51,14 +53,14 @@ def _take(rest: list[str], flag: str) -> str | None:
     return None
 
 
-def cmd_experiment(rest: list[str]) -> int:
+def cmd_experiment(argv: list[str]) -> int:
     """``memgym evolve experiment`` (see :mod:`evolution.search.experiment`)."""
     from evolution.execution.runner import ProgramRunError
     from evolution.search.config import EvolveConfig
     from evolution.search.experiment import VARIANTS, Experiment
-    from launch.cmd_eval import translate_recipe_args
+    from training.common import parse_training_args
 
-    rest = list(rest)
+    rest = list(argv)
     try:
         resume = _take(rest, "--resume")
         variants = _take(rest, "--variants")
@@ -68,14 +70,12 @@ def cmd_experiment(rest: list[str]) -> int:
                 raise ValueError(f"--resume takes no other arguments (the recipe is stored in {resume})")
             exp = Experiment.from_dir(resume)
         else:
-            from trl import TrlParser
-            parser = TrlParser(dataclass_types=[EvolveConfig], prog="memgym evolve experiment",
-                               description="Every ablation variant x every seed under one recipe (PrisMem Table 4): "
-                                           "memgym evolve experiment --recipe R.yaml --variants "
-                                           f"{','.join(VARIANTS)} --seeds 3 [--out DIR] [--<field> value ...]; "
-                                           "memgym evolve experiment --resume DIR continues one. Writes "
-                                           "DIR/experiment.md, experiment.json, boundary.png.")
-            cfg = parser.parse_args_and_config(args=translate_recipe_args(rest))[0]
+            (cfg,) = parse_training_args(
+                [EvolveConfig], rest, "memgym evolve experiment",
+                "Every ablation variant x every seed under one recipe (PrisMem Table 4): memgym evolve experiment "
+                f"--config R.yaml --variants {','.join(VARIANTS)} --seeds 3 [--out DIR] [--<field> value ...]; "
+                "memgym evolve experiment --resume DIR continues one. Writes DIR/experiment.md, experiment.json, "
+                "boundary.png.", cpu_defaults=False)
             if seeds is not None and not seeds.isdigit():
                 raise ValueError(f"--seeds must be a positive integer, got {seeds!r}")
             exp = Experiment(cfg, variants or ",".join(VARIANTS), int(seeds or 3))
@@ -91,14 +91,14 @@ def cmd_experiment(rest: list[str]) -> int:
     return 0
 
 
-def cmd_evolve(args: argparse.Namespace) -> int:
+def cmd_evolve(argv: list[str]) -> int:
     from evolution.execution.runner import ProgramRunError
-    from evolution.search.config import EvolveConfig
     from evolution.search.ablations import build_evolution
+    from evolution.search.config import EvolveConfig
     from evolution.search.rundir import atomic_write_json
-    from launch.cmd_eval import translate_recipe_args
+    from training.common import parse_training_args
 
-    rest = list(args.rest)
+    rest = list(argv)
     if rest and rest[0] == "experiment":
         return cmd_experiment(rest[1:])
     resume = None
@@ -117,13 +117,11 @@ def cmd_evolve(args: argparse.Namespace) -> int:
                 return 2
             cfg = _config_from_dir(resume)
         else:
-            from trl import TrlParser
-            parser = TrlParser(dataclass_types=[EvolveConfig], prog="memgym evolve",
-                               description="Capability-driven evolution of a memory program (PrisMem): cold start, "
-                                           "capability refinement, frozen final program on the test split. "
-                                           "memgym evolve --recipe R.yaml [--out DIR] [--<field> value ...]; "
-                                           "memgym evolve --resume DIR continues a run.")
-            cfg = parser.parse_args_and_config(args=translate_recipe_args(rest))[0]
+            (cfg,) = parse_training_args(
+                [EvolveConfig], rest, "memgym evolve",
+                "Capability-driven evolution of a memory program (PrisMem): cold start, capability refinement, "
+                "trace-guided integration, frozen final program on the test split. memgym evolve --config R.yaml [--out DIR] "
+                "[--<field> value ...]; memgym evolve --resume DIR continues a run.", cpu_defaults=False)
             out = Path(cfg.out)
             if (out / "state.json").exists() or (out / "recipe.json").exists():
                 print(f"memgym evolve: {out} already holds a run; continue it with: memgym evolve --resume {out}",
@@ -171,11 +169,9 @@ def _print(s: dict, out: str) -> None:
 
 def register(subparsers) -> argparse.ArgumentParser:
     """Add ``memgym evolve``."""
-    p = subparsers.add_parser(
-        "evolve", add_help=False, help="evolve a memory program (cold start, capability refinement; resumable)",
-        description="memgym evolve --recipe R.yaml [--out DIR] [--<field> value ...] | memgym evolve --resume DIR "
-                    "| memgym evolve experiment --recipe R.yaml --variants full,holistic,round_robin,random_cases,"
-                    "no_integration --seeds 3 (--help lists every recipe field)")
-    p.add_argument("rest", nargs=argparse.REMAINDER)
-    p.set_defaults(func=cmd_evolve, passthrough=("evolve",))
-    return p
+    return add_recipe_command(
+        subparsers, "evolve", help="evolve a memory program (cold start, capability refinement, integration; "
+                                   "resumable); `memgym evolve experiment` runs the ablations",
+        description="memgym evolve --config R.yaml [--out DIR] [--<field> value ...] | memgym evolve --resume DIR "
+                    "| memgym evolve experiment --config R.yaml --variants full,holistic,round_robin,random_cases,"
+                    "no_integration --seeds 3 (--help lists every recipe field)", run=cmd_evolve)

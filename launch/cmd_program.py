@@ -6,7 +6,7 @@
   ``--stats``). Exit status 0 for any verdict, 2 when FILE (or the parent) cannot be read;
   never a traceback, whatever the candidate does.
 
-- ``memgym program eval FILE.py --recipe R.yaml [--extractor SPEC] [--parent PARENT.py]
+- ``memgym program eval FILE.py --config R.yaml [--extractor SPEC] [--parent PARENT.py]
   [--out DIR] [--<field> value ...]`` evaluates a program (``evolution.execution.program_eval``): writes
   ``report.json`` (overall, by_capability, by_category, diagnostics, stages_run/reused,
   model_calls, tokens, wall_s), ``report.md``, ``tasks.jsonl`` and ``units.jsonl``, and prints
@@ -20,6 +20,8 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
+
+from launch.passthrough import add_recipe_command
 
 
 def _emit(payload: dict) -> None:
@@ -58,34 +60,31 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _eval_argv(rest: list[str]) -> list[str]:
-    """``FILE.py --recipe R ...`` → TrlParser arguments (``--program FILE.py --config R ...``)."""
-    from launch.cmd_eval import translate_recipe_args
-
+    """``FILE.py --config R ...`` → recipe arguments (``--program FILE.py --config R ...``)."""
     rest = list(rest)
     if rest and not rest[0].startswith("-"):
         rest = ["--program", rest[0]] + rest[1:]
-    return translate_recipe_args(rest)
+    return rest
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
+def cmd_eval(argv: list[str]) -> int:
     """Evaluate one program file; print the capability table; write the reports."""
-    from trl import TrlParser
-
     from evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
     from evolution.execution.runner import ProgramRunError
+    from training.common import parse_training_args
 
-    parser = TrlParser(dataclass_types=[ProgramEvalConfig], prog="memgym program eval FILE.py",
-                       description="Evaluate a memory program: extract -> index -> plan -> retrieve -> answer -> "
-                                   "score with stage caching, plus d_ext/d_idx/d_ret diagnostics. Use --recipe R.yaml "
-                                   "for a recipe; every field below overrides it. --extractor: instruction | turns | "
-                                   "expert:<file or conv-NN> | hf:<checkpoint or adapter dir> | openai:<url>#<model>.")
     try:
-        cfg = parser.parse_args_and_config(args=_eval_argv(args.rest))[0]
+        (cfg,) = parse_training_args(
+            [ProgramEvalConfig], _eval_argv(argv), "memgym program eval FILE.py",
+            "Evaluate a memory program: extract -> index -> plan -> retrieve -> answer -> score with stage caching, "
+            "plus d_ext/d_idx/d_ret diagnostics. Use --config R.yaml for a recipe; every field below overrides it. "
+            "--extractor: instruction | turns | expert:<file or conv-NN> | hf:<checkpoint or adapter dir> | "
+            "openai:<url>#<model>.", cpu_defaults=False)
     except (ValueError, FileNotFoundError) as e:
         print(f"memgym program eval: {e}", file=sys.stderr)
         return 2
     if not cfg.program:
-        print("memgym program eval: give the program file: memgym program eval FILE.py --recipe R.yaml",
+        print("memgym program eval: give the program file: memgym program eval FILE.py --config R.yaml",
               file=sys.stderr)
         return 2
     try:
@@ -170,10 +169,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     c.add_argument("--timeout", type=_positive, metavar="S",
                    help="wall seconds allowed for loading and for each call (default 20)")
     c.set_defaults(func=cmd_check)
-    e = sub.add_parser(
-        "eval", add_help=False, help="evaluate a program on a benchmark: scores, diagnostics, stage reuse, cost",
-        description="memgym program eval FILE.py --recipe R.yaml [--extractor SPEC] [--parent PARENT.py] [--out DIR] "
-                    "(--help lists every recipe field)")
-    e.add_argument("rest", nargs=argparse.REMAINDER)
-    e.set_defaults(func=cmd_eval, passthrough=("program", "eval"))
+    add_recipe_command(sub, "eval", help="evaluate a program on a benchmark: scores, diagnostics, stage reuse, cost",
+                       description="memgym program eval FILE.py --config R.yaml [--extractor SPEC] [--parent PARENT.py] "
+                                   "[--out DIR] (--help lists every recipe field)", run=cmd_eval)
     return p

@@ -60,7 +60,7 @@ def add_reward_flags(p) -> None:
 
 def _audit(args) -> int:
     from rewards.audit import run_audit
-    from rewards.runtime import Runtime
+    from llm.runtime import Runtime
     from rewards.samples import build_reward_samples
 
     rt = Runtime.from_config(cache=args.cache, batch_size=args.concurrency)

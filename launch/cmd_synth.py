@@ -34,11 +34,11 @@ def load_role_backend(rt, spec: str, role: str, concurrency: int = 8):
 def make_embedder(name: str, rt):
     """``minilm``: the cached all-MiniLM-L6-v2 of the runtime; ``hash``: the model-free
     :class:`llm.embeddings.HashEmbedder` (tests and stub runs only)."""
-    if name == "hash":
-        from llm.embeddings import HashEmbedder
+    if name == "minilm":
+        return rt.embedder
+    from llm.embeddings import load_embedder
 
-        return HashEmbedder(256)
-    return rt.embedder
+    return load_embedder(name, hash_dim=256)
 
 
 def test_ids(dataset: str) -> set[str]:
@@ -51,7 +51,7 @@ def select_conversations(args):
     """Load the conversations named by ``--conversations`` or ``--split``; raises
     :class:`UsageError` for a test split or test ids, or when neither is given."""
     from data_synth.splits import is_test_split, split_ids
-    from rewards.samples import load_benchmark
+    from data_synth.datasets import conversations_by_id
 
     if args.split and is_test_split(args.dataset, args.split):
         raise UsageError(f"refusing the test split of {args.dataset}: synthetic QA and trajectories are training "
@@ -62,12 +62,12 @@ def select_conversations(args):
     bad = sorted(set(ids) & test_ids(args.dataset))
     if bad:
         raise UsageError(f"refusing test-split conversations of {args.dataset}: {', '.join(bad)}")
-    convs = load_benchmark(args.dataset, ids, args.path)
+    convs = conversations_by_id(args.dataset, ids, args.path)
     return [convs[i] for i in dict.fromkeys(ids)]
 
 
 def _runtime(args):
-    from rewards.runtime import Runtime
+    from llm.runtime import Runtime
 
     return Runtime.from_config(cache=args.cache, batch_size=args.concurrency)
 

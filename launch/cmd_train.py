@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from launch.passthrough import add_recipe_command
+
 #: stage -> (module, one-line help)
 STAGES = {
     "sft": ("training.sft", "supervised fine-tuning on expert trajectories (TRL SFTTrainer, LoRA or full)"),
@@ -37,16 +39,13 @@ def run_stage(stage: str, argv: list[str]) -> int:
 def register(sub) -> None:
     p = sub.add_parser("train", help="train the memory extractor: sft | adrpo (one process)",
                        description="Train the memory extractor in this process. Each stage reads a YAML "
-                                   "recipe (--config R.yaml) and takes any recipe field as an override "
-                                   "flag; `memgym train STAGE --help` lists them. For multi-process or "
+                                   "recipe (--config R.yaml, alias --recipe) and takes any recipe field as an "
+                                   "override flag; `memgym train STAGE --help` lists them. For multi-process or "
                                    "DeepSpeed runs use `memgym launch`.")
-    stages = p.add_subparsers(dest="stage", metavar="STAGE")
+    stages = p.add_subparsers(dest="train_command", metavar="STAGE")
     stages.required = True
     for name, (module, help_) in STAGES.items():
-        # prefix_chars="+": argparse must not read the trainer's own --flags (an argparse
-        # REMAINDER positional does not capture a leading --flag); they all go to TrlParser.
-        q = stages.add_parser(name, help=help_, add_help=False, prefix_chars="+",
-                              description=f"memgym train {name} --config R.yaml [--<field> value ...] "
-                                          f"(runs {module}.main; --help lists the fields)")
-        q.add_argument("rest", nargs="*", help="--config R.yaml and field overrides")
-        q.set_defaults(func=lambda args, _s=name: run_stage(_s, args.rest))
+        add_recipe_command(stages, name, help=help_,
+                           description=f"memgym train {name} --config R.yaml [--<field> value ...] "
+                                       f"(runs {module}.main; --help lists the fields)",
+                           run=lambda argv, _s=name: run_stage(_s, argv))

@@ -198,9 +198,14 @@ class HashEmbedder:
         self.dim = dim
         self.model_id = f"hash-{dim}"
         self.calls = 0
+        self._buckets: dict[str, int] = {}
 
     def _bucket(self, token: str) -> int:
-        return int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest(), "little") % self.dim
+        b = self._buckets.get(token)
+        if b is None:
+            b = self._buckets[token] = int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest(),
+                                                      "little") % self.dim
+        return b
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """float32 array (len(texts), dim) of L2-normalised hashed token counts."""
@@ -214,3 +219,20 @@ class HashEmbedder:
             self.calls += 1
             out /= np.linalg.norm(out, axis=1, keepdims=True)
         return out
+
+
+def load_embedder(spec: str, hash_dim: int = 64, cache: EmbeddingCache | None = None):
+    """The one embedder factory. ``minilm``: the embedded all-MiniLM-L6-v2
+    (:class:`STEmbedder` with ``cache``, default the persistent ``$MEMGYM_CACHE/embeddings.sqlite``);
+    ``hash``: :class:`HashEmbedder` of ``hash_dim`` buckets (tests and stub runs only);
+    ``none``: None (callers that can go without); else a sentence-transformers model dir
+    (cached the same way). Raises ValueError for an empty spec."""
+    if not spec:
+        raise ValueError("embedder spec is empty; expected minilm, hash, none or a model dir")
+    if spec == "none":
+        return None
+    if spec == "hash":
+        return HashEmbedder(hash_dim)
+    from llm.paths import cache_dir
+
+    return STEmbedder(None if spec == "minilm" else spec, cache=cache or EmbeddingCache(cache_dir() / "embeddings.sqlite"))

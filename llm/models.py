@@ -153,6 +153,22 @@ def _write_marker(tmp: Path, source: Path) -> None:
     (tmp / MARKER).write_text(json.dumps({"source": str(source), "prepared_at": time.time()}) + "\n")
 
 
+def _save_model(model, out: Path) -> None:
+    """Write ``model`` as a transformers dir (``config.json``, ``generation_config.json``,
+    ``model.safetensors``; the tied LM head is not stored twice) without
+    ``PreTrainedModel.save_pretrained``, whose unwrap step imports DeepSpeed when it is
+    installed (a training-only dependency) and prints its accelerator warning."""
+    from huggingface_hub import save_torch_model
+
+    out.mkdir(parents=True, exist_ok=True)
+    tied = bool(getattr(model.config, "tie_word_embeddings", False))
+    save_torch_model(model, out, metadata={"format": "pt"},
+                     shared_tensors_to_discard=["lm_head.weight"] if tied else None)
+    model.config.architectures = [type(model).__name__]
+    model.config.save_pretrained(str(out))
+    model.generation_config.save_pretrained(str(out))
+
+
 def ensure_smollm2(out_dir: Path | None = None, force: bool = False) -> PreparedModel:
     """Convert the embedded SmolLM2-135M-Instruct GGUF into a transformers dir (once).
 
@@ -182,7 +198,7 @@ def ensure_smollm2(out_dir: Path | None = None, force: bool = False) -> Prepared
         if getattr(model, "hf_quantizer", None) is not None:
             model.hf_quantizer.remove_quantization_config(model)
         model.generation_config.pad_token_id = tok.pad_token_id
-        model.save_pretrained(str(tmp))
+        _save_model(model, tmp)
         tok.save_pretrained(str(tmp))
         _write_marker(tmp, gguf)
         created = _publish(tmp, out, force)

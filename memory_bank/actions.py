@@ -21,7 +21,6 @@ from memory_bank.errors import OutputParseError, OutputSchemaError, OutputTrunca
 PARTS = ("episodic", "semantic", "procedural")
 MANAGERS = ("core",) + PARTS
 ID_PREFIX = {"episodic": "E", "semantic": "S", "procedural": "P"}
-PART_OF_PREFIX = {v: k for k, v in ID_PREFIX.items()}
 
 #: Outputs longer than this many characters are rejected before parsing (a runaway
 #: generation or a hostile input); 200K chars is ~50K tokens, far above any real output.

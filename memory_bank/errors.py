@@ -65,3 +65,44 @@ class ReplaceTextNotFoundError(ManagerOutputError):
 
 class BankFormatError(ValueError):
     """A serialized bank (JSON) is malformed; the message names the field."""
+
+
+# ---- memory programs (memory_bank.program) ----
+
+
+class ProgramError(Exception):
+    """Base class of memory-program contract errors."""
+
+
+class ContractError(ProgramError):
+    """A program breaks the contract. ``level`` is the PrisMem validation level that catches
+    it: 1 = a required name is missing, 2 = a schema or signature is incompatible."""
+
+    def __init__(self, message: str, level: int = 2):
+        super().__init__(message)
+        self.level = level
+
+
+class StructuredOutputError(ProgramError, ValueError):
+    """A structured model output (or host data) does not fit a program's dataclass schema.
+
+    ``schema`` names the dataclass, ``field`` the offending field (None when the whole output is
+    wrong, e.g. not JSON), ``index`` the list position for list outputs (else None).
+    """
+
+    def __init__(self, message: str, *, schema: str, field: str | None = None, index: int | None = None):
+        where = schema + (f"[{index}]" if index is not None else "") + (f".{field}" if field else "")
+        super().__init__(f"{where}: {message}")
+        self.schema, self.field, self.index = schema, field, index
+
+
+class ToolkitError(ProgramError):
+    """A toolkit call was malformed (wrong argument types/sizes) or its host failed."""
+
+
+class BudgetExceededError(ToolkitError):
+    """A toolkit call would exceed the program's call budget (``kind`` is "llm" or "embed")."""
+
+    def __init__(self, message: str, kind: str):
+        super().__init__(message)
+        self.kind = kind

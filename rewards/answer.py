@@ -113,14 +113,21 @@ def clean_answer(raw: str) -> str:
     return ""
 
 
-def _check_items(items) -> list[tuple[str, str, str | None]]:
+def check_triples(items, names: tuple[str, str, str]) -> list[tuple]:
+    """``items`` as a list of 3-tuples named ``names`` (e.g. question, context, date). Raises
+    TypeError when ``items`` is not a list, ValueError naming the index of an item that is not
+    a triple; callers check the three values."""
     if not isinstance(items, Sequence) or isinstance(items, str):
-        raise TypeError(f"items must be a list of (question, context, question_date) tuples, got {type(items).__name__}")
-    out = []
+        raise TypeError(f"items must be a list of ({', '.join(names)}) tuples, got {type(items).__name__}")
     for i, item in enumerate(items):
         if not isinstance(item, (tuple, list)) or len(item) != 3:
-            raise ValueError(f"items[{i}] must be a (question, context, question_date) triple, got {item!r:.120}")
-        q, ctx, qdate = item
+            raise ValueError(f"items[{i}] must be a ({', '.join(names)}) triple, got {item!r:.120}")
+    return [tuple(item) for item in items]
+
+
+def _check_items(items) -> list[tuple[str, str, str | None]]:
+    out = []
+    for i, (q, ctx, qdate) in enumerate(check_triples(items, ("question", "context", "question_date"))):
         if not isinstance(q, str) or not q.strip():
             raise ValueError(f"items[{i}].question must be a non-empty str, got {q!r:.80}")
         if not isinstance(ctx, str):

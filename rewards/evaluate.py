@@ -8,7 +8,6 @@ the retrieved context is always reported beside it (it needs no model).
 """
 from __future__ import annotations
 
-import json
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -17,22 +16,19 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from data_synth.capabilities import capability_for
+from data_synth.datasets import DATASETS, load_conversations
 from data_synth.expert import ExpertExtractor
-from data_synth.views import restrict
+from data_synth.extractors import make_extractor
 from llm.base import GenerationParams
 from llm.config import check_fields, require
 from memory_bank.actions import MANAGERS
-from memory_bank.construct import ModelExtractor, construct
+from memory_bank.construct import construct
 from memory_bank.retrieval import BankRetriever
 from memory_bank.schema import Conversation
 from rewards.answer import answer_questions
 from rewards.judge import ScoreItem, make_scorer
-from rewards.metrics import answer_recall
-from rewards.runtime import Runtime
-
-LOCOMO_CATEGORY_NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop",
-                         "5": "adversarial"}
-
+from rewards.metrics import answer_recall, mean_or_zero
+from llm.runtime import Runtime
 
 @dataclass
 class EvalConfig:
@@ -44,8 +40,7 @@ class EvalConfig:
               "answer_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}, "out": {"out_dir": True},
               "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0}}
 
-    dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval",
-                                                     "choices": ("locomo", "longmemeval")})
+    dataset: str = field(default="locomo", metadata={"help": " | ".join(DATASETS), "choices": DATASETS})
     path: str | None = field(default=None, metadata={"help": "data file; None: the dataset's file under $MEMGYM_DATA"})
     conversations: list[str] = field(default_factory=lambda: ["conv-30"],
                                      metadata={"help": "conversation / question ids to run (one id or a list)"})
@@ -82,46 +77,11 @@ class EvalConfig:
         require(self, "scorer", "llm", "judge_model", "(a backend spec of the LLM judge)")
 
 
-def load_conversations(cfg: EvalConfig) -> list[Conversation]:
-    """The recipe's conversations, restricted to its first ``n_sessions`` sessions."""
-    if cfg.dataset == "locomo":
-        from data_synth.locomo import load_locomo
-        convs = load_locomo(cfg.path, ids=cfg.conversations)
-    else:
-        from data_synth.longmemeval import load_longmemeval
-        convs = load_longmemeval(cfg.path, question_ids=cfg.conversations)
-    if cfg.n_sessions:
-        convs = [restrict(c, cfg.n_sessions) for c in convs]
-    if cfg.max_questions is not None:
-        from dataclasses import replace
-        convs = [replace(c, questions=c.questions[: cfg.max_questions]) for c in convs]
-    return convs
-
-
-def resolve_expert_path(name: str) -> Path:
-    """A trajectory path as given, or a bare name (``conv-30``) looked up in the shipped
-    expert dir (``$MEMGYM_DATA/expert/<name>.jsonl``). Raises FileNotFoundError naming both."""
-    p = Path(name)
-    if p.is_file():
-        return p
-    from data_synth.paths import expert_dir
-
-    alt = expert_dir() / (name if name.endswith(".jsonl") else f"{name}.jsonl")
-    if alt.is_file():
-        return alt
-    raise FileNotFoundError(f"expert trajectories not found: {p} (nor {alt})")
-
-
-def make_extractor(spec: str, rt: Runtime, cfg: EvalConfig):
-    """``expert:<file>`` → :class:`ExpertExtractor`; any backend spec → :class:`ModelExtractor`."""
-    if spec.startswith("expert:"):
-        return ExpertExtractor(*[resolve_expert_path(x) for x in spec[len("expert:"):].split(",")])
-    backend = rt.backend(spec, role="extractor")
-    return ModelExtractor(backend, GenerationParams(max_new_tokens=cfg.extractor_max_new_tokens), name=spec)
-
-
-def _mean(xs):
-    return sum(xs) / len(xs) if xs else 0.0
+def load_eval_conversations(cfg) -> list[Conversation]:
+    """The recipe's conversations (``dataset``, ``path``, ``conversations``), restricted to its
+    first ``n_sessions`` sessions and ``max_questions`` QA (:func:`data_synth.datasets.load_conversations`)."""
+    return load_conversations(cfg.dataset, cfg.path, ids=cfg.conversations, n_sessions=cfg.n_sessions,
+                              max_questions=cfg.max_questions)
 
 
 def aggregate(rows: list[dict], key: str) -> dict:
@@ -129,7 +89,7 @@ def aggregate(rows: list[dict], key: str) -> dict:
     groups = defaultdict(list)
     for r in rows:
         groups[str(r[key])].append(r)
-    return {k: {"score": _mean([r["score"] for r in v]), "recall": _mean([r["recall"] for r in v]), "n": len(v)}
+    return {k: {"score": mean_or_zero([r["score"] for r in v]), "recall": mean_or_zero([r["recall"] for r in v]), "n": len(v)}
             for k, v in sorted(groups.items())}
 
 
@@ -138,7 +98,7 @@ def evaluate_extractor(spec: str, convs: list[Conversation], cfg: EvalConfig, rt
     writes nothing (see :func:`run_eval`)."""
     t0 = time.time()
     calls0 = rt.calls_snapshot()
-    extractor = make_extractor(spec, rt, cfg)
+    extractor = make_extractor(spec, rt, cfg.extractor_max_new_tokens)
     answerer = rt.backend(cfg.answer_model, role="answer")
     scorer = make_scorer(cfg.scorer, rt.backend(cfg.judge_model, role="judge") if cfg.judge_model else None)
     rows, attempts, fails = [], defaultdict(int), defaultdict(int)
@@ -146,11 +106,10 @@ def evaluate_extractor(spec: str, convs: list[Conversation], cfg: EvalConfig, rt
     empty_answers, empty_sessions = 0, []
     for conv in convs:
         n = len(conv.sessions)
-        if isinstance(extractor, ExpertExtractor):
-            n = max(i for i in range(len(conv.sessions) + 1)
-                    if all(extractor.has(conv.id, s.index) for s in conv.sessions[:i]))
-            if n < len(conv.sessions):
-                raise ValueError(f"{extractor.name} covers only {n} of {len(conv.sessions)} sessions of {conv.id}")
+        missing = extractor.missing_sessions(conv) if isinstance(extractor, ExpertExtractor) else []
+        if missing:
+            n = next(i for i, s in enumerate(conv.sessions) if s.index in missing)  # the covered prefix
+            raise ValueError(f"{extractor.name} covers only {n} of {len(conv.sessions)} sessions of {conv.id}")
         built = construct(conv, extractor, embedder=rt.embedder, progress=cfg.progress)
         for m in MANAGERS:
             attempts[m] += built.attempts[m]
@@ -183,8 +142,8 @@ def evaluate_extractor(spec: str, convs: list[Conversation], cfg: EvalConfig, rt
         "answer_model": cfg.answer_model,
         "scorer": cfg.scorer,
         "n": len(rows),
-        "overall": _mean([r["score"] for r in rows]),
-        "overall_recall": _mean([r["recall"] for r in rows]),
+        "overall": mean_or_zero([r["score"] for r in rows]),
+        "overall_recall": mean_or_zero([r["recall"] for r in rows]),
         "by_category": aggregate(rows, "category"),
         "by_capability": aggregate(rows, "capability"),
         "format_failure_rate": {m: (fails[m] / attempts[m] if attempts[m] else 0.0) for m in MANAGERS},
@@ -207,7 +166,7 @@ def run_eval(cfg: EvalConfig, rt: Runtime | None = None) -> dict:
     t0 = time.time()
     rt = rt or Runtime.from_config(cache=cfg.cache, batch_size=cfg.batch_size, request_timeout_s=cfg.request_timeout_s,
                                    request_retries=cfg.request_retries)
-    convs = load_conversations(cfg)
+    convs = load_eval_conversations(cfg)
     main = evaluate_extractor(cfg.extractor, convs, cfg, rt)
     main["compare"] = {spec: evaluate_extractor(spec, convs, cfg, rt) for spec in cfg.compare}
     main["config"] = asdict(cfg)

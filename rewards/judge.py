@@ -17,7 +17,7 @@ from typing import Protocol, runtime_checkable
 import json_repair
 
 from llm.base import Backend, GenerationParams, LLMError
-from rewards.answer import strip_thinking
+from rewards.answer import check_triples, strip_thinking
 from rewards.metrics import LOCOMO_CATEGORIES, answer_recall, f1_score, locomo_f1
 
 __all__ = [
@@ -100,13 +100,8 @@ def _judge_messages(question: str, gold: str, prediction: str) -> list[dict]:
 
 
 def _check_judge_items(items) -> list[tuple[str, str, str]]:
-    if not isinstance(items, Sequence) or isinstance(items, str):
-        raise TypeError(f"items must be a list of (question, gold, prediction) tuples, got {type(items).__name__}")
     out = []
-    for i, item in enumerate(items):
-        if not isinstance(item, (tuple, list)) or len(item) != 3:
-            raise ValueError(f"items[{i}] must be a (question, gold, prediction) triple, got {item!r:.120}")
-        q, gold, pred = item
+    for i, (q, gold, pred) in enumerate(check_triples(items, ("question", "gold", "prediction"))):
         if not isinstance(q, str):
             raise TypeError(f"items[{i}].question must be a str, got {type(q).__name__}")
         if isinstance(gold, bool) or not isinstance(gold, (str, int)):

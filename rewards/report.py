@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from data_synth.capabilities import CAPABILITY_NAMES
+from data_synth.capabilities import LOCOMO_CATEGORY_NAMES as CATEGORY_NAMES
 from memory_bank.actions import MANAGERS
-
-CATEGORY_NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}
-CAPABILITY_NAMES = {"F": "factual", "T": "temporal", "P": "preference", "M": "multi-session", "A": "adversarial"}
 
 
 def _runs(report: dict) -> list[tuple[str, dict]]:

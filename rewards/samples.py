@@ -12,14 +12,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from data_synth.datasets import conversations_by_id
 from data_synth.expert import TrajectoryError, banks_before_sessions, load_trajectories
 from data_synth.qa_format import load_session_qa, qa_item_from_json
 from memory_bank.actions import MANAGERS
 from memory_bank.bank import MemoryBank
 from memory_bank.prompts import build_prompt
-from memory_bank.schema import Conversation, QAItem
+from memory_bank.schema import QAItem
 
-__all__ = ["RewardSample", "build_reward_samples", "load_benchmark", "sample_key"]
+__all__ = ["RewardSample", "build_reward_samples", "sample_key"]
 
 
 def sample_key(conversation_id: str, session: int, manager: str) -> str:
@@ -47,25 +48,6 @@ class RewardSample:
     expert_outputs: dict[str, str]
     bank_before: MemoryBank
     qa: list[QAItem] = field(default_factory=list)
-
-
-def load_benchmark(dataset: str, ids: Sequence[str], data_path=None) -> dict[str, Conversation]:
-    """Load the named conversations (LoCoMo ``sample_id`` or LongMemEval ``question_id``).
-
-    Raises ValueError for an unknown dataset or ids absent from the file, and the loaders'
-    DataFileNotFoundError / DataFormatError."""
-    ids = list(dict.fromkeys(ids))
-    if dataset == "locomo":
-        from data_synth.locomo import load_locomo
-
-        convs = load_locomo(data_path, ids=ids)
-    elif dataset == "longmemeval":
-        from data_synth.longmemeval import load_longmemeval
-
-        convs = load_longmemeval(data_path, question_ids=ids)
-    else:
-        raise ValueError(f"unknown dataset {dataset!r}; expected locomo or longmemeval")
-    return {c.id: c for c in convs}
 
 
 def build_reward_samples(trajectory_paths, *, dataset: str = "locomo", data_path=None, qa_path=None,
@@ -98,7 +80,7 @@ def build_reward_samples(trajectory_paths, *, dataset: str = "locomo", data_path
             before = banks_before_sessions(steps)
         except TrajectoryError as e:  # banks_before_sessions does not know the file name
             raise TrajectoryError(path, e.line, e.field, e.reason) from None
-        convs = load_benchmark(dataset, [s.conversation_id for s in steps], data_path)
+        convs = conversations_by_id(dataset, [s.conversation_id for s in steps], data_path)
         for step in steps:
             conv = convs[step.conversation_id]
             session = next((s for s in conv.sessions if s.index == step.session), None)

@@ -49,22 +49,20 @@ def run_sft(out: Path, steps: int | None) -> dict:
     argv = ["--config", str(RECIPES / "demo_train_sft.yaml"), "--output_dir", str(out / "sft")]
     if steps is not None:
         argv += ["--max_steps", str(steps)]
-    script_args, training_args = parse_args(argv)
-    return run(script_args, training_args)
+    return run(*parse_args(argv))
 
 
 def run_adrpo(out: Path, steps: int | None) -> list[dict]:
     """Stage 2: ADRPO from the SFT adapter; returns the trainer's log history (also written
     to ``adrpo/log_history.json``)."""
-    from training.adrpo import ADRPOConfig, train
-    from training.common import parse_training_args
+    from training.adrpo import build_trainer, parse_args, train
 
     argv = ["--config", str(RECIPES / "demo_train_adrpo.yaml"), "--init_from", str(out / "sft"),
             "--output_dir", str(out / "adrpo")]
     if steps is not None:
         argv += ["--max_steps", str(steps)]
-    (args,) = parse_training_args([ADRPOConfig], argv, prog="demo-train adrpo", description="ADRPO stage")
-    trainer = train(args)
+    args, model_args = parse_args(argv)
+    trainer = train(args, build_trainer(args, model_args))
     history = trainer.state.log_history
     (out / "adrpo" / "log_history.json").write_text(json.dumps(history, indent=2) + "\n")
     del trainer
@@ -74,11 +72,12 @@ def run_adrpo(out: Path, steps: int | None) -> list[dict]:
 
 def run_evaluation(out: Path) -> dict:
     """Stage 3: the eval job with the base model and the trained adapter side by side."""
-    from launch.cmd_eval import parse_config
     from rewards.evaluate import EvalConfig, run_eval
+    from training.common import parse_training_args
 
-    cfg = parse_config(["--recipe", str(RECIPES / "demo_train_eval.yaml"), "--compare", f"hf:{out / 'adrpo'}",
-                        "--out", str(out / "eval")], EvalConfig, "demo-train eval")
+    (cfg,) = parse_training_args([EvalConfig], ["--config", str(RECIPES / "demo_train_eval.yaml"), "--compare",
+                                                f"hf:{out / 'adrpo'}", "--out", str(out / "eval")],
+                                 "demo-train eval", "eval stage", cpu_defaults=False)
     return run_eval(cfg)
 
 

@@ -5,10 +5,14 @@ from a list (consumed in order) or a callable ``(messages, params) -> str``.
 """
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
+from datetime import datetime
 
 from llm.base import BackendRequestError, Completion, GenerationParams, Messages
 from llm.messages import check_batch
+from memory_bank.schema import Capability, Conversation, QAItem, Session, Turn
 
 
 class ScriptedBackend:
@@ -56,3 +60,155 @@ class ScriptedBackend:
             out.append(Completion(text=text, prompt_tokens=prompt_tokens, completion_tokens=len(words),
                                   finish_reason=reason))
         return out
+
+
+def trainable_state(model) -> dict:
+    """{name: detached CPU copy} of every parameter with ``requires_grad`` (the LoRA weights
+    for a PEFT model); tests compare it before and after training."""
+    return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def load_program_module(path, module_name: str | None = None):
+    """Import a TRUSTED program file in-process (seed/reference, tests). Untrusted candidates
+    must go through ``evolution.execution.sandbox.SandboxedProgram`` instead. The module is registered
+    in ``sys.modules`` under ``module_name`` (default ``memgym_program_<stem>``) so that
+    ``typing.get_type_hints`` can resolve its annotations. Raises FileNotFoundError naming
+    the path."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"memory program not found: {path}")
+    name = module_name or f"memgym_program_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+# ---- program runner: a 3-session conversation and a scripted task LLM
+
+TASK = "openai:http://stub.invalid/v1#task"  # a registered ScriptedBackend, never contacted
+
+
+def conversation() -> Conversation:
+    """3 sessions x 2 turns, 4 QA (LongMemEval-style turn ids ``<session>:<k>``)."""
+    texts = [("Caroline went to the LGBTQ support group", "Melanie painted a sunrise over the lake"),
+             ("Caroline is researching adoption agencies", "Melanie took her kids camping in the mountains"),
+             ("Caroline gave a talk at the school", "Melanie signed up for a pottery class")]
+    sessions = tuple(Session(i + 1, f"s{i + 1}", datetime(2023, 5, 1 + 7 * i, 10), f"10:00 am on {1 + 7 * i} May, 2023",
+                             (Turn(f"s{i + 1}:0", "Caroline", a), Turn(f"s{i + 1}:1", "Melanie", b)))
+                     for i, (a, b) in enumerate(texts))
+    qs = (QAItem("c/q0", "What did Caroline go to?", "LGBTQ support group", ("s1:0",), "4", Capability.FACTUAL),
+          QAItem("c/q1", "Where did Melanie take her kids?", "camping in the mountains", ("s2:1",), "4",
+                 Capability.FACTUAL),
+          QAItem("c/q2", "When did Caroline give a talk?", "15 May 2023", ("s3:0",), "2", Capability.TEMPORAL),
+          QAItem("c/q3", "What did Melanie paint and sign up for?", "sunrise, pottery", ("s1:1", "s3:1", "zz:9"), "1",
+                 Capability.MULTI_SESSION))
+    return Conversation("c", ("Caroline", "Melanie"), sessions, qs)
+
+
+class Script:
+    """Task LLM: extraction copies each transcript line into one unit; planning echoes the
+    question; answering says "stub". Counts calls per stage by the system prompt."""
+
+    def __init__(self):
+        self.counts = {"extract": 0, "plan": 0, "answer": 0}
+
+    def __call__(self, messages, params):
+        system, user = messages[0]["content"], messages[-1]["content"]
+        if "memory units" in user:
+            self.counts["extract"] += 1
+            lines = [ln.split(": ", 1)[1] for ln in user.splitlines() if ln.startswith("[s")]
+            return json.dumps([{"content": t} for t in lines])
+        if "Question:" in user and "Memory:" not in user:
+            self.counts["plan"] += 1
+            q = user.split("Question: ", 1)[1].split("\n", 1)[0]
+            return json.dumps({"search_text": q, "time_hint": None} if "search_text" in user else {"question": q})
+        self.counts["answer"] += 1
+        return "stub"
+
+
+# ---- synthetic QA: a deterministic expert
+
+
+def fake_expert(messages, params) -> str:
+    """A deterministic 'expert': reads the prompt's quota and turn ids and writes valid items
+    (distinct questions made of the cited turn's own words)."""
+    text = messages[-1]["content"]
+    head, current = text.split("## Current session ", 1)
+    sess = int(current.split(" ", 1)[0])
+    turns = re.findall(r"^\[(D\d+:\d+)\] (\w+): (.*)$", current, flags=re.M)
+    earlier = re.findall(r"^\[(D\d+:\d+)\] \(session", head, flags=re.M)
+    kept = text.count("Do not repeat")  # retries ask for the rest; shift so questions differ
+    items = []
+    n = 0
+    for count, kind in re.findall(r"^- (\d+) of kind \"([\w-]+)\"", text, flags=re.M):
+        for _ in range(int(count)):
+            tid, speaker, said = turns[(n + 3 * kept) % len(turns)]
+            n += 1
+            words = re.findall(r"[A-Za-z]{4,}", said) or ["something"]
+            ev = [tid] + ([earlier[0]] if kind == "multi-session" else [])
+            items.append({"question": f"In session {sess}, what did {speaker} mention about {' '.join(words[:6])}?",
+                          "answer": words[-1], "evidence": ev, "kind": kind})
+    return json.dumps({"qa": items})
+
+
+# ---- session reward: hand-sized banks and QA
+
+DOG = "2023-05-01: Alice adopted a dog named Biscuit | Details: from the shelter"
+PILOT = "Bob - Job: works as an airline pilot | Details: flies to Lisbon"
+
+
+class WordTokenizer:
+    """Whitespace 'tokenizer' with the Hugging Face call shape (lengths are exact by hand)."""
+
+    def __call__(self, texts, add_special_tokens=False):
+        return {"input_ids": [t.split() for t in texts]}
+
+
+def ops(*memories: str) -> str:
+    """A non-core manager output that ADDs each memory."""
+    return json.dumps({"operations": [{"action": "ADD", "memory": m} for m in memories]})
+
+
+def qa(question: str, answer: str, evidence=("D1:1",)) -> QAItem:
+    """A single-session QA item whose id is the question's first 10 characters."""
+    return QAItem(id=question[:10], question=question, answer=answer, evidence=tuple(evidence), category="single-session")
+
+
+def bank_with(session: int = 1, episodic=(), semantic=(), core: str = ""):
+    """A bank with ``core`` appended and ``episodic`` / ``semantic`` entries added in ``session``."""
+    from memory_bank.bank import MemoryBank
+
+    bank = MemoryBank()
+    if core:
+        bank.apply_text("core", json.dumps({"operation": "APPEND", "content": core}), session)
+    if episodic:
+        bank.apply_text("episodic", ops(*episodic), session)
+    if semantic:
+        bank.apply_text("semantic", ops(*semantic), session)
+    return bank
+
+
+EMPTY = {"core": '{"operation": "NONE"}', "episodic": '{"operations": []}', "semantic": '{"operations": []}',
+         "procedural": '{"operations": []}'}
+"""Manager outputs that change nothing, per manager."""
+
+
+def make_samples(bank, session: int, expert: dict[str, str], qa: list[QAItem],
+                 managers=("core", "episodic", "semantic", "procedural")) -> list:
+    """One :class:`rewards.samples.RewardSample` per manager of conversation ``c1``, session
+    ``session``: the bank before it, the expert outputs (``EMPTY`` where not given), the QA."""
+    from rewards.samples import RewardSample, sample_key
+
+    outputs = {**EMPTY, **expert}
+    return [RewardSample(sample_key("c1", session, m), "c1", session, m, [{"role": "user", "content": "x"}],
+                         outputs, bank, list(qa)) for m in managers]

@@ -10,8 +10,7 @@ from data_synth.annotate import (AnnotatedLabel, CapabilityAnnotator, LabelValid
                                  load_labels, parse_label)
 from data_synth.errors import DataFormatError
 from memory_bank.schema import Capability
-from tests.helpers import ScriptedBackend
-from tests.test_program_runner import conversation
+from tests.helpers import ScriptedBackend, conversation
 
 F, T, P, M, A = (Capability.FACTUAL, Capability.TEMPORAL, Capability.PREFERENCE, Capability.MULTI_SESSION,
                  Capability.ADVERSARIAL)

@@ -44,7 +44,7 @@ def test_eval_tiny_model_two_sessions(tmp_path, tiny_model_dir, capsys):
 
     # a repeated run is served by the response cache: no model call at all
     out2 = tmp_path / "run2"
-    assert memgym(["eval", "--recipe", str(recipe), "--out", str(out2)]) == 0
+    assert memgym(["eval", "--config", str(recipe), "--out", str(out2)]) == 0
     rep2 = json.loads((out2 / "report.json").read_text())
     assert rep2["model_calls"].get("extractor", 0) == 0 and rep2["model_calls"].get("answer", 0) == 0
     assert rep2["overall"] == rep["overall"]
@@ -64,5 +64,15 @@ def test_eval_smollm2_one_session(tmp_path, smollm2_dir):
     recipe.write_text(recipe.read_text().replace("n_sessions: 2\n", ""))
     assert memgym(["eval", "--recipe", str(recipe), "--out", str(out)]) == 0
     rep = json.loads((out / "report.json").read_text())
-    assert rep["n"] == 3 and rep["model_calls"]["extractor"] == 4
-    assert all(0.0 <= v <= 1.0 for v in rep["format_failure_rate"].values())
+    # conv-30 session 1 with its first 3 QA: one call per manager, one per question
+    assert rep["n"] == 3 and rep["model_calls"] == {"extractor": 4, "answer": 3, "embed": 0}
+    # 24 tokens cannot hold a manager's JSON: every output hits the cap (4 x 24 tokens), fails
+    # to parse, and the bank stays empty; each greedy answer runs to its 8-token cap
+    assert rep["tokens"]["extractor"]["completion"] == 96 and rep["tokens"]["answer"]["completion"] == 24
+    assert rep["format_failure_rate"] == {"core": 1.0, "episodic": 1.0, "semantic": 1.0, "procedural": 1.0}
+    # nothing retrieved, so the answer has no memory to go on: F1 0 and recall 0 for all three
+    preds = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert [p["retrieved"] for p in preds] == [{"episodic": 0, "semantic": 0, "procedural": 0}] * 3
+    assert [p["gold"] for p in preds] == ["19 January, 2023", "January, 2023", "by dancing"]
+    assert [(p["score"], p["recall"]) for p in preds] == [(0.0, 0.0)] * 3
+    assert (rep["overall"], rep["overall_recall"]) == (0.0, 0.0)

@@ -10,7 +10,7 @@ import pytest
 from launch.cli import main as memgym
 from llm.embeddings import HashEmbedder
 from rewards.evaluate import EvalConfig, run_eval
-from rewards.runtime import Runtime
+from llm.runtime import Runtime
 from tests.helpers import ScriptedBackend
 
 ANS = "openai:http://answer.invalid/v1#a"
@@ -50,8 +50,8 @@ def test_eval_console_names_them_and_an_empty_run_exits_1(tmp_path, capsys, monk
     err = capsys.readouterr().err
     assert "3 judge replies were not a CORRECT/WRONG verdict (scored 0)" in err and "3 answers were empty" in err
     rep_dir = tmp_path / "b"
-    orig = ev.load_conversations
-    monkeypatch.setattr(ev, "load_conversations",
+    orig = ev.load_eval_conversations
+    monkeypatch.setattr(ev, "load_eval_conversations",
                         lambda cfg: [dataclasses.replace(c, questions=()) for c in orig(cfg)])
     assert memgym([*base, "--out", str(rep_dir)]) == 1
     assert "0 questions were scored" in capsys.readouterr().err
@@ -74,7 +74,7 @@ def test_program_eval_where_every_retrieve_fails_exits_1(tmp_path, capsys, monke
 
 def test_session_reward_counts_unparsable_judge_replies_and_empty_answers():
     from rewards.session_reward import SessionReward, SessionRewardConfig
-    from tests.test_reward_session import DOG, WordTokenizer, bank_with, make_samples, qa
+    from tests.helpers import DOG, WordTokenizer, bank_with, make_samples, qa
 
     samples = make_samples(bank_with(1, episodic=[DOG]), 2, {},
                            [qa("What is the name of the dog Alice adopted?", "Biscuit"), qa("Who?", "Alice")],

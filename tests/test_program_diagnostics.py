@@ -10,9 +10,8 @@ from evolution.execution.diagnostics import DiagTask, EvidenceTrace, diagnose_ru
 from evolution.execution.runner import ProgramRunner, RunnerSettings
 from llm.embeddings import HashEmbedder
 from memory_bank.programs import read_program_source, seed_program_path
-from rewards.runtime import Runtime
-from tests.helpers import ScriptedBackend
-from tests.test_program_runner import TASK, Script, conversation
+from llm.runtime import Runtime
+from tests.helpers import TASK, Script, ScriptedBackend, conversation
 
 
 class Lookup:

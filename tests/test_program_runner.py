@@ -3,66 +3,25 @@ state, the disk cache, and ``memgym program eval`` (incl. a trained extractor vi
 from __future__ import annotations
 
 import json
-from datetime import datetime
 
 import pytest
 
 from evolution.execution.component_diff import COMPONENTS, diff_components, stage_component_hashes, component_hashes
 from evolution.execution.runner import ProgramRunError, ProgramRunner, RunnerSettings
-from evolution.execution.stages import StageCache, session_entries, text_query, unit_text
+from evolution.execution.stages import StageCache
 from llm.embeddings import HashEmbedder
-from memory_bank.program import FieldSpec
+from memory_bank.program import FieldSpec, session_entries, text_query, unit_text
 from memory_bank.programs import read_program_source, reference_program_path, seed_program_path
-from memory_bank.schema import Capability, Conversation, QAItem, Session, Turn
-from rewards.runtime import Runtime
-from tests.helpers import ScriptedBackend
+from llm.runtime import Runtime
+from tests.helpers import TASK, Script, ScriptedBackend, conversation
 
 SEED = read_program_source(seed_program_path())
 REF = read_program_source(reference_program_path())
-TASK = "openai:http://stub.invalid/v1#task"  # a registered ScriptedBackend, never contacted
 
 RETRIEVAL_ONLY = REF.replace('return "\\n".join(self.lines[i] for i in sorted(chosen))',
                              'return "\\n".join(self.lines[i] for i in chosen)')
 EXTRACTION_CHANGE = REF.replace("extract every fact worth remembering", "extract every durable fact")
 HELPER_CHANGE = REF.replace("TIME_BONUS = 0.1", "TIME_BONUS = 0.2")
-
-
-def conversation() -> Conversation:
-    """3 sessions x 2 turns, 4 QA (LongMemEval-style turn ids ``<session>:<k>``)."""
-    texts = [("Caroline went to the LGBTQ support group", "Melanie painted a sunrise over the lake"),
-             ("Caroline is researching adoption agencies", "Melanie took her kids camping in the mountains"),
-             ("Caroline gave a talk at the school", "Melanie signed up for a pottery class")]
-    sessions = tuple(Session(i + 1, f"s{i + 1}", datetime(2023, 5, 1 + 7 * i, 10), f"10:00 am on {1 + 7 * i} May, 2023",
-                             (Turn(f"s{i + 1}:0", "Caroline", a), Turn(f"s{i + 1}:1", "Melanie", b)))
-                     for i, (a, b) in enumerate(texts))
-    qs = (QAItem("c/q0", "What did Caroline go to?", "LGBTQ support group", ("s1:0",), "4", Capability.FACTUAL),
-          QAItem("c/q1", "Where did Melanie take her kids?", "camping in the mountains", ("s2:1",), "4",
-                 Capability.FACTUAL),
-          QAItem("c/q2", "When did Caroline give a talk?", "15 May 2023", ("s3:0",), "2", Capability.TEMPORAL),
-          QAItem("c/q3", "What did Melanie paint and sign up for?", "sunrise, pottery", ("s1:1", "s3:1", "zz:9"), "1",
-                 Capability.MULTI_SESSION))
-    return Conversation("c", ("Caroline", "Melanie"), sessions, qs)
-
-
-class Script:
-    """Task LLM: extraction copies each transcript line into one unit; planning echoes the
-    question; answering says "stub". Counts calls per stage by the system prompt."""
-
-    def __init__(self):
-        self.counts = {"extract": 0, "plan": 0, "answer": 0}
-
-    def __call__(self, messages, params):
-        system, user = messages[0]["content"], messages[-1]["content"]
-        if "memory units" in user:
-            self.counts["extract"] += 1
-            lines = [ln.split(": ", 1)[1] for ln in user.splitlines() if ln.startswith("[s")]
-            return json.dumps([{"content": t} for t in lines])
-        if "Question:" in user and "Memory:" not in user:
-            self.counts["plan"] += 1
-            q = user.split("Question: ", 1)[1].split("\n", 1)[0]
-            return json.dumps({"search_text": q, "time_hint": None} if "search_text" in user else {"question": q})
-        self.counts["answer"] += 1
-        return "stub"
 
 
 class CountingEmbedder(HashEmbedder):
@@ -79,7 +38,7 @@ def make_runner(cache=None, **kw):
     script = Script()
     rt = Runtime(embedder=CountingEmbedder())
     rt.register(TASK, ScriptedBackend(script, model_id="task"))
-    settings = RunnerSettings(extraction="instruction", task_model=TASK, **kw)
+    settings = RunnerSettings(**{"extraction": "instruction", "task_model": TASK, **kw})
     return ProgramRunner(rt, settings, cache), script, rt
 
 
@@ -152,6 +111,56 @@ def test_reuse_counts_retrieval_extraction_and_helper_changes():
     assert [t.retrieved for t in full.tasks] == [t.retrieved for t in child.tasks]
     assert [t.score for t in full.tasks] == [t.score for t in child.tasks]
     assert full.tasks[0].score == 1.0  # "LGBTQ support group" is in the retrieved lines
+
+
+EXTRACTOR = "openai:http://stub.invalid/v1#extractor"  # a registered ScriptedBackend, never contacted
+
+
+def episodic_extractor(messages, params) -> str:
+    """A trained extractor stand-in: the episodic manager ADDs every transcript turn's text
+    (``[s1:0] Caroline: text`` lines); core, semantic and procedural change nothing."""
+    user = messages[-1]["content"]
+    manager = user.rsplit("JSON for the ", 1)[1].split(" part", 1)[0]
+    if manager == "core":
+        return '{"operation": "NONE"}'
+    if manager != "episodic":
+        return '{"operations": []}'
+    turns = [ln.split(": ", 1)[1] for ln in user.splitlines() if ln.startswith("[s")]
+    return json.dumps({"operations": [{"action": "ADD", "memory": t} for t in turns]})
+
+
+def test_trained_extractor_units_flow_into_the_programs_index():
+    runner, script, rt = make_runner(diagnostics=False, extraction=EXTRACTOR)
+    rt.register(EXTRACTOR, ScriptedBackend(episodic_extractor, model_id="extractor"))
+    run = runner.run(REF, [conversation()])
+    assert rt.calls["extractor"] == 12  # 3 sessions x 4 managers
+    assert script.counts == {"extract": 0, "plan": 4, "answer": 0}  # no instruction extraction
+    assert run.extraction["mode"] == "extractor" and run.extraction["units"] == 6
+    units = run.traces[0].units
+    assert [len(u) for u in units] == [2, 2, 2]
+    assert units[0][0]["content"] == "Caroline went to the LGBTQ support group"
+    assert [u["date"] for u in units[1]] == ["2023-05-08", "2023-05-08"]  # the session's date
+    # what the program indexed comes back from retrieve, dated by the reference program
+    assert "[2023-05-15] Caroline gave a talk at the school" in run.tasks[2].retrieved
+    # answer-recall: the gold tokens of q0, q1 and q3 are all retrieved; q2's "15 May 2023" is
+    # written 2023-05-15 in memory, so none of its tokens match
+    assert [t.score for t in run.tasks] == [1.0, 1.0, 0.0, 1.0]
+    assert run.stage_items["index"] == {"run": 3, "reused": 0}
+
+
+def test_expert_extraction_replays_the_trajectory_into_units():
+    """``expert:conv-30`` on the first 2 real LoCoMo sessions: session 1's expert ops add 5
+    episodic + 7 semantic entries and append to core (13 units); session 2's add 3 episodic,
+    4 semantic, update 1 semantic entry and replace text in core (9 units)."""
+    from data_synth.datasets import load_conversations
+
+    conv = load_conversations("locomo", ids=["conv-30"], n_sessions=2)
+    runner, script, rt = make_runner(diagnostics=False, extraction="expert:conv-30", plan_mode="question")
+    run = runner.run(SEED, conv)
+    assert [len(u) for u in run.traces[0].units] == [13, 9]
+    assert run.extraction["mode"] == "expert" and run.extraction["units"] == 22
+    assert script.counts == {"extract": 0, "plan": 0, "answer": 0} and not rt.calls.get("extractor")
+    assert len(run.tasks) == len(conv[0].questions) and run.stage_items["index"] == {"run": 2, "reused": 0}
 
 
 def test_answer_stage_runs_for_f1_and_is_reused():
@@ -306,7 +315,7 @@ def test_cli_eval_errors(tmp_path, capsys):
 
 
 def test_turns_extraction_maps_every_turn_without_a_model_call():
-    from evolution.execution.stages import turn_entries
+    from memory_bank.program import turn_entries
 
     conv = conversation()
     assert turn_entries(conv.sessions[1]) == [

@@ -43,7 +43,7 @@ def with_retrieve(body: str, header: str = "") -> str:
 
 
 def run_retrieve(source: str, *, allowed=DEFAULT_ALLOWED_IMPORTS, limits=FAST, host=None):
-    with SandboxedProgram(source, host, limits, allowed_imports=allowed, static_check=False) as p:
+    with SandboxedProgram(source, host, limits, allowed_imports=allowed, skip_static_check=True) as p:
         p.index([{"content": "Caroline went hiking"}], SESSION)
         return p.retrieve({"question": "q"})
 
@@ -143,7 +143,7 @@ def test_static_check_flags_imports_and_escapes():
 
 def test_runtime_import_hook_refuses_disallowed_modules():
     src = with_retrieve("import os")
-    with SandboxedProgram(src, None, FAST, static_check=False) as p:
+    with SandboxedProgram(src, None, FAST, skip_static_check=True) as p:
         with pytest.raises(ProgramRaised, match="import of 'os' is not allowed"):
             p.retrieve({"question": "q"})
 

@@ -12,7 +12,7 @@ from llm.base import BackendRequestError, GenerationParams
 from llm.openai_backend import OpenAIBackend, request_settings
 from llm.server import serve_backend
 from rewards.evaluate import EvalConfig
-from rewards.runtime import Runtime
+from llm.runtime import Runtime
 from tests.helpers import ScriptedBackend
 
 MSG = [[{"role": "user", "content": "hi"}]]

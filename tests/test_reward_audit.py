@@ -12,7 +12,7 @@ from memory_bank.bank import MemoryBank
 from rewards.audit import control_outputs, run_audit
 from rewards.samples import RewardSample, build_reward_samples
 from rewards.session_reward import SessionReward, SessionRewardConfig
-from tests.test_reward_session import DOG, PILOT, WordTokenizer, bank_with, ops, qa
+from tests.helpers import DOG, PILOT, WordTokenizer, bank_with, ops, qa
 
 pytestmark = pytest.mark.filterwarnings("ignore::data_synth.errors.DataQuirkWarning")
 CONV30 = expert_dir() / "conv-30.jsonl"

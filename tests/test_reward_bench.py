@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from data_synth.paths import expert_dir
-from launch.bench_reward import bench_reward
+from launch.bench.reward import bench_reward
 
 pytestmark = pytest.mark.filterwarnings("ignore::data_synth.errors.DataQuirkWarning")
 
@@ -16,6 +16,5 @@ def test_bench_reward_small_batch_with_minilm():
     assert (r["completions"], r["sessions"]) == (4, 1)
     assert r["rewards_equal"] is True
     assert r["warm_model_calls"] == {"embed": 0, "llm": 0}
-    assert r["speedup"] == pytest.approx(r["one_by_one_s"] / r["batched_s"], rel=0.05)
     with pytest.raises(ValueError, match="fewer than the 500"):
         bench_reward(expert_dir() / "conv-30.jsonl", n=500)

@@ -9,59 +9,17 @@ from llm.base import GenerationParams
 from llm.cache import CachedBackend, ResponseCache
 from llm.embeddings import HashEmbedder
 from memory_bank.bank import MemoryBank
-from memory_bank.schema import QAItem
-from rewards.samples import RewardSample, sample_key
 from rewards.session_reward import (
     RewardBreakdown,
     SessionReward,
     SessionRewardConfig,
     frac_reward_zero_std,
 )
-from tests.helpers import ScriptedBackend
-
-EMPTY = {"core": '{"operation": "NONE"}', "episodic": '{"operations": []}', "semantic": '{"operations": []}',
-         "procedural": '{"operations": []}'}
-
-
-class WordTokenizer:
-    """Whitespace 'tokenizer' with the Hugging Face call shape (lengths are exact by hand)."""
-
-    def __call__(self, texts, add_special_tokens=False):
-        return {"input_ids": [t.split() for t in texts]}
-
-
-def ops(*memories: str) -> str:
-    return json.dumps({"operations": [{"action": "ADD", "memory": m} for m in memories]})
-
-
-def make_samples(bank: MemoryBank, session: int, expert: dict[str, str], qa: list[QAItem],
-                 managers=("core", "episodic", "semantic", "procedural")) -> list[RewardSample]:
-    outputs = {**EMPTY, **expert}
-    return [RewardSample(sample_key("c1", session, m), "c1", session, m, [{"role": "user", "content": "x"}],
-                         outputs, bank, list(qa)) for m in managers]
-
-
-def qa(question: str, answer: str, evidence=("D1:1",)) -> QAItem:
-    return QAItem(id=question[:10], question=question, answer=answer, evidence=tuple(evidence), category="single-session")
-
-
-def bank_with(session: int = 1, episodic=(), semantic=(), core: str = "") -> MemoryBank:
-    bank = MemoryBank()
-    if core:
-        bank.apply_text("core", json.dumps({"operation": "APPEND", "content": core}), session)
-    if episodic:
-        bank.apply_text("episodic", ops(*episodic), session)
-    if semantic:
-        bank.apply_text("semantic", ops(*semantic), session)
-    return bank
+from tests.helpers import DOG, EMPTY, PILOT, ScriptedBackend, WordTokenizer, bank_with, make_samples, ops, qa
 
 
 def reward(**cfg) -> SessionReward:
     return SessionReward(SessionRewardConfig(**cfg), embedder=HashEmbedder(512), tokenizer=WordTokenizer())
-
-
-DOG = "2023-05-01: Alice adopted a dog named Biscuit | Details: from the shelter"
-PILOT = "Bob - Job: works as an airline pilot | Details: flies to Lisbon"
 
 
 @pytest.mark.parametrize("mode", ["counterfactual", "isolated"])

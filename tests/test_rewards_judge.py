@@ -22,8 +22,9 @@ from rewards.judge import (
 )
 
 
-class ScriptedBackend:
-    """Returns the scripted texts in order; records every batch and params it was given."""
+class BatchScriptBackend:
+    """Returns the scripted texts in order; counts generate calls (batches, unlike
+    tests.helpers.ScriptedBackend, which counts prompts) and records each batch and params."""
 
     def __init__(self, outputs, model_id="stub", n_override=None):
         self.outputs = list(outputs)
@@ -42,10 +43,6 @@ class ScriptedBackend:
         return [Completion(text=t) for t in texts]
 
 
-def test_stub_satisfies_backend_protocol():
-    assert isinstance(ScriptedBackend([]), Backend)
-
-
 # ---------------------------------------------------------------- judge
 
 
@@ -56,7 +53,7 @@ def test_judge_one_batched_call_and_tolerant_parsing():
         "I think it is CORRECT",  # no JSON object → WRONG, parse failure
         '<think>maybe {"label": "WRONG"}</think> Verdict: {"label": "CORRECT"}',
     ]
-    be = ScriptedBackend(outputs)
+    be = BatchScriptBackend(outputs)
     items = [
         ("Where did Mel go?", "Paris", "She went to Paris"),
         ("When?", "7 May 2023", "June"),
@@ -98,7 +95,7 @@ def test_parse_judge_label(raw, label):
 
 
 def test_judge_errors_and_empty():
-    be = ScriptedBackend([])
+    be = BatchScriptBackend([])
     judge = LLMJudge(be)
     assert judge.judge([]) == [] and be.calls == 0
     with pytest.raises(ValueError, match=r"items\[1\]"):
@@ -106,7 +103,7 @@ def test_judge_errors_and_empty():
     with pytest.raises(TypeError, match=r"items\[0\]\.prediction"):
         judge.judge([("q", "a", None)])
     assert be.calls == 0  # bad input is refused before any model call
-    short = ScriptedBackend(['{"label": "CORRECT"}'], n_override=1)
+    short = BatchScriptBackend(['{"label": "CORRECT"}'], n_override=1)
     with pytest.raises(LLMError, match="1 completions for 2 prompts"):
         LLMJudge(short).judge([("q", "a", "p"), ("q2", "a2", "p2")])
     with pytest.raises(TypeError, match="Backend"):
@@ -142,7 +139,7 @@ def test_recall_scorer_ignores_prediction():
 
 
 def test_llm_judge_scorer_and_failures():
-    be = ScriptedBackend(['{"label": "CORRECT"}', "garbage", '{"label": "WRONG"}'])
+    be = BatchScriptBackend(['{"label": "CORRECT"}', "garbage", '{"label": "WRONG"}'])
     scorer = LLMJudgeScorer(be)
     items = [ScoreItem("q1", "a", "a"), ScoreItem("q2", "b", "b"), ScoreItem("q3", "c", "d")]
     assert scorer.score(items) == [1.0, 0.0, 0.0]
@@ -163,7 +160,7 @@ def test_score_item_validation():
 def test_make_scorer():
     assert isinstance(make_scorer("f1"), F1Scorer)
     assert isinstance(make_scorer("answer-recall"), RecallScorer)
-    be = ScriptedBackend([])
+    be = BatchScriptBackend([])
     s = make_scorer("llm", judge_backend=be, judge_params=GenerationParams(max_new_tokens=8))
     assert isinstance(s, LLMJudgeScorer) and s.judge.params.max_new_tokens == 8
     for sc in (make_scorer("f1"), make_scorer("answer-recall"), s):
@@ -208,7 +205,7 @@ def test_truncate_context():
 
 
 def test_answer_questions_one_call_truncates_and_cleans():
-    be = ScriptedBackend(["Answer: Paris\nextra", "<think>hmm</think>No information available"])
+    be = BatchScriptBackend(["Answer: Paris\nextra", "<think>hmm</think>No information available"])
     ctx = "E1 2023-05-07: Mel went to Paris\n" + "x" * 7000
     items = [("Where did Mel go?", ctx, "2023/05/30 (Tue) 23:40"), ("What is Bob's dog called?", "", None)]
     out = answer_questions(be, items)
@@ -226,7 +223,7 @@ def test_answer_questions_one_call_truncates_and_cleans():
 
 
 def test_answer_questions_errors():
-    be = ScriptedBackend([])
+    be = BatchScriptBackend([])
     assert answer_questions(be, []) == [] and be.calls == 0
     with pytest.raises(ValueError, match=r"items\[1\]\.question"):
         answer_questions(be, [("q", "c", None), ("  ", "c", None)])
@@ -234,4 +231,4 @@ def test_answer_questions_errors():
         answer_questions(be, [("q", "c", 20230530)])
     assert be.calls == 0
     with pytest.raises(LLMError, match="0 completions for 1 prompts"):
-        answer_questions(ScriptedBackend([], n_override=0), [("q", "c", None)])
+        answer_questions(BatchScriptBackend([], n_override=0), [("q", "c", None)])

@@ -23,7 +23,7 @@ def test_model_name_typos_suggest_the_embedded_model(tmp_path, monkeypatch):
 
 
 def test_adrpo_divisibility_names_the_flags_the_user_set(tmp_path):
-    from training.adrpo import ADRPOConfig, ADRPOConfigError
+    from training.adrpo_config import ADRPOConfig, ADRPOConfigError
 
     with pytest.raises(ADRPOConfigError) as e:
         ADRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none",

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
@@ -12,37 +11,14 @@ from data_synth.qa_format import load_session_qa
 from data_synth.synth_qa import bucket_benchmark_qa, kind_quota, synth_qa, validate_output
 from launch.cli import main
 from llm.embeddings import HashEmbedder
-from tests.helpers import ScriptedBackend
+from tests.helpers import ScriptedBackend, fake_expert
 
 pytestmark = pytest.mark.filterwarnings("ignore::data_synth.errors.DataQuirkWarning")
-
 
 
 @pytest.fixture(scope="module")
 def conv26():
     return load_locomo(ids=["conv-26"])[0]
-
-
-def fake_expert(messages, params) -> str:
-    """A deterministic 'expert': reads the prompt's quota and turn ids and writes valid items
-    (distinct questions made of the cited turn's own words)."""
-    text = messages[-1]["content"]
-    head, current = text.split("## Current session ", 1)
-    sess = int(current.split(" ", 1)[0])
-    turns = re.findall(r"^\[(D\d+:\d+)\] (\w+): (.*)$", current, flags=re.M)
-    earlier = re.findall(r"^\[(D\d+:\d+)\] \(session", head, flags=re.M)
-    kept = text.count("Do not repeat")  # retries ask for the rest; shift so questions differ
-    items = []
-    n = 0
-    for count, kind in re.findall(r"^- (\d+) of kind \"([\w-]+)\"", text, flags=re.M):
-        for _ in range(int(count)):
-            tid, speaker, said = turns[(n + 3 * kept) % len(turns)]
-            n += 1
-            words = re.findall(r"[A-Za-z]{4,}", said) or ["something"]
-            ev = [tid] + ([earlier[0]] if kind == "multi-session" else [])
-            items.append({"question": f"In session {sess}, what did {speaker} mention about {' '.join(words[:6])}?",
-                          "answer": words[-1], "evidence": ev, "kind": kind})
-    return json.dumps({"qa": items})
 
 
 def test_kind_quota():

@@ -17,8 +17,7 @@ from data_synth.locomo import load_locomo
 from data_synth.synth_qa import synth_qa
 from llm.embeddings import HashEmbedder
 from llm.server import serve_backend
-from tests.helpers import ScriptedBackend
-from tests.test_synth_qa import fake_expert
+from tests.helpers import ScriptedBackend, fake_expert
 
 pytestmark = pytest.mark.filterwarnings("ignore::data_synth.errors.DataQuirkWarning")
 

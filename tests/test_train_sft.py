@@ -15,7 +15,8 @@ import pytest
 from data_synth.expert import load_trajectories, replay
 from data_synth.paths import expert_dir
 from memory_bank.actions import MANAGERS
-from training.data import (ExampleLengthError, TrainingDataError, chat_token_ids, completion_json,
+from tests.helpers import trainable_state
+from training.sft_data import (ExampleLengthError, TrainingDataError, chat_token_ids,
                            drop_overlong, expert_session_states, sft_examples)
 
 CONV26 = expert_dir() / "conv-26.jsonl"
@@ -58,7 +59,9 @@ def test_one_example_per_manager_per_session(conv26_examples):
     row = ds[4 * 1 + 1]  # session 2, episodic
     assert (row["session"], row["manager"]) == (2, "episodic")
     assert row["completion"][0]["content"] == json.dumps(steps[1].outputs["episodic"], ensure_ascii=False)
-    assert completion_json(row) == steps[1].outputs["episodic"]
+    comp = row["completion"]
+    assert len(comp) == 1 and comp[0]["role"] == "assistant"
+    assert json.loads(comp[0]["content"]) == steps[1].outputs["episodic"]
 
 
 def test_prompt_uses_the_replayed_bank_before_the_session(conv26_examples):
@@ -112,11 +115,11 @@ def test_drop_overlong_keeps_whole_examples(session1_file, tokenizer):
 def test_prompt_tokens_are_masked(session1_file, tiny_model_dir, tokenizer, tmp_path):
     from trl import SFTConfig
 
-    from training.common import load_policy
+    from training.common import PolicyModelConfig, load_policy
     from training.sft import SFTData, SFTScriptArguments, build_trainer
 
     ds = sft_examples([session1_file], managers=["procedural"])
-    policy = load_policy(str(tiny_model_dir), lora=True)
+    policy = load_policy(PolicyModelConfig(model_name_or_path=str(tiny_model_dir)))
     args = SFTConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none",
                      activation_checkpointing=False, max_length=1000)
     trainer = build_trainer(SFTScriptArguments(train_trajectories=[str(session1_file)]), args,
@@ -166,9 +169,9 @@ def test_sft_run_trains_lora_and_loss_falls(session1_file, tiny_model_dir, tmp_p
 
     # The adapter dir is a starting point for the next stage (ADRPO's init_from): it loads as a
     # trainable PeftModel over its base, with exactly the saved LoRA weights.
-    from training.common import load_policy, trainable_state
+    from training.common import PolicyModelConfig, load_policy
 
-    policy = load_policy(str(out), lora=True)
+    policy = load_policy(PolicyModelConfig(model_name_or_path=str(out)))
     assert policy.is_adapter and policy.peft_config is None and policy.base_path == str(tiny_model_dir)
     state = trainable_state(policy.model)
     assert len(state) == 16 and all("lora_" in k for k in state)
@@ -179,7 +182,9 @@ def test_sft_run_trains_lora_and_loss_falls(session1_file, tiny_model_dir, tmp_p
 
 
 def test_common_cli_helpers():
-    from training.common import config_argv, device_default_args, lora_config, resolve_model_path
+    from trl import get_peft_config
+
+    from training.common import PolicyModelConfig, config_argv, device_default_args, resolve_model_path
 
     assert device_default_args(cuda=False) == ["--use_cpu", "true", "--bf16", "false", "--fp16", "false"]
     assert device_default_args(cuda=True) == []
@@ -192,18 +197,23 @@ def test_common_cli_helpers():
     with pytest.raises(FileNotFoundError, match="does not exist"):
         resolve_model_path("./no/such/model")
     assert resolve_model_path("Qwen/Qwen3-4B-Instruct-2507") == "Qwen/Qwen3-4B-Instruct-2507"
-    cfg = lora_config(8, 16, 0.0, ["q_proj"])
+    cfg = get_peft_config(PolicyModelConfig(lora_r=8, lora_alpha=16, lora_dropout=0.0, lora_target_modules=["q_proj"]))
     assert (cfg.r, cfg.lora_alpha, set(cfg.target_modules)) == (8, 16, {"q_proj"})
+    default = get_peft_config(PolicyModelConfig())
+    assert (default.r, set(default.target_modules)) == (16, {"q_proj", "k_proj", "v_proj", "o_proj"})
+    assert get_peft_config(PolicyModelConfig(use_peft=False)) is None
     with pytest.raises(ValueError, match="lora_dropout"):
-        lora_config(dropout=1.0)
+        PolicyModelConfig(lora_dropout=1.0)
+    with pytest.raises(ValueError, match="dtype"):
+        PolicyModelConfig(dtype="int8")
 
 
 def test_cli_config_and_errors(tmp_path, capsys):
     from training.sft import main, parse_args
 
     recipe = Path(__file__).resolve().parents[1] / "launch" / "recipes" / "sft_cpu.yaml"
-    s, t = parse_args(["--config", str(recipe), "--max_steps", "3", "--lora_r", "8"])
-    assert (s.model_name_or_path, s.use_peft, s.lora_r, s.max_examples) == ("smollm2", True, 8, 4)
+    s, t, m = parse_args(["--config", str(recipe), "--max_steps", "3", "--lora_r", "8"])
+    assert (m.model_name_or_path, m.use_peft, m.lora_r, s.max_examples) == ("smollm2", True, 8, 4)
     assert (t.max_steps, t.max_length, t.use_cpu, t.bf16, t.activation_checkpointing) == (3, 2048, True, False, False)
     assert s.train_trajectories == [str(CONV26)] and s.eval_trajectories == [str(CONV30)]
     bad = tmp_path / "bad.yaml"

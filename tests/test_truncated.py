@@ -134,7 +134,7 @@ def test_session_reward_gates_truncated_completions():
 
 
 def test_adrpo_reward_function_reads_truncation_from_token_ids():
-    from training.adrpo import SessionRewardFunction
+    from training.adrpo_trainer import SessionRewardFunction
 
     fn = SessionRewardFunction(None, {}, num_generations=2)
     assert fn.finish_reasons([[5, 6, 2], [5, 6, 7]]) is None  # stop ids not set yet
@@ -143,9 +143,12 @@ def test_adrpo_reward_function_reads_truncation_from_token_ids():
 
 
 def test_program_runner_counts_cut_off_extractions_as_failures():
-    from tests.test_program_runner import REF, TASK, Script, conversation
+    from memory_bank.programs import read_program_source, reference_program_path
+    from tests.helpers import TASK, Script, conversation
+
+    REF = read_program_source(reference_program_path())
     from evolution.execution.runner import ProgramRunner, RunnerSettings
-    from rewards.runtime import Runtime
+    from llm.runtime import Runtime
 
     rt = Runtime(embedder=HashEmbedder_())
     rt.register(TASK, LengthMarked(ScriptedBackend(Script(), model_id="task"),

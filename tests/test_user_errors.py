@@ -56,12 +56,12 @@ def test_program_eval_rejects_zero_sessions_and_bad_timeouts(capsys, tmp_path):
 
 
 def test_yaml_string_becomes_a_one_element_list(tmp_path):
-    from launch.cmd_eval import parse_config
     from evolution.execution.program_eval import ProgramEvalConfig
+    from training.common import parse_training_args
 
     r = tmp_path / "r.yaml"
     r.write_text("conversations: conv-30\ncompare: expert:conv-30\n")
-    cfg = parse_config(["--recipe", str(r)], EvalConfig, "memgym eval")
+    (cfg,) = parse_training_args([EvalConfig], ["--recipe", str(r)], "memgym eval", "", cpu_defaults=False)
     assert cfg.conversations == ["conv-30"] and cfg.compare == ["expert:conv-30"]
     assert ProgramEvalConfig(conversations="conv-41").conversations == ["conv-41"]
 
@@ -181,7 +181,7 @@ def test_bank_replay_out_dir_is_refused_before_replaying(tmp_path, capsys):
 
 
 def test_training_configs_share_the_checks(tmp_path):
-    from training.adrpo import ADRPOConfig, ADRPOConfigError
+    from training.adrpo_config import ADRPOConfig, ADRPOConfigError
     from training.sft import SFTScriptArguments
 
     assert SFTScriptArguments(train_trajectories="a.jsonl", eval_trajectories="b.jsonl").eval_trajectories == ["b.jsonl"]

@@ -13,8 +13,10 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from trl import ModelConfig
 
 #: Name that stands for the embedded SmolLM2-135M-Instruct (prepared once, no hub).
 EMBEDDED_POLICY = "smollm2"
@@ -54,7 +56,10 @@ def config_argv(argv: Sequence[str]) -> list[str]:
             else:
                 val = next(it, None)
             if not val or val.startswith("--"):
-                raise ValueError(f"{a.split('=')[0]} needs a YAML file path")
+                from llm.config import ConfigError
+
+                flag = a.split("=")[0]
+                raise ConfigError(f"{flag} needs a value: it needs a YAML file path ({flag} R.yaml)")
             out += ["--config", val]
         else:
             out.append(a)
@@ -65,22 +70,34 @@ def config_argv(argv: Sequence[str]) -> list[str]:
 
 def parse_training_args(dataclass_types: Sequence[type], argv: Sequence[str] | None, prog: str,
                         description: str, cpu_defaults: bool = True) -> tuple:
-    """Parse ``argv`` (default ``sys.argv[1:]``) with ``trl.TrlParser`` into one instance per
-    dataclass: values come from ``--config R.yaml`` (its ``env:`` mapping is exported), then
-    from CLI flags. On a machine without CUDA, :func:`device_default_args` are applied between
-    the two when ``cpu_defaults``. Raises ValueError for an unknown YAML key (TRL's check),
-    FileNotFoundError for a missing recipe; argparse exits (status 2) on a bad flag."""
+    """The one recipe parser of memgym's TrlParser-configured commands (trainers, ``memgym
+    eval``, ``memgym program eval``): parse ``argv`` (default ``sys.argv[1:]``) with
+    ``trl.TrlParser`` into one instance per dataclass, in order. Values come from ``--config
+    R.yaml`` (alias ``--recipe``; its ``env:`` mapping is exported), then from CLI flags. On a
+    machine without CUDA, :func:`device_default_args` are applied between the two when
+    ``cpu_defaults``. A dataclass's ``_argument_group_name`` heads its fields in ``--help``.
+    Raises ValueError for an unknown YAML key (TRL's check) or a repeated/empty ``--config``,
+    FileNotFoundError for a missing recipe, IsADirectoryError for a directory; argparse exits (status 2) on a bad flag and
+    (status 0) after ``--help``."""
+    import argparse
+
     from trl import TrlParser
 
     args = config_argv(list(sys.argv[1:] if argv is None else argv))
     if "--config" in args:
-        i = args.index("--config")
-        if not Path(args[i + 1]).is_file():
-            raise FileNotFoundError(f"{prog}: recipe {args[i + 1]} not found")
+        recipe = Path(args[args.index("--config") + 1])
+        if recipe.is_dir():
+            raise IsADirectoryError(21, "Is a directory; the recipe must be a YAML file", str(recipe))
+        if not recipe.is_file():
+            raise FileNotFoundError(f"recipe {recipe} not found")
     if cpu_defaults:
         args = device_default_args() + args
     parser = TrlParser(dataclass_types=list(dataclass_types), prog=prog, description=description)
-    return tuple(parser.parse_args_and_config(args=args))
+    # listed for --help only: TrlParser reads --config itself before argparse sees the arguments
+    parser.add_argument("--config", "--recipe", metavar="R.yaml", default=None,
+                        help="YAML recipe whose keys set the fields below; flags given after it override it")
+    out = parser.parse_args_and_config(args=args)
+    return tuple(o for o in out if not isinstance(o, argparse.Namespace))
 
 
 def resolve_model_path(name_or_path: str) -> str:
@@ -116,24 +133,48 @@ def is_adapter_dir(path: str | Path) -> bool:
     return (Path(path) / "adapter_config.json").is_file()
 
 
-def lora_config(r: int = 16, alpha: int = 32, dropout: float = 0.05,
-                target_modules: Sequence[str] = DEFAULT_LORA_TARGETS):
-    """A ``peft.LoraConfig`` for a causal LM (task ``CAUSAL_LM``, no bias). ``r`` ≥ 1 is the
-    rank, the update is scaled by ``alpha / r`` (Hu et al. 2021, LoRA, Eq. 3), ``dropout`` in
-    [0, 1). Raises ValueError for a value out of range or an empty target list."""
-    from peft import LoraConfig
+@dataclass
+class PolicyModelConfig(ModelConfig):
+    """``trl.ModelConfig`` (model and LoRA fields, parsed by ``TrlParser`` beside the trainer's
+    config, as TRL's own scripts do) with memgym's defaults: the embedded SmolLM2, float32,
+    LoRA on the attention projections. The LoRA config is TRL's ``get_peft_config`` of these
+    fields. Raises ValueError naming the field for an empty model name, ``lora_r`` < 1,
+    ``lora_alpha`` <= 0, ``lora_dropout`` outside [0, 1) or an empty target list."""
 
-    if r < 1:
-        raise ValueError(f"lora_r must be >= 1, got {r}")
-    if alpha <= 0:
-        raise ValueError(f"lora_alpha must be > 0, got {alpha}")
-    if not 0 <= dropout < 1:
-        raise ValueError(f"lora_dropout must be in [0, 1), got {dropout}")
-    targets = list(target_modules)
-    if not targets:
-        raise ValueError("lora_target_modules is empty")
-    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets,
-                      bias="none", task_type="CAUSAL_LM")
+    _argument_group_name = ("model and LoRA: trl.ModelConfig fields, memgym defaults "
+                            "(https://huggingface.co/docs/trl/main/en/script_utils#trl.ModelConfig)")
+
+    model_name_or_path: str = field(default=EMBEDDED_POLICY, metadata={
+        "help": "'smollm2' (the embedded SmolLM2-135M-Instruct), a local dir, an adapter dir or a hub id"})
+    use_peft: bool = field(default=True, metadata={"help": "train a LoRA adapter (true) or fully fine-tune (false); "
+                                                           "ignored when starting from an adapter dir"})
+    lora_target_modules: list[str] | None = field(default_factory=lambda: list(DEFAULT_LORA_TARGETS),
+                                                  metadata={"help": "module names LoRA adapts"})
+
+    CHECKS = {"lora_r": {"min": 1}, "lora_alpha": {"min": 1}}
+
+    def __post_init__(self):
+        from llm.config import check_fields
+
+        check_fields(self)  # string -> one-element list, counts (llm.config)
+        targets = self.lora_target_modules
+        super().__post_init__()
+        if isinstance(targets, list) and targets != ["all-linear"]:
+            # ModelConfig turns a one-name list into a str, which PEFT reads as a regex over the full
+            # module path (so ["q_proj"] would match nothing); keep the list of module names
+            self.lora_target_modules = targets
+        if not self.model_name_or_path or not str(self.model_name_or_path).strip():
+            raise ValueError("model_name_or_path is empty")
+        if self.lora_r < 1:
+            raise ValueError(f"lora_r must be >= 1, got {self.lora_r}")
+        if self.lora_alpha <= 0:
+            raise ValueError(f"lora_alpha must be > 0, got {self.lora_alpha}")
+        if not 0 <= self.lora_dropout < 1:
+            raise ValueError(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
+        if self.lora_target_modules is not None and not self.lora_target_modules:
+            raise ValueError("lora_target_modules is empty")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
 
 
 def _torch_dtype(dtype: str):
@@ -182,27 +223,26 @@ class Policy:
         return self.path != self.base_path
 
 
-def load_policy(model_name_or_path: str, lora: bool, *, lora_r: int = 16, lora_alpha: int = 32,
-                lora_dropout: float = 0.05, lora_target_modules: Sequence[str] = DEFAULT_LORA_TARGETS,
-                dtype: str = "float32") -> Policy:
+def load_policy(model_args: ModelConfig, init_from: str | None = None) -> Policy:
     """Load the policy to train.
 
-    - ``model_name_or_path``: ``"smollm2"``, a local model dir, a hub id (see
-      :func:`resolve_model_path`), or a PEFT adapter dir (e.g. an SFT output); an adapter is
-      attached to its base (``base_model_name_or_path`` in ``adapter_config.json``) as a
-      *trainable* ``PeftModel`` so training continues it, and ``lora`` is then ignored.
-    - ``lora``: True returns a :func:`lora_config` for the trainer to apply (TRL's
-      ``peft_config=``); False means full fine-tuning.
-    - ``dtype``: one of :data:`DTYPES`; ``auto`` = bfloat16 on a bf16-capable GPU else
-      float32. Default float32 (the CPU choice).
-    Raises FileNotFoundError / ValueError for a bad path or LoRA setting, and what
-    ``from_pretrained`` raises for a broken model dir.
+    - The weights: ``init_from`` when given, else ``model_args.model_name_or_path``:
+      ``"smollm2"``, a local model dir, a hub id (see :func:`resolve_model_path`), or a PEFT
+      adapter dir (e.g. an SFT output); an adapter is attached to its base
+      (``base_model_name_or_path`` in ``adapter_config.json``) as a *trainable* ``PeftModel``
+      so training continues it, and ``use_peft`` is then ignored.
+    - ``use_peft``: the ``LoraConfig`` of ``trl.get_peft_config(model_args)`` for the trainer
+      to apply (TRL's ``peft_config=``); False means full fine-tuning.
+    - ``dtype``: one of :data:`DTYPES`; ``auto`` = bfloat16 on a bf16-capable GPU else float32.
+    Raises FileNotFoundError / ValueError for a bad path, and what ``from_pretrained`` raises
+    for a broken model dir.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoModelForCausalLM
+    from trl import get_peft_config
 
-    path = resolve_model_path(model_name_or_path)
-    torch_dtype = _torch_dtype(dtype)
+    path = resolve_model_path(init_from or model_args.model_name_or_path)
+    torch_dtype = _torch_dtype(model_args.dtype or "float32")
     if is_adapter_dir(path):
         from peft import PeftModel
 
@@ -215,12 +255,5 @@ def load_policy(model_name_or_path: str, lora: bool, *, lora_r: int = 16, lora_a
         model = PeftModel.from_pretrained(model, path, is_trainable=True)
         tok_dir = path if (Path(path) / "tokenizer_config.json").is_file() else base
         return Policy(model, load_tokenizer(tok_dir), None, path, base)
-    peft_cfg = lora_config(lora_r, lora_alpha, lora_dropout, lora_target_modules) if lora else None
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
-    return Policy(model, load_tokenizer(path), peft_cfg, path, path)
-
-
-def trainable_state(model) -> dict:
-    """{name: detached CPU copy} of every parameter with ``requires_grad`` (the LoRA weights
-    for a PEFT model); used to check that training changed them."""
-    return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
+    return Policy(model, load_tokenizer(path), get_peft_config(model_args), path, path)

@@ -2,7 +2,7 @@
 
 Source: ``DESIGN.md`` § "Training stack" and issue 4 § 1.
 
-- Examples: one per manager per session (:func:`training.data.sft_examples`); the prompt is
+- Examples: one per manager per session (:func:`training.sft_data.sft_examples`); the prompt is
   built by the inference prompt builder over the replayed expert bank before that session,
   the completion is the expert's JSON.
 - Trainer: TRL ``SFTTrainer`` on the conversational prompt-completion format, so the chat
@@ -25,12 +25,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trl import SFTConfig
+
+from data_synth.datasets import DATASETS
 from data_synth.errors import DataFormatError
 from data_synth.expert import TrajectoryError
 from llm.config import check_fields
 from memory_bank.actions import MANAGERS
-from training.common import DEFAULT_LORA_TARGETS, DTYPES, EMBEDDED_POLICY, load_policy, parse_training_args
-from training.data import (DATASETS, ExampleLengthError, TrainingDataError, check_managers, drop_overlong,
+from training.common import PolicyModelConfig, load_policy, parse_training_args
+from training.sft_data import (ExampleLengthError, TrainingDataError, check_managers, drop_overlong,
                            sft_examples)
 
 EMBEDDERS = ("minilm", "none")
@@ -47,12 +50,13 @@ def _expert(name: str) -> list[str]:
 class SFTScriptArguments:
     """memgym SFT: fine-tune a memory manager on expert trajectories (TRL SFTTrainer)."""
 
-    CHECKS = {"lora_r": {"min": 1}, "lora_alpha": {"min": 1}, "max_examples": {"min": 1},
-              "max_eval_examples": {"min": 1}}
+    _argument_group_name = "memgym SFT: the expert trajectories and the examples built from them"
+    CHECKS = {"max_examples": {"min": 1}, "max_eval_examples": {"min": 1}}
 
     train_trajectories: list[str] = field(
         default_factory=lambda: _expert("conv-26.jsonl"),
-        metadata={"help": "expert trajectory JSONL files to train on (default $MEMGYM_DATA/expert/conv-26.jsonl)"})
+        metadata={"help": "expert trajectory JSONL files to train on, or names looked up in $MEMGYM_DATA/expert "
+                          "(default $MEMGYM_DATA/expert/conv-26.jsonl)"})
     eval_trajectories: list[str] = field(
         default_factory=lambda: _expert("conv-30.jsonl"),
         metadata={"help": "expert trajectory JSONL files to validate on (default "
@@ -64,15 +68,6 @@ class SFTScriptArguments:
     embedder: str = field(default="minilm", metadata={
         "help": "ranks the <=20 entries a prompt shows, as at inference: 'minilm' (all-MiniLM-L6-v2, the eval "
                 "default) or 'none' (the 20 most recently updated)"})
-    model_name_or_path: str = field(default=EMBEDDED_POLICY, metadata={
-        "help": "'smollm2' (the embedded SmolLM2-135M-Instruct), a local dir, an adapter dir or a hub id"})
-    model_dtype: str = field(default="float32", metadata={"help": f"weights dtype at load: {DTYPES}"})
-    use_peft: bool = field(default=True, metadata={"help": "LoRA (true) or full fine-tuning (false)"})
-    lora_r: int = field(default=16, metadata={"help": "LoRA rank"})
-    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha (update scaled by alpha/r)"})
-    lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout in [0, 1)"})
-    lora_target_modules: list[str] = field(default_factory=lambda: list(DEFAULT_LORA_TARGETS),
-                                           metadata={"help": "module names LoRA adapts"})
     max_examples: int | None = field(default=None, metadata={
         "help": "train on a random subset (seeded by --seed) of at most this many examples, after dropping "
                 "over-long ones"})
@@ -85,8 +80,6 @@ class SFTScriptArguments:
             raise ValueError(f"dataset must be one of {DATASETS}, got {self.dataset!r}")
         if self.embedder not in EMBEDDERS:
             raise ValueError(f"embedder must be one of {EMBEDDERS}, got {self.embedder!r}")
-        if self.model_dtype not in DTYPES:
-            raise ValueError(f"model_dtype must be one of {DTYPES}, got {self.model_dtype!r}")
         if not self.train_trajectories:
             raise ValueError("train_trajectories is empty")
         for name in ("max_examples", "max_eval_examples"):
@@ -96,25 +89,21 @@ class SFTScriptArguments:
         self.managers = list(check_managers(self.managers))
 
 
-def parse_args(argv: list[str] | None = None):
-    """``(SFTScriptArguments, trl.SFTConfig)`` from ``--config R.yaml`` + CLI overrides, with
-    CPU-safe defaults on machines without CUDA (:func:`training.common.device_default_args`)."""
-    from trl import SFTConfig
+@dataclass
+class SFTTrainingConfig(SFTConfig):
+    """TRL's ``SFTConfig`` unchanged; the subclass only heads its fields in ``--help``."""
 
-    return parse_training_args([SFTScriptArguments, SFTConfig], argv, PROG,
+    _argument_group_name = ("trainer: every trl.SFTConfig field (transformers TrainingArguments + SFT; "
+                            "https://huggingface.co/docs/trl/main/en/sft_trainer#trl.SFTConfig)")
+
+
+def parse_args(argv: list[str] | None = None):
+    """``(SFTScriptArguments, SFTTrainingConfig, PolicyModelConfig)`` from ``--config R.yaml`` +
+    CLI overrides, with CPU-safe defaults on machines without CUDA
+    (:func:`training.common.device_default_args`)."""
+    return parse_training_args([SFTScriptArguments, SFTTrainingConfig, PolicyModelConfig], argv, PROG,
                                "Fine-tune a memory manager on expert trajectories (TRL SFTTrainer). Use "
                                "--config R.yaml for a recipe; any field below overrides it.")
-
-
-def make_embedder(name: str):
-    """The embedder that ranks shown entries: ``minilm`` = the inference default
-    (:class:`llm.embeddings.STEmbedder` with the persistent embedding cache), ``none`` = None."""
-    if name == "none":
-        return None
-    from llm.embeddings import EmbeddingCache, STEmbedder
-    from llm.paths import cache_dir
-
-    return STEmbedder(cache=EmbeddingCache(cache_dir() / "embeddings.sqlite"))
 
 
 def _subset(ds, n: int | None, seed: int):
@@ -127,7 +116,7 @@ def _subset(ds, n: int | None, seed: int):
 class SFTData:
     """The prepared splits: ``train`` / ``valid`` (``datasets.Dataset`` of prompt-completion
     rows, ``valid`` None without eval trajectories), ``train_probe`` (the train rows whose loss
-    is measured before and after training) and the length reports (``training.data.LengthReport``)."""
+    is measured before and after training) and the length reports (``training.sft_data.LengthReport``)."""
 
     train: object
     valid: object | None
@@ -139,17 +128,23 @@ def build_data(script_args: SFTScriptArguments, tokenizer, max_length: int | Non
                progress: bool = True) -> SFTData:
     """Build, length-filter and subsample the SFT splits (see :class:`SFTData`).
 
-    Raises what :func:`training.data.sft_examples` raises, and ValueError when every example
+    Raises what :func:`training.sft_data.sft_examples` raises, and ValueError when every example
     of a split is longer than ``max_length`` tokens."""
-    emb = make_embedder(script_args.embedder)
+    from llm.embeddings import load_embedder
+
+    emb = load_embedder(script_args.embedder)
     common = dict(dataset=script_args.dataset, data_path=script_args.data_path, embedder=emb,
                   managers=script_args.managers, progress=progress)
-    train, rep_train = drop_overlong(sft_examples(script_args.train_trajectories, **common), tokenizer, max_length)
+    from data_synth.extractors import resolve_expert_path
+
+    train_paths = [resolve_expert_path(p) for p in script_args.train_trajectories]
+    train, rep_train = drop_overlong(sft_examples(train_paths, **common), tokenizer, max_length)
     lengths = {"train": rep_train.to_json()}
     train = _subset(train, script_args.max_examples, seed)
     valid = None
     if script_args.eval_trajectories:
-        valid, rep_valid = drop_overlong(sft_examples(script_args.eval_trajectories, **common), tokenizer, max_length)
+        eval_paths = [resolve_expert_path(p) for p in script_args.eval_trajectories]
+        valid, rep_valid = drop_overlong(sft_examples(eval_paths, **common), tokenizer, max_length)
         lengths["valid"] = rep_valid.to_json()
         valid = _subset(valid, script_args.max_eval_examples, seed)
     probe = _subset(train, script_args.max_eval_examples, seed + 1)
@@ -240,7 +235,7 @@ def write_report(out: Path, metrics: dict) -> None:
     (out / "report.md").write_text("\n".join(lines))
 
 
-def run(script_args: SFTScriptArguments, training_args) -> dict:
+def run(script_args: SFTScriptArguments, training_args, model_args: PolicyModelConfig | None = None) -> dict:
     """Build data, train, evaluate before and after, save model + tokenizer + report files to
     ``training_args.output_dir``. Returns the metrics dict written to ``metrics.json``:
     ``train_loss`` (mean training loss), ``eval_loss`` (validation, after), ``train_loss_start``
@@ -248,9 +243,7 @@ def run(script_args: SFTScriptArguments, training_args) -> dict:
     (validation, before/after; None without validation), counts and timings. Every process
     of a distributed run trains; only the main one (``is_main_process``) writes files."""
     t0 = time.time()
-    policy = load_policy(script_args.model_name_or_path, script_args.use_peft, lora_r=script_args.lora_r,
-                         lora_alpha=script_args.lora_alpha, lora_dropout=script_args.lora_dropout,
-                         lora_target_modules=script_args.lora_target_modules, dtype=script_args.model_dtype)
+    policy = load_policy(model_args or PolicyModelConfig())
     data = build_data(script_args, policy.tokenizer, training_args.max_length, training_args.seed)
     # The "before" losses come from eval_on_start, i.e. inside train() once the model is wrapped:
     # evaluating before train() fails under DeepSpeed ZeRO-2 (HF only allows ZeRO-3 inference).
@@ -294,12 +287,12 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
-        script_args, training_args = parse_args(argv)
+        script_args, training_args, model_args = parse_args(argv)
     except (ValueError, FileNotFoundError) as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
     try:
-        metrics = run(script_args, training_args)
+        metrics = run(script_args, training_args, model_args)
     except (TrainingDataError, ExampleLengthError, TrajectoryError, DataFormatError, FileNotFoundError) as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2

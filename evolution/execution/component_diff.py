@@ -56,6 +56,14 @@ def _dump(node: ast.AST) -> str:
     return ast.dump(node, annotate_fields=False, include_attributes=False)
 
 
+def normalised_ast(source: str) -> str:
+    """``ast.dump`` of ``source`` without docstrings, comments, formatting or line numbers, so
+    two sources compare equal iff they differ only in those. Raises SyntaxError."""
+    tree = ast.parse(source)
+    _strip_docstring(tree)
+    return _dump(tree)
+
+
 def _targets(stmt: ast.stmt) -> list[str]:
     if isinstance(stmt, ast.Assign):
         return [t.id for t in stmt.targets if isinstance(t, ast.Name)]

@@ -10,18 +10,18 @@ and for each reference evidence snippet e of a task x:
 
 - d_ext = m(e, U_e): U_e = the units extracted from e's source session;
 - d_idx = m(e, R_e): R_e = what ``retrieve`` returns for e itself as the query (the Query is
-  built from e's text by :func:`evolution.execution.stages.text_query`);
+  built from e's text by :func:`memory_bank.program.text_query`);
 - d_ret = m(e, R_x): R_x = what ``retrieve`` returns for the real question's planned query.
 
 Rules fixed here: e is the evidence turn's text (its image caption when the text is empty);
 evidence ids map to turns and sessions through ``Conversation.turn_index`` (LoCoMo ``dia_id``
 "D3:7", LongMemEval ``<session>:<k>``), unknown ids are skipped and each task's ids are
-de-duplicated. A unit's text is :func:`evolution.execution.stages.unit_text`. Retrieved strings are
+de-duplicated. A unit's text is :func:`memory_bank.program.unit_text`. Retrieved strings are
 split into segments, one per non-empty line (stripped), and Z is that set of segments. A task's
 value is the mean over its evidence snippets; tasks without any resolvable evidence are left
 out of the averages (counted in ``n_no_evidence``). Capabilities come from the task's primary
 label (never shown to the program). φ is the run's embedder (MiniLM through
-:class:`rewards.runtime.Runtime`, cached by text hash).
+:class:`llm.runtime.Runtime`, cached by text hash).
 
 Lengths: ``mean_unit_chars`` (mean characters per unit text over all units) and
 ``mean_retrieved_chars`` (mean characters of retrieve's output per question).
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from evolution.execution.stages import unit_text
+from memory_bank.program import unit_text
 
 METRICS = ("d_ext", "d_idx", "d_ret")
 

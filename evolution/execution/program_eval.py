@@ -22,16 +22,17 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from data_synth.capabilities import CAPABILITY_NAMES
+from data_synth.capabilities import LOCOMO_CATEGORY_NAMES as CATEGORY_NAMES
+from data_synth.datasets import DATASETS, load_conversations
 from evolution.execution.diagnostics import METRICS, diagnose_run
 from evolution.execution.results import ProgramEvaluation
 from evolution.execution.runner import ProgramRun, ProgramRunner, RunnerSettings, dump_units
 from evolution.execution.sandbox import SandboxLimits
 from evolution.execution.stages import StageCache
 from llm.config import check_fields, require
-from rewards.runtime import Runtime
-
-CATEGORY_NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}
-CAPABILITY_NAMES = {"F": "factual", "T": "temporal", "P": "preference", "M": "multi-session", "A": "adversarial"}
+from llm.runtime import Runtime
+from rewards.metrics import mean_or_zero
 
 
 @dataclass
@@ -47,8 +48,7 @@ class ProgramEvalConfig:
 
     program: str | None = field(default=None, metadata={"help": "memory program file (the CLI's FILE.py)"})
     parent: str | None = field(default=None, metadata={"help": "parent program, for the component diff"})
-    dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval",
-                                                     "choices": ("locomo", "longmemeval")})
+    dataset: str = field(default="locomo", metadata={"help": " | ".join(DATASETS), "choices": DATASETS})
     path: str | None = field(default=None, metadata={"help": "data file; None: the dataset's file under $MEMGYM_DATA"})
     conversations: list[str] = field(default_factory=lambda: ["conv-26", "conv-30"],
                                      metadata={"help": "conversation / question ids (one id or a list)"})
@@ -113,17 +113,12 @@ def open_stage_cache(spec: str | None) -> StageCache:
 
 def load_tasks(cfg: ProgramEvalConfig):
     """The recipe's conversations (with QA), relabelled from ``cfg.labels`` when it is a file."""
-    from rewards.evaluate import load_conversations
-
-    convs = load_conversations(cfg)
+    convs = load_conversations(cfg.dataset, cfg.path, ids=cfg.conversations, n_sessions=cfg.n_sessions,
+                               max_questions=cfg.max_questions)
     if cfg.labels != "native":
         from data_synth.annotate import apply_labels, load_labels
         convs = apply_labels(convs, load_labels(cfg.labels))
     return convs
-
-
-def _mean(xs):
-    return sum(xs) / len(xs) if xs else 0.0
 
 
 def summarise(run: ProgramRun) -> dict:
@@ -133,9 +128,9 @@ def summarise(run: ProgramRun) -> dict:
     for t in run.tasks:
         by_cap[t.qa.capability.value if t.qa.capability is not None else "?"].append(t.score)
         by_cat[str(t.qa.category)].append(t.score)
-    return {"n": len(run.tasks), "overall": _mean([t.score for t in run.tasks]),
-            "by_capability": {k: {"score": _mean(v), "n": len(v)} for k, v in sorted(by_cap.items())},
-            "by_category": {k: {"score": _mean(v), "n": len(v), "name": CATEGORY_NAMES.get(k, k)}
+    return {"n": len(run.tasks), "overall": mean_or_zero([t.score for t in run.tasks]),
+            "by_capability": {k: {"score": mean_or_zero(v), "n": len(v)} for k, v in sorted(by_cap.items())},
+            "by_category": {k: {"score": mean_or_zero(v), "n": len(v), "name": CATEGORY_NAMES.get(k, k)}
                             for k, v in sorted(by_cat.items())}}
 
 

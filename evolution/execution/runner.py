@@ -30,22 +30,21 @@ from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
+from data_synth.expert import ExpertExtractor
+from data_synth.extractors import expert_paths, extractor_kind, make_extractor
 from evolution.execution.component_diff import STAGES, component_hashes, diff_components, \
     stage_component_hashes
 from evolution.execution.results import ConversationTrace, ProgramRun, TaskResult, dump_units  # noqa: F401
 from evolution.execution.sandbox import ProgramRaised, SandboxedProgram, SandboxError, SandboxLimits
-from evolution.execution.stages import (StageCache, answer_messages, extraction_messages, planning_messages, session_entries,
-                              session_fingerprint, stable_hash, text_query, turn_entries, model_identity, file_sha)
+from evolution.execution.stages import (StageCache, answer_messages, extraction_messages, file_sha, model_identity,
+                                        planning_messages, session_fingerprint, stable_hash)
+from llm.runtime import Runtime
 from llm.base import Completion, GenerationParams, TruncatedOutputError, require_complete
 from memory_bank.program import (OUT_CHAR_BUDGET, ContractError, ProgramInfo, SessionInfo, StructuredOutputError,
-                                 parse_structured, units_from_entries)
+                                 parse_structured, session_entries, text_query, turn_entries, units_from_entries)
 from memory_bank.schema import Conversation, QAItem
 from rewards.answer import clean_answer
 from rewards.judge import ScoreItem, make_scorer
-from rewards.runtime import Runtime
-
-EXTRACTION_MODES = ("instruction", "turns", "extractor", "expert")
-
 
 class ProgramRunError(RuntimeError):
     """A program could not be evaluated: a broken contract, a dead/timed-out sandbox, or an
@@ -68,7 +67,7 @@ class RunnerSettings:
     ``openai:<url>#<model>``. task_model: backend spec of the task LLM (plan, answer,
     instruction extraction, program toolkit.llm). plan_mode: ``llm`` (the task LLM with
     PLANNING_INSTRUCTION) or ``question`` (no LLM call: the question text goes into the
-    Query by :func:`evolution.execution.stages.text_query`; an offline/ablation setting).
+    Query by :func:`memory_bank.program.text_query`; an offline/ablation setting).
     scorer: ``answer-recall`` | ``f1`` | ``llm`` (then ``judge_model``). Token budgets are in
     tokens of the respective model. program_llm_calls: toolkit.llm budget per conversation's
     sandbox. diagnostics: also retrieve with each evidence turn as the query (d_idx).
@@ -97,24 +96,14 @@ class RunnerSettings:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.program_llm_calls < 0:
             raise ValueError(f"program_llm_calls must be >= 0, got {self.program_llm_calls}")
-        kind = extraction_kind(self.extraction)
+        kind = extractor_kind(self.extraction)
         if kind == "extractor":
             from llm.specs import parse_spec
             parse_spec(self.extraction)  # BackendSpecError names the spec
 
     @property
     def extraction_mode(self) -> str:
-        return extraction_kind(self.extraction)
-
-
-def extraction_kind(spec: str) -> str:
-    """``instruction`` | ``turns`` | ``expert`` | ``extractor`` for an extraction spec
-    (ValueError if empty)."""
-    if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"extraction spec must be a non-empty str, got {spec!r}")
-    if spec in ("instruction", "turns"):
-        return spec
-    return "expert" if spec.startswith("expert:") else "extractor"
+        return extractor_kind(self.extraction)
 
 
 class _LazyHost:
@@ -137,7 +126,7 @@ class _LazyHost:
 class ProgramRunner:
     """Runs memory programs over conversations with stage caching.
 
-    ``ProgramRunner(rt, settings, cache)``: ``rt`` a :class:`rewards.runtime.Runtime` (task
+    ``ProgramRunner(rt, settings, cache)``: ``rt`` a :class:`llm.runtime.Runtime` (task
     backend, embedder, per-role call/token ledger); ``cache`` a :class:`StageCache` (default:
     in memory only). One runner may evaluate many programs, also at the same time from
     several threads: everything one evaluation accumulates lives in its own :class:`RunState`,
@@ -191,8 +180,7 @@ class ProgramRunner:
             return model_identity(s.task_model)
         if what == "extractor":
             if s.extraction_mode == "expert":
-                from rewards.evaluate import resolve_expert_path
-                paths = [resolve_expert_path(x) for x in s.extraction[len("expert:"):].split(",")]
+                paths = expert_paths(s.extraction)
                 return "expert:" + ",".join(file_sha(p) for p in paths)
             if s.extraction_mode == "turns":
                 return "turns"
@@ -479,11 +467,10 @@ class RunState:
 
     def _construct(self, conv: Conversation) -> dict:
         from memory_bank.construct import construct
-        from rewards.evaluate import make_extractor
 
-        extractor = make_extractor(self.settings.extraction, self.rt, self.settings)
-        if hasattr(extractor, "has"):
-            missing = [x.index for x in conv.sessions if not extractor.has(conv.id, x.index)]
+        extractor = make_extractor(self.settings.extraction, self.rt, self.settings.extractor_max_new_tokens)
+        if isinstance(extractor, ExpertExtractor):
+            missing = extractor.missing_sessions(conv)
             if missing:
                 raise ProgramRunError(f"{extractor.name} has no trajectory line for sessions {missing}", stage="extract",
                                       conversation=conv.id)

@@ -134,9 +134,11 @@ class SandboxError(Exception):
 
     kind = "error"
 
-    def __init__(self, reason: str, *, stage: str = "", detail: str = ""):
+    def __init__(self, reason: str, *, stage: str = "", detail: str = "", kind: str | None = None):
         super().__init__(f"{stage + ': ' if stage else ''}{reason}")
         self.reason, self.stage, self.detail = reason, stage, detail
+        if kind is not None:  # a finer kind than the class's (SandboxBadResult: bad_request)
+            self.kind = kind
 
 
 class SandboxViolation(SandboxError):
@@ -215,7 +217,7 @@ class SandboxedProgram:
     """One candidate program alive in a sandboxed child process.
 
     ``SandboxedProgram(source, host, limits, llm_budget=0, embed_budget=None)`` checks the
-    source statically (unless ``static_check=False``), starts the child and loads the module
+    source statically (unless ``skip_static_check``), starts the child and loads the module
     (raising :class:`SandboxError` on failure; ``report`` then holds nothing). After a
     successful load ``report`` is the :func:`memory_bank.program.describe_module` report and
     ``info`` the validated :class:`ProgramInfo` (raises ContractError if the contract is broken).
@@ -231,7 +233,7 @@ class SandboxedProgram:
 
     def __init__(self, source: str, host: ToolkitHost | None = None, limits: SandboxLimits | None = None, *,
                  llm_budget: int = 0, embed_budget: int | None = None,
-                 allowed_imports: frozenset = DEFAULT_ALLOWED_IMPORTS, static_check: bool = True,
+                 allowed_imports: frozenset = DEFAULT_ALLOWED_IMPORTS, skip_static_check: bool = False,
                  filename: str = "<memory-program>"):
         self.limits = limits or SandboxLimits()
         self.report: dict | None = None
@@ -245,8 +247,8 @@ class SandboxedProgram:
         self.stats = {"calls": 0, "cpu_s": 0.0, "wall_s": 0.0, "host_s": 0.0}
         if not isinstance(source, str):
             raise SandboxViolation(f"source must be str, got {type(source).__name__}", stage="load")
-        if static_check:
-            problems = static_check_fn(source, allowed_imports)
+        if not skip_static_check:
+            problems = static_check(source, allowed_imports)
             if problems:
                 raise SandboxViolation("; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""),
                                        stage="load")
@@ -500,10 +502,8 @@ class SandboxedProgram:
             raise ProgramRaised(f"{reply.get('exc_type', 'Exception')}: {message}", stage=stage,
                                 detail=str(reply.get("traceback", "")), exc_type=str(reply.get("exc_type", "")))
         if kind == "bad_request":
-            err = SandboxBadResult(f"arguments rejected by the program's classes: {reply.get('exc_type', '')}: {message}",
-                                   stage=stage, detail=str(reply.get("traceback", "")))
-            err.kind = "bad_request"
-            raise err
+            raise SandboxBadResult(f"arguments rejected by the program's classes: {reply.get('exc_type', '')}: "
+                                   f"{message}", stage=stage, detail=str(reply.get("traceback", "")), kind="bad_request")
         if kind in ("bad_result", "oversized"):
             raise _KINDS[kind](message, stage=stage)
         if kind == "memory":
@@ -568,9 +568,6 @@ class SandboxedProgram:
         self._exchange({"op": "restore", "blob": base64.b64encode(blob).decode("ascii")}, "restore",
                        self.limits.call_timeout_s)
         self._constructed = True
-
-
-static_check_fn = static_check  # the constructor's ``static_check`` flag shadows the function name
 
 
 class _NoHost:

@@ -1,6 +1,6 @@
-"""Building blocks of the stage-cached program runner: the stage output cache, cache keys,
-the host-side prompts of the three LLM stages, and the rules that turn units and texts into
-the strings/queries the runner and the diagnostics need.
+"""Building blocks of the stage-cached program runner: the stage output cache, cache keys and
+the host-side prompts of the three LLM stages (the rules that turn units and texts into
+strings/queries live with the records, :mod:`memory_bank.program.records`).
 
 Sources: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``), appendix "memory interface"
 (extract → index → plan → retrieve → answer) and "revision-aware execution reuse" (outputs
@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import threading
 from pathlib import Path
 from typing import Any
 
 from llm.base import BackendSpecError
-from memory_bank.program import FieldSpec
+from memory_bank.program import FieldSpec, schema_hint
 from memory_bank.schema import Session
 
 CACHE_FORMAT = "memgym-stages-v1"
@@ -115,15 +114,6 @@ class StageCache:
 # --------------------------------------------------------------------------- prompts
 
 
-def schema_hint(fields: tuple[FieldSpec, ...] | list[FieldSpec]) -> str:
-    """``"content" (str), "date" (str or null, optional)`` for a program dataclass schema."""
-    parts = []
-    for f in fields:
-        t = f.kind + (" or null" if f.optional else "")
-        parts.append(f'"{f.name}" ({t}{"" if f.required else ", optional"})')
-    return ", ".join(parts)
-
-
 def extraction_messages(instruction: str, session: Session, speakers: tuple[str, ...],
                         unit_fields: tuple[FieldSpec, ...]) -> list[dict]:
     """Instruction-mode extraction prompt (PrisMem style): system = the program's
@@ -156,111 +146,6 @@ def answer_messages(instruction: str, question: str, retrieved: str, question_da
         parts.append(f"Current date: {question_date}")
     parts += [f"Question: {question}", "Short answer:"]
     return [{"role": "system", "content": instruction}, {"role": "user", "content": "\n".join(parts)}]
-
-
-# --------------------------------------------------------------------------- units / queries
-
-TEXT_FIELD_NAMES = ("content", "text", "memory", "fact", "summary", "statement")
-"""Unit fields, in preference order, taken as a unit's text by :func:`unit_text`."""
-
-QUERY_FIELD_HINTS = ("query", "search", "text", "question")
-"""Name fragments, in preference order, that mark the Query field a plain text goes into."""
-
-
-def unit_text(unit: dict, fields: tuple[FieldSpec, ...] | list[FieldSpec]) -> str:
-    """The text of one unit, used as z in the diagnostics and for the mean unit length.
-
-    Rule: the value of the first field named in :data:`TEXT_FIELD_NAMES` that holds a
-    non-empty str; else the first non-empty str field in declaration order; else every
-    ``list[str]`` value joined by ", "; else "".
-    """
-    for name in TEXT_FIELD_NAMES:
-        v = unit.get(name)
-        if isinstance(v, str) and v.strip():
-            return v
-    for f in fields:
-        v = unit.get(f.name)
-        if f.kind == "str" and isinstance(v, str) and v.strip():
-            return v
-    lists = [", ".join(unit[f.name]) for f in fields if f.kind == "list[str]" and isinstance(unit.get(f.name), list)]
-    return ", ".join(x for x in lists if x)
-
-
-def text_query(fields: tuple[FieldSpec, ...] | list[FieldSpec], text: str) -> dict | None:
-    """A Query record that carries ``text`` (used for d_idx's oracle evidence query and as
-    the fallback plan when the task model's plan does not parse).
-
-    The target field is the first ``str`` field whose name contains one of
-    :data:`QUERY_FIELD_HINTS` (tried in that order), else the first ``str`` field, else the
-    first ``list[str]`` field (set to ``[text]``). Every other field keeps its default when it
-    has one, else gets a neutral value: None if optional, "" / 0 / 0.0 / False / [] by kind.
-    Returns None when the schema has no str or list[str] field (no text can be carried).
-    """
-    strs = [f for f in fields if f.kind == "str"]
-    target = next((f for hint in QUERY_FIELD_HINTS for f in strs if hint in f.name.lower()), None)
-    target = target or (strs[0] if strs else next((f for f in fields if f.kind == "list[str]"), None))
-    if target is None:
-        return None
-    neutral = {"str": "", "int": 0, "float": 0.0, "bool": False, "list[str]": []}
-    rec = {}
-    for f in fields:
-        if f is target:
-            rec[f.name] = [text] if f.kind == "list[str]" else text
-        elif not f.required:
-            rec[f.name] = list(f.default) if isinstance(f.default, list) else f.default
-        else:
-            rec[f.name] = None if f.optional else neutral[f.kind]
-    return rec
-
-
-# --------------------------------------------------------------------------- extractor banks
-
-_LEADING_DATE = re.compile(r"^\s*(\d{4}(?:-\d{2}(?:-\d{2})?)?)\s*:")
-BANK_PARTS = ("episodic", "semantic", "procedural")
-
-
-def session_entries(before: dict | None, after: dict, session_index: int, session_date: str | None) -> list[dict]:
-    """The bank entries a trained extractor wrote in one session, as
-    :func:`memory_bank.program.units_from_entries` input.
-
-    ``before``/``after``: bank JSON (``MemoryBank.to_json``) before and after the session
-    (``before`` None = empty bank). An entry counts when its ``updated`` session is
-    ``session_index`` (added, updated or merged into in this session); parts in the order
-    episodic, semantic, procedural, entries in bank order. The core block counts as one entry
-    ``{"part": "core", "id": "core"}`` when its text changed and is non-empty. ``date``: an
-    episodic entry's leading ``YYYY[-MM[-DD]]:`` date when it has one, else ``session_date``
-    (ISO ``YYYY-MM-DD`` or None). Returns ``[{"part", "id", "text", "date", "session"}]``.
-    """
-    out = []
-    old_core = (before or {}).get("core", "")
-    if after.get("core", "") and after.get("core", "") != old_core:
-        out.append({"part": "core", "id": "core", "text": after["core"], "date": session_date,
-                    "session": session_index})
-    for part in BANK_PARTS:
-        for e in after.get(part, []):
-            if int(e.get("updated", -1)) != session_index:
-                continue
-            m = _LEADING_DATE.match(e["text"]) if part == "episodic" else None
-            out.append({"part": part, "id": e["id"], "text": e["text"], "date": m.group(1) if m else session_date,
-                        "session": session_index})
-    return out
-
-
-def turn_entries(session) -> list[dict]:
-    """``turns`` extraction of one :class:`memory_bank.schema.Session`: one entry per dialogue
-    turn, ``{"part": "turn", "id": turn id, "text": "speaker: text", "date": session date
-    (YYYY-MM-DD) or None, "session": 1-based index}``; an image caption is appended as
-    ``[image: caption]``. Turns with neither text nor caption are skipped."""
-    date = session.date.date().isoformat() if session.date else None
-    out = []
-    for t in session.turns:
-        text = (t.text or "").strip()
-        if t.image_caption:
-            text = f"{text} [image: {t.image_caption}]".strip()
-        if text:
-            out.append({"part": "turn", "id": t.id, "text": f"{t.speaker}: {text}", "date": date,
-                        "session": session.index})
-    return out
 
 
 # --------------------------------------------------------------------------- cache identities

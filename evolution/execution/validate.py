@@ -20,9 +20,6 @@ Source: PrisMem (shared/seeds/000_0e559b88b400976a.txt), appendix "execution che
 """
 from __future__ import annotations
 
-import ast
-import hashlib
-import re
 import time
 from dataclasses import dataclass, field
 from datetime import date, timedelta
@@ -30,50 +27,32 @@ from datetime import date, timedelta
 import numpy as np
 from tqdm import tqdm
 
+from evolution.execution.component_diff import normalised_ast
 from evolution.execution.sandbox import DEFAULT_ALLOWED_IMPORTS, SandboxError, SandboxedProgram, SandboxLimits, static_check
+from llm.embeddings import HashEmbedder
 from memory_bank.program import OUT_CHAR_BUDGET, ContractError, FieldSpec, SessionInfo
 
 _WORDS = ("hiking", "painting", "guitar", "adoption", "marathon", "pottery", "camping", "museum", "sunrise",
           "violin", "career", "counseling", "festival", "library", "garden", "recipe", "puppy", "concert")
 _NAMES = ("Caroline", "Melanie", "Jon", "Gina", "Tim", "John", "Maria", "Audrey")
-_TOKEN = re.compile(r"\w+")
 
 
 class StubHost:
     """Deterministic local backend for validation (no model, no network).
 
-    ``embed``: a hashed bag of lower-cased word tokens (blake2b of each token picks a
-    dimension and a sign), L2-normalised, shape (n, ``dim``) float32; a text without tokens
-    maps to a fixed unit vector. ``llm``: returns ``responses[i % len(responses)]`` for the
-    i-th call (default ``'{"answer": "stub"}'``). ``calls`` counts {"llm", "embed"}.
+    ``embed``: :class:`llm.embeddings.HashEmbedder` of ``dim`` buckets (hashed bag of words,
+    L2-normalised, (n, ``dim``) float32). ``llm``: returns ``responses[i % len(responses)]``
+    for the i-th call (default ``'{"answer": "stub"}'``). ``calls`` counts {"llm", "embed"}.
     """
 
     def __init__(self, dim: int = 64, responses: tuple[str, ...] = ('{"answer": "stub"}',)):
-        if dim < 1:
-            raise ValueError(f"StubHost dim must be >= 1, got {dim}")
-        self.dim, self.responses = dim, tuple(responses)
+        self.embedder = HashEmbedder(dim)  # ValueError for dim < 1
+        self.responses = tuple(responses)
         self.calls = {"llm": 0, "embed": 0}
-        self._cache: dict[str, tuple[int, float]] = {}
-
-    def _slot(self, token: str) -> tuple[int, float]:
-        hit = self._cache.get(token)
-        if hit is None:
-            h = int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little")
-            hit = self._cache[token] = (h % self.dim, 1.0 if (h >> 32) & 1 else -1.0)
-        return hit
 
     def embed(self, texts: list[str]) -> np.ndarray:
         self.calls["embed"] += 1
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, t in enumerate(texts):
-            toks = _TOKEN.findall(t.lower())
-            for tok in toks or ["<empty>"]:
-                j, s = self._slot(tok)
-                out[i, j] += s
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        out /= np.where(norms > 0, norms, 1.0)
-        out[norms[:, 0] == 0, 0] = 1.0
-        return out
+        return self.embedder.encode(list(texts))
 
     def llm(self, prompt: str, max_tokens: int) -> str:
         r = self.responses[self.calls["llm"] % len(self.responses)]
@@ -124,19 +103,6 @@ class ValidationResult:
         if with_stats:
             d["stats"] = self.stats
         return d
-
-
-def normalised_ast(source: str) -> str:
-    """``ast.dump`` of ``source`` without docstrings, comments, formatting or line numbers, so
-    two sources compare equal iff they differ only in those. Raises SyntaxError."""
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body \
-                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                and isinstance(body[0].value.value, str):
-            node.body = body[1:] or [ast.Pass()]
-    return ast.dump(tree, annotate_fields=False, include_attributes=False)
 
 
 def synthetic_record(fields: tuple[FieldSpec, ...] | list[FieldSpec], i: int, text: str) -> dict:
@@ -217,7 +183,7 @@ def validate_program(source: str, parent_source: str | None = None, limits: Vali
             sandbox = SandboxedProgram(
                 source, host, limits.sandbox, llm_budget=limits.smoke_llm_calls + limits.probe_max_llm_calls,
                 embed_budget=limits.smoke_embed_calls + limits.probe_max_embed_calls,
-                allowed_imports=allowed_imports, static_check=False)
+                allowed_imports=allowed_imports, skip_static_check=True)
         except SandboxError as e:
             return ValidationResult(False, 1, f"module failed to load: {_describe(e)}", stats)
         stats["load_s"] = round(time.perf_counter() - t0, 3)

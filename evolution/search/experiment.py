@@ -1,7 +1,7 @@
 """The ablation experiment: every variant × every seed under one recipe, resumable.
 
 Source: issue 9 § 3; PrisMem Table 4 (ablations), Table 12 (routing baseline), Fig. 3b
-(performance boundary). ``memgym evolve experiment --recipe R.yaml --variants
+(performance boundary). ``memgym evolve experiment --config R.yaml --variants
 full,holistic,round_robin,random_cases,no_integration --seeds 3`` runs, for seeds
 ``recipe.seed + 0 .. n-1`` (outer loop) and each variant (inner loop), one evolution run
 with the same recipe, proposer and budget; the variant only sets the recipe's ``ablation``
@@ -68,9 +68,11 @@ class Experiment:
     @property
     def rt(self):
         if self._rt is None:
-            from rewards.runtime import Runtime
-            cache = self.cfg.cache or str(self.root / "responses.sqlite")
-            rt = Runtime.from_config(cache=cache, batch_size=self.cfg.batch_size)
+            from llm.runtime import Runtime
+            cfg = self.cfg
+            cache = cfg.cache or str(self.root / "responses.sqlite")
+            rt = Runtime.from_config(cache=cache, batch_size=cfg.batch_size, request_timeout_s=cfg.request_timeout_s,
+                                     request_retries=cfg.request_retries)
             if self.cfg.embedder.startswith("hash:"):  # as Evolution does: model-free, tests only
                 from llm.embeddings import HashEmbedder
                 rt = Runtime(cache=rt.cache, embedder=HashEmbedder(int(self.cfg.embedder[5:])),

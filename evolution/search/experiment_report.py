@@ -61,16 +61,13 @@ def bootstrap_interval(diffs: list[float], seed: int = 0) -> dict | None:
 
 def test_labels(cfg) -> dict[str, str]:
     """task id → native primary capability letter of every test task (unlabelled left out)."""
-    from types import SimpleNamespace
-
-    from rewards.evaluate import load_conversations
+    from data_synth.datasets import load_conversations
 
     if not cfg.test:
         return {}
-    ns = SimpleNamespace(dataset=cfg.dataset, path=cfg.data_path(), conversations=list(cfg.test),
-                         n_sessions=cfg.n_sessions, max_questions=cfg.max_questions)
-    return {f"{c.id}/{q.id}": q.capability.value for c in load_conversations(ns) for q in c.questions
-            if q.capability is not None}
+    convs = load_conversations(cfg.dataset, cfg.data_path(), ids=list(cfg.test), n_sessions=cfg.n_sessions,
+                               max_questions=cfg.max_questions)
+    return {f"{c.id}/{q.id}": q.capability.value for c in convs for q in c.questions if q.capability is not None}
 
 
 def by_capability(tasks: dict[str, float], labels: dict[str, str]) -> dict[str, float]:

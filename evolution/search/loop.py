@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 from evolution.execution.program_eval import evaluate_program
 from evolution.execution.runner import ProgramRunError, ProgramRunner
 from evolution.execution.sandbox import SandboxLimits
-from evolution.execution.stages import StageCache, unit_text
+from evolution.execution.stages import StageCache
 from evolution.execution.validate import ValidationLimits, validate_program
 from evolution.search.archive import CAPABILITIES, Archive, Candidate, SplitScores, program_key
 from evolution.search.cases import case_from_run, render_compact
@@ -53,6 +53,7 @@ from evolution.search.proposers.base import LineageEntry, ProposalInput, Proposa
 from evolution.search.rundir import RunDir, atomic_write_json, atomic_write_text, read_json
 from evolution.search.select import (CapabilityAcceptance, DependencyAwareTarget, HistoryGuidedCases,
                                      SpecialistParent, TaskInfo, record_cases)
+from memory_bank.program import unit_text
 
 FAULT_ENV = "MEMGYM_EVOLVE_FAULT"
 
@@ -88,7 +89,7 @@ def precheck(source: str, parent: Candidate, archive: Archive) -> str:
 class Evolution:
     """One evolution run in ``cfg.out`` (see the module doc).
 
-    ``rt``: a :class:`rewards.runtime.Runtime` (default: built from the recipe, response cache
+    ``rt``: a :class:`llm.runtime.Runtime` (default: built from the recipe, response cache
     in the run dir); ``proposer``: default from ``cfg.proposer``
     (:func:`evolution.search.proposers.make_proposer`); ``integrator``: default the
     trace-guided integrator when ``cfg.rounds_integrate`` > 0. Ablations build their policies
@@ -103,7 +104,7 @@ class Evolution:
         self.dir = RunDir(cfg.out)
         self.dir.root.mkdir(parents=True, exist_ok=True)
         if rt is None:
-            from rewards.runtime import Runtime
+            from llm.runtime import Runtime
             cache = cfg.cache or str(self.dir.root / "responses.sqlite")
             rt = Runtime.from_config(cache=cache, batch_size=cfg.batch_size, request_timeout_s=cfg.request_timeout_s,
                                      request_retries=cfg.request_retries)
@@ -141,9 +142,7 @@ class Evolution:
     # ------------------------------------------------------------------ data
 
     def _load_splits(self) -> dict:
-        from types import SimpleNamespace
-
-        from rewards.evaluate import load_conversations
+        from data_synth.datasets import load_conversations
 
         out = {}
         for split in ("train", "valid", "test"):
@@ -151,9 +150,8 @@ class Evolution:
             if not ids:
                 out[split] = []
                 continue
-            ns = SimpleNamespace(dataset=self.cfg.dataset, path=self.cfg.data_path(), conversations=list(ids),
-                                 n_sessions=self.cfg.n_sessions, max_questions=self.cfg.max_questions)
-            convs = load_conversations(ns)
+            convs = load_conversations(self.cfg.dataset, self.cfg.data_path(), ids=list(ids),
+                                       n_sessions=self.cfg.n_sessions, max_questions=self.cfg.max_questions)
             if self.cfg.labels != "native" and split != "test":
                 from data_synth.annotate import apply_labels, load_labels
                 convs = apply_labels(convs, load_labels(self.cfg.labels))

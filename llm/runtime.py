@@ -6,7 +6,6 @@ annotator. A cache hit is not a model call and costs no tokens.
 """
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from pathlib import Path
 
@@ -76,10 +75,9 @@ class Runtime:
     @property
     def embedder(self):
         if self._embedder is None:
-            from llm.embeddings import EmbeddingCache, STEmbedder
-            from llm.paths import cache_dir
+            from llm.embeddings import load_embedder
 
-            self._embedder = STEmbedder(cache=self._embedding_cache or EmbeddingCache(cache_dir() / "embeddings.sqlite"))
+            self._embedder = load_embedder("minilm", cache=self._embedding_cache)
         return self._embedder
 
     def backend(self, spec: str, role: str, **load_kw) -> RoleBackend:

@@ -57,7 +57,7 @@ def bench_reuse(conversations=("conv-30",), *, n_sessions: int | None = None, pl
     from llm.cache import CachedBackend, ResponseCache
     from llm.embeddings import EmbeddingCache, STEmbedder
     from memory_bank.programs import read_program_source, reference_program_path
-    from rewards.runtime import Runtime
+    from llm.runtime import Runtime
 
     convs = load_locomo(ids=list(conversations))
     if n_sessions:

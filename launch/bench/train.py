@@ -4,7 +4,7 @@
    the same rows and the same session reward; the two trainers alternate one optimizer step at
    a time (A B, B A, ...) so machine load hits both alike, and each step starts from the same
    RNG seed with learning rate 0, so both generate the same completions and do the same work
-   apart from ADRPO's own (weights, breakdown logging, the weighted loss). The time is TRL's
+   apart from ADRPO's own (advantages x w(m), breakdown logging; the loss is TRL's). The time is TRL's
    ``step_time`` metric: generation + reward + loss + backward of one optimizer step.
 2. SFT tokens/s of TRL's ``SFTTrainer`` (the ``sft_cpu`` recipe's data and LoRA) against a
    plain PyTorch floor: the same model, the same examples (prompt masked), ``loss.backward()``
@@ -36,19 +36,22 @@ def _grpo_pair(args, tmp: Path):
 
     from rewards.samples import build_reward_samples
     from rewards.session_reward import SessionReward
-    from training.adrpo import ADRPOConfig, ADRPOTrainer, SessionRewardFunction, make_embedder, trajectory_paths
+    from llm.embeddings import load_embedder
+    from training.adrpo import trajectory_paths
+    from training.adrpo_config import ADRPOConfig
     from training.adrpo_data import build_dataset, sample_table, select_samples
-    from training.common import load_policy
+    from training.adrpo_trainer import ADRPOTrainer, SessionRewardFunction
+    from training.common import PolicyModelConfig, load_policy
 
-    common = dict(use_cpu=not _cuda(), bf16=_cuda(), report_to="none", gradient_checkpointing=False,
+    common = dict(use_cpu=not _cuda(), bf16=_cuda(), report_to="none", activation_checkpointing=False,
                   num_generations=args.num_generations, per_device_train_batch_size=args.micro_batch,
                   gradient_accumulation_steps=args.num_generations // args.micro_batch,
                   max_completion_length=args.max_completion_length, max_steps=1, logging_steps=1,
                   save_strategy="no", learning_rate=0.0, beta=0.02, loss_type="dapo", temperature=0.8, top_p=0.9,
                   seed=0, disable_tqdm=True)
-    policies = [load_policy(args.model, True, lora_dropout=0.0) for _ in range(2)]
+    policies = [load_policy(PolicyModelConfig(model_name_or_path=args.model, lora_dropout=0.0)) for _ in range(2)]
     tok = policies[0].tokenizer
-    embedder = make_embedder(args.embedder)
+    embedder = load_embedder(args.embedder)
     samples = build_reward_samples(trajectory_paths([args.trajectory]), embedder=embedder)
     samples = select_samples(samples, sessions=[1], max_prompt_tokens=args.max_prompt_tokens, tokenizer=tok)
     reward_args = ADRPOConfig(output_dir=str(tmp / "adrpo"), embedder=args.embedder, **common)
@@ -105,15 +108,14 @@ def _sft_setup(args, tmp: Path):
     from training.common import load_policy
     from training.sft import build_data, build_trainer, parse_args
 
-    argv = ["--config", str(Path(__file__).parent / "recipes" / "sft_cpu.yaml"), "--output_dir", str(tmp / "sft"),
+    argv = ["--config", str(Path(__file__).resolve().parents[1] / "recipes" / "sft_cpu.yaml"), "--output_dir", str(tmp / "sft"),
             "--max_steps", str(args.sft_steps), "--max_length", str(args.sft_max_length),
             "--max_examples", str(args.sft_steps), "--embedder", "minilm" if args.embedder == "minilm" else "none",
             "--model_name_or_path", args.model, "--disable_tqdm", "true"]
-    script_args, training_args = parse_args(argv)
-    policy = load_policy(args.model, True, lora_r=script_args.lora_r, lora_alpha=script_args.lora_alpha,
-                         lora_dropout=0.0, lora_target_modules=script_args.lora_target_modules)
+    script_args, training_args, model_args = parse_args(argv + ["--lora_dropout", "0.0"])
+    policy = load_policy(model_args)
     data = build_data(script_args, policy.tokenizer, training_args.max_length, training_args.seed, progress=False)
-    return script_args, training_args, data, policy, build_trainer
+    return script_args, training_args, model_args, data, policy, build_trainer
 
 
 def _floor_loop(policy, rows, lr: float) -> tuple[int, float]:
@@ -152,11 +154,10 @@ def bench_sft(args, tmp: Path) -> dict:
 
     from training.common import load_policy
 
-    script_args, training_args, data, policy, build_trainer = _sft_setup(args, tmp)
+    script_args, training_args, model_args, data, policy, build_trainer = _sft_setup(args, tmp)
     rows = [data.train[i] for i in range(min(args.sft_steps, len(data.train)))]
     trainer = build_trainer(script_args, training_args, data, policy)
-    floor_policy = load_policy(args.model, True, lora_r=script_args.lora_r, lora_alpha=script_args.lora_alpha,
-                               lora_dropout=0.0, lora_target_modules=script_args.lora_target_modules)
+    floor_policy = load_policy(model_args)
     sft_rate, floor_rate, sft_tokens, floor_tokens = [], [], 0, 0
     seen = [0]  # TRL's num_tokens keeps counting across train() calls on one trainer
     for r in tqdm(range(args.reps), desc="sft vs floor", unit="pair"):

@@ -1,4 +1,4 @@
-"""Training examples built from expert trajectories, shared by SFT and ADRPO.
+"""SFT examples built from expert trajectories (ADRPO's rollout rows are :mod:`training.adrpo_data`).
 
 Source: ``DESIGN.md`` § "Training stack" and issue 4 § 1: one example per manager per
 session; the prompt comes from :func:`memory_bank.prompts.build_prompt` (the builder used at
@@ -19,13 +19,13 @@ counted in the run's report.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
 
+from data_synth.datasets import conversations_by_id
 from data_synth.expert import TrajectoryStep, banks_before_sessions, load_trajectories
 from memory_bank.actions import MANAGERS
 from memory_bank.bank import MemoryBank
@@ -33,7 +33,6 @@ from memory_bank.prompts import build_prompt
 from memory_bank.schema import Conversation, Session
 
 #: Datasets whose conversations expert trajectories can refer to.
-DATASETS = ("locomo", "longmemeval")
 #: Column order of :func:`sft_examples`.
 SFT_COLUMNS = ("prompt", "completion", "conversation_id", "session", "manager")
 
@@ -83,26 +82,6 @@ def check_managers(managers: Iterable[str]) -> tuple[str, ...]:
     return ms
 
 
-def load_conversations(dataset: str, ids: Sequence[str], data_path=None) -> dict[str, Conversation]:
-    """Load the conversations ``ids`` of ``dataset`` ("locomo": LoCoMo ``sample_id``s;
-    "longmemeval": LongMemEval ``question_id``s) from ``data_path`` (default: the dataset's
-    file under ``$MEMGYM_DATA``). Returns {id: Conversation}.
-
-    Raises ValueError for an unknown dataset or an id absent from the file, and the loaders'
-    ``DataFileNotFoundError`` / ``DataFormatError`` for a missing or broken file."""
-    if dataset == "locomo":
-        from data_synth.locomo import load_locomo
-
-        convs = load_locomo(data_path, ids=list(ids))
-    elif dataset == "longmemeval":
-        from data_synth.longmemeval import load_longmemeval
-
-        convs = load_longmemeval(data_path, question_ids=list(ids))
-    else:
-        raise ValueError(f"unknown dataset {dataset!r}; expected one of {DATASETS}")
-    return {c.id: c for c in convs}
-
-
 def expert_session_states(trajectory_paths: Sequence[str | Path], *, dataset: str = "locomo",
                           data_path=None) -> list[SessionState]:
     """Every session of the given expert trajectory files, in file order, each paired with its
@@ -120,7 +99,7 @@ def expert_session_states(trajectory_paths: Sequence[str | Path], *, dataset: st
         raise ValueError("no trajectory files given")
     per_file = [(p, load_trajectories(p)) for p in paths]
     ids = list(dict.fromkeys(s.conversation_id for _, steps in per_file for s in steps))
-    convs = load_conversations(dataset, ids, data_path) if ids else {}
+    convs = conversations_by_id(dataset, ids, data_path) if ids else {}
     out: list[SessionState] = []
     seen: dict[tuple[str, int], str] = {}
     for path, steps in per_file:
@@ -219,16 +198,3 @@ def drop_overlong(ds, tokenizer, max_length: int | None):
     dropped = tuple((ds[i]["conversation_id"], ds[i]["session"], ds[i]["manager"])
                     for i, n in enumerate(lengths) if n > max_length)
     return ds.select(keep), LengthReport(len(keep), len(dropped), max_length, longest, dropped)
-
-
-def completion_json(row: dict) -> dict:
-    """The expert JSON object held by an SFT row's completion (the inverse of the row
-    builder; used by tests and reports). Raises ValueError when it is not one assistant
-    message holding a JSON object."""
-    comp = row.get("completion")
-    if not (isinstance(comp, list) and len(comp) == 1 and comp[0].get("role") == "assistant"):
-        raise ValueError(f"completion must be one assistant message, got {comp!r:.200}")
-    obj = json.loads(comp[0]["content"])
-    if not isinstance(obj, dict):
-        raise ValueError(f"completion content must be a JSON object, got {type(obj).__name__}")
-    return obj

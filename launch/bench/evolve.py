@@ -44,7 +44,7 @@ def bench_cases(conversations=("conv-26", "conv-30"), *, max_cases: int = 60, to
     from evolution.execution.stages import StageCache, unit_text
     from evolution.search.cases import case_from_run, render_compact, render_full
     from memory_bank.programs import read_program_source, reference_program_path, seed_program_path
-    from rewards.runtime import Runtime
+    from llm.runtime import Runtime
 
     tok = _tokenizer(tokenizer)
     convs = load_locomo(ids=list(conversations))
@@ -93,7 +93,7 @@ def bench_round(*, train=("conv-26",), valid=("conv-30",), max_questions: int | 
     from evolution.search.proposers.scripted import ScriptedProposer
     from llm.embeddings import EmbeddingCache, STEmbedder
     from memory_bank.programs import read_program_source, seed_program_path
-    from rewards.runtime import Runtime
+    from llm.runtime import Runtime
 
     emb = STEmbedder()
     emb.encode(["warm-up"])

@@ -1,0 +1,75 @@
+"""Load a benchmark's conversations by dataset name, ids and split: the one dispatch from a
+dataset name to its loader (``memgym data stats``, the eval job, training data, reward samples
+and the program evaluator all call :func:`load_conversations`).
+
+Source: ``DESIGN.md`` § "Data model" (loaders, splits).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from memory_bank.schema import Conversation
+
+#: Datasets with a loader, in the order ``--help`` lists them.
+DATASETS: tuple[str, ...] = ("locomo", "longmemeval")
+
+
+def load_conversations(dataset: str, path: Path | str | None = None, *, ids: Sequence[str] | None = None,
+                       split: str | None = None, splits_path: Path | str | None = None,
+                       n_sessions: int | None = None, max_questions: int | None = None) -> list[Conversation]:
+    """The conversations of ``dataset`` in file order.
+
+    Args:
+        dataset: one of :data:`DATASETS`.
+        path: the data file; default the dataset's file under ``$MEMGYM_DATA``.
+        ids: keep only these ids (LoCoMo ``sample_id``, LongMemEval ``question_id``; duplicates
+            are dropped); ``None`` = all, or the split's when ``split`` is given.
+        split: a split name of :func:`data_synth.splits.split_names` (LongMemEval splits come
+            from ``splits_path``, default ``longmemeval/splits.json``); with ``ids`` too, an id
+            must be in both.
+        n_sessions: keep the first N sessions and the QA they can answer
+            (:func:`data_synth.views.restrict`).
+        max_questions: keep the first N questions of each conversation.
+
+    Raises:
+        ValueError: an unknown dataset or split, an id absent from the file or outside
+            ``split``, ``n_sessions`` < 1 or ``max_questions`` < 0;
+        DataFileNotFoundError / DataFormatError: from the loaders (naming file, record, field).
+    """
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}; expected one of {', '.join(DATASETS)}")
+    if max_questions is not None and max_questions < 0:
+        raise ValueError(f"max_questions must be >= 0, got {max_questions}")
+    wanted = None if ids is None else list(dict.fromkeys(ids))
+    if split is not None:
+        from data_synth.splits import split_ids
+
+        in_split = list(split_ids(dataset, split, splits_path))
+        if wanted is None:
+            wanted = in_split
+        else:
+            outside = [i for i in wanted if i not in set(in_split)]
+            if outside:
+                raise ValueError(f"{dataset} ids not in split {split!r}: {', '.join(outside)}")
+    if dataset == "locomo":
+        from data_synth.locomo import load_locomo
+
+        convs = load_locomo(path, ids=wanted)
+    else:
+        from data_synth.longmemeval import load_longmemeval
+
+        convs = load_longmemeval(path, question_ids=wanted)
+    if n_sessions is not None:
+        from data_synth.views import restrict
+
+        convs = [restrict(c, n_sessions) for c in convs]
+    if max_questions is not None:
+        convs = [replace(c, questions=c.questions[:max_questions]) for c in convs]
+    return convs
+
+
+def conversations_by_id(dataset: str, ids: Sequence[str], path: Path | str | None = None) -> dict[str, Conversation]:
+    """``{id: Conversation}`` of :func:`load_conversations` for ``ids`` (same errors)."""
+    return {c.id: c for c in load_conversations(dataset, path, ids=ids)}

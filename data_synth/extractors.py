@@ -1,0 +1,69 @@
+"""Extractor specs: the one parser of what builds a memory bank, for the eval job, the
+program runner and training.
+
+A spec is ``instruction`` (the program's EXTRACTION_INSTRUCTION, the runner only), ``turns``
+(no model: every dialogue turn is a unit, the runner only), ``expert:<file or conv-NN>[,...]`` (replay expert trajectories) or a backend spec of a trained
+extractor (``hf:<dir>``, ``openai:<url>#<model>``, ``vllm:<dir>``; :mod:`llm.specs`).
+Source: ``DESIGN.md`` § "Memory programs" (extraction modes).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from data_synth.expert import ExpertExtractor
+
+EXPERT_PREFIX = "expert:"
+
+
+def extractor_kind(spec: str) -> str:
+    """``instruction`` | ``turns`` | ``expert`` | ``extractor`` (a trained model) for a spec.
+    Raises ValueError for an empty spec or an ``expert:`` spec without files."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"extraction spec must be a non-empty str, got {spec!r}")
+    if spec in ("instruction", "turns"):
+        return spec
+    if spec.startswith(EXPERT_PREFIX):
+        if not [x for x in spec[len(EXPERT_PREFIX):].split(",") if x.strip()]:
+            raise ValueError(f"extraction spec {spec!r} names no trajectory file")
+        return "expert"
+    return "extractor"
+
+
+def resolve_expert_path(name: str) -> Path:
+    """A trajectory path as given, or a bare name (``conv-30``) looked up in the shipped
+    expert dir (``$MEMGYM_DATA/expert/<name>.jsonl``). Raises FileNotFoundError naming both."""
+    p = Path(name)
+    if p.is_file():
+        return p
+    from data_synth.paths import expert_dir
+
+    alt = expert_dir() / (name if name.endswith(".jsonl") else f"{name}.jsonl")
+    if alt.is_file():
+        return alt
+    raise FileNotFoundError(f"expert trajectories not found: {p} (nor {alt})")
+
+
+def expert_paths(spec: str) -> list[Path]:
+    """The trajectory files of an ``expert:a,b`` spec, each resolved by
+    :func:`resolve_expert_path`. Raises ValueError for a spec of another kind."""
+    if extractor_kind(spec) != "expert":
+        raise ValueError(f"{spec!r} is not an expert:<file>[,...] spec")
+    return [resolve_expert_path(x.strip()) for x in spec[len(EXPERT_PREFIX):].split(",") if x.strip()]
+
+
+def make_extractor(spec: str, rt, max_new_tokens: int = 512):
+    """``expert:<file>[,...]`` → :class:`ExpertExtractor`; a backend spec →
+    :class:`memory_bank.construct.ModelExtractor` on ``rt.backend(spec, role="extractor")``
+    (``rt`` a :class:`llm.runtime.Runtime`), writing at most ``max_new_tokens`` tokens per
+    manager output. Raises ValueError for ``instruction`` (no bank to build) or an empty spec,
+    FileNotFoundError for a missing trajectory file, BackendSpecError for a bad backend spec."""
+    kind = extractor_kind(spec)
+    if kind == "expert":
+        return ExpertExtractor(*expert_paths(spec))
+    if kind in ("instruction", "turns"):
+        raise ValueError(f"extraction {spec!r} runs inside the program runner; it builds no bank")
+    from llm.base import GenerationParams
+    from memory_bank.construct import ModelExtractor
+
+    return ModelExtractor(rt.backend(spec, role="extractor"), GenerationParams(max_new_tokens=max_new_tokens),
+                          name=spec)

@@ -1,0 +1,26 @@
+"""The memory-program interface, in three parts: :mod:`.contract` (the names a program
+defines, module checks, session metadata), :mod:`.records` (MemoryUnit/Query field kinds,
+structured-output parsing, unit mapping) and :mod:`.toolkit` (what a program may call).
+Everything is re-exported here: ``from memory_bank.program import X`` works for each name.
+
+Candidate programs may only import an allow-listed set of modules, so this package is never
+imported BY programs; the sandbox child imports it to build the toolkit it hands them.
+"""
+from memory_bank.errors import (BudgetExceededError, ContractError, ProgramError, StructuredOutputError,
+                                ToolkitError)
+from memory_bank.program.contract import (INSTRUCTION_NAMES, METHOD_PARAMS, OUT_CHAR_BUDGET, REQUIRED_NAMES,
+                                          ProgramInfo, SessionInfo, contract_from_report, describe_module)
+from memory_bank.program.records import (FIELD_KINDS, QUERY_FIELD_HINTS, TEXT_FIELD_NAMES, FieldSpec, coerce_record,
+                                         dataclass_from_schema, describe_dataclass, parse_structured, schema_hint,
+                                         session_entries, text_query, turn_entries, unit_text,
+                                         units_from_entries)
+from memory_bank.program.toolkit import BackendToolkitHost, Toolkit, ToolkitHost
+
+__all__ = [
+    "BackendToolkitHost", "BudgetExceededError", "ContractError", "FIELD_KINDS", "FieldSpec", "INSTRUCTION_NAMES",
+    "METHOD_PARAMS", "OUT_CHAR_BUDGET", "ProgramError", "ProgramInfo", "QUERY_FIELD_HINTS", "REQUIRED_NAMES",
+    "SessionInfo", "StructuredOutputError", "TEXT_FIELD_NAMES", "Toolkit", "ToolkitError", "ToolkitHost",
+    "coerce_record", "contract_from_report", "dataclass_from_schema", "describe_dataclass", "describe_module",
+    "parse_structured", "schema_hint", "session_entries", "text_query", "turn_entries", "unit_text",
+    "units_from_entries",
+]

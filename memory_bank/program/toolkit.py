@@ -1,0 +1,159 @@
+"""The toolkit a memory program gets in ``Memory.__init__``: the task LLM and the embedder
+behind call budgets and argument limits, plus pure helpers; and the one adapter from memgym's
+backends to the host interface that serves it.
+
+Source: ``DESIGN.md`` § "Memory programs" (the toolkit gives the task LLM, the embedder and the
+call budgets) and PrisMem's memory interface (``shared/seeds/000_0e559b88b400976a.txt``).
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from memory_bank.errors import BudgetExceededError, ToolkitError
+from memory_bank.program.contract import OUT_CHAR_BUDGET
+
+
+@runtime_checkable
+class ToolkitHost(Protocol):
+    """What serves a program's toolkit calls (host side; in the sandbox it is proxied).
+
+    ``embed(texts)`` returns an array-like of shape (len(texts), dim), rows L2-normalised;
+    ``llm(prompt, max_tokens)`` returns the task LLM's completion text (max_tokens in tokens).
+    """
+
+    def embed(self, texts: list[str]) -> Any: ...
+
+    def llm(self, prompt: str, max_tokens: int) -> str: ...
+
+
+class BackendToolkitHost:
+    """The one adapter from memgym's ``llm.base`` Backend + Embedder to :class:`ToolkitHost`.
+
+    ``backend`` / ``embedder``: the objects, or zero-argument callables that return them, called
+    on first use (so a task LLM that a program never calls is never loaded). ``llm`` sends one
+    user message with ``max_new_tokens=max_tokens`` (greedy) and returns the completion text.
+    """
+
+    def __init__(self, backend, embedder):
+        self._backend, self._embedder = backend, embedder
+
+    @staticmethod
+    def _get(x):
+        return x() if callable(x) and not hasattr(x, "generate") and not hasattr(x, "encode") else x
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return self._get(self._embedder).encode(list(texts))
+
+    def llm(self, prompt: str, max_tokens: int) -> str:
+        from llm.base import GenerationParams
+
+        params = GenerationParams(max_new_tokens=max_tokens)
+        return self._get(self._backend).generate([[{"role": "user", "content": prompt}]], params)[0].text
+
+
+class Toolkit:
+    """What a memory program may use inside ``Memory`` (``toolkit`` in ``__init__``).
+
+    - ``embed(texts) -> list[list[float]]``: one vector per text, L2-normalised, (n, dim);
+    - ``llm(prompt, max_tokens=256) -> str``: the task LLM; each call spends one unit of
+      ``budget``; exceeding it raises :class:`BudgetExceededError`;
+    - ``budget``: remaining llm calls; ``embed_budget``: remaining embed calls (None = no cap);
+    - pure helpers :meth:`cosine_topk` and :meth:`truncate`; ``OUT_CHAR_BUDGET``.
+
+    Argument limits (``max_embed_texts`` texts per call, ``max_text_chars`` characters per text
+    or prompt, ``max_llm_tokens`` tokens) raise :class:`ToolkitError`. ``calls`` counts
+    successful calls: {"llm": n, "embed": n, "embed_texts": n, "refused": n}.
+    """
+
+    OUT_CHAR_BUDGET = OUT_CHAR_BUDGET
+
+    def __init__(self, host: ToolkitHost, *, llm_budget: int = 0, embed_budget: int | None = None,
+                 max_embed_texts: int = 4096, max_text_chars: int = 100_000, max_llm_tokens: int = 2048):
+        self._host = host
+        self._llm_left = int(llm_budget)
+        self._embed_left = None if embed_budget is None else int(embed_budget)
+        self.max_embed_texts, self.max_text_chars, self.max_llm_tokens = max_embed_texts, max_text_chars, max_llm_tokens
+        self.calls = {"llm": 0, "embed": 0, "embed_texts": 0, "refused": 0}
+
+    budget = property(lambda self: self._llm_left, doc="Remaining llm calls (int >= 0).")
+    embed_budget = property(lambda self: self._embed_left, doc="Remaining embed calls, or None = no cap.")
+
+    def _check_texts(self, texts: Any) -> list[str]:
+        if isinstance(texts, str) or not isinstance(texts, (list, tuple)):
+            raise ToolkitError(f"embed(texts) needs a list of str, got {type(texts).__name__}")
+        if len(texts) > self.max_embed_texts:
+            raise ToolkitError(f"embed: {len(texts)} texts > max {self.max_embed_texts} per call")
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise ToolkitError(f"embed: texts[{i}] is {type(t).__name__}, not str")
+            if len(t) > self.max_text_chars:
+                raise ToolkitError(f"embed: texts[{i}] has {len(t)} chars > max {self.max_text_chars}")
+        return list(texts)
+
+    def embed_array(self, texts: list[str]) -> np.ndarray:
+        """Like :meth:`embed` but returns a float32 array (n, dim). Host output that is not
+        (n, dim) finite numbers raises :class:`ToolkitError`; rows are re-normalised."""
+        texts = self._check_texts(texts)
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        if self._embed_left is not None and self._embed_left <= 0:
+            self.calls["refused"] += 1
+            raise BudgetExceededError("embed call budget exhausted", "embed")
+        arr = np.asarray(self._host.embed(texts), dtype=np.float32)
+        if arr.ndim != 2 or arr.shape[0] != len(texts) or not np.isfinite(arr).all():
+            raise ToolkitError(f"embedder returned shape {arr.shape} for {len(texts)} texts (or non-finite values)")
+        norms = np.linalg.norm(arr, axis=1, keepdims=True)
+        arr = arr / np.where(norms > 0, norms, 1.0)
+        if self._embed_left is not None:
+            self._embed_left -= 1
+        self.calls["embed"] += 1
+        self.calls["embed_texts"] += len(texts)
+        return arr
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        """Embed ``texts``: a list of L2-normalised vectors (n × dim floats); [] for []."""
+        return self.embed_array(texts).tolist()
+
+    def llm(self, prompt: str, max_tokens: int = 256) -> str:
+        """One task-LLM completion of ``prompt`` (at most ``max_tokens`` tokens)."""
+        if not isinstance(prompt, str):
+            raise ToolkitError(f"llm(prompt) needs a str, got {type(prompt).__name__}")
+        if len(prompt) > self.max_text_chars:
+            raise ToolkitError(f"llm: prompt has {len(prompt)} chars > max {self.max_text_chars}")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= self.max_llm_tokens:
+            raise ToolkitError(f"llm: max_tokens must be an int in [1, {self.max_llm_tokens}], got {max_tokens!r}")
+        if self._llm_left <= 0:
+            self.calls["refused"] += 1
+            raise BudgetExceededError("llm call budget exhausted", "llm")
+        out = self._host.llm(prompt, max_tokens)
+        if not isinstance(out, str):
+            raise ToolkitError(f"llm host returned {type(out).__name__}, not str")
+        self._llm_left -= 1
+        self.calls["llm"] += 1
+        return out
+
+    @staticmethod
+    def cosine_topk(query_vec: Any, matrix: Any, k: int) -> list[tuple[int, float]]:
+        """Top-``k`` rows of ``matrix`` (n, dim) by cosine with ``query_vec`` (dim,).
+
+        Returns ``[(row_index, cosine), ...]`` best first (ties by lower index), at most
+        ``min(k, n)`` pairs; cosines in [-1, 1]. Zero vectors score 0. A dimension mismatch
+        raises :class:`ToolkitError`.
+        """
+        q = np.asarray(query_vec, dtype=np.float32).reshape(-1)
+        m = np.asarray(matrix, dtype=np.float32)
+        if m.size == 0 or k <= 0:
+            return []
+        if m.ndim != 2 or m.shape[1] != q.shape[0]:
+            raise ToolkitError(f"cosine_topk: matrix shape {m.shape} does not match query dim {q.shape[0]}")
+        denom = np.linalg.norm(m, axis=1) * (np.linalg.norm(q) or 1.0)
+        sims = (m @ q) / np.where(denom > 0, denom, 1.0)
+        order = np.argsort(-sims, kind="stable")[:k]
+        return [(int(i), float(np.clip(sims[i], -1.0, 1.0))) for i in order]
+
+    @staticmethod
+    def truncate(text: str, limit: int = OUT_CHAR_BUDGET) -> str:
+        """``text`` cut to at most ``limit`` characters."""
+        return text[:limit]

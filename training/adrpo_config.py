@@ -1,0 +1,139 @@
+"""``ADRPOConfig``: TRL's ``GRPOConfig`` plus the ADRPO fields (weighting, dense session reward,
+data). Model and LoRA fields come from :class:`training.common.PolicyModelConfig`
+(``trl.ModelConfig``), parsed beside it.
+
+Source: ``DESIGN.md`` § "Dense session reward and ADRPO"; MemBuilder (arXiv 2601.05488 §3.4)
+and its review (``../shared/seeds/004_2e899ffbe394021e.txt``, Eq. 12).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+from llm.config import check_fields, require
+from rewards.session_reward import MODES, SessionRewardConfig
+
+#: ``advantage``: the corrected weighting, stock TRL loss with each completion's advantage × w(m);
+#: ``unclipped``: the paper's Eq. 12 (ablation, :mod:`training.adrpo_eq12`); ``none``: stock GRPO.
+WEIGHTINGS = ("advantage", "unclipped", "none")
+
+
+class ADRPOConfigError(ValueError):
+    """An ADRPO setting that is out of range or that cannot work with the others."""
+
+
+@dataclass
+class ADRPOConfig(GRPOConfig):
+    """TRL's ``GRPOConfig`` plus the ADRPO fields. Every TRL field (``use_vllm``, ``vllm_mode``
+    colocate|server, ``loss_type``, ``beta``, ``epsilon``, ``entropy_coef``, ...) passes
+    through to ``GRPOTrainer`` unchanged; with ``weighting: advantage`` every TRL loss type
+    works, since the loss is TRL's own.
+
+    Parameters (beyond ``GRPOConfig``):
+        init_from: an SFT checkpoint dir (full model) or LoRA adapter dir to start from;
+            overrides ``model_name_or_path``.
+        weighting: one of :data:`WEIGHTINGS`.
+        alpha: w(m) of the dominant part (> 0); the other parts get 1.
+        mode, judge, lam, attribution_on, retrieval_top_k, correct_threshold: the
+            :class:`rewards.session_reward.SessionRewardConfig` fields.
+        answer_model, judge_model, answer_max_new_tokens, reward_cache, embedder: the reward's
+            models.
+        train_trajectories, qa_path, dataset, data_path, managers, sessions,
+            max_prompt_tokens: the rollout rows.
+
+    Raises :class:`ADRPOConfigError` naming the field for an unknown weighting/mode/judge or an
+    out-of-range reward setting (``alpha <= 0``, ``lam`` outside [0, 1], ...), or a setting
+    outside the limits of ``weighting: unclipped`` (:func:`training.adrpo_eq12.check_eq12_support`).
+    """
+
+    _argument_group_name = ("ADRPOConfig: every trl.GRPOConfig field "
+                            "(https://huggingface.co/docs/trl/main/en/grpo_trainer#trl.GRPOConfig), then the ADRPO "
+                            "fields from --init_from on")
+
+    CHECKS = {"retrieval_top_k": {"min": 1}, "answer_max_new_tokens": {"min": 1}, "max_prompt_tokens": {"min": 1},
+              "answer_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}}
+
+    init_from: str | None = field(default=None, metadata={
+        "help": "start from an SFT checkpoint dir (full model) or a LoRA adapter dir; overrides model_name_or_path"})
+    # weighting
+    weighting: str = field(default="advantage", metadata={
+        "help": "advantage (corrected: TRL's loss with each advantage x w(m)) | unclipped (paper Eq. 12, ablation; "
+                "loss_type grpo/bnpo/dr_grpo/dapo only) | none"})
+    alpha: float = field(default=4.0, metadata={"help": "w(m) of the dominant part (> 0); others get 1"})
+    # reward (mirrors rewards.session_reward.SessionRewardConfig)
+    mode: str = field(default="counterfactual", metadata={"help": "counterfactual | isolated | joint"})
+    judge: str = field(default="answer-recall", metadata={"help": "answer-recall | f1 | llm"})
+    lam: float = field(default=0.8, metadata={"help": "length-penalty weight λ in [0, 1]"})
+    attribution_on: str = field(default="all", metadata={"help": "all | correct questions count for h(m)"})
+    retrieval_top_k: int = field(default=10, metadata={
+        "help": "entries retrieved per question (SessionRewardConfig.top_k; TRL's top_k is the sampling top-k)"})
+    correct_threshold: float = field(default=0.5, metadata={"help": "score >= this counts a question correct"})
+    answer_model: str | None = field(default=None, metadata={
+        "help": "backend spec of the answer model (judge f1 / llm), e.g. hf:smollm2 or openai:<url>#<model>"})
+    judge_model: str | None = field(default=None, metadata={"help": "backend spec of the LLM judge (judge llm)"})
+    answer_max_new_tokens: int = field(default=48, metadata={"help": "tokens per answer of the answer model"})
+    reward_cache: str | None = field(default=None, metadata={
+        "help": "sqlite response cache of the answer/judge models (default under $MEMGYM_CACHE; 'none' disables)"})
+    embedder: str = field(default="minilm", metadata={
+        "help": "retrieval embedder: minilm (embedded all-MiniLM-L6-v2) | hash (model-free, tests) | <dir>"})
+    # data
+    train_trajectories: list[str] = field(default_factory=lambda: ["conv-26"], metadata={
+        "help": "expert trajectory files, or names looked up in $MEMGYM_DATA/expert (conv-26)"})
+    qa_path: str | None = field(default=None, metadata={"help": "session QA file (memgym synth qa); default: "
+                                                                "the trajectories' own qa"})
+    dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval (the transcripts)"})
+    data_path: str | None = field(default=None, metadata={"help": "benchmark file (default under $MEMGYM_DATA)"})
+    managers: list[str] = field(default_factory=lambda: ["core", "episodic", "semantic", "procedural"],
+                                metadata={"help": "managers to train"})
+    sessions: list[int] | None = field(default=None, metadata={"help": "only these session indices"})
+    max_prompt_tokens: int | None = field(default=None, metadata={
+        "help": "drop rows whose chat prompt is longer (policy tokens); TRL 1.16 has no prompt cap"})
+
+    def __post_init__(self):
+        generation_batch_given = self.generation_batch_size is not None
+        try:
+            super().__post_init__()
+        except ValueError as e:
+            if generation_batch_given or "divisible by num_generations" not in str(e):
+                raise
+            # TRL names generation_batch_size, which the user did not set: name the flags they did
+            raise ADRPOConfigError(
+                f"ADRPOConfig: per_device_train_batch_size ({self.per_device_train_batch_size}) x processes "
+                f"({self.world_size}) x steps_per_generation ({self.steps_per_generation}, default "
+                f"gradient_accumulation_steps) = {self.generation_batch_size} completions per generation batch, "
+                f"not a multiple of num_generations ({self.num_generations}); change --per_device_train_batch_size, "
+                "--gradient_accumulation_steps (or --steps_per_generation) or --num_generations") from None
+        try:  # string -> one-element list for the list fields, counts and specs (llm.config)
+            check_fields(self)
+            require(self, "judge", "f1", "answer_model", "(the model whose answers F1 scores)")
+            require(self, "judge", "llm", "answer_model", "(the model whose answers the judge grades)")
+            require(self, "judge", "llm", "judge_model", "(a backend spec of the LLM judge)")
+        except ValueError as e:
+            raise ADRPOConfigError(f"ADRPOConfig: {e}") from None
+        checks = [
+            ("weighting", self.weighting in WEIGHTINGS, f"one of {WEIGHTINGS}"),
+            ("alpha", self.alpha > 0, "> 0"),
+            ("mode", self.mode in MODES, f"one of {MODES}"),
+            ("embedder", bool(self.embedder), "minilm, hash or a model dir"),
+            ("train_trajectories", bool(self.train_trajectories), "a non-empty list"),
+        ]
+        for name, ok, need in checks:
+            if not ok:
+                raise ADRPOConfigError(f"ADRPOConfig.{name} must be {need}, got {getattr(self, name)!r}")
+        self.reward_config()  # validates judge, lam, attribution_on, retrieval_top_k, correct_threshold
+        if self.weighting == "unclipped":  # the Eq. 12 loss's limits, checked before any model loads
+            from training.adrpo_eq12 import check_eq12_support
+
+            check_eq12_support(self)
+
+    def reward_config(self) -> SessionRewardConfig:
+        """The :class:`SessionRewardConfig` these fields describe. Raises
+        :class:`ADRPOConfigError` naming the ADRPO field when one is out of range."""
+        try:
+            return SessionRewardConfig(mode=self.mode, judge=self.judge, lam=self.lam, alpha=self.alpha,
+                                       attribution_on=self.attribution_on, top_k=self.retrieval_top_k,
+                                       correct_threshold=self.correct_threshold)
+        except ValueError as e:
+            msg = str(e).replace("SessionRewardConfig.top_k", "retrieval_top_k")
+            raise ADRPOConfigError(msg.replace("SessionRewardConfig.", "ADRPOConfig.")) from None
