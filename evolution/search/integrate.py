@@ -353,8 +353,8 @@ class TraceGuidedIntegrator:
 def compact_trace(evo, source: str, task_id: str) -> str:
     """The compact diagnostic case of ``source`` on the train task ``task_id`` (stage-cached
     evaluation; DESIGN.md compact-case rules)."""
-    from evolution.execution.stages import unit_text
     from evolution.search.cases import case_from_run, render_compact
+    from memory_bank.program import unit_text
 
     _, run = evo.evaluate(source, "train", diagnostics=False)
     traces = {tr.conversation.id: tr for tr in run.traces}
