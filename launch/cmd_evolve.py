@@ -120,8 +120,9 @@ def cmd_evolve(argv: list[str]) -> int:
             (cfg,) = parse_training_args(
                 [EvolveConfig], rest, "memgym evolve",
                 "Capability-driven evolution of a memory program (PrisMem): cold start, capability refinement, "
-                "trace-guided integration, frozen final program on the test split. memgym evolve --config R.yaml [--out DIR] "
-                "[--<field> value ...]; memgym evolve --resume DIR continues a run.", cpu_defaults=False)
+                "trace-guided integration, frozen final program on the test split. memgym evolve --config R.yaml "
+                "[--out DIR] [--<field> value ...]; memgym evolve --resume DIR continues a run; memgym evolve "
+                "experiment --config R.yaml --variants ... --seeds N runs the ablations.", cpu_defaults=False)
             out = Path(cfg.out)
             if (out / "state.json").exists() or (out / "recipe.json").exists():
                 print(f"memgym evolve: {out} already holds a run; continue it with: memgym evolve --resume {out}",
