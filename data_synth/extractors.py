@@ -51,11 +51,13 @@ def expert_paths(spec: str) -> list[Path]:
     return [resolve_expert_path(x.strip()) for x in spec[len(EXPERT_PREFIX):].split(",") if x.strip()]
 
 
-def make_extractor(spec: str, rt, max_new_tokens: int = 512):
+def make_extractor(spec: str, rt, max_new_tokens: int = 512, *, constrained: bool = False,
+                   max_chars: int | None = None, max_items: int | None = None):
     """``expert:<file>[,...]`` → :class:`ExpertExtractor`; a backend spec →
     :class:`memory_bank.construct.ModelExtractor` on ``rt.backend(spec, role="extractor")``
     (``rt`` a :class:`llm.runtime.Runtime`), writing at most ``max_new_tokens`` tokens per
-    manager output. Raises ValueError for ``instruction`` (no bank to build) or an empty spec,
+    manager output; ``constrained`` / ``max_chars`` / ``max_items``: structured outputs (see
+    :class:`ModelExtractor`; ignored for expert replays). Raises ValueError for ``instruction`` (no bank to build) or an empty spec,
     FileNotFoundError for a missing trajectory file, BackendSpecError for a bad backend spec."""
     kind = extractor_kind(spec)
     if kind == "expert":
@@ -66,4 +68,4 @@ def make_extractor(spec: str, rt, max_new_tokens: int = 512):
     from memory_bank.construct import ModelExtractor
 
     return ModelExtractor(rt.backend(spec, role="extractor"), GenerationParams(max_new_tokens=max_new_tokens),
-                          name=spec)
+                          name=spec, constrained=constrained, max_chars=max_chars, max_items=max_items)

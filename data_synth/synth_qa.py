@@ -24,20 +24,40 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Literal
 
 import json_repair
 import numpy as np
+from pydantic import BaseModel, Field
 from tqdm.auto import tqdm
 
 from data_synth.jsonl import ResumableJsonl
 from data_synth.qa_format import KIND_CAPABILITY, KINDS
 from llm.base import CallTally, GenerationParams
+from llm.structured import JsonSchema, closed_schema
 from memory_bank.schema import Conversation, Session, Turn
 
 __all__ = ["kind_quota", "earlier_excerpts", "build_qa_messages", "validate_output", "bucket_benchmark_qa",
            "SynthQAStats", "synth_qa", "NEAR_DUPLICATE_COSINE", "REJECT_REASONS"]
 
 NEAR_DUPLICATE_COSINE = 0.9
+
+
+class _QAOut(BaseModel):
+    question: str = Field(min_length=1)
+    answer: str = Field(min_length=1)
+    evidence: list[str] = Field(min_length=1)
+    kind: Literal["single-session", "multi-session", "temporal"]
+
+
+class _QAReply(BaseModel):
+    qa: list[_QAOut]
+
+
+#: The expert's reply schema ``{"qa": [{question, answer, evidence, kind}, ...]}`` (from the
+#: pydantic model above), used when ``synth_qa(constrained=True)``. Evidence ids stay free
+#: strings: validation still checks them against the conversation.
+QA_SCHEMA = JsonSchema("session_qa", closed_schema(_QAReply.model_json_schema()))
 #: Characters of one turn shown to the expert (LongMemEval assistant turns can be very long).
 MAX_TURN_CHARS = 1000
 #: What each rejection reason tells the expert on a retry.
@@ -315,7 +335,7 @@ def check_resume_settings(records: list[dict], want: dict, out_path) -> None:
 
 def synth_qa(convs: list[Conversation], out_path, *, source: str = "expert", backend=None, embedder=None,
              j: int = 5, max_tries: int = 3, concurrency: int = 8, n_sessions: int | None = None,
-             params: GenerationParams | None = None, progress: bool = True) -> SynthQAStats:
+             params: GenerationParams | None = None, progress: bool = True, constrained: bool = False) -> SynthQAStats:
     """Write one line per session of ``convs`` to ``out_path`` (resumable; see
     :mod:`data_synth.jsonl`), skipping sessions already there.
 
@@ -324,6 +344,7 @@ def synth_qa(convs: list[Conversation], out_path, *, source: str = "expert", bac
     attempt (the backend runs them concurrently); ``embedder`` retrieves earlier excerpts and
     finds near-duplicates. source "benchmark": :func:`bucket_benchmark_qa` (no model; the
     caller must refuse test splits). ``params`` default: greedy, 1024 new tokens.
+    ``constrained``: decode the expert's replies under :data:`QA_SCHEMA` (structured outputs).
     Resume: every line records its settings (:func:`run_settings`); a file written with other
     settings is refused, and expert sessions that came back with no question are redone.
     Raises ValueError for a bad source / j / max_tries / concurrency, a missing backend, or
@@ -360,14 +381,14 @@ def synth_qa(convs: list[Conversation], out_path, *, source: str = "expert", bac
                 continue
             for i in range(0, len(todo), concurrency):
                 for line in _generate_chunk(conv, todo[i: i + concurrency], backend, embedder, j, max_tries,
-                                            params, stats):
+                                            params, stats, constrained):
                     log.append(line)
                     stats.sessions_written += 1
                     stats.sessions_empty += not line["qa"]
     return stats
 
 
-def _generate_chunk(conv, chunk, backend, embedder, j, max_tries, params, stats) -> list[dict]:
+def _generate_chunk(conv, chunk, backend, embedder, j, max_tries, params, stats, constrained=False) -> list[dict]:
     idx = conv.turn_index
     state = {s.index: {"kept": [], "feedback": "", "tries": 0, "rejected": Counter(),
                        "quota": kind_quota(j, s.index > conv.sessions[0].index),
@@ -383,7 +404,8 @@ def _generate_chunk(conv, chunk, backend, embedder, j, max_tries, params, stats)
             break
         batch = [build_qa_messages(conv, s, left, state[s.index]["excerpts"], state[s.index]["kept"],
                                    state[s.index]["feedback"]) for s, left in pending]
-        completions = backend.generate(batch, params)
+        completions = (backend.generate(batch, params, schemas=[QA_SCHEMA] * len(batch)) if constrained
+                       else backend.generate(batch, params))
         stats.attempts += len(batch)
         for (s, left), comp in zip(pending, completions):
             st = state[s.index]

@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 from data_synth.expert import TrajectoryError, apply_step, parse_step
 from data_synth.jsonl import ResumableJsonl
 from llm.base import CallTally, GenerationParams
+from memory_bank.action_schemas import prompt_schema
 from memory_bank.actions import MANAGERS, ops_to_json, parse_output
 from memory_bank.bank import CORE_LIMIT_CHARS, CORE_TARGET_CHARS, MemoryBank
 from memory_bank.errors import ManagerOutputError
@@ -84,13 +85,16 @@ def _check_output(manager: str, text: str, bank: MemoryBank, session: int, finis
 
 
 def expert_session(backend, bank: MemoryBank, session: Session, embedder, params: GenerationParams,
-                   max_tries: int, stats: SynthTrajectoryStats) -> tuple[dict[str, dict], dict[str, str]]:
-    """Run the four managers on one session with retries.
+                   max_tries: int, stats: SynthTrajectoryStats, constrained: bool = False
+                   ) -> tuple[dict[str, dict], dict[str, str]]:
+    """Run the four managers on one session with retries (``constrained``: each output decoded
+    under its manager schema, ids narrowed to the shown ids; see :mod:`memory_bank.action_schemas`).
 
     Returns ``(outputs, errors)``: ``outputs[manager]`` = canonical JSON object of each valid
     output; ``errors[manager]`` = the last error of each manager that never produced one.
     ``bank`` is not modified."""
-    messages = {m: build_prompt(m, bank, session, embedder).messages for m in MANAGERS}
+    prompts = {m: build_prompt(m, bank, session, embedder) for m in MANAGERS}
+    messages = {m: prompts[m].messages for m in MANAGERS}
     outputs: dict[str, dict] = {}
     errors: dict[str, str] = {}
     pending = list(MANAGERS)
@@ -98,7 +102,11 @@ def expert_session(backend, bank: MemoryBank, session: Session, embedder, params
         if not pending:
             break
         stats.retries += len(pending) if attempt else 0
-        completions = backend.generate([messages[m] for m in pending], params)
+        if constrained:
+            completions = backend.generate([messages[m] for m in pending], params,
+                                           schemas=[prompt_schema(prompts[m]) for m in pending])
+        else:
+            completions = backend.generate([messages[m] for m in pending], params)
         failed = []
         for m, comp in zip(pending, completions):
             stats.book(comp)
@@ -135,7 +143,7 @@ def _resume_bank(conv: Conversation, records: list[dict], out_path) -> tuple[Mem
 def synth_trajectories(convs: list[Conversation], out_path, *, backend, embedder=None,
                        qa: dict[tuple[str, int], list[dict]] | None = None, max_tries: int = 3,
                        n_sessions: int | None = None, params: GenerationParams | None = None,
-                       progress: bool = True) -> SynthTrajectoryStats:
+                       progress: bool = True, constrained: bool = False) -> SynthTrajectoryStats:
     """Write expert trajectory lines for ``convs`` to ``out_path`` (resumable).
 
     backend: the expert (:class:`llm.base.Backend`); embedder: ranks the entries each prompt
@@ -157,7 +165,8 @@ def synth_trajectories(convs: list[Conversation], out_path, *, backend, embedder
             stats.sessions_resumed += min(done, len(sessions))
             for session in tqdm(sessions[done:], desc=f"trajectories {conv.id}", unit="session",
                                 disable=not progress):
-                outputs, errors = expert_session(backend, bank, session, embedder, params, max_tries, stats)
+                outputs, errors = expert_session(backend, bank, session, embedder, params, max_tries, stats,
+                                                 constrained)
                 if errors:
                     stats.failed.append({"conversation_id": conv.id, "session": session.index,
                                          "managers": sorted(errors), "errors": errors})

@@ -13,7 +13,7 @@ def run(argv: list[str]) -> int:
     """Parse the recipe (:class:`rewards.evaluate.EvalConfig`), run it, print the tables.
     Returns 0, or 2 for a bad recipe, field or data file (the message names it)."""
     from rewards.evaluate import EvalConfig, run_eval
-    from rewards.report import side_by_side
+    from rewards.report import format_failure_table, side_by_side
     from training.common import parse_training_args
 
     try:
@@ -27,6 +27,8 @@ def run(argv: list[str]) -> int:
     print(side_by_side(report, "by_category"))
     print()
     print(side_by_side(report, "by_capability"))
+    print("\nFormat-failure rate per manager (outputs that failed to parse, validate or apply)\n")
+    print(format_failure_table(report))
     print(f"\nreport: {cfg.out}/report.md  (wall {report['wall_s']:.0f} s)")
     return report_problems(PROG, [report, *report.get("compare", {}).values()])
 

@@ -100,7 +100,7 @@ def _qa(args) -> int:
                          max_tries=args.max_tries, concurrency=args.concurrency, n_sessions=args.n_sessions,
                          params=GenerationParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                                  seed=args.seed),
-                         progress=not args.quiet)
+                         progress=not args.quiet, constrained=args.constrained)
     except ValueError as e:
         print(f"memgym synth qa: {e}", file=sys.stderr)
         return 2
@@ -137,10 +137,17 @@ def _trajectories(args) -> int:
                                max_tries=args.max_tries, n_sessions=args.n_sessions,
                                params=GenerationParams(max_new_tokens=args.max_new_tokens,
                                                        temperature=args.temperature, seed=args.seed),
-                               progress=not args.quiet)
+                               progress=not args.quiet, constrained=args.constrained)
     _write_summary(args.out, {"out": args.out, "expert": args.expert, **stats.to_json(),
                               "runtime": rt.calls_since(snap)})
     return 1 if stats.failed else 0
+
+
+def _yes_no(text: str) -> bool:
+    v = text.strip().lower()
+    if v not in ("true", "false", "yes", "no", "1", "0"):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return v in ("true", "yes", "1")
 
 
 def _common(p: argparse.ArgumentParser, expert_required: bool) -> None:
@@ -162,6 +169,9 @@ def _common(p: argparse.ArgumentParser, expert_required: bool) -> None:
                    help="minilm (default) or hash (model-free, for tests only)")
     p.add_argument("--cache", default=None, help="sqlite response cache (default under $MEMGYM_CACHE); 'none' disables")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--constrained", type=_yes_no, nargs="?", const=True, default=False, metavar="true|false",
+                   help="decode the expert's replies under their JSON schema (structured outputs: response_format "
+                        "on openai, grammar on hf, structured outputs on vllm); default false")
 
 
 def register(sub) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from llm.base import Backend, Completion, GenerationParams, LLMError, Messages
 from llm.messages import check_batch
+from llm.structured import JsonSchema, check_schemas
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS responses (
     key TEXT PRIMARY KEY, model_id TEXT NOT NULL, value TEXT NOT NULL, created REAL NOT NULL)"""
@@ -73,8 +74,12 @@ def fail_soft(obj, what: str, err: Exception) -> None:
         warnings.warn(f"{corrupt_message(obj.path, what, err, 'with --cache none')}; continuing without it", stacklevel=3)
 
 
-def cache_key(model_id: str, messages: Messages, params: GenerationParams, occurrence: int = 0) -> str:
-    """sha256 hex of the canonical JSON of ``{model, messages, params[, occurrence]}``.
+def cache_key(model_id: str, messages: Messages, params: GenerationParams, occurrence: int = 0,
+              schema: JsonSchema | None = None) -> str:
+    """sha256 hex of the canonical JSON of ``{model, messages, params[, occurrence][, schema]}``.
+
+    ``schema`` (a constrained request's :class:`llm.structured.JsonSchema`) adds its name and
+    digest, so constrained and free responses never share a key; free keys are unchanged.
 
     Canonical = ``json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=False)``.
     ``occurrence`` (k-th copy of the same prompt within one sampled batch) is included only
@@ -83,6 +88,8 @@ def cache_key(model_id: str, messages: Messages, params: GenerationParams, occur
     payload = {"model": model_id, "messages": messages, "params": params.to_dict()}
     if occurrence:
         payload["occurrence"] = occurrence
+    if schema is not None:
+        payload["schema"] = [schema.name, schema.digest]
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
@@ -223,30 +230,39 @@ class CachedBackend:
         """Delegates to the inner backend's ``count_tokens``."""
         return self.backend.count_tokens(text)
 
-    def generate(self, batch: list[Messages], params: GenerationParams) -> list[Completion]:
-        """One :class:`Completion` per conversation, in order; see the class docstring."""
+    def generate(self, batch: list[Messages], params: GenerationParams,
+                 schemas: list[JsonSchema | None] | None = None) -> list[Completion]:
+        """One :class:`Completion` per conversation, in order; see the class docstring.
+        ``schemas`` (one per conversation, see :mod:`llm.structured`) is passed to the inner
+        backend only when some entry is set, and is part of each cache key."""
         check_batch(batch)
+        schemas = check_schemas(schemas, len(batch))
         if not batch:
             return []
+        constrained = any(s is not None for s in schemas)
+
+        def inner(msgs, sch):
+            return self.backend.generate(msgs, params, schemas=sch) if constrained else self.backend.generate(msgs, params)
+
         if not params.greedy and params.seed is None:
             self.bypassed += len(batch)
-            return self.backend.generate(batch, params)
+            return inner(batch, schemas)
         keys: list[str] = []
         seen: dict[str, int] = {}
-        for messages in batch:
-            base = cache_key(self.model_id, messages, params)
+        for messages, schema in zip(batch, schemas):
+            base = cache_key(self.model_id, messages, params, schema=schema)
             k = seen.get(base, 0)
             seen[base] = k + 1
-            keys.append(base if params.greedy or k == 0 else cache_key(self.model_id, messages, params, k))
+            keys.append(base if params.greedy or k == 0 else cache_key(self.model_id, messages, params, k, schema=schema))
         found = self.cache.get_many(keys)
         miss_keys = list(dict.fromkeys(k for k in keys if k not in found))
         self.hits += sum(1 for k in keys if k in found)
         self.misses += len(keys) - sum(1 for k in keys if k in found)
         if miss_keys:
             first = {}
-            for k, messages in zip(keys, batch):
-                first.setdefault(k, messages)
-            fresh = self.backend.generate([first[k] for k in miss_keys], params)
+            for k, messages, schema in zip(keys, batch, schemas):
+                first.setdefault(k, (messages, schema))
+            fresh = inner([first[k][0] for k in miss_keys], [first[k][1] for k in miss_keys])
             if len(fresh) != len(miss_keys):
                 raise LLMError(f"backend {self.model_id} returned {len(fresh)} completions for {len(miss_keys)} prompts")
             self.cache.put_many([(k, self.model_id, c) for k, c in zip(miss_keys, fresh)])

@@ -15,6 +15,8 @@ checks run at parse time for recipes and CLI overrides alike). Rules:
 - ``"spec": "backend"``: a backend spec (``hf:``/``openai:``/``vllm:``, :func:`check_spec`);
   ``"spec": "extractor"``: a backend spec, ``expert:<file or conv-NN>[,...]`` or one of
   the rule ``"words"`` (e.g. ``("instruction",)``); on a ``list[str]`` field every item is checked;
+  a rule ``"options": (...)`` allows one of these words after the spec, separated by a space
+  (eval columns: ``"hf:smollm2 constrained"``); the spec before it is checked;
 - ``"out_dir": True``: an output directory: must not be an existing file.
 
 A ``list[...]`` field given a single string (``conversations: conv-30`` in YAML) becomes a
@@ -135,6 +137,9 @@ def check_fields(obj) -> None:
             raise ConfigError(f"{_flag(f.name)}: {value!r} is not one of {', '.join(map(str, meta['choices']))}")
         if meta.get("spec") and value is not None:
             for item in (value if isinstance(value, list) else [value]):
+                if isinstance(item, str) and meta.get("options"):
+                    head, _, word = item.strip().rpartition(" ")
+                    item = head if head and word in meta["options"] else item
                 check_spec(item, f.name, kind=meta["spec"], words=tuple(meta.get("words", ())))
         if meta.get("out_dir") and value:
             check_out_dir(value, f.name)

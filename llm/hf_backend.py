@@ -14,6 +14,7 @@ from pathlib import Path
 from llm.base import BackendSpecError, Completion, GenerationParams, Messages
 from llm.messages import check_batch
 from llm.paths import dir_fingerprint
+from llm.structured import JsonSchema, check_schemas
 
 
 def _is_adapter_dir(path: Path) -> bool:
@@ -109,6 +110,8 @@ class HFBackend:
             raise BackendSpecError(f"HFBackend: the tokenizer of {self.model_id} has no chat template")
         self.tokenizer = tokenizer
         self._eos_ids = self._collect_eos_ids()
+        self._schema_compiler = None
+        self.grammar_seconds = 0.0  # wall time in grammar masking (constrained calls), cumulative
 
     def _collect_eos_ids(self) -> list[int]:
         ids: list[int] = []
@@ -137,8 +140,24 @@ class HFBackend:
             return GenerationConfig(do_sample=False, **kw)
         return GenerationConfig(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0, **kw)
 
-    def generate(self, batch: list[Messages], params: GenerationParams) -> list[Completion]:
+    def schema_compiler(self):
+        """The :class:`llm.grammar.SchemaCompiler` of this tokenizer (built on first use)."""
+        if self._schema_compiler is None:
+            from llm.grammar import SchemaCompiler
+
+            vocab = getattr(getattr(self.model, "config", None), "vocab_size", None)
+            self._schema_compiler = SchemaCompiler(self.tokenizer, self._eos_ids,
+                                                   vocab_size=max(int(vocab or 0), len(self.tokenizer)))
+        return self._schema_compiler
+
+    def generate(self, batch: list[Messages], params: GenerationParams,
+                 schemas: list[JsonSchema | None] | None = None) -> list[Completion]:
         """One :class:`Completion` per conversation, in order.
+
+        ``schemas[i]`` (optional) constrains conversation i to a JSON schema: sampling goes
+        through :class:`llm.grammar.SchemaLogitsProcessor` (llguidance), so the text is a
+        prefix of a schema-valid JSON value, and a complete one unless the token limit cut it
+        (then ``finish_reason == "length"``). Rows of one chunk may carry different schemas.
 
         ``prompt_tokens`` = tokens of the rendered prompt (padding excluded);
         ``completion_tokens`` = generated tokens up to and including the first EOS
@@ -149,6 +168,7 @@ class HFBackend:
         from tqdm.auto import tqdm
 
         check_batch(batch)
+        schemas = check_schemas(schemas, len(batch))
         if not batch:
             return []
         gen_cfg = self._generation_config(params)
@@ -157,8 +177,8 @@ class HFBackend:
         with torch.random.fork_rng(devices=self._rng_devices()), torch.inference_mode():
             if params.seed is not None:
                 torch.manual_seed(params.seed)
-            for chunk in tqdm(chunks, desc=f"generate {self.model_id[:40]}", disable=not self.progress):
-                out.extend(self._generate_chunk(chunk, gen_cfg))
+            for k, chunk in enumerate(tqdm(chunks, desc=f"generate {self.model_id[:40]}", disable=not self.progress)):
+                out.extend(self._generate_chunk(chunk, gen_cfg, schemas[k * self.batch_size:(k + 1) * self.batch_size]))
         return out
 
     def _rng_devices(self) -> list:
@@ -169,12 +189,24 @@ class HFBackend:
             return [dev.index if dev.index is not None else torch.cuda.current_device()]
         return []
 
-    def _generate_chunk(self, chunk: list[Messages], gen_cfg) -> list[Completion]:
+    def _generate_chunk(self, chunk: list[Messages], gen_cfg, schemas: list) -> list[Completion]:
         texts = [self.render(m) for m in chunk]
         enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         enc = {k: v.to(self.model.device) for k, v in enc.items()}
         prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
-        seq = self.model.generate(**enc, generation_config=gen_cfg)
+        extra = {}
+        if any(s is not None for s in schemas):
+            from transformers import LogitsProcessorList
+
+            from llm.grammar import SchemaLogitsProcessor
+
+            comp = self.schema_compiler()
+            matchers = [comp.matcher(s) if s is not None else None for s in schemas]
+            proc = SchemaLogitsProcessor(matchers, enc["input_ids"].shape[1], comp.vocab_size)
+            extra["logits_processor"] = LogitsProcessorList([proc])
+        seq = self.model.generate(**enc, generation_config=gen_cfg, **extra)
+        if extra:
+            self.grammar_seconds += proc.seconds
         gen = seq[:, enc["input_ids"].shape[1]:].tolist()
         eos = set(self._eos_ids)
         result = []

@@ -20,8 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 from llm.base import BackendRequestError, Completion, GenerationParams, Messages
 from llm.messages import check_batch
+from llm.structured import ConstraintRefusedError, JsonSchema, check_schemas
 
 RETRY_STATUSES = frozenset({408, 429})  # plus every 5xx
+#: Words by which a 4xx answer to a constrained request is read as a refusal of response_format.
+_REFUSAL_WORDS = ("response_format", "json_schema", "schema", "structured", "guided", "grammar")
 #: Environment settings read when a backend is built without explicit values.
 ENV_TIMEOUT = "MEMGYM_REQUEST_TIMEOUT_S"
 ENV_RETRIES = "MEMGYM_REQUEST_RETRIES"
@@ -148,9 +151,27 @@ class OpenAIBackend:
             return (status in RETRY_STATUSES or status >= 500), f"HTTP {status}: {exc.message}"
         return False, f"{type(exc).__name__}: {exc}"
 
-    def _request(self, messages: Messages, params: GenerationParams) -> Completion:
+    def _refusal(self, exc: Exception, schema: JsonSchema, attempt: int, url: str) -> ConstraintRefusedError | None:
+        """A :class:`ConstraintRefusedError` when ``exc`` is a 4xx answer that names the
+        structured-output request (see ``_REFUSAL_WORDS``), else None."""
+        import openai
+
+        if not isinstance(exc, openai.APIStatusError) or not (400 <= exc.status_code < 500) or exc.status_code in RETRY_STATUSES:
+            return None
+        text = str(exc.message).lower()
+        if not any(w in text for w in _REFUSAL_WORDS):
+            return None
+        return ConstraintRefusedError(
+            f"OpenAIBackend: the server {url} (model {self.model!r}) refused the JSON-schema "
+            f"response_format {schema.name!r}: HTTP {exc.status_code}: {exc.message}. Use a server with "
+            "structured outputs (e.g. vLLM) or set `constrained: false` to generate without constraint.",
+            attempts=attempt)
+
+    def _request(self, messages: Messages, params: GenerationParams, schema: JsonSchema | None = None) -> Completion:
         kwargs = dict(model=self.model, messages=messages, max_tokens=params.max_new_tokens,
                       temperature=params.temperature, top_p=params.top_p)
+        if schema is not None:
+            kwargs["response_format"] = schema.response_format()
         if params.seed is not None:
             kwargs["seed"] = params.seed
         if self.extra_body:
@@ -166,6 +187,9 @@ class OpenAIBackend:
             except Exception as exc:  # noqa: BLE001 - classified below
                 self._release(i)
                 last = i
+                refused = self._refusal(exc, schema, attempt, self.base_urls[i]) if schema is not None else None
+                if refused is not None:
+                    raise refused from exc
                 retryable, what = self._classify(exc)
                 if not retryable or attempt > self.max_retries:
                     verdict = "not retryable" if not retryable else "retries exhausted"
@@ -221,16 +245,25 @@ class OpenAIBackend:
                           completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
                           finish_reason="length" if reason == "length" else "stop")
 
-    def generate(self, batch: list[Messages], params: GenerationParams) -> list[Completion]:
+    def generate(self, batch: list[Messages], params: GenerationParams,
+                 schemas: list[JsonSchema | None] | None = None) -> list[Completion]:
         """One :class:`Completion` per conversation, in order; requests run concurrently
-        (at most ``max_concurrency``). Raises :class:`BackendRequestError` (see class doc)."""
+        (at most ``max_concurrency``). Raises :class:`BackendRequestError` (see class doc).
+
+        ``schemas[i]`` sends ``response_format={"type": "json_schema", "json_schema": {name,
+        schema, strict: true}}`` with request i (OpenAI structured outputs; vLLM and SGLang
+        accept it too). A server that answers it with a 4xx naming the schema/response_format
+        raises :class:`llm.structured.ConstraintRefusedError` (not retried, never a silent
+        fallback to free generation).
+        """
         check_batch(batch)
+        schemas = check_schemas(schemas, len(batch))
         if not batch:
             return []
         if len(batch) == 1:
-            return [self._request(batch[0], params)]
+            return [self._request(batch[0], params, schemas[0])]
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency * len(self.base_urls), len(batch))) as pool:
-            futures = [pool.submit(self._request, m, params) for m in batch]
+            futures = [pool.submit(self._request, m, params, s) for m, s in zip(batch, schemas)]
             try:
                 return [f.result() for f in futures]
             except BaseException:

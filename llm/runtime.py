@@ -27,8 +27,13 @@ class RoleBackend:
     def tokenizer(self):
         return getattr(self.inner, "tokenizer", None)
 
-    def generate(self, batch, params: GenerationParams):
-        out = self.inner.generate(batch, params)
+    def generate(self, batch, params: GenerationParams, schemas=None):
+        """The inner backend's completions; ``schemas`` (see :mod:`llm.structured`) is passed
+        on only when some entry is set, so backends without structured outputs keep working."""
+        if schemas is not None and any(s is not None for s in schemas):
+            out = self.inner.generate(batch, params, schemas=schemas)
+        else:
+            out = self.inner.generate(batch, params)
         for c in out:
             if not c.cached:
                 self.ledger.calls[self.role] += 1

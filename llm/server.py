@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from llm.base import Backend, GenerationParams
 from llm.messages import BatchError, check_batch
+from llm.structured import JsonSchema
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 
@@ -43,6 +44,29 @@ def _params_from_body(body: dict) -> GenerationParams:
         raise _RequestError(400, f"bad sampling parameter: {e}") from e
 
 
+def _schema_from_body(body: dict) -> JsonSchema | None:
+    """The :class:`JsonSchema` of an OpenAI ``response_format`` (None for absent or
+    ``{"type": "text"}``; ``json_object`` is the schema ``{"type": "object"}``).
+    Raises ``_RequestError`` (400) for a malformed one."""
+    rf = body.get("response_format")
+    if rf is None:
+        return None
+    if not isinstance(rf, dict) or rf.get("type") not in ("text", "json_object", "json_schema"):
+        raise _RequestError(400, f"response_format must be an object with type text | json_object | json_schema, "
+                                 f"got {rf!r:.120}")
+    if rf["type"] == "text":
+        return None
+    if rf["type"] == "json_object":
+        return JsonSchema("json_object", {"type": "object"})
+    js = rf.get("json_schema")
+    if not isinstance(js, dict) or not isinstance(js.get("schema"), dict):
+        raise _RequestError(400, "response_format.json_schema must be an object with a 'schema' object")
+    try:
+        return JsonSchema(str(js.get("name") or "response"), js["schema"])
+    except ValueError as e:
+        raise _RequestError(400, f"bad response_format.json_schema: {e}") from e
+
+
 class BackendHTTPServer(ThreadingHTTPServer):
     """Threading HTTP server answering chat completions with ``backend``.
 
@@ -55,13 +79,22 @@ class BackendHTTPServer(ThreadingHTTPServer):
     reply). Test knobs: the first ``fail_first`` chat requests are answered with HTTP
     ``fail_status`` without touching the backend; ``delay_s`` seconds are slept per request
     (outside the lock) so that overlapping requests can be observed.
+
+    Structured outputs: a ``response_format`` of type ``json_schema`` (or ``json_object``) is
+    honoured by passing its schema to ``backend.generate(..., schemas=[...])`` (the ``hf``
+    backend then decodes under the schema's grammar). ``response_formats`` records every
+    ``response_format`` received (None when absent), in arrival order, and each answer carries
+    it back in a ``memgym_response_format`` field (the schema's name, or None). With
+    ``structured_outputs=False`` the server refuses a schema with HTTP 400, as servers without
+    structured outputs do.
     """
 
     daemon_threads = True
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], backend: Backend, *, served_model_name: str | None = None,
-                 fail_first: int = 0, fail_status: int = 503, delay_s: float = 0.0):
+                 fail_first: int = 0, fail_status: int = 503, delay_s: float = 0.0,
+                 structured_outputs: bool = True):
         if fail_first < 0 or not (400 <= fail_status <= 599):
             raise ValueError(f"fail_first must be >= 0 and fail_status in 400..599, got {fail_first}, {fail_status}")
         super().__init__(address, _Handler)
@@ -70,6 +103,8 @@ class BackendHTTPServer(ThreadingHTTPServer):
         self.fail_first = fail_first
         self.fail_status = fail_status
         self.delay_s = delay_s
+        self.structured_outputs = structured_outputs
+        self.response_formats: list = []
         self.requests_total = 0
         self.in_flight = 0
         self.max_in_flight = 0
@@ -105,9 +140,18 @@ class BackendHTTPServer(ThreadingHTTPServer):
         except BatchError as e:
             raise _RequestError(400, f"bad 'messages': {e}") from e
         params = _params_from_body(body)
+        with self._stats_lock:
+            self.response_formats.append(body.get("response_format"))
+        schema = _schema_from_body(body)
+        if schema is not None and not self.structured_outputs:
+            raise _RequestError(400, "response_format of type json_schema is not supported by this server "
+                                     "(started without structured outputs)")
         messages = [{"role": m["role"], "content": m["content"]} for m in messages]
         with self._generate_lock:
-            comp = self.backend.generate([messages], params)[0]
+            if schema is None:
+                comp = self.backend.generate([messages], params)[0]
+            else:
+                comp = self.backend.generate([messages], params, schemas=[schema])[0]
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
@@ -117,6 +161,7 @@ class BackendHTTPServer(ThreadingHTTPServer):
                          "finish_reason": comp.finish_reason, "logprobs": None}],
             "usage": {"prompt_tokens": comp.prompt_tokens, "completion_tokens": comp.completion_tokens,
                       "total_tokens": comp.prompt_tokens + comp.completion_tokens},
+            "memgym_response_format": schema.name if schema is not None else None,
         }
 
 
@@ -186,7 +231,7 @@ def serve_backend(backend: Backend, host: str = "127.0.0.1", port: int = 0, **kw
     """Start a :class:`BackendHTTPServer` in a daemon thread.
 
     ``port=0`` picks a free port. ``kw`` goes to the server (``served_model_name``,
-    ``fail_first``, ``fail_status``, ``delay_s``). Returns ``(server, thread, base_url)`` with
+    ``fail_first``, ``fail_status``, ``delay_s``, ``structured_outputs``). Returns ``(server, thread, base_url)`` with
     ``base_url = "http://<host>:<port>/v1"``; stop with ``server.shutdown(); server.server_close()``.
     """
     server = BackendHTTPServer((host, port), backend, **kw)

@@ -12,6 +12,27 @@ from pathlib import Path
 from llm.base import BackendSpecError, Completion, GenerationParams, Messages
 from llm.messages import check_batch
 from llm.paths import dir_fingerprint
+from llm.structured import JsonSchema, check_schemas
+
+
+def structured_params(vllm_module, schema: JsonSchema) -> dict:
+    """``SamplingParams`` keyword arguments that constrain one request to ``schema``.
+
+    vLLM >= 0.10.2: ``structured_outputs=StructuredOutputsParams(json=...)`` (the only form
+    from v0.12, which removed ``guided_decoding``); older releases:
+    ``guided_decoding=GuidedDecodingParams(json=...)``. Source: vLLM docs, "Structured Outputs"
+    (offline inference). Raises :class:`BackendSpecError` when this vLLM has neither."""
+    sp_mod = getattr(vllm_module, "sampling_params", None)
+    if sp_mod is None:
+        import importlib
+
+        sp_mod = importlib.import_module("vllm.sampling_params")
+    if hasattr(sp_mod, "StructuredOutputsParams"):
+        return {"structured_outputs": sp_mod.StructuredOutputsParams(json=schema.as_dict())}
+    if hasattr(sp_mod, "GuidedDecodingParams"):
+        return {"guided_decoding": sp_mod.GuidedDecodingParams(json=schema.as_dict())}
+    raise BackendSpecError(f"this vLLM ({getattr(vllm_module, '__version__', '?')}) has no structured outputs; "
+                           "upgrade vLLM or set `constrained: false`")
 
 
 def import_vllm():
@@ -72,13 +93,24 @@ class VLLMBackend:
         """Number of tokenizer tokens in ``text`` (no special tokens added)."""
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def generate(self, batch: list[Messages], params: GenerationParams) -> list[Completion]:
-        """One :class:`Completion` per conversation, in order (one ``LLM.chat`` call)."""
+    def generate(self, batch: list[Messages], params: GenerationParams,
+                 schemas: list[JsonSchema | None] | None = None) -> list[Completion]:
+        """One :class:`Completion` per conversation, in order (one ``LLM.chat`` call).
+
+        ``schemas[i]`` constrains conversation i through vLLM's structured outputs
+        (:func:`structured_params`); a batch with schemas sends one ``SamplingParams`` per
+        conversation."""
         check_batch(batch)
+        schemas = check_schemas(schemas, len(batch))
         if not batch:
             return []
-        sp = self._vllm.SamplingParams(n=1, max_tokens=params.max_new_tokens, temperature=params.temperature,
-                                       top_p=params.top_p, seed=params.seed)
+        base = dict(n=1, max_tokens=params.max_new_tokens, temperature=params.temperature,
+                    top_p=params.top_p, seed=params.seed)
+        if any(s is not None for s in schemas):
+            sp = [self._vllm.SamplingParams(**base, **(structured_params(self._vllm, s) if s is not None else {}))
+                  for s in schemas]
+        else:
+            sp = self._vllm.SamplingParams(**base)
         outs = self.llm.chat(batch, sp, use_tqdm=self.progress, lora_request=self.lora_request,
                              add_generation_prompt=True)
         result = []

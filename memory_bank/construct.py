@@ -40,15 +40,31 @@ class Extractor(Protocol):
 class ModelExtractor:
     """An LLM (any :class:`llm.base.Backend`) as the memory-construction model.
 
-    ``params`` defaults to greedy decoding with 768 new tokens per manager output."""
+    ``params`` defaults to greedy decoding with 768 new tokens per manager output.
+    ``constrained=True`` decodes each manager output under its JSON schema
+    (:func:`memory_bank.action_schemas.prompt_schema`: ids narrowed to the ids its prompt
+    shows); the core compression call stays free text. ``max_chars`` / ``max_items`` bound
+    every string / list of those schemas (:func:`llm.structured.bounded`; None = unbounded)."""
 
-    def __init__(self, backend: Backend, params: GenerationParams | None = None, name: str | None = None):
+    def __init__(self, backend: Backend, params: GenerationParams | None = None, name: str | None = None,
+                 constrained: bool = False, max_chars: int | None = None, max_items: int | None = None):
         self.backend = backend
         self.params = params or GenerationParams(max_new_tokens=768, temperature=0.0)
         self.name = name or backend.model_id
+        self.constrained = constrained
+        self.bounds = (max_chars, max_items)
 
     def extract(self, conversation_id, session, prompts):
-        return self.backend.generate([p.messages for p in prompts], self.params)
+        batch = [p.messages for p in prompts]
+        if self.constrained:
+            from llm.structured import bounded
+            from memory_bank.action_schemas import prompt_schema
+
+            comps = self.backend.generate(batch, self.params,
+                                          schemas=[bounded(prompt_schema(p), *self.bounds) for p in prompts])
+        else:
+            comps = self.backend.generate(batch, self.params)
+        return comps  # Completions: finish_reason tells a cut-off output (truncated)
 
     def compressor(self):
         def compress(core: str, target: int) -> str:

@@ -36,7 +36,9 @@ class EvalConfig:
 
     CHECKS = {"n_sessions": {"min": 1}, "max_questions": {"min": 1}, "top_k": {"min": 1},
               "extractor_max_new_tokens": {"min": 1}, "answer_max_new_tokens": {"min": 1}, "batch_size": {"min": 1},
-              "extractor": {"spec": "extractor"}, "compare": {"spec": "extractor"},
+              "extractor": {"spec": "extractor", "options": ("constrained", "free")},
+              "compare": {"spec": "extractor", "options": ("constrained", "free")},
+              "constrained_max_chars": {"min": 1}, "constrained_max_items": {"min": 1},
               "answer_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}, "out": {"out_dir": True},
               "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0}}
 
@@ -50,11 +52,21 @@ class EvalConfig:
     extractor: str = field(default="hf:smollm2", metadata={"help": "hf:<path> | openai:<url>#<model> | "
                                                                      "expert:<trajectories.jsonl>"})
     compare: list[str] = field(default_factory=list,
-                               metadata={"help": "more extractor specs run on the same QA, side by side"})
+                               metadata={"help": "more extractor specs run on the same QA, side by side; a "
+                                                 "model spec may end in ' constrained' or ' free' to override "
+                                                 "`constrained` for that column"})
+    constrained: bool = field(default=False, metadata={"help": "decode model extractors' outputs under their "
+                                                                 "JSON schemas (structured outputs)"})
+    constrained_max_chars: int | None = field(default=None, metadata={
+        "help": "constrained columns: at most this many characters per string of a manager output"})
+    constrained_max_items: int | None = field(default=None, metadata={
+        "help": "constrained columns: at most this many operations (and MERGE ids) per output"})
     answer_model: str = field(default="hf:smollm2", metadata={"help": "backend spec of the answer model"})
     scorer: str = field(default="f1", metadata={"help": "f1 | answer-recall | llm",
                                                 "choices": ("f1", "answer-recall", "llm")})
     judge_model: str | None = field(default=None, metadata={"help": "backend spec of the LLM judge (scorer llm)"})
+    judge_constrained: bool = field(default=False, metadata={"help": "decode the judge's verdicts under their "
+                                                                       "JSON schema"})
     top_k: int = field(default=10, metadata={"help": "entries retrieved per question"})
     extractor_max_new_tokens: int = field(default=512, metadata={"help": "tokens per manager output"})
     answer_max_new_tokens: int = field(default=32, metadata={"help": "tokens per answer"})
@@ -73,8 +85,29 @@ class EvalConfig:
         if isinstance(self.compare, str):
             self.compare = [self.compare]
         self.compare = [c for c in self.compare if c.lower() not in ("none", "")]
+        for c in [self.extractor, *self.compare]:
+            parse_column(c, self.constrained)  # a bad option word fails before any model loads
         check_fields(self)
         require(self, "scorer", "llm", "judge_model", "(a backend spec of the LLM judge)")
+
+
+def parse_column(text: str, default_constrained: bool) -> tuple[str, bool, str]:
+    """``"<spec>[ constrained|free]"`` → ``(spec, constrained, label)``.
+
+    The option word overrides ``default_constrained`` for that column; ``expert:`` columns
+    replay files and are never constrained. ``label`` names the column in reports: the spec,
+    plus `` (constrained)`` when constrained. Raises ValueError for another option word."""
+    spec, _, opt = text.strip().partition(" ")
+    opt = opt.strip()
+    if opt not in ("", "constrained", "free"):
+        raise ValueError(f"extractor column {text!r}: the word after the spec must be 'constrained' or 'free', "
+                         f"got {opt!r}")
+    constrained = default_constrained if not opt else opt == "constrained"
+    if spec.startswith("expert:"):
+        if opt == "constrained":
+            raise ValueError(f"extractor column {text!r}: an expert replay is not generated, so it cannot be constrained")
+        constrained = False
+    return spec, constrained, spec + (" (constrained)" if constrained else "")
 
 
 def load_eval_conversations(cfg) -> list[Conversation]:
@@ -93,14 +126,18 @@ def aggregate(rows: list[dict], key: str) -> dict:
             for k, v in sorted(groups.items())}
 
 
-def evaluate_extractor(spec: str, convs: list[Conversation], cfg: EvalConfig, rt: Runtime) -> dict:
-    """Build, retrieve, answer and score for one extractor. Returns the report dict and
-    writes nothing (see :func:`run_eval`)."""
+def evaluate_extractor(column: str, convs: list[Conversation], cfg: EvalConfig, rt: Runtime) -> dict:
+    """Build, retrieve, answer and score for one extractor column (``"<spec>[ constrained|free]"``,
+    see :func:`parse_column`). Returns the report dict (``extractor`` = the spec; ``settings``
+    says whether it was constrained) and writes nothing (see :func:`run_eval`)."""
     t0 = time.time()
     calls0 = rt.calls_snapshot()
-    extractor = make_extractor(spec, rt, cfg.extractor_max_new_tokens)
+    spec, constrained, label = parse_column(column, cfg.constrained)
+    extractor = make_extractor(spec, rt, cfg.extractor_max_new_tokens, constrained=constrained,
+                               max_chars=cfg.constrained_max_chars, max_items=cfg.constrained_max_items)
     answerer = rt.backend(cfg.answer_model, role="answer")
-    scorer = make_scorer(cfg.scorer, rt.backend(cfg.judge_model, role="judge") if cfg.judge_model else None)
+    scorer = make_scorer(cfg.scorer, rt.backend(cfg.judge_model, role="judge") if cfg.judge_model else None,
+                         judge_constrained=cfg.judge_constrained)
     rows, attempts, fails = [], defaultdict(int), defaultdict(int)
     fail_types: dict[str, int] = defaultdict(int)
     empty_answers, empty_sessions = 0, []
@@ -139,6 +176,10 @@ def evaluate_extractor(spec: str, convs: list[Conversation], cfg: EvalConfig, rt
     calls = rt.calls_since(calls0)
     return {
         "extractor": spec,
+        "column": label,
+        "settings": {"constrained": constrained, "extractor_max_new_tokens": cfg.extractor_max_new_tokens,
+                     **({"constrained_max_chars": cfg.constrained_max_chars,
+                         "constrained_max_items": cfg.constrained_max_items} if constrained else {})},
         "answer_model": cfg.answer_model,
         "scorer": cfg.scorer,
         "n": len(rows),
@@ -168,7 +209,12 @@ def run_eval(cfg: EvalConfig, rt: Runtime | None = None) -> dict:
                                    request_retries=cfg.request_retries)
     convs = load_eval_conversations(cfg)
     main = evaluate_extractor(cfg.extractor, convs, cfg, rt)
-    main["compare"] = {spec: evaluate_extractor(spec, convs, cfg, rt) for spec in cfg.compare}
+    main["compare"] = {}
+    for column in cfg.compare:
+        r = evaluate_extractor(column, convs, cfg, rt)
+        if r["column"] in main["compare"] or r["column"] == main["column"]:
+            raise ValueError(f"extractor column {r['column']!r} appears twice in the recipe")
+        main["compare"][r["column"]] = r
     main["config"] = asdict(cfg)
     main["wall_s"] = round(time.time() - t0, 2)
     write_eval_report(main, Path(cfg.out))

@@ -17,11 +17,13 @@ from typing import Protocol, runtime_checkable
 import json_repair
 
 from llm.base import Backend, GenerationParams, LLMError
+from llm.structured import JsonSchema
 from rewards.answer import check_triples, strip_thinking
 from rewards.metrics import LOCOMO_CATEGORIES, answer_recall, f1_score, locomo_f1
 
 __all__ = [
     "JUDGE_SYSTEM_PROMPT",
+    "JUDGE_SCHEMA",
     "JudgeVerdict",
     "LLMJudge",
     "parse_judge_label",
@@ -48,6 +50,11 @@ JUDGE_SYSTEM_PROMPT = (
 )
 
 _LABELS = ("CORRECT", "WRONG")
+
+#: The judge's reply schema (``{"label": "CORRECT" | "WRONG"}``), for constrained judging.
+JUDGE_SCHEMA = JsonSchema("judge_verdict", {
+    "type": "object", "properties": {"label": {"type": "string", "enum": list(_LABELS)}},
+    "required": ["label"], "additionalProperties": False})
 
 
 @dataclass(frozen=True)
@@ -117,13 +124,16 @@ class LLMJudge:
 
     ``judge`` makes exactly one batched ``generate`` call per call (none for an empty list).
     Unparseable outputs become WRONG verdicts with ``parse_ok=False``; they never raise.
+    ``constrained=True`` decodes every reply under :data:`JUDGE_SCHEMA` (structured outputs).
     """
 
-    def __init__(self, backend: Backend, params: GenerationParams = GenerationParams(max_new_tokens=64, temperature=0)):
+    def __init__(self, backend: Backend, params: GenerationParams = GenerationParams(max_new_tokens=64, temperature=0),
+                 constrained: bool = False):
         if not callable(getattr(backend, "generate", None)):
             raise TypeError(f"backend must implement llm.base.Backend (a generate method), got {type(backend).__name__}")
         self.backend = backend
         self.params = params
+        self.constrained = constrained
 
     def judge(self, items: list[tuple[str, str, str]]) -> list[JudgeVerdict]:
         """Judge (question, gold, prediction) triples; returns one verdict per item, in order.
@@ -136,7 +146,10 @@ class LLMJudge:
         if not checked:
             return []
         batch = [_judge_messages(q, g, p) for q, g, p in checked]
-        completions = self.backend.generate(batch, self.params)
+        if self.constrained:
+            completions = self.backend.generate(batch, self.params, schemas=[JUDGE_SCHEMA] * len(batch))
+        else:
+            completions = self.backend.generate(batch, self.params)
         if len(completions) != len(batch):
             raise LLMError(
                 f"judge backend {getattr(self.backend, 'model_id', '?')} returned "
@@ -252,13 +265,14 @@ class LLMJudgeScorer:
     name = "llm"
     needs_prediction = True
 
-    def __init__(self, judge: LLMJudge | Backend, params: GenerationParams | None = None):
+    def __init__(self, judge: LLMJudge | Backend, params: GenerationParams | None = None, constrained: bool = False):
         if isinstance(judge, LLMJudge):
-            if params is not None:
-                raise ValueError("pass params to the LLMJudge, not to LLMJudgeScorer, when giving a judge")
+            if params is not None or constrained:
+                raise ValueError("pass params/constrained to the LLMJudge, not to LLMJudgeScorer, when giving a judge")
             self.judge = judge
         else:
-            self.judge = LLMJudge(judge) if params is None else LLMJudge(judge, params)
+            self.judge = (LLMJudge(judge, constrained=constrained) if params is None
+                          else LLMJudge(judge, params, constrained=constrained))
         self.last_verdicts: list[JudgeVerdict] = []
         self.parse_failures = 0
 
@@ -274,11 +288,12 @@ SCORER_NAMES: tuple[str, ...] = ("f1", "answer-recall", "llm")
 
 
 def make_scorer(name: str, judge_backend: Backend | None = None,
-                judge_params: GenerationParams | None = None) -> Scorer:
+                judge_params: GenerationParams | None = None, judge_constrained: bool = False) -> Scorer:
     """Build a scorer by CLI name: "f1" → :class:`F1Scorer`, "answer-recall" →
     :class:`RecallScorer`, "llm" → :class:`LLMJudgeScorer` over ``judge_backend``
-    (required for "llm", with optional ``judge_params``). Raises ValueError for an unknown
-    name or a missing judge backend.
+    (required for "llm", with optional ``judge_params``; ``judge_constrained`` decodes the
+    verdicts under :data:`JUDGE_SCHEMA`). Raises ValueError for an unknown name or a missing
+    judge backend.
     """
     if name == "f1":
         return F1Scorer()
@@ -287,5 +302,5 @@ def make_scorer(name: str, judge_backend: Backend | None = None,
     if name == "llm":
         if judge_backend is None:
             raise ValueError('scorer "llm" needs a judge backend (judge_backend=None given)')
-        return LLMJudgeScorer(judge_backend, judge_params)
+        return LLMJudgeScorer(judge_backend, judge_params, constrained=judge_constrained)
     raise ValueError(f"unknown scorer {name!r}; expected one of {', '.join(SCORER_NAMES)}")

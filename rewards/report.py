@@ -11,7 +11,9 @@ from memory_bank.actions import MANAGERS
 
 
 def _runs(report: dict) -> list[tuple[str, dict]]:
-    return [(report["extractor"], report)] + list(report.get("compare", {}).items())
+    """(column label, column report) pairs: the main extractor first, then ``compare``. The
+    label is the spec, plus " (constrained)" for a column decoded under its schemas."""
+    return [(report.get("column", report["extractor"]), report)] + list(report.get("compare", {}).items())
 
 
 def _label(key: str, names: dict) -> str:
@@ -35,6 +37,15 @@ def side_by_side(report: dict, group: str = "by_category") -> str:
     return "\n".join(lines)
 
 
+def format_failure_table(report: dict) -> str:
+    """A markdown table: one row per extractor column, the share of each manager's outputs
+    that failed to parse, validate or apply (in [0, 1], 2 decimals)."""
+    lines = ["| extractor | " + " | ".join(MANAGERS) + " |", "|---|" + "---|" * len(MANAGERS)]
+    lines += [f"| {spec} | " + " | ".join(f"{r['format_failure_rate'][m]:.2f}" for m in MANAGERS) + " |"
+              for spec, r in _runs(report)]
+    return "\n".join(lines)
+
+
 def render_markdown(report: dict) -> str:
     runs = _runs(report)
     cfg = report.get("config", {})
@@ -48,9 +59,8 @@ def render_markdown(report: dict) -> str:
            "| extractor | recall |", "|---|---|"]
     out += [f"| {spec} | {r['overall_recall']:.3f} |" for spec, r in runs]
     out += ["", "## Format-failure rate per manager", "",
-            "| extractor | " + " | ".join(MANAGERS) + " |", "|---|" + "---|" * len(MANAGERS)]
-    out += [f"| {spec} | " + " | ".join(f"{r['format_failure_rate'][m]:.2f}" for m in MANAGERS) + " |"
-            for spec, r in runs]
+            "Columns marked (constrained) decode every manager output under its JSON schema.", "",
+            format_failure_table(report)]
     out += ["", "## Failures that score 0", "",
             "| extractor | format failures by type | empty answers | unparsable judge replies |", "|---|---|---|---|"]
     out += [f"| {spec} | {json.dumps(r.get('format_failures_by_type', {}))} | {r.get('empty_answers', 0)} | "

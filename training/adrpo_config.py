@@ -89,6 +89,8 @@ class ADRPOConfig(GRPOConfig):
     sessions: list[int] | None = field(default=None, metadata={"help": "only these session indices"})
     max_prompt_tokens: int | None = field(default=None, metadata={
         "help": "drop rows whose chat prompt is longer (policy tokens); TRL 1.16 has no prompt cap"})
+    constrained: bool = field(default=False, metadata={
+        "help": "refused (must stay false): schema-constrained decoding is an inference option only"})
 
     def __post_init__(self):
         generation_batch_given = self.generation_batch_size is not None
@@ -111,6 +113,13 @@ class ADRPOConfig(GRPOConfig):
             require(self, "judge", "llm", "judge_model", "(a backend spec of the LLM judge)")
         except ValueError as e:
             raise ADRPOConfigError(f"ADRPOConfig: {e}") from None
+        if self.constrained:
+            raise ADRPOConfigError(
+                "ADRPOConfig.constrained: ADRPO rollouts cannot be schema-constrained. GRPO's policy gradient needs "
+                "completions sampled from the policy's own distribution (a grammar mask changes it, so the "
+                "log-probability ratios and the KL term would be wrong); set constrained: false. Constrained "
+                "decoding is for inference (memgym eval / program eval / synth), see DESIGN.md "
+                "'Structured outputs'.")
         checks = [
             ("weighting", self.weighting in WEIGHTINGS, f"one of {WEIGHTINGS}"),
             ("alpha", self.alpha > 0, "> 0"),

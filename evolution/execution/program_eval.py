@@ -44,7 +44,8 @@ class ProgramEvalConfig:
               "answer_max_new_tokens": {"min": 1}, "program_llm_calls": {"min": 0}, "call_timeout_s": {"min": 0.001},
               "batch_size": {"min": 1}, "extractor": {"spec": "extractor", "words": ("instruction", "turns")},
               "task_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}, "out": {"out_dir": True},
-              "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0}, "workers": {"min": 1}}
+              "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0}, "workers": {"min": 1},
+              "constrained_max_chars": {"min": 1}, "constrained_max_items": {"min": 1}}
 
     program: str | None = field(default=None, metadata={"help": "memory program file (the CLI's FILE.py)"})
     parent: str | None = field(default=None, metadata={"help": "parent program, for the component diff"})
@@ -69,6 +70,14 @@ class ProgramEvalConfig:
     plan_max_new_tokens: int = field(default=96, metadata={"help": "tokens per plan"})
     answer_max_new_tokens: int = field(default=48, metadata={"help": "tokens per answer"})
     program_llm_calls: int = field(default=0, metadata={"help": "toolkit.llm budget per conversation"})
+    constrained: bool = field(default=False, metadata={"help": "decode extraction (MemoryUnit list / manager "
+                                                                 "outputs) and plans (Query) under their JSON schemas"})
+    constrained_max_chars: int | None = field(default=None, metadata={
+        "help": "constrained: at most this many characters per string field"})
+    constrained_max_items: int | None = field(default=None, metadata={
+        "help": "constrained: at most this many units per extraction (and items per list field)"})
+    judge_constrained: bool = field(default=False, metadata={"help": "decode the judge's verdicts under their "
+                                                                       "JSON schema"})
     diagnostics: bool = field(default=True, metadata={"help": "compute d_ext/d_idx/d_ret"})
     validate: bool = field(default=True, metadata={"help": "run the 4 validation levels first"})
     call_timeout_s: float = field(default=60.0, metadata={"help": "sandbox seconds per index/retrieve call (> 0)"})
@@ -97,7 +106,9 @@ class ProgramEvalConfig:
             judge_model=self.judge_model, extract_max_new_tokens=self.extract_max_new_tokens,
             extractor_max_new_tokens=self.extractor_max_new_tokens, plan_max_new_tokens=self.plan_max_new_tokens,
             answer_max_new_tokens=self.answer_max_new_tokens, program_llm_calls=self.program_llm_calls,
-            diagnostics=self.diagnostics, progress=self.progress, workers=self.workers,
+            diagnostics=self.diagnostics, progress=self.progress, workers=self.workers, constrained=self.constrained,
+            constrained_max_chars=self.constrained_max_chars, constrained_max_items=self.constrained_max_items,
+            judge_constrained=self.judge_constrained,
             sandbox=SandboxLimits(call_timeout_s=self.call_timeout_s, load_timeout_s=max(20.0, self.call_timeout_s)))
 
 

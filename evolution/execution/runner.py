@@ -40,8 +40,10 @@ from evolution.execution.stages import (StageCache, answer_messages, extraction_
                                         planning_messages, session_fingerprint, stable_hash)
 from llm.runtime import Runtime
 from llm.base import Completion, GenerationParams, TruncatedOutputError, require_complete
+from llm.structured import bounded
 from memory_bank.program import (OUT_CHAR_BUDGET, ContractError, ProgramInfo, SessionInfo, StructuredOutputError,
                                  parse_structured, session_entries, text_query, turn_entries, units_from_entries)
+from memory_bank.record_schemas import query_schema, units_schema
 from memory_bank.schema import Conversation, QAItem
 from rewards.answer import clean_answer
 from rewards.judge import ScoreItem, make_scorer
@@ -72,6 +74,12 @@ class RunnerSettings:
     tokens of the respective model. program_llm_calls: toolkit.llm budget per conversation's
     sandbox. diagnostics: also retrieve with each evidence turn as the query (d_idx).
     workers: conversations of one evaluation run concurrently (one sandbox each).
+    constrained: decode instruction extraction under the program's MemoryUnit-list schema, plans
+    under its Query schema, and a trained extractor's manager outputs under theirs
+    (:mod:`memory_bank.record_schemas`, :mod:`memory_bank.action_schemas`); judge_constrained:
+    the judge's verdicts under theirs. constrained_max_chars / constrained_max_items bound every
+    string / list of the extraction and plan schemas (:func:`llm.structured.bounded`). All are
+    part of the stage-cache keys.
     """
 
     extraction: str = "instruction"
@@ -85,6 +93,10 @@ class RunnerSettings:
     answer_max_new_tokens: int = 48
     program_llm_calls: int = 0
     diagnostics: bool = True
+    constrained: bool = False
+    constrained_max_chars: int | None = None
+    constrained_max_items: int | None = None
+    judge_constrained: bool = False
     sandbox: SandboxLimits = field(default_factory=SandboxLimits)
     progress: bool = False
     workers: int = 1
@@ -163,7 +175,7 @@ class ProgramRunner:
             if self._scorer is None:
                 s = self.settings
                 judge = self.rt.backend(s.judge_model, role="judge") if s.scorer == "llm" and s.judge_model else None
-                self._scorer = make_scorer(s.scorer, judge)
+                self._scorer = make_scorer(s.scorer, judge, judge_constrained=s.judge_constrained)
             return self._scorer
 
     def identity(self, what: str) -> str:
@@ -186,7 +198,8 @@ class ProgramRunner:
                 return "turns"
             return model_identity(s.extraction)
         if what == "scorer":
-            return s.scorer + (f"|{model_identity(s.judge_model)}" if s.scorer == "llm" and s.judge_model else "")
+            return (s.scorer + (f"|{model_identity(s.judge_model)}" if s.scorer == "llm" and s.judge_model else "")
+                    + ("|constrained" if s.scorer == "llm" and s.judge_constrained else ""))
         raise KeyError(what)
 
     def sandbox(self, source: str, conv_id: str = "") -> SandboxedProgram:
@@ -311,14 +324,18 @@ class RunState:
             self.stage_items[stage]["run"] += run
             self.stage_items[stage]["reused"] += reused
 
-    def _generate(self, stage: str, batch: list[list[dict]], params: GenerationParams, desc: str) -> list[Completion]:
-        """Task-LLM completions in chunks of the runtime's batch size; counts real calls."""
+    def _generate(self, stage: str, batch: list[list[dict]], params: GenerationParams, desc: str,
+                  schema=None) -> list[Completion]:
+        """Task-LLM completions in chunks of the runtime's batch size; counts real calls.
+        ``schema`` (a :class:`llm.structured.JsonSchema`) constrains every completion."""
         out = []
         bs = max(1, self.rt.batch_size)
         for i in tqdm(range(0, len(batch), bs), desc=desc, disable=not self.settings.progress or len(batch) <= bs,
                       unit="batch", leave=False):
+            chunk = batch[i: i + bs]
             with self.runner.model_lock:
-                comps = self.task.generate(batch[i: i + bs], params)
+                comps = (self.task.generate(chunk, params) if schema is None
+                         else self.task.generate(chunk, params, schemas=[schema] * len(chunk)))
             self._add_calls(stage, sum(1 for c in comps if not getattr(c, "cached", False)))
             out += comps
         return out
@@ -376,6 +393,8 @@ class RunState:
         unit_fields = [f.to_dict() for f in info.unit_fields]
         if s.extraction_mode == "instruction":
             base = ("instruction", self._identity("task"), s.extract_max_new_tokens, list(conv.speakers))
+            if s.constrained:  # appended only when on, so free runs keep their cached stages
+                base += ("constrained", s.constrained_max_chars, s.constrained_max_items)
             keys = [stable_hash("extract", self.stage_hash["extract"], base, session_fingerprint(x)) for x in sessions]
         elif s.extraction_mode == "turns":
             keys = [stable_hash("extract", self.stage_hash["extract"], "turns", unit_fields, session_fingerprint(x))
@@ -383,7 +402,9 @@ class RunState:
         else:
             conv_fp = stable_hash(conv.id, [session_fingerprint(x) for x in sessions])
             construct_key = stable_hash("construct", self._identity("extractor"), s.extractor_max_new_tokens,
-                                        self.rt.embedder.model_id, conv_fp)
+                                        self.rt.embedder.model_id, conv_fp,
+                                        *(["constrained", s.constrained_max_chars, s.constrained_max_items]
+                                          if s.constrained and s.extraction_mode != "expert" else []))
             keys = [stable_hash("extract", self.stage_hash["extract"], construct_key, unit_fields, x.index)
                     for x in sessions]
         cached = [self.cache.get_json("extract", k) for k in keys]
@@ -430,8 +451,11 @@ class RunState:
 
     def _extract_instruction(self, conv, info: ProgramInfo, sessions) -> list[dict]:
         batch = [extraction_messages(info.extraction_instruction, x, conv.speakers, info.unit_fields) for x in sessions]
+        s = self.settings
+        schema = bounded(units_schema(info.unit_fields), s.constrained_max_chars, s.constrained_max_items) \
+            if s.constrained else None
         comps = self._generate("extract", batch, GenerationParams(max_new_tokens=self.settings.extract_max_new_tokens),
-                               f"extract {conv.id}")
+                               f"extract {conv.id}", schema)
         out = []
         for comp in comps:
             try:  # a cut-off extraction is a format failure (error type truncated), never half the units
@@ -468,7 +492,9 @@ class RunState:
     def _construct(self, conv: Conversation) -> dict:
         from memory_bank.construct import construct
 
-        extractor = make_extractor(self.settings.extraction, self.rt, self.settings.extractor_max_new_tokens)
+        extractor = make_extractor(self.settings.extraction, self.rt, self.settings.extractor_max_new_tokens,
+                                   constrained=self.settings.constrained, max_chars=self.settings.constrained_max_chars,
+                                   max_items=self.settings.constrained_max_items)
         if isinstance(extractor, ExpertExtractor):
             missing = extractor.missing_sessions(conv)
             if missing:
@@ -497,6 +523,8 @@ class RunState:
         s = self.settings
         fields = [f.to_dict() for f in info.query_fields]
         ident = (s.plan_mode, self._identity("task") if s.plan_mode == "llm" else None, s.plan_max_new_tokens, fields)
+        if s.constrained and s.plan_mode == "llm":
+            ident += ("constrained", s.constrained_max_chars, s.constrained_max_items)
         keys = [stable_hash("plan", self.stage_hash["plan"], ident, q.question, q.question_date) for q in questions]
         cached = [self.cache.get_json("plan", k) for k in keys]
         todo = [i for i, c in enumerate(cached) if c is None]
@@ -504,7 +532,9 @@ class RunState:
         if todo and s.plan_mode == "llm":
             batch = [planning_messages(info.planning_instruction, questions[i].question, questions[i].question_date,
                                        info.query_fields) for i in todo]
-            comps = self._generate("plan", batch, GenerationParams(max_new_tokens=s.plan_max_new_tokens), "plan")
+            comps = self._generate("plan", batch, GenerationParams(max_new_tokens=s.plan_max_new_tokens), "plan",
+                                   bounded(query_schema(info.query_fields), s.constrained_max_chars,
+                                           s.constrained_max_items) if s.constrained else None)
         else:
             comps = [None] * len(todo)
         for i, comp in zip(todo, comps):

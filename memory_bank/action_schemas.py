@@ -1,0 +1,83 @@
+"""JSON schemas of the four managers' outputs, derived from the pydantic action models.
+
+Source: ``DESIGN.md`` § "Structured outputs" and § "The memory bank and its action space". The
+schema of a manager is the JSON schema pydantic generates for its action model
+(:data:`memory_bank.actions.CoreOp` for core, :class:`memory_bank.actions.PartOutput` for the
+other parts), closed (:func:`llm.structured.closed_schema`) and, for a part, narrowed to the
+entry ids its prompt shows: ``UPDATE``/``DELETE`` ``id`` and every ``MERGE`` id become an
+``enum`` of the shown ids, so ``unknown_id`` of a *shown* bank cannot be decoded; with no shown
+id only ``ADD`` remains, and ``MERGE`` (two ids or more) needs two shown ids.
+
+What a schema cannot say stays a validation matter: a core ``REPLACE`` whose ``old_text`` is not
+in the core block, a ``MERGE`` repeating an id, or an operation on an id an earlier operation of
+the same output deleted.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+
+from pydantic import TypeAdapter
+
+from llm.structured import JsonSchema, closed_schema
+from memory_bank.actions import ID_PREFIX, MANAGERS, CoreOp, PartOutput
+from memory_bank.prompts import ManagerPrompt
+
+_ID_OPS = ("Update", "Delete", "Merge")
+
+
+@functools.lru_cache(maxsize=None)
+def _base(manager: str) -> dict:
+    model = CoreOp if manager == "core" else PartOutput
+    return closed_schema(TypeAdapter(model).json_schema())
+
+
+def _narrow_ids(schema: dict, ids: tuple[str, ...]) -> dict:
+    defs = schema["$defs"]
+    items = schema["properties"]["operations"]["items"]
+    keep = {"Add"}
+    if ids:
+        keep |= {"Update", "Delete"}
+        defs["Update"]["properties"]["id"] = {"enum": list(ids), "title": "Id", "type": "string"}
+        defs["Delete"]["properties"]["id"] = {"enum": list(ids), "title": "Id", "type": "string"}
+    if len(ids) >= 2:
+        keep.add("Merge")
+        merge_ids = defs["Merge"]["properties"]["ids"]
+        merge_ids["items"] = {"enum": list(ids), "type": "string"}
+        merge_ids["maxItems"] = len(ids)
+    items["anyOf"] = [b for b in items["anyOf"] if b["$ref"].rsplit("/", 1)[1] in keep]
+    for name in _ID_OPS:
+        if name not in keep:
+            del defs[name]
+    return schema
+
+
+@functools.lru_cache(maxsize=4096)
+def manager_schema(manager: str, ids: tuple[str, ...] | None = None) -> JsonSchema:
+    """The :class:`llm.structured.JsonSchema` of ``manager``'s output (cached per shape).
+
+    ``ids``: for episodic/semantic/procedural, the entry ids the prompt shows (a tuple, e.g.
+    ``("E1", "E3")``; ``()`` = none shown, so only ADD); ``None`` leaves ids unrestricted
+    (any string). Must be None for core. Raises ValueError for an unknown manager, ids for core,
+    or an id without the part's prefix (``E``/``S``/``P`` + digits).
+    """
+    if manager not in MANAGERS:
+        raise ValueError(f"unknown manager {manager!r}; expected one of {MANAGERS}")
+    schema = copy.deepcopy(_base(manager))
+    if manager == "core":
+        if ids:
+            raise ValueError("the core manager has no entry ids")
+        return JsonSchema("memgym_core", schema)
+    if ids is not None:
+        prefix = ID_PREFIX[manager]
+        bad = [i for i in ids if not (isinstance(i, str) and i.startswith(prefix) and i[1:].isdigit())]
+        if bad:
+            raise ValueError(f"{manager} ids must look like {prefix}<n>, got {bad}")
+        schema = _narrow_ids(schema, tuple(ids))
+    return JsonSchema(f"memgym_{manager}", schema)
+
+
+def prompt_schema(prompt: ManagerPrompt) -> JsonSchema:
+    """The schema for one manager prompt: its part's operations with ids narrowed to
+    ``prompt.shown_ids`` (core: the core operations)."""
+    return manager_schema(prompt.manager, None if prompt.manager == "core" else tuple(prompt.shown_ids))
