@@ -103,7 +103,12 @@ def check_spec(spec: str, field: str = "model", *, kind: str = "backend", words:
     try:
         s = parse_spec(spec)
     except BackendSpecError as e:
-        more = f" or one of {', '.join(words)} or expert:<file or conv-NN>" if kind == "extractor" else ""
+        if kind != "extractor":
+            more = ""
+        elif words:
+            more = f", one of {', '.join(words)}, or expert:<file or conv-NN>"
+        else:
+            more = " or expert:<file or conv-NN> (this command builds a memory bank; 'turns' and 'instruction' are program-runner modes of memgym program eval / evolve)"
         raise ConfigError(f"{_flag(field)}: {e}{more}") from None
     if s.kind in ("hf", "vllm") and s.target.lower() not in DEFAULT_ALIASES and not Path(s.target).expanduser().is_dir():
         close = difflib.get_close_matches(s.target.lower(), DEFAULT_ALIASES, n=1, cutoff=0.7)

@@ -41,7 +41,8 @@ def bench_cases(conversations=("conv-26", "conv-30"), *, max_cases: int = 60, to
     from data_synth.locomo import load_locomo
     from evolution.execution.program_eval import evaluate_program
     from evolution.execution.runner import ProgramRunner, RunnerSettings
-    from evolution.execution.stages import StageCache, unit_text
+    from evolution.execution.stages import StageCache
+    from memory_bank.program import unit_text
     from evolution.search.cases import case_from_run, render_compact, render_full
     from memory_bank.programs import read_program_source, reference_program_path, seed_program_path
     from llm.runtime import Runtime
