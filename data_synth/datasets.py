@@ -13,25 +13,31 @@ from pathlib import Path
 from memory_bank.schema import Conversation
 
 #: Datasets with a loader, in the order ``--help`` lists them.
-DATASETS: tuple[str, ...] = ("locomo", "longmemeval")
+DATASETS: tuple[str, ...] = ("locomo", "longmemeval", "beam")
 
 
 def load_conversations(dataset: str, path: Path | str | None = None, *, ids: Sequence[str] | None = None,
                        split: str | None = None, splits_path: Path | str | None = None,
-                       n_sessions: int | None = None, max_questions: int | None = None) -> list[Conversation]:
-    """The conversations of ``dataset`` in file order.
+                       n_sessions: int | None = None, max_questions: int | None = None,
+                       beam_truncated: bool = True, beam_strip_markers: bool = True) -> list[Conversation]:
+    """The conversations of ``dataset`` in file order (BEAM: 100K chats, then 1M, by number).
 
     Args:
         dataset: one of :data:`DATASETS`.
-        path: the data file; default the dataset's file under ``$MEMGYM_DATA``.
-        ids: keep only these ids (LoCoMo ``sample_id``, LongMemEval ``question_id``; duplicates
-            are dropped); ``None`` = all, or the split's when ``split`` is given.
+        path: the data file; default the dataset's file under ``$MEMGYM_DATA``. BEAM: a chat
+            folder, a size folder or the BEAM root (default ``$MEMGYM_DATA/beam``); with a
+            ``split``, only the split's chats found under ``path`` are kept.
+        ids: keep only these ids (LoCoMo ``sample_id``, LongMemEval ``question_id``, BEAM chat
+            id such as ``100K-3``; duplicates are dropped); ``None`` = all, or the split's when
+            ``split`` is given.
         split: a split name of :func:`data_synth.splits.split_names` (LongMemEval splits come
             from ``splits_path``, default ``longmemeval/splits.json``); with ``ids`` too, an id
             must be in both.
         n_sessions: keep the first N sessions and the QA they can answer
             (:func:`data_synth.views.restrict`).
         max_questions: keep the first N questions of each conversation.
+        beam_truncated, beam_strip_markers: :func:`data_synth.beam.load_beam`'s switches
+            (read ``chat_trunecated.json`` where present; strip the ``->-> b,k`` plan markers).
 
     Raises:
         ValueError: an unknown dataset or split, an id absent from the file or outside
@@ -47,6 +53,11 @@ def load_conversations(dataset: str, path: Path | str | None = None, *, ids: Seq
         from data_synth.splits import split_ids
 
         in_split = list(split_ids(dataset, split, splits_path))
+        if dataset == "beam" and path is not None:  # a chat or size folder holds part of the split
+            from data_synth.beam import chat_id_of, find_chats
+
+            found = {chat_id_of(f) for f in find_chats(path)}
+            in_split = [i for i in in_split if i in found]
         if wanted is None:
             wanted = in_split
         else:
@@ -57,6 +68,10 @@ def load_conversations(dataset: str, path: Path | str | None = None, *, ids: Seq
         from data_synth.locomo import load_locomo
 
         convs = load_locomo(path, ids=wanted)
+    elif dataset == "beam":
+        from data_synth.beam import load_beam
+
+        convs = load_beam(path, ids=wanted, truncated=beam_truncated, strip_markers=beam_strip_markers)
     else:
         from data_synth.longmemeval import load_longmemeval
 

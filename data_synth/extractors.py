@@ -52,12 +52,14 @@ def expert_paths(spec: str) -> list[Path]:
 
 
 def make_extractor(spec: str, rt, max_new_tokens: int = 512, *, constrained: bool = False,
-                   max_chars: int | None = None, max_items: int | None = None):
+                   max_chars: int | None = None, max_items: int | None = None, context_tokens: int | None = None):
     """``expert:<file>[,...]`` → :class:`ExpertExtractor`; a backend spec →
     :class:`memory_bank.construct.ModelExtractor` on ``rt.backend(spec, role="extractor")``
     (``rt`` a :class:`llm.runtime.Runtime`), writing at most ``max_new_tokens`` tokens per
     manager output; ``constrained`` / ``max_chars`` / ``max_items``: structured outputs (see
-    :class:`ModelExtractor`; ignored for expert replays). Raises ValueError for ``instruction`` (no bank to build) or an empty spec,
+    :class:`ModelExtractor`; ignored for expert replays); ``context_tokens`` is the model's
+    context window (None: what the backend reports), beyond which sessions are built in
+    segments. Raises ValueError for ``instruction`` (no bank to build) or an empty spec,
     FileNotFoundError for a missing trajectory file, BackendSpecError for a bad backend spec."""
     kind = extractor_kind(spec)
     if kind == "expert":
@@ -68,4 +70,5 @@ def make_extractor(spec: str, rt, max_new_tokens: int = 512, *, constrained: boo
     from memory_bank.construct import ModelExtractor
 
     return ModelExtractor(rt.backend(spec, role="extractor"), GenerationParams(max_new_tokens=max_new_tokens),
-                          name=spec, constrained=constrained, max_chars=max_chars, max_items=max_items)
+                          name=spec, constrained=constrained, max_chars=max_chars, max_items=max_items,
+                          context_tokens=context_tokens)

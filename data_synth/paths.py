@@ -46,7 +46,7 @@ def require(path: Path | str, what: str) -> Path:
         return p
     raise DataFileNotFoundError(
         f"{what} not found: expected at {p}. Set {ENV_VAR} to the folder that holds "
-        f"locomo/ and longmemeval/ (default ../shared/data) or pass an explicit --path.",
+        f"locomo/, longmemeval/ and beam/ (default ../shared/data) or pass an explicit --path.",
         p,
     )
 

@@ -3,7 +3,9 @@
 Source: ``DESIGN.md`` § "Data model" (Splits). LoCoMo: train conv-26, conv-30 (expert
 trajectories exist for both); valid conv-41, conv-42; test conv-43, conv-44, conv-47, conv-48,
 conv-49, conv-50. LongMemEval: ``longmemeval/splits.json``, the MemBuilder paper's question-id
-split ``{sft: 50, rl: 50, test: 400}``.
+split ``{sft: 50, rl: 50, test: 400}``. BEAM (``beam/README.md``, the PrisMem protocol: evolve
+on 100K, test on 1M): train = 100K chats 3-10, valid = 100K chats 11-16, test = every 1M chat
+(3, 4, 6, 7, 8, 9, 10, 31); 100K chats 17-20 are spare (in no split).
 """
 from __future__ import annotations
 
@@ -18,11 +20,16 @@ LOCOMO_SPLITS: dict[str, tuple[str, ...]] = {
     "test": ("conv-43", "conv-44", "conv-47", "conv-48", "conv-49", "conv-50"),
 }
 LONGMEMEVAL_SPLIT_NAMES: tuple[str, ...] = ("sft", "rl", "test")
+BEAM_SPLITS: dict[str, tuple[str, ...]] = {
+    "train": tuple(f"100K-{n}" for n in range(3, 11)),
+    "valid": tuple(f"100K-{n}" for n in range(11, 17)),
+    "test": tuple(f"1M-{n}" for n in (3, 4, 6, 7, 8, 9, 10, 31)),
+}
 TEST_SPLIT = "test"
 
 
 def split_names(dataset: str) -> tuple[str, ...]:
-    """``("train", "valid", "test")`` for locomo, ``("sft", "rl", "test")`` for longmemeval.
+    """``("train", "valid", "test")`` for locomo and beam, ``("sft", "rl", "test")`` for longmemeval.
 
     Raises:
         ValueError: a dataset without splits (the message names the known ones).
@@ -32,7 +39,9 @@ def split_names(dataset: str) -> tuple[str, ...]:
         return tuple(LOCOMO_SPLITS)
     if ds == "longmemeval":
         return LONGMEMEVAL_SPLIT_NAMES
-    raise ValueError(f"no splits defined for dataset {dataset!r}; expected locomo or longmemeval")
+    if ds == "beam":
+        return tuple(BEAM_SPLITS)
+    raise ValueError(f"no splits defined for dataset {dataset!r}; expected locomo, longmemeval or beam")
 
 
 def _check_split(dataset: str, split: str) -> str:
@@ -75,13 +84,14 @@ def longmemeval_splits(path: Path | str | None = None) -> dict[str, list[str]]:
 
 
 def split_ids(dataset: str, split: str, path: Path | str | None = None) -> list[str]:
-    """Conversation ids (LoCoMo ``sample_id``) or question ids (LongMemEval) of a split.
+    """Conversation ids (LoCoMo ``sample_id``, BEAM chat id ``"100K-3"``) or question ids
+    (LongMemEval) of a split.
 
     Args:
-        dataset: ``"locomo"`` or ``"longmemeval"``.
+        dataset: ``"locomo"``, ``"longmemeval"`` or ``"beam"``.
         split: one of :func:`split_names` for that dataset.
         path: LongMemEval ``splits.json`` (default from :mod:`data_synth.paths`); ignored for
-            LoCoMo, whose splits are fixed by DESIGN.md.
+            LoCoMo and BEAM, whose splits are fixed by DESIGN.md / ``beam/README.md``.
 
     Raises:
         ValueError: unknown dataset or split; plus the errors of :func:`longmemeval_splits`.
@@ -89,6 +99,8 @@ def split_ids(dataset: str, split: str, path: Path | str | None = None) -> list[
     _check_split(dataset, split)
     if str(dataset).strip().lower() == "locomo":
         return list(LOCOMO_SPLITS[split])
+    if str(dataset).strip().lower() == "beam":
+        return list(BEAM_SPLITS[split])
     return longmemeval_splits(path)[split]
 
 

@@ -15,13 +15,16 @@ def _category_key(cat: str):
     return (0, int(cat), "") if cat.isdigit() else (1, 0, cat)
 
 
-def dataset_stats(convs: Sequence[Conversation], dataset: str) -> dict:
+def dataset_stats(convs: Sequence[Conversation], dataset: str, with_ids: bool = False) -> dict:
     """Summary counts of ``convs``.
 
     Returns a JSON-ready dict: ``conversations``, ``sessions``, ``turns``, ``questions``
     (ints); ``by_category`` (native label -> count, numeric labels in numeric order, others
     alphabetical); ``by_capability`` (``{"F","T","P","M","A"}`` -> count, zeros kept); for
-    ``longmemeval`` also ``abstention``, the number of ``_abs`` question ids.
+    ``longmemeval`` also ``abstention``, the number of ``_abs`` question ids; for ``beam``
+    also ``rubric_items`` (total) and ``chats`` (chat id -> {sessions, turns, questions}).
+    With ``with_ids``, ``ids`` lists every question id in load order (the ids ``memgym score``
+    expects in a predictions file).
 
     Raises:
         ValueError: ``dataset`` is not one of :data:`STATS_DATASETS`.
@@ -40,4 +43,10 @@ def dataset_stats(convs: Sequence[Conversation], dataset: str) -> dict:
     }
     if dataset == "longmemeval":
         out["abstention"] = sum(1 for q in questions if is_abstention_id(q.id))
+    if dataset == "beam":
+        out["rubric_items"] = sum(len(q.rubric) for q in questions)
+        out["chats"] = {c.id: {"sessions": len(c.sessions), "turns": c.n_turns(), "questions": len(c.questions)}
+                        for c in convs}
+    if with_ids:
+        out["ids"] = [q.id for q in questions]
     return out

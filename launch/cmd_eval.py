@@ -23,7 +23,7 @@ def run(argv: list[str]) -> int:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
     report = run_eval(cfg)
-    print(f"\nScore by category ({report['scorer']}); rows = LoCoMo categories, columns = extractors\n")
+    print(f"\nScore by category ({report['scorer']}); rows = native categories, columns = extractors\n")
     print(side_by_side(report, "by_category"))
     print()
     print(side_by_side(report, "by_capability"))

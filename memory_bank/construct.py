@@ -5,9 +5,17 @@ Source: ``DESIGN.md`` § "The memory bank and its action space"; MemBuilder (arX
 one batch; the outputs are then applied in the order core, episodic, semantic, procedural. An
 output that fails to parse, validate or apply is a format failure: it is counted and skipped,
 and the bank is left as it was.
+
+Sessions beyond the extractor's context (BEAM sessions run to tens of thousands of tokens) are
+never truncated: a session whose largest manager prompt plus the output budget does not fit the
+extractor's context window is split into consecutive segments of whole turns, each one
+manager step over the bank as it stands (a single turn too long on its own is split into
+consecutive parts of its text, marked ``(part i/k)``). :attr:`ConstructionResult.segments`
+counts the segments of every session.
 """
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -19,7 +27,7 @@ from memory_bank.actions import MANAGERS
 from memory_bank.bank import MemoryBank
 from memory_bank.errors import ManagerOutputError
 from memory_bank.prompts import ManagerPrompt, build_prompt, compress_messages
-from memory_bank.schema import Conversation, Session
+from memory_bank.schema import Conversation, Session, Turn
 
 
 class Extractor(Protocol):
@@ -27,14 +35,35 @@ class Extractor(Protocol):
 
     ``extract`` gets the four :class:`ManagerPrompt` (order of :data:`MANAGERS`) and returns
     four outputs in the same order: strings, or :class:`llm.base.Completion` objects whose
-    ``finish_reason`` then tells a cut-off output (``truncated``) from a finished one. ``compress(core, target_chars)`` may shorten the core
-    block; return None from :meth:`compressor` to disable compression."""
+    ``finish_reason`` then tells a cut-off output (``truncated``) from a finished one.
+    ``compress(core, target_chars)`` may shorten the core block; return None from
+    :meth:`compressor` to disable compression. An extractor with a finite context also has
+    ``prompt_budget()`` (tokens a prompt may take, or None) and ``prompt_tokens(messages)``;
+    :func:`construct` then segments sessions that do not fit."""
 
     name: str
 
     def extract(self, conversation_id: str, session: Session, prompts: list[ManagerPrompt]) -> list[str | Completion]: ...
 
     def compressor(self): ...
+
+
+def backend_context_tokens(backend) -> int | None:
+    """The context window (tokens) a backend reports: its ``context_tokens`` attribute, or its
+    transformers model's ``config.max_position_embeddings``, looking through wrappers
+    (role / cache wrappers expose ``inner`` or ``backend``). None when nothing says."""
+    seen = 0
+    while backend is not None and seen < 5:
+        n = getattr(backend, "context_tokens", None)
+        if isinstance(n, int) and n > 0:
+            return n
+        cfg = getattr(getattr(backend, "model", None), "config", None)
+        n = getattr(cfg, "max_position_embeddings", None)
+        if isinstance(n, int) and n > 0:
+            return n
+        backend = getattr(backend, "inner", None) or getattr(backend, "backend", None)
+        seen += 1
+    return None
 
 
 class ModelExtractor:
@@ -44,15 +73,44 @@ class ModelExtractor:
     ``constrained=True`` decodes each manager output under its JSON schema
     (:func:`memory_bank.action_schemas.prompt_schema`: ids narrowed to the ids its prompt
     shows); the core compression call stays free text. ``max_chars`` / ``max_items`` bound
-    every string / list of those schemas (:func:`llm.structured.bounded`; None = unbounded)."""
+    every string / list of those schemas (:func:`llm.structured.bounded`; None = unbounded).
+    ``context_tokens``: the model's context window in tokens (default
+    :func:`backend_context_tokens`; None = unknown, sessions are then never segmented).
+    Prompt lengths are counted with the backend's tokenizer (its chat template), or as
+    characters / 3 (a conservative estimate) when it has none."""
 
     def __init__(self, backend: Backend, params: GenerationParams | None = None, name: str | None = None,
-                 constrained: bool = False, max_chars: int | None = None, max_items: int | None = None):
+                 constrained: bool = False, max_chars: int | None = None, max_items: int | None = None,
+                 context_tokens: int | None = None):
         self.backend = backend
         self.params = params or GenerationParams(max_new_tokens=768, temperature=0.0)
         self.name = name or backend.model_id
         self.constrained = constrained
         self.bounds = (max_chars, max_items)
+        if context_tokens is not None and context_tokens <= self.params.max_new_tokens:
+            raise ValueError(f"context_tokens ({context_tokens}) must exceed the output budget "
+                             f"({self.params.max_new_tokens} tokens)")
+        self.context_tokens = context_tokens if context_tokens is not None else backend_context_tokens(backend)
+
+    def prompt_budget(self) -> int | None:
+        """Tokens a prompt may take: the context minus the output budget (None = unlimited)."""
+        return None if self.context_tokens is None else self.context_tokens - self.params.max_new_tokens
+
+    def text_tokens(self, text: str) -> int:
+        """Tokens of a bare text (no chat wrapper); characters / 3 without a tokenizer."""
+        tok = getattr(self.backend, "tokenizer", None)
+        if tok is not None:
+            return len(tok(text, add_special_tokens=False)["input_ids"])
+        return len(text) // 3 + 1
+
+    def prompt_tokens(self, messages: list[dict]) -> int:
+        """Tokens of ``messages`` as the model sees them (chat template + generation prompt)."""
+        tok = getattr(self.backend, "tokenizer", None)
+        if tok is not None and getattr(tok, "chat_template", None):
+            ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+            return len(ids)
+        return sum(len(m["content"]) for m in messages) // 3 + 8 * len(messages)
 
     def extract(self, conversation_id, session, prompts):
         batch = [p.messages for p in prompts]
@@ -85,7 +143,9 @@ class FormatFailure:
 @dataclass
 class ConstructionResult:
     """``snapshots[i]`` is the bank JSON after the i-th processed session; ``attempts`` and
-    ``failures`` count manager outputs (per manager) for the format-failure rate."""
+    ``failures`` count manager outputs (per manager) for the format-failure rate;
+    ``segments[session index]`` is the number of manager steps the session took (1 when it
+    fit the extractor's context); ``outputs`` has one entry per step."""
 
     bank: MemoryBank
     snapshots: list[dict] = field(default_factory=list)
@@ -93,6 +153,12 @@ class ConstructionResult:
     attempts: dict[str, int] = field(default_factory=lambda: {m: 0 for m in MANAGERS})
     outputs: list[dict[str, str]] = field(default_factory=list)
     empty_sessions: list[int] = field(default_factory=list)
+    segments: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def n_segments(self) -> int:
+        """Manager steps over all sessions (= sessions when none was split)."""
+        return sum(self.segments.values())
 
     def format_failure_rate(self) -> dict[str, float]:
         """Per manager: failed outputs / outputs, in [0, 1] (0.0 when no output was made)."""
@@ -107,17 +173,78 @@ def construct(conversation: Conversation, extractor: Extractor, *, n_sessions: i
     """Build the bank of ``conversation`` session by session.
 
     ``n_sessions`` limits the run to the first N sessions; ``embedder`` (optional) ranks the
-    20 entries each manager is shown. Returns a :class:`ConstructionResult` with one bank
-    snapshot per session."""
+    20 entries each manager is shown. A session that does not fit the extractor's context is
+    built in segments (module docstring). Returns a :class:`ConstructionResult` with one bank
+    snapshot per session and the segment count of each."""
     bank = bank if bank is not None else MemoryBank()
     if bank.compressor is None:
         bank.compressor = extractor.compressor()
     result = ConstructionResult(bank)
     sessions = conversation.sessions[:n_sessions] if n_sessions else conversation.sessions
     for session in tqdm(sessions, desc=f"build {conversation.id}", disable=not progress, unit="session"):
-        step_session(bank, conversation.id, session, extractor, result, embedder)
+        result.segments[session.index] = step_session_segmented(bank, conversation.id, session, extractor, result,
+                                                                embedder)
         result.snapshots.append(bank.to_json())
     return result
+
+
+#: The fewest transcript tokens a segment must have room for (else construction stops with an error).
+MIN_SEGMENT_TOKENS = 64
+
+
+def _max_prompt_tokens(extractor, bank: MemoryBank, session: Session, embedder) -> int:
+    return max(extractor.prompt_tokens(build_prompt(m, bank, session, embedder).messages) for m in MANAGERS)
+
+
+def _split_turn(turn: Turn, parts: int) -> list[Turn]:
+    size = -(-len(turn.text) // parts)
+    chunks = [turn.text[i:i + size] for i in range(0, len(turn.text), size)]
+    return [dataclasses.replace(turn, text=f"(part {k}/{len(chunks)}) {c}") for k, c in enumerate(chunks, 1)]
+
+
+def step_session_segmented(bank: MemoryBank, conversation_id: str, session: Session, extractor,
+                           result: ConstructionResult, embedder=None) -> int:
+    """Run the managers on ``session``, in consecutive segments when its prompts do not fit
+    the extractor's :meth:`prompt_budget`; returns the number of segments (>= 1).
+
+    Each segment holds as many whole turns as fit with the bank as it stands before that
+    segment (the prompt of every manager is measured); a turn that does not fit alone is split
+    into parts of its text. Raises ValueError when an empty segment's prompt (the bank shown to
+    the managers) leaves fewer than :data:`MIN_SEGMENT_TOKENS` tokens of the budget.
+    """
+    budget = extractor.prompt_budget() if hasattr(extractor, "prompt_budget") else None
+    if budget is None or _max_prompt_tokens(extractor, bank, session, embedder) <= budget:
+        step_session(bank, conversation_id, session, extractor, result, embedder)
+        return 1
+    def cost(t: Turn) -> int:  # a turn's tokens as one transcript line, its newline included
+        return extractor.text_tokens(t.render()) + 1
+
+    turns = list(session.turns)
+    costs = [cost(t) for t in turns]
+    n = 0
+    while turns:
+        empty = _max_prompt_tokens(extractor, bank, dataclasses.replace(session, turns=()), embedder)
+        room = budget - empty
+        if room < MIN_SEGMENT_TOKENS:
+            raise ValueError(f"{conversation_id} session {session.index}: the managers' prompt without any turn "
+                             f"takes {empty} tokens, leaving {room} of the extractor's budget of {budget} for the "
+                             f"transcript (at least {MIN_SEGMENT_TOKENS} needed)")
+        end, used = 0, 0
+        while end < len(costs) and used + costs[end] <= room:
+            used += costs[end]
+            end += 1
+        while end > 0 and _max_prompt_tokens(extractor, bank, dataclasses.replace(session, turns=tuple(turns[:end])),
+                                             embedder) > budget:
+            end -= 1  # per-turn estimates ignore the bank entries a segment selects: shrink until it fits
+        if end == 0:  # the first turn does not fit alone: split its text into parts that do
+            parts = _split_turn(turns[0], max(2, -(-costs[0] // max(1, room * 3 // 4))))
+            turns[:1], costs[:1] = parts, [cost(t) for t in parts]
+            continue
+        step_session(bank, conversation_id, dataclasses.replace(session, turns=tuple(turns[:end])), extractor,
+                     result, embedder)
+        turns, costs = turns[end:], costs[end:]
+        n += 1
+    return n
 
 
 def step_session(bank: MemoryBank, conversation_id: str, session: Session, extractor: Extractor,

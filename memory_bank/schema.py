@@ -69,7 +69,8 @@ class QAItem:
     """A benchmark or synthetic question.
 
     ``evidence`` holds turn ids; ``category`` the native label as a string ("1".."5" for
-    LoCoMo, the question type for LongMemEval); ``capability`` the primary capability.
+    LoCoMo, the question type for LongMemEval, the ability for BEAM); ``capability`` the
+    primary capability; ``rubric`` what a good answer must state (BEAM; empty elsewhere).
     """
 
     id: str
@@ -80,6 +81,7 @@ class QAItem:
     capability: Capability | None = None
     secondary: tuple[Capability, ...] = ()
     question_date: str | None = None
+    rubric: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

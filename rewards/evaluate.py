@@ -3,8 +3,12 @@ score the answers, and report.
 
 Config + runner pair in the TRL style: :class:`EvalConfig` is parsed by ``trl.TrlParser``
 from a YAML recipe plus CLI overrides; :func:`run_eval` does the work.
-Scores: LoCoMo token F1 by default (official rules, :mod:`rewards.metrics`); answer-recall of
-the retrieved context is always reported beside it (it needs no model).
+Scores: LoCoMo token F1 by default (official rules, :mod:`rewards.metrics`); ``scorer: llm``
+picks the dataset's official judge (:func:`rewards.judge.make_scorer`), ``rubric-recall`` the
+offline BEAM proxy; answer-recall of the retrieved context is always reported beside it (it
+needs no model), and the benchmark's own headline numbers (:func:`rewards.official.headline`).
+Sessions longer than the extractor's context are built in segments
+(:func:`memory_bank.construct.construct`); the report counts them.
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ from data_synth.datasets import DATASETS, load_conversations
 from data_synth.expert import ExpertExtractor
 from data_synth.extractors import make_extractor
 from llm.base import GenerationParams
-from llm.config import check_fields, require
+from llm.config import ConfigError, check_fields, require
 from memory_bank.actions import MANAGERS
 from memory_bank.construct import construct
 from memory_bank.retrieval import BankRetriever
@@ -35,7 +39,8 @@ class EvalConfig:
     """A ``memgym eval`` recipe. Every field can be overridden on the command line."""
 
     CHECKS = {"n_sessions": {"min": 1}, "max_questions": {"min": 1}, "top_k": {"min": 1},
-              "extractor_max_new_tokens": {"min": 1}, "answer_max_new_tokens": {"min": 1}, "batch_size": {"min": 1},
+              "extractor_max_new_tokens": {"min": 1}, "extractor_context_tokens": {"min": 2},
+              "answer_max_new_tokens": {"min": 1}, "batch_size": {"min": 1},
               "extractor": {"spec": "extractor", "options": ("constrained", "free")},
               "compare": {"spec": "extractor", "options": ("constrained", "free")},
               "constrained_max_chars": {"min": 1}, "constrained_max_items": {"min": 1},
@@ -43,9 +48,17 @@ class EvalConfig:
               "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0}}
 
     dataset: str = field(default="locomo", metadata={"help": " | ".join(DATASETS), "choices": DATASETS})
-    path: str | None = field(default=None, metadata={"help": "data file; None: the dataset's file under $MEMGYM_DATA"})
+    path: str | None = field(default=None, metadata={"help": "data file; None: the dataset's file under $MEMGYM_DATA; "
+                                                             "for beam a chat folder, a size folder or the BEAM root"})
     conversations: list[str] = field(default_factory=lambda: ["conv-30"],
-                                     metadata={"help": "conversation / question ids to run (one id or a list)"})
+                                     metadata={"help": "conversation / question ids to run (one id or a list; beam: "
+                                                       "chat ids, e.g. 100K-3)"})
+    split: str | None = field(default=None, metadata={"help": "run this split's ids instead of conversations: "
+                                                              "train|valid|test (locomo, beam), sft|rl|test "
+                                                              "(longmemeval)"})
+    beam_full_chat: bool = field(default=False, metadata={"help": "beam: read chat.json even where "
+                                                                  "chat_trunecated.json exists"})
+    beam_keep_markers: bool = field(default=False, metadata={"help": "beam: keep the ' ->-> b,k' plan markers"})
     n_sessions: int | None = field(default=None, metadata={"help": "first N sessions only (>= 1); QA kept iff "
                                                                      "all its evidence lies in them"})
     max_questions: int | None = field(default=None, metadata={"help": "cap on QA per conversation (>= 1)"})
@@ -62,13 +75,18 @@ class EvalConfig:
     constrained_max_items: int | None = field(default=None, metadata={
         "help": "constrained columns: at most this many operations (and MERGE ids) per output"})
     answer_model: str = field(default="hf:smollm2", metadata={"help": "backend spec of the answer model"})
-    scorer: str = field(default="f1", metadata={"help": "f1 | answer-recall | llm",
-                                                "choices": ("f1", "answer-recall", "llm")})
+    scorer: str = field(default="f1", metadata={"help": "f1 | answer-recall | rubric-recall (beam) | llm (the "
+                                                        "dataset's official judge)",
+                                                "choices": ("f1", "answer-recall", "rubric-recall", "llm")})
     judge_model: str | None = field(default=None, metadata={"help": "backend spec of the LLM judge (scorer llm)"})
     judge_constrained: bool = field(default=False, metadata={"help": "decode the judge's verdicts under their "
                                                                        "JSON schema"})
     top_k: int = field(default=10, metadata={"help": "entries retrieved per question"})
     extractor_max_new_tokens: int = field(default=512, metadata={"help": "tokens per manager output"})
+    extractor_context_tokens: int | None = field(default=None, metadata={
+        "help": "the extractor's context window in tokens; a session whose prompt does not fit is built in "
+                "segments (default: what the backend reports, e.g. max_position_embeddings for hf; none known = "
+                "no segmentation)"})
     answer_max_new_tokens: int = field(default=32, metadata={"help": "tokens per answer"})
     batch_size: int = field(default=8, metadata={"help": "hf backend generation batch"})
     cache: str | None = field(default=None, metadata={"help": "sqlite response cache (default: under "
@@ -89,6 +107,20 @@ class EvalConfig:
             parse_column(c, self.constrained)  # a bad option word fails before any model loads
         check_fields(self)
         require(self, "scorer", "llm", "judge_model", "(a backend spec of the LLM judge)")
+        if self.scorer == "rubric-recall" and self.dataset != "beam":
+            raise ConfigError("--scorer rubric-recall needs --dataset beam (it scores BEAM rubrics)")
+        if self.split is not None:
+            from data_synth.splits import split_names
+            if self.split not in split_names(self.dataset):
+                raise ConfigError(f"--split: {self.split!r} is not a {self.dataset} split; expected one of "
+                                  f"{', '.join(split_names(self.dataset))}")
+        elif self.dataset == "beam":
+            from data_synth.beam import chat_id_of, find_chats
+            known = [chat_id_of(f) for f in find_chats(self.path)]
+            missing = [c for c in self.conversations if c not in known]
+            if missing:
+                raise ConfigError(f"--conversations: BEAM chat ids {', '.join(missing)} not found under "
+                                  f"{self.path or 'the BEAM root'}; known: {', '.join(known)}")
 
 
 def parse_column(text: str, default_constrained: bool) -> tuple[str, bool, str]:
@@ -111,10 +143,15 @@ def parse_column(text: str, default_constrained: bool) -> tuple[str, bool, str]:
 
 
 def load_eval_conversations(cfg) -> list[Conversation]:
-    """The recipe's conversations (``dataset``, ``path``, ``conversations``), restricted to its
-    first ``n_sessions`` sessions and ``max_questions`` QA (:func:`data_synth.datasets.load_conversations`)."""
-    return load_conversations(cfg.dataset, cfg.path, ids=cfg.conversations, n_sessions=cfg.n_sessions,
-                              max_questions=cfg.max_questions)
+    """The recipe's conversations (``dataset``, ``path``, ``conversations``, or the ids of
+    ``split`` when set), restricted to its first ``n_sessions`` sessions and ``max_questions``
+    QA, with BEAM's ``beam_full_chat`` / ``beam_keep_markers`` switches
+    (:func:`data_synth.datasets.load_conversations`)."""
+    split = getattr(cfg, "split", None)
+    return load_conversations(cfg.dataset, cfg.path, ids=None if split else cfg.conversations, split=split,
+                              n_sessions=cfg.n_sessions, max_questions=cfg.max_questions,
+                              beam_truncated=not getattr(cfg, "beam_full_chat", False),
+                              beam_strip_markers=not getattr(cfg, "beam_keep_markers", False))
 
 
 def aggregate(rows: list[dict], key: str) -> dict:
@@ -134,13 +171,15 @@ def evaluate_extractor(column: str, convs: list[Conversation], cfg: EvalConfig, 
     calls0 = rt.calls_snapshot()
     spec, constrained, label = parse_column(column, cfg.constrained)
     extractor = make_extractor(spec, rt, cfg.extractor_max_new_tokens, constrained=constrained,
-                               max_chars=cfg.constrained_max_chars, max_items=cfg.constrained_max_items)
+                               max_chars=cfg.constrained_max_chars, max_items=cfg.constrained_max_items,
+                               context_tokens=cfg.extractor_context_tokens)
     answerer = rt.backend(cfg.answer_model, role="answer")
     scorer = make_scorer(cfg.scorer, rt.backend(cfg.judge_model, role="judge") if cfg.judge_model else None,
-                         judge_constrained=cfg.judge_constrained)
+                         judge_constrained=cfg.judge_constrained, dataset=cfg.dataset)
     rows, attempts, fails = [], defaultdict(int), defaultdict(int)
     fail_types: dict[str, int] = defaultdict(int)
     empty_answers, empty_sessions = 0, []
+    segments: dict[str, dict[int, int]] = {}
     for conv in convs:
         n = len(conv.sessions)
         missing = extractor.missing_sessions(conv) if isinstance(extractor, ExpertExtractor) else []
@@ -148,6 +187,7 @@ def evaluate_extractor(column: str, convs: list[Conversation], cfg: EvalConfig, 
             n = next(i for i, s in enumerate(conv.sessions) if s.index in missing)  # the covered prefix
             raise ValueError(f"{extractor.name} covers only {n} of {len(conv.sessions)} sessions of {conv.id}")
         built = construct(conv, extractor, embedder=rt.embedder, progress=cfg.progress)
+        segments[conv.id] = dict(built.segments)
         for m in MANAGERS:
             attempts[m] += built.attempts[m]
         for f in built.failures:
@@ -166,7 +206,7 @@ def evaluate_extractor(column: str, convs: list[Conversation], cfg: EvalConfig, 
                                       GenerationParams(max_new_tokens=cfg.answer_max_new_tokens))
         if scorer.needs_prediction:
             empty_answers += sum(not p.strip() for p in preds)
-        scores = scorer.score([ScoreItem(q.question, q.answer, p, c, q.category)
+        scores = scorer.score([ScoreItem(q.question, q.answer, p, c, q.category, q.id, q.rubric)
                                for q, p, c in zip(conv.questions, preds, contexts)])
         for q, p, c, s, r in zip(conv.questions, preds, contexts, scores, retrieved):
             cap = q.capability or capability_for(cfg.dataset, q.category, q.id)
@@ -174,6 +214,7 @@ def evaluate_extractor(column: str, convs: list[Conversation], cfg: EvalConfig, 
                          "prediction": p, "score": float(s), "recall": answer_recall(q.answer, c),
                          "category": q.category, "capability": cap.value, "retrieved": r.counts})
     calls = rt.calls_since(calls0)
+    from rewards.official import headline, judge_stats
     return {
         "extractor": spec,
         "column": label,
@@ -187,6 +228,10 @@ def evaluate_extractor(column: str, convs: list[Conversation], cfg: EvalConfig, 
         "overall_recall": mean_or_zero([r["recall"] for r in rows]),
         "by_category": aggregate(rows, "category"),
         "by_capability": aggregate(rows, "capability"),
+        "headline": headline(cfg.dataset, [{**r, "category": str(r["category"])} for r in rows]),
+        "judge_calls": judge_stats(scorer),
+        "segments": {c: {"sessions": len(v), "segments": sum(v.values()),
+                         "split_sessions": {str(k): n for k, n in v.items() if n > 1}} for c, v in segments.items()},
         "format_failure_rate": {m: (fails[m] / attempts[m] if attempts[m] else 0.0) for m in MANAGERS},
         "format_failures_by_type": dict(sorted(fail_types.items())),
         "empty_answers": empty_answers,

@@ -169,8 +169,9 @@ class ScoreItem:
     """What a scorer may look at for one question.
 
     question, gold (str; an int gold is converted to str), prediction (the answer model's
-    short answer, "" if not produced), context (the retrieved memory text, characters), and
-    category (LoCoMo "1".."5" or int, another dataset's label, or None).
+    short answer, "" if not produced), context (the retrieved memory text, characters),
+    category (LoCoMo "1".."5" or int, another dataset's label, or None), qid (the question id:
+    LongMemEval's judge needs it for ``_abs`` ids) and rubric (BEAM's rubric items).
     Raises TypeError naming the field for wrongly typed values.
     """
 
@@ -179,6 +180,8 @@ class ScoreItem:
     prediction: str = ""
     context: str = ""
     category: str | int | None = None
+    qid: str | None = None
+    rubric: tuple[str, ...] = ()
 
     def __post_init__(self):
         if isinstance(self.gold, int) and not isinstance(self.gold, bool):
@@ -187,6 +190,10 @@ class ScoreItem:
             value = getattr(self, name)
             if not isinstance(value, str):
                 raise TypeError(f"ScoreItem.{name} must be a str, got {type(value).__name__}: {value!r:.80}")
+        if not isinstance(self.rubric, tuple):
+            object.__setattr__(self, "rubric", tuple(self.rubric))
+        if self.qid is not None and not isinstance(self.qid, str):
+            raise TypeError(f"ScoreItem.qid must be a str or None, got {type(self.qid).__name__}")
         if self.category is not None and (isinstance(self.category, bool) or not isinstance(self.category, (str, int))):
             raise TypeError(f"ScoreItem.category must be a str, int or None, got {type(self.category).__name__}")
 
@@ -284,23 +291,34 @@ class LLMJudgeScorer:
         return [1.0 if v.correct else 0.0 for v in verdicts]
 
 
-SCORER_NAMES: tuple[str, ...] = ("f1", "answer-recall", "llm")
+SCORER_NAMES: tuple[str, ...] = ("f1", "answer-recall", "rubric-recall", "llm")
 
 
 def make_scorer(name: str, judge_backend: Backend | None = None,
-                judge_params: GenerationParams | None = None, judge_constrained: bool = False) -> Scorer:
+                judge_params: GenerationParams | None = None, judge_constrained: bool = False,
+                dataset: str | None = None) -> Scorer:
     """Build a scorer by CLI name: "f1" → :class:`F1Scorer`, "answer-recall" →
-    :class:`RecallScorer`, "llm" → :class:`LLMJudgeScorer` over ``judge_backend``
-    (required for "llm", with optional ``judge_params``; ``judge_constrained`` decodes the
-    verdicts under :data:`JUDGE_SCHEMA`). Raises ValueError for an unknown name or a missing
+    :class:`RecallScorer`, "rubric-recall" → the offline BEAM proxy
+    (:class:`rewards.official.RubricRecallScorer`), "llm" → the official judge of ``dataset``
+    over ``judge_backend`` (required for "llm", with optional ``judge_params``): LongMemEval's
+    per-type yes/no judge, BEAM's rubric judge, and for LoCoMo (or no dataset) the
+    CORRECT/WRONG :class:`LLMJudgeScorer` (``judge_constrained`` decodes its verdicts under
+    :data:`JUDGE_SCHEMA`; the official LongMemEval/BEAM judges have no reply schema yet).
+    Raises ValueError for an unknown name or a missing
     judge backend.
     """
     if name == "f1":
         return F1Scorer()
     if name == "answer-recall":
         return RecallScorer()
+    if name == "rubric-recall":
+        from rewards.official import RubricRecallScorer
+        return RubricRecallScorer()
     if name == "llm":
         if judge_backend is None:
             raise ValueError('scorer "llm" needs a judge backend (judge_backend=None given)')
+        if dataset in ("longmemeval", "beam"):
+            from rewards.official import BeamScorer, LongMemEvalScorer
+            return (LongMemEvalScorer if dataset == "longmemeval" else BeamScorer)(judge_backend, judge_params)
         return LLMJudgeScorer(judge_backend, judge_params, constrained=judge_constrained)
     raise ValueError(f"unknown scorer {name!r}; expected one of {', '.join(SCORER_NAMES)}")

@@ -58,6 +58,31 @@ def render_markdown(report: dict) -> str:
            "## Answer recall of the retrieved context", "",
            "| extractor | recall |", "|---|---|"]
     out += [f"| {spec} | {r['overall_recall']:.3f} |" for spec, r in runs]
+    head = report.get("headline") or {}
+    if "by_ability" in head:
+        out += ["", f"## BEAM abilities ({report['scorer']}; mean per chat, then over chats)", "",
+                "| ability | " + " | ".join(spec for spec, _ in runs) + " |", "|---|" + "---|" * len(runs)]
+        for a in head["by_ability"]:
+            out.append(f"| {a} | " + " | ".join(f"{r.get('headline', {}).get('by_ability', {}).get(a, 0.0):.3f}"
+                                                for _, r in runs) + " |")
+        out.append("| **overall (ours)** | " + " | ".join(f"**{r['headline']['overall']:.3f}**" for _, r in runs) + " |")
+        out += ["", f"_{head['note']}_"]
+    if "task_averaged_accuracy" in head:
+        out += ["", "## LongMemEval headline", "", "| extractor | task-averaged | overall | abstention |",
+                "|---|---|---|---|"]
+        for spec, r in runs:
+            h = r["headline"]
+            ab = "-" if h["abstention_accuracy"] is None else f"{h['abstention_accuracy']:.3f}"
+            out.append(f"| {spec} | {h['task_averaged_accuracy']:.3f} | {h['overall_accuracy']:.3f} | {ab} |")
+    if any(r.get("judge_calls") for _, r in runs):
+        out += ["", "## Judge calls", "", "| extractor | prompts | retried | unparsable (scored 0) |", "|---|---|---|---|"]
+        out += [f"| {spec} | {r['judge_calls']['prompts']} | {r['judge_calls']['retried']} | "
+                f"{r['judge_calls']['unparsable']} |" for spec, r in runs if r.get("judge_calls")]
+    if any(r.get("segments") for _, r in runs):
+        out += ["", "## Memory construction steps (sessions beyond the extractor's context are built in segments)", "",
+                "| extractor | conversation | sessions | segments | sessions split |", "|---|---|---|---|---|"]
+        out += [f"| {spec} | {c} | {v['sessions']} | {v['segments']} | {len(v['split_sessions'])} |"
+                for spec, r in runs for c, v in (r.get("segments") or {}).items()]
     out += ["", "## Format-failure rate per manager", "",
             "Columns marked (constrained) decode every manager output under its JSON schema.", "",
             format_failure_table(report)]

@@ -71,4 +71,4 @@ def test_help(capsys):
         main(["data", "stats", "--help"])
     assert ei.value.code == 0
     out = capsys.readouterr().out
-    assert "--dataset {locomo,longmemeval}" in out and "--split" in out
+    assert "--dataset {locomo,longmemeval,beam}" in out and "--split" in out and "--ids" in out

@@ -85,7 +85,7 @@ def test_locomo_splits():
     with pytest.raises(ValueError, match="unknown locomo split 'sft'"):
         is_test_split("locomo", "sft")
     with pytest.raises(ValueError, match="no splits defined"):
-        split_ids("beam", "test")
+        split_ids("babilong", "test")
 
 
 def test_longmemeval_splits_shipped():

@@ -8,8 +8,10 @@ validates the program (:func:`evolution.execution.validate.validate_program`), r
 ``report.json``, ``report.md``, ``tasks.jsonl`` (one line per question) and ``units.jsonl``.
 
 Scores are in [0, 1]: ``answer-recall`` (default, offline: the share of the gold answer's
-normalised tokens found in the retrieved text; no answer call), ``f1`` (LoCoMo F1 of the
-task model's answer) or ``llm`` (a judge). Capability labels: the native mapping (default),
+normalised tokens found in the retrieved text; no answer call), ``rubric-recall`` (BEAM's
+offline proxy over the retrieved text), ``f1`` (LoCoMo F1 of the task model's answer) or
+``llm`` (the dataset's official judge). The report adds the benchmark's headline numbers
+(:func:`rewards.official.headline`). Capability labels: the native mapping (default),
 or an annotator label file (:mod:`data_synth.annotate`); they are used for grouping only and
 never reach the program.
 """
@@ -30,7 +32,7 @@ from evolution.execution.results import ProgramEvaluation
 from evolution.execution.runner import ProgramRun, ProgramRunner, RunnerSettings, dump_units
 from evolution.execution.sandbox import SandboxLimits
 from evolution.execution.stages import StageCache
-from llm.config import check_fields, require
+from llm.config import ConfigError, check_fields, require
 from llm.runtime import Runtime
 from rewards.metrics import mean_or_zero
 
@@ -40,7 +42,8 @@ class ProgramEvalConfig:
     """A ``memgym program eval`` recipe. Every field can be overridden on the command line."""
 
     CHECKS = {"n_sessions": {"min": 1}, "max_questions": {"min": 1}, "extract_max_new_tokens": {"min": 1},
-              "extractor_max_new_tokens": {"min": 1}, "plan_max_new_tokens": {"min": 1},
+              "extractor_max_new_tokens": {"min": 1},
+              "extractor_context_tokens": {"min": 2}, "plan_max_new_tokens": {"min": 1},
               "answer_max_new_tokens": {"min": 1}, "program_llm_calls": {"min": 0}, "call_timeout_s": {"min": 0.001},
               "batch_size": {"min": 1}, "extractor": {"spec": "extractor", "words": ("instruction", "turns")},
               "task_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}, "out": {"out_dir": True},
@@ -50,9 +53,17 @@ class ProgramEvalConfig:
     program: str | None = field(default=None, metadata={"help": "memory program file (the CLI's FILE.py)"})
     parent: str | None = field(default=None, metadata={"help": "parent program, for the component diff"})
     dataset: str = field(default="locomo", metadata={"help": " | ".join(DATASETS), "choices": DATASETS})
-    path: str | None = field(default=None, metadata={"help": "data file; None: the dataset's file under $MEMGYM_DATA"})
+    path: str | None = field(default=None, metadata={"help": "data file; None: the dataset's file under $MEMGYM_DATA; "
+                                                             "for beam a chat folder, a size folder or the BEAM root"})
     conversations: list[str] = field(default_factory=lambda: ["conv-26", "conv-30"],
-                                     metadata={"help": "conversation / question ids (one id or a list)"})
+                                     metadata={"help": "conversation / question ids (one id or a list; beam: chat "
+                                                       "ids, e.g. 100K-3)"})
+    split: str | None = field(default=None, metadata={"help": "run this split's ids instead of conversations: "
+                                                              "train|valid|test (locomo, beam), sft|rl|test "
+                                                              "(longmemeval)"})
+    beam_full_chat: bool = field(default=False, metadata={"help": "beam: read chat.json even where "
+                                                                  "chat_trunecated.json exists"})
+    beam_keep_markers: bool = field(default=False, metadata={"help": "beam: keep the ' ->-> b,k' plan markers"})
     n_sessions: int | None = field(default=None, metadata={"help": "first N sessions only (>= 1; QA restricted)"})
     max_questions: int | None = field(default=None, metadata={"help": "cap on QA per conversation (>= 1)"})
     extractor: str = field(default="instruction", metadata={
@@ -61,12 +72,16 @@ class ProgramEvalConfig:
                                                                     "extraction)"})
     plan_mode: str = field(default="llm", metadata={"help": "llm (PLANNING_INSTRUCTION) | question (no LLM: the "
                                                             "question fills the Query)"})
-    scorer: str = field(default="answer-recall", metadata={"help": "answer-recall | f1 | llm",
-                                                           "choices": ("answer-recall", "f1", "llm")})
+    scorer: str = field(default="answer-recall", metadata={"help": "answer-recall | rubric-recall (beam) | f1 | llm "
+                                                                   "(the dataset's official judge)",
+                                                           "choices": ("answer-recall", "rubric-recall", "f1", "llm")})
     judge_model: str | None = field(default=None, metadata={"help": "judge spec for scorer llm"})
     labels: str = field(default="native", metadata={"help": "native | <annotator label JSONL file>"})
     extract_max_new_tokens: int = field(default=1024, metadata={"help": "tokens per instruction extraction"})
     extractor_max_new_tokens: int = field(default=512, metadata={"help": "tokens per trained-extractor output"})
+    extractor_context_tokens: int | None = field(default=None, metadata={
+        "help": "trained extractor's context window (tokens); longer sessions are built in segments (default: what "
+                "the backend reports)"})
     plan_max_new_tokens: int = field(default=96, metadata={"help": "tokens per plan"})
     answer_max_new_tokens: int = field(default=48, metadata={"help": "tokens per answer"})
     program_llm_calls: int = field(default=0, metadata={"help": "toolkit.llm budget per conversation"})
@@ -97,14 +112,29 @@ class ProgramEvalConfig:
     def __post_init__(self):
         check_fields(self)
         require(self, "scorer", "llm", "judge_model", "(a backend spec of the LLM judge)")
+        if self.scorer == "rubric-recall" and self.dataset != "beam":
+            raise ConfigError("--scorer rubric-recall needs --dataset beam (it scores BEAM rubrics)")
+        if self.split is not None:
+            from data_synth.splits import split_names
+            if self.split not in split_names(self.dataset):
+                raise ConfigError(f"--split: {self.split!r} is not a {self.dataset} split; expected one of "
+                                  f"{', '.join(split_names(self.dataset))}")
+        elif self.dataset == "beam":
+            from data_synth.beam import chat_id_of, find_chats
+            known = [chat_id_of(f) for f in find_chats(self.path)]
+            missing = [c for c in self.conversations if c not in known]
+            if missing:
+                raise ConfigError(f"--conversations: BEAM chat ids {', '.join(missing)} not found under "
+                                  f"{self.path or 'the BEAM root'}; known: {', '.join(known)}")
         self.runner_settings()  # validates extractor / plan_mode / budgets
 
     def runner_settings(self) -> RunnerSettings:
         """The :class:`RunnerSettings` this recipe asks for."""
         return RunnerSettings(
             extraction=self.extractor, task_model=self.task_model, plan_mode=self.plan_mode, scorer=self.scorer,
-            judge_model=self.judge_model, extract_max_new_tokens=self.extract_max_new_tokens,
-            extractor_max_new_tokens=self.extractor_max_new_tokens, plan_max_new_tokens=self.plan_max_new_tokens,
+            judge_model=self.judge_model, dataset=self.dataset, extract_max_new_tokens=self.extract_max_new_tokens,
+            extractor_max_new_tokens=self.extractor_max_new_tokens,
+            extractor_context_tokens=self.extractor_context_tokens, plan_max_new_tokens=self.plan_max_new_tokens,
             answer_max_new_tokens=self.answer_max_new_tokens, program_llm_calls=self.program_llm_calls,
             diagnostics=self.diagnostics, progress=self.progress, workers=self.workers, constrained=self.constrained,
             constrained_max_chars=self.constrained_max_chars, constrained_max_items=self.constrained_max_items,
@@ -124,12 +154,24 @@ def open_stage_cache(spec: str | None) -> StageCache:
 
 def load_tasks(cfg: ProgramEvalConfig):
     """The recipe's conversations (with QA), relabelled from ``cfg.labels`` when it is a file."""
-    convs = load_conversations(cfg.dataset, cfg.path, ids=cfg.conversations, n_sessions=cfg.n_sessions,
-                               max_questions=cfg.max_questions)
+    convs = load_conversations(cfg.dataset, cfg.path, ids=None if cfg.split else cfg.conversations, split=cfg.split,
+                               n_sessions=cfg.n_sessions, max_questions=cfg.max_questions,
+                               beam_truncated=not cfg.beam_full_chat, beam_strip_markers=not cfg.beam_keep_markers)
     if cfg.labels != "native":
         from data_synth.annotate import apply_labels, load_labels
         convs = apply_labels(convs, load_labels(cfg.labels))
     return convs
+
+
+def run_dataset(run: ProgramRun) -> str | None:
+    """The dataset a run's questions come from, by their category labels (None if mixed)."""
+    from data_synth.capabilities import BEAM_MAP, LOCOMO_MAP, LONGMEMEVAL_MAP
+
+    cats = {str(t.qa.category) for t in run.tasks}
+    for name, table in (("locomo", LOCOMO_MAP), ("longmemeval", LONGMEMEVAL_MAP), ("beam", BEAM_MAP)):
+        if cats and cats <= set(table):
+            return name
+    return None
 
 
 def summarise(run: ProgramRun) -> dict:
@@ -139,7 +181,13 @@ def summarise(run: ProgramRun) -> dict:
     for t in run.tasks:
         by_cap[t.qa.capability.value if t.qa.capability is not None else "?"].append(t.score)
         by_cat[str(t.qa.category)].append(t.score)
+    from rewards.official import headline
+
+    dataset = run_dataset(run)
+    rows = [{"id": t.qa.id, "conversation": t.conversation, "category": str(t.qa.category), "score": t.score}
+            for t in run.tasks]
     return {"n": len(run.tasks), "overall": mean_or_zero([t.score for t in run.tasks]),
+            **({"headline": headline(dataset, rows)} if dataset else {}),
             "by_capability": {k: {"score": mean_or_zero(v), "n": len(v)} for k, v in sorted(by_cap.items())},
             "by_category": {k: {"score": mean_or_zero(v), "n": len(v), "name": CATEGORY_NAMES.get(k, k)}
                             for k, v in sorted(by_cat.items())}}
@@ -150,6 +198,8 @@ def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source
     """Run one program and build its :class:`ProgramEvaluation` (no files written, no
     validation). ``model_calls``/``tokens`` are the runtime's per-role counts during this
     call. ``workers``: conversations evaluated concurrently (default: the runner's setting)."""
+    from rewards.official import judge_stats
+
     rt = runner.rt
     t0 = time.time()
     calls0 = rt.calls_snapshot()
@@ -178,7 +228,9 @@ def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source
         component_hashes={k: v[:12] for k, v in run.hashes.items()}, extraction=run.extraction,
         plan_failures=run.plan_failures, retrieve_errors=run.retrieve_errors,
         empty_answers=sum(1 for t in run.tasks if t.prediction is not None and not t.prediction.strip()),
-        judge_unparsable=getattr(runner._scorer, "parse_failures", 0) - judged0, model_calls=calls["calls"],
+        judge_unparsable=getattr(runner._scorer, "parse_failures", 0) - judged0,
+        headline=rep.get("headline"),
+        judge_calls=judge_stats(runner.scorer) if runner.settings.scorer == "llm" else None, model_calls=calls["calls"],
         tokens=calls["tokens"], wall_s=round(time.time() - t0, 2), tasks=tasks)
     return ev, run
 
@@ -207,8 +259,17 @@ def render_markdown(rep: dict) -> str:
         out += ["", f"Units: {diag['n_units']}, mean {_fmt(diag['mean_unit_chars'])} characters; retrieved: mean "
                     f"{_fmt(diag['mean_retrieved_chars'])} characters per question; tasks without resolvable "
                     f"evidence: {diag['n_no_evidence']}."]
+    head = rep.get("headline") or {}
+    if "by_ability" in head:
+        out += ["", f"## BEAM abilities (mean per chat, then over chats; {head['note']})", "",
+                "| ability | score |", "|---|---|"] + [f"| {k} | {v:.3f} |" for k, v in head["by_ability"].items()]
+        out.append(f"| **overall (ours)** | **{head['overall']:.3f}** |")
+    if "task_averaged_accuracy" in head:
+        out += ["", f"LongMemEval: task-averaged {head['task_averaged_accuracy']:.3f}, overall "
+                    f"{head['overall_accuracy']:.3f}, abstention {_fmt(head['abstention_accuracy'])}."]
     out += ["", "## By category", "", "| category | n | score |", "|---|---|---|"]
-    out += [f"| {k} {v['name']} | {v['n']} | {v['score']:.3f} |" for k, v in rep["by_category"].items()]
+    out += [f"| {k}{'' if v['name'] == k else ' ' + v['name']} | {v['n']} | {v['score']:.3f} |"
+            for k, v in rep["by_category"].items()]
     out += ["", "## Stages", "", "| stage | run | reused | LLM calls |", "|---|---|---|---|"]
     out += [f"| {s} | {c['run']} | {c['reused']} | {rep['stage_llm_calls'][s]} |" for s, c in rep["stage_items"].items()]
     if rep.get("reuse"):

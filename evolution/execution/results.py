@@ -96,7 +96,9 @@ class ProgramEvaluation:
     rows (None when off). ``tasks``: one dict per question (``conversation``, ``id``,
     ``question``, ``gold``, ``capability``, ``query``, ``prediction``, ``score``,
     ``retrieved_chars``, ``error``, d_ext/d_idx/d_ret). ``empty_answers``: predictions that are
-    empty; ``judge_unparsable``: judge replies that did not parse. ``model_calls`` / ``tokens``: per role
+    empty; ``judge_unparsable``: judge replies that did not parse. ``headline``: the benchmark's own
+    numbers (:func:`rewards.official.headline`; None for mixed data); ``judge_calls``: the official
+    judge's call accounting (scorer ``llm``). ``model_calls`` / ``tokens``: per role
     during this evaluation. ``wall_s`` in seconds. ``program``/``program_sha256``/``parent``/
     ``config`` are set by ``memgym program eval``.
     """
@@ -119,6 +121,8 @@ class ProgramEvaluation:
     retrieve_errors: int = 0
     empty_answers: int = 0
     judge_unparsable: int = 0
+    headline: dict | None = None
+    judge_calls: dict | None = None
     model_calls: dict = field(default_factory=dict)
     tokens: dict = field(default_factory=dict)
     wall_s: float = 0.0

@@ -70,7 +70,8 @@ class RunnerSettings:
     instruction extraction, program toolkit.llm). plan_mode: ``llm`` (the task LLM with
     PLANNING_INSTRUCTION) or ``question`` (no LLM call: the question text goes into the
     Query by :func:`memory_bank.program.text_query`; an offline/ablation setting).
-    scorer: ``answer-recall`` | ``f1`` | ``llm`` (then ``judge_model``). Token budgets are in
+    scorer: ``answer-recall`` | ``f1`` | ``rubric-recall`` (BEAM) | ``llm`` (then ``judge_model``: the
+    official judge of ``dataset``, see :func:`rewards.judge.make_scorer`). Token budgets are in
     tokens of the respective model. program_llm_calls: toolkit.llm budget per conversation's
     sandbox. diagnostics: also retrieve with each evidence turn as the query (d_idx).
     workers: conversations of one evaluation run concurrently (one sandbox each).
@@ -87,8 +88,10 @@ class RunnerSettings:
     plan_mode: str = "llm"
     scorer: str = "answer-recall"
     judge_model: str | None = None
+    dataset: str | None = None
     extract_max_new_tokens: int = 1024
     extractor_max_new_tokens: int = 512
+    extractor_context_tokens: int | None = None
     plan_max_new_tokens: int = 96
     answer_max_new_tokens: int = 48
     program_llm_calls: int = 0
@@ -175,7 +178,8 @@ class ProgramRunner:
             if self._scorer is None:
                 s = self.settings
                 judge = self.rt.backend(s.judge_model, role="judge") if s.scorer == "llm" and s.judge_model else None
-                self._scorer = make_scorer(s.scorer, judge, judge_constrained=s.judge_constrained)
+                self._scorer = make_scorer(s.scorer, judge, judge_constrained=s.judge_constrained,
+                                           dataset=s.dataset)
             return self._scorer
 
     def identity(self, what: str) -> str:
@@ -198,7 +202,7 @@ class ProgramRunner:
                 return "turns"
             return model_identity(s.extraction)
         if what == "scorer":
-            return (s.scorer + (f"|{model_identity(s.judge_model)}" if s.scorer == "llm" and s.judge_model else "")
+            return (s.scorer + (f"|{model_identity(s.judge_model)}|{s.dataset}" if s.scorer == "llm" and s.judge_model else "")
                     + ("|constrained" if s.scorer == "llm" and s.judge_constrained else ""))
         raise KeyError(what)
 
@@ -296,7 +300,7 @@ class RunState:
         self.stage_items = {s: {"run": 0, "reused": 0} for s in STAGES}
         self.stage_llm_calls = {s: 0 for s in STAGES}
         self.plan_failures = self.retrieve_errors = 0
-        self.extraction_stats = {"mode": self.settings.extraction_mode, "sessions": 0, "units": 0,
+        self.extraction_stats = {"mode": self.settings.extraction_mode, "sessions": 0, "units": 0, "segments": 0,
                                  "format_failures": 0, "manager_failures": {}}
         self.lock = threading.Lock()
 
@@ -404,7 +408,8 @@ class RunState:
             construct_key = stable_hash("construct", self._identity("extractor"), s.extractor_max_new_tokens,
                                         self.rt.embedder.model_id, conv_fp,
                                         *(["constrained", s.constrained_max_chars, s.constrained_max_items]
-                                          if s.constrained and s.extraction_mode != "expert" else []))
+                                          if s.constrained and s.extraction_mode != "expert" else []),
+                                        *([s.extractor_context_tokens] if s.extractor_context_tokens else []))
             keys = [stable_hash("extract", self.stage_hash["extract"], construct_key, unit_fields, x.index)
                     for x in sessions]
         cached = [self.cache.get_json("extract", k) for k in keys]
@@ -430,6 +435,7 @@ class RunState:
     def _extraction_stats(self, sessions, cached, trace) -> None:
         stats = self.extraction_stats
         stats["sessions"] += len(sessions)
+        stats["segments"] += sum(c.get("segments", 1) for c in cached)
         stats["units"] += sum(len(c["units"]) for c in cached)
         stats["format_failures"] += trace.extract_failures
         for c in cached:
@@ -486,7 +492,8 @@ class RunState:
                 raise ProgramRunError(f"bank entries do not fit the program's MemoryUnit: {e}", stage="extract",
                                       conversation=conv.id) from None
             failed = [m for si, m in snaps["failures"] if si == x.index]
-            out.append({"units": [dataclasses.asdict(u) for u in units], "error": None, "failed_managers": failed})
+            out.append({"units": [dataclasses.asdict(u) for u in units], "error": None, "failed_managers": failed,
+                        "segments": snaps.get("segments", {}).get(str(x.index), 1)})
         return out
 
     def _construct(self, conv: Conversation) -> dict:
@@ -494,7 +501,8 @@ class RunState:
 
         extractor = make_extractor(self.settings.extraction, self.rt, self.settings.extractor_max_new_tokens,
                                    constrained=self.settings.constrained, max_chars=self.settings.constrained_max_chars,
-                                   max_items=self.settings.constrained_max_items)
+                                   max_items=self.settings.constrained_max_items,
+                                   context_tokens=self.settings.extractor_context_tokens)
         if isinstance(extractor, ExpertExtractor):
             missing = extractor.missing_sessions(conv)
             if missing:
@@ -504,7 +512,8 @@ class RunState:
             calls0 = self.rt.calls_snapshot()
             built = construct(conv, extractor, embedder=self.rt.embedder, progress=self.settings.progress)
         self._add_calls("extract", self.rt.calls_since(calls0)["calls"].get("extractor", 0))
-        return {"banks": built.snapshots, "failures": [[f.session, f.manager] for f in built.failures]}
+        return {"banks": built.snapshots, "failures": [[f.session, f.manager] for f in built.failures],
+                "segments": {str(k): v for k, v in built.segments.items()}}
 
     def _index(self, conv: Conversation, trace: ConversationTrace, sandbox: SandboxedProgram) -> None:
         try:
@@ -604,14 +613,15 @@ class RunState:
 
     def _score(self, questions: list[QAItem], retrieved: list[str], preds: list[str | None]) -> list[float]:
         keys = [stable_hash("score", self.stage_hash["score"], self._identity("scorer"), q.question, q.answer,
-                            q.category, p, r if not self.scorer.needs_prediction else None)
+                            q.category, p, r if not self.scorer.needs_prediction else None,
+                            *([q.id, list(q.rubric)] if q.rubric or self.settings.scorer == "llm" else []))
                 for q, r, p in zip(questions, retrieved, preds)]
         cached = [self.cache.get_json("score", k) for k in keys]
         todo = [i for i, c in enumerate(cached) if c is None]
         self._count("score", run=len(todo), reused=len(questions) - len(todo))
         if todo:
             items = [ScoreItem(questions[i].question, questions[i].answer, preds[i] or "", retrieved[i],
-                               questions[i].category) for i in todo]
+                               questions[i].category, questions[i].id, questions[i].rubric) for i in todo]
             with self.runner.model_lock:
                 calls0 = self.rt.calls_snapshot()
                 values = self.scorer.score(items)
