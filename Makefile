@@ -45,3 +45,15 @@ clean:
 demo-train: install
 	$(MEMGYM) models prepare
 	$(PY) scripts/demo_train.py --out runs/demo_train
+
+## Offline capability-driven evolution on LoCoMo (no LLM; measured time in the recipe header):
+## cold start -> capability refinement -> trace-guided integration; prints seed / each specialist /
+## integrated program per capability on valid and test; leaves runs/demo_evolve/summary.json.
+## A second call continues (or just reprints) the run in runs/demo_evolve. One torch thread by default
+## (faster on a shared CPU; OMP_NUM_THREADS=N overrides).
+.PHONY: demo-evolve
+demo-evolve: install
+	$(MEMGYM) models prepare
+	export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; \
+	if [ -f runs/demo_evolve/recipe.json ]; then $(MEMGYM) evolve --resume runs/demo_evolve; \
+	else $(MEMGYM) evolve --config launch/recipes/demo_evolve.yaml --out runs/demo_evolve; fi

@@ -3,7 +3,10 @@
 - ``memgym evolve --config R.yaml [--out DIR] [--<field> value ...]`` starts a run in DIR
   (the recipe and seed program are stored there);
 - ``memgym evolve --resume DIR`` continues the run in DIR with the recipe stored there; a
-  resumed run ends in the same state as an uninterrupted one.
+  resumed run ends in the same state as an uninterrupted one;
+- ``memgym evolve experiment --config R.yaml --variants full,holistic,... --seeds 3 [--out DIR]``
+  runs every ablation variant with every seed (:mod:`evolution.search.experiment`);
+  ``memgym evolve experiment --resume DIR`` continues one without re-running finished runs.
 
 Writes DIR/report.md, capabilities.png, summary.json and best.py (see
 :mod:`evolution.search.report`). Exit 0 on success (also when a budget stopped the run
@@ -34,14 +37,70 @@ def _config_from_dir(run_dir: str):
     return cfg
 
 
-def cmd_evolve(argv: list[str]) -> int:
+def _take(rest: list[str], flag: str) -> str | None:
+    """Remove ``flag VALUE`` (or ``flag=VALUE``) from ``rest``; the value, None when absent;
+    ValueError when the value is missing."""
+    for i, a in enumerate(rest):
+        if a == flag:
+            if i + 1 >= len(rest):
+                raise ValueError(f"{flag} needs a value")
+            v = rest[i + 1]
+            del rest[i: i + 2]
+            return v
+        if a.startswith(flag + "="):
+            del rest[i]
+            return a.split("=", 1)[1]
+    return None
+
+
+def cmd_experiment(argv: list[str]) -> int:
+    """``memgym evolve experiment`` (see :mod:`evolution.search.experiment`)."""
     from evolution.execution.runner import ProgramRunError
     from evolution.search.config import EvolveConfig
-    from evolution.search.loop import Evolution
+    from evolution.search.experiment import VARIANTS, Experiment
+    from training.common import parse_training_args
+
+    rest = list(argv)
+    try:
+        resume = _take(rest, "--resume")
+        variants = _take(rest, "--variants")
+        seeds = _take(rest, "--seeds")
+        if resume is not None:
+            if rest or variants or seeds:
+                raise ValueError(f"--resume takes no other arguments (the recipe is stored in {resume})")
+            exp = Experiment.from_dir(resume)
+        else:
+            (cfg,) = parse_training_args(
+                [EvolveConfig], rest, "memgym evolve experiment",
+                "Every ablation variant x every seed under one recipe (PrisMem Table 4): memgym evolve experiment "
+                f"--config R.yaml --variants {','.join(VARIANTS)} --seeds 3 [--out DIR] [--<field> value ...]; "
+                "memgym evolve experiment --resume DIR continues one. Writes DIR/experiment.md, experiment.json, "
+                "boundary.png.", cpu_defaults=False)
+            if seeds is not None and not seeds.isdigit():
+                raise ValueError(f"--seeds must be a positive integer, got {seeds!r}")
+            exp = Experiment(cfg, variants or ",".join(VARIANTS), int(seeds or 3))
+        data = exp.run(resume=resume is not None)
+    except (ValueError, FileNotFoundError, FileExistsError) as e:
+        print(f"memgym evolve experiment: {e}", file=sys.stderr)
+        return 2
+    except ProgramRunError as e:
+        print(f"memgym evolve experiment: a program could not run: {e}", file=sys.stderr)
+        return 1
+    print((exp.root / "experiment.md").read_text(encoding="utf-8"))
+    print(f"{data['finished_runs']} runs; report: {exp.root}/experiment.md, boundary.png")
+    return 0
+
+
+def cmd_evolve(argv: list[str]) -> int:
+    from evolution.execution.runner import ProgramRunError
+    from evolution.search.ablations import build_evolution
+    from evolution.search.config import EvolveConfig
     from evolution.search.rundir import atomic_write_json
     from training.common import parse_training_args
 
     rest = list(argv)
+    if rest and rest[0] == "experiment":
+        return cmd_experiment(rest[1:])
     resume = None
     if "--resume" in rest:
         i = rest.index("--resume")
@@ -61,8 +120,9 @@ def cmd_evolve(argv: list[str]) -> int:
             (cfg,) = parse_training_args(
                 [EvolveConfig], rest, "memgym evolve",
                 "Capability-driven evolution of a memory program (PrisMem): cold start, capability refinement, "
-                "frozen final program on the test split. memgym evolve --config R.yaml [--out DIR] "
-                "[--<field> value ...]; memgym evolve --resume DIR continues a run.", cpu_defaults=False)
+                "trace-guided integration, frozen final program on the test split. memgym evolve --config R.yaml "
+                "[--out DIR] [--<field> value ...]; memgym evolve --resume DIR continues a run; memgym evolve "
+                "experiment --config R.yaml --variants ... --seeds N runs the ablations.", cpu_defaults=False)
             out = Path(cfg.out)
             if (out / "state.json").exists() or (out / "recipe.json").exists():
                 print(f"memgym evolve: {out} already holds a run; continue it with: memgym evolve --resume {out}",
@@ -70,7 +130,7 @@ def cmd_evolve(argv: list[str]) -> int:
                 return 2
             out.mkdir(parents=True, exist_ok=True)
             atomic_write_json(out / "recipe.json", dataclasses.asdict(cfg))
-        evo = Evolution(cfg)
+        evo = build_evolution(cfg)
         summary = evo.run(resume=resume is not None)
     except (ValueError, FileNotFoundError, FileExistsError) as e:
         print(f"memgym evolve: {e}", file=sys.stderr)
@@ -83,26 +143,36 @@ def cmd_evolve(argv: list[str]) -> int:
 
 
 def _print(s: dict, out: str) -> None:
+    """The per-capability tables (valid, then test): seed, each specialist, the final program."""
     def f(v):
         return "-" if v is None else f"{v:.3f}"
 
     print(f"\n{s['rounds']} rounds, {s['candidates_evaluated']} candidates evaluated, {s['proposals_failed']} "
           f"proposals not evaluated, {s['wall_s']:.0f} s" + (f"; stopped: {s['stopped']}" if s["stopped"] else ""))
-    caps = list(s["seed"]["valid"]["by_capability"])
-    print("| program | valid overall | " + " | ".join(caps) + " | test overall |")
-    print("|---|---|" + "---|" * len(caps) + "---|")
-    rows = [("seed", s["seed"]), (f"final ({s['final_id']})", s["final"])]
-    rows += [(f"specialist {c} ({v['id']})", {"valid": v["valid"], "test": None}) for c, v in s["specialists"].items()]
-    for name, r in rows:
-        v = r["valid"]
-        print(f"| {name} | {f(v['overall'])} | " + " | ".join(f(v["by_capability"].get(c)) for c in caps)
-              + f" | {f(r['test']['overall']) if r.get('test') else '-'} |")
+    caps = [c for c in "FTPMA" if c in s["seed"]["valid"]["by_capability"]]
+    final = "integrated" if s.get("integrated") else "base"
+    rows = [("seed", s["seed"])]
+    rows += [(f"specialist {c} ({v['id']})", v) for c, v in s["specialists"].items()]
+    rows.append((f"final: {final} ({s['final_id']})", s["final"]))
+    for split in ("valid", "test"):
+        if split == "test" and s["final"]["test"] is None:
+            continue
+        print(f"\n{split} split")
+        print("| program | overall | " + " | ".join(caps) + " |")
+        print("|---|---|" + "---|" * len(caps))
+        for name, r in rows:
+            v = r.get(split)
+            if v is None:
+                continue
+            print(f"| {name} | {f(v['overall'])} | " + " | ".join(f(v["by_capability"].get(c)) for c in caps) + " |")
     print(f"report: {out}/report.md; frozen program: {out}/best.py")
 
 
 def register(subparsers) -> argparse.ArgumentParser:
     """Add ``memgym evolve``."""
     return add_recipe_command(
-        subparsers, "evolve", help="evolve a memory program (cold start, capability refinement; resumable)",
+        subparsers, "evolve", help="evolve a memory program (cold start, capability refinement, integration; "
+                                   "resumable); `memgym evolve experiment` runs the ablations",
         description="memgym evolve --config R.yaml [--out DIR] [--<field> value ...] | memgym evolve --resume DIR "
-                    "(--help lists every recipe field)", run=cmd_evolve)
+                    "| memgym evolve experiment --config R.yaml --variants full,holistic,round_robin,random_cases,"
+                    "no_integration --seeds 3 (--help lists every recipe field)", run=cmd_evolve)

@@ -21,7 +21,7 @@ from memory_bank.programs import read_program_source, seed_program_path
 ROOT = Path(__file__).resolve().parents[1]
 SEED = read_program_source(seed_program_path())
 SMALL = dict(train=["conv-26"], valid=["conv-30"], n_sessions=2, max_questions=6, extractor="turns",
-             plan_mode="question", scorer="answer-recall", probe_units=200, probe_batches=10, progress=False,
+             rounds_integrate=0, plan_mode="question", scorer="answer-recall", probe_units=200, probe_batches=10, progress=False,
              embedder="hash:256")
 
 
@@ -94,7 +94,7 @@ def _small_recipe(tmp_path: Path) -> Path:
     r.write_text("\n".join([
         "dataset: locomo", "train: [conv-26]", "valid: [conv-30]", "test: [conv-41]", "n_sessions: 2",
         "max_questions: 6", "extractor: turns", "plan_mode: question", "scorer: answer-recall", "proposer: params",
-        "rounds_cold: 1", "rounds_refine: 2", "seed: 1", "probe_units: 200", "probe_batches: 10",
+        "rounds_cold: 1", "rounds_refine: 2", "rounds_integrate: 0", "seed: 1", "probe_units: 200", "probe_batches: 10",
         "embedder: hash:256", "progress: false"]) + "\n")
     return r
 
@@ -152,7 +152,8 @@ def test_kill9_at_three_points_then_resume_matches_the_uninterrupted_run(tmp_pat
 
 def test_offline_params_loop_raises_the_seeds_valid_answer_recall(tmp_path):
     cfg = EvolveConfig(train=["conv-26"], valid=["conv-30"], max_questions=25, extractor="turns", plan_mode="question",
-                       scorer="answer-recall", proposer="params", rounds_cold=3, rounds_refine=0, seed=0,
+                       scorer="answer-recall", proposer="params", rounds_cold=3, rounds_refine=0, rounds_integrate=0,
+                       seed=0,
                        probe_units=400, probe_batches=20, progress=False, out=str(tmp_path / "run"))
     evo = Evolution(cfg)
     s = evo.run()

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 
 LOCOMO_SPLITS = {"train": ["conv-26", "conv-30"], "valid": ["conv-41", "conv-42"],
                  "test": ["conv-43", "conv-44", "conv-47", "conv-48", "conv-49", "conv-50"]}
+ABLATIONS = ("none", "holistic", "round_robin", "random_cases", "no_integration")
+"""DESIGN.md § "Capability-driven evolution" (ablations; PrisMem Table 4), see
+:mod:`evolution.search.ablations`."""
 ROLE_BUDGETS = ("coder", "extract", "plan", "answer", "extractor", "judge")
 
 
@@ -32,7 +35,8 @@ class EvolveConfig:
               "judge_model": {"spec": "backend"}, "coder_model": {"spec": "backend"}, "out": {"out_dir": True},
               "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0},
               "dataset": {"choices": ("locomo", "longmemeval")}, "proposer": {"choices": ("params", "coder", "scripted")},
-              "scorer": {"choices": ("answer-recall", "f1", "llm")}, "plan_mode": {"choices": ("llm", "question")}}
+              "scorer": {"choices": ("answer-recall", "f1", "llm")}, "plan_mode": {"choices": ("llm", "question")},
+              "ablation": {"choices": ABLATIONS}, "delta": {"min": 0.0}, "extractor_max_new_tokens": {"min": 1}}
 
     dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval (the S subset)"})
     path: str | None = field(default=None, metadata={"help": "data file (default: $MEMGYM_DATA/...; longmemeval: "
@@ -60,7 +64,17 @@ class EvolveConfig:
     script: str | None = field(default=None, metadata={"help": "proposer scripted: JSON file {\"proposals\": [...]}"})
     rounds_cold: int = field(default=5, metadata={"help": "cold-start rounds"})
     rounds_refine: int = field(default=15, metadata={"help": "capability-refinement rounds"})
-    rounds_integrate: int = field(default=0, metadata={"help": "trace-guided integration rounds (next issue; 0)"})
+    rounds_integrate: int = field(default=3, metadata={"help": "trace-guided integration rounds (at most; 0 = none)"})
+    delta: float = field(default=0.02, metadata={"help": "integration: largest allowed drop of any capability's valid "
+                                                         "score against the base"})
+    integrate_offline_first: bool = field(default=True, metadata={
+        "help": "an LLM proposer's first integration attempt is the offline component merge"})
+    ablation: str = field(default="none", metadata={
+        "help": "none | holistic | round_robin | random_cases | no_integration (DESIGN.md ablations)"})
+    test_specialists: bool = field(default=True, metadata={
+        "help": "also run every specialist once on the test split (report rows, oracle-label router baseline)"})
+    stage_cache: str | None = field(default=None, metadata={
+        "help": "stage-output cache file (default <out>/stages.sqlite; an experiment shares one)"})
     cases: int = field(default=5, metadata={"help": "compact cases per proposal"})
     case_budget: int = field(default=2400, metadata={"help": "characters per displayed excerpt"})
     seed: int = field(default=0, metadata={"help": "RNG seed of the run"})
@@ -69,6 +83,7 @@ class EvolveConfig:
     plan_max_new_tokens: int = field(default=96, metadata={"help": "tokens per plan"})
     answer_max_new_tokens: int = field(default=48, metadata={"help": "tokens per answer"})
     extract_max_new_tokens: int = field(default=1024, metadata={"help": "tokens per instruction extraction"})
+    extractor_max_new_tokens: int = field(default=512, metadata={"help": "tokens per trained-extractor output"})
     call_timeout_s: float = field(default=60.0, metadata={"help": "sandbox seconds per index/retrieve call"})
     validate_timeout_s: float = field(default=20.0, metadata={"help": "validation: sandbox seconds per call"})
     probe_units: int = field(default=2000, metadata={"help": "validation level 4: units in the complexity probe"})
@@ -104,6 +119,8 @@ class EvolveConfig:
             raise ValueError("proposer scripted needs script (a JSON file)")
         if self.scorer == "llm" and not self.judge_model:
             raise ValueError("scorer llm needs judge_model")
+        if not 0.0 <= self.delta <= 1.0:
+            raise ValueError(f"delta must be in [0, 1], got {self.delta}")
         for name in ("rounds_cold", "rounds_refine", "rounds_integrate"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -151,6 +168,7 @@ class EvolveConfig:
         return RunnerSettings(
             extraction=self.extractor, task_model=self.task_model, plan_mode=self.plan_mode, scorer=self.scorer,
             judge_model=self.judge_model, extract_max_new_tokens=self.extract_max_new_tokens,
+            extractor_max_new_tokens=self.extractor_max_new_tokens,
             plan_max_new_tokens=self.plan_max_new_tokens, answer_max_new_tokens=self.answer_max_new_tokens,
             diagnostics=diagnostics, progress=self.progress, workers=self.workers,
             sandbox=SandboxLimits(call_timeout_s=self.call_timeout_s, load_timeout_s=max(20.0, self.call_timeout_s)))

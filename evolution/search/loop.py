@@ -5,7 +5,8 @@ diagnostics table and compact cases spread over capabilities; a child becomes th
 when the valid overall score improves), **capability refinement** (``rounds_refine``: target
 by the target policy, parent by the parent policy, cases by the case policy; a child becomes
 the specialist of every capability whose valid score it beats), then **integration**
-(``rounds_integrate``, a hook: an :class:`Integrator` object, added by the next issue) and the
+(``rounds_integrate``, a hook: the ``integrator`` object, by default
+:class:`evolution.search.integrate.TraceGuidedIntegrator`) and the
 **final** step: the frozen program (:meth:`Evolution.final_program`: the base, or the
 integrator's choice) runs once on the test split, beside the seed.
 
@@ -90,8 +91,9 @@ class Evolution:
 
     ``rt``: a :class:`llm.runtime.Runtime` (default: built from the recipe, response cache
     in the run dir); ``proposer``: default from ``cfg.proposer``
-    (:func:`evolution.search.proposers.make_proposer`). Raises ValueError for a recipe it
-    cannot run (e.g. integration rounds without an integrator).
+    (:func:`evolution.search.proposers.make_proposer`); ``integrator``: default the
+    trace-guided integrator when ``cfg.rounds_integrate`` > 0. Ablations build their policies
+    with :func:`evolution.search.ablations.build_evolution`.
     """
 
     def __init__(self, cfg: EvolveConfig, *, rt=None, proposer=None, target_policy=None, parent_policy=None,
@@ -114,12 +116,13 @@ class Evolution:
         self.parent_policy = parent_policy or SpecialistParent()
         self.case_policy = case_policy or HistoryGuidedCases()
         self.acceptance = acceptance or CapabilityAcceptance()
+        if integrator is None and cfg.rounds_integrate:
+            from evolution.search.integrate import TraceGuidedIntegrator
+            integrator = TraceGuidedIntegrator(cfg.delta, random_cases=cfg.ablation == "random_cases",
+                                               offline_first=cfg.integrate_offline_first)
         self.integrator = integrator
-        if cfg.rounds_integrate and integrator is None:
-            raise ValueError("rounds_integrate > 0 needs an integrator (trace-guided integration is not built yet); "
-                             "set rounds_integrate: 0")
         self.proposer = proposer or make_proposer(cfg, rt)
-        self.cache = StageCache(self.dir.root / "stages.sqlite")
+        self.cache = StageCache(cfg.stage_cache or self.dir.root / "stages.sqlite")
         self.runner_diag = ProgramRunner(rt, cfg.runner_settings(diagnostics=True), self.cache)
         self.runner = ProgramRunner(rt, cfg.runner_settings(diagnostics=False), self.cache)
         self.limits = ValidationLimits(
@@ -321,13 +324,15 @@ class Evolution:
                              frozenset(self.archive.keys()), extra={"round": round_no})
 
     def attempt(self, round_no: int, stage: str, parent: Candidate, target: str | None, inp: ProposalInput,
-                cid: str) -> Candidate:
+                cid: str, proposer=None) -> Candidate:
         """Propose → check → validate (one revise) → evaluate; returns the archived candidate
-        (status evaluated / rejected / failed). Acceptance is the caller's."""
-        cand = Candidate(cid, parent.id, round_no, stage, target, self.proposer.name)
+        (status evaluated / rejected / failed). Acceptance is the caller's. ``proposer``: this
+        attempt's proposer (default the run's; the integrator passes its offline merge)."""
+        proposer = proposer or self.proposer
+        cand = Candidate(cid, parent.id, round_no, stage, target, proposer.name)
         saved = self.dir.load_step(cid, "proposal")
         if saved is None:
-            result = self.proposer.propose(inp, self.rng)
+            result = proposer.propose(inp, self.rng)
             _fault("proposal", round_no)
             saved = {"result": result.to_dict(), "rng": _rng_to_json(self.rng.getstate()),
                      "case_ids": inp.case_ids, "cases": inp.cases}
@@ -349,7 +354,7 @@ class Evolution:
             if not verdict["ok"]:
                 rev = self.dir.load_step(cid, "revise")
                 if rev is None:
-                    again = self.proposer.revise(inp, result, f"level {verdict['level']}: {verdict['reason']}",
+                    again = proposer.revise(inp, result, f"level {verdict['level']}: {verdict['reason']}",
                                                  self.rng)
                     rev = {"result": again.to_dict() if again else None, "rng": _rng_to_json(self.rng.getstate())}
                     self.dir.save_step(cid, "revise", rev)
@@ -429,8 +434,8 @@ class Evolution:
         attempts, ``outcome.json`` and the history row the report prints. Integrators call it
         for their own attempts."""
         if not accepted and cand.status == "evaluated":
-            cand.reason = "valid overall did not improve" if stage in ("cold", "integrate") else \
-                "no capability's valid score improved"
+            cand.reason = cand.reason or ("valid overall did not improve" if stage in ("cold", "integrate", "holistic")
+                                          else "no capability's valid score improved")
         if not accepted:
             self.archive.attempts.setdefault(target or stage, []).append(cand.id)
         atomic_write_json(self.dir.step(cand.id, "outcome"), {
@@ -472,6 +477,15 @@ class Evolution:
                     fin[key] = self._scores(ev).__dict__
                     for role, u in usage_from_eval(ev).items():
                         self.ledger.add("final", role, u["calls"], u["prompt"], u["completion"])
+                if self.cfg.test_specialists:  # report rows and the oracle-label router baseline
+                    fin["specialists_test"] = {}
+                    for cid in dict.fromkeys(self.archive.specialists.values()):
+                        if cid in ("seed", final_id):
+                            continue
+                        ev, _ = self.evaluate(self.source_of(cid), "test")
+                        fin["specialists_test"][cid] = self._scores(ev).__dict__
+                        for role, u in usage_from_eval(ev).items():
+                            self.ledger.add("final", role, u["calls"], u["prompt"], u["completion"])
             fin["ledger_final"] = self.ledger.rounds.get("final", {})
             atomic_write_json(self.dir.root / "final.json", fin)
         else:

@@ -30,6 +30,16 @@ def _scores(split) -> dict | None:
     return None if split is None else {"overall": split["overall"], "by_capability": dict(split["by_capability"])}
 
 
+def test_of(fin: dict, cid: str) -> dict | None:
+    """The test scores (with per-task scores) of archived program ``cid`` in ``final.json``
+    (seed, final, or a specialist run on test), None when it was not run on test."""
+    if cid == "seed":
+        return fin.get("seed_test")
+    if cid == fin.get("final"):
+        return fin.get("final_test")
+    return (fin.get("specialists_test") or {}).get(cid)
+
+
 def build_summary(evo, fin: dict) -> dict:
     """The summary dict of a finished (or stopped) run ``evo`` with ``final.json`` ``fin``."""
     arch = evo.archive
@@ -49,8 +59,10 @@ def build_summary(evo, fin: dict) -> dict:
         "final": {"valid": final.valid.scores(), "test": _scores(fin.get("final_test")),
                   "program": str(root / "best.py"), "id": final.id},
         "specialists": {c: {"valid": arch.specialist(c).valid.scores(), "id": arch.specialist(c).id,
-                            "program": str(root / arch.specialist(c).program)}
+                            "program": str(root / arch.specialist(c).program),
+                            "test": _scores(test_of(fin, arch.specialist(c).id))}
                         for c in CAPABILITIES if c in arch.specialists},
+        "integrated": final.id != arch.base,
         "final_id": final.id, "stopped": evo.stopped, "ledger": evo.ledger.rounds,
     }
 
@@ -91,15 +103,24 @@ def render_report(evo, summary: dict) -> str:
             + " |"
 
     out.append(row("seed", "seed", summary["seed"]["valid"]))
-    out.append(row("final (base)", summary["final_id"], summary["final"]["valid"]))
+    out.append(row("final (integrated)" if summary.get("integrated") else "final (base)", summary["final_id"],
+                   summary["final"]["valid"]))
     for c, s in summary["specialists"].items():
         out.append(row(f"specialist {c} {CAP_NAMES[c]}", s["id"], s["valid"]))
     if summary["final"]["test"] is not None:
         out += ["", "## Test split (frozen program, run once)", "", "| program | overall | " + " | ".join(caps) + " |",
                 "|" + "---|" * (2 + len(caps))]
-        for name, sc in (("seed", summary["seed"]["test"]), ("final", summary["final"]["test"])):
+        rows = [("seed", summary["seed"]["test"]), ("final", summary["final"]["test"])]
+        rows += [(f"specialist {c} ({s['id']})", s.get("test")) for c, s in summary["specialists"].items()]
+        for name, sc in rows:
+            if sc is None:
+                continue
             out.append(f"| {name} | {_f(sc['overall'])} | " + " | ".join(_f(sc["by_capability"].get(c)) for c in caps)
                        + " |")
+    from evolution.search.integrate import integration_section
+    section = integration_section(evo.history)
+    if section:
+        out += ["", section.rstrip("\n")]
     out += ["", "## Cost", "", f"- model calls per role: `{json.dumps(summary['model_calls'])}`",
             f"- tokens per role: `{json.dumps(summary['tokens'])}`", "",
             "Files: `best.py` (the frozen program), `capabilities.png`, `summary.json`, `candidates/<id>/` "

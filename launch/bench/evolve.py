@@ -113,7 +113,7 @@ def bench_round(*, train=("conv-26",), valid=("conv-30",), max_questions: int | 
                 d = tmp / f"{name.replace(' ', '_')}-{mode}"
                 cfg = EvolveConfig(train=list(train), valid=list(valid), max_questions=max_questions, extractor="turns",
                                    plan_mode=plan_mode, scorer="answer-recall", rounds_cold=1, rounds_refine=0,
-                                   seed_program=str(parent), progress=progress, out=str(d))
+                                   rounds_integrate=0, seed_program=str(parent), progress=progress, out=str(d))
                 evo = Evolution(cfg, rt=rt, proposer=make())
                 evo.start()  # the parent, evaluated: warms the stage cache
                 evo.save()

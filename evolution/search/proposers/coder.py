@@ -65,9 +65,10 @@ def _diag_table(diag: dict) -> str:
 
 def build_prompt(inp: ProposalInput) -> list[dict]:
     """The chat messages of a proposal (system: role + interface + format; user: the rest)."""
-    goal = ("Improve the program's overall score (cold start: any component may be the bottleneck)."
-            if inp.target is None else
-            f"Improve capability {inp.target} (refinement from its specialist) without hurting the others.")
+    goal = inp.extra.get("goal") or (
+        "Improve the program's overall score (cold start: any component may be the bottleneck)."
+        if inp.target is None else
+        f"Improve capability {inp.target} (refinement from its specialist) without hurting the others.")
     parts = [f"# Goal\n{goal}", f"# Diagnostics of the parent (train split)\n{_diag_table(inp.diagnostics)}\n"
              "d_ext: evidence kept in units; d_idx: found when the evidence itself is the query; d_ret: found for "
              "the real question (cosine, 0..1).",

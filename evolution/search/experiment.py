@@ -1,0 +1,158 @@
+"""The ablation experiment: every variant × every seed under one recipe, resumable.
+
+Source: issue 9 § 3; PrisMem Table 4 (ablations), Table 12 (routing baseline), Fig. 3b
+(performance boundary). ``memgym evolve experiment --config R.yaml --variants
+full,holistic,round_robin,random_cases,no_integration --seeds 3`` runs, for seeds
+``recipe.seed + 0 .. n-1`` (outer loop) and each variant (inner loop), one evolution run
+with the same recipe, proposer and budget; the variant only sets the recipe's ``ablation``
+(``full`` = ``none``; see :mod:`evolution.search.ablations`).
+
+Layout of the experiment directory ``OUT`` (the recipe's ``out``)::
+
+    OUT/experiment_recipe.json   the recipe, variants and seeds (``--resume OUT`` reads it)
+    OUT/experiment_state.json    per run: status (running | done) and how often it was started
+    OUT/<variant>/seed<k>/       one ordinary run directory (``memgym evolve --resume`` works on it)
+    OUT/stages.sqlite, responses.sqlite   caches shared by all runs (identical programs on the
+                                 same conversations are executed once in the whole experiment)
+    OUT/experiment.json, experiment.md, boundary.png
+
+Resume: a run whose status is ``done`` (its summary.json written) is never started again; a
+run killed half-way continues with the loop's own resume; unstarted runs start. Metrics
+(:mod:`evolution.search.experiment_report`) are recomputed from the run directories.
+
+Fault injection for tests: ``MEMGYM_EXPERIMENT_FAULT=<variant>/seed<k>`` kills the process
+(SIGKILL) right after that run is recorded as done.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+from pathlib import Path
+
+from evolution.search.config import EvolveConfig
+from evolution.search.rundir import atomic_write_json, read_json
+
+VARIANTS = {"full": "none", "holistic": "holistic", "round_robin": "round_robin", "random_cases": "random_cases",
+            "no_integration": "no_integration"}
+"""Variant name → the recipe's ``ablation`` value."""
+FAULT_ENV = "MEMGYM_EXPERIMENT_FAULT"
+
+
+def parse_variants(text: str | list) -> list[str]:
+    """``"full,holistic"`` → ``["full", "holistic"]`` (ValueError naming an unknown variant or
+    a repeat)."""
+    names = [v.strip() for v in (text.split(",") if isinstance(text, str) else text) if v.strip()]
+    bad = [v for v in names if v not in VARIANTS]
+    if bad or not names:
+        raise ValueError(f"unknown variant(s) {bad or '(none given)'}; choose from {', '.join(VARIANTS)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"a variant is listed twice: {names}")
+    return names
+
+
+class Experiment:
+    """One experiment in ``cfg.out`` (module doc). ``variants``: names of :data:`VARIANTS`;
+    ``seeds``: how many seeds (≥ 1); ``rt``: a shared Runtime (default: built with the
+    response cache in OUT)."""
+
+    def __init__(self, cfg: EvolveConfig, variants: list[str], seeds: int, rt=None):
+        if seeds < 1:
+            raise ValueError(f"seeds must be >= 1, got {seeds}")
+        self.cfg, self.variants, self.n_seeds = cfg, parse_variants(variants), seeds
+        self.root = Path(cfg.out)
+        self.seeds = [cfg.seed + i for i in range(seeds)]
+        self._rt = rt
+
+    @property
+    def rt(self):
+        if self._rt is None:
+            from llm.runtime import Runtime
+            cfg = self.cfg
+            cache = cfg.cache or str(self.root / "responses.sqlite")
+            rt = Runtime.from_config(cache=cache, batch_size=cfg.batch_size, request_timeout_s=cfg.request_timeout_s,
+                                     request_retries=cfg.request_retries)
+            if self.cfg.embedder.startswith("hash:"):  # as Evolution does: model-free, tests only
+                from llm.embeddings import HashEmbedder
+                rt = Runtime(cache=rt.cache, embedder=HashEmbedder(int(self.cfg.embedder[5:])),
+                             batch_size=self.cfg.batch_size)
+            self._rt = rt
+        return self._rt
+
+    @classmethod
+    def from_dir(cls, root: str | Path, rt=None) -> "Experiment":
+        """The experiment stored in ``root`` (FileNotFoundError when there is none)."""
+        spec = read_json(Path(root) / "experiment_recipe.json")
+        if spec is None:
+            raise FileNotFoundError(f"no experiment to resume in {root}: experiment_recipe.json is missing")
+        known = {f.name for f in dataclasses.fields(EvolveConfig)}
+        cfg = EvolveConfig(**{k: v for k, v in spec["recipe"].items() if k in known})
+        cfg.out = str(root)
+        return cls(cfg, spec["variants"], spec["seeds"], rt=rt)
+
+    def run_dir(self, variant: str, seed: int) -> Path:
+        return self.root / variant / f"seed{seed}"
+
+    def run_config(self, variant: str, seed: int) -> EvolveConfig:
+        """The recipe of one run: the experiment's, with this variant's ablation and seed, its own
+        out dir, and the shared caches."""
+        return dataclasses.replace(self.cfg, ablation=VARIANTS[variant], seed=seed,
+                                   out=str(self.run_dir(variant, seed)),
+                                   stage_cache=self.cfg.stage_cache or str(self.root / "stages.sqlite"),
+                                   cache=self.cfg.cache or str(self.root / "responses.sqlite"))
+
+    def _state(self) -> dict:
+        return read_json(self.root / "experiment_state.json", {"runs": {}})
+
+    def _save_state(self, st: dict) -> None:
+        atomic_write_json(self.root / "experiment_state.json", st)
+
+    def run(self, *, resume: bool = False) -> dict:
+        """Run (or continue) every run, then write experiment.json / .md and boundary.png.
+        Returns the experiment.json dict. FileExistsError when ``OUT`` holds an experiment and
+        ``resume`` is False."""
+        from tqdm.auto import tqdm
+
+        from evolution.search.ablations import build_evolution
+        from evolution.search.experiment_report import write_experiment
+
+        spec_path = self.root / "experiment_recipe.json"
+        if spec_path.exists() and not resume:
+            raise FileExistsError(f"{self.root} already holds an experiment; continue it with: memgym evolve "
+                                  f"experiment --resume {self.root}")
+        self.root.mkdir(parents=True, exist_ok=True)
+        if not spec_path.exists():
+            atomic_write_json(spec_path, {"recipe": dataclasses.asdict(self.cfg), "variants": self.variants,
+                                          "seeds": self.n_seeds})
+        st = self._state()
+        pairs = [(v, s) for s in self.seeds for v in self.variants]
+        bar = tqdm(total=len(pairs), desc="experiment runs", unit="run", disable=not self.cfg.progress)
+        t0 = time.time()
+        try:
+            for variant, seed in pairs:
+                name = f"{variant}/seed{seed}"
+                row = st["runs"].setdefault(name, {"status": "new", "starts": 0, "wall_s": 0.0})
+                if row["status"] == "done" and (self.run_dir(variant, seed) / "summary.json").exists():
+                    bar.update(1)
+                    continue
+                rcfg = self.run_config(variant, seed)
+                rdir = self.run_dir(variant, seed)
+                rdir.mkdir(parents=True, exist_ok=True)
+                if not (rdir / "recipe.json").exists():
+                    atomic_write_json(rdir / "recipe.json", dataclasses.asdict(rcfg))
+                row["status"], row["starts"] = "running", row["starts"] + 1
+                self._save_state(st)
+                t = time.time()
+                evo = build_evolution(rcfg, rt=self.rt)
+                evo.run(resume=(rdir / "state.json").exists())
+                row["status"], row["wall_s"] = "done", row["wall_s"] + time.time() - t
+                self._save_state(st)
+                if os.environ.get(FAULT_ENV, "") == name:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                bar.update(1)
+        finally:
+            bar.close()
+        st["wall_s"] = st.get("wall_s", 0.0) + time.time() - t0
+        self._save_state(st)
+        return write_experiment(self)

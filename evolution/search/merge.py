@@ -1,0 +1,423 @@
+"""Offline component-level merge of capability specialists (PrisMem stage III without an LLM).
+
+Source: DESIGN.md § "Capability-driven evolution" (trace-guided integration) and issue 9:
+"a component-level merge from the common ancestor (each component from the specialist that
+changed it; a component changed by several specialists is settled on the paired differential
+cases)". Used as the whole integration of the ``params`` proposer and as the coder's cheap
+first try.
+
+Granularity. A program's components (:mod:`evolution.execution.component_diff`: extraction,
+indexing, planning, retrieval, answer, shared) are made of **elements**, each one top-level
+statement or one member of ``class Memory``:
+
+- module level: a statement assigning / defining names is keyed by those names
+  (``TOP_K``, ``def query_text``, ``class MemoryUnit``); an import or any other statement is
+  keyed by its normalised text (``ast.unparse``: ``import re``), so two programs adding the
+  same import agree and different imports are both kept;
+- ``class Memory``: its header (decorators, bases) and each member, keyed by name
+  (``Memory.retrieve`` is the retrieval component, every other member is indexing).
+
+Three-way rule, element by element. Each specialist S is compared with its **common ancestor
+with the base** A_S (the deepest program in both archive lineages: the base itself for a
+specialist refined from it; S itself when S is an ancestor of the base, so it contributes
+nothing). S *changed* an element when its version (normalised AST, docstrings ignored; "absent"
+counts as a version) differs from A_S's. No specialist changed it → the base's version. One
+distinct changed version, and the base did not change the element since that ancestor → that
+version. Otherwise a **conflict** (several specialists changed it differently, or the base
+changed it too), settled by :func:`settle`: each version scores the best mean train score, over
+the paired differential cases of the capabilities its holders specialise in, of the programs
+holding it; the highest wins (ties: the base's version, then the earliest capability in F, T,
+P, M, A order). The module docstring is the base's.
+
+Dead code: a definition the base lacks that nothing in the merge uses any more (the helpers
+of a specialist whose ``retrieve`` lost a conflict) is dropped, repeatedly, so a merge that
+reduces to one specialist's program is recognised as that program.
+
+Layout: the merged module follows the base's statement order; an element the base lacks is
+inserted after its nearest preceding element (in the contributing program's order) that is
+already placed, else at the front of its container. Every element's text is taken verbatim
+from the program it comes from (comments and blank lines above it travel with it).
+
+The result (:class:`MergeResult`) is a source text plus its provenance (element → program id),
+the components each program supplied, and the conflicts with their scores; it is not
+validated here (the integrator runs the four validation levels and the acceptance rule).
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import textwrap
+from dataclasses import dataclass, field
+
+from evolution.search.archive import CAPABILITIES
+
+ABSENT = "<absent>"
+_NAMED = {"EXTRACTION_INSTRUCTION": "extraction", "PLANNING_INSTRUCTION": "planning",
+          "ANSWER_INSTRUCTION": "answer", "MemoryUnit": "extraction", "Query": "planning"}
+
+
+class MergeError(ValueError):
+    """A program cannot take part in a merge (names the program and why)."""
+
+
+@dataclass(frozen=True)
+class Element:
+    """One mergeable piece: ``key`` (see the module doc), ``container`` (``module`` |
+    ``Memory``), ``component`` (reporting), ``text`` (verbatim source lines, leading comments
+    included) and ``norm`` (normalised AST dump; what "changed" compares)."""
+
+    key: str
+    container: str
+    component: str
+    text: str
+    norm: str
+
+
+def _norm(node: ast.AST) -> str:
+    node = copy.deepcopy(node)
+    for n in ast.walk(node):
+        body = getattr(n, "body", None)
+        if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body \
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            n.body = body[1:] or [ast.Pass()]
+    return ast.dump(node, annotate_fields=False, include_attributes=False)
+
+
+def _names(stmt: ast.stmt) -> list[str]:
+    if isinstance(stmt, ast.Assign):
+        out = []
+        for t in stmt.targets:
+            out += [n.id for n in ast.walk(t) if isinstance(n, ast.Name)]
+        return out
+    if isinstance(stmt, (ast.AnnAssign, ast.AugAssign)) and isinstance(stmt.target, ast.Name):
+        return [stmt.target.id]
+    if isinstance(stmt, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+        return [stmt.name]
+    return []
+
+
+def _start_line(stmt: ast.stmt) -> int:
+    decos = getattr(stmt, "decorator_list", None) or []
+    return min([stmt.lineno] + [d.lineno for d in decos])
+
+
+def _segments(lines: list[str], stmts: list[ast.stmt], first_line: int) -> list[str]:
+    """Verbatim text of each statement, from the line after the previous one ends (so leading
+    comments and blank lines travel with it) to its own last line (1-based ``first_line``)."""
+    out, prev_end = [], first_line - 1
+    for st in stmts:
+        out.append("".join(lines[prev_end: st.end_lineno]))
+        prev_end = st.end_lineno
+    return out
+
+
+def _docstring_end(body: list[ast.stmt]) -> int | None:
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        return body[0].end_lineno
+    return None
+
+
+@dataclass
+class ProgramParts:
+    """A program split into elements: ``docstring`` (the module docstring's lines, "" if
+    none), ``module`` (top-level elements in order; ``class Memory`` stands for the class, its
+    text being the class header: leading comments, decorators, the ``class`` line and the
+    class docstring) and ``memory`` (the members of ``class Memory`` in order)."""
+
+    docstring: str
+    module: list[Element]
+    memory: list[Element]
+
+    def element_map(self) -> dict[str, Element]:
+        return {e.key: e for e in self.module + self.memory}
+
+
+def split_program(source: str, name: str = "program") -> ProgramParts:
+    """Split ``source`` into :class:`ProgramParts`. Raises :class:`MergeError` naming ``name``
+    when it does not parse, lacks ``class Memory`` (or its members) or defines a key twice."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        raise MergeError(f"{name}: syntax error at line {e.lineno}: {e.msg}") from None
+    lines = source.splitlines(keepends=True)
+    body = list(tree.body)
+    docstring, first = "", 1
+    doc_end = _docstring_end(body)
+    if doc_end is not None:
+        docstring, first, body = "".join(lines[:doc_end]), doc_end + 1, body[1:]
+    module, memory, seen, has_memory = [], [], set(), False
+
+    def add(target: list, el: Element) -> None:
+        if el.key in seen:
+            raise MergeError(f"{name}: {el.key} is defined twice; cannot merge it element by element")
+        seen.add(el.key)
+        target.append(el)
+
+    prev_end = first - 1
+    for st in body:
+        text = "".join(lines[prev_end: st.end_lineno])
+        start = prev_end
+        prev_end = st.end_lineno
+        if isinstance(st, ast.ClassDef) and st.name == "Memory":
+            has_memory = True
+            members = list(st.body)
+            head_end = _docstring_end(members)
+            if head_end is not None:
+                members = members[1:]
+            if not members:
+                raise MergeError(f"{name}: class Memory has no members besides its docstring")
+            if head_end is None:
+                head_end = _start_line(members[0]) - 1
+            shell = ast.ClassDef(name="Memory", bases=st.bases, keywords=st.keywords, body=[ast.Pass()],
+                                 decorator_list=st.decorator_list)
+            if hasattr(st, "type_params"):
+                shell.type_params = st.type_params
+            add(module, Element("class Memory", "module", "indexing", "".join(lines[start:head_end]), _norm(shell)))
+            for m, mt in zip(members, _segments(lines, members, head_end + 1)):
+                mnames = _names(m)
+                key = "Memory." + (",".join(mnames) if mnames else ast.unparse(m))
+                add(memory, Element(key, "Memory", "retrieval" if mnames == ["retrieve"] else "indexing", mt,
+                                    _norm(m)))
+            continue
+        names = _names(st)
+        if names:
+            kinds = {_NAMED.get(n, "shared") for n in names}
+            comp = kinds.pop() if len(kinds) == 1 else "shared"
+            prefix = "def " if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)) else \
+                "class " if isinstance(st, ast.ClassDef) else ""
+            key = prefix + ",".join(names)
+        else:
+            comp, key = "shared", ast.unparse(st)
+        add(module, Element(key, "module", comp, text, _norm(st)))
+    if not has_memory:
+        raise MergeError(f"{name}: no class Memory")
+    return ProgramParts(docstring, module, memory)
+
+
+def element_key(source: str) -> str | None:
+    """sha256 (16 hex digits) of a program's elements as an unordered set of (key, normalised
+    AST): two programs with equal element keys define the same things and differ at most in
+    statement order, comments and docstrings. None when the source cannot be split."""
+    import hashlib
+    import json
+
+    try:
+        parts = split_program(source)
+    except MergeError:
+        return None
+    items = sorted([e.key, e.norm] for e in parts.module + parts.memory)
+    return hashlib.sha256(json.dumps(items).encode()).hexdigest()[:16]
+
+
+def render(parts: ProgramParts, module_keys: list[str], memory_keys: list[str], pick: dict[str, Element]) -> str:
+    """Source text of the chosen elements (``pick``: key → element) in the given orders, under
+    ``parts``' module docstring."""
+    def nl(t: str) -> str:
+        return t if t.endswith("\n") else t + "\n"
+
+    out = [parts.docstring]
+    for k in module_keys:
+        out.append(nl(pick[k].text))
+        if k == "class Memory":
+            out += [nl(pick[mk].text) for mk in memory_keys]
+    return "".join(out).rstrip("\n") + "\n"
+
+
+@dataclass
+class Contender:
+    """A program taking part in a merge: ``id`` (archive id), ``source``, ``capabilities`` it is
+    the specialist of ("" for the base) and ``paired_scores``: its train score on each paired
+    differential case (task id → score)."""
+
+    id: str
+    source: str
+    capabilities: str = ""
+    paired_scores: dict = field(default_factory=dict)
+
+
+@dataclass
+class Conflict:
+    """An element changed differently by several programs: ``key``, ``component``,
+    ``versions`` (one dict per distinct version: ``holders`` ids, ``score`` on the paired
+    cases ``cases``), ``winner`` (a program id)."""
+
+    key: str
+    component: str
+    cases: list
+    versions: list
+    winner: str
+
+    def to_dict(self) -> dict:
+        return {"key": self.key, "component": self.component, "cases": list(self.cases),
+                "versions": self.versions, "winner": self.winner}
+
+
+@dataclass
+class MergeResult:
+    """``source``: the merged program. ``provenance``: element key → id of the program it was
+    taken from (the base's id for elements no specialist changed). ``components``: component
+    → ids of the specialists that supplied a changed element of it (base order, then the
+    specialists' order). ``conflicts``: :class:`Conflict` list. ``contributors``: specialist
+    ids that supplied at least one element."""
+
+    source: str
+    provenance: dict
+    components: dict
+    conflicts: list
+    contributors: list
+
+    def to_dict(self) -> dict:
+        return {"provenance": dict(self.provenance), "components": {k: list(v) for k, v in self.components.items()},
+                "conflicts": [c.to_dict() for c in self.conflicts], "contributors": list(self.contributors)}
+
+
+def _cap_rank(c: Contender) -> int:
+    return min((CAPABILITIES.index(x) for x in c.capabilities if x in CAPABILITIES), default=len(CAPABILITIES))
+
+
+def settle(key: str, component: str, versions: dict[str, list[Contender]], base_id: str,
+           cases: list[str]) -> Conflict:
+    """Settle one conflict (see the module doc). ``versions``: normalised version → holders;
+    ``cases``: the paired differential case ids of the capabilities the holders specialise in.
+    A holder's score is its mean train score over ``cases`` (0 when there are none); a
+    version's score is the best of its holders'."""
+    rows = []
+    for norm, holders in versions.items():
+        scores = [sum(h.paired_scores.get(t, 0.0) for t in cases) / len(cases) if cases else 0.0 for h in holders]
+        best = max(range(len(holders)), key=lambda i: (scores[i], -_cap_rank(holders[i])))
+        rows.append({"holders": [h.id for h in holders], "score": scores[best], "_best": holders[best],
+                     "_base": any(h.id == base_id for h in holders), "_rank": min(_cap_rank(h) for h in holders)})
+    win = max(rows, key=lambda r: (round(r["score"], 12), r["_base"], -r["_rank"]))
+    return Conflict(key, component, list(cases),
+                    [{"holders": r["holders"], "score": r["score"]} for r in rows], win["_best"].id)
+
+
+def component_merge(base: Contender, specialists: list[Contender], ancestors: dict[str, str],
+                    paired: dict[str, str] | None = None) -> MergeResult:
+    """Merge ``specialists`` into ``base`` (module doc).
+
+    ``ancestors``: specialist id → source of its common ancestor with the base (the base
+    itself for a specialist refined from it; the specialist itself when it is an ancestor of
+    the base, so it contributes nothing). ``paired``: capability → its paired differential
+    case id; a conflict among specialists of capabilities X is settled on the cases of X.
+    Raises :class:`MergeError` when a program cannot be split (unparsable, no ``class
+    Memory``, a key defined twice) or a specialist has no ancestor.
+    """
+    paired = paired or {}
+    specs = [s for s in specialists if s.id != base.id]
+    progs = [base] + specs
+    parts = {p.id: split_program(p.source, p.id) for p in progs}
+    maps = {pid: pp.element_map() for pid, pp in parts.items()}
+    anc_maps = {}
+    for s in specs:
+        if s.id not in ancestors:
+            raise MergeError(f"no common ancestor given for specialist {s.id}")
+        anc_maps[s.id] = split_program(ancestors[s.id], f"ancestor of {s.id}").element_map()
+    keys: list[str] = []
+    for m in list(maps.values()) + list(anc_maps.values()):
+        keys += [k for k in m if k not in keys]
+
+    def norm(m: dict, k: str) -> str:
+        return m[k].norm if k in m else ABSENT
+
+    pick: dict[str, Element] = {}
+    prov: dict[str, str] = {}
+    comp_of: dict[str, str] = {}
+    conflicts = []
+    for k in keys:
+        b = norm(maps[base.id], k)
+        changers = [s for s in specs if norm(maps[s.id], k) != norm(anc_maps[s.id], k)]
+        versions: dict[str, list[Contender]] = {}
+        for s in changers:
+            versions.setdefault(norm(maps[s.id], k), []).append(s)
+        # the base contends when it changed k since a changer's ancestor, to a different version
+        if any(b != norm(anc_maps[s.id], k) for s in changers) and b not in versions:
+            versions = {b: [base], **versions}
+        elif b in versions:
+            versions[b] = [base] + versions[b]
+        if not changers or (len(versions) == 1 and base in next(iter(versions.values()))):
+            if k in maps[base.id]:
+                pick[k], prov[k] = maps[base.id][k], base.id
+            continue
+        some = next(m[k] for m in list(maps.values()) + list(anc_maps.values()) if k in m)
+        if len(versions) == 1:
+            winner = next(iter(versions.values()))[0]
+        else:
+            caps = sorted({c for hs in versions.values() for h in hs for c in h.capabilities if c in CAPABILITIES},
+                          key=CAPABILITIES.index)
+            cases = list(dict.fromkeys(paired[c] for c in caps if c in paired))
+            conf = settle(k, some.component, versions, base.id, cases)
+            conflicts.append(conf)
+            winner = next(p for p in progs if p.id == conf.winner)
+        prov[k], comp_of[k] = winner.id, some.component
+        if k in maps[winner.id]:
+            pick[k] = maps[winner.id][k]
+    for k in _prune(pick, maps[base.id]):
+        del prov[k]
+    comps = {}
+    for k, pid in prov.items():
+        if pid != base.id:
+            comps.setdefault(comp_of[k], set()).add(pid)
+    source = _assemble(base, parts, pick, progs)
+    order = [p.id for p in progs]
+    contributors = sorted({pid for ids in comps.values() for pid in ids}, key=order.index)
+    return MergeResult(source, prov, {k: sorted(v, key=order.index) for k, v in comps.items()}, conflicts,
+                       contributors)
+
+
+def _refs(el: Element) -> set[str]:
+    """Names an element's code loads (its own text parsed; members are dedented)."""
+    try:
+        tree = ast.parse(textwrap.dedent(el.text))
+    except SyntaxError:
+        return set()
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _prune(pick: dict[str, Element], base_map: dict[str, Element]) -> list[str]:
+    """Drop module-level definitions the base lacks that nothing else in the merge uses (a
+    losing specialist's helpers, repeatedly); returns the dropped keys. Contract names and
+    everything the base has are kept."""
+    dropped = []
+    refs = {k: _refs(e) for k, e in pick.items()}
+    while True:
+        gone = []
+        for k, e in pick.items():
+            names = set(k.removeprefix("def ").removeprefix("class ").split(","))
+            if k in base_map or e.container != "module" or k == "class Memory" or \
+                    not all(n.isidentifier() for n in names):  # imports and other statements stay
+                continue
+            if not any(names & refs[o] for o in pick if o != k):
+                gone.append(k)
+        if not gone:
+            return dropped
+        for k in gone:
+            pick.pop(k)
+            refs.pop(k)
+        dropped += gone
+
+
+def _order(base_keys: list[str], chosen: set[str], sequences: list[list[str]]) -> list[str]:
+    """Base order of the chosen keys, then each missing key after its nearest placed
+    predecessor in the first sequence that holds it."""
+    out = [k for k in base_keys if k in chosen]
+    for seq in sequences:
+        for i, k in enumerate(seq):
+            if k in chosen and k not in out:
+                prev = next((seq[j] for j in range(i - 1, -1, -1) if seq[j] in out), None)
+                out.insert(0 if prev is None else out.index(prev) + 1, k)
+    return out
+
+
+def _assemble(base: Contender, parts: dict[str, ProgramParts], pick: dict[str, Element],
+               progs: list[Contender]) -> str:
+    bp = parts[base.id]
+    mod_chosen = {k for k, e in pick.items() if e.container == "module"}
+    mem_chosen = {k for k, e in pick.items() if e.container == "Memory"}
+    mod = _order([e.key for e in bp.module], mod_chosen, [[e.key for e in parts[p.id].module] for p in progs])
+    mem = _order([e.key for e in bp.memory], mem_chosen, [[e.key for e in parts[p.id].memory] for p in progs])
+    if "class Memory" not in mod:
+        raise MergeError("the merge removed class Memory")
+    return render(bp, mod, mem, pick)
