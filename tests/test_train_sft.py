@@ -95,7 +95,7 @@ def test_session_states_and_data_errors(tmp_path, session1_file):
     with pytest.raises(ValueError, match="unknown manager"):
         sft_examples([session1_file], managers=["core", "index"])
     with pytest.raises(ValueError, match="unknown dataset"):
-        expert_session_states([session1_file], dataset="beam")
+        expert_session_states([session1_file], dataset="nosuch")
 
 
 def test_drop_overlong_keeps_whole_examples(session1_file, tokenizer):
