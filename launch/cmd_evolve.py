@@ -101,7 +101,7 @@ def cmd_evolve(argv: list[str]) -> int:
     rest = list(argv)
     if rest and rest[0] == "experiment":
         return cmd_experiment(rest[1:])
-    resume = None
+    resume = cfg = None
     if "--resume" in rest:
         i = rest.index("--resume")
         if i + 1 >= len(rest):
@@ -111,11 +111,16 @@ def cmd_evolve(argv: list[str]) -> int:
         del rest[i: i + 2]
     try:
         if resume is not None:
+            display = {"--no_progress": False, "--progress": True}  # display only: the run state is unchanged
+            shown = [a for a in rest if a in display]
+            rest = [a for a in rest if a not in display]
             if rest:
-                print(f"memgym evolve: --resume takes no other arguments (the recipe is stored in {resume}); got "
-                      f"{' '.join(rest)}", file=sys.stderr)
+                print(f"memgym evolve: --resume takes no other arguments than --no_progress (the recipe is stored "
+                      f"in {resume}); got {' '.join(rest)}", file=sys.stderr)
                 return 2
             cfg = _config_from_dir(resume)
+            if shown:
+                cfg.progress = display[shown[-1]]
         else:
             (cfg,) = parse_training_args(
                 [EvolveConfig], rest, "memgym evolve",
@@ -133,6 +138,9 @@ def cmd_evolve(argv: list[str]) -> int:
         evo = build_evolution(cfg)
         summary = evo.run(resume=resume is not None)
     except (ValueError, FileNotFoundError, FileExistsError) as e:
+        if resume is None and cfg is not None and not (Path(cfg.out) / "state.json").exists():
+            # nothing ran: leave no half-made run behind that would block the corrected command
+            (Path(cfg.out) / "recipe.json").unlink(missing_ok=True)
         print(f"memgym evolve: {e}", file=sys.stderr)
         return 2
     except ProgramRunError as e:

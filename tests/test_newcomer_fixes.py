@@ -40,3 +40,21 @@ def test_bench_cases_runs_and_keeps_every_evidence_unit(capsys):
     report = json.loads(out[-1])
     assert report["evidence_survival"] == 1.0
     assert report["programs"]["seed"]["cases"] == 2 and report["token_ratio"] < 1.0
+
+
+def test_evolve_bad_ids_leave_no_run_behind(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["evolve", "--config", "launch/recipes/evolve_locomo_offline.yaml", "--train", "conv-99",
+            "--out", str(out), "--embedder", "hash:64", "--no_progress"]
+    assert main(argv) == 2
+    assert "conv-99" in capsys.readouterr().err
+    assert not (out / "recipe.json").exists()  # the corrected command is not told "already holds a run"
+    assert main(["evolve", "--resume", str(out)]) == 2
+    assert "recipe.json is missing" in capsys.readouterr().err
+
+
+def test_evolve_empty_test_means_no_test_run():
+    from evolution.search.config import EvolveConfig
+
+    cfg = EvolveConfig(test=[""], embedder="hash:64")
+    assert cfg.test == [] and cfg.train == ["conv-26", "conv-30"]

@@ -133,6 +133,8 @@ class EvolveConfig:
             v = getattr(self, k)
             if isinstance(v, str):  # "a,b" or a YAML scalar
                 setattr(self, k, [x.strip() for x in v.split(",") if x.strip()])
+            else:  # --test '' (no test run) gives [""]
+                setattr(self, k, [x for x in v if str(x).strip()])
         if not self.train or not self.valid or self.test == ["default"]:
             d = self.default_splits()
             self.train = self.train or d["train"]
