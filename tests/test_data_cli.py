@@ -48,7 +48,7 @@ def test_stats_longmemeval_test_split(capsys):
 @pytest.mark.parametrize("argv, needle", [
     (["--dataset", "locomo", "--path", "/no/such/locomo10.json"],
      "LoCoMo file not found: expected at /no/such/locomo10.json"),
-    (["--dataset", "longmemeval", "--split", "valid"], "unknown longmemeval split 'valid'"),
+    (["--dataset", "longmemeval", "--split", "valid"], "LongMemEval split 'valid' is not in"),
 ])
 def test_stats_errors_exit_2_one_line(capsys, argv, needle):
     assert main(["data", "stats", *argv]) == 2
