@@ -88,3 +88,26 @@ def load_conversations(dataset: str, path: Path | str | None = None, *, ids: Seq
 def conversations_by_id(dataset: str, ids: Sequence[str], path: Path | str | None = None) -> dict[str, Conversation]:
     """``{id: Conversation}`` of :func:`load_conversations` for ``ids`` (same errors)."""
     return {c.id: c for c in load_conversations(dataset, path, ids=ids)}
+
+
+def check_selection(dataset: str, path, conversations, split: str | None, scorer: str) -> None:
+    """Parse-time checks of a recipe's data selection, shared by ``memgym eval`` and ``memgym
+    program eval``: ``rubric-recall`` only on BEAM; ``split`` one of the dataset's split names;
+    without a split, every BEAM chat id in ``conversations`` exists under ``path``.
+    Raises :class:`llm.config.ConfigError` naming the flag."""
+    from llm.config import ConfigError
+
+    if scorer == "rubric-recall" and dataset != "beam":
+        raise ConfigError("--scorer rubric-recall needs --dataset beam (it scores BEAM rubrics)")
+    if split is not None:
+        from data_synth.splits import split_names
+        if split not in split_names(dataset):
+            raise ConfigError(f"--split: {split!r} is not a {dataset} split; expected one of "
+                              f"{', '.join(split_names(dataset))}")
+    elif dataset == "beam":
+        from data_synth.beam import chat_id_of, find_chats
+        known = [chat_id_of(f) for f in find_chats(path)]
+        missing = [c for c in conversations if c not in known]
+        if missing:
+            raise ConfigError(f"--conversations: BEAM chat ids {', '.join(missing)} not found under "
+                              f"{path or 'the BEAM root'}; known: {', '.join(known)}")

@@ -20,11 +20,11 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from data_synth.capabilities import capability_for
-from data_synth.datasets import DATASETS, load_conversations
+from data_synth.datasets import DATASETS, check_selection, load_conversations
 from data_synth.expert import ExpertExtractor
 from data_synth.extractors import make_extractor
 from llm.base import GenerationParams
-from llm.config import ConfigError, check_fields, require
+from llm.config import check_fields, require
 from memory_bank.actions import MANAGERS
 from memory_bank.construct import construct
 from memory_bank.retrieval import BankRetriever
@@ -33,6 +33,7 @@ from rewards.answer import answer_questions
 from rewards.judge import ScoreItem, make_scorer
 from rewards.metrics import answer_recall, mean_or_zero
 from llm.runtime import Runtime
+
 
 @dataclass
 class EvalConfig:
@@ -107,20 +108,7 @@ class EvalConfig:
             parse_column(c, self.constrained)  # a bad option word fails before any model loads
         check_fields(self)
         require(self, "scorer", "llm", "judge_model", "(a backend spec of the LLM judge)")
-        if self.scorer == "rubric-recall" and self.dataset != "beam":
-            raise ConfigError("--scorer rubric-recall needs --dataset beam (it scores BEAM rubrics)")
-        if self.split is not None:
-            from data_synth.splits import split_names
-            if self.split not in split_names(self.dataset):
-                raise ConfigError(f"--split: {self.split!r} is not a {self.dataset} split; expected one of "
-                                  f"{', '.join(split_names(self.dataset))}")
-        elif self.dataset == "beam":
-            from data_synth.beam import chat_id_of, find_chats
-            known = [chat_id_of(f) for f in find_chats(self.path)]
-            missing = [c for c in self.conversations if c not in known]
-            if missing:
-                raise ConfigError(f"--conversations: BEAM chat ids {', '.join(missing)} not found under "
-                                  f"{self.path or 'the BEAM root'}; known: {', '.join(known)}")
+        check_selection(self.dataset, self.path, self.conversations, self.split, self.scorer)
 
 
 def parse_column(text: str, default_constrained: bool) -> tuple[str, bool, str]:

@@ -26,13 +26,13 @@ from pathlib import Path
 
 from data_synth.capabilities import CAPABILITY_NAMES
 from data_synth.capabilities import LOCOMO_CATEGORY_NAMES as CATEGORY_NAMES
-from data_synth.datasets import DATASETS, load_conversations
+from data_synth.datasets import DATASETS, check_selection, load_conversations
 from evolution.execution.diagnostics import METRICS, diagnose_run
 from evolution.execution.results import ProgramEvaluation
 from evolution.execution.runner import ProgramRun, ProgramRunner, RunnerSettings, dump_units
 from evolution.execution.sandbox import SandboxLimits
 from evolution.execution.stages import StageCache
-from llm.config import ConfigError, check_fields, require
+from llm.config import check_fields, require
 from llm.runtime import Runtime
 from rewards.metrics import mean_or_zero
 
@@ -112,20 +112,7 @@ class ProgramEvalConfig:
     def __post_init__(self):
         check_fields(self)
         require(self, "scorer", "llm", "judge_model", "(a backend spec of the LLM judge)")
-        if self.scorer == "rubric-recall" and self.dataset != "beam":
-            raise ConfigError("--scorer rubric-recall needs --dataset beam (it scores BEAM rubrics)")
-        if self.split is not None:
-            from data_synth.splits import split_names
-            if self.split not in split_names(self.dataset):
-                raise ConfigError(f"--split: {self.split!r} is not a {self.dataset} split; expected one of "
-                                  f"{', '.join(split_names(self.dataset))}")
-        elif self.dataset == "beam":
-            from data_synth.beam import chat_id_of, find_chats
-            known = [chat_id_of(f) for f in find_chats(self.path)]
-            missing = [c for c in self.conversations if c not in known]
-            if missing:
-                raise ConfigError(f"--conversations: BEAM chat ids {', '.join(missing)} not found under "
-                                  f"{self.path or 'the BEAM root'}; known: {', '.join(known)}")
+        check_selection(self.dataset, self.path, self.conversations, self.split, self.scorer)
         self.runner_settings()  # validates extractor / plan_mode / budgets
 
     def runner_settings(self) -> RunnerSettings:
