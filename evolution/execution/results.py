@@ -148,3 +148,13 @@ class ProgramEvaluation:
         if not tasks:
             d.pop("tasks")
         return d
+
+class ProgramRunError(RuntimeError):
+    """A program could not be evaluated: a broken contract, a dead/timed-out sandbox, or an
+    extraction that cannot be mapped to the program's units. ``stage`` names the stage,
+    ``conversation`` the conversation (or "")."""
+
+    def __init__(self, message: str, *, stage: str, conversation: str = ""):
+        where = f"{stage}" + (f" [{conversation}]" if conversation else "")
+        super().__init__(f"{where}: {message}")
+        self.stage, self.conversation, self.reason = stage, conversation, message

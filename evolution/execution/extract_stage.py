@@ -1,0 +1,147 @@
+"""The extract stage of :class:`evolution.execution.runner.RunState`, split out of runner.py
+along its seam: the four extraction modes (``turns``, ``instruction``, a trained extractor's
+bank entries, an ``expert:`` replay), memory construction for trained extractors, and the
+extraction statistics (units, failures, segments). :class:`ExtractStage` is a mixin: it uses
+the run state's settings, cache, runtime, counters and stage hashes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from data_synth.expert import ExpertExtractor
+from data_synth.extractors import make_extractor
+from evolution.execution.results import ConversationTrace, ProgramRunError
+from evolution.execution.stages import extraction_messages, session_fingerprint, stable_hash
+from llm.base import GenerationParams, TruncatedOutputError, require_complete
+from llm.structured import bounded
+from memory_bank.program import (ProgramInfo, StructuredOutputError, parse_structured, session_entries,
+                                 turn_entries, units_from_entries)
+from memory_bank.record_schemas import units_schema
+from memory_bank.schema import Conversation
+
+class ExtractStage:
+    """Mixin holding the extract-stage methods of :class:`~evolution.execution.runner.RunState`."""
+
+    def _extract(self, conv: Conversation, info: ProgramInfo) -> tuple[ConversationTrace, list[str]]:
+        s = self.settings
+        sessions = list(conv.sessions)
+        unit_fields = [f.to_dict() for f in info.unit_fields]
+        if s.extraction_mode == "instruction":
+            base = ("instruction", self._identity("task"), s.extract_max_new_tokens, list(conv.speakers))
+            if s.constrained:  # appended only when on, so free runs keep their cached stages
+                base += ("constrained", s.constrained_max_chars, s.constrained_max_items)
+            keys = [stable_hash("extract", self.stage_hash["extract"], base, session_fingerprint(x)) for x in sessions]
+        elif s.extraction_mode == "turns":
+            keys = [stable_hash("extract", self.stage_hash["extract"], "turns", unit_fields, session_fingerprint(x))
+                    for x in sessions]
+        else:
+            conv_fp = stable_hash(conv.id, [session_fingerprint(x) for x in sessions])
+            construct_key = stable_hash("construct", self._identity("extractor"), s.extractor_max_new_tokens,
+                                        self.rt.embedder.model_id, conv_fp,
+                                        *(["constrained", s.constrained_max_chars, s.constrained_max_items]
+                                          if s.constrained and s.extraction_mode != "expert" else []),
+                                        *([s.extractor_context_tokens] if s.extractor_context_tokens else []))
+            keys = [stable_hash("extract", self.stage_hash["extract"], construct_key, unit_fields, x.index)
+                    for x in sessions]
+        cached = [self.cache.get_json("extract", k) for k in keys]
+        todo = [i for i, c in enumerate(cached) if c is None]
+        self._count("extract", run=len(todo), reused=len(sessions) - len(todo))
+        if todo:
+            chosen = [sessions[i] for i in todo]
+            if s.extraction_mode == "instruction":
+                fresh = self._extract_instruction(conv, info, chosen)
+            elif s.extraction_mode == "turns":
+                fresh = self._extract_turns(conv, info, chosen)
+            else:
+                fresh = self._extract_bank(conv, info, chosen, construct_key)
+            for i, value in zip(todo, fresh):
+                self.cache.put_json("extract", keys[i], value)
+                cached[i] = value
+        trace = ConversationTrace(conv, [c["units"] for c in cached], [x.index for x in sessions])
+        trace.extract_failures = sum(1 for c in cached if c["error"])
+        with self.lock:
+            self._extraction_stats(sessions, cached, trace)
+        return trace, keys
+
+    def _extraction_stats(self, sessions, cached, trace) -> None:
+        stats = self.extraction_stats
+        stats["sessions"] += len(sessions)
+        stats["segments"] += sum(c.get("segments", 1) for c in cached)
+        stats["units"] += sum(len(c["units"]) for c in cached)
+        stats["format_failures"] += trace.extract_failures
+        for c in cached:
+            for m in c.get("failed_managers", []):
+                stats["manager_failures"][m] = stats["manager_failures"].get(m, 0) + 1
+
+    def _extract_turns(self, conv, info: ProgramInfo, sessions) -> list[dict]:
+        """``turns`` mode: every dialogue turn is one unit (no model call), mapped onto the
+        program's MemoryUnit like a trained extractor's entries (:func:`turn_entries`)."""
+        out = []
+        for x in sessions:
+            try:
+                units = units_from_entries(turn_entries(x), info.unit_class())
+            except StructuredOutputError as e:
+                raise ProgramRunError(f"dialogue turns do not fit the program's MemoryUnit: {e}", stage="extract",
+                                      conversation=conv.id) from None
+            out.append({"units": [dataclasses.asdict(u) for u in units], "error": None})
+        return out
+
+    def _extract_instruction(self, conv, info: ProgramInfo, sessions) -> list[dict]:
+        batch = [extraction_messages(info.extraction_instruction, x, conv.speakers, info.unit_fields) for x in sessions]
+        s = self.settings
+        schema = bounded(units_schema(info.unit_fields), s.constrained_max_chars, s.constrained_max_items) \
+            if s.constrained else None
+        comps = self._generate("extract", batch, GenerationParams(max_new_tokens=self.settings.extract_max_new_tokens),
+                               f"extract {conv.id}", schema)
+        out = []
+        for comp in comps:
+            try:  # a cut-off extraction is a format failure (error type truncated), never half the units
+                units = parse_structured(require_complete(comp, "extraction"), info.unit_class(), many=True)
+                out.append({"units": [dataclasses.asdict(u) for u in units], "error": None})
+            except TruncatedOutputError as e:
+                out.append({"units": [], "error": f"truncated: {e}"})
+            except StructuredOutputError as e:
+                out.append({"units": [], "error": str(e)[:300]})
+        return out
+
+    def _extract_bank(self, conv, info: ProgramInfo, sessions, construct_key: str) -> list[dict]:
+        """Extractor/expert mode: build the bank once per conversation (cached under
+        ``construct_key``), then map each session's new/updated entries to units."""
+        snaps = self.cache.get_json("construct", construct_key)
+        if snaps is None:
+            snaps = self._construct(conv)
+            self.cache.put_json("construct", construct_key, snaps)
+        by_index = {x.index: i for i, x in enumerate(conv.sessions)}
+        out = []
+        for x in sessions:
+            i = by_index[x.index]
+            before = snaps["banks"][i - 1] if i > 0 else None
+            entries = session_entries(before, snaps["banks"][i], x.index, x.date.date().isoformat() if x.date else None)
+            try:
+                units = units_from_entries(entries, info.unit_class())
+            except StructuredOutputError as e:
+                raise ProgramRunError(f"bank entries do not fit the program's MemoryUnit: {e}", stage="extract",
+                                      conversation=conv.id) from None
+            failed = [m for si, m in snaps["failures"] if si == x.index]
+            out.append({"units": [dataclasses.asdict(u) for u in units], "error": None, "failed_managers": failed,
+                        "segments": snaps.get("segments", {}).get(str(x.index), 1)})
+        return out
+
+    def _construct(self, conv: Conversation) -> dict:
+        from memory_bank.construct import construct
+
+        extractor = make_extractor(self.settings.extraction, self.rt, self.settings.extractor_max_new_tokens,
+                                   constrained=self.settings.constrained, max_chars=self.settings.constrained_max_chars,
+                                   max_items=self.settings.constrained_max_items,
+                                   context_tokens=self.settings.extractor_context_tokens)
+        if isinstance(extractor, ExpertExtractor):
+            missing = extractor.missing_sessions(conv)
+            if missing:
+                raise ProgramRunError(f"{extractor.name} has no trajectory line for sessions {missing}", stage="extract",
+                                      conversation=conv.id)
+        with self.runner.model_lock:
+            calls0 = self.rt.calls_snapshot()
+            built = construct(conv, extractor, embedder=self.rt.embedder, progress=self.settings.progress)
+        self._add_calls("extract", self.rt.calls_since(calls0)["calls"].get("extractor", 0))
+        return {"banks": built.snapshots, "failures": [[f.session, f.manager] for f in built.failures],
+                "segments": {str(k): v for k, v in built.segments.items()}}
