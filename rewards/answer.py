@@ -99,18 +99,21 @@ def strip_thinking(text: str) -> str:
 
 
 def clean_answer(raw: str) -> str:
-    """Turn a raw model output into the short answer: drop thinking blocks, take the first
-    non-empty line, remove an "Answer:" / "Final answer:" prefix (case-insensitive, also in
-    markdown bold) and surrounding whitespace and quotes. Returns "" when nothing is left
-    (an empty answer scores 0 under every metric). Non-str input gives "".
+    """Turn a raw model output into the answer that is judged: drop thinking blocks, remove an
+    "Answer:" / "Final answer:" prefix of the first non-empty line (case-insensitive, also in
+    markdown bold), surrounding whitespace and quotes. Every line is kept (BEAM's lists and
+    summaries are judged whole; F1 normalises the text itself). Returns "" when nothing is
+    left (an empty answer scores 0 under every metric). Non-str input gives "".
     """
     if not isinstance(raw, str):
         return ""
-    for line in strip_thinking(raw).splitlines():
-        line = _ANSWER_PREFIX.sub("", line, count=1).strip().strip("\"'`").strip()
-        if line:
-            return line
-    return ""
+    text = strip_thinking(raw).strip()
+    if not text:
+        return ""
+    first, nl, rest = text.partition("\n")
+    first = _ANSWER_PREFIX.sub("", first, count=1).strip()
+    text = (first + nl + rest).strip() if first else rest.strip()
+    return text.strip("\"'`").strip()
 
 
 def check_triples(items, names: tuple[str, str, str]) -> list[tuple]:

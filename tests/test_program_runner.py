@@ -130,7 +130,7 @@ def episodic_extractor(messages, params) -> str:
 
 
 def test_trained_extractor_units_flow_into_the_programs_index():
-    runner, script, rt = make_runner(diagnostics=False, extraction=EXTRACTOR)
+    runner, script, rt = make_runner(diagnostics=False, extractor=EXTRACTOR)
     rt.register(EXTRACTOR, ScriptedBackend(episodic_extractor, model_id="extractor"))
     run = runner.run(REF, [conversation()])
     assert rt.calls["extractor"] == 12  # 3 sessions x 4 managers
@@ -155,7 +155,7 @@ def test_expert_extraction_replays_the_trajectory_into_units():
     from data_synth.datasets import load_conversations
 
     conv = load_conversations("locomo", ids=["conv-30"], n_sessions=2)
-    runner, script, rt = make_runner(diagnostics=False, extraction="expert:conv-30", plan_mode="question")
+    runner, script, rt = make_runner(diagnostics=False, extractor="expert:conv-30", plan_mode="question")
     run = runner.run(SEED, conv)
     assert [len(u) for u in run.traces[0].units] == [13, 9]
     assert run.extraction["mode"] == "expert" and run.extraction["units"] == 22
