@@ -83,7 +83,7 @@ def score_questions(scorer, dataset: str | None, entries: Sequence[tuple], trace
         miss = (q.id in missing) if missing is not None else (need and pred is None)
         rows.append(QuestionResult(conv_id, q.id, q.question, str(q.answer), str(q.category),
                                    cap.value if cap is not None else None, pred, None, miss,
-                                   answer_recall(q.answer, ctx) if ctx else None,
+                                   answer_recall(q.answer, ctx) if ctx is not None else None,
                                    trace=trace.format(i=i) if trace else None))
         if not miss:
             todo.append((i, ScoreItem(q.question, q.answer, pred or "", ctx or "", q.category, q.id, q.rubric)))

@@ -38,7 +38,7 @@ def make_runner(cache=None, **kw):
     script = Script()
     rt = Runtime(embedder=CountingEmbedder())
     rt.register(TASK, ScriptedBackend(script, model_id="task"))
-    settings = RunnerSettings(**{"extraction": "instruction", "task_model": TASK, **kw})
+    settings = RunnerSettings(**{"extractor": "instruction", "task_model": TASK, **kw})
     return ProgramRunner(rt, settings, cache), script, rt
 
 
@@ -324,7 +324,7 @@ def test_turns_extraction_maps_every_turn_without_a_model_call():
         {"part": "turn", "id": "s2:1", "text": "Melanie: Melanie took her kids camping in the mountains",
          "date": "2023-05-08", "session": 2}]
     runner, script, rt = make_runner(diagnostics=False, plan_mode="question")
-    runner.settings.extraction = "turns"
+    runner.settings.extractor = "turns"
     run = runner.run(SEED, [conv])
     assert script.counts == {"extract": 0, "plan": 0, "answer": 0} and rt.calls_snapshot()["calls"].get("task", 0) == 0
     assert run.extraction["mode"] == "turns" and run.extraction["units"] == 6
@@ -356,7 +356,7 @@ def test_evaluate_program_returns_a_typed_result():
     from evolution.execution.results import ProgramEvaluation
 
     runner, _, _ = make_runner(plan_mode="question")
-    runner.settings.extraction = "turns"
+    runner.settings.extractor = "turns"
     ev, run = evaluate_program(SEED, [conversation()], runner)
     assert isinstance(ev, ProgramEvaluation) and ev.ok and ev.n == 4
     assert ev.overall == 0.75
@@ -388,7 +388,7 @@ def test_two_evaluations_overlap_on_one_runner():
     from concurrent.futures import ThreadPoolExecutor
 
     runner, _, _ = make_runner(diagnostics=True, plan_mode="question")
-    runner.settings.extraction = "turns"
+    runner.settings.extractor = "turns"
     with ThreadPoolExecutor(2) as pool:
         a, b = pool.map(lambda src: runner.run(src, [conversation()]), [REF, RETRIEVAL_ONLY])
     solo, _, _ = make_runner(diagnostics=True, plan_mode="question")
