@@ -103,13 +103,21 @@ def _score_locomo(tmp_path, judge_spec, out="out", cache=None, preds=None):
                  "--judge", judge_spec, "--cache", str(cache or tmp_path / "r.sqlite"), "--out", str(tmp_path / out)])
 
 
-def test_score_garbage_judge_warns_and_names_no_retry(tmp_path, capsys):
+def _garbage_run(tmp_path):
     from tests.fake_judge import FakeJudge
 
     with FakeJudge(lambda b: "<html>502 Bad Gateway</html>") as fj:
-        rc = _score_locomo(tmp_path, fj.spec)
+        return _score_locomo(tmp_path, fj.spec)
+
+
+def test_score_garbage_judge_warns(tmp_path, capsys):
+    rc = _garbage_run(tmp_path)
     err = capsys.readouterr().err
     assert rc == 0 and "3 of 3 judge replies were unreadable" in err and "502 Bad Gateway" in err
+
+
+def test_score_report_says_the_judge_never_retries(tmp_path, capsys):
+    assert _garbage_run(tmp_path) == 0
     md = (tmp_path / "out" / "report.md").read_text()
     assert "3 requests, no retries" in md and "None prompts" not in md and "0 retried" not in md
 
@@ -128,16 +136,24 @@ def test_score_never_caches_unreadable_replies(tmp_path, capsys):
     assert s["overall"] == 1.0
 
 
-def test_score_bad_out_and_inputs_are_one_line_errors(tmp_path, capsys):
+def test_score_empty_out_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     preds = _locomo_preds(tmp_path)
     assert main(["score", "--dataset", "locomo", "--predictions", str(preds), "--judge", "f1", "--out", ""]) == 2
-    assert "--out: give an output folder" in capsys.readouterr().err
+    assert "--out: give an output folder" in capsys.readouterr().err and not (tmp_path / "scores.json").exists()
+
+
+def test_score_out_naming_a_file_is_one_line(tmp_path, capsys):
+    preds = _locomo_preds(tmp_path)
     afile = tmp_path / "afile"
     afile.write_text("x")
     for out in (str(afile), str(afile / "sub")):
         assert main(["score", "--dataset", "locomo", "--predictions", str(preds), "--judge", "f1", "--out", out]) == 2
         err = capsys.readouterr().err
-        assert "Traceback" not in err and "--out" in err and str(afile) in err
+        assert "Traceback" not in err and "--out" in err and str(afile) in err and "Errno" not in err
+
+
+def test_score_non_utf8_names_file_and_line(tmp_path, capsys):
     latin = tmp_path / "latin.jsonl"
     latin.write_bytes(b'{"question_id": "conv-26/q0", "prediction": "ok"}\n{"question_id": "conv-26/q1", '
                       b'"prediction": "caf\xe9"}\n')
@@ -145,6 +161,9 @@ def test_score_bad_out_and_inputs_are_one_line_errors(tmp_path, capsys):
                  "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert f"file {latin}, line 2" in err and "not UTF-8" in err and "0xe9" in err
+
+
+def test_score_all_unknown_ids_exits_nonzero(tmp_path, capsys):
     unknown = _write(tmp_path / "u.jsonl", [{"question_id": "conv-99/q0", "prediction": "x"}])
     assert main(["score", "--dataset", "locomo", "--predictions", str(unknown), "--judge", "f1",
                  "--out", str(tmp_path / "o2")]) == 2

@@ -340,10 +340,10 @@ def test_workers_overlap_conversations_with_identical_results():
 
     convs = [conversation(), replace(conversation(), id="d", sessions=conversation().sessions[:2])]
     r1, _, _ = make_runner(diagnostics=True, plan_mode="question")
-    r1.settings.extraction = "turns"
+    r1.settings.extractor = "turns"
     a = r1.run(REF, convs, workers=1)
     r2, _, _ = make_runner(diagnostics=True, plan_mode="question")
-    r2.settings.extraction = "turns"
+    r2.settings.extractor = "turns"
     b = r2.run(REF, convs, workers=2)
     assert [t.conversation for t in b.tasks] == ["c"] * 4 + ["d"] * 4
     assert [(t.retrieved, t.score) for t in a.tasks] == [(t.retrieved, t.score) for t in b.tasks]
@@ -392,7 +392,7 @@ def test_two_evaluations_overlap_on_one_runner():
     with ThreadPoolExecutor(2) as pool:
         a, b = pool.map(lambda src: runner.run(src, [conversation()]), [REF, RETRIEVAL_ONLY])
     solo, _, _ = make_runner(diagnostics=True, plan_mode="question")
-    solo.settings.extraction = "turns"
+    solo.settings.extractor = "turns"
     for run, src in ((a, REF), (b, RETRIEVAL_ONLY)):
         alone = solo.run(src, [conversation()])
         assert [(t.retrieved, t.score) for t in run.tasks] == [(t.retrieved, t.score) for t in alone.tasks]
