@@ -15,6 +15,8 @@ from llm.base import Backend, GenerationParams, LLMError
 __all__ = [
     "DEFAULT_CONTEXT_CHARS",
     "ANSWER_SYSTEM_PROMPT",
+    "BEAM_ANSWER_SYSTEM_PROMPT",
+    "answer_system_prompt",
     "truncate_context",
     "build_answer_messages",
     "strip_thinking",
@@ -30,6 +32,22 @@ ANSWER_SYSTEM_PROMPT = (
     "Reply with a short answer (a few words or one short sentence), with no explanation. "
     "If the memory does not contain the answer, reply exactly: No information available"
 )
+
+#: BEAM asks for orders of events, lists and summaries as well as facts (memgym's wording): a
+#: one-line answer would fail those questions before the judge sees them.
+BEAM_ANSWER_SYSTEM_PROMPT = (
+    "You answer a user's request about their long chat history using only the memory notes you are given. "
+    "Give the complete answer the request asks for: a fact in a few words; an order of events, a list or a "
+    "summary with one item per line, in order. No explanation of how you found it. "
+    "If the memory does not contain the answer, reply exactly: No information available"
+)
+
+
+def answer_system_prompt(dataset: str | None) -> str:
+    """The answer model's system prompt for ``dataset``: :data:`BEAM_ANSWER_SYSTEM_PROMPT` for
+    BEAM, :data:`ANSWER_SYSTEM_PROMPT` (short answers) otherwise."""
+    return BEAM_ANSWER_SYSTEM_PROMPT if dataset == "beam" else ANSWER_SYSTEM_PROMPT
+
 
 _THINK_BLOCK = re.compile(r"<think(?:ing)?>.*?</think(?:ing)?>", re.DOTALL | re.IGNORECASE)
 _THINK_OPEN = re.compile(r"<think(?:ing)?>", re.IGNORECASE)
@@ -58,7 +76,8 @@ def truncate_context(context: str, max_chars: int = DEFAULT_CONTEXT_CHARS) -> st
 
 
 def build_answer_messages(question: str, context: str, question_date: str | None = None,
-                          max_context_chars: int = DEFAULT_CONTEXT_CHARS) -> list[dict]:
+                          max_context_chars: int = DEFAULT_CONTEXT_CHARS,
+                          system_prompt: str = ANSWER_SYSTEM_PROMPT) -> list[dict]:
     """Chat messages (system + user) asking ``question`` over ``context``, the latter cut by
     :func:`truncate_context` to ``max_context_chars`` characters. ``question_date`` (any
     text, e.g. "2023/05/30 (Tue) 23:40") is shown when given so relative dates resolve.
@@ -77,7 +96,7 @@ def build_answer_messages(question: str, context: str, question_date: str | None
     parts.append(f"Question: {question}")
     parts.append("Short answer:")
     return [
-        {"role": "system", "content": ANSWER_SYSTEM_PROMPT},
+        {"role": "system", "content": system_prompt},
         {"role": "user", "content": "\n".join(parts)},
     ]
 
@@ -143,7 +162,8 @@ def _check_items(items) -> list[tuple[str, str, str | None]]:
 
 def answer_questions(backend: Backend, items: list[tuple[str, str, str | None]],
                      params: GenerationParams = GenerationParams(max_new_tokens=48, temperature=0),
-                     max_context_chars: int = DEFAULT_CONTEXT_CHARS) -> list[str]:
+                     max_context_chars: int = DEFAULT_CONTEXT_CHARS,
+                     system_prompt: str = ANSWER_SYSTEM_PROMPT) -> list[str]:
     """Answer each (question, context, question_date) from its memory context.
 
     Makes exactly one batched ``backend.generate`` call (none for an empty list) and returns
@@ -155,7 +175,7 @@ def answer_questions(backend: Backend, items: list[tuple[str, str, str | None]],
     checked = _check_items(items)
     if not checked:
         return []
-    batch = [build_answer_messages(q, ctx, qd, max_context_chars) for q, ctx, qd in checked]
+    batch = [build_answer_messages(q, ctx, qd, max_context_chars, system_prompt) for q, ctx, qd in checked]
     completions = backend.generate(batch, params)
     if len(completions) != len(batch):
         raise LLMError(

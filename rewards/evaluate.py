@@ -30,7 +30,7 @@ from memory_bank.actions import MANAGERS
 from memory_bank.construct import construct
 from memory_bank.retrieval import BankRetriever
 from memory_bank.schema import Conversation
-from rewards.answer import answer_questions
+from rewards.answer import answer_questions, answer_system_prompt
 from rewards.judge import make_scorer
 from rewards.selection import QuestionSelection, answer_tokens_for, load_selected
 from rewards.summary import QuestionResult, score_questions, summarise
@@ -165,7 +165,8 @@ def evaluate_extractor(column: str, convs: list[Conversation], cfg: EvalConfig, 
         bs = max(1, cfg.batch_size)
         items = [(q.question, c, q.question_date) for q, c in zip(conv.questions, contexts)]
         for i in tqdm(range(0, len(items), bs), desc=f"answer {conv.id}", disable=not cfg.progress, unit="batch"):
-            preds += answer_questions(answerer, items[i: i + bs], GenerationParams(max_new_tokens=answer_tokens))
+            preds += answer_questions(answerer, items[i: i + bs], GenerationParams(max_new_tokens=answer_tokens),
+                                      system_prompt=answer_system_prompt(cfg.dataset))
         if scorer.needs_prediction:
             empty_answers += sum(not p.strip() for p in preds)
         rows += score_questions(scorer, cfg.dataset, [(conv.id, q, p, c) for q, p, c in zip(conv.questions, preds,

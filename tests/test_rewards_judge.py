@@ -233,3 +233,15 @@ def test_answer_questions_errors():
     assert be.calls == 0
     with pytest.raises(LLMError, match="0 completions for 1 prompts"):
         answer_questions(BatchScriptBackend([], n_override=0), [("q", "c", None)])
+
+
+def test_beam_answers_are_asked_whole():
+    """BEAM's lists and summaries: the answer prompt asks for them whole (issue 16)."""
+    from rewards.answer import BEAM_ANSWER_SYSTEM_PROMPT, answer_system_prompt
+
+    assert answer_system_prompt("beam") == BEAM_ANSWER_SYSTEM_PROMPT and answer_system_prompt("locomo") == \
+        ANSWER_SYSTEM_PROMPT
+    be = BatchScriptBackend(["1. Setup\n2. Styling"])
+    out = answer_questions(be, [("In what order?", "notes", None)], system_prompt=answer_system_prompt("beam"))
+    assert out == ["1. Setup\n2. Styling"] and be.batches[0][0][0]["content"] == BEAM_ANSWER_SYSTEM_PROMPT
+    assert "one item per line" in BEAM_ANSWER_SYSTEM_PROMPT
