@@ -218,3 +218,18 @@ def test_corrected_is_beam_only():
         make_scorer("llm", object(), dataset="longmemeval", judge_protocol="corrected")
     with pytest.raises(ValueError, match="official, corrected"):
         P.check_protocol("beam", "fixed")
+
+
+def test_membuilder_json_mode_on_a_local_hf_judge(tiny_model_dir):
+    """MemBuilder's JSON-object request on the hf backend: decoded under ``{"type": "object"}``
+    (llguidance), so even a random-weight judge answers a JSON object; read by the official rule."""
+    from llm.hf_backend import HFBackend
+
+    judge = HFBackend(tiny_model_dir, batch_size=4)
+    scorer = make_scorer("llm", judge, dataset="locomo")
+    items = [ScoreItem("When did Caroline go to the LGBTQ support group?", "7 May 2023", "On 7 May 2023.", "", "2",
+                       "conv-26/q0")]
+    scores = scorer.score(items)
+    reply = scorer.last[0].calls[0]["reply"]
+    assert scores[0] in (0.0, 1.0) and reply.lstrip().startswith("{")
+    assert scorer.last[0].calls[0]["params"]["response_format"] == {"type": "json_object"}
