@@ -19,7 +19,6 @@ judge request (messages, settings) with its reply.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -251,7 +250,3 @@ def judge_stats(scorer) -> dict | None:
     if isinstance(st, JudgeStats):
         return st.to_dict()
     return None
-
-
-def is_nan(x) -> bool:
-    return isinstance(x, float) and math.isnan(x)

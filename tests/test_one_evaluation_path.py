@@ -125,3 +125,26 @@ def test_recipes_share_the_data_fields():
     from llm.config import ConfigError
     with pytest.raises(ConfigError, match="--judge_protocol: judge_protocol 'corrected' exists for beam only"):
         EvalConfig(judge_protocol="corrected")
+
+
+def test_stage_cache_key_includes_the_protocol(tmp_path):
+    """One stage cache, official then corrected: the second run re-scores (its judge answers
+    differ) instead of reusing the first run's scores."""
+    from evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
+    from evolution.execution.stages import StageCache
+    from memory_bank.programs import reference_program_path
+
+    cache = StageCache()
+    got = {}
+    for protocol in ("official", "corrected", "official"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DataQuirkWarning)
+            ev = run_program_eval(ProgramEvalConfig(
+                program=str(reference_program_path()), dataset="beam", conversations=["100K-3"], n_sessions=1,
+                extractor="turns", task_model=ANS, plan_mode="question", scorer="llm", judge_model=JUDGE,
+                judge_protocol=protocol, validate=False, diagnostics=False, progress=False,
+                out=str(tmp_path / protocol)), _runtime(), cache)
+        got.setdefault(protocol, []).append((ev.summary["by_ability"]["preference_following"], ev.stage_items["score"]))
+    assert got["official"][0] == (0.0, {"run": 8, "reused": 0})
+    assert got["corrected"][0] == (0.5, {"run": 8, "reused": 0})
+    assert got["official"][1] == (0.0, {"run": 0, "reused": 8})
