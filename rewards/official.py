@@ -19,6 +19,8 @@ judge request (messages, settings) with its reply.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -87,6 +89,9 @@ class _ProtocolScorer:
         """``[(value, call record)]`` per prompt, from one batched call."""
         if not prompts:
             return []
+        # The protocol is part of every judge request's response-cache key (issue 16), so a reply
+        # obtained under one protocol is never replayed under another; never sent to the model.
+        params = dataclasses.replace(params, cache_tag=f"judge:{self.dataset}:{self.protocol}")
         schemas = [schema] * len(prompts) if schema is not None else None
         out = self.backend.generate(prompts, params, schemas=schemas) if schemas else self.backend.generate(prompts, params)
         if len(out) != len(prompts):

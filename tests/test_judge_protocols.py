@@ -12,6 +12,7 @@ from scipy.stats import kendalltau
 
 from data_synth.datasets import load_conversations
 from data_synth.paths import data_root
+from llm.cache import ResponseCache
 from llm.runtime import Runtime
 from rewards.judge import ScoreItem, make_scorer
 from rewards import protocols as P
@@ -233,3 +234,16 @@ def test_membuilder_json_mode_on_a_local_hf_judge(tiny_model_dir):
     reply = scorer.last[0].calls[0]["reply"]
     assert scores[0] in (0.0, 1.0) and reply.lstrip().startswith("{")
     assert scorer.last[0].calls[0]["params"]["response_format"] == {"type": "json_object"}
+
+
+def test_the_judge_protocol_is_part_of_the_response_cache_key(tmp_path):
+    """Event-ordering equivalence requests are the same text under both BEAM protocols; the
+    cache key still differs by protocol, and a repeat under the same protocol is free."""
+    item = ScoreItem("Order?", "", "a\nb", "", "event_ordering", "x", ("a", "b"))
+    with FakeJudge(lambda body: "NO") as fj:
+        rt = Runtime(cache=ResponseCache(tmp_path / "responses.sqlite"))
+        judge = rt.backend(fj.spec, role="judge")
+        for protocol, new_requests in (("official", 4), ("corrected", 4), ("official", 0), ("corrected", 0)):
+            before = len(fj.bodies)
+            make_scorer("llm", judge, dataset="beam", judge_protocol=protocol).score([item])
+            assert len(fj.bodies) - before == new_requests, protocol
