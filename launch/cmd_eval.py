@@ -22,7 +22,11 @@ def run(argv: list[str]) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
-    report = run_eval(cfg)
+    try:
+        report = run_eval(cfg)
+    except (ValueError, FileNotFoundError) as e:  # e.g. an expert file of another conversation
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 2
     print(f"\nScore by category ({report['scorer']}); rows = native categories, columns = extractors\n")
     print(side_by_side(report, "by_category"))
     print()

@@ -108,25 +108,15 @@ def _run(args) -> int:
     return 0
 
 
-def _positive(text: str) -> int:
-    import argparse
-
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-    return v
-
-
 def register_bench(s) -> None:
     """Add ``sandbox`` to the ``memgym bench`` subcommands."""
     p = s.add_parser("sandbox", help="cost of the kernel confinement per sandbox start and per evaluation",
                      description="Times sandbox starts and program evaluations with the kernel confinement (Landlock + "
                                  "seccomp) and without it (Python-level checks only, as before issue 19), alternating, "
                                  "and prints the medians and their ratios.")
-    p.add_argument("--starts", type=_positive, default=20, help="starts per side (default 20)")
-    p.add_argument("--rounds", type=_positive, default=3, help="evaluations per side (default 3)")
-    p.add_argument("--sessions", type=_positive, default=3, help="conv-26 sessions per evaluation (default 3)")
+    from launch.bench.args import int_range
+
+    p.add_argument("--starts", type=int_range(1, 10_000), default=20, help="starts per side (default 20)")
+    p.add_argument("--rounds", type=int_range(1, 1000), default=3, help="evaluations per side (default 3)")
+    p.add_argument("--sessions", type=int_range(1, 19), default=3, help="conv-26 sessions per evaluation (default 3)")
     p.set_defaults(func=_run)
