@@ -91,42 +91,42 @@ def schema_mismatch(text: str, schema: dict) -> str:
         for key in ("anyOf", "oneOf"):
             if key in node:
                 whys = [check(v, sub, where) for sub in node[key]]
-                return "" if any(not w for w in whys) else f"{where or '$'} matches none of its {len(whys)} alternatives"
+                return "" if any(not w for w in whys) else f"{where} matches none of its {len(whys)} alternatives"
         if "const" in node and v != node["const"]:
-            return f"{where or '$'} is {v!r}, not {node['const']!r}"
+            return f"{where} is {v!r}, not {node['const']!r}"
         if "enum" in node and v not in node["enum"]:
-            return f"{where or '$'} {str(v)[:40]!r} is not one of {len(node['enum'])} allowed values"
+            return f"{where} {str(v)[:40]!r} is not one of {len(node['enum'])} allowed values"
         typ = node.get("type")
         if typ is not None:
             kinds = typ if isinstance(typ, list) else [typ]
             ok = any(isinstance(v, _JSON_TYPES.get(k, object)) and not (k in ("integer", "number") and isinstance(v, bool))
                      for k in kinds)
             if not ok:
-                return f"{where or '$'} is {type(v).__name__}, not {'/'.join(kinds)}"
+                return f"{where} is {type(v).__name__}, not {'/'.join(kinds)}"
         if isinstance(v, dict):
             props = node.get("properties", {})
             for k in node.get("required", []):
                 if k not in v:
-                    return f"{where or '$'} lacks {k!r}"
+                    return f"{where} lacks {k!r}"
             for k, sub in v.items():
                 if k in props:
                     why = check(sub, props[k], f"{where}.{k}")
                     if why:
                         return why
                 elif node.get("additionalProperties") is False:
-                    return f"{where or '$'} has the extra key {k!r}"
+                    return f"{where} has the extra key {k!r}"
         if isinstance(v, list):
             if len(v) < node.get("minItems", 0) or len(v) > node.get("maxItems", len(v)):
-                return f"{where or '$'} has {len(v)} items"
+                return f"{where} has {len(v)} items"
             for i, sub in enumerate(v):
                 why = check(sub, node.get("items", {}), f"{where}[{i}]")
                 if why:
                     return why
         if isinstance(v, str) and not node.get("minLength", 0) <= len(v) <= node.get("maxLength", len(v)):
-            return f"{where or '$'} has {len(v)} characters"
+            return f"{where} has {len(v)} characters"
         return ""
 
-    return check(value, schema, "")
+    return check(value, schema, "$")
 
 
 class OpenAIBackend:
