@@ -252,3 +252,23 @@ def test_kill9_of_the_check_leaves_no_child_and_no_scratch(tmp_path):
     while os.path.isdir(scratch) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not os.path.isdir(scratch)
+
+
+def test_an_unconfined_run_is_named_in_every_verdict(monkeypatch):
+    from evolution.execution import sandbox as sandbox_mod
+    from evolution.execution.validate import ValidationLimits, validate_program
+
+    ok = validate_program(SEED, None, ValidationLimits(run_probe=False))
+    if confine.probe().landlock_abi >= 1:
+        assert ok.ok and ok.stats["sandbox"] == confine.probe().label and "sandbox" not in ok.to_dict()
+    monkeypatch.setattr(confine, "probe", lambda: confine.KernelSupport(0, False, "no Landlock here"))
+    monkeypatch.delenv(confine.ALLOW_ENV, raising=False)
+    refused = validate_program(SEED, None, ValidationLimits(run_probe=False))
+    assert not refused.ok and refused.level == 1 and refused.reason.startswith(
+        "module failed to load: load unconfined: refusing to run an untrusted program: no Landlock here")
+    monkeypatch.setenv(confine.ALLOW_ENV, "1")
+    monkeypatch.setattr(sandbox_mod, "_warned", set())
+    with pytest.warns(UserWarning, match="memgym sandbox: UNCONFINED .*NOT confined by the kernel"):
+        res = validate_program(SEED, None, ValidationLimits(run_probe=False))
+    assert res.ok and res.to_dict() == {"ok": True, "level": None, "reason": "", "sandbox": (
+        "UNCONFINED (MEMGYM_ALLOW_UNCONFINED_SANDBOX=1; no Landlock here): Python-level checks only")}

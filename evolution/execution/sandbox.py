@@ -279,6 +279,8 @@ class SandboxedProgram:
         except confine.UnconfinedRefused as e:
             raise SandboxUnconfined(str(e), stage="load") from None
         self.confinement = self._mode.label
+        if not self._mode.kernel and confinement == "auto":
+            _warn_unconfined(self.confinement)
         lim = self.limits
         self.toolkit = Toolkit(host if host is not None else _NoHost(), llm_budget=llm_budget, embed_budget=embed_budget,
                                max_embed_texts=lim.max_embed_texts, max_text_chars=lim.max_text_chars,
@@ -607,6 +609,18 @@ class SandboxedProgram:
         self._exchange({"op": "restore", "blob": base64.b64encode(blob).decode("ascii")}, "restore",
                        self.limits.call_timeout_s)
         self._constructed = True
+
+
+_warned: set[str] = set()
+
+
+def _warn_unconfined(label: str) -> None:
+    """Say once per process (stderr, via warnings) that programs run without kernel confinement."""
+    if label not in _warned:
+        _warned.add(label)
+        import warnings
+        warnings.warn(f"memgym sandbox: {label}: untrusted programs are NOT confined by the kernel in this run",
+                      stacklevel=3)
 
 
 class _NoHost:
