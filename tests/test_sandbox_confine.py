@@ -159,9 +159,10 @@ def test_the_python_filter_names_project_reads(tmp_path):
 def test_granted_paths_hold_nothing_of_the_project():
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import numpy, json; import memory_bank.program; "
             "from evolution.execution.confine import grant_paths; import json as j; "
-            "print(j.dumps(grant_paths({'numpy', 'json'}, sys.argv[1])))")
-    dirs, files = json.loads(subprocess.run([sys.executable, "-I", "-c", code, str(REPO)], capture_output=True,
-                                            text=True, check=True).stdout)
+            "print(j.dumps([grant_paths({'numpy', 'json'}, sys.argv[1]), "
+            "grant_paths({'numpy', 'json'}, sys.argv[1], ['/usr/lib/some-data-folder'])]))")
+    (dirs, files), (dirs2, files2) = json.loads(subprocess.run([sys.executable, "-I", "-c", code, str(REPO)],
+                                                               capture_output=True, text=True, check=True).stdout)
     root = str(REPO.resolve())
     assert not [d for d in dirs if root == d or root.startswith(d + os.sep)]  # no ancestor of the project
     inside = [d for d in dirs if d.startswith(root + os.sep)]
@@ -170,6 +171,11 @@ def test_granted_paths_hold_nothing_of_the_project():
     assert project_files and all(f.endswith(".py") for f in project_files)
     assert str(REPO / "memory_bank" / "program" / "toolkit.py") in project_files
     assert not [p for p in dirs + files if str(locomo_path().parent) in p]
+    assert "/usr/lib" in dirs
+    # a protected (data) folder under a system folder: that system folder is not granted
+    assert "/usr/lib" not in dirs2 and set(dirs2) == set(dirs) - {"/usr/lib"} and files2 == files
+    assert str(REPO.resolve()) in confine.protected_paths(str(REPO)) and str(locomo_path().parent.parent) in \
+        confine.protected_paths(str(REPO))
 
 
 def test_no_landlock_refuses_unless_the_switch_is_set(monkeypatch):

@@ -200,7 +200,21 @@ def _contains(parent: str, child: str) -> bool:
     return child == parent or child.startswith(parent if parent.endswith(os.sep) else parent + os.sep)
 
 
-def grant_paths(allowed_modules, project_root: str) -> tuple[list[str], list[str]]:
+def protected_paths(project_root: str) -> list[str]:
+    """Folders no grant may contain (parent side): the project, the data folder
+    (``$MEMGYM_DATA`` or the default), the caches (``$MEMGYM_CACHE``, ``$HF_HOME``) and the
+    current folder (where ``runs/`` usually is)."""
+    out = [project_root, os.getcwd()]
+    try:
+        from data_synth.paths import data_root
+        out.append(str(data_root()))
+    except Exception:  # noqa: BLE001 - a missing data folder protects nothing
+        pass
+    out += [os.environ[k] for k in ("MEMGYM_CACHE", "HF_HOME", "MEMGYM_DATA") if os.environ.get(k)]
+    return sorted({_real(p) for p in out})
+
+
+def grant_paths(allowed_modules, project_root: str, protect=()) -> tuple[list[str], list[str]]:
     """(read-only folders, read-only files) for a child that has imported everything it needs.
 
     Folders: the stdlib folder (``dirname(os.__file__)``, lib-dynload inside it), each loaded
@@ -208,7 +222,7 @@ def grant_paths(allowed_modules, project_root: str) -> tuple[list[str], list[str
     bundled shared libraries), and the system library folders. Files: the already-imported
     modules of the project's own packages (``<project_root>/<top>/...``: exact files, never the
     folder; the venv's other files and the editable-install finder are not granted). No folder that contains
-    ``project_root`` is ever granted (it would expose the project, runs and venv).
+    ``project_root`` or a ``protect`` path (:func:`protected_paths`) is ever granted.
     """
     root = _real(project_root)
     dirs = {_real(os.path.dirname(os.__file__))}
@@ -233,7 +247,9 @@ def grant_paths(allowed_modules, project_root: str) -> tuple[list[str], list[str
                 dirs.add(libs)
     if os.path.exists(os.devnull):
         files.add(os.devnull)
-    dirs = {d for d in dirs if not _contains(d, root)}
+    guarded = [root] + [_real(p) for p in protect]
+    dirs = {d for d in dirs if not any(_contains(d, g) for g in guarded)}
+    files = {f for f in files if f == os.devnull or _contains(root, f)}
     return sorted(dirs), sorted(files)
 
 

@@ -293,6 +293,7 @@ class SandboxedProgram:
             self._start()
             cfg["scratch"] = self._scratch
             cfg["confine"] = self._mode.kernel
+            cfg["protect"] = confine.protected_paths(_ROOT)
             cfg["lifeline"] = self._lifeline_child
             self.report = self._exchange(cfg, "load", lim.load_timeout_s)
         except BaseException:

@@ -275,7 +275,7 @@ def serve(chan: Channel, cfg: dict) -> None:
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     toolkit = Toolkit(ParentHost(chan), llm_budget=cfg["llm_budget"], embed_budget=cfg["embed_budget"],
                       **cfg["toolkit_limits"])
-    dirs, files = confine.grant_paths(allowed, project_root())
+    dirs, files = confine.grant_paths(allowed, project_root(), cfg.get("protect", ()))
     if cfg.get("lifeline") is not None:
         confine.start_reaper(int(cfg["lifeline"]), cfg["scratch"])
         os.close(int(cfg["lifeline"]))
