@@ -261,7 +261,6 @@ def test_kill9_of_the_check_leaves_no_child_and_no_scratch(tmp_path):
 
 
 def test_an_unconfined_run_is_named_in_every_verdict(monkeypatch):
-    from evolution.execution import sandbox as sandbox_mod
     from evolution.execution.validate import ValidationLimits, validate_program
 
     ok = validate_program(SEED, None, ValidationLimits(run_probe=False))
@@ -273,7 +272,7 @@ def test_an_unconfined_run_is_named_in_every_verdict(monkeypatch):
     assert not refused.ok and refused.level == 1 and refused.reason.startswith(
         "module failed to load: load unconfined: refusing to run an untrusted program: no Landlock here")
     monkeypatch.setenv(confine.ALLOW_ENV, "1")
-    monkeypatch.setattr(sandbox_mod, "_warned", set())
+    monkeypatch.setattr(confine, "_warned", set())
     with pytest.warns(UserWarning, match="memgym sandbox: UNCONFINED .*NOT confined by the kernel"):
         res = validate_program(SEED, None, ValidationLimits(run_probe=False))
     assert res.ok and res.to_dict() == {"ok": True, "level": None, "reason": "", "sandbox": (

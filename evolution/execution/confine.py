@@ -181,6 +181,18 @@ def resolve(confinement: str = "auto") -> Mode:
                             "report then says UNCONFINED)")
 
 
+_warned: set[str] = set()
+
+
+def warn_unconfined(label: str) -> None:
+    """Say once per process and mode (a UserWarning) that programs run without kernel confinement."""
+    if label not in _warned:
+        _warned.add(label)
+        import warnings
+        warnings.warn(f"memgym sandbox: {label}: untrusted programs are NOT confined by the kernel in this run",
+                      stacklevel=3)
+
+
 def current_label() -> str:
     """The mode label a sandbox started now would carry (never raises; for reports)."""
     try:

@@ -32,7 +32,6 @@ an ordinary exception) leaves it alive.
 """
 from __future__ import annotations
 
-import ast
 import base64
 import dataclasses
 import json
@@ -52,65 +51,9 @@ from typing import Any
 import numpy as np
 
 from evolution.execution import confine
+from evolution.execution.static_check import DEFAULT_ALLOWED_IMPORTS, FORBIDDEN_ATTRS, FORBIDDEN_NAMES, static_check  # noqa: F401
 from memory_bank.program import (BudgetExceededError, ContractError, ProgramInfo, SessionInfo, Toolkit, ToolkitError,
                                  ToolkitHost, contract_from_report)
-
-DEFAULT_ALLOWED_IMPORTS = frozenset({
-    "math", "re", "json", "dataclasses", "typing", "collections", "itertools", "functools", "heapq", "bisect",
-    "datetime", "statistics", "string", "textwrap", "difflib", "enum", "abc", "copy", "numpy", "__future__",
-    "operator", "random", "calendar", "unicodedata",
-})
-"""Top-level modules a memory program may import."""
-
-FORBIDDEN_NAMES = frozenset({"eval", "exec", "compile", "__import__", "breakpoint", "input", "globals", "locals",
-                             "__builtins__", "__loader__", "__spec__", "exit", "quit", "help"})
-FORBIDDEN_ATTRS = frozenset({
-    "__subclasses__", "__globals__", "__builtins__", "__code__", "__closure__", "__base__", "__bases__", "__mro__",
-    "mro", "__self__", "__func__", "__wrapped__", "__traceback__", "__loader__", "__spec__", "__import__",
-    "__reduce__", "__reduce_ex__", "__getattribute__", "tb_frame", "tb_next", "f_globals", "f_locals", "f_builtins",
-    "f_back", "f_code", "gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame", "co_code",
-    # modules reachable as attributes of allowed modules (e.g. typing.sys, re.os)
-    "sys", "os", "builtins", "posix", "importlib", "subprocess", "shutil", "ctypes", "socket", "io", "_io", "_os",
-    "_sys",
-})
-
-
-def static_check(source: str, allowed_imports: frozenset = DEFAULT_ALLOWED_IMPORTS) -> list[str]:
-    """Problems found in ``source`` without running it, as ``"line N: ..."`` strings ([] = ok).
-
-    Flags: empty source; syntax errors; imports outside ``allowed_imports`` or relative;
-    references to :data:`FORBIDDEN_NAMES` (eval, exec, __import__, globals, ...); attribute
-    access to :data:`FORBIDDEN_ATTRS` (introspection escapes such as ``__subclasses__``,
-    ``__globals__``, frame attributes, and modules hanging off allowed modules like
-    ``typing.sys``); string constants naming those dunders (``getattr(x, "__globals__")``).
-    """
-    if not source.strip():
-        return ["source is empty"]
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as e:
-        return [f"line {e.lineno}: syntax error: {e.msg}"]
-    problems: list[tuple[int, str]] = []
-    for node in ast.walk(tree):
-        line = getattr(node, "lineno", 0)
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                if a.name.partition(".")[0] not in allowed_imports:
-                    problems.append((line, f"line {line}: import of {a.name!r} is not allowed"))
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                problems.append((line, f"line {line}: relative import is not allowed"))
-            elif (node.module or "").partition(".")[0] not in allowed_imports:
-                problems.append((line, f"line {line}: import from {node.module!r} is not allowed"))
-        elif isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
-            problems.append((line, f"line {line}: use of {node.id!r} is not allowed"))
-        elif isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_ATTRS:
-            problems.append((line, f"line {line}: access to attribute {node.attr!r} is not allowed"))
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in FORBIDDEN_ATTRS \
-                and node.value.startswith("__"):
-            problems.append((line, f"line {line}: string {node.value!r} names a forbidden attribute"))
-    return [msg for _, msg in sorted(problems, key=lambda p: p[0])]
-
 
 @dataclass(frozen=True)
 class SandboxLimits:
@@ -280,7 +223,7 @@ class SandboxedProgram:
             raise SandboxUnconfined(str(e), stage="load") from None
         self.confinement = self._mode.label
         if not self._mode.kernel and confinement == "auto":
-            _warn_unconfined(self.confinement)
+            confine.warn_unconfined(self.confinement)
         lim = self.limits
         self.toolkit = Toolkit(host if host is not None else _NoHost(), llm_budget=llm_budget, embed_budget=embed_budget,
                                max_embed_texts=lim.max_embed_texts, max_text_chars=lim.max_text_chars,
@@ -610,18 +553,6 @@ class SandboxedProgram:
         self._exchange({"op": "restore", "blob": base64.b64encode(blob).decode("ascii")}, "restore",
                        self.limits.call_timeout_s)
         self._constructed = True
-
-
-_warned: set[str] = set()
-
-
-def _warn_unconfined(label: str) -> None:
-    """Say once per process (stderr, via warnings) that programs run without kernel confinement."""
-    if label not in _warned:
-        _warned.add(label)
-        import warnings
-        warnings.warn(f"memgym sandbox: {label}: untrusted programs are NOT confined by the kernel in this run",
-                      stacklevel=3)
 
 
 class _NoHost:
