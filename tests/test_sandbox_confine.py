@@ -218,12 +218,21 @@ def test_the_escape_gains_nothing_in_program_eval(tmp_path, monkeypatch):
 
 
 _HANG = """
-import sys
+import sys, threading
 sys.path.insert(0, sys.argv[1])
 from evolution.execution.sandbox import SandboxedProgram, SandboxLimits
-sb = SandboxedProgram(open(sys.argv[2]).read(), limits=SandboxLimits(call_timeout_s=600))
-print(sb._proc.pid, sb._scratch, flush=True)
-sb.retrieve({"question": "q"})
+
+def spin():
+    sb = SandboxedProgram(open(sys.argv[2]).read(), limits=SandboxLimits(call_timeout_s=600))
+    print(sb._proc.pid, sb._scratch, flush=True)
+    sb.retrieve({"question": "q"})
+
+if sys.argv[3] == "main":
+    spin()
+else:  # a worker thread: PDEATHSIG would follow the thread, so only the reaper acts
+    t = threading.Thread(target=spin)
+    t.start()
+    t.join()
 """
 SPIN = SEED.replace('''        return "\\n".join(self.lines)[:OUT_CHAR_BUDGET]''', "        while True:\n            pass")
 
@@ -237,12 +246,13 @@ def _gone(pid: int) -> bool:
 
 
 @needs_landlock
-def test_kill9_of_the_check_leaves_no_child_and_no_scratch(tmp_path):
+@pytest.mark.parametrize("where", ["main", "thread"])
+def test_kill9_of_the_check_leaves_no_child_and_no_scratch(tmp_path, where):
     script, prog = tmp_path / "hang.py", tmp_path / "spin.py"
     script.write_text(_HANG)
     assert SPIN != SEED
     prog.write_text(SPIN)
-    p = subprocess.Popen([sys.executable, str(script), str(REPO), str(prog)], stdout=subprocess.PIPE,
+    p = subprocess.Popen([sys.executable, str(script), str(REPO), str(prog), where], stdout=subprocess.PIPE,
                          text=True, start_new_session=True)
     pid_s, scratch = p.stdout.readline().split()
     child = int(pid_s)
