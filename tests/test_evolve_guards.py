@@ -77,6 +77,8 @@ def _damage(kind: str, st: dict, text: str) -> str:
         st["archive"] = None
     elif kind == "archive_missing_candidates":
         st["archive"]["candidates"] = []
+    elif kind == "history_names_a_lost_candidate":
+        st["archive"]["candidates"] = [c for c in st["archive"]["candidates"] if c["id"] != "r01"]
     elif kind == "truncated":
         return text[: len(text) // 2]
     return json.dumps(st)
@@ -87,7 +89,8 @@ def _damage(kind: str, st: dict, text: str) -> str:
     ("a_list", "damaged run state: a JSON object expected, got list"),
     ("null_field", "damaged run state: 'next_round' is NoneType, not int"),
     ("null_archive", "damaged run state: 'archive' is NoneType, not dict"),
-    ("archive_missing_candidates", "damaged run state: the archive names candidates it does not hold: seed"),
+    ("archive_missing_candidates", "damaged run state: the archive names candidates it does not hold: r01, seed"),
+    ("history_names_a_lost_candidate", "damaged run state: the archive names candidates it does not hold: r01"),
     ("truncated", "damaged JSON at line "),
 ])
 def test_f3_a_damaged_state_is_one_line_naming_the_file(finished_run, tmp_path, capsys, kind, message):

@@ -88,8 +88,9 @@ _STATE_TYPES = {"archive": dict, "ledger": dict, "history": list, "rng": list, "
 def check_state(st, path: str | Path) -> dict:
     """``st`` (state.json's value) when its shape is a run state's; else :class:`RunStateError`
     naming ``path`` and the first problem: not an object, a missing key, a key of the wrong
-    type (null included), an archive whose candidates are not objects with an id or whose base
-    or specialists name no archived candidate, an RNG state that is not [version, list, gauss]."""
+    type (null included), an archive whose candidates are not objects with an id or whose base,
+    specialists, attempts or history rows name a candidate it does not hold, an RNG state that
+    is not [version, list, gauss]."""
     if not isinstance(st, dict):
         raise RunStateError(f"{path}: damaged run state: a JSON object expected, got {type(st).__name__}")
     for key, typ in _STATE_TYPES.items():
@@ -114,7 +115,12 @@ def check_state(st, path: str | Path) -> dict:
         if not isinstance(c, dict) or not isinstance(c.get("id"), str):
             raise RunStateError(f"{path}: damaged run state: archive.candidates[{i}] is not a candidate with an id")
         ids.add(c["id"])
-    missing = sorted({arch["base"], *[v for v in arch["specialists"].values()]} - ids, key=str)
+    named = {arch["base"], *arch["specialists"].values()}
+    named |= {i for v in arch["attempts"].values() if isinstance(v, list) for i in v}
+    named |= {row.get("candidate") for row in st["history"] if isinstance(row, dict) and row.get("candidate")}
+    if not all(isinstance(row, dict) for row in st["history"]):
+        raise RunStateError(f"{path}: damaged run state: a 'history' row is not an object")
+    missing = sorted(named - ids, key=str)
     if missing:
         raise RunStateError(f"{path}: damaged run state: the archive names candidates it does not hold: "
                             f"{', '.join(map(str, missing))}")
