@@ -25,6 +25,10 @@ def run(argv: list[str]) -> int:
     try:
         report = run_eval(cfg)
     except (ValueError, FileNotFoundError) as e:  # e.g. an expert file of another conversation
+        from launch.cli import user_error_types
+
+        if isinstance(e, sum(user_error_types(), ())):
+            raise  # the CLI's own classes keep their exit status (broken data: 1)
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
     print(f"\nScore by category ({report['scorer']}); rows = native categories, columns = extractors\n")
