@@ -14,8 +14,9 @@ Defences, in the order they act (see also the static check in ``evolution.execut
 2. a ``sys.addaudithook`` hook (permanent; adding another hook is refused) that refuses
    sockets, process spawning (subprocess, os.system/exec*/fork/spawn/posix_spawn), ctypes,
    signals, env changes, chdir, threads, code-object creation, gc introspection, writes and
-   file mutations outside the scratch dir, reads outside the Python installation, the
-   scratch dir and memgym's own packages, loading of non-allow-listed modules, and unpickling
+   file mutations outside the scratch dir, reads outside the kernel grants (stdlib, allowed
+   packages, system libraries, the exact project files imported) and the scratch dir,
+   loading of non-allow-listed modules, and unpickling
    of non-allow-listed globals. A refused event raises :class:`SandboxViolationError` (a
    BaseException, so ``except Exception`` cannot swallow it) AND is recorded, so the call
    reports a violation even if the candidate catches it;
