@@ -232,6 +232,11 @@ def _print(s: dict, out: str) -> None:
             if v is None:
                 continue
             print(f"| {name} | {f(v['overall'])} | " + " | ".join(f(v["by_capability"].get(c)) for c in caps) + " |")
+    from evolution.execution.confine import current_label
+
+    label = current_label()
+    if not label.startswith("kernel:"):
+        print(f"sandbox: {label}")
     print(f"report: {out}/report.md; frozen program: {out}/best.py")
 
 
