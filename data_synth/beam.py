@@ -130,6 +130,8 @@ def parse_beam_date(text: str | None) -> datetime | None:
 def _parse_chat(file: Path, data, strip_markers: bool, quirks: QuirkLog, cid: str) -> tuple[Session, ...]:
     if not isinstance(data, list):
         raise DataFormatError(file, "-", "-", f"expected a JSON list of batches, got {type(data).__name__}")
+    if not data:
+        raise DataFormatError(file, "-", "-", "the chat holds no batches (an empty list): nothing to remember")
     sessions: list[Session] = []
     seen: set[int] = set()
     last_date = None
@@ -175,6 +177,9 @@ def _parse_questions(file: Path, data, cid: str, sessions: tuple[Session, ...],
                      quirks: QuirkLog) -> tuple[QAItem, ...]:
     if not isinstance(data, dict):
         raise DataFormatError(file, "-", "-", f"expected a JSON object of abilities, got {type(data).__name__}")
+    if not data or not any(isinstance(qs, list) and qs for qs in data.values()):
+        raise DataFormatError(file, "-", "-", "no probing questions (an empty object or only empty lists): nothing "
+                                              "to score")
     session_of = {t.id: s.index for s in sessions for t in s.turns}
     out: list[QAItem] = []
     for ability, qs in data.items():

@@ -90,23 +90,49 @@ def conversations_by_id(dataset: str, ids: Sequence[str], path: Path | str | Non
     return {c.id: c for c in load_conversations(dataset, path, ids=ids)}
 
 
+#: The LoCoMo ids the ``memgym eval`` / ``program eval`` recipes default to (so a recipe that
+#: sets ``split`` or ``dataset: beam`` without ``conversations`` can be told from one that sets both).
+DEFAULT_SELECTIONS: tuple[tuple[str, ...], ...] = (("conv-30",), ("conv-26", "conv-30"))
+
+
 def check_selection(dataset: str, path, conversations, split: str | None, scorer: str) -> None:
     """Parse-time checks of a recipe's data selection, shared by ``memgym eval`` and ``memgym
-    program eval``: ``rubric-recall`` only on BEAM; ``split`` one of the dataset's split names;
-    without a split, every BEAM chat id in ``conversations`` exists under ``path``.
+    program eval``: ``rubric-recall`` only on BEAM; ``split`` one of the dataset's split names,
+    not combined with explicit ``conversations`` (the split would silently override them) and,
+    for a BEAM folder, holding at least one chat found there; without a split, a non-empty
+    selection and every BEAM chat id in ``conversations`` found under ``path``. On BEAM the
+    LoCoMo default ids (:data:`DEFAULT_SELECTIONS`) mean "every chat under ``path``":
+    ``conversations`` (a list) is then replaced IN PLACE by those chat ids.
     Raises :class:`llm.config.ConfigError` naming the flag."""
     from llm.config import ConfigError
 
     if scorer == "rubric-recall" and dataset != "beam":
         raise ConfigError("--scorer rubric-recall needs --dataset beam (it scores BEAM rubrics)")
+    given = tuple(conversations or ())
+    defaulted = given in DEFAULT_SELECTIONS
     if split is not None:
-        from data_synth.splits import split_names
+        from data_synth.splits import split_ids, split_names
         if split not in split_names(dataset):
             raise ConfigError(f"--split: {split!r} is not a {dataset} split; expected one of "
                               f"{', '.join(split_names(dataset))}")
-    elif dataset == "beam":
+        if given and not defaulted:
+            raise ConfigError(f"--split {split} and --conversations {' '.join(given)} both given: the split runs its "
+                              "own ids and would ignore the conversations; give one of them")
+        if dataset == "beam" and path is not None:
+            from data_synth.beam import chat_id_of, find_chats
+            found = {chat_id_of(f) for f in find_chats(path)}
+            if not [i for i in split_ids(dataset, split) if i in found]:
+                raise ConfigError(f"--split {split}: none of its BEAM chats is under {path} (found there: "
+                                  f"{', '.join(sorted(found))}); nothing would be evaluated")
+        return
+    if not given:
+        raise ConfigError("--conversations is empty: nothing would be evaluated")
+    if dataset == "beam":
         from data_synth.beam import chat_id_of, find_chats
         known = [chat_id_of(f) for f in find_chats(path)]
+        if defaulted and isinstance(conversations, list):
+            conversations[:] = known  # the folder's chats are the default
+            return
         missing = [c for c in conversations if c not in known]
         if missing:
             raise ConfigError(f"--conversations: BEAM chat ids {', '.join(missing)} not found under "

@@ -15,6 +15,30 @@ from data_synth.expert import ExpertExtractor
 EXPERT_PREFIX = "expert:"
 
 
+class ExtractorCoverageError(ValueError):
+    """An ``expert:`` replay has no trajectory for sessions it is asked to build (e.g. another
+    conversation's file); the message names the file, the conversation and what the file holds."""
+
+
+def check_coverage(extractor, conversations) -> None:
+    """Raise :class:`ExtractorCoverageError` when ``extractor`` (an :class:`ExpertExtractor`;
+    anything else passes) lacks a trajectory line for a session of ``conversations``."""
+    if not isinstance(extractor, ExpertExtractor):
+        return
+    for conv in conversations:
+        missing = extractor.missing_sessions(conv)
+        if not missing:
+            continue
+        held = ", ".join(extractor.conversation_ids) or "nothing"
+        if conv.id not in extractor.conversation_ids:
+            raise ExtractorCoverageError(
+                f"{extractor.name} holds trajectories of {held}, none of {conv.id}: pass expert:{conv.id} (if that "
+                f"file exists) or evaluate {held}")
+        raise ExtractorCoverageError(f"{extractor.name} has no trajectory line for sessions {missing} of {conv.id} "
+                                     f"({len(conv.sessions) - len(missing)} of {len(conv.sessions)} covered; lower "
+                                     "--n_sessions)")
+
+
 def extractor_kind(spec: str) -> str:
     """``instruction`` | ``turns`` | ``expert`` | ``extractor`` (a trained model) for a spec.
     Raises ValueError for an empty spec or an ``expert:`` spec without files."""
@@ -52,18 +76,23 @@ def expert_paths(spec: str) -> list[Path]:
 
 
 def make_extractor(spec: str, rt, max_new_tokens: int = 512, *, constrained: bool = False,
-                   max_chars: int | None = None, max_items: int | None = None, context_tokens: int | None = None):
+                   max_chars: int | None = None, max_items: int | None = None, context_tokens: int | None = None,
+                   conversations=None):
     """``expert:<file>[,...]`` → :class:`ExpertExtractor`; a backend spec →
     :class:`memory_bank.construct.ModelExtractor` on ``rt.backend(spec, role="extractor")``
     (``rt`` a :class:`llm.runtime.Runtime`), writing at most ``max_new_tokens`` tokens per
     manager output; ``constrained`` / ``max_chars`` / ``max_items``: structured outputs (see
     :class:`ModelExtractor`; ignored for expert replays); ``context_tokens`` is the model's
     context window (None: what the backend reports), beyond which sessions are built in
-    segments. Raises ValueError for ``instruction`` (no bank to build) or an empty spec,
-    FileNotFoundError for a missing trajectory file, BackendSpecError for a bad backend spec."""
+    segments. ``conversations``: the conversations it will build; an expert replay that lacks
+    any of their sessions raises :class:`ExtractorCoverageError` here, before any work. Raises
+    ValueError for ``instruction`` (no bank to build) or an empty spec, FileNotFoundError for a
+    missing trajectory file, BackendSpecError for a bad backend spec."""
     kind = extractor_kind(spec)
     if kind == "expert":
-        return ExpertExtractor(*expert_paths(spec))
+        ext = ExpertExtractor(*expert_paths(spec))
+        check_coverage(ext, conversations or [])
+        return ext
     if kind in ("instruction", "turns"):
         raise ValueError(f"extraction {spec!r} runs inside the program runner; it builds no bank")
     from llm.base import GenerationParams

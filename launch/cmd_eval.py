@@ -22,7 +22,15 @@ def run(argv: list[str]) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
-    report = run_eval(cfg)
+    try:
+        report = run_eval(cfg)
+    except (ValueError, FileNotFoundError) as e:  # e.g. an expert file of another conversation
+        from launch.cli import user_error_types
+
+        if isinstance(e, sum(user_error_types(), ())):
+            raise  # the CLI's own classes keep their exit status (broken data: 1)
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 2
     print(f"\nScore by category ({report['scorer']}, judge_protocol {report['judge_protocol']}); rows = native "
           "categories, columns = extractors\n")
     print(side_by_side(report, "by_category"))

@@ -10,14 +10,16 @@
 
 Writes DIR/report.md, capabilities.png, summary.json and best.py (see
 :mod:`evolution.search.report`). Exit 0 on success (also when a budget stopped the run
-early: the report says so), 2 for a bad recipe, a missing file or a DIR that already holds
-a run, 1 when the seed program itself cannot run.
+early: the report says so), 2 for a bad recipe, a missing file, a damaged run state, a
+recipe.json that no longer matches the stored run, a DIR that already holds a run or other
+files, or a DIR another process is working in; 1 when the seed program itself cannot run or
+the coder's endpoint failed 3 rounds in a row (state saved: ``--resume`` continues). A fresh
+start that fails leaves nothing behind in DIR.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
@@ -30,7 +32,11 @@ def _config_from_dir(run_dir: str):
     path = Path(run_dir) / "recipe.json"
     if not path.is_file():
         raise FileNotFoundError(f"no run to resume in {run_dir}: {path} is missing")
-    d = json.loads(path.read_text(encoding="utf-8"))
+    from evolution.search.rundir import RunStateError, read_json
+
+    d = read_json(path)
+    if not isinstance(d, dict):
+        raise RunStateError(f"{path}: damaged recipe: a JSON object expected, got {type(d).__name__}")
     known = {f.name for f in dataclasses.fields(EvolveConfig)}
     cfg = EvolveConfig(**{k: v for k, v in d.items() if k in known})
     cfg.out = str(run_dir)
@@ -91,11 +97,51 @@ def cmd_experiment(argv: list[str]) -> int:
     return 0
 
 
+def _fresh_dir_problem(out: Path) -> str:
+    """Why ``out`` cannot take a new run ("" when it can): it holds a run, or other files."""
+    if (out / "state.json").exists() or (out / "recipe.json").exists():
+        return f"{out} already holds a run; continue it with: memgym evolve --resume {out}"
+    if out.exists() and not out.is_dir():
+        return f"--out {out} is a file, not a folder"
+    if out.is_dir():
+        from evolution.search.rundir import LOCK_NAME
+
+        others = sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME)
+        if others:
+            shown = ", ".join(others[:5]) + (f" (+{len(others) - 5} more)" if len(others) > 5 else "")
+            return (f"{out} holds files but no memgym evolve run ({shown}); a run would overwrite report.md, best.py, "
+                    "summary.json and others there: choose a new or empty folder")
+    return ""
+
+
+def _remove_new(out: Path, before: set[str], existed: bool) -> None:
+    """Remove what a failed fresh start created in ``out`` (recipe.json, sqlite files, seed.py, ...)."""
+    import shutil
+
+    if not out.is_dir():
+        return
+    for p in out.iterdir():
+        if p.name not in before:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+    if not existed:
+        try:
+            out.rmdir()
+        except OSError:
+            pass
+
+
 def cmd_evolve(argv: list[str]) -> int:
+    import sqlite3
+
     from evolution.execution.runner import ProgramRunError
     from evolution.search.ablations import build_evolution
     from evolution.search.config import EvolveConfig
-    from evolution.search.rundir import atomic_write_json
+    from evolution.search.rundir import atomic_write_json, run_lock
+    from evolution.search.stops import EndpointUnreachable
+    from llm.base import LLMError
     from training.common import parse_training_args
 
     rest = list(argv)
@@ -109,6 +155,8 @@ def cmd_evolve(argv: list[str]) -> int:
             return 2
         resume = rest[i + 1]
         del rest[i: i + 2]
+    before: set[str] | None = None  # a fresh start: the folder's entries before it
+    existed = False
     try:
         if resume is not None:
             display = {"--no_progress": False, "--progress": True}  # display only: the run state is unchanged
@@ -129,23 +177,34 @@ def cmd_evolve(argv: list[str]) -> int:
                 "[--out DIR] [--<field> value ...]; memgym evolve --resume DIR continues a run; memgym evolve "
                 "experiment --config R.yaml --variants ... --seeds N runs the ablations.", cpu_defaults=False)
             out = Path(cfg.out)
-            if (out / "state.json").exists() or (out / "recipe.json").exists():
-                print(f"memgym evolve: {out} already holds a run; continue it with: memgym evolve --resume {out}",
-                      file=sys.stderr)
+            problem = _fresh_dir_problem(out)
+            if problem:
+                print(f"memgym evolve: {problem}", file=sys.stderr)
                 return 2
-            out.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(out / "recipe.json", dataclasses.asdict(cfg))
-        evo = build_evolution(cfg)
-        summary = evo.run(resume=resume is not None)
-    except (ValueError, FileNotFoundError, FileExistsError) as e:
-        if resume is None and cfg is not None and not (Path(cfg.out) / "state.json").exists():
-            # nothing ran: leave no half-made run behind that would block the corrected command
-            (Path(cfg.out) / "recipe.json").unlink(missing_ok=True)
-        print(f"memgym evolve: {e}", file=sys.stderr)
-        return 2
-    except ProgramRunError as e:
-        print(f"memgym evolve: a program could not run: {e}", file=sys.stderr)
-        return 1
+            existed = out.is_dir()
+            before = {p.name for p in out.iterdir()} if existed else set()
+        with run_lock(cfg.out):
+            if before is not None:
+                if _fresh_dir_problem(Path(cfg.out)):  # another process started one meanwhile
+                    before = None
+                    raise FileExistsError(_fresh_dir_problem(Path(cfg.out)))
+                atomic_write_json(Path(cfg.out) / "recipe.json", dataclasses.asdict(cfg))
+            evo = build_evolution(cfg)
+            summary = evo.run(resume=resume is not None)
+    except BaseException as e:
+        if before is not None and cfg is not None and not (Path(cfg.out) / "state.json").exists():
+            _remove_new(Path(cfg.out), before, existed)  # nothing ran: leave nothing that would block the corrected command
+        if isinstance(e, (ValueError, FileNotFoundError, FileExistsError, sqlite3.Error)) or \
+                (isinstance(e, (LLMError, OSError)) and not isinstance(e, EndpointUnreachable)):
+            print(f"memgym evolve: {e}", file=sys.stderr)
+            return 2
+        if isinstance(e, ProgramRunError):
+            print(f"memgym evolve: a program could not run: {e}", file=sys.stderr)
+            return 1
+        if isinstance(e, EndpointUnreachable):
+            print(f"memgym evolve: {e}", file=sys.stderr)
+            return 1
+        raise
     _print(summary, cfg.out)
     return 0
 
@@ -173,6 +232,11 @@ def _print(s: dict, out: str) -> None:
             if v is None:
                 continue
             print(f"| {name} | {f(v['overall'])} | " + " | ".join(f(v["by_capability"].get(c)) for c in caps) + " |")
+    from evolution.execution.confine import current_label
+
+    label = current_label()
+    if not label.startswith("kernel:"):
+        print(f"sandbox: {label}")
     print(f"report: {out}/report.md; frozen program: {out}/best.py")
 
 

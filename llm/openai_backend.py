@@ -66,6 +66,69 @@ def backoff_delay(attempt: int, base_s: float, max_s: float, rng: random.Random)
     return d / 2 + rng.uniform(0, d / 2)
 
 
+_JSON_TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None),
+               "integer": int, "number": (int, float)}
+
+
+def schema_mismatch(text: str, schema: dict) -> str:
+    """Why ``text`` is not a JSON document of ``schema``, or "" when it is (as far as the
+    keywords structured outputs use go: ``$ref`` into ``$defs``, ``anyOf``/``oneOf``,
+    ``const``, ``enum``, ``type``, ``properties``/``required``/``additionalProperties: false``,
+    ``items``/``minItems``/``maxItems``, ``minLength``/``maxLength``; other keywords pass).
+    A server that honours ``response_format`` never returns a mismatch."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return f"not JSON: {str(text)[:60]!r}"
+    defs = schema.get("$defs", {})
+
+    def check(v, node, where: str) -> str:
+        if "$ref" in node:
+            name = node["$ref"].rsplit("/", 1)[-1]
+            return check(v, defs.get(name, {}), where) if name in defs else ""
+        for key in ("anyOf", "oneOf"):
+            if key in node:
+                whys = [check(v, sub, where) for sub in node[key]]
+                return "" if any(not w for w in whys) else f"{where} matches none of its {len(whys)} alternatives"
+        if "const" in node and v != node["const"]:
+            return f"{where} is {v!r}, not {node['const']!r}"
+        if "enum" in node and v not in node["enum"]:
+            return f"{where} {str(v)[:40]!r} is not one of {len(node['enum'])} allowed values"
+        typ = node.get("type")
+        if typ is not None:
+            kinds = typ if isinstance(typ, list) else [typ]
+            ok = any(isinstance(v, _JSON_TYPES.get(k, object)) and not (k in ("integer", "number") and isinstance(v, bool))
+                     for k in kinds)
+            if not ok:
+                return f"{where} is {type(v).__name__}, not {'/'.join(kinds)}"
+        if isinstance(v, dict):
+            props = node.get("properties", {})
+            for k in node.get("required", []):
+                if k not in v:
+                    return f"{where} lacks {k!r}"
+            for k, sub in v.items():
+                if k in props:
+                    why = check(sub, props[k], f"{where}.{k}")
+                    if why:
+                        return why
+                elif node.get("additionalProperties") is False:
+                    return f"{where} has the extra key {k!r}"
+        if isinstance(v, list):
+            if len(v) < node.get("minItems", 0) or len(v) > node.get("maxItems", len(v)):
+                return f"{where} has {len(v)} items"
+            for i, sub in enumerate(v):
+                why = check(sub, node.get("items", {}), f"{where}[{i}]")
+                if why:
+                    return why
+        if isinstance(v, str) and not node.get("minLength", 0) <= len(v) <= node.get("maxLength", len(v)):
+            return f"{where} has {len(v)} characters"
+        return ""
+
+    return check(value, schema, "$")
+
+
 class OpenAIBackend:
     """Chat completions against an OpenAI-compatible server.
 
@@ -91,7 +154,11 @@ class OpenAIBackend:
 
     Counters: ``calls`` = requests that returned a completion (one per prompt);
     ``replica_calls[i]`` = those answered by replica i;
-    ``attempts`` = HTTP attempts including failed ones; ``retries`` = attempts - first tries.
+    ``attempts`` = HTTP attempts including failed ones; ``retries`` = attempts - first tries;
+    ``schema_ignored`` = constrained requests whose reply is outside the schema sent as
+    ``response_format`` (:func:`schema_mismatch`): the server ignores structured outputs, and
+    the first such reply warns so, naming URL, model and schema, since the callers would
+    otherwise count it as their own parse/schema failure.
     Token counts come from the response's ``usage`` (the server's tokenizer); a response
     without ``usage`` gives 0/0 and a warning.
     """
@@ -132,6 +199,8 @@ class OpenAIBackend:
         self.calls = 0
         self.attempts = 0
         self.retries = 0
+        self.schema_ignored = 0
+        self._warned_schema = False
 
     def _count(self, **deltas: int) -> None:
         with self._lock:
@@ -203,7 +272,25 @@ class OpenAIBackend:
                 time.sleep(delay)
                 continue
             self._release(i, answered=True)
-            return self._to_completion(resp, attempt)
+            completion = self._to_completion(resp, attempt)
+            if schema is not None:
+                self._check_schema(completion, schema, self.base_urls[i])
+            return completion
+
+    def _check_schema(self, completion: Completion, schema: JsonSchema, url: str) -> None:
+        why = schema_mismatch(completion.text, schema.schema) if completion.finish_reason != "length" else ""
+        if not why:
+            return
+        with self._lock:
+            self.schema_ignored += 1
+            first, self._warned_schema = not self._warned_schema, True
+        if first:
+            msg = (f"OpenAIBackend: the server {url} (model {self.model!r}) returned output outside the JSON schema "
+                   f"{schema.name!r} it was sent as response_format ({why}): it ignores structured outputs, so the "
+                   "parse/schema failures that follow are the server's, not the model's. Use a server that honours "
+                   "response_format (vLLM, SGLang) or set `constrained: false`.")
+            log.warning(msg)
+            warnings.warn(msg, stacklevel=2)
 
     def _pick(self, avoid: int | None = None) -> int:
         """The replica for the next attempt: fewest requests in flight, ties by round robin;

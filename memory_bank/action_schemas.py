@@ -8,9 +8,14 @@ entry ids its prompt shows: ``UPDATE``/``DELETE`` ``id`` and every ``MERGE`` id 
 ``enum`` of the shown ids, so ``unknown_id`` of a *shown* bank cannot be decoded; with no shown
 id only ``ADD`` remains, and ``MERGE`` (two ids or more) needs two shown ids.
 
-What a schema cannot say stays a validation matter: a core ``REPLACE`` whose ``old_text`` is not
-in the core block, a ``MERGE`` repeating an id, or an operation on an id an earlier operation of
-the same output deleted.
+For core, ``REPLACE``'s ``old_text`` is narrowed the same way to an ``enum`` of the lines of the
+core block its prompt shows (:func:`memory_bank.prompts.core_block_lines`), so a REPLACE of text
+that is not in the block (``ReplaceTextNotFoundError``) cannot be decoded; with an empty block
+``REPLACE`` is removed. (Issue 19: against a server that honours the schema, the demo's
+constrained column failed 0.33 of core outputs that way.)
+
+What a schema cannot say stays a validation matter: a ``MERGE`` repeating an id, or an operation
+on an id an earlier operation of the same output deleted.
 """
 from __future__ import annotations
 
@@ -52,14 +57,27 @@ def _narrow_ids(schema: dict, ids: tuple[str, ...]) -> dict:
     return schema
 
 
+def _narrow_core(schema: dict, lines: tuple[str, ...]) -> dict:
+    if lines:
+        schema["$defs"]["CoreReplace"]["properties"]["old_text"] = {"enum": list(lines), "title": "Old Text",
+                                                                     "type": "string"}
+    else:
+        schema["anyOf"] = [b for b in schema["anyOf"] if not b["$ref"].endswith("/CoreReplace")]
+        del schema["$defs"]["CoreReplace"]
+    return schema
+
+
 @functools.lru_cache(maxsize=4096)
-def manager_schema(manager: str, ids: tuple[str, ...] | None = None) -> JsonSchema:
+def manager_schema(manager: str, ids: tuple[str, ...] | None = None,
+                   core_lines: tuple[str, ...] | None = None) -> JsonSchema:
     """The :class:`llm.structured.JsonSchema` of ``manager``'s output (cached per shape).
 
     ``ids``: for episodic/semantic/procedural, the entry ids the prompt shows (a tuple, e.g.
     ``("E1", "E3")``; ``()`` = none shown, so only ADD); ``None`` leaves ids unrestricted
-    (any string). Must be None for core. Raises ValueError for an unknown manager, ids for core,
-    or an id without the part's prefix (``E``/``S``/``P`` + digits).
+    (any string). Must be None for core. ``core_lines``: for core, the lines of the core block
+    the prompt shows (``()`` = empty block, so no REPLACE); ``None`` leaves ``old_text`` free.
+    Raises ValueError for an unknown manager, ids for core, core_lines for a part, or an id
+    without the part's prefix (``E``/``S``/``P`` + digits).
     """
     if manager not in MANAGERS:
         raise ValueError(f"unknown manager {manager!r}; expected one of {MANAGERS}")
@@ -67,7 +85,14 @@ def manager_schema(manager: str, ids: tuple[str, ...] | None = None) -> JsonSche
     if manager == "core":
         if ids:
             raise ValueError("the core manager has no entry ids")
+        if core_lines is not None:
+            bad = [x for x in core_lines if not isinstance(x, str) or not x]
+            if bad:
+                raise ValueError(f"core_lines must be non-empty strings, got {bad[:3]}")
+            schema = _narrow_core(schema, tuple(core_lines))
         return JsonSchema("memgym_core", schema)
+    if core_lines is not None:
+        raise ValueError(f"core_lines are for the core manager, not {manager}")
     if ids is not None:
         prefix = ID_PREFIX[manager]
         bad = [i for i in ids if not (isinstance(i, str) and i.startswith(prefix) and i[1:].isdigit())]
@@ -79,5 +104,8 @@ def manager_schema(manager: str, ids: tuple[str, ...] | None = None) -> JsonSche
 
 def prompt_schema(prompt: ManagerPrompt) -> JsonSchema:
     """The schema for one manager prompt: its part's operations with ids narrowed to
-    ``prompt.shown_ids`` (core: the core operations)."""
-    return manager_schema(prompt.manager, None if prompt.manager == "core" else tuple(prompt.shown_ids))
+    ``prompt.shown_ids`` (core: REPLACE's ``old_text`` narrowed to ``prompt.core_lines``)."""
+    if prompt.manager == "core":
+        lines = prompt.core_lines
+        return manager_schema("core", None, None if lines is None else tuple(lines))
+    return manager_schema(prompt.manager, tuple(prompt.shown_ids))

@@ -84,6 +84,7 @@ class ManagerPrompt:
     session: int
     messages: list[dict]
     shown_ids: tuple[str, ...]
+    core_lines: tuple[str, ...] | None = None  # core: the non-empty lines of the shown core block
 
 
 def build_prompt(manager: str, bank: MemoryBank, session: Session, embedder=None) -> ManagerPrompt:
@@ -107,7 +108,13 @@ def build_prompt(manager: str, bank: MemoryBank, session: Session, embedder=None
     lines += ["New session transcript:", transcript, "", f"Now output the JSON for the {manager} part."]
     messages = [{"role": "system", "content": SYSTEM_PROMPTS[manager]},
                 {"role": "user", "content": "\n".join(lines)}]
-    return ManagerPrompt(manager, session.index, messages, shown)
+    core_lines = core_block_lines(bank.core) if manager == "core" else None
+    return ManagerPrompt(manager, session.index, messages, shown, core_lines)
+
+
+def core_block_lines(core: str) -> tuple[str, ...]:
+    """The distinct non-blank lines of a core block, in order (what a REPLACE may name)."""
+    return tuple(dict.fromkeys(ln for ln in (core or "").splitlines() if ln.strip()))
 
 
 COMPRESS_SYSTEM = (

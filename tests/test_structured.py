@@ -365,6 +365,7 @@ def test_synth_trajectories_constrained_sends_each_prompts_schema(tmp_path, comp
 
     from data_synth.locomo import load_locomo
     from data_synth.trajectories import synth_trajectories
+    from memory_bank.prompts import core_block_lines
     from tests.test_synth_trajectories import EXPERT, replaying_expert, session_and_manager
     from tests.helpers import ScriptedBackend
 
@@ -379,11 +380,32 @@ def test_synth_trajectories_constrained_sends_each_prompts_schema(tmp_path, comp
     stats = synth_trajectories([conv], tmp_path / "t.jsonl", backend=be, n_sessions=3, progress=False, constrained=True)
     assert stats.sessions_written == 3 and len(be.schemas) == 3
     flat = [s for call in be.schemas for s in call]
+    narrowed = 0
     for messages, schema in zip(seen, flat):
         session, m = session_and_manager(messages)
         shown = tuple(re.findall(r"^\[([ESP]\d+)\] ", messages[1]["content"], flags=re.M))
-        assert schema == manager_schema(m, None if m == "core" else shown)
-        assert compiler.accepts(schema, EXPERT[(session, m)])
+        if m != "core":
+            assert schema == manager_schema(m, shown)
+            assert compiler.accepts(schema, EXPERT[(session, m)])
+            continue
+        # core: REPLACE's old_text is narrowed to the lines of the core block shown (issue 19)
+        block = messages[1]["content"].split("Current core block:\n", 1)[1].split("\n\nNew session transcript", 1)[0]
+        lines = core_block_lines("" if block == "(empty)" else block)
+        assert schema == manager_schema("core", None, lines)
+        out = json.loads(EXPERT[(session, m)])
+        if out["operation"] != "REPLACE" or out["old_text"] in lines:
+            assert compiler.accepts(schema, EXPERT[(session, m)])
+            continue
+        # the expert replaces part of a line: that exact output cannot be decoded any more, the
+        # same edit as a whole-line REPLACE can, and gives the same core block
+        line = next(ln for ln in lines if out["old_text"] in ln)
+        whole = {"operation": "REPLACE", "old_text": line, "new_text": line.replace(out["old_text"], out["new_text"], 1)}
+        assert not compiler.accepts(schema, EXPERT[(session, m)])
+        assert compiler.accepts(schema, json.dumps(whole))
+        assert block.replace(whole["old_text"], whole["new_text"], 1) == block.replace(out["old_text"],
+                                                                                         out["new_text"], 1)
+        narrowed += 1
+    assert narrowed == 2  # sessions 2 and 3 of conv-30: the expert REPLACEs part of a line
 
 
 def test_synth_qa_constrained_sends_the_qa_schema(tmp_path, compiler):

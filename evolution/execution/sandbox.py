@@ -9,7 +9,14 @@ candidate code; :class:`SandboxedProgram` starts ``evolution.execution.sandbox_c
   group), killed as a group on timeout or close;
 - ``python -I -B``, cwd = a fresh scratch dir, an environment with nothing but PATH/locale and
   single-threaded BLAS;
-- imports allow-listed both statically (:func:`static_check`, AST) and at runtime (guarded
+- kernel confinement (:mod:`evolution.execution.confine`, the boundary): before the candidate's
+  first line the child applies no_new_privs + seccomp + Landlock to itself (reads: stdlib,
+  allow-listed packages, system libraries, exact already-imported project files; writes: its
+  scratch dir; no network, no exec) and dies with the parent (PDEATHSIG + a reaper on a
+  lifeline pipe, which also removes the scratch dir). Where the kernel has no Landlock the
+  sandbox refuses to start (:class:`SandboxUnconfined`) unless ``MEMGYM_ALLOW_UNCONFINED_SANDBOX=1``;
+  :attr:`SandboxedProgram.confinement` names the mode for reports;
+- a first filter with clear messages: imports allow-listed both statically (:func:`static_check`, AST) and at runtime (guarded
   ``__import__`` and the audit hook, see ``evolution/sandbox_child.py``), network, process
   spawning, ctypes and writes outside the scratch dir refused by an audit hook.
 
@@ -25,7 +32,6 @@ an ordinary exception) leaves it alive.
 """
 from __future__ import annotations
 
-import ast
 import base64
 import dataclasses
 import json
@@ -37,71 +43,17 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from evolution.execution import confine
+from evolution.execution.static_check import DEFAULT_ALLOWED_IMPORTS, FORBIDDEN_ATTRS, FORBIDDEN_NAMES, static_check  # noqa: F401
 from memory_bank.program import (BudgetExceededError, ContractError, ProgramInfo, SessionInfo, Toolkit, ToolkitError,
                                  ToolkitHost, contract_from_report)
-
-DEFAULT_ALLOWED_IMPORTS = frozenset({
-    "math", "re", "json", "dataclasses", "typing", "collections", "itertools", "functools", "heapq", "bisect",
-    "datetime", "statistics", "string", "textwrap", "difflib", "enum", "abc", "copy", "numpy", "__future__",
-    "operator", "random", "calendar", "unicodedata",
-})
-"""Top-level modules a memory program may import."""
-
-FORBIDDEN_NAMES = frozenset({"eval", "exec", "compile", "__import__", "breakpoint", "input", "globals", "locals",
-                             "__builtins__", "__loader__", "__spec__", "exit", "quit", "help"})
-FORBIDDEN_ATTRS = frozenset({
-    "__subclasses__", "__globals__", "__builtins__", "__code__", "__closure__", "__base__", "__bases__", "__mro__",
-    "mro", "__self__", "__func__", "__wrapped__", "__traceback__", "__loader__", "__spec__", "__import__",
-    "__reduce__", "__reduce_ex__", "__getattribute__", "tb_frame", "tb_next", "f_globals", "f_locals", "f_builtins",
-    "f_back", "f_code", "gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame", "co_code",
-    # modules reachable as attributes of allowed modules (e.g. typing.sys, re.os)
-    "sys", "os", "builtins", "posix", "importlib", "subprocess", "shutil", "ctypes", "socket", "io", "_io", "_os",
-    "_sys",
-})
-
-
-def static_check(source: str, allowed_imports: frozenset = DEFAULT_ALLOWED_IMPORTS) -> list[str]:
-    """Problems found in ``source`` without running it, as ``"line N: ..."`` strings ([] = ok).
-
-    Flags: empty source; syntax errors; imports outside ``allowed_imports`` or relative;
-    references to :data:`FORBIDDEN_NAMES` (eval, exec, __import__, globals, ...); attribute
-    access to :data:`FORBIDDEN_ATTRS` (introspection escapes such as ``__subclasses__``,
-    ``__globals__``, frame attributes, and modules hanging off allowed modules like
-    ``typing.sys``); string constants naming those dunders (``getattr(x, "__globals__")``).
-    """
-    if not source.strip():
-        return ["source is empty"]
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as e:
-        return [f"line {e.lineno}: syntax error: {e.msg}"]
-    problems: list[tuple[int, str]] = []
-    for node in ast.walk(tree):
-        line = getattr(node, "lineno", 0)
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                if a.name.partition(".")[0] not in allowed_imports:
-                    problems.append((line, f"line {line}: import of {a.name!r} is not allowed"))
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                problems.append((line, f"line {line}: relative import is not allowed"))
-            elif (node.module or "").partition(".")[0] not in allowed_imports:
-                problems.append((line, f"line {line}: import from {node.module!r} is not allowed"))
-        elif isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
-            problems.append((line, f"line {line}: use of {node.id!r} is not allowed"))
-        elif isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_ATTRS:
-            problems.append((line, f"line {line}: access to attribute {node.attr!r} is not allowed"))
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in FORBIDDEN_ATTRS \
-                and node.value.startswith("__"):
-            problems.append((line, f"line {line}: string {node.value!r} names a forbidden attribute"))
-    return [msg for _, msg in sorted(problems, key=lambda p: p[0])]
-
 
 @dataclass(frozen=True)
 class SandboxLimits:
@@ -129,7 +81,7 @@ class SandboxLimits:
 
 class SandboxError(Exception):
     """A sandboxed program failed. ``kind``: static | violation | timeout | memory | crash |
-    oversized | raised | bad_result | bad_request | host | closed; ``stage``: load, construct,
+    oversized | raised | bad_result | bad_request | host | closed | unconfined; ``stage``: load, construct,
     index, retrieve, snapshot or restore; ``reason``: a one-line human explanation."""
 
     kind = "error"
@@ -194,6 +146,13 @@ class SandboxHostError(SandboxError):
     kind = "host"
 
 
+class SandboxUnconfined(SandboxError):
+    """Kernel confinement is unavailable (and ``MEMGYM_ALLOW_UNCONFINED_SANDBOX`` is not 1) or the
+    kernel refused a confinement step in the child; the program never ran."""
+
+    kind = "unconfined"
+
+
 class SandboxClosed(SandboxError):
     """A call on a sandbox whose child is no longer running."""
 
@@ -201,9 +160,10 @@ class SandboxClosed(SandboxError):
 
 
 _KINDS = {c.kind: c for c in (SandboxViolation, SandboxTimeout, SandboxMemoryError, SandboxCrash, SandboxOversized,
-                              ProgramRaised, SandboxBadResult)}
+                              ProgramRaised, SandboxBadResult, SandboxUnconfined)}
 
 _BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv[1]); from evolution.execution.sandbox_child import main; main()"
+# argv after the bootstrap: project root, parent pid, "1" if spawned from the main thread (PDEATHSIG)
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -229,13 +189,18 @@ class SandboxedProgram:
     :class:`SessionInfo`. ``index`` returns what the program returned (the contract says None),
     ``retrieve`` its value (the contract says a str of at most 16,000 characters; that is
     judged by the validator, not here). Usable as a context manager; :meth:`close` is idempotent.
+
+    ``confinement``: ``"auto"`` (kernel confinement, see the module docstring; raises
+    :class:`SandboxUnconfined` where the kernel offers none and the switch is unset) or ``"off"``
+    (explicitly unconfined: the cost benchmark's baseline). :attr:`confinement` is the label.
     """
 
     def __init__(self, source: str, host: ToolkitHost | None = None, limits: SandboxLimits | None = None, *,
                  llm_budget: int = 0, embed_budget: int | None = None,
                  allowed_imports: frozenset = DEFAULT_ALLOWED_IMPORTS, skip_static_check: bool = False,
-                 filename: str = "<memory-program>"):
+                 filename: str = "<memory-program>", confinement: str = "auto"):
         self.limits = limits or SandboxLimits()
+        self._lifeline: int | None = None
         self.report: dict | None = None
         self._info: ProgramInfo | None = None
         self._constructed = False
@@ -252,6 +217,13 @@ class SandboxedProgram:
             if problems:
                 raise SandboxViolation("; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""),
                                        stage="load")
+        try:
+            self._mode = confine.resolve(confinement)
+        except confine.UnconfinedRefused as e:
+            raise SandboxUnconfined(str(e), stage="load") from None
+        self.confinement = self._mode.label
+        if not self._mode.kernel and confinement == "auto":
+            confine.warn_unconfined(self.confinement)
         lim = self.limits
         self.toolkit = Toolkit(host if host is not None else _NoHost(), llm_budget=llm_budget, embed_budget=embed_budget,
                                max_embed_texts=lim.max_embed_texts, max_text_chars=lim.max_text_chars,
@@ -263,6 +235,9 @@ class SandboxedProgram:
         try:
             self._start()
             cfg["scratch"] = self._scratch
+            cfg["confine"] = self._mode.kernel
+            cfg["protect"] = confine.protected_paths(_ROOT)
+            cfg["lifeline"] = self._lifeline_child
             self.report = self._exchange(cfg, "load", lim.load_timeout_s)
         except BaseException:
             self.close()
@@ -287,9 +262,16 @@ class SandboxedProgram:
         self._scratch = tempfile.mkdtemp(prefix="memgym-sandbox-")
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8", "HOME": self._scratch,
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TMPDIR": self._scratch}
-        self._proc = subprocess.Popen(
-            [sys.executable, "-I", "-B", "-c", _BOOTSTRAP, _ROOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, cwd=self._scratch, env=env, start_new_session=True, close_fds=True)
+        r, w = os.pipe()  # the lifeline: the child's reaper reads EOF when this process dies
+        self._lifeline, self._lifeline_child = w, r
+        main = threading.current_thread() is threading.main_thread()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", "-B", "-c", _BOOTSTRAP, _ROOT, str(os.getpid()), "1" if main else "0"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self._scratch, env=env,
+                start_new_session=True, close_fds=True, pass_fds=(r,))
+        finally:
+            os.close(r)
         self._set_rlimits(self._proc.pid)
         for f in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
             os.set_blocking(f.fileno(), False)
@@ -337,6 +319,9 @@ class SandboxedProgram:
                 except OSError:
                     pass
             self._proc = None
+        if self._lifeline is not None:
+            os.close(self._lifeline)
+            self._lifeline = None
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None

@@ -14,15 +14,19 @@ Defences, in the order they act (see also the static check in ``evolution.execut
 2. a ``sys.addaudithook`` hook (permanent; adding another hook is refused) that refuses
    sockets, process spawning (subprocess, os.system/exec*/fork/spawn/posix_spawn), ctypes,
    signals, env changes, chdir, threads, code-object creation, gc introspection, writes and
-   file mutations outside the scratch dir, reads outside the Python installation, the
-   scratch dir and memgym's own packages, loading of non-allow-listed modules, and unpickling
+   file mutations outside the scratch dir, reads outside the kernel grants (stdlib, allowed
+   packages, system libraries, the exact project files imported) and the scratch dir,
+   loading of non-allow-listed modules, and unpickling
    of non-allow-listed globals. A refused event raises :class:`SandboxViolationError` (a
    BaseException, so ``except Exception`` cannot swallow it) AND is recorded, so the call
    reports a violation even if the candidate catches it;
 3. the parent's rlimits (address space, CPU, file size) and wall-clock timeouts.
-This is containment for buggy or careless generated code, not a proof against a determined
-attacker (CPython offers no such in-process boundary); the process boundary, rlimits and
-the always-on audit hook are the load-bearing parts.
+1 and 2 are a first filter with clear messages, not the boundary: code running in this
+interpreter can reach their frames. The boundary is the kernel's (:mod:`evolution.execution.confine`):
+after its own imports and before the candidate's first line the child forks its reaper and
+applies no_new_privs + seccomp + Landlock to itself (reads: stdlib, allow-listed packages,
+system libraries, the exact project files already imported; writes: the scratch dir only;
+no network, no exec). The audit hook's read roots are the same grants, so both agree.
 """
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ import types
 
 import numpy as np
 
+from evolution.execution import confine
 from memory_bank.program import BudgetExceededError, Toolkit, ToolkitError, describe_module
 
 MODULE_NAME = "memgym_candidate"
@@ -191,16 +196,9 @@ def make_audit_hook(scratch: str, read_roots: tuple[str, ...], allowed_modules: 
     return hook
 
 
-def read_roots(extra=()) -> list[str]:
-    """Directories the candidate may read: the Python installation (stdlib, site-packages),
-    memgym's memory_bank and evolution packages (for tracebacks) and ``extra``."""
-    import memory_bank
-
-    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             os.path.dirname(os.path.abspath(memory_bank.__file__)), os.path.dirname(os.path.abspath(__file__))}
-    roots.update(p for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p))
-    roots.update(extra)
-    return sorted(roots)
+def project_root() -> str:
+    """The checkout this child was started from (the folder holding ``evolution/``)."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def make_builtins(allowed: frozenset) -> dict:
@@ -278,8 +276,18 @@ def serve(chan: Channel, cfg: dict) -> None:
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     toolkit = Toolkit(ParentHost(chan), llm_budget=cfg["llm_budget"], embed_budget=cfg["embed_budget"],
                       **cfg["toolkit_limits"])
-    sys.addaudithook(make_audit_hook(cfg["scratch"], tuple(read_roots(cfg.get("read_roots", ()))),
-                                     allowed | loaded_tops, MODULE_NAME))
+    dirs, files = confine.grant_paths(allowed, project_root(), cfg.get("protect", ()))
+    if cfg.get("lifeline") is not None:
+        confine.start_reaper(int(cfg["lifeline"]), cfg["scratch"])
+        os.close(int(cfg["lifeline"]))
+    if cfg.get("confine"):
+        try:
+            confine.confine_self(cfg["scratch"], dirs, files)
+        except OSError as e:
+            chan.send({"type": "result", "ok": False, "kind": "unconfined", "message": str(e)})
+            os._exit(3)
+    sys.modules.pop("ctypes", None)
+    sys.addaudithook(make_audit_hook(cfg["scratch"], tuple(dirs) + tuple(files), allowed | loaded_tops, MODULE_NAME))
     instance = None
 
     def run(stage: str, fn):
@@ -346,7 +354,13 @@ def serve(chan: Channel, cfg: dict) -> None:
 
 
 def main() -> None:
-    """Entry point: move the protocol off fds 0/1, read the load message, serve."""
+    """Entry point: die with the parent (argv: root, parent pid, "1" = spawned from the parent's
+    main thread so PDEATHSIG applies), move the protocol off fds 0/1, read the load message, serve."""
+    root, parent_pid, pdeath = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+    if pdeath:
+        confine.die_with_parent(parent_pid)
+    if root in sys.path:
+        sys.path.remove(root)
     out_fd, in_fd = os.dup(1), os.dup(0)
     os.dup2(2, 1)
     null = os.open(os.devnull, os.O_RDONLY)
@@ -357,8 +371,6 @@ def main() -> None:
     chan = Channel(in_fd, out_fd, 1 << 30)
     cfg = chan.recv()
     chan.max_bytes = int(cfg["max_message_bytes"])
-    if cfg.get("root") in sys.path:
-        sys.path.remove(cfg["root"])
     serve(chan, cfg)
 
 

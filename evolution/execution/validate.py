@@ -91,7 +91,10 @@ class ValidationLimits:
 @dataclass
 class ValidationResult:
     """``ok``; ``level``: the first failing level (1-4) or None when ok; ``reason``: why (""
-    when ok); ``stats``: timings (seconds), toolkit call counts and output sizes (characters)."""
+    when ok); ``stats``: timings (seconds), toolkit call counts and output sizes (characters),
+    and ``sandbox``, the confinement the program ran under
+    (:attr:`evolution.execution.sandbox.SandboxedProgram.confinement`); an ``UNCONFINED`` one is
+    also a top-level ``sandbox`` key of :meth:`to_dict`, so every stored verdict names it."""
 
     ok: bool
     level: int | None
@@ -100,6 +103,8 @@ class ValidationResult:
 
     def to_dict(self, with_stats: bool = False) -> dict:
         d = {"ok": self.ok, "level": self.level, "reason": self.reason}
+        if str(self.stats.get("sandbox", "")).startswith("UNCONFINED"):
+            d["sandbox"] = self.stats["sandbox"]
         if with_stats:
             d["stats"] = self.stats
         return d
@@ -187,6 +192,7 @@ def validate_program(source: str, parent_source: str | None = None, limits: Vali
         except SandboxError as e:
             return ValidationResult(False, 1, f"module failed to load: {_describe(e)}", stats)
         stats["load_s"] = round(time.perf_counter() - t0, 3)
+        stats["sandbox"] = sandbox.confinement
         try:
             info = sandbox.info
         except ContractError as e:

@@ -50,7 +50,9 @@ from evolution.search.cases import case_from_run, render_compact
 from evolution.search.config import EvolveConfig
 from evolution.search.ledger import BudgetExhausted, Ledger, usage_from_eval
 from evolution.search.proposers.base import LineageEntry, ProposalInput, ProposalResult
-from evolution.search.rundir import RunDir, atomic_write_json, atomic_write_text, read_json
+from evolution.search.rundir import (RunDir, RunStateError, atomic_write_json, atomic_write_text, check_recipe,
+                                     check_state, read_json, recipe_fields, run_lock)
+from evolution.search.stops import check_endpoint
 from evolution.search.select import (CapabilityAcceptance, DependencyAwareTarget, HistoryGuidedCases,
                                      SpecialistParent, TaskInfo, record_cases)
 from memory_bank.program import unit_text
@@ -110,7 +112,8 @@ class Evolution:
                                      request_retries=cfg.request_retries)
             if cfg.embedder.startswith("hash:"):
                 from llm.embeddings import HashEmbedder
-                rt = Runtime(cache=rt.cache, embedder=HashEmbedder(int(cfg.embedder[5:])), batch_size=cfg.batch_size)
+                rt = Runtime(cache=rt.cache, embedder=HashEmbedder(int(cfg.embedder[5:])), batch_size=cfg.batch_size,
+                             request_timeout_s=cfg.request_timeout_s, request_retries=cfg.request_retries)
         self.rt = rt
         self.target_policy = target_policy or DependencyAwareTarget()
         self.parent_policy = parent_policy or SpecialistParent()
@@ -176,18 +179,23 @@ class Evolution:
         atomic_write_json(self.dir.state, {
             "archive": self.archive.to_json(), "ledger": self.ledger.to_json(), "history": self.history,
             "rng": _rng_to_json(self.rng.getstate()), "next_round": self.next_round, "elapsed_s": self.elapsed_s,
-            "stopped": self.stopped})
+            "stopped": self.stopped, "recipe": recipe_fields(self.cfg)})
 
     def load(self) -> bool:
         """Restore ``state.json`` if present (True when restored)."""
         st = read_json(self.dir.state)
         if st is None:
             return False
-        self.archive = Archive.from_json(st["archive"])
-        self.ledger = Ledger.from_json(st["ledger"])
+        check_state(st, self.dir.state)
+        check_recipe(st.get("recipe"), self.cfg, self.dir.recipe, self.dir.state)
+        try:
+            self.archive = Archive.from_json(st["archive"])
+            self.ledger = Ledger.from_json(st["ledger"])
+            self.rng.setstate(_rng_from_json(st["rng"]))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise RunStateError(f"{self.dir.state}: damaged run state: {type(e).__name__}: {e}") from None
         self.ledger.budgets = self.cfg.budgets()
         self.history = st["history"]
-        self.rng.setstate(_rng_from_json(st["rng"]))
         self.next_round = st["next_round"]
         self.elapsed_s = st["elapsed_s"]
         self.stopped = st.get("stopped")
@@ -495,7 +503,14 @@ class Evolution:
         return write_reports(self, fin)
 
     def run(self, *, resume: bool = False) -> dict:
-        """Run (or continue) the whole loop and write the reports; returns the summary dict."""
+        """Run (or continue) the whole loop and write the reports; returns the summary dict.
+        Holds the run directory's lock throughout (:func:`evolution.search.rundir.run_lock`);
+        raises :class:`evolution.search.stops.EndpointUnreachable` (state saved) when the coder
+        keeps failing."""
+        with run_lock(self.dir.root):
+            return self._run(resume)
+
+    def _run(self, resume: bool) -> dict:
         if resume and not self.load() and not self.dir.recipe.exists():
             raise FileNotFoundError(f"nothing to resume in {self.dir.root}: no state.json or recipe.json")
         if not resume and self.dir.state.exists():
@@ -518,6 +533,7 @@ class Evolution:
                 self.save()
                 _fault("round_end", self.next_round - 1)
                 bar.update(1)
+                check_endpoint(self.history, self.archive)
         finally:
             bar.close()
         self.save()

@@ -14,13 +14,32 @@ Layout (DESIGN.md § "Run state")::
 
 Every file is written to a temporary name in the same folder and renamed over the target
 (``os.replace``), so a kill -9 leaves either the old or the new file, never half of one.
+Reading is checked: a damaged file raises :class:`RunStateError` whose message names the file
+and what is wrong (:func:`read_json`, :func:`check_state`, :func:`check_recipe`). One process
+at a time works in a run directory (:func:`run_lock`, ``DIR/.lock``).
 """
 from __future__ import annotations
 
+import dataclasses
+import fcntl
 import json
 import os
 import tempfile
+import threading
+from contextlib import contextmanager
 from pathlib import Path
+
+LOCK_NAME = ".lock"
+# recipe fields that only change the display: a --resume may differ in them
+DISPLAY_FIELDS = frozenset({"out", "progress"})
+
+
+class RunStateError(ValueError):
+    """A run file is unreadable or does not fit the run (the message names the file)."""
+
+
+class RunLockedError(FileExistsError):
+    """Another process holds the run directory's lock."""
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -46,11 +65,130 @@ def atomic_write_json(path: str | Path, value) -> None:
 
 
 def read_json(path: str | Path, default=None):
-    """The JSON value at ``path``, or ``default`` when the file does not exist."""
+    """The JSON value at ``path``, or ``default`` when the file does not exist. Raises
+    :class:`RunStateError` naming the file (and line/column) when it is not UTF-8 JSON."""
     p = Path(path)
     if not p.exists():
         return default
-    return json.loads(p.read_text(encoding="utf-8"))
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise RunStateError(f"{p}: damaged JSON at line {e.lineno} column {e.colno}: {e.msg} (truncated or edited?)") \
+            from None
+    except UnicodeDecodeError as e:
+        raise RunStateError(f"{p}: not UTF-8 text (byte {e.start})") from None
+    except OSError as e:
+        raise RunStateError(f"{p}: cannot be read: {e.strerror}") from None
+
+
+_STATE_TYPES = {"archive": dict, "ledger": dict, "history": list, "rng": list, "next_round": int,
+                "elapsed_s": (int, float)}
+
+
+def check_state(st, path: str | Path) -> dict:
+    """``st`` (state.json's value) when its shape is a run state's; else :class:`RunStateError`
+    naming ``path`` and the first problem: not an object, a missing key, a key of the wrong
+    type (null included), an archive whose candidates are not objects with an id or whose base,
+    specialists, attempts or history rows name a candidate it does not hold, an RNG state that
+    is not [version, list, gauss]."""
+    if not isinstance(st, dict):
+        raise RunStateError(f"{path}: damaged run state: a JSON object expected, got {type(st).__name__}")
+    for key, typ in _STATE_TYPES.items():
+        if key not in st:
+            raise RunStateError(f"{path}: damaged run state: key {key!r} is missing")
+        if not isinstance(st[key], typ) or isinstance(st[key], bool):
+            raise RunStateError(f"{path}: damaged run state: {key!r} is {type(st[key]).__name__}, not "
+                                f"{getattr(typ, '__name__', 'a number')}")
+    if st["next_round"] < 1:
+        raise RunStateError(f"{path}: damaged run state: next_round {st['next_round']} < 1")
+    rng = st["rng"]
+    if len(rng) != 3 or not isinstance(rng[0], int) or not isinstance(rng[1], list) or len(rng[1]) != 625:
+        raise RunStateError(f"{path}: damaged run state: 'rng' is not a random.Random state")
+    arch = st["archive"]
+    for key, typ in (("candidates", list), ("base", str), ("specialists", dict), ("selections", dict),
+                     ("case_usage", dict), ("combo_usage", dict), ("attempts", dict)):
+        if not isinstance(arch.get(key), typ):
+            what = "missing" if key not in arch else f"{type(arch[key]).__name__}, not {typ.__name__}"
+            raise RunStateError(f"{path}: damaged run state: archive.{key} is {what}")
+    ids = set()
+    for i, c in enumerate(arch["candidates"]):
+        if not isinstance(c, dict) or not isinstance(c.get("id"), str):
+            raise RunStateError(f"{path}: damaged run state: archive.candidates[{i}] is not a candidate with an id")
+        ids.add(c["id"])
+    named = {arch["base"], *arch["specialists"].values()}
+    named |= {i for v in arch["attempts"].values() if isinstance(v, list) for i in v}
+    named |= {row.get("candidate") for row in st["history"] if isinstance(row, dict) and row.get("candidate")}
+    if not all(isinstance(row, dict) for row in st["history"]):
+        raise RunStateError(f"{path}: damaged run state: a 'history' row is not an object")
+    missing = sorted(named - ids, key=str)
+    if missing:
+        raise RunStateError(f"{path}: damaged run state: the archive names candidates it does not hold: "
+                            f"{', '.join(map(str, missing))}")
+    return st
+
+
+def recipe_fields(cfg) -> dict:
+    """The recipe (a dataclass) as stored in state.json for :func:`check_recipe`."""
+    return {k: v for k, v in json.loads(json.dumps(dataclasses.asdict(cfg), default=str)).items()
+            if k not in DISPLAY_FIELDS}
+
+
+def check_recipe(stored: dict | None, cfg, recipe_path: str | Path, state_path: str | Path) -> None:
+    """Refuse a recipe that differs from the one the stored run state was made with (a
+    ``recipe.json`` edited before ``--resume`` would silently relabel the old results).
+    ``stored`` None (a state from before this check): nothing to compare."""
+    if stored is None:
+        return
+    if not isinstance(stored, dict):
+        raise RunStateError(f"{state_path}: damaged run state: 'recipe' is {type(stored).__name__}, not dict")
+    now = recipe_fields(cfg)
+    diff = [k for k in sorted(set(stored) | set(now)) if stored.get(k) != now.get(k)]
+    if diff:
+        shown = "; ".join(f"{k}: {stored.get(k)!r} in the run, {now.get(k)!r} in {Path(recipe_path).name}"
+                          for k in diff[:4]) + (f" (+{len(diff) - 4} more)" if len(diff) > 4 else "")
+        raise RunStateError(f"{recipe_path} does not match the run stored in {state_path} ({shown}); restore the "
+                            "recipe or start a new run in another folder")
+
+
+_held: dict[str, list] = {}
+_held_lock = threading.Lock()
+
+
+@contextmanager
+def run_lock(root: str | Path):
+    """Hold ``root/.lock`` (``flock``, released by the kernel when the process dies, kill -9
+    included) for the block; re-entrant within one process. Raises :class:`RunLockedError`
+    naming the holder's pid when another process holds it."""
+    root = Path(root)
+    key = str(root.resolve())
+    with _held_lock:
+        if key in _held:
+            _held[key][1] += 1
+            entry = _held[key]
+        else:
+            entry = None
+    if entry is None:
+        root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+            os.close(fd)
+            raise RunLockedError(f"another memgym process (pid {holder}) is working in {root}; wait for it to end "
+                                 "or stop it first") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        with _held_lock:
+            _held[key] = entry = [fd, 1]
+    try:
+        yield
+    finally:
+        with _held_lock:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del _held[key]
+                os.close(entry[0])  # closing the last fd releases the flock
 
 
 class RunDir:

@@ -111,8 +111,10 @@ def register_bench(sub) -> None:
                        description="Generates the four manager outputs of LoCoMo conv-30 session 4 free and "
                                    "constrained to their JSON schemas (same prompts, same max tokens, greedy), in "
                                    "interleaved rounds; prints tokens/s of each and the slowdown ratio.")
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=4)
+    from launch.bench.args import int_range
+
+    p.add_argument("--max-new-tokens", type=int_range(1, 8192), default=128, help="tokens per output (default 128)")
+    p.add_argument("--rounds", type=int_range(1, 100), default=3, help="interleaved rounds (default 3)")
+    p.add_argument("--batch-size", type=int_range(1, 256), default=4, help="outputs per generate call (default 4)")
     p.add_argument("--model", default="hf:smollm2", help="hf backend spec (default the embedded SmolLM2)")
     p.set_defaults(func=_run)

@@ -189,8 +189,11 @@ def register_bench(sub) -> None:
                        description="On LoCoMo traces (turns extraction; seed and reference programs), render every "
                                    "failed task's diagnostic case in full and compact form; print the token ratio "
                                    "and the share of evidence whose best-matching unit survived (exit 1 if < 100%).")
-    c.add_argument("--conversations", nargs="+", default=["conv-26", "conv-30"], metavar="CONV")
-    c.add_argument("--max-cases", type=int, default=60, help="cases per program (default 60)")
+    from launch.bench.args import int_range, locomo_conversation
+
+    c.add_argument("--conversations", nargs="+", default=["conv-26", "conv-30"], metavar="CONV",
+                   type=locomo_conversation)
+    c.add_argument("--max-cases", type=int_range(1, 100_000), default=60, help="cases per program (default 60)")
     c.add_argument("--tokenizer", default=None, help="HF tokenizer dir (default: SmolLM2's, offline)")
     c.add_argument("--progress", action="store_true")
     c.set_defaults(func=_cases)
@@ -199,9 +202,9 @@ def register_bench(sub) -> None:
                                    "and of a scripted coder (retrieval-only edit), each with the parent's stage "
                                    "outputs and from an empty stage cache. Prints wall time, model calls and the "
                                    "ratios; exit 1 if the two runs score differently.")
-    r.add_argument("--train", nargs="+", default=["conv-26"], metavar="CONV")
-    r.add_argument("--valid", nargs="+", default=["conv-30"], metavar="CONV")
-    r.add_argument("--max-questions", type=int, default=40, help="QA per conversation (default 40)")
+    r.add_argument("--train", nargs="+", default=["conv-26"], metavar="CONV", type=locomo_conversation)
+    r.add_argument("--valid", nargs="+", default=["conv-30"], metavar="CONV", type=locomo_conversation)
+    r.add_argument("--max-questions", type=int_range(1, 100_000), default=40, help="QA per conversation (default 40)")
     r.add_argument("--plan-mode", choices=("question", "llm"), default="question")
     r.add_argument("--progress", action="store_true")
     r.set_defaults(func=_round)

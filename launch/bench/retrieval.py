@@ -94,11 +94,20 @@ def bench_retrieval(sizes=(1_000, 10_000, 100_000), dim: int = 384, k: int = 10,
     return rows
 
 
+MAX_ENTRIES = 5_000_000
+COPIES = 3  # the float32 bank is held about three times (floor matrix, VectorIndex, BankRetriever)
+
+
 def _retrieval(args) -> int:
+    from launch.bench.args import physical_memory_bytes
     from llm.config import ConfigError
 
     if args.k > min(args.sizes):
         raise ConfigError(f"--k {args.k} is larger than the smallest --sizes entry {min(args.sizes)}")
+    need, have = COPIES * 4 * max(args.sizes) * args.dim, physical_memory_bytes()
+    if have and need > have // 2:
+        raise ConfigError(f"--sizes {max(args.sizes):,} x --dim {args.dim} needs about {need / 2**30:.1f} GiB, more "
+                          f"than half of this machine's {have / 2**30:.1f} GiB: use smaller sizes")
     rows = bench_retrieval(tuple(args.sizes), args.dim, args.k)
     print("| entries | floor ms/query | VectorIndex ms/query (ratio) | BankRetriever ms/query (ratio) |")
     print("|---|---|---|---|")
@@ -114,10 +123,10 @@ def register_bench(s) -> None:
     r = s.add_parser("retrieval", help="top-k retrieval ms/query vs a numpy matmul+argpartition floor",
                      description="Top-10 retrieval over 1K/10K/100K entries of 384 dims: ms/query of "
                                  "VectorIndex and BankRetriever, each as a ratio to the numpy floor.")
-    from llm.config import at_least
+    from launch.bench.args import int_range
 
-    r.add_argument("--sizes", type=at_least(1), nargs="+", default=[1_000, 10_000, 100_000],
-                   help="bank sizes in entries (default 1000 10000 100000)")
-    r.add_argument("--dim", type=at_least(1), default=384, help="embedding dimension (default 384)")
-    r.add_argument("--k", type=at_least(1), default=10, help="entries retrieved per query (default 10)")
+    r.add_argument("--sizes", type=int_range(1, MAX_ENTRIES), nargs="+", default=[1_000, 10_000, 100_000],
+                   help=f"bank sizes in entries, 1..{MAX_ENTRIES:,} (default 1000 10000 100000)")
+    r.add_argument("--dim", type=int_range(1, 8192), default=384, help="embedding dimension, 1..8192 (default 384)")
+    r.add_argument("--k", type=int_range(1), default=10, help="entries retrieved per query (default 10)")
     r.set_defaults(func=_retrieval)

@@ -145,9 +145,11 @@ def register_bench(sub) -> None:
                                    "that changes only Memory.retrieve twice: reusing the parent's stage outputs and "
                                    "from scratch. Prints a table and JSON with reuse/full ratios of wall time and model "
                                    "calls; exit 1 if the two child runs disagree on the scores.")
-    p.add_argument("--conversations", nargs="+", default=["conv-30"], metavar="CONV",
+    from launch.bench.args import expert_conversation, int_range
+
+    p.add_argument("--conversations", nargs="+", default=["conv-30"], metavar="CONV", type=expert_conversation,
                    help="LoCoMo conversations with expert trajectories (conv-26, conv-30; default conv-30)")
-    p.add_argument("--n-sessions", type=int, default=None, metavar="N", help="first N sessions only (default all)")
+    p.add_argument("--n-sessions", type=int_range(1, 1000), default=None, metavar="N", help="first N sessions only (default all)")
     p.add_argument("--plan-mode", choices=("question", "llm"), default="question",
                    help="question: no task LLM (default); llm: plans by --task-model")
     p.add_argument("--task-model", default="hf:smollm2", help="task LLM spec for --plan-mode llm")

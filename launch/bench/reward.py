@@ -108,7 +108,9 @@ def register_bench(s) -> None:
                                  "caches. Prints a table and JSON with the speedup and the warm re-run's model calls "
                                  "(0 expected).")
     p.add_argument("--trajectories", help="expert trajectory file (default: $MEMGYM_DATA/expert/conv-30.jsonl)")
-    p.add_argument("--n", type=int, default=64, help="completions in the batch (default 64)")
+    from launch.bench.args import int_range
+
+    p.add_argument("--n", type=int_range(1, 100_000), default=64, help="completions in the batch (default 64)")
     p.add_argument("--judge", choices=["answer-recall", "f1", "llm"], default="answer-recall")
     p.add_argument("--answer-model", default=None, help="answer/judge model for f1/llm (default hf:smollm2)")
     p.add_argument("--mode", choices=["counterfactual", "isolated"], default="counterfactual")

@@ -225,15 +225,25 @@ def register_bench(sub) -> None:
                                    "PyTorch loop on the same examples, and peak RSS. Defaults: the embedded "
                                    "SmolLM2 with LoRA on LoCoMo conv-26 session 1 (CPU: several minutes).")
     p.add_argument("--model", default="smollm2", help="policy: smollm2 or a local model dir (default smollm2)")
-    p.add_argument("--trajectory", default="conv-26", help="expert trajectory for the ADRPO rows (default conv-26)")
+    from launch.bench.args import expert_conversation, int_range
+
+    p.add_argument("--trajectory", default="conv-26", type=expert_conversation,
+                   help="expert trajectory for the ADRPO rows (default conv-26)")
     p.add_argument("--embedder", default="minilm", choices=["minilm", "hash"], help="retrieval embedder")
-    p.add_argument("--reps", type=int, default=2, help="alternating pairs of measurements (default 2)")
-    p.add_argument("--num-generations", type=int, default=4, help="completions per prompt = per step (default 4)")
-    p.add_argument("--micro-batch", type=int, default=1, help="completions per forward/backward (default 1)")
-    p.add_argument("--max-completion-length", type=int, default=48, help="tokens per completion (default 48)")
-    p.add_argument("--max-prompt-tokens", type=int, default=900, help="drop rows with longer prompts (default 900)")
-    p.add_argument("--sft-steps", type=int, default=3, help="SFT steps (= examples) per run (default 3)")
-    p.add_argument("--sft-max-length", type=int, default=1536, help="SFT example cap, tokens (default 1536)")
+    p.add_argument("--reps", type=int_range(1, 1_000_000),
+                   default=2, help="alternating pairs of measurements (default 2)")
+    p.add_argument("--num-generations", type=int_range(1, 1_000_000),
+                   default=4, help="completions per prompt = per step (default 4)")
+    p.add_argument("--micro-batch", type=int_range(1, 1_000_000),
+                   default=1, help="completions per forward/backward (default 1)")
+    p.add_argument("--max-completion-length", type=int_range(1, 1_000_000),
+                   default=48, help="tokens per completion (default 48)")
+    p.add_argument("--max-prompt-tokens", type=int_range(1, 1_000_000),
+                   default=900, help="drop rows with longer prompts (default 900)")
+    p.add_argument("--sft-steps", type=int_range(1, 1_000_000),
+                   default=3, help="SFT steps (= examples) per run (default 3)")
+    p.add_argument("--sft-max-length", type=int_range(1, 1_000_000),
+                   default=1536, help="SFT example cap, tokens (default 1536)")
     p.add_argument("--skip-grpo", action="store_true", help="skip the ADRPO/GRPO comparison")
     p.add_argument("--skip-sft", action="store_true", help="skip the SFT comparison")
     p.add_argument("--out", default=None, help="also write the JSON here")

@@ -1,0 +1,66 @@
+"""The static first filter of the sandbox: what a memory program's source may not contain.
+
+:func:`static_check` (AST) flags imports outside :data:`DEFAULT_ALLOWED_IMPORTS`, forbidden
+names and introspection attributes, before the source reaches a child; the runtime filter is
+:mod:`evolution.execution.sandbox_child`, the boundary :mod:`evolution.execution.confine`.
+Re-exported by :mod:`evolution.execution.sandbox`.
+"""
+from __future__ import annotations
+
+import ast
+
+DEFAULT_ALLOWED_IMPORTS = frozenset({
+    "math", "re", "json", "dataclasses", "typing", "collections", "itertools", "functools", "heapq", "bisect",
+    "datetime", "statistics", "string", "textwrap", "difflib", "enum", "abc", "copy", "numpy", "__future__",
+    "operator", "random", "calendar", "unicodedata",
+})
+"""Top-level modules a memory program may import."""
+
+FORBIDDEN_NAMES = frozenset({"eval", "exec", "compile", "__import__", "breakpoint", "input", "globals", "locals",
+                             "__builtins__", "__loader__", "__spec__", "exit", "quit", "help"})
+FORBIDDEN_ATTRS = frozenset({
+    "__subclasses__", "__globals__", "__builtins__", "__code__", "__closure__", "__base__", "__bases__", "__mro__",
+    "mro", "__self__", "__func__", "__wrapped__", "__traceback__", "__loader__", "__spec__", "__import__",
+    "__reduce__", "__reduce_ex__", "__getattribute__", "tb_frame", "tb_next", "f_globals", "f_locals", "f_builtins",
+    "f_back", "f_code", "gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame", "co_code",
+    # modules reachable as attributes of allowed modules (e.g. typing.sys, re.os)
+    "sys", "os", "builtins", "posix", "importlib", "subprocess", "shutil", "ctypes", "socket", "io", "_io", "_os",
+    "_sys",
+})
+
+
+def static_check(source: str, allowed_imports: frozenset = DEFAULT_ALLOWED_IMPORTS) -> list[str]:
+    """Problems found in ``source`` without running it, as ``"line N: ..."`` strings ([] = ok).
+
+    Flags: empty source; syntax errors; imports outside ``allowed_imports`` or relative;
+    references to :data:`FORBIDDEN_NAMES` (eval, exec, __import__, globals, ...); attribute
+    access to :data:`FORBIDDEN_ATTRS` (introspection escapes such as ``__subclasses__``,
+    ``__globals__``, frame attributes, and modules hanging off allowed modules like
+    ``typing.sys``); string constants naming those dunders (``getattr(x, "__globals__")``).
+    """
+    if not source.strip():
+        return ["source is empty"]
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        return [f"line {e.lineno}: syntax error: {e.msg}"]
+    problems: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.partition(".")[0] not in allowed_imports:
+                    problems.append((line, f"line {line}: import of {a.name!r} is not allowed"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                problems.append((line, f"line {line}: relative import is not allowed"))
+            elif (node.module or "").partition(".")[0] not in allowed_imports:
+                problems.append((line, f"line {line}: import from {node.module!r} is not allowed"))
+        elif isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
+            problems.append((line, f"line {line}: use of {node.id!r} is not allowed"))
+        elif isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_ATTRS:
+            problems.append((line, f"line {line}: access to attribute {node.attr!r} is not allowed"))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in FORBIDDEN_ATTRS \
+                and node.value.startswith("__"):
+            problems.append((line, f"line {line}: string {node.value!r} names a forbidden attribute"))
+    return [msg for _, msg in sorted(problems, key=lambda p: p[0])]

@@ -1,0 +1,44 @@
+"""When ``memgym evolve`` must stop instead of going on: a coder endpoint that keeps failing.
+
+A proposer turns a failed model call into a failed proposal (``coder call failed:
+BackendRequestError: OpenAIBackend: request to <url> ... failed after N attempt(s) ...``), so
+that one bad reply costs one round, not the run. An unreachable server, though, would fail
+every round and the run would end with exit 0, "0 candidates evaluated" and the seed as the
+final program. :func:`check_endpoint` stops the run after :data:`ENDPOINT_FAILURES_STOP`
+consecutive rounds whose proposals failed that way; the run state is saved first, so
+``memgym evolve --resume DIR`` continues once the server is back.
+"""
+from __future__ import annotations
+
+ENDPOINT_FAILURES_STOP = 3
+"""Consecutive rounds whose model calls all failed after their retries before the run stops."""
+
+_MARK = "BackendRequestError"
+
+
+class EndpointUnreachable(RuntimeError):
+    """The coder's endpoint failed ``ENDPOINT_FAILURES_STOP`` rounds in a row (message: the last
+    error, which names the URL)."""
+
+
+def endpoint_failure_streak(history: list[dict], archive) -> tuple[int, str]:
+    """(consecutive most recent rounds whose candidate failed on a model request, the last
+    such reason). ``history``: the loop's rows; ``archive``: holds their candidates."""
+    n, last = 0, ""
+    for row in reversed(history):
+        if row.get("round", 0) in (0, None) or row.get("candidate") not in archive.candidates:
+            break
+        cand = archive.get(row["candidate"])
+        if cand.status != "failed" or _MARK not in (cand.reason or ""):
+            break
+        n += 1
+        last = last or cand.reason
+    return n, last
+
+
+def check_endpoint(history: list[dict], archive, limit: int = ENDPOINT_FAILURES_STOP) -> None:
+    """Raise :class:`EndpointUnreachable` when the last ``limit`` rounds failed on requests."""
+    n, last = endpoint_failure_streak(history, archive)
+    if n >= limit:
+        raise EndpointUnreachable(f"stopped after {n} consecutive rounds whose model requests failed; last: {last}. "
+                                  "Fix the server (or the coder_model URL), then continue with --resume")
