@@ -132,7 +132,7 @@ def evaluate_extractor(column: str, convs: list[Conversation], cfg: EvalConfig, 
     spec, constrained, label = parse_column(column, cfg.constrained)
     extractor = make_extractor(spec, rt, cfg.extractor_max_new_tokens, constrained=constrained,
                                max_chars=cfg.constrained_max_chars, max_items=cfg.constrained_max_items,
-                               context_tokens=cfg.extractor_context_tokens)
+                               context_tokens=cfg.extractor_context_tokens, conversations=convs)
     answerer = rt.backend(cfg.answer_model, role="answer")
     scorer = make_scorer(cfg.scorer, rt.backend(cfg.judge_model, role="judge") if cfg.judge_model else None,
                          dataset=cfg.dataset, judge_protocol=cfg.judge_protocol)
