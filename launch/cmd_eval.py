@@ -25,7 +25,7 @@ def run(argv: list[str]) -> int:
     try:
         report = run_eval(cfg)
     except (ValueError, FileNotFoundError) as e:  # e.g. an expert file of another conversation
-        from launch.cli import user_error_types
+        from launch.errors import user_error_types
 
         if isinstance(e, sum(user_error_types(), ())):
             raise  # the CLI's own classes keep their exit status (broken data: 1)

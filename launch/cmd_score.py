@@ -25,8 +25,9 @@ def _run(args: argparse.Namespace) -> int:
     from data_synth.errors import DataFileNotFoundError, DataFormatError, DataQuirkWarning
     from data_synth.datasets import load_conversations
     from llm.base import LLMError
-    from llm.config import ConfigError, check_out_dir
-    from rewards.judge import make_scorer
+    from llm.errors import ConfigError
+    from llm.recipes import check_out_dir
+    from rewards.scorers import make_scorer
     from rewards.scoring import OFFLINE_JUDGES, PredictionsError, read_predictions, score_predictions, write_scores
 
     def fail(msg) -> int:

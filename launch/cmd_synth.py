@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from data_synth.splits import LOCOMO_SPLITS
-from llm.config import at_least
+from llm.recipes import at_least
 
 EMBEDDERS = ("minilm", "hash")
 

@@ -4,7 +4,7 @@ score the answers, and report.
 Config + runner pair in the TRL style: :class:`EvalConfig` is parsed by ``trl.TrlParser``
 from a YAML recipe plus CLI overrides; :func:`run_eval` does the work.
 Scores: LoCoMo token F1 by default (official rules, :mod:`rewards.metrics`); ``scorer: llm``
-picks the dataset's official judge under ``judge_protocol`` (:func:`rewards.judge.make_scorer`),
+picks the dataset's official judge under ``judge_protocol`` (:func:`rewards.scorers.make_scorer`),
 ``rubric-recall`` the offline BEAM proxy; answer-recall of the retrieved context is always
 reported beside it (it needs no model). Every column's numbers are
 :func:`rewards.summary.summarise` of its :class:`rewards.summary.QuestionResult` rows, the same
@@ -25,13 +25,13 @@ from data_synth.datasets import check_selection
 from data_synth.expert import ExpertExtractor
 from data_synth.extractors import make_extractor
 from llm.base import GenerationParams
-from llm.config import check_fields, require
+from llm.recipes import check_fields, require
 from memory_bank.actions import MANAGERS
 from memory_bank.construct import construct
 from memory_bank.retrieval import BankRetriever
 from memory_bank.schema import Conversation
 from rewards.answer import answer_questions, answer_system_prompt
-from rewards.judge import make_scorer
+from rewards.scorers import make_scorer
 from rewards.selection import QuestionSelection, answer_tokens_for, load_selected
 from rewards.summary import QuestionResult, score_questions, summarise
 from llm.runtime import Runtime

@@ -4,7 +4,7 @@ Source: DESIGN.md § "Dense session reward" (the judge returns CORRECT or WRONG;
 alternatives answer-recall and LoCoMo F1). :class:`LLMJudge` is memgym's own CORRECT/WRONG
 judge for the training rewards on synthetic QA (its wording is memgym's; no benchmark number
 is computed with it). Benchmark numbers use the official protocols
-(:mod:`rewards.official`, chosen by :func:`make_scorer` from the dataset).
+(:mod:`rewards.official`, chosen by :func:`rewards.scorers.make_scorer` from the dataset).
 
 Scores are floats in [0, 1]: judge verdicts give 1.0 (CORRECT) or 0.0 (WRONG).
 """
@@ -33,8 +33,7 @@ __all__ = [
     "F1Scorer",
     "RecallScorer",
     "LLMJudgeScorer",
-    "SCORER_NAMES",
-    "make_scorer",
+    "check_score_items",
 ]
 
 JUDGE_SYSTEM_PROMPT = (
@@ -216,7 +215,7 @@ class Scorer(Protocol):
 JudgeScorer = Scorer
 
 
-def _check_score_items(items) -> list[ScoreItem]:
+def check_score_items(items) -> list[ScoreItem]:
     if not isinstance(items, Sequence) or isinstance(items, str):
         raise TypeError(f"items must be a list of ScoreItem, got {type(items).__name__}")
     for i, it in enumerate(items):
@@ -240,7 +239,7 @@ class F1Scorer:
         self.strict = strict
 
     def score(self, items: list[ScoreItem]) -> list[float]:
-        items = _check_score_items(items)
+        items = check_score_items(items)
         is_locomo = [it.category is not None and str(it.category).strip() in LOCOMO_CATEGORIES for it in items]
         if self.strict:
             for i, (it, ok) in enumerate(zip(items, is_locomo)):
@@ -260,7 +259,7 @@ class RecallScorer:
     needs_prediction = False
 
     def score(self, items: list[ScoreItem]) -> list[float]:
-        return [answer_recall(it.gold, it.context) for it in _check_score_items(items)]
+        return [answer_recall(it.gold, it.context) for it in check_score_items(items)]
 
 
 class LLMJudgeScorer:
@@ -284,53 +283,8 @@ class LLMJudgeScorer:
         self.parse_failures = 0
 
     def score(self, items: list[ScoreItem]) -> list[float]:
-        items = _check_score_items(items)
+        items = check_score_items(items)
         verdicts = self.judge.judge([(it.question, it.gold, it.prediction) for it in items])
         self.last_verdicts = verdicts
         self.parse_failures += sum(not v.parse_ok for v in verdicts)
         return [1.0 if v.correct else 0.0 for v in verdicts]
-
-
-SCORER_NAMES: tuple[str, ...] = ("f1", "answer-recall", "rubric-recall", "llm")
-
-
-def make_scorer(name: str, judge_backend: Backend | None = None,
-                judge_params: GenerationParams | None = None, judge_constrained: bool = False,
-                dataset: str | None = None, judge_protocol: str = "official") -> Scorer:
-    """Build a scorer by CLI name: "f1" → :class:`F1Scorer`, "answer-recall" →
-    :class:`RecallScorer`, "rubric-recall" → the offline BEAM proxy
-    (:class:`rewards.official.RubricRecallScorer`), "llm" → the official judge of ``dataset``
-    over ``judge_backend`` under ``judge_protocol`` (:mod:`rewards.protocols`: LoCoMo =
-    MemBuilder's CORRECT/WRONG, LongMemEval's per-type yes/no, BEAM's rubric + event ordering,
-    ``official`` | ``corrected`` for BEAM). With no ``dataset`` (training rewards on synthetic
-    QA) "llm" is memgym's own CORRECT/WRONG :class:`LLMJudgeScorer` (``judge_params``,
-    ``judge_constrained`` apply to it only: the official protocols fix their own requests).
-
-    Raises ValueError for an unknown name or protocol, a missing judge backend, or
-    ``judge_constrained`` / ``judge_params`` with a benchmark's protocol.
-    """
-    from rewards.protocols import check_protocol
-
-    check_protocol(dataset, judge_protocol)
-    if name == "f1":
-        return F1Scorer()
-    if name == "answer-recall":
-        return RecallScorer()
-    if name == "rubric-recall":
-        from rewards.official import RubricRecallScorer
-        return RubricRecallScorer()
-    if name == "llm":
-        if judge_backend is None:
-            raise ValueError('scorer "llm" needs a judge backend (judge_backend=None given)')
-        if dataset is not None:
-            if judge_constrained or judge_params is not None:
-                raise ValueError(f"the {dataset} judge follows the official protocol's request settings: "
-                                 "judge_constrained / judge_params do not apply (LoCoMo's already asks for a JSON "
-                                 "object)")
-            from rewards.official import BeamScorer, LoCoMoJudgeScorer, LongMemEvalScorer
-            cls = {"longmemeval": LongMemEvalScorer, "beam": BeamScorer, "locomo": LoCoMoJudgeScorer}.get(dataset)
-            if cls is None:
-                raise ValueError(f"no official judge for dataset {dataset!r}")
-            return cls(judge_backend, judge_protocol)
-        return LLMJudgeScorer(judge_backend, judge_params, constrained=judge_constrained)
-    raise ValueError(f"unknown scorer {name!r}; expected one of {', '.join(SCORER_NAMES)}")

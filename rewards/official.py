@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from llm.base import Backend, GenerationParams, LLMError
 from rewards import protocols as P
 from rewards.beam_judge import EVENT_ORDERING, rubric_recall
-from rewards.judge import ScoreItem, _check_score_items
+from rewards.judge import ScoreItem, check_score_items
 
 __all__ = ["JudgeStats", "Judged", "LongMemEvalScorer", "BeamScorer", "LoCoMoJudgeScorer", "RubricRecallScorer",
            "judge_stats"]
@@ -117,7 +117,7 @@ class _ProtocolScorer:
         return res
 
     def score(self, items: list[ScoreItem]) -> list[float]:
-        self.last = self.judge(_check_score_items(items))
+        self.last = self.judge(check_score_items(items))
         return [j.score for j in self.last]
 
     def judge(self, items: Sequence[ScoreItem]) -> list[Judged]:  # pragma: no cover - abstract
@@ -240,7 +240,7 @@ class RubricRecallScorer:
     needs_prediction = False
 
     def score(self, items: list[ScoreItem]) -> list[float]:
-        items = _check_score_items(items)
+        items = check_score_items(items)
         for i, it in enumerate(items):
             if not it.rubric:
                 raise ValueError(f"items[{i}] ({it.qid or it.question[:40]!r}) has no rubric: rubric-recall "

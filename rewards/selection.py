@@ -48,8 +48,8 @@ class BenchmarkFields:
                 "numbers) | corrected (beam only: the question filled in and 0.5 kept)", "choices": PROTOCOLS})
 
     def check_protocol(self) -> None:
-        """Raises :class:`llm.config.ConfigError` for ``corrected`` on a dataset other than BEAM."""
-        from llm.config import ConfigError
+        """Raises :class:`llm.errors.ConfigError` for ``corrected`` on a dataset other than BEAM."""
+        from llm.errors import ConfigError
         from rewards.protocols import JudgeProtocolError, check_protocol
 
         try:

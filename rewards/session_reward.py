@@ -36,7 +36,8 @@ from memory_bank.errors import ManagerOutputError
 from memory_bank.retrieval import BankRetriever, Retrieved
 from rewards.answer import answer_questions
 from rewards.attribution import contribution_weight, dominant_part, part_counts
-from rewards.judge import SCORER_NAMES, ScoreItem, make_scorer
+from rewards.judge import ScoreItem
+from rewards.scorers import SCORER_NAMES, make_scorer
 from rewards.length import core_length_penalty, core_written_text, count_tokens, part_length_penalty
 from rewards.samples import RewardSample
 

@@ -235,7 +235,7 @@ def _same(a, b) -> bool:
 
 def run(n: int = 40, out=print) -> bool:
     from data_synth.datasets import load_conversations
-    from rewards.judge import make_scorer
+    from rewards.scorers import make_scorer
     from rewards.scoring import score_predictions
 
     ok = True

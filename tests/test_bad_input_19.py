@@ -12,7 +12,7 @@ import pytest
 from data_synth.paths import data_root
 from launch.cli import main as memgym
 from llm.base import GenerationParams
-from llm.config import ConfigError
+from llm.errors import ConfigError
 from tests.helpers import ScriptedBackend
 
 

@@ -55,7 +55,7 @@ def test_score_broken_predictions_one_line(tmp_path, capsys):
 
 def test_score_longmemeval_official_judge(tmp_path):
     from data_synth.longmemeval import load_longmemeval
-    from rewards.judge import make_scorer
+    from rewards.scorers import make_scorer
     from rewards.scoring import score_predictions
     from tests.helpers import ScriptedBackend
 

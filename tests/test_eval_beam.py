@@ -54,7 +54,7 @@ def test_beam_config_errors_name_the_flag():
     import pytest
 
     from evolution.execution.program_eval import ProgramEvalConfig
-    from llm.config import ConfigError
+    from llm.errors import ConfigError
 
     with pytest.raises(ConfigError, match="--split: 'sft' is not a beam split; expected one of train, valid, test"):
         EvalConfig(dataset="beam", split="sft", scorer="rubric-recall")

@@ -14,7 +14,8 @@ from data_synth.datasets import load_conversations
 from data_synth.paths import data_root
 from llm.cache import ResponseCache
 from llm.runtime import Runtime
-from rewards.judge import ScoreItem, make_scorer
+from rewards.judge import ScoreItem
+from rewards.scorers import make_scorer
 from rewards import protocols as P
 from tests.fake_judge import FakeJudge, user_text
 

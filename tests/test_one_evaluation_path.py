@@ -54,7 +54,7 @@ def test_same_beam_predictions_same_numbers_through_eval_program_eval_and_score(
     from evolution.execution.stages import StageCache
     from memory_bank.programs import reference_program_path
     from rewards.evaluate import EvalConfig, run_eval
-    from rewards.judge import make_scorer
+    from rewards.scorers import make_scorer
     from rewards.scoring import score_predictions
 
     with warnings.catch_warnings():
@@ -122,7 +122,7 @@ def test_recipes_share_the_data_fields():
 
     assert issubclass(EvalConfig, QuestionSelection) and issubclass(ProgramEvalConfig, QuestionSelection)
     assert issubclass(EvolveConfig, BenchmarkFields)
-    from llm.config import ConfigError
+    from llm.errors import ConfigError
     with pytest.raises(ConfigError, match="--judge_protocol: judge_protocol 'corrected' exists for beam only"):
         EvalConfig(judge_protocol="corrected")
 

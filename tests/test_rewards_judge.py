@@ -17,9 +17,9 @@ from rewards.judge import (
     RecallScorer,
     ScoreItem,
     Scorer,
-    make_scorer,
     parse_judge_label,
 )
+from rewards.scorers import make_scorer
 
 
 class BatchScriptBackend:

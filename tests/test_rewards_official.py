@@ -11,7 +11,8 @@ import pytest
 from llm.base import GenerationParams
 from llm.cache import CachedBackend, ResponseCache
 from rewards.beam_judge import rubric_recall
-from rewards.judge import ScoreItem, make_scorer
+from rewards.judge import ScoreItem
+from rewards.scorers import make_scorer
 from rewards.official import BeamScorer, LoCoMoJudgeScorer, LongMemEvalScorer, RubricRecallScorer, judge_stats
 from rewards.summary import summarise
 from tests.helpers import ScriptedBackend

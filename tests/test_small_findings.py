@@ -7,7 +7,7 @@ from datetime import datetime
 import pytest
 
 from llm.base import BackendSpecError
-from llm.config import ConfigError
+from llm.errors import ConfigError
 
 
 def test_model_name_typos_suggest_the_embedded_model(tmp_path, monkeypatch):

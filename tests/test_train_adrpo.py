@@ -108,7 +108,7 @@ def _cfg(tmp_path, **kw):
 def test_config_checks(tmp_path):
     from training.adrpo import main
     from training.adrpo_config import ADRPOConfigError
-    from training.adrpo_eq12 import check_eq12_support
+    from training.adrpo_config import check_eq12_support
 
     cfg = _cfg(tmp_path, loss_type="grpo", use_vllm=False, mode="isolated", retrieval_top_k=5, alpha=2.0)
     rc = cfg.reward_config()
@@ -387,7 +387,8 @@ def test_eq12_trainer_loss_is_trl_loss_at_w1_and_ignores_w_for_positive_advantag
     defect the corrected weighting fixes."""
     from trl import GRPOTrainer
 
-    from training.adrpo_eq12 import EQ12_LOSS_TYPES, ADRPOEq12Trainer
+    from training.adrpo_config import EQ12_LOSS_TYPES
+    from training.adrpo_eq12 import ADRPOEq12Trainer
 
     trainer, _, _ = trained
     eq12 = _trainer(planted_dir, short_samples, tmp_path / "eq12", weighting="unclipped", max_steps=1,

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from launch.cli import main as memgym
-from llm.config import ConfigError, OutputPathError
+from llm.errors import ConfigError, OutputPathError
 from rewards.evaluate import EvalConfig
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from trl import ModelConfig
 
-#: Name that stands for the embedded SmolLM2-135M-Instruct (prepared once, no hub).
-EMBEDDED_POLICY = "smollm2"
+from llm.specs import EMBEDDED_MODEL as EMBEDDED_POLICY, resolve_model_path
+
 #: Attention projections of Llama/Qwen-style models; the default LoRA targets.
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -56,7 +56,7 @@ def config_argv(argv: Sequence[str]) -> list[str]:
             else:
                 val = next(it, None)
             if not val or val.startswith("--"):
-                from llm.config import ConfigError
+                from llm.errors import ConfigError
 
                 flag = a.split("=")[0]
                 raise ConfigError(f"{flag} needs a value: it needs a YAML file path ({flag} R.yaml)")
@@ -123,34 +123,6 @@ def unknown_flags_message(parser, args: Sequence[str]) -> str:
     return "unknown option(s): " + ", ".join(parts or ["?"]) + "; --help lists every field"
 
 
-def resolve_model_path(name_or_path: str) -> str:
-    """Where to load a policy from: ``"smollm2"`` → the prepared embedded SmolLM2 dir (made
-    once, about 30 s; :func:`llm.models.prepare_smollm2`); an existing local path → its
-    absolute form; anything else is returned as is (a hub id such as
-    ``Qwen/Qwen3-4B-Instruct-2507``, loaded from the local HF cache: ``HF_HUB_OFFLINE``
-    defaults to 1, set it to 0 on a GPU box that may download). Raises ValueError for an
-    empty name, :class:`llm.config.ConfigError` for a near-miss of ``smollm2`` (``smolm2``)."""
-    if not name_or_path or not str(name_or_path).strip():
-        raise ValueError("model_name_or_path is empty")
-    if name_or_path == EMBEDDED_POLICY:
-        from llm.models import prepare_smollm2
-
-        return str(prepare_smollm2())
-    p = Path(name_or_path).expanduser()
-    if p.exists():
-        return str(p.resolve())
-    if name_or_path.startswith((".", "/", "~")):
-        raise FileNotFoundError(f"model path {name_or_path} does not exist")
-    import difflib
-
-    if "/" not in name_or_path and difflib.get_close_matches(name_or_path.lower(), [EMBEDDED_POLICY], cutoff=0.7):
-        from llm.config import ConfigError
-
-        raise ConfigError(f"--model_name_or_path {name_or_path!r} is not a local model dir; did you mean "
-                          f"{EMBEDDED_POLICY!r} (the embedded model)? Nothing is fetched from a model hub")
-    return name_or_path
-
-
 def is_adapter_dir(path: str | Path) -> bool:
     """True when ``path`` is a PEFT adapter dir (holds ``adapter_config.json``)."""
     return (Path(path) / "adapter_config.json").is_file()
@@ -177,9 +149,9 @@ class PolicyModelConfig(ModelConfig):
     CHECKS = {"lora_r": {"min": 1}, "lora_alpha": {"min": 1}}
 
     def __post_init__(self):
-        from llm.config import check_fields
+        from llm.recipes import check_fields
 
-        check_fields(self)  # string -> one-element list, counts (llm.config)
+        check_fields(self)  # string -> one-element list, counts (llm.recipes)
         targets = self.lora_target_modules
         super().__post_init__()
         if isinstance(targets, list) and targets != ["all-linear"]:

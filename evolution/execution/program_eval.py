@@ -33,7 +33,7 @@ from evolution.execution.results import ProgramEvaluation
 from evolution.execution.runner import ProgramRun, ProgramRunner, RunnerSettings, dump_units
 from evolution.execution.sandbox import SandboxLimits
 from evolution.execution.stages import StageCache
-from llm.config import check_fields, require
+from llm.recipes import check_fields, require
 from llm.runtime import Runtime
 from rewards.selection import QuestionSelection, answer_tokens_for, load_selected
 from rewards.summary import summarise as summarise_rows

@@ -47,7 +47,8 @@ from memory_bank.program import (OUT_CHAR_BUDGET, ContractError, ProgramInfo, Se
 from memory_bank.record_schemas import query_schema
 from memory_bank.schema import Conversation, QAItem
 from rewards.answer import clean_answer
-from rewards.judge import ScoreItem, make_scorer
+from rewards.judge import ScoreItem
+from rewards.scorers import make_scorer
 
 
 
@@ -63,7 +64,7 @@ class RunnerSettings:
     PLANNING_INSTRUCTION) or ``question`` (no LLM call: the question text goes into the
     Query by :func:`memory_bank.program.text_query`; an offline/ablation setting).
     scorer: ``answer-recall`` | ``f1`` | ``rubric-recall`` (BEAM) | ``llm`` (then ``judge_model``: the
-    official judge of ``dataset``, see :func:`rewards.judge.make_scorer`). Token budgets are in
+    official judge of ``dataset``, see :func:`rewards.scorers.make_scorer`). Token budgets are in
     tokens of the respective model. program_llm_calls: toolkit.llm budget per conversation's
     sandbox. diagnostics: also retrieve with each evidence turn as the query (d_idx).
     workers: conversations of one evaluation run concurrently (one sandbox each).
@@ -167,7 +168,7 @@ class ProgramRunner:
 
     @property
     def scorer(self):
-        """The scorer named by the settings (:func:`rewards.judge.make_scorer`), built once."""
+        """The scorer named by the settings (:func:`rewards.scorers.make_scorer`), built once."""
         with self._init_lock:
             if self._scorer is None:
                 s = self.settings

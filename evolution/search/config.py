@@ -106,7 +106,7 @@ class EvolveConfig(BenchmarkFields):
     progress: bool = field(default=True, metadata={"help": "progress bars"})
 
     def __post_init__(self):
-        from llm.config import check_fields
+        from llm.recipes import check_fields
 
         check_fields(self)
         if self.dataset not in ("locomo", "longmemeval"):

@@ -26,18 +26,10 @@ one-element list instead of being split into characters. Cross-field rules go th
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from pathlib import Path
 
-
-class ConfigError(ValueError):
-    """A recipe or command-line value is invalid. The message names the field (as the
-    ``--flag`` the user sets), the value given and what is allowed."""
-
-
-class OutputPathError(ConfigError):
-    """An output path that memgym refuses to write: an existing file where a directory is
-    expected, or a non-empty directory that memgym did not create."""
+from llm.errors import ConfigError, OutputPathError
+from llm.specs import check_spec
 
 
 def _flag(name: str) -> str:
@@ -80,41 +72,6 @@ def check_out_dir(path: str | Path, field: str = "out") -> None:
     if p.exists() and not p.is_dir():
         raise OutputPathError(f"{_flag(field)} {path}: is an existing file, not a directory; give a directory "
                               "path (it is created if missing)")
-
-
-def check_spec(spec: str, field: str = "model", *, kind: str = "backend", words: tuple[str, ...] = ()) -> None:
-    """Check the syntax of a backend spec (``kind="backend"``) or an extractor spec
-    (``kind="extractor"``: also ``expert:<x>[,...]`` and the bare ``words``). A local
-    ``hf:``/``vllm:`` path that does not exist is an error too, with the closest known name
-    (``hf:smolm2`` → did you mean ``hf:smollm2``?). Raises :class:`ConfigError`."""
-    from llm.base import BackendSpecError
-    from llm.specs import DEFAULT_ALIASES, parse_spec
-
-    if not isinstance(spec, str) or not spec.strip():
-        raise ConfigError(f"{_flag(field)}: expected a spec string, got {spec!r}")
-    if kind == "extractor":
-        if spec in words:
-            return
-        if spec.startswith("expert:"):
-            if not all(x.strip() for x in spec[len("expert:"):].split(",")):
-                raise ConfigError(f"{_flag(field)} {spec!r}: expert: needs a trajectory file or conversation id "
-                                  "after the colon (expert:conv-30, expert:a.jsonl,b.jsonl)")
-            return
-    try:
-        s = parse_spec(spec)
-    except BackendSpecError as e:
-        if kind != "extractor":
-            more = ""
-        elif words:
-            more = f", one of {', '.join(words)}, or expert:<file or conv-NN>"
-        else:
-            more = " or expert:<file or conv-NN> (this command builds a memory bank; 'turns' and 'instruction' are program-runner modes of memgym program eval / evolve)"
-        raise ConfigError(f"{_flag(field)}: {e}{more}") from None
-    if s.kind in ("hf", "vllm") and s.target.lower() not in DEFAULT_ALIASES and not Path(s.target).expanduser().is_dir():
-        close = difflib.get_close_matches(s.target.lower(), DEFAULT_ALIASES, n=1, cutoff=0.7)
-        hint = f"; did you mean {s.kind}:{close[0]}?" if close else \
-            f" (the embedded model is {s.kind}:smollm2; nothing is fetched from a model hub)"
-        raise ConfigError(f"{_flag(field)} {spec!r}: {s.target} is not a local model directory{hint}")
 
 
 def check_fields(obj) -> None:
