@@ -14,10 +14,10 @@ def run(argv: list[str]) -> int:
     Returns 0, or 2 for a bad recipe, field or data file (the message names it)."""
     from rewards.evaluate import EvalConfig, run_eval
     from rewards.report import format_failure_table, side_by_side
-    from training.common import parse_training_args
+    from llm.recipes import parse_recipe
 
     try:
-        (cfg,) = parse_training_args([EvalConfig], argv, PROG, (EvalConfig.__doc__ or "").strip() + " Use --config "
+        (cfg,) = parse_recipe([EvalConfig], argv, PROG, (EvalConfig.__doc__ or "").strip() + " Use --config "
                                      "R.yaml for a recipe; any field below overrides it.", cpu_defaults=False)
     except (ValueError, FileNotFoundError) as e:
         print(f"{PROG}: {e}", file=sys.stderr)

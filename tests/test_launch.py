@@ -140,3 +140,24 @@ def test_gpu_check_dry_run_builds_every_stage(tmp_path):
     assert "deepspeed_zero2.yaml --num_processes 1" in cmd and "--stage sft --steps 1" in cmd
     bad = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--nope"], capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown argument --nope" in bad.stderr
+
+
+def test_eval_and_evolve_recipes_parse_without_importing_training():
+    """``memgym eval`` / ``program eval`` / ``evolve`` parse their recipes with
+    :func:`llm.recipes.parse_recipe`, below ``training/`` (which they must not load)."""
+    code = (
+        "import sys\n"
+        "from llm.recipes import parse_recipe\n"
+        "from rewards.evaluate import EvalConfig\n"
+        "from evolution.execution.program_eval import ProgramEvalConfig\n"
+        "from evolution.search.config import EvolveConfig\n"
+        "for cls, recipe in ((EvalConfig, 'demo_locomo'), (ProgramEvalConfig, 'program_locomo'),\n"
+        "                    (EvolveConfig, 'demo_evolve')):\n"
+        "    (cfg,) = parse_recipe([cls], ['--config', f'launch/recipes/{recipe}.yaml'], 'memgym', '',\n"
+        "                          cpu_defaults=False)\n"
+        "    assert type(cfg) is cls\n"
+        "print(sorted(m for m in sys.modules if m == 'training' or m.startswith('training.')))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]"

@@ -184,7 +184,9 @@ def test_sft_run_trains_lora_and_loss_falls(session1_file, tiny_model_dir, tmp_p
 def test_common_cli_helpers():
     from trl import get_peft_config
 
-    from training.common import PolicyModelConfig, config_argv, device_default_args, resolve_model_path
+    from llm.recipes import config_argv, device_default_args
+    from llm.specs import resolve_model_path
+    from training.common import PolicyModelConfig
 
     assert device_default_args(cuda=False) == ["--use_cpu", "true", "--bf16", "false", "--fp16", "false"]
     assert device_default_args(cuda=True) == []

@@ -57,11 +57,11 @@ def test_program_eval_rejects_zero_sessions_and_bad_timeouts(capsys, tmp_path):
 
 def test_yaml_string_becomes_a_one_element_list(tmp_path):
     from evolution.execution.program_eval import ProgramEvalConfig
-    from training.common import parse_training_args
+    from llm.recipes import parse_recipe
 
     r = tmp_path / "r.yaml"
     r.write_text("conversations: conv-30\ncompare: expert:conv-30\n")
-    (cfg,) = parse_training_args([EvalConfig], ["--recipe", str(r)], "memgym eval", "", cpu_defaults=False)
+    (cfg,) = parse_recipe([EvalConfig], ["--recipe", str(r)], "memgym eval", "", cpu_defaults=False)
     assert cfg.conversations == ["conv-30"] and cfg.compare == ["expert:conv-30"]
     assert ProgramEvalConfig(conversations="conv-41").conversations == ["conv-41"]
 
