@@ -8,9 +8,9 @@ import json
 import math
 from pathlib import Path
 
-from data_synth.capabilities import CAPABILITY_NAMES
 from data_synth.capabilities import LOCOMO_CATEGORY_NAMES as CATEGORY_NAMES
 from memory_bank.actions import MANAGERS
+from memory_bank.schema import CAPABILITY_NAMES
 
 
 def _runs(report: dict) -> list[tuple[str, dict]]:

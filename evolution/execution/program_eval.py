@@ -26,7 +26,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from data_synth.capabilities import CAPABILITY_NAMES
 from data_synth.datasets import check_selection
 from evolution.execution.diagnostics import METRICS, diagnose_run
 from evolution.execution.results import ProgramEvaluation
@@ -35,6 +34,7 @@ from evolution.execution.sandbox import SandboxLimits
 from evolution.execution.stages import StageCache
 from llm.recipes import check_fields, require
 from llm.runtime import Runtime
+from memory_bank.schema import CAPABILITY_NAMES
 from rewards.selection import QuestionSelection, answer_tokens_for, load_selected
 from rewards.summary import summarise as summarise_rows
 

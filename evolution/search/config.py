@@ -13,10 +13,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from data_synth.splits import LOCOMO_SPLITS
 from rewards.selection import BenchmarkFields
 
-LOCOMO_SPLITS = {"train": ["conv-26", "conv-30"], "valid": ["conv-41", "conv-42"],
-                 "test": ["conv-43", "conv-44", "conv-47", "conv-48", "conv-49", "conv-50"]}
 ABLATIONS = ("none", "holistic", "round_robin", "random_cases", "no_integration")
 """DESIGN.md § "Capability-driven evolution" (ablations; PrisMem Table 4), see
 :mod:`evolution.search.ablations`."""
