@@ -34,10 +34,10 @@ from memory_bank.actions import MANAGERS, PARTS, parse_output
 from memory_bank.bank import MemoryBank
 from memory_bank.errors import ManagerOutputError
 from memory_bank.retrieval import BankRetriever, Retrieved
-from rewards.answer import answer_questions
+from rewards.scoring.answer import answer_questions
 from rewards.attribution import contribution_weight, dominant_part, part_counts
-from rewards.judge import ScoreItem
-from rewards.scorers import SCORER_NAMES, make_scorer
+from rewards.scoring.judge import ScoreItem
+from rewards.scoring.scorers import SCORER_NAMES, make_scorer
 from rewards.length import core_length_penalty, core_written_text, count_tokens, part_length_penalty
 from rewards.samples import RewardSample
 

@@ -55,8 +55,8 @@ def test_score_broken_predictions_one_line(tmp_path, capsys):
 
 def test_score_longmemeval_official_judge(tmp_path):
     from data_synth.longmemeval import load_longmemeval
-    from rewards.scorers import make_scorer
-    from rewards.scoring import score_predictions
+    from rewards.scoring.scorers import make_scorer
+    from rewards.scoring.predictions import score_predictions
     from tests.helpers import ScriptedBackend
 
     convs = load_longmemeval(question_ids=["001be529", "06878be2"])

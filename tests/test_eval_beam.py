@@ -8,7 +8,7 @@ import warnings
 
 from data_synth.errors import DataQuirkWarning
 from llm.embeddings import HashEmbedder
-from rewards.evaluate import EvalConfig, run_eval
+from rewards.scoring.evaluate import EvalConfig, run_eval
 from llm.runtime import Runtime
 from tests.helpers import ScriptedBackend
 

@@ -9,7 +9,7 @@ import pytest
 
 from launch.cli import main as memgym
 from llm.embeddings import HashEmbedder
-from rewards.evaluate import EvalConfig, run_eval
+from rewards.scoring.evaluate import EvalConfig, run_eval
 from llm.runtime import Runtime
 from tests.helpers import ScriptedBackend
 
@@ -40,7 +40,7 @@ def test_unparsable_judge_replies_and_empty_answers_are_counted(tmp_path):
 
 
 def test_eval_console_names_them_and_an_empty_run_exits_1(tmp_path, capsys, monkeypatch):
-    import rewards.evaluate as ev
+    import rewards.scoring.evaluate as ev
 
     monkeypatch.setattr(ev.Runtime, "from_config",
                         classmethod(lambda cls, **kw: _runtime(lambda m, p: "", lambda m, p: "")))

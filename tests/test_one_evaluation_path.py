@@ -53,9 +53,9 @@ def test_same_beam_predictions_same_numbers_through_eval_program_eval_and_score(
     from evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
     from evolution.execution.stages import StageCache
     from memory_bank.programs import reference_program_path
-    from rewards.evaluate import EvalConfig, run_eval
-    from rewards.scorers import make_scorer
-    from rewards.scoring import score_predictions
+    from rewards.scoring.evaluate import EvalConfig, run_eval
+    from rewards.scoring.scorers import make_scorer
+    from rewards.scoring.predictions import score_predictions
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DataQuirkWarning)
@@ -95,7 +95,7 @@ def test_dataset_and_protocol_reach_the_scorer_in_evolve():
 
     from evolution.execution.runner import ProgramRunner
     from evolution.search.config import EvolveConfig
-    from rewards.official import LongMemEvalScorer
+    from rewards.scoring.official import LongMemEvalScorer
 
     cfg = TrlParser(dataclass_types=[EvolveConfig]).parse_args_and_config(
         args=["--config", str(RECIPES / "evolve_longmemeval_coder.yaml")])[0]
@@ -117,8 +117,8 @@ def test_dataset_and_protocol_reach_the_scorer_in_evolve():
 def test_recipes_share_the_data_fields():
     from evolution.execution.program_eval import ProgramEvalConfig
     from evolution.search.config import EvolveConfig
-    from rewards.evaluate import EvalConfig
-    from rewards.selection import BenchmarkFields, QuestionSelection
+    from rewards.scoring.evaluate import EvalConfig
+    from rewards.scoring.selection import BenchmarkFields, QuestionSelection
 
     assert issubclass(EvalConfig, QuestionSelection) and issubclass(ProgramEvalConfig, QuestionSelection)
     assert issubclass(EvolveConfig, BenchmarkFields)

@@ -11,7 +11,7 @@ import pytest
 from llm.base import BackendRequestError, GenerationParams
 from llm.openai_backend import OpenAIBackend, request_settings
 from llm.server import serve_backend
-from rewards.evaluate import EvalConfig
+from rewards.scoring.evaluate import EvalConfig
 from llm.runtime import Runtime
 from tests.helpers import ScriptedBackend
 

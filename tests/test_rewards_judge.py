@@ -2,14 +2,14 @@
 import pytest
 
 from llm.base import Backend, Completion, GenerationParams, LLMError
-from rewards.answer import (
+from rewards.scoring.answer import (
     ANSWER_SYSTEM_PROMPT,
     answer_questions,
     clean_answer,
     strip_thinking,
     truncate_context,
 )
-from rewards.judge import (
+from rewards.scoring.judge import (
     F1Scorer,
     JudgeVerdict,
     LLMJudge,
@@ -19,7 +19,7 @@ from rewards.judge import (
     Scorer,
     parse_judge_label,
 )
-from rewards.scorers import make_scorer
+from rewards.scoring.scorers import make_scorer
 
 
 class BatchScriptBackend:
@@ -237,7 +237,7 @@ def test_answer_questions_errors():
 
 def test_beam_answers_are_asked_whole():
     """BEAM's lists and summaries: the answer prompt asks for them whole (issue 16)."""
-    from rewards.answer import BEAM_ANSWER_SYSTEM_PROMPT, answer_system_prompt
+    from rewards.scoring.answer import BEAM_ANSWER_SYSTEM_PROMPT, answer_system_prompt
 
     assert answer_system_prompt("beam") == BEAM_ANSWER_SYSTEM_PROMPT and answer_system_prompt("locomo") == \
         ANSWER_SYSTEM_PROMPT

@@ -5,7 +5,7 @@ moved→move, daily→daili; london, rome, sweden, pottery→potteri, hiking→h
 """
 import pytest
 
-from rewards.metrics import (
+from rewards.scoring.metrics import (
     answer_recall,
     answer_tokens,
     f1_score,

@@ -10,11 +10,11 @@ import pytest
 
 from llm.base import GenerationParams
 from llm.cache import CachedBackend, ResponseCache
-from rewards.beam_judge import rubric_recall
-from rewards.judge import ScoreItem
-from rewards.scorers import make_scorer
-from rewards.official import BeamScorer, LoCoMoJudgeScorer, LongMemEvalScorer, RubricRecallScorer, judge_stats
-from rewards.summary import summarise
+from rewards.scoring.beam_judge import rubric_recall
+from rewards.scoring.judge import ScoreItem
+from rewards.scoring.scorers import make_scorer
+from rewards.scoring.official import BeamScorer, LoCoMoJudgeScorer, LongMemEvalScorer, RubricRecallScorer, judge_stats
+from rewards.scoring.summary import summarise
 from tests.helpers import ScriptedBackend
 
 

@@ -190,7 +190,7 @@ def test_cache_key_includes_the_schema():
             self.calls += len(batch)
             return [Completion(text="{}" if s is None else '{"label": "WRONG"}') for s in (schemas or [None] * len(batch))]
 
-    from rewards.judge import JUDGE_SCHEMA
+    from rewards.scoring.judge import JUDGE_SCHEMA
 
     inner = Recorder()
     cb = CachedBackend(inner, ResponseCache(":memory:"))
@@ -208,7 +208,7 @@ def test_cache_key_includes_the_schema():
 
 
 def test_constrained_judge_always_parses(tiny):
-    from rewards.judge import LLMJudge
+    from rewards.scoring.judge import LLMJudge
 
     items = [(f"What did Gina sell in week {i}?", "dresses", f"answer {i}") for i in range(6)]
     free = LLMJudge(tiny, GenerationParams(max_new_tokens=16)).judge(items)
@@ -283,7 +283,7 @@ def test_openai_response_format_reaches_the_builtin_server(tiny):
 def test_a_server_that_refuses_response_format_gives_one_clear_error(tiny):
     from llm.openai_backend import OpenAIBackend
     from llm.server import serve_backend
-    from rewards.judge import JUDGE_SCHEMA
+    from rewards.scoring.judge import JUDGE_SCHEMA
 
     server, _, url = serve_backend(tiny, served_model_name="tiny", structured_outputs=False)
     try:
@@ -301,7 +301,7 @@ def test_a_server_that_refuses_response_format_gives_one_clear_error(tiny):
 
 def test_vllm_structured_params_use_the_same_schema():
     from llm.vllm_backend import structured_params
-    from rewards.judge import JUDGE_SCHEMA
+    from rewards.scoring.judge import JUDGE_SCHEMA
 
     class SOP:
         def __init__(self, json):
@@ -315,7 +315,7 @@ def test_vllm_structured_params_use_the_same_schema():
 
 
 def test_eval_columns_say_whether_constrained():
-    from rewards.evaluate import EvalConfig, parse_column
+    from rewards.scoring.evaluate import EvalConfig, parse_column
 
     assert parse_column("hf:smollm2", False) == ("hf:smollm2", False, "hf:smollm2")
     assert parse_column("hf:smollm2 constrained", False) == ("hf:smollm2", True, "hf:smollm2 (constrained)")

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 
 from data_synth.splits import LOCOMO_SPLITS
-from rewards.selection import BenchmarkFields
+from rewards.scoring.selection import BenchmarkFields
 
 ABLATIONS = ("none", "holistic", "round_robin", "random_cases", "no_integration")
 """DESIGN.md § "Capability-driven evolution" (ablations; PrisMem Table 4), see
@@ -26,7 +26,7 @@ ROLE_BUDGETS = ("coder", "extract", "plan", "answer", "extractor", "judge")
 class EvolveConfig(BenchmarkFields):
     """A ``memgym evolve`` recipe. Every field can be overridden on the command line. The data
     and judge-protocol fields (dataset, path, BEAM switches, n_sessions, max_questions,
-    judge_protocol) are :class:`rewards.selection.BenchmarkFields`, shared with every recipe."""
+    judge_protocol) are :class:`rewards.scoring.selection.BenchmarkFields`, shared with every recipe."""
 
     CHECKS = {"n_sessions": {"min": 1}, "max_questions": {"min": 1}, "cases": {"min": 1}, "case_budget": {"min": 200},
               "workers": {"min": 1}, "batch_size": {"min": 1}, "plan_max_new_tokens": {"min": 1},

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from data_synth.datasets import DATASETS, load_conversations
-from rewards.protocols import PROTOCOLS
+from rewards.scoring.protocols import PROTOCOLS
 
 __all__ = ["BenchmarkFields", "QuestionSelection", "load_selected", "ANSWER_TOKENS", "answer_tokens_for"]
 
@@ -50,7 +50,7 @@ class BenchmarkFields:
     def check_protocol(self) -> None:
         """Raises :class:`llm.errors.ConfigError` for ``corrected`` on a dataset other than BEAM."""
         from llm.errors import ConfigError
-        from rewards.protocols import JudgeProtocolError, check_protocol
+        from rewards.scoring.protocols import JudgeProtocolError, check_protocol
 
         try:
             check_protocol(self.dataset, self.judge_protocol)

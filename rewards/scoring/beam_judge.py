@@ -1,15 +1,15 @@
 """BEAM's ability names and the offline rubric-recall proxy.
 
-The official BEAM judge (rubric prompt, event ordering) is :class:`rewards.official.BeamScorer`
-over the protocol file (:mod:`rewards.protocols`); BEAM's aggregation is
-:func:`rewards.summary.summarise`.
+The official BEAM judge (rubric prompt, event ordering) is :class:`rewards.scoring.official.BeamScorer`
+over the protocol file (:mod:`rewards.scoring.protocols`); BEAM's aggregation is
+:func:`rewards.scoring.summary.summarise`.
 """
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
 
-from rewards.metrics import answer_tokens
+from rewards.scoring.metrics import answer_tokens
 
 __all__ = ["BEAM_ABILITY_ORDER", "EVENT_ORDERING", "rubric_item_tokens", "rubric_recall"]
 

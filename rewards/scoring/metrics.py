@@ -33,6 +33,7 @@ __all__ = [
     "ABSTENTION_PHRASES",
     "normalize_answer",
     "answer_tokens",
+    "stem",
     "f1_score",
     "multi_answer_f1",
     "locomo_f1",
@@ -53,7 +54,8 @@ _STEMMER = PorterStemmer()
 
 
 @lru_cache(maxsize=65536)
-def _stem(word: str) -> str:
+def stem(word: str) -> str:
+    """Porter stem of one lower-case token (NLTK's PorterStemmer, as LoCoMo's evaluation.py), cached."""
     return _STEMMER.stem(word)
 
 
@@ -88,7 +90,7 @@ def answer_tokens(s: str) -> list[str]:
 
     Example: ``"Running and runs"`` → ``["run", "run"]``. Raises TypeError on a non-str.
     """
-    return [_stem(w) for w in normalize_answer(s).split()]
+    return [stem(w) for w in normalize_answer(s).split()]
 
 
 def _token_f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:

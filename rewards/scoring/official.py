@@ -1,8 +1,8 @@
-"""Each benchmark's official LLM judge behind the common :class:`rewards.judge.Scorer`
+"""Each benchmark's official LLM judge behind the common :class:`rewards.scoring.judge.Scorer`
 interface, and the offline rubric-recall proxy.
 
 Source: DESIGN.md § "Judges and scoring"; the protocols themselves are data
-(:mod:`rewards.protocols`, ``$MEMGYM_DATA/judges/``). ``scorer: llm`` picks the dataset's
+(:mod:`rewards.scoring.protocols`, ``$MEMGYM_DATA/judges/``). ``scorer: llm`` picks the dataset's
 judge: LoCoMo -> :class:`LoCoMoJudgeScorer` (MemBuilder's CORRECT/WRONG), LongMemEval ->
 :class:`LongMemEvalScorer`, BEAM -> :class:`BeamScorer` (``official`` | ``corrected``).
 
@@ -25,9 +25,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from llm.base import Backend, GenerationParams, LLMError
-from rewards import protocols as P
-from rewards.beam_judge import EVENT_ORDERING, rubric_recall
-from rewards.judge import ScoreItem, check_score_items
+from rewards.scoring import protocols as P
+from rewards.scoring.beam_judge import EVENT_ORDERING, rubric_recall
+from rewards.scoring.judge import ScoreItem, check_score_items
 
 __all__ = ["JudgeStats", "Judged", "LongMemEvalScorer", "BeamScorer", "LoCoMoJudgeScorer", "RubricRecallScorer",
            "judge_stats"]
@@ -129,7 +129,7 @@ def _judged_one(pairs: list[tuple[object, dict]], value: float) -> Judged:
 
 
 class LongMemEvalScorer(_ProtocolScorer):
-    """LongMemEval's answer check (:func:`rewards.protocols.longmemeval_messages`): items need
+    """LongMemEval's answer check (:func:`rewards.scoring.protocols.longmemeval_messages`): items need
     ``category`` (the question type) and ``qid``; 1.0 for a yes, 0.0 otherwise."""
 
     dataset = "longmemeval"
@@ -146,7 +146,7 @@ class LongMemEvalScorer(_ProtocolScorer):
 
 
 class LoCoMoJudgeScorer(_ProtocolScorer):
-    """MemBuilder's CORRECT/WRONG judge for LoCoMo (:func:`rewards.protocols.membuilder_messages`,
+    """MemBuilder's CORRECT/WRONG judge for LoCoMo (:func:`rewards.scoring.protocols.membuilder_messages`,
     ``response_format`` JSON object)."""
 
     dataset = "locomo"
@@ -159,8 +159,8 @@ class LoCoMoJudgeScorer(_ProtocolScorer):
 
 class BeamScorer(_ProtocolScorer):
     """BEAM's judge: every ability but event ordering = the mean over rubric items of the item
-    score (:func:`rewards.protocols.beam_item_score`; 0.0 for an empty rubric); event ordering
-    = ``tau_norm`` of :func:`rewards.protocols.beam_event_ordering` after the greedy alignment
+    score (:func:`rewards.scoring.protocols.beam_item_score`; 0.0 for an empty rubric); event ordering
+    = ``tau_norm`` of :func:`rewards.scoring.protocols.beam_event_ordering` after the greedy alignment
     of ``response.split('\\n')`` against the rubric. Items need ``category`` (the ability)."""
 
     dataset = "beam"
@@ -233,7 +233,7 @@ class BeamScorer(_ProtocolScorer):
 
 
 class RubricRecallScorer:
-    """Offline BEAM proxy (:func:`rewards.beam_judge.rubric_recall`) over the text scored:
+    """Offline BEAM proxy (:func:`rewards.scoring.beam_judge.rubric_recall`) over the text scored:
     the retrieved context when there is one, else the prediction. No model call."""
 
     name = "rubric-recall"

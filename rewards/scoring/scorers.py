@@ -1,12 +1,12 @@
 """The scorer factory: a scorer by its CLI name (``--scorer f1|answer-recall|rubric-recall|llm``).
-It sits above both the scorer types (:mod:`rewards.judge`) and the official judges
-(:mod:`rewards.official`), which build on those types."""
+It sits above both the scorer types (:mod:`rewards.scoring.judge`) and the official judges
+(:mod:`rewards.scoring.official`), which build on those types."""
 from __future__ import annotations
 
 from llm.base import Backend, GenerationParams
-from rewards.judge import F1Scorer, LLMJudgeScorer, RecallScorer, Scorer
-from rewards.official import BeamScorer, LoCoMoJudgeScorer, LongMemEvalScorer, RubricRecallScorer
-from rewards.protocols import check_protocol
+from rewards.scoring.judge import F1Scorer, LLMJudgeScorer, RecallScorer, Scorer
+from rewards.scoring.official import BeamScorer, LoCoMoJudgeScorer, LongMemEvalScorer, RubricRecallScorer
+from rewards.scoring.protocols import check_protocol
 
 SCORER_NAMES: tuple[str, ...] = ("f1", "answer-recall", "rubric-recall", "llm")
 
@@ -16,8 +16,8 @@ def make_scorer(name: str, judge_backend: Backend | None = None,
                 dataset: str | None = None, judge_protocol: str = "official") -> Scorer:
     """Build a scorer by CLI name: "f1" → :class:`F1Scorer`, "answer-recall" →
     :class:`RecallScorer`, "rubric-recall" → the offline BEAM proxy
-    (:class:`rewards.official.RubricRecallScorer`), "llm" → the official judge of ``dataset``
-    over ``judge_backend`` under ``judge_protocol`` (:mod:`rewards.protocols`: LoCoMo =
+    (:class:`rewards.scoring.official.RubricRecallScorer`), "llm" → the official judge of ``dataset``
+    over ``judge_backend`` under ``judge_protocol`` (:mod:`rewards.scoring.protocols`: LoCoMo =
     MemBuilder's CORRECT/WRONG, LongMemEval's per-type yes/no, BEAM's rubric + event ordering,
     ``official`` | ``corrected`` for BEAM). With no ``dataset`` (training rewards on synthetic
     QA) "llm" is memgym's own CORRECT/WRONG :class:`LLMJudgeScorer` (``judge_params``,

@@ -3,11 +3,11 @@ score the answers, and report.
 
 Config + runner pair in the TRL style: :class:`EvalConfig` is parsed by ``trl.TrlParser``
 from a YAML recipe plus CLI overrides; :func:`run_eval` does the work.
-Scores: LoCoMo token F1 by default (official rules, :mod:`rewards.metrics`); ``scorer: llm``
-picks the dataset's official judge under ``judge_protocol`` (:func:`rewards.scorers.make_scorer`),
+Scores: LoCoMo token F1 by default (official rules, :mod:`rewards.scoring.metrics`); ``scorer: llm``
+picks the dataset's official judge under ``judge_protocol`` (:func:`rewards.scoring.scorers.make_scorer`),
 ``rubric-recall`` the offline BEAM proxy; answer-recall of the retrieved context is always
 reported beside it (it needs no model). Every column's numbers are
-:func:`rewards.summary.summarise` of its :class:`rewards.summary.QuestionResult` rows, the same
+:func:`rewards.scoring.summary.summarise` of its :class:`rewards.scoring.summary.QuestionResult` rows, the same
 summary ``memgym program eval`` and ``memgym score`` give. The judge sees the whole answer.
 Sessions longer than the extractor's context are built in segments
 (:func:`memory_bank.construct.construct`); the report counts them.
@@ -30,10 +30,10 @@ from memory_bank.actions import MANAGERS
 from memory_bank.construct import construct
 from memory_bank.retrieval import BankRetriever
 from memory_bank.schema import Conversation
-from rewards.answer import answer_questions, answer_system_prompt
-from rewards.scorers import make_scorer
-from rewards.selection import QuestionSelection, answer_tokens_for, load_selected
-from rewards.summary import QuestionResult, score_questions, summarise
+from rewards.scoring.answer import answer_questions, answer_system_prompt
+from rewards.scoring.scorers import make_scorer
+from rewards.scoring.selection import QuestionSelection, answer_tokens_for, load_selected
+from rewards.scoring.summary import QuestionResult, score_questions, summarise
 from llm.runtime import Runtime
 
 
@@ -119,7 +119,7 @@ def parse_column(text: str, default_constrained: bool) -> tuple[str, bool, str]:
 
 
 def load_eval_conversations(cfg) -> list[Conversation]:
-    """The recipe's conversations (:func:`rewards.selection.load_selected`)."""
+    """The recipe's conversations (:func:`rewards.scoring.selection.load_selected`)."""
     return load_selected(cfg)
 
 
@@ -173,8 +173,8 @@ def evaluate_extractor(column: str, convs: list[Conversation], cfg: EvalConfig, 
                                                                                             contexts)])
         retrieved_counts += [r.counts for r in retrieved]
     calls = rt.calls_since(calls0)
-    from rewards.official import judge_stats
-    from rewards.protocols import protocol_note
+    from rewards.scoring.official import judge_stats
+    from rewards.scoring.protocols import protocol_note
     summary = summarise(cfg.dataset, rows)
     return {
         "extractor": spec,
@@ -208,7 +208,7 @@ def evaluate_extractor(column: str, convs: list[Conversation], cfg: EvalConfig, 
 def run_eval(cfg: EvalConfig, rt: Runtime | None = None) -> dict:
     """Run the recipe for ``cfg.extractor`` and every ``cfg.compare`` spec; write
     ``report.json``, ``report.md`` and ``predictions.jsonl`` under ``cfg.out``."""
-    from rewards.report import write_eval_report
+    from rewards.scoring.report import write_eval_report
 
     t0 = time.time()
     rt = rt or Runtime.from_config(cache=cfg.cache, batch_size=cfg.batch_size, request_timeout_s=cfg.request_timeout_s,

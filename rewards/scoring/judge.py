@@ -4,7 +4,7 @@ Source: DESIGN.md § "Dense session reward" (the judge returns CORRECT or WRONG;
 alternatives answer-recall and LoCoMo F1). :class:`LLMJudge` is memgym's own CORRECT/WRONG
 judge for the training rewards on synthetic QA (its wording is memgym's; no benchmark number
 is computed with it). Benchmark numbers use the official protocols
-(:mod:`rewards.official`, chosen by :func:`rewards.scorers.make_scorer` from the dataset).
+(:mod:`rewards.scoring.official`, chosen by :func:`rewards.scoring.scorers.make_scorer` from the dataset).
 
 Scores are floats in [0, 1]: judge verdicts give 1.0 (CORRECT) or 0.0 (WRONG).
 """
@@ -18,8 +18,8 @@ import json_repair
 
 from llm.base import Backend, GenerationParams, LLMError
 from llm.structured import JsonSchema
-from rewards.answer import check_triples, strip_thinking
-from rewards.metrics import LOCOMO_CATEGORIES, answer_recall, f1_score, locomo_f1
+from rewards.scoring.answer import check_triples, strip_thinking
+from rewards.scoring.metrics import LOCOMO_CATEGORIES, answer_recall, f1_score, locomo_f1
 
 __all__ = [
     "JUDGE_SYSTEM_PROMPT",
@@ -225,7 +225,7 @@ def check_score_items(items) -> list[ScoreItem]:
 
 
 class F1Scorer:
-    """LoCoMo token F1 of the prediction against the gold (:func:`rewards.metrics.locomo_f1`).
+    """LoCoMo token F1 of the prediction against the gold (:func:`rewards.scoring.metrics.locomo_f1`).
 
     Items whose category is not a LoCoMo category ("1".."5", str or int) are scored with plain
     token F1 (the category 2/4 rule) unless ``strict=True``, in which case they raise
@@ -252,7 +252,7 @@ class F1Scorer:
 
 
 class RecallScorer:
-    """Answer-recall of the gold over the retrieved context (:func:`rewards.metrics.answer_recall`).
+    """Answer-recall of the gold over the retrieved context (:func:`rewards.scoring.metrics.answer_recall`).
     Needs no model call and ignores the prediction."""
 
     name = "answer-recall"

@@ -73,8 +73,8 @@ def score_questions(scorer, dataset: str | None, entries: Sequence[tuple], trace
     scorer that needs one is missing.
     ``trace``: a format string with ``{i}`` (the entry's index) for the rows' trace reference."""
     from data_synth.capabilities import capability_for
-    from rewards.judge import ScoreItem
-    from rewards.metrics import answer_recall
+    from rewards.scoring.judge import ScoreItem
+    from rewards.scoring.metrics import answer_recall
 
     need = getattr(scorer, "needs_prediction", True)
     rows, todo = [], []
@@ -157,7 +157,7 @@ def summarise(dataset: str | None, rows: Sequence, *, missing_as_wrong: bool = F
         out.update(task_averaged=_mean(list(types.values())), abstention=_mean(abst) if abst else None,
                    n_abstention=len(abst), by_type=types)
     elif dataset == "beam":
-        from rewards.beam_judge import BEAM_ABILITY_ORDER
+        from rewards.scoring.beam_judge import BEAM_ABILITY_ORDER
 
         per: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         for r, v in zip(rows, vals):

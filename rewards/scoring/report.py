@@ -52,7 +52,7 @@ def side_by_side(report: dict, group: str = "by_category", columns: list[tuple[s
 
 
 def headline_table(dataset: str | None, columns: list[tuple[str, dict]], digits: int = 3) -> list[str]:
-    """The benchmark's own numbers (:func:`rewards.summary.summarise`), one column per system:
+    """The benchmark's own numbers (:func:`rewards.scoring.summary.summarise`), one column per system:
     LongMemEval task-averaged / overall / abstention accuracy over the judged questions and the
     judged / missing counts; BEAM each ability (mean per chat, then over chats) and memgym's
     overall (the mean of the abilities); LoCoMo overall. Returns markdown lines."""

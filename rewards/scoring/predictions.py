@@ -4,11 +4,11 @@ Input: one JSON object per line in the benchmarks' own formats: memgym's
 ``{"question_id": str, "prediction": str}`` or LongMemEval's ``{"question_id": str,
 "hypothesis": str}`` (an optional ``"context"`` string is the text the recall proxies read;
 without it they read the prediction). Question ids are those ``memgym data stats --ids`` lists.
-Output (:func:`write_scores`): ``scores.json`` = :func:`rewards.summary.summarise` of the rows
+Output (:func:`write_scores`): ``scores.json`` = :func:`rewards.scoring.summary.summarise` of the rows
 (``overall``, ``by_category``, ``by_capability``, the dataset's official fields, ``judged``,
 ``missing``: ids without a prediction, left out of the means unless ``missing_as_wrong``)
 plus ``judge_protocol``, ``unknown`` (ids not in the data: ignored) and ``judge_calls``;
-``rows.jsonl`` (one :class:`rewards.summary.QuestionResult` per question, with the judge's
+``rows.jsonl`` (one :class:`rewards.scoring.summary.QuestionResult` per question, with the judge's
 requests and replies) and ``report.md``.
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ import json
 from pathlib import Path
 
 from memory_bank.schema import Conversation
-from rewards.official import judge_stats
-from rewards.summary import score_questions, summarise
+from rewards.scoring.official import judge_stats
+from rewards.scoring.summary import score_questions, summarise
 
 __all__ = ["PredictionsError", "read_predictions", "score_predictions", "render_scores", "write_scores"]
 
@@ -86,10 +86,10 @@ def read_predictions(path: Path | str) -> dict[str, dict]:
 def score_predictions(dataset: str, convs: list[Conversation], predictions: dict[str, dict], scorer, *,
                       judge_protocol: str = "official", missing_as_wrong: bool = False) -> dict:
     """Score every question of ``convs`` that has a prediction with ``scorer`` (any
-    :class:`rewards.judge.Scorer`; one ``score`` call), list the others as missing. Returns
+    :class:`rewards.scoring.judge.Scorer`; one ``score`` call), list the others as missing. Returns
     the ``scores.json`` dict (see the module docstring) plus ``rows`` (dicts of
-    :class:`rewards.summary.QuestionResult`)."""
-    from rewards.protocols import protocol_note
+    :class:`rewards.scoring.summary.QuestionResult`)."""
+    from rewards.scoring.protocols import protocol_note
 
     entries, known = [], set()
     for c in convs:
@@ -112,8 +112,8 @@ def score_predictions(dataset: str, convs: list[Conversation], predictions: dict
 
 def render_scores(rep: dict, judge_spec: str) -> str:
     """``report.md`` of a :func:`score_predictions` result (the shared renderer,
-    :mod:`rewards.report`, with one column: the predictions scored)."""
-    from rewards.report import headline_table, protocol_lines, side_by_side
+    :mod:`rewards.scoring.report`, with one column: the predictions scored)."""
+    from rewards.scoring.report import headline_table, protocol_lines, side_by_side
 
     col = [("predictions", rep)]
     out = [f"# memgym score: {rep['dataset']}", "",
