@@ -4,9 +4,10 @@ configured by ``trl.TrlParser`` (train, eval, program eval, evolve) take their a
 (:mod:`launch.passthrough`).
 
 Errors: an ordinary mistake (a bad recipe value, a missing or unreadable file, broken YAML or
-data, a dead or misbehaving server, a corrupt cache: the types in :func:`launch.errors.user_error_types`)
-ends in ONE line on stderr, ``memgym <command>: <what and where>``, and exit status 2 (a
-config or usage error) or 1 (anything else). Any other exception is a bug and keeps its
+data, a dead or misbehaving server, a corrupt cache: a :class:`llm.errors.MemgymError`, or one
+of the few outside types of :func:`launch.errors.exit_status`) ends in ONE line on stderr,
+``memgym <command>: <what and where>``, and exit status 2 (``kind == "usage"``: a config or
+usage error) or 1 (anything else). Any other exception is a bug and keeps its
 traceback; ``--debug`` or ``MEMGYM_DEBUG=1`` shows the traceback of every error.
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ import argparse
 import os
 import sys
 
-from launch.errors import one_line, user_error_types
+from launch.errors import exit_status, one_line
 from launch import (cmd_bank, cmd_bench, cmd_data, cmd_eval, cmd_evolve, cmd_launch, cmd_models, cmd_program,
                     cmd_reward, cmd_score, cmd_serve, cmd_synth, cmd_train)
 
@@ -50,11 +51,11 @@ def run_command(args, command: str) -> int:
         print(f"memgym {command}: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # noqa: BLE001 - classified below; bugs are re-raised
-        usage, run = user_error_types()
-        if debug or not isinstance(e, usage + run):
+        status = exit_status(e)
+        if debug or status is None:
             raise
         print(f"memgym {command}: {one_line(e)}", file=sys.stderr)
-        return 2 if isinstance(e, usage) else 1
+        return status
 
 
 def _show_data_warnings_plainly() -> None:

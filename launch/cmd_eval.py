@@ -25,9 +25,9 @@ def run(argv: list[str]) -> int:
     try:
         report = run_eval(cfg)
     except (ValueError, FileNotFoundError) as e:  # e.g. an expert file of another conversation
-        from launch.errors import user_error_types
+        from launch.errors import exit_status
 
-        if isinstance(e, sum(user_error_types(), ())):
+        if exit_status(e) is not None:
             raise  # the CLI's own classes keep their exit status (broken data: 1)
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2

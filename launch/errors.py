@@ -6,38 +6,33 @@ from __future__ import annotations
 import sys
 
 
-def user_error_types() -> tuple[tuple[type, ...], tuple[type, ...]]:
-    """``(usage_errors, run_errors)``: exception types that are the user's input or
-    environment, not a bug in memgym. Usage errors exit 2, run errors exit 1."""
+#: The trainers' errors, which do not derive from :class:`~llm.errors.MemgymError` yet (their
+#: modules are outside this refactor): (module, class, exit status). A module never imported
+#: cannot have raised its errors, so none is imported here.
+_TRAINING_ERRORS = (("training.adrpo_config", "ADRPOConfigError", 2), ("training.adrpo_data", "ADRPODataError", 1),
+                    ("training.sft_data", "TrainingDataError", 1), ("training.sft_data", "ExampleLengthError", 1))
+
+
+def exit_status(exc: BaseException) -> int | None:
+    """The exit status of an error that is the user's input or environment: a
+    :class:`~llm.errors.MemgymError` (its ``exit_status``: 2 for ``kind == "usage"``, else 1),
+    broken YAML (2), an ``OSError`` (a missing or unreadable file, 1), or a trainer error.
+    None for anything else: a bug, which keeps its traceback."""
     import yaml
 
-    from llm.base import LLMError, TruncatedOutputError
-    from llm.errors import ConfigError
-    from llm.messages import BatchError
-    from llm.models import ModelPackageMissing
+    from llm.errors import MemgymError
 
-    usage: list[type] = [ConfigError, yaml.YAMLError]
-    run: list[type] = [OSError, LLMError, ModelPackageMissing, TruncatedOutputError, BatchError]
-    for module, names, into in (
-        ("llm.cache", ("CacheCorruptError",), run),
-        ("memory_bank.errors", ("ManagerOutputError", "BankFormatError"), run),
-        ("data_synth.errors", ("DataFormatError",), run),
-        ("data_synth.expert", ("TrajectoryError",), run),
-        ("data_synth.jsonl", ("JsonlCorruptError", "JsonlLockedError"), run),
-        ("data_synth.qa_format", ("SessionQAError",), run),
-        ("data_synth.annotate", ("LabelValidationError",), run),
-        ("rewards.session_reward", ("RewardDataError",), run),
-        ("training.adrpo_config", ("ADRPOConfigError",), usage),
-        ("training.adrpo_data", ("ADRPODataError",), run),
-        ("training.sft_data", ("TrainingDataError", "ExampleLengthError"), run),
-        ("launch.cmd_launch", ("LaunchError",), usage),
-        ("launch.cmd_synth", ("UsageError",), usage),
-    ):
-        mod = sys.modules.get(module)  # a module never imported cannot have raised its errors
-        if mod is None:
-            continue
-        into.extend(getattr(mod, n) for n in names if hasattr(mod, n))
-    return tuple(usage), tuple(run)
+    if isinstance(exc, MemgymError):
+        return exc.exit_status
+    if isinstance(exc, yaml.YAMLError):
+        return 2
+    if isinstance(exc, OSError):
+        return 1
+    for module, name, status in _TRAINING_ERRORS:
+        cls = getattr(sys.modules.get(module), name, None)
+        if cls is not None and isinstance(exc, cls):
+            return status
+    return None
 
 
 def one_line(exc: BaseException, limit: int = 600) -> str:

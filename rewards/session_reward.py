@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from llm.base import GenerationParams
+from llm.errors import MemgymError
 from memory_bank.actions import MANAGERS, PARTS, parse_output
 from memory_bank.bank import MemoryBank
 from memory_bank.errors import ManagerOutputError
@@ -47,9 +48,11 @@ __all__ = ["MODES", "SessionRewardConfig", "RewardBreakdown", "SessionReward", "
 MODES = ("counterfactual", "isolated", "joint")
 
 
-class RewardDataError(ValueError):
+class RewardDataError(MemgymError, ValueError):
     """A reward sample whose expert data is inconsistent (an expert output that does not
     apply to its own bank). Names the sample key and manager."""
+
+    kind = "data"
 
 
 @dataclass

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from contextlib import contextmanager
 from datetime import datetime
 
 from llm.base import BackendRequestError, Completion, GenerationParams, Messages
@@ -214,3 +215,16 @@ def make_samples(bank, session: int, expert: dict[str, str], qa: list[QAItem],
     outputs = {**EMPTY, **expert}
     return [RewardSample(sample_key("c1", session, m), "c1", session, m, [{"role": "user", "content": "x"}],
                          outputs, bank, list(qa)) for m in managers]
+
+
+@contextmanager
+def sandbox_fails(kind: str, match: str | None = None):
+    """``pytest.raises(SandboxError, match=match)`` that also checks the failure's ``kind``
+    (the sandbox's one error type tells its failures apart by ``kind``)."""
+    import pytest
+
+    from evolution.execution.sandbox import SandboxError
+
+    with pytest.raises(SandboxError, match=match) as ei:
+        yield ei
+    assert ei.value.kind == kind, f"expected a {kind!r} failure, got {ei.value.kind!r}: {ei.value}"

@@ -125,7 +125,8 @@ def test_f10_an_expert_file_of_another_conversation(tiny_model_dir, tmp_path, ca
                  "--out", str(tmp_path / "ev"), "--no_progress", "--cache", "none"])
     assert rc == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("memgym eval")]
-    assert err == ["memgym eval: expert:conv-30.jsonl covers only 0 of 2 sessions of conv-26"]
+    assert err == ["memgym eval: expert:conv-30.jsonl holds trajectories of conv-30, none of conv-26: pass "
+                   "expert:conv-26 (if that file exists) or evaluate conv-30"]
 
 
 # ------------------------------------------------------------------ finding 11

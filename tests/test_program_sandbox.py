@@ -7,10 +7,9 @@ import re
 import numpy as np
 import pytest
 
-from evolution.execution.sandbox import (DEFAULT_ALLOWED_IMPORTS, ProgramRaised, SandboxBadResult, SandboxClosed,
-                               SandboxedProgram, SandboxLimits, SandboxMemoryError, SandboxOversized, SandboxTimeout,
-                               SandboxViolation, static_check)
+from evolution.execution.sandbox import DEFAULT_ALLOWED_IMPORTS, ProgramRaised, SandboxedProgram, SandboxLimits, static_check
 from memory_bank.programs import read_program_source, reference_program_path, seed_program_path
+from tests.helpers import sandbox_fails
 
 SEED = read_program_source(seed_program_path())
 FAST = SandboxLimits(call_timeout_s=1.5, load_timeout_s=10.0, memory_mb=1024)
@@ -115,10 +114,10 @@ def test_program_exception_is_reported_and_child_survives():
 
 def test_bad_arguments_and_non_json_results():
     with SandboxedProgram(with_retrieve("if query.question == 'set':\n    return {1, 2}"), None, FAST) as p:
-        with pytest.raises(SandboxBadResult) as ei:
+        with sandbox_fails("bad_request") as ei:
             p.index([{"content": "a", "colour": "red"}], SESSION)
         assert ei.value.kind == "bad_request" and "colour" in ei.value.reason
-        with pytest.raises(SandboxBadResult, match="non-JSON value of type set"):
+        with sandbox_fails("bad_result", match="non-JSON value of type set"):
             p.retrieve({"question": "set"})
         assert p.alive
 
@@ -137,7 +136,7 @@ def test_static_check_flags_imports_and_escapes():
                         "line 9: string '__globals__' names a forbidden attribute"]
     assert static_check("") == ["source is empty"]
     assert static_check("def f(:\n") == ["line 1: syntax error: invalid syntax"]
-    with pytest.raises(SandboxViolation, match="import of 'ctypes' is not allowed"):
+    with sandbox_fails("violation", match="import of 'ctypes' is not allowed"):
         SandboxedProgram("import ctypes\n" + SEED)
 
 
@@ -151,7 +150,7 @@ def test_runtime_import_hook_refuses_disallowed_modules():
 def test_os_system_through_an_escape_is_blocked(tmp_path):
     marker = tmp_path / "pwned"
     src = with_retrieve(f"import typing\ntyping.sys.modules['os'].system('touch {marker}')\nreturn 'ran'")
-    with pytest.raises(SandboxViolation, match="forbidden operation: os.system"):
+    with sandbox_fails("violation", match="forbidden operation: os.system"):
         run_retrieve(src)
     assert not marker.exists()
 
@@ -167,54 +166,54 @@ except BaseException:
     pass
 return 'pretending all is well'
 """)
-    with pytest.raises(SandboxViolation, match="file mutation outside the scratch dir: os.remove"):
+    with sandbox_fails("violation", match="file mutation outside the scratch dir: os.remove"):
         run_retrieve(src)
     assert victim.read_text() == "keep me"
 
 
 def test_writes_outside_scratch_and_reads_of_data_are_blocked_scratch_is_fine(tmp_path):
     target = tmp_path / "evil.txt"
-    with pytest.raises(SandboxViolation, match="write outside the scratch dir"):
+    with sandbox_fails("violation", match="write outside the scratch dir"):
         run_retrieve(with_retrieve(f"open({str(target)!r}, 'w').write('x')"))
     assert not target.exists()
     readme = tmp_path / "secret.txt"
     readme.write_text("answers")
-    with pytest.raises(SandboxViolation, match="read outside the allowed roots"):
+    with sandbox_fails("violation", match="read outside the allowed roots"):
         run_retrieve(with_retrieve(f"return open({str(readme)!r}).read()"))
     assert run_retrieve(with_retrieve("open('notes.txt', 'w').write('ok')\nreturn open('notes.txt').read()")) == "ok"
 
 
 def test_sockets_subprocess_and_ctypes_are_blocked_even_when_importable():
     extra = DEFAULT_ALLOWED_IMPORTS | {"socket", "subprocess", "ctypes"}
-    with pytest.raises(SandboxViolation, match="forbidden operation: socket"):
+    with sandbox_fails("violation", match="forbidden operation: socket"):
         run_retrieve(with_retrieve("socket.socket().connect(('127.0.0.1', 9))", "import socket\n"), allowed=extra)
-    with pytest.raises(SandboxViolation, match="forbidden operation: subprocess.Popen"):
+    with sandbox_fails("violation", match="forbidden operation: subprocess.Popen"):
         run_retrieve(with_retrieve("subprocess.run(['true'])", "import subprocess\n"), allowed=extra)
-    with pytest.raises(SandboxViolation, match="forbidden operation: ctypes"):
+    with sandbox_fails("violation", match="forbidden operation: ctypes"):
         run_retrieve(with_retrieve("ctypes.CDLL(None).system(b'true')", "import ctypes\n"), allowed=extra)
 
 
 def test_infinite_loops_time_out_and_the_child_is_killed():
     with SandboxedProgram(with_retrieve("while True:\n    pass"), None, FAST) as p:
-        with pytest.raises(SandboxTimeout, match="no reply within 1.5 s") as ei:
+        with sandbox_fails("timeout", match="no reply within 1.5 s") as ei:
             p.retrieve({"question": "q"})
         assert ei.value.stage == "retrieve" and not p.alive
-        with pytest.raises(SandboxClosed):
+        with sandbox_fails("closed"):
             p.retrieve({"question": "q"})
-    with pytest.raises(SandboxTimeout) as ei:
+    with sandbox_fails("timeout") as ei:
         SandboxedProgram(SEED + "\nwhile True:\n    pass\n", None, SandboxLimits(load_timeout_s=1.5))
     assert ei.value.stage == "load"
 
 
 def test_memory_bombs_hit_the_memory_limit():
-    with pytest.raises(SandboxMemoryError, match="memory limit exceeded"):
+    with sandbox_fails("memory", match="memory limit exceeded"):
         run_retrieve(with_retrieve("x = bytearray(8 * 10**9)"))
-    with pytest.raises(SandboxMemoryError):
+    with sandbox_fails("memory"):
         run_retrieve(with_retrieve("parts = []\nwhile True:\n    parts.append('x' * 10**7)"),
                      limits=SandboxLimits(call_timeout_s=20, memory_mb=512))
 
 
 def test_oversized_replies_are_refused():
     small = SandboxLimits(call_timeout_s=5, max_message_bytes=100_000)
-    with pytest.raises(SandboxOversized, match="exceeds the 100000-byte cap"):
+    with sandbox_fails("oversized", match="exceeds the 100000-byte cap"):
         run_retrieve(with_retrieve("return 'a' * 200_000"), limits=small)

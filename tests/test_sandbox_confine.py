@@ -17,8 +17,9 @@ import pytest
 
 from data_synth.paths import locomo_path
 from evolution.execution import confine
-from evolution.execution.sandbox import SandboxedProgram, SandboxUnconfined, SandboxViolation
+from evolution.execution.sandbox import SandboxedProgram
 from memory_bank.programs import read_program_source, seed_program_path
+from tests.helpers import sandbox_fails
 
 REPO = Path(__file__).resolve().parents[1]
 SEED = read_program_source(seed_program_path())
@@ -151,7 +152,7 @@ def test_the_python_filter_names_project_reads(tmp_path):
     (the import path no longer counts as readable)."""
     src = SEED.replace('''        return "\\n".join(self.lines)[:OUT_CHAR_BUDGET]''',
                        f'''        return open({str(REPO / "pyproject.toml")!r}).read()''')
-    with pytest.raises(SandboxViolation, match=r"read outside the allowed roots: open\('.*pyproject.toml'\)"):
+    with sandbox_fails("violation", match=r"read outside the allowed roots: open\('.*pyproject.toml'\)"):
         _run(src)
 
 
@@ -180,7 +181,7 @@ def test_granted_paths_hold_nothing_of_the_project():
 def test_no_landlock_refuses_unless_the_switch_is_set(monkeypatch):
     monkeypatch.setattr(confine, "probe", lambda: confine.KernelSupport(0, False, "the kernel refuses Landlock"))
     monkeypatch.delenv(confine.ALLOW_ENV, raising=False)
-    with pytest.raises(SandboxUnconfined, match="refusing to run an untrusted program: the kernel refuses Landlock.*"
+    with sandbox_fails("unconfined", match="refusing to run an untrusted program: the kernel refuses Landlock.*"
                                                 "MEMGYM_ALLOW_UNCONFINED_SANDBOX=1"):
         SandboxedProgram(SEED)
     monkeypatch.setenv(confine.ALLOW_ENV, "1")

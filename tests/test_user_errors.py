@@ -219,3 +219,32 @@ def test_help_reads_right_for_progress_and_path(argv, capsys):
     assert "progress bars: on (true) or off (--no_progress)" in out
     path_help = out.rsplit("--path PATH", 1)[1].split("--", 1)[0]  # the options entry, not the usage line
     assert path_help.count("default") == 1, path_help
+
+
+def test_user_errors_share_one_base_whose_kind_sets_the_exit_status():
+    from data_synth.annotate import LabelValidationError
+    from data_synth.errors import DataFormatError
+    from data_synth.expert import TrajectoryError
+    from data_synth.jsonl import JsonlCorruptError, JsonlLockedError
+    from data_synth.qa_format import SessionQAError
+    from launch.cmd_launch import LaunchError
+    from launch.cmd_synth import UsageError
+    from launch.errors import exit_status
+    from llm.base import BackendSpecError, LLMError, TruncatedOutputError
+    from llm.cache import CacheCorruptError
+    from llm.errors import MemgymError, OutputPathError
+    from llm.messages import BatchError
+    from llm.models import ModelPackageMissing
+    from memory_bank.errors import BankFormatError, OutputTruncatedError
+    from rewards.session_reward import RewardDataError
+
+    usage = (ConfigError, OutputPathError, LaunchError, UsageError)
+    run = (LLMError, BackendSpecError, TruncatedOutputError, CacheCorruptError, BatchError, ModelPackageMissing,
+           BankFormatError, OutputTruncatedError, DataFormatError, TrajectoryError, JsonlCorruptError,
+           JsonlLockedError, SessionQAError, LabelValidationError, RewardDataError)
+    for cls in usage + run:
+        assert issubclass(cls, MemgymError), cls
+        exc = cls.__new__(cls)  # some take structured arguments (DataFormatError(source, record, field, ...))
+        assert exit_status(exc) == (2 if cls in usage else 1), cls
+    assert issubclass(ConfigError, ValueError) and issubclass(LLMError, RuntimeError)  # stdlib bases kept
+    assert exit_status(FileNotFoundError("x")) == 1 and exit_status(KeyError("bug")) is None
