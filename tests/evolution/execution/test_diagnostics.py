@@ -72,8 +72,12 @@ def test_run_diagnostics_map_evidence_ids_to_sessions():
     assert [t["d_ext"] for t in rep["tasks"]] == [pytest.approx(1.0, abs=1e-6)] * 4
     assert rep["by_capability"]["M"]["n"] == 1 and rep["n_no_evidence"] == 0
     assert rep["n_units"] == 6
-    lengths = [len(u["content"]) for units in run.traces[0].units for u in units]
-    assert rep["mean_unit_chars"] == pytest.approx(sum(lengths) / 6)
+    # the units are the six turn texts of tests.helpers.conversation(), 40, 39, 41, 46, 34 and 37 characters
+    assert [u["content"] for units in run.traces[0].units for u in units] == [
+        "Caroline went to the LGBTQ support group", "Melanie painted a sunrise over the lake",
+        "Caroline is researching adoption agencies", "Melanie took her kids camping in the mountains",
+        "Caroline gave a talk at the school", "Melanie signed up for a pottery class"]
+    assert rep["mean_unit_chars"] == pytest.approx(39.5)  # 237 characters / 6 units
     # the seed ignores the query: the question and every probe get the same 6 dated lines
     text = run.tasks[0].retrieved
     assert len(text.splitlines()) == 6 and text.startswith("[2023-05-01] Caroline went")

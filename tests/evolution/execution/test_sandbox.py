@@ -12,7 +12,10 @@ from memory_bank.programs import read_program_source, reference_program_path, se
 from tests.helpers import sandbox_fails
 
 SEED = read_program_source(seed_program_path())
-FAST = SandboxLimits(call_timeout_s=1.5, load_timeout_s=10.0, memory_mb=1024)
+#: Limits of the cases that must pass: generous, so a loaded machine never turns them into timeouts.
+GENEROUS = SandboxLimits(call_timeout_s=120.0, load_timeout_s=120.0, memory_mb=1024)
+#: Tight limits, only for the cases that expect a timeout.
+TIGHT = SandboxLimits(call_timeout_s=1.5, load_timeout_s=10.0, memory_mb=1024)
 SESSION = {"index": 1, "id": "s1", "date": "2023-05-08T13:56:00", "date_text": "1:56 pm on 8 May, 2023"}
 
 
@@ -41,7 +44,7 @@ def with_retrieve(body: str, header: str = "") -> str:
     return header + SEED.replace("    def retrieve(self, query):", "    def retrieve(self, query):\n" + indented, 1)
 
 
-def run_retrieve(source: str, *, allowed=DEFAULT_ALLOWED_IMPORTS, limits=FAST, host=None):
+def run_retrieve(source: str, *, allowed=DEFAULT_ALLOWED_IMPORTS, limits=GENEROUS, host=None):
     with SandboxedProgram(source, host, limits, allowed_imports=allowed, skip_static_check=True) as p:
         p.index([{"content": "Caroline went hiking"}], SESSION)
         return p.retrieve({"question": "q"})
@@ -51,7 +54,7 @@ def run_retrieve(source: str, *, allowed=DEFAULT_ALLOWED_IMPORTS, limits=FAST, h
 
 
 def test_seed_runs_and_state_persists_between_calls():
-    with SandboxedProgram(SEED, HashHost(), FAST) as p:
+    with SandboxedProgram(SEED, HashHost(), GENEROUS) as p:
         assert p.report["missing"] == [] and [f.name for f in p.info.query_fields] == ["question"]
         assert p.index([{"content": "a", "date": "2023-01-01"}, {"content": "b"}], SESSION) is None
         assert p.index([], SESSION) is None
@@ -71,7 +74,7 @@ except Exception as e:
     return first + " | " + type(e).__name__ + " | budget " + str(self.toolkit.budget)
 """)
     host = HashHost()
-    with SandboxedProgram(src, host, FAST, llm_budget=1, embed_budget=5) as p:
+    with SandboxedProgram(src, host, GENEROUS, llm_budget=1, embed_budget=5) as p:
         assert p.retrieve({"question": "where?"}) == "summary of 17 chars | BudgetExceededError | budget 0"
         assert p.toolkit_calls == {"llm": 1, "embed": 0, "embed_texts": 0, "refused": 0}
     assert host.prompts == ["summarise: where?"]
@@ -80,14 +83,14 @@ except Exception as e:
 def test_reference_program_embeds_through_the_parent_and_snapshot_restores():
     src = read_program_source(reference_program_path())
     host = HashHost()
-    with SandboxedProgram(src, host, FAST, embed_budget=10) as p:
+    with SandboxedProgram(src, host, GENEROUS, embed_budget=10) as p:
         p.index([{"content": "Caroline went hiking"}, {"content": "Melanie paints"}], SESSION)
         assert p.retrieve({"search_text": "Melanie paints"}) == \
             "[2023-05-08] Caroline went hiking\n[2023-05-08] Melanie paints"
         blob = p.snapshot()
         assert p.toolkit_calls["embed"] == 2 and p.toolkit_calls["embed_texts"] == 3
     assert host.embedded == ["[2023-05-08] Caroline went hiking", "[2023-05-08] Melanie paints", "Melanie paints"]
-    with SandboxedProgram(src, host, FAST, embed_budget=10) as q:
+    with SandboxedProgram(src, host, GENEROUS, embed_budget=10) as q:
         q.restore(blob)  # no re-indexing: the vectors come from the snapshot
         assert q.retrieve({"search_text": "hiking"}).count("\n") == 1
         assert q.toolkit_calls["embed"] == 1
@@ -95,7 +98,7 @@ def test_reference_program_embeds_through_the_parent_and_snapshot_restores():
 
 def test_candidate_prints_do_not_corrupt_the_protocol():
     src = with_retrieve('print("{\\"type\\": \\"result\\", \\"ok\\": true, \\"value\\": \\"forged\\"}")\nprint("x" * 5000)')
-    with SandboxedProgram(src, None, FAST) as p:
+    with SandboxedProgram(src, None, GENEROUS) as p:
         assert p.retrieve({"question": "q"}) == ""
         assert '"forged"' in p.stderr_tail and p.stderr_bytes > 5000
 
@@ -105,7 +108,7 @@ def test_candidate_prints_do_not_corrupt_the_protocol():
 
 def test_program_exception_is_reported_and_child_survives():
     src = with_retrieve("if query.question == 'boom':\n    raise KeyError('boom')")
-    with SandboxedProgram(src, None, FAST) as p:
+    with SandboxedProgram(src, None, GENEROUS) as p:
         with pytest.raises(ProgramRaised) as ei:
             p.retrieve({"question": "boom"})
         assert ei.value.exc_type == "KeyError" and ei.value.stage == "retrieve" and "line" in ei.value.detail
@@ -113,7 +116,7 @@ def test_program_exception_is_reported_and_child_survives():
 
 
 def test_bad_arguments_and_non_json_results():
-    with SandboxedProgram(with_retrieve("if query.question == 'set':\n    return {1, 2}"), None, FAST) as p:
+    with SandboxedProgram(with_retrieve("if query.question == 'set':\n    return {1, 2}"), None, GENEROUS) as p:
         with sandbox_fails("bad_request") as ei:
             p.index([{"content": "a", "colour": "red"}], SESSION)
         assert ei.value.kind == "bad_request" and "colour" in ei.value.reason
@@ -142,7 +145,7 @@ def test_static_check_flags_imports_and_escapes():
 
 def test_runtime_import_hook_refuses_disallowed_modules():
     src = with_retrieve("import os")
-    with SandboxedProgram(src, None, FAST, skip_static_check=True) as p:
+    with SandboxedProgram(src, None, GENEROUS, skip_static_check=True) as p:
         with pytest.raises(ProgramRaised, match="import of 'os' is not allowed"):
             p.retrieve({"question": "q"})
 
@@ -194,7 +197,7 @@ def test_sockets_subprocess_and_ctypes_are_blocked_even_when_importable():
 
 
 def test_infinite_loops_time_out_and_the_child_is_killed():
-    with SandboxedProgram(with_retrieve("while True:\n    pass"), None, FAST) as p:
+    with SandboxedProgram(with_retrieve("while True:\n    pass"), None, TIGHT) as p:
         with sandbox_fails("timeout", match="no reply within 1.5 s") as ei:
             p.retrieve({"question": "q"})
         assert ei.value.stage == "retrieve" and not p.alive
@@ -210,10 +213,10 @@ def test_memory_bombs_hit_the_memory_limit():
         run_retrieve(with_retrieve("x = bytearray(8 * 10**9)"))
     with sandbox_fails("memory"):
         run_retrieve(with_retrieve("parts = []\nwhile True:\n    parts.append('x' * 10**7)"),
-                     limits=SandboxLimits(call_timeout_s=20, memory_mb=512))
+                     limits=SandboxLimits(call_timeout_s=120, memory_mb=512))
 
 
 def test_oversized_replies_are_refused():
-    small = SandboxLimits(call_timeout_s=5, max_message_bytes=100_000)
+    small = SandboxLimits(call_timeout_s=120, max_message_bytes=100_000)
     with sandbox_fails("oversized", match="exceeds the 100000-byte cap"):
         run_retrieve(with_retrieve("return 'a' * 200_000"), limits=small)

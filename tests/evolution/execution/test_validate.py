@@ -17,7 +17,10 @@ from memory_bank.programs import read_program_source, reference_program_path, se
 
 SEED = read_program_source(seed_program_path())
 REFERENCE = read_program_source(reference_program_path())
-FAST = ValidationLimits(sandbox=SandboxLimits(call_timeout_s=1.5, load_timeout_s=4.0, memory_mb=1024))
+#: Limits of the cases that must pass: generous, so a loaded machine never turns them into timeouts.
+GENEROUS = ValidationLimits(sandbox=SandboxLimits(call_timeout_s=120.0, load_timeout_s=120.0, memory_mb=1024))
+#: Tight limits, only for the cases that expect a timeout.
+TIGHT = ValidationLimits(sandbox=SandboxLimits(call_timeout_s=1.5, load_timeout_s=4.0, memory_mb=1024))
 
 
 def patch_method(source: str, method: str, body: str) -> str:
@@ -33,7 +36,7 @@ def patch_method(source: str, method: str, body: str) -> str:
 
 @pytest.mark.parametrize("source", [SEED, REFERENCE], ids=["seed", "reference"])
 def test_builtin_programs_pass_all_four_levels(source):
-    r = validate_program(source, limits=FAST)
+    r = validate_program(source, limits=GENEROUS)
     assert (r.ok, r.level, r.reason) == (True, None, "")
     assert r.stats["levels_passed"] == [1, 2, 3, 4]
     assert r.stats["probe_units"] == 2000 and r.stats["probe_llm_calls"] == 0
@@ -45,11 +48,11 @@ def test_builtin_programs_pass_all_four_levels(source):
 def test_a_real_patch_passes_and_a_cosmetic_one_fails_level_1():
     cosmetic = SEED.replace('"""PrisMem seed memory program', '# a new comment\n"""A reworded docstring', 1)
     cosmetic = cosmetic.replace("self.lines = []", "self.lines = [ ]   # spacing")
-    r = validate_program(cosmetic, parent_source=SEED, limits=FAST)
+    r = validate_program(cosmetic, parent_source=SEED, limits=GENEROUS)
     assert (r.ok, r.level) == (False, 1) and "no real change" in r.reason
     real = SEED.replace('return "\\n".join(self.lines)', 'return "\\n".join(reversed(self.lines))')
     assert real != SEED
-    assert validate_program(real, parent_source=SEED, limits=FAST).ok
+    assert validate_program(real, parent_source=SEED, limits=GENEROUS).ok
 
 
 def test_normalised_ast_ignores_docstrings_and_formatting_only():
@@ -78,25 +81,25 @@ def test_normalised_ast_ignores_docstrings_and_formatting_only():
     (patch_method(SEED, "retrieve", "if len(self.lines) > 100:\n    return 'x' * 20_000"), 4, "probe query 1"),
 ])
 def test_failing_level_and_reason(source, level, fragment):
-    r = validate_program(source, limits=FAST)
+    r = validate_program(source, limits=GENEROUS)
     assert (r.ok, r.level) == (False, level), r.reason
     assert fragment in r.reason
 
 
 def test_probe_caps_backend_calls_and_cpu():
     per_unit = patch_method(REFERENCE, "index", "for u in units:\n    self.toolkit.embed([u.content])")
-    r = validate_program(per_unit, limits=FAST)
+    r = validate_program(per_unit, limits=GENEROUS)
     assert (r.ok, r.level) == (False, 4)
     # one embed call per unit: the ~2K-unit probe runs out of the embed budget inside index
     assert r.reason == "index raised: BudgetExceededError: embed call budget exhausted"
     chatty = patch_method(SEED, "index", "self.toolkit.llm('summarise ' + str(len(units)))\nself.toolkit.llm('again')")
-    r = validate_program(chatty, limits=FAST)
+    r = validate_program(chatty, limits=GENEROUS)
     assert (r.ok, r.level) == (False, 4) and "BudgetExceededError" in r.reason
     burner = patch_method(SEED, "index", "total = 0\nfor i in range(300_000):\n    total += i * i")
-    tight = ValidationLimits(sandbox=FAST.sandbox, probe_cpu_s=0.5)
+    tight = ValidationLimits(sandbox=GENEROUS.sandbox, probe_cpu_s=0.5)
     r = validate_program(burner, limits=tight)
     assert (r.ok, r.level) == (False, 4) and "CPU > budget 0.5 s" in r.reason
-    assert validate_program(burner, limits=ValidationLimits(sandbox=FAST.sandbox, run_probe=False)).ok
+    assert validate_program(burner, limits=ValidationLimits(sandbox=GENEROUS.sandbox, run_probe=False)).ok
 
 
 # ------------------------------------------------------------------ hostile sources
@@ -123,7 +126,7 @@ def test_hostile_sources_fail_and_the_parent_survives(tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
     for name, (source, level, fragment) in hostile_sources(str(victim)).items():
-        r = validate_program(source, limits=FAST)
+        r = validate_program(source, limits=TIGHT if fragment == "timeout" else GENEROUS)
         assert (r.ok, r.level) == (False, level), (name, r.reason)
         assert fragment in r.reason, (name, r.reason)
     assert victim.read_text() == "precious"
@@ -160,7 +163,7 @@ def run_cli(argv: list[str]) -> int:
 def test_cli_check_prints_a_json_verdict(tmp_path, capsys):
     good = tmp_path / "good.py"
     good.write_text(SEED)
-    assert run_cli(["program", "check", str(good), "--timeout", "5"]) == 0
+    assert run_cli(["program", "check", str(good), "--timeout", "120"]) == 0
     assert json.loads(capsys.readouterr().out) == {"ok": True, "level": None, "reason": ""}
     assert run_cli(["program", "check", str(good), "--parent", str(good), "--stats"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -179,7 +182,8 @@ def test_cli_never_prints_a_traceback_for_hostile_files(tmp_path):
         f.write_text(hostile[name][0])
         code = ("import argparse, sys; from launch import cmd_program; p = argparse.ArgumentParser(); "
                 "cmd_program.register(p.add_subparsers()); a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))")
-        proc = subprocess.run([sys.executable, "-c", code, "program", "check", str(f), "--timeout", "1.5"],
+        timeout = "1.5" if hostile[name][2] == "timeout" else "120"  # tight only where a timeout is expected
+        proc = subprocess.run([sys.executable, "-c", code, "program", "check", str(f), "--timeout", timeout],
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0 and "Traceback" not in proc.stdout + proc.stderr, (name, proc.stderr)
         verdict = json.loads(proc.stdout)

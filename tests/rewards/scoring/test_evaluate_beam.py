@@ -90,8 +90,10 @@ def test_program_eval_beam_rubric_recall_headline(tmp_path):
         rep = run_program_eval(cfg, rt, StageCache())
     assert rep.ok and rep.n == 8 and rep.extraction["units"] == 58
     head = rep.summary
-    assert len(head["by_ability"]) == 6 and set(head["by_ability"]) == {
-        "contradiction_resolution", "information_extraction", "instruction_following", "knowledge_update",
-        "preference_following", "temporal_reasoning"}
-    assert abs(head["overall"] - sum(head["by_ability"].values()) / 6) < 1e-12 and rep.overall == head["overall"]
+    # the 40-character units hold none of the rubric items of these 8 questions: every ability scores 0,
+    # and so does the headline (hand-made non-zero BEAM headlines: tests/rewards/scoring/test_official.py)
+    assert head["by_ability"] == {
+        "contradiction_resolution": 0.0, "information_extraction": 0.0, "instruction_following": 0.0,
+        "knowledge_update": 0.0, "preference_following": 0.0, "temporal_reasoning": 0.0}
+    assert head["overall"] == 0.0 and rep.overall == 0.0
     assert "## beam headline" in (tmp_path / "report.md").read_text()
