@@ -8,7 +8,8 @@ import pytest
 from data_synth.jsonl import JsonlCorruptError, JsonlLockedError, ResumableJsonl
 from data_synth.locomo import load_locomo
 from data_synth.qa_format import load_session_qa
-from data_synth.synth_qa import bucket_benchmark_qa, kind_quota, synth_qa, validate_output
+from data_synth.synth_qa import bucket_benchmark_qa, synth_qa
+from data_synth.synth_qa_prompt import kind_quota, validate_output
 from launch.cli import main
 from llm.embeddings import HashEmbedder
 from tests.helpers import ScriptedBackend, fake_expert

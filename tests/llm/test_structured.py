@@ -412,7 +412,8 @@ def test_synth_trajectories_constrained_sends_each_prompts_schema(tmp_path, comp
 
 def test_synth_qa_constrained_sends_the_qa_schema(tmp_path, compiler):
     from data_synth.locomo import load_locomo
-    from data_synth.synth_qa import QA_SCHEMA, synth_qa
+    from data_synth.synth_qa import synth_qa
+    from data_synth.synth_qa_prompt import QA_SCHEMA
     from data_synth.qa_format import KINDS
     from llm.embeddings import HashEmbedder
     from tests.helpers import ScriptedBackend
