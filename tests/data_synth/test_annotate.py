@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from data_synth.annotate import (AnnotatedLabel, CapabilityAnnotator, LabelValidationError, apply_labels,
-                                 load_labels, parse_label)
+from data_synth.annotate import (AnnotatedLabel, CapabilityAnnotator, LabelValidationError, apply_labels, load_labels,
+                                 parse_label)
 from data_synth.errors import DataFormatError
 from memory_bank.schema import Capability
 from tests.helpers import ScriptedBackend, conversation

@@ -3,8 +3,6 @@ duplicates, nothing lost. The expert is a deterministic scripted backend behind 
 loopback OpenAI-compatible server of :mod:`llm.server`."""
 from __future__ import annotations
 
-import pytest
-
 import json
 import os
 import signal
@@ -12,6 +10,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from data_synth.locomo import load_locomo
 from data_synth.synth_qa import synth_qa

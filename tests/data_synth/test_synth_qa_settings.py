@@ -10,8 +10,7 @@ from data_synth.locomo import load_locomo
 from data_synth.synth_qa import synth_qa
 from launch.cli import main
 from llm.embeddings import HashEmbedder
-from tests.helpers import ScriptedBackend
-from tests.helpers import fake_expert
+from tests.helpers import ScriptedBackend, fake_expert
 
 pytestmark = pytest.mark.filterwarnings("ignore::data_synth.errors.DataQuirkWarning")
 

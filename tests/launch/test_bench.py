@@ -1,9 +1,11 @@
 """Tests of :mod:`launch.bench`."""
 from __future__ import annotations
+
 import json
+
 import pytest
-from launch.cli import main
-from launch.cli import main as memgym
+
+from launch.cli import main, main as memgym
 
 
 @pytest.mark.slow

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from launch.cli import main
 from data_synth.paths import data_root
+from launch.cli import main
 
 
 def test_stats_locomo(capsys):

@@ -13,8 +13,7 @@ import pytest
 
 from evolution.search.config import EvolveConfig
 from evolution.search.loop import Evolution
-from launch.cli import main as memgym
-from launch.cli import main
+from launch.cli import main, main as memgym
 
 ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["--train", "conv-26", "--valid", "conv-30", "--test", "", "--n_sessions", "2", "--max_questions", "6",

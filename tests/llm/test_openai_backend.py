@@ -1,21 +1,20 @@
 """OpenAIBackend against a real loopback HTTP server (llm.server over HFBackend on the tiny model)."""
 from __future__ import annotations
 
+import logging
 import random
 import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from llm.base import BackendRequestError, GenerationParams
 from llm.hf_backend import HFBackend
-from llm.openai_backend import OpenAIBackend, backoff_delay
-from llm.server import serve_backend
-import logging
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from llm.openai_backend import request_settings
-from rewards.scoring.evaluate import EvalConfig
+from llm.openai_backend import OpenAIBackend, backoff_delay, request_settings
 from llm.runtime import Runtime
+from llm.server import serve_backend
+from rewards.scoring.evaluate import EvalConfig
 from tests.helpers import ScriptedBackend
 
 BATCH = [

@@ -1,5 +1,6 @@
 """Tests of :mod:`llm.recipes`."""
 from __future__ import annotations
+
 from launch.cli import main
 
 

@@ -7,10 +7,10 @@ import pytest
 
 from llm.base import BackendSpecError, GenerationParams
 from llm.cache import CachedBackend, ResponseCache
+from llm.errors import ConfigError
 from llm.hf_backend import HFBackend
 from llm.openai_backend import OpenAIBackend
 from llm.specs import BackendSpec, load_backend, parse_spec, resolve_model_path
-from llm.errors import ConfigError
 
 
 @pytest.mark.parametrize("spec, parsed", [

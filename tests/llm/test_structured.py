@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import types
+import warnings
 
 import pytest
 
@@ -22,7 +23,6 @@ from memory_bank.program import FieldSpec, parse_structured
 from memory_bank.prompts import build_prompt
 from memory_bank.record_schemas import query_schema, units_schema
 from memory_bank.schema import Session, Turn
-import warnings
 from tests.helpers import ScriptedBackend
 
 

@@ -1,6 +1,8 @@
 """Tests of :mod:`memory_bank.actions`."""
 from __future__ import annotations
+
 import pytest
+
 from llm.base import Completion, TruncatedOutputError, require_complete
 from memory_bank.actions import parse_core, parse_part, unterminated_json
 from memory_bank.bank import MemoryBank

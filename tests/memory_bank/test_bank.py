@@ -6,22 +6,15 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from data_synth.expert import TrajectoryError, banks_before_sessions, load_trajectories, replay
 from data_synth.paths import expert_dir
 from memory_bank.actions import parse_core, parse_part
 from memory_bank.bank import MemoryBank
 from memory_bank.construct import ModelExtractor, construct
-from memory_bank.errors import (
-    ManagerOutputError,
-    OutputParseError,
-    OutputSchemaError,
-    ReplaceTextNotFoundError,
-    UnknownIdError,
-    WrongPartError,
-)
+from memory_bank.errors import (ManagerOutputError, OutputParseError, OutputSchemaError, ReplaceTextNotFoundError,
+                                UnknownIdError, WrongPartError)
 from memory_bank.prompts import MAX_SHOWN_ENTRIES, build_prompt
 from memory_bank.retrieval import BankRetriever, VectorIndex
 from memory_bank.schema import Conversation, Session, Turn

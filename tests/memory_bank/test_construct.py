@@ -2,7 +2,10 @@
 is built in consecutive segments (never truncated), each over the bank as it stands."""
 from __future__ import annotations
 
+import dataclasses
+import json
 import warnings
+from datetime import datetime
 
 import pytest
 
@@ -10,13 +13,10 @@ from data_synth.beam import beam_root, load_beam
 from data_synth.errors import DataQuirkWarning
 from data_synth.views import restrict
 from llm.base import GenerationParams
-from memory_bank.construct import ModelExtractor, construct
-from tests.helpers import ScriptedBackend
-from datetime import datetime
-import dataclasses
-import json
 from memory_bank.bank import MemoryBank
+from memory_bank.construct import ModelExtractor, construct
 from memory_bank.schema import Conversation, Session, Turn
+from tests.helpers import ScriptedBackend
 
 
 @pytest.fixture(scope="module")

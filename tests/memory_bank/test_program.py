@@ -15,8 +15,8 @@ import pytest
 
 from memory_bank.program import (OUT_CHAR_BUDGET, BackendToolkitHost, BudgetExceededError, ContractError, SessionInfo,
                                  StructuredOutputError, Toolkit, ToolkitError, contract_from_report,
-                                 dataclass_from_schema, describe_dataclass, describe_module,
-                                 parse_structured, units_from_entries)
+                                 dataclass_from_schema, describe_dataclass, describe_module, parse_structured,
+                                 units_from_entries)
 from memory_bank.programs import reference_program_path, seed_program_path
 from memory_bank.schema import Session, Turn
 from tests.helpers import load_program_module

@@ -9,12 +9,7 @@ from llm.base import GenerationParams
 from llm.cache import CachedBackend, ResponseCache
 from llm.embeddings import HashEmbedder
 from memory_bank.bank import MemoryBank
-from rewards.session_reward import (
-    RewardBreakdown,
-    SessionReward,
-    SessionRewardConfig,
-    frac_reward_zero_std,
-)
+from rewards.session_reward import RewardBreakdown, SessionReward, SessionRewardConfig, frac_reward_zero_std
 from tests.helpers import DOG, EMPTY, PILOT, ScriptedBackend, WordTokenizer, bank_with, make_samples, ops, qa
 
 

@@ -16,8 +16,8 @@ from data_synth.expert import load_trajectories, replay
 from data_synth.paths import expert_dir
 from memory_bank.actions import MANAGERS
 from tests.helpers import trainable_state
-from training.sft_data import (ExampleLengthError, TrainingDataError, chat_token_ids,
-                           drop_overlong, expert_session_states, sft_examples)
+from training.sft_data import (ExampleLengthError, TrainingDataError, chat_token_ids, drop_overlong,
+                               expert_session_states, sft_examples)
 
 CONV26 = expert_dir() / "conv-26.jsonl"
 CONV30 = expert_dir() / "conv-30.jsonl"

@@ -6,11 +6,12 @@ import json
 import numpy as np
 import pytest
 
-from evolution.execution.diagnostics import DiagTask, EvidenceTrace, diagnose_run, diagnose_tasks, max_match, split_segments
+from evolution.execution.diagnostics import (DiagTask, EvidenceTrace, diagnose_run, diagnose_tasks, max_match,
+                                             split_segments)
 from evolution.execution.runner import ProgramRunner, RunnerSettings
 from llm.embeddings import HashEmbedder
-from memory_bank.programs import read_program_source, seed_program_path
 from llm.runtime import Runtime
+from memory_bank.programs import read_program_source, seed_program_path
 from tests.helpers import TASK, Script, ScriptedBackend, conversation
 
 

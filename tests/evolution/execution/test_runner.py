@@ -2,19 +2,19 @@
 state, the disk cache, and ``memgym program eval`` (incl. a trained extractor via hf:)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
-from evolution.execution.component_diff import COMPONENTS, diff_components, stage_component_hashes, component_hashes
+from evolution.execution.component_diff import COMPONENTS, component_hashes, diff_components, stage_component_hashes
 from evolution.execution.runner import ProgramRunError, ProgramRunner, RunnerSettings
 from evolution.execution.stages import StageCache
 from llm.embeddings import HashEmbedder
+from llm.runtime import Runtime
 from memory_bank.program import FieldSpec, session_entries, text_query, unit_text
 from memory_bank.programs import read_program_source, reference_program_path, seed_program_path
-from llm.runtime import Runtime
 from tests.helpers import TASK, Script, ScriptedBackend, conversation
-import dataclasses
 
 SEED = read_program_source(seed_program_path())
 REF = read_program_source(reference_program_path())
@@ -265,53 +265,6 @@ def test_text_query_unit_text_and_session_entries():
 # ------------------------------------------------------------------ CLI
 
 
-def _recipe(tmp_path, **extra) -> str:
-    lines = ["dataset: locomo", "conversations: [conv-30]", "n_sessions: 2", "max_questions: 3", "plan_mode: question",
-             "scorer: answer-recall", "validate: false", "stage_cache: none", "progress: false",
-             f"cache: {tmp_path / 'responses.sqlite'}"] + [f"{k}: {v}" for k, v in extra.items()]
-    p = tmp_path / "recipe.yaml"
-    p.write_text("\n".join(lines) + "\n")
-    return str(p)
-
-
-def test_cli_eval_with_a_trained_extractor_hf(tmp_path, tiny_model_dir, capsys):
-    from launch.cli import main as memgym
-
-    out = tmp_path / "run"
-    rc = memgym(["program", "eval", str(seed_program_path()), "--recipe", _recipe(tmp_path, extractor_max_new_tokens=16),
-                 "--extractor", f"hf:{tiny_model_dir}", "--out", str(out)])
-    assert rc == 0
-    rep = json.loads((out / "report.json").read_text())
-    assert rep["ok"] and rep["n"] == 3 and rep["extraction"]["mode"] == "extractor"
-    # a random-weight model never writes valid manager JSON: 2 sessions x 4 managers fail, 0 units
-    assert rep["extraction"]["manager_failures"] == {"core": 2, "episodic": 2, "semantic": 2, "procedural": 2}
-    assert rep["extraction"]["units"] == 0 and rep["model_calls"]["extractor"] == 8
-    assert rep["overall"] == 0.0 and rep["diagnostics"]["overall"]["d_ext"] == 0.0
-    assert rep["diagnostics"]["n_units"] == 0 and rep["diagnostics"]["mean_unit_chars"] is None
-    assert rep["stages_run"] == ["extract", "index", "plan", "retrieve", "score"] and rep["stages_skipped"] == ["answer"]
-    assert set(rep["by_capability"]) <= set("FTPMA") and sum(v["n"] for v in rep["by_category"].values()) == 3
-    assert len((out / "tasks.jsonl").read_text().splitlines()) == 3
-    assert len((out / "units.jsonl").read_text().splitlines()) == 2
-    assert "| capability | n | score | d_ext | d_idx | d_ret |" in (out / "report.md").read_text()
-    assert "overall answer-recall 0.000" in capsys.readouterr().out
-
-
-def test_cli_eval_errors(tmp_path, capsys):
-    from launch.cli import main as memgym
-
-    assert memgym(["program", "eval", str(tmp_path / "nope.py"), "--recipe", _recipe(tmp_path)]) == 2
-    assert "not found" in capsys.readouterr().err
-    bad = tmp_path / "bad.py"
-    bad.write_text("import os\n")
-    out = tmp_path / "o"
-    assert memgym(["program", "eval", str(bad), "--recipe", _recipe(tmp_path), "--validate", "true",
-                   "--out", str(out)]) == 1
-    assert "validation failed at level 1" in capsys.readouterr().err
-    assert json.loads((out / "report.json").read_text())["validation"]["level"] == 1
-    assert memgym(["program", "eval", str(bad), "--recipe", _recipe(tmp_path), "--plan_mode", "psychic"]) == 2
-    assert "plan_mode" in capsys.readouterr().err
-
-
 # ------------------------------------------------------------------ turns extraction, workers, typed result
 
 
@@ -350,39 +303,6 @@ def test_workers_overlap_conversations_with_identical_results():
     assert [(t.retrieved, t.score) for t in a.tasks] == [(t.retrieved, t.score) for t in b.tasks]
     assert a.stage_items == b.stage_items and b.stage_items["index"] == {"run": 5, "reused": 0}
     assert [tr.probes for tr in a.traces] == [tr.probes for tr in b.traces]
-
-
-def test_evaluate_program_returns_a_typed_result():
-    from evolution.execution.program_eval import evaluate_program
-    from evolution.execution.results import ProgramEvaluation
-
-    runner, _, _ = make_runner(plan_mode="question")
-    runner.settings.extractor = "turns"
-    ev, run = evaluate_program(SEED, [conversation()], runner)
-    assert isinstance(ev, ProgramEvaluation) and ev.ok and ev.n == 4
-    assert ev.overall == 0.75
-    assert ev.scores() == {"overall": 0.75, "by_capability": {"F": 1.0, "M": 1.0, "T": 0.0}}
-    assert ev.task_scores() == {"c/c/q0": 1.0, "c/c/q1": 1.0, "c/c/q2": 0.0, "c/c/q3": 1.0}
-    assert ev.to_dict(tasks=False)["stages_skipped"] == ["answer"] and "tasks" not in ev.to_dict(tasks=False)
-
-
-def test_cli_eval_turns_on_longmemeval(tmp_path):
-    from data_synth.paths import data_root
-    from launch.cli import main as memgym
-
-    oracle = data_root() / "longmemeval" / "longmemeval_oracle.json"
-    qid = json.loads(oracle.read_text())[0]["question_id"]
-    out = tmp_path / "lme"
-    rc = memgym(["program", "eval", str(seed_program_path()), "--dataset", "longmemeval", "--path", str(oracle),
-                 "--conversations", qid, "--extractor", "turns", "--plan_mode", "question", "--validate", "false",
-                 "--progress", "false", "--out", str(out)])
-    assert rc == 0
-    rep = json.loads((out / "report.json").read_text())
-    assert rep["n"] == 1 and rep["extraction"]["mode"] == "turns" and rep["model_calls"].get("task", 0) == 0
-    units = [json.loads(x) for x in (out / "units.jsonl").read_text().splitlines()]
-    turns = json.loads(oracle.read_text())[0]["haystack_sessions"]
-    assert sum(len(u["units"]) for u in units) == sum(len(s) for s in turns)
-    assert units[0]["units"][0]["content"].split(": ", 1)[0] in ("user", "assistant")
 
 
 def test_two_evaluations_overlap_on_one_runner():

@@ -7,7 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from evolution.execution.sandbox import DEFAULT_ALLOWED_IMPORTS, ProgramRaised, SandboxedProgram, SandboxLimits, static_check
+from evolution.execution.sandbox import (DEFAULT_ALLOWED_IMPORTS, ProgramRaised, SandboxLimits, SandboxedProgram,
+                                         static_check)
 from memory_bank.programs import read_program_source, reference_program_path, seed_program_path
 from tests.helpers import sandbox_fails
 

@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 from evolution.search.archive import Archive
 from evolution.search.config import EvolveConfig
 from evolution.search.loop import FAULT_ENV, Evolution

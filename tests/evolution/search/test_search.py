@@ -7,13 +7,13 @@ import random
 import pytest
 
 from evolution.search.archive import Archive, Candidate, SplitScores, program_key
-from evolution.search.cases import (BUDGET, OMIT, CaseMaterial, EvidenceView, compact_text, evidence_survival,
-                                    render_compact, render_full, _Sim)
+from evolution.search.cases import (BUDGET, OMIT, CaseMaterial, EvidenceView, _Sim, compact_text, evidence_survival,
+                                    render_compact, render_full)
 from evolution.search.edits import Edit, EditError, apply_edits, parse_response
 from evolution.search.ledger import BudgetExhausted, Ledger
 from evolution.search.loop import precheck
-from evolution.search.select import (DependencyAwareTarget, HistoryGuidedCases, RoundRobinTarget, TaskInfo,
-                                     case_weight, pressure, record_cases, target_scores)
+from evolution.search.select import (DependencyAwareTarget, HistoryGuidedCases, RoundRobinTarget, TaskInfo, case_weight,
+                                     pressure, record_cases, target_scores)
 from llm.embeddings import HashEmbedder
 from memory_bank.programs import read_program_source, seed_program_path
 

@@ -2,15 +2,15 @@
 (slow) with the embedded SmolLM2."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from launch.cli import main as memgym
-import dataclasses
 from llm.embeddings import HashEmbedder
-from rewards.scoring.evaluate import EvalConfig, run_eval
 from llm.runtime import Runtime
+from rewards.scoring.evaluate import EvalConfig, run_eval
 from tests.helpers import ScriptedBackend
 
 

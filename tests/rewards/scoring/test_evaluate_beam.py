@@ -8,8 +8,8 @@ import warnings
 
 from data_synth.errors import DataQuirkWarning
 from llm.embeddings import HashEmbedder
-from rewards.scoring.evaluate import EvalConfig, run_eval
 from llm.runtime import Runtime
+from rewards.scoring.evaluate import EvalConfig, run_eval
 from tests.helpers import ScriptedBackend
 
 EX, ANS, JUDGE = (f"openai:http://stub.invalid/v1#{r}" for r in ("extractor", "answer", "judge"))

@@ -1,24 +1,11 @@
 """LLM judge, scorers and answering from memory, over a scripted stub backend."""
 import pytest
 
-from llm.base import Backend, Completion, GenerationParams, LLMError
-from rewards.scoring.answer import (
-    ANSWER_SYSTEM_PROMPT,
-    answer_questions,
-    clean_answer,
-    strip_thinking,
-    truncate_context,
-)
-from rewards.scoring.judge import (
-    F1Scorer,
-    JudgeVerdict,
-    LLMJudge,
-    LLMJudgeScorer,
-    RecallScorer,
-    ScoreItem,
-    Scorer,
-    parse_judge_label,
-)
+from llm.base import Completion, GenerationParams, LLMError
+from rewards.scoring.answer import (ANSWER_SYSTEM_PROMPT, answer_questions, clean_answer, strip_thinking,
+                                    truncate_context)
+from rewards.scoring.judge import (F1Scorer, JudgeVerdict, LLMJudge, LLMJudgeScorer, RecallScorer, ScoreItem, Scorer,
+                                   parse_judge_label)
 from rewards.scoring.scorers import make_scorer
 
 

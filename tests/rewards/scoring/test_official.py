@@ -12,8 +12,8 @@ from llm.base import GenerationParams
 from llm.cache import CachedBackend, ResponseCache
 from rewards.scoring.beam_judge import rubric_recall
 from rewards.scoring.judge import ScoreItem
-from rewards.scoring.scorers import make_scorer
 from rewards.scoring.official import BeamScorer, LoCoMoJudgeScorer, LongMemEvalScorer, RubricRecallScorer, judge_stats
+from rewards.scoring.scorers import make_scorer
 from rewards.scoring.summary import summarise
 from tests.helpers import ScriptedBackend
 

@@ -14,9 +14,9 @@ from data_synth.datasets import load_conversations
 from data_synth.paths import data_root
 from llm.cache import ResponseCache
 from llm.runtime import Runtime
+from rewards.scoring import protocols as P
 from rewards.scoring.judge import ScoreItem
 from rewards.scoring.scorers import make_scorer
-from rewards.scoring import protocols as P
 from tests.fake_judge import FakeJudge, user_text
 
 JUDGES = data_root() / "judges"
