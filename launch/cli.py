@@ -16,9 +16,9 @@ import argparse
 import os
 import sys
 
-from launch.errors import exit_status, one_line
 from launch import (cmd_bank, cmd_bench, cmd_data, cmd_eval, cmd_evolve, cmd_launch, cmd_models, cmd_program,
                     cmd_reward, cmd_score, cmd_serve, cmd_synth, cmd_train)
+from launch.errors import exit_status, one_line
 
 #: Command groups in ``memgym --help`` order; each defines ``register(subparsers)``.
 COMMAND_MODULES = (cmd_models, cmd_data, cmd_bank, cmd_eval, cmd_score, cmd_bench, cmd_program, cmd_evolve, cmd_synth,

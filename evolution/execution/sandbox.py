@@ -41,8 +41,8 @@ from typing import Any
 import numpy as np
 
 from evolution.execution import confine
-from evolution.execution.sandbox_process import (CHILD_KINDS, PROJECT_ROOT, ProgramRaised, SandboxError,
-                                                 SandboxLimits, SandboxProcess)
+from evolution.execution.sandbox_process import (CHILD_KINDS, PROJECT_ROOT, ProgramRaised, SandboxError, SandboxLimits,
+                                                 SandboxProcess)
 from evolution.execution.static_check import DEFAULT_ALLOWED_IMPORTS, FORBIDDEN_ATTRS, FORBIDDEN_NAMES, static_check  # noqa: F401
 from memory_bank.program import (BudgetExceededError, ContractError, ProgramInfo, SessionInfo, Toolkit, ToolkitError,
                                  ToolkitHost, contract_from_report)

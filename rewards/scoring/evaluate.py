@@ -26,6 +26,7 @@ from data_synth.expert import ExpertExtractor
 from data_synth.extractors import make_extractor
 from llm.base import GenerationParams
 from llm.recipes import check_fields, require
+from llm.runtime import Runtime
 from memory_bank.actions import MANAGERS
 from memory_bank.construct import construct
 from memory_bank.retrieval import BankRetriever
@@ -34,7 +35,6 @@ from rewards.scoring.answer import answer_questions, answer_system_prompt
 from rewards.scoring.scorers import make_scorer
 from rewards.scoring.selection import QuestionSelection, answer_tokens_for, load_selected
 from rewards.scoring.summary import QuestionResult, score_questions, summarise
-from llm.runtime import Runtime
 
 
 @dataclass

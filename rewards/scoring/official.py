@@ -20,7 +20,6 @@ judge request (messages, settings) with its reply.
 from __future__ import annotations
 
 import dataclasses
-
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
