@@ -97,7 +97,6 @@ def check_spec(spec: str, field: str = "model", *, kind: str = "backend", words:
         raise ConfigError(f"--{field} {spec!r}: {s.target} is not a local model directory{hint}")
 
 
-
 def closest_alias(name: str, aliases: tuple[str, ...] = DEFAULT_ALIASES) -> str | None:
     """The alias of the embedded model that ``name`` is a near-miss of (``difflib`` ratio
     >= 0.7, case-insensitive: ``smolm2`` → ``smollm2``), else None. The one "did you mean
