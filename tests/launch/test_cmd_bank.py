@@ -9,6 +9,7 @@ import pytest
 
 from data_synth.paths import expert_dir
 from launch.cmd_bank import check_output
+from tests.helpers import CUT
 
 
 def memgym(*args, stdin: bytes = b""):
@@ -61,7 +62,6 @@ def test_check_against_a_bank(tmp_path):
     assert missing.returncode == 0 and json.loads(missing.stdout)["error"] == "bank_file_error"
 
 
-CUT = '{"operations": [{"action": "ADD", "memory": "2023-05-08: Went to the'
 
 
 def test_bank_check_reports_truncated():

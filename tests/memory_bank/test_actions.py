@@ -7,9 +7,9 @@ from llm.base import Completion, TruncatedOutputError, require_complete
 from memory_bank.actions import parse_core, parse_part, unterminated_json
 from memory_bank.bank import MemoryBank
 from memory_bank.errors import OutputTruncatedError
+from tests.helpers import CUT
 
 
-CUT = '{"operations": [{"action": "ADD", "memory": "2023-05-08: Went to the'
 
 
 @pytest.mark.parametrize("text,where", [

@@ -2,7 +2,6 @@
 is built in consecutive segments (never truncated), each over the bank as it stands."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import warnings
 from datetime import datetime
@@ -16,7 +15,7 @@ from llm.base import GenerationParams
 from memory_bank.bank import MemoryBank
 from memory_bank.construct import ModelExtractor, construct
 from memory_bank.schema import Conversation, Session, Turn
-from tests.helpers import ScriptedBackend
+from tests.helpers import LengthMarked, ScriptedBackend
 
 
 @pytest.fixture(scope="module")
@@ -93,22 +92,6 @@ def test_sessions_with_zero_turns_are_flagged_and_cost_nothing():
     with pytest.warns(UserWarning, match="c session 2 .* has no turns"):
         res = construct(Conversation("c", ("A", "B"), (s1, s2), ()), ModelExtractor(backend))
     assert backend.calls == 4 and res.empty_sessions == [2] and len(res.snapshots) == 2
-
-
-class LengthMarked:
-    """A Backend whose completions finish with ``finish_reason="length"`` when ``cut(messages)``."""
-
-    def __init__(self, inner: ScriptedBackend, cut):
-        self.inner, self.cut = inner, cut
-        self.model_id = inner.model_id
-
-    @property
-    def calls(self):
-        return self.inner.calls
-
-    def generate(self, batch, params):
-        out = self.inner.generate(batch, params)
-        return [dataclasses.replace(c, finish_reason="length") if self.cut(m) else c for m, c in zip(batch, out)]
 
 
 def _conv() -> Conversation:

@@ -10,7 +10,7 @@ from llm.cache import CachedBackend, ResponseCache
 from llm.embeddings import HashEmbedder
 from memory_bank.bank import MemoryBank
 from rewards.session_reward import RewardBreakdown, SessionReward, SessionRewardConfig, frac_reward_zero_std
-from tests.helpers import DOG, EMPTY, PILOT, ScriptedBackend, WordTokenizer, bank_with, make_samples, ops, qa
+from tests.helpers import CUT, DOG, EMPTY, PILOT, ScriptedBackend, WordTokenizer, bank_with, make_samples, ops, qa
 
 
 def reward(**cfg) -> SessionReward:
@@ -235,7 +235,6 @@ def test_session_reward_counts_unparsable_judge_replies_and_empty_answers():
     assert b.acc == 0.0 and reward.last_stats["judge_unparsable"] == 2 and reward.last_stats["empty_answers"] == 1
 
 
-CUT = '{"operations": [{"action": "ADD", "memory": "2023-05-08: Went to the'
 
 
 def test_session_reward_gates_truncated_completions():

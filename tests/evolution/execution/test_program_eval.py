@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
-from data_synth.paths import data_root
 from launch.cli import main as memgym
 from memory_bank.programs import seed_program_path
+from tests.data_synth.test_beam import _beam_chat
 from tests.evolution.execution.test_runner import SEED, make_runner
 from tests.helpers import conversation
 
@@ -25,17 +23,6 @@ def test_program_eval_where_every_retrieve_fails_exits_1(tmp_path, capsys, monke
     err = capsys.readouterr().err
     assert rc == 1 and "every Memory.retrieve call failed" in err and "boom" in err
     assert json.loads((tmp_path / "o" / "report.json").read_text())["retrieve_errors"] > 0
-
-
-def _beam_chat(tmp_path: Path, chat=None, questions=None) -> Path:
-    src = data_root() / "beam" / "100K" / "3"
-    dst = tmp_path / "beam" / "100K" / "3"
-    shutil.copytree(src, dst)
-    if chat is not None:
-        (dst / "chat.json").write_text(json.dumps(chat))
-    if questions is not None:
-        (dst / "probing_questions" / "probing_questions.json").write_text(json.dumps(questions))
-    return dst
 
 
 def test_program_eval_on_a_beam_folder_defaults_to_its_chats(tmp_path):

@@ -2,7 +2,6 @@
 state, the disk cache, and ``memgym program eval`` (incl. a trained extractor via hf:)."""
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -14,7 +13,7 @@ from llm.embeddings import HashEmbedder
 from llm.runtime import Runtime
 from memory_bank.program import FieldSpec, session_entries, text_query, unit_text
 from memory_bank.programs import read_program_source, reference_program_path, seed_program_path
-from tests.helpers import TASK, Script, ScriptedBackend, conversation
+from tests.helpers import TASK, LengthMarked, Script, ScriptedBackend, conversation
 
 SEED = read_program_source(seed_program_path())
 REF = read_program_source(reference_program_path())
@@ -321,22 +320,6 @@ def test_two_evaluations_overlap_on_one_runner():
         # each run counted only its own work (per-run state): 4 questions + 5 known evidence turns probed
         assert sum(run.stage_items["retrieve"].values()) == 4 + 5
         assert run.stage_items["extract"]["run"] + run.stage_items["extract"]["reused"] == 3
-
-
-class LengthMarked:
-    """A Backend whose completions finish with ``finish_reason="length"`` when ``cut(messages)``."""
-
-    def __init__(self, inner: ScriptedBackend, cut):
-        self.inner, self.cut = inner, cut
-        self.model_id = inner.model_id
-
-    @property
-    def calls(self):
-        return self.inner.calls
-
-    def generate(self, batch, params):
-        out = self.inner.generate(batch, params)
-        return [dataclasses.replace(c, finish_reason="length") if self.cut(m) else c for m, c in zip(batch, out)]
 
 
 def HashEmbedder_():
