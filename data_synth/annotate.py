@@ -31,6 +31,7 @@ from data_synth.errors import DataFormatError
 from data_synth.jsonl import ResumableJsonl
 from data_synth.splits import split_ids
 from llm.base import Backend, GenerationParams, LLMError
+from llm.errors import MemgymError
 from memory_bank.schema import Capability, Conversation, QAItem
 
 Letter = Literal["F", "T", "P", "M", "A"]
@@ -49,8 +50,10 @@ ANNOTATOR_SYSTEM_PROMPT = (
 )
 
 
-class LabelValidationError(ValueError):
+class LabelValidationError(MemgymError, ValueError):
     """An annotator reply that is not a valid label; ``reason`` says why."""
+
+    kind = "data"
 
     def __init__(self, reason: str):
         super().__init__(reason)

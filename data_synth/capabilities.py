@@ -32,9 +32,6 @@ CAPABILITY_ORDER: tuple[Capability, ...] = (F, T, P, M, A)
 LOCOMO_CATEGORY_NAMES: dict[str, str] = {
     "1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial",
 }
-#: Display names of the capability letters (report tables).
-CAPABILITY_NAMES: dict[str, str] = {"F": "factual", "T": "temporal", "P": "preference", "M": "multi-session",
-                                    "A": "adversarial"}
 LOCOMO_MAP: dict[str, Capability] = {"4": F, "2": T, "1": M, "3": P, "5": A}
 
 LONGMEMEVAL_MAP: dict[str, Capability] = {

@@ -103,8 +103,8 @@ def check_selection(dataset: str, path, conversations, split: str | None, scorer
     selection and every BEAM chat id in ``conversations`` found under ``path``. On BEAM the
     LoCoMo default ids (:data:`DEFAULT_SELECTIONS`) mean "every chat under ``path``":
     ``conversations`` (a list) is then replaced IN PLACE by those chat ids.
-    Raises :class:`llm.config.ConfigError` naming the flag."""
-    from llm.config import ConfigError
+    Raises :class:`llm.errors.ConfigError` naming the flag."""
+    from llm.errors import ConfigError
 
     if scorer == "rubric-recall" and dataset != "beam":
         raise ConfigError("--scorer rubric-recall needs --dataset beam (it scores BEAM rubrics)")

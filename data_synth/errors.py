@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from llm.errors import MemgymError
 
-class DataFormatError(ValueError):
+
+class DataFormatError(MemgymError, ValueError):
     """A benchmark file is broken (not JSON, wrong type, missing a required key).
 
     Attributes:
@@ -23,6 +25,8 @@ class DataFormatError(ValueError):
 
     The message reads ``"file F, record R, field X: reason"``.
     """
+
+    kind = "data"
 
     def __init__(self, file: str | Path, record: str, field: str, reason: str):
         self.file = str(file)

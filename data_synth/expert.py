@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from data_synth.jsonl import read_jsonl
+from llm.errors import MemgymError
 from memory_bank.actions import MANAGERS, parse_output
 from memory_bank.bank import MemoryBank
 from memory_bank.errors import ManagerOutputError
@@ -20,8 +21,10 @@ from memory_bank.errors import ManagerOutputError
 REQUIRED_KEYS = ("conversation_id", "session", "core", "episodic", "semantic", "procedural")
 
 
-class TrajectoryError(ValueError):
+class TrajectoryError(MemgymError, ValueError):
     """A trajectory line that is malformed or does not replay. Names file, line and field."""
+
+    kind = "data"
 
     def __init__(self, file, line: int, field: str, reason: str):
         super().__init__(f"{file}: line {line}, field '{field}': {reason}")

@@ -22,16 +22,22 @@ import os
 from collections.abc import Callable, Hashable
 from pathlib import Path
 
+from llm.errors import MemgymError
+
 __all__ = ["JsonlCorruptError", "JsonlLockedError", "ResumableJsonl", "read_jsonl"]
 
 
-class JsonlCorruptError(ValueError):
+class JsonlCorruptError(MemgymError, ValueError):
     """A complete line of a resumable JSONL file is not a JSON object, or repeats a key.
     Names the file and the 1-based line number."""
 
+    kind = "data"
 
-class JsonlLockedError(RuntimeError):
+
+class JsonlLockedError(MemgymError, RuntimeError):
     """Another live process holds the file's write lock (names the file)."""
+
+    kind = "locked"
 
 
 class ResumableJsonl:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from data_synth.jsonl import read_jsonl
+from llm.errors import MemgymError
 from memory_bank.schema import Capability, QAItem
 
 #: Synthetic question kinds and the capability each tests.
@@ -24,8 +25,10 @@ KIND_CAPABILITY = {"single-session": Capability.FACTUAL, "multi-session": Capabi
                    "temporal": Capability.TEMPORAL}
 
 
-class SessionQAError(ValueError):
+class SessionQAError(MemgymError, ValueError):
     """A session-QA line or item is malformed; the message names the file, line and field."""
+
+    kind = "data"
 
     def __init__(self, file, line: int, field: str, reason: str):
         super().__init__(f"{file}: line {line}, field '{field}': {reason}")

@@ -4,9 +4,10 @@ configured by ``trl.TrlParser`` (train, eval, program eval, evolve) take their a
 (:mod:`launch.passthrough`).
 
 Errors: an ordinary mistake (a bad recipe value, a missing or unreadable file, broken YAML or
-data, a dead or misbehaving server, a corrupt cache: the types in :func:`user_error_types`)
-ends in ONE line on stderr, ``memgym <command>: <what and where>``, and exit status 2 (a
-config or usage error) or 1 (anything else). Any other exception is a bug and keeps its
+data, a dead or misbehaving server, a corrupt cache: a :class:`llm.errors.MemgymError`, or one
+of the few outside types of :func:`launch.errors.exit_status`) ends in ONE line on stderr,
+``memgym <command>: <what and where>``, and exit status 2 (``kind == "usage"``: a config or
+usage error) or 1 (anything else). Any other exception is a bug and keeps its
 traceback; ``--debug`` or ``MEMGYM_DEBUG=1`` shows the traceback of every error.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 
 from launch import (cmd_bank, cmd_bench, cmd_data, cmd_eval, cmd_evolve, cmd_launch, cmd_models, cmd_program,
                     cmd_reward, cmd_score, cmd_serve, cmd_synth, cmd_train)
+from launch.errors import exit_status, one_line
 
 #: Command groups in ``memgym --help`` order; each defines ``register(subparsers)``.
 COMMAND_MODULES = (cmd_models, cmd_data, cmd_bank, cmd_eval, cmd_score, cmd_bench, cmd_program, cmd_evolve, cmd_synth,
@@ -39,53 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def user_error_types() -> tuple[tuple[type, ...], tuple[type, ...]]:
-    """``(usage_errors, run_errors)``: exception types that are the user's input or
-    environment, not a bug in memgym. Usage errors exit 2, run errors exit 1."""
-    import yaml
-
-    from llm.base import LLMError, TruncatedOutputError
-    from llm.config import ConfigError
-    from llm.messages import BatchError
-    from llm.models import ModelPackageMissing
-
-    usage: list[type] = [ConfigError, yaml.YAMLError]
-    run: list[type] = [OSError, LLMError, ModelPackageMissing, TruncatedOutputError, BatchError]
-    for module, names, into in (
-        ("llm.cache", ("CacheCorruptError",), run),
-        ("memory_bank.errors", ("ManagerOutputError", "BankFormatError"), run),
-        ("data_synth.errors", ("DataFormatError",), run),
-        ("data_synth.expert", ("TrajectoryError",), run),
-        ("data_synth.jsonl", ("JsonlCorruptError", "JsonlLockedError"), run),
-        ("data_synth.qa_format", ("SessionQAError",), run),
-        ("data_synth.annotate", ("LabelValidationError",), run),
-        ("rewards.session_reward", ("RewardDataError",), run),
-        ("training.adrpo_config", ("ADRPOConfigError",), usage),
-        ("training.adrpo_data", ("ADRPODataError",), run),
-        ("training.sft_data", ("TrainingDataError", "ExampleLengthError"), run),
-        ("launch.cmd_launch", ("LaunchError",), usage),
-        ("launch.cmd_synth", ("UsageError",), usage),
-    ):
-        mod = sys.modules.get(module)  # a module never imported cannot have raised its errors
-        if mod is None:
-            continue
-        into.extend(getattr(mod, n) for n in names if hasattr(mod, n))
-    return tuple(usage), tuple(run)
-
-
-def one_line(exc: BaseException, limit: int = 600) -> str:
-    """``exc`` as one line: its message with whitespace runs collapsed, cut at ``limit``
-    characters; the type name is added when the message does not already say it."""
-    msg = " ".join(str(exc).split()) or type(exc).__name__
-    if isinstance(exc, OSError) and getattr(exc, "filename", None) and str(exc.filename) not in msg:
-        msg = f"{msg}: {exc.filename}"
-    if isinstance(exc, (KeyError,)) or msg == type(exc).__name__:
-        msg = f"{type(exc).__name__}: {msg}"
-    elif type(exc).__module__ == "yaml" or type(exc).__module__.startswith("yaml."):
-        msg = f"broken YAML: {msg}"
-    return msg if len(msg) <= limit else msg[: limit - 1] + "…"
-
-
 def run_command(args, command: str) -> int:
     """Run ``args.func(args)``; a user error becomes one stderr line and exit status 2 or 1
     (see the module docstring); ``--debug``/``MEMGYM_DEBUG=1`` re-raises it."""
@@ -96,11 +51,11 @@ def run_command(args, command: str) -> int:
         print(f"memgym {command}: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # noqa: BLE001 - classified below; bugs are re-raised
-        usage, run = user_error_types()
-        if debug or not isinstance(e, usage + run):
+        status = exit_status(e)
+        if debug or status is None:
             raise
         print(f"memgym {command}: {one_line(e)}", file=sys.stderr)
-        return 2 if isinstance(e, usage) else 1
+        return status
 
 
 def _show_data_warnings_plainly() -> None:

@@ -10,14 +10,14 @@ PROG = "memgym eval"
 
 
 def run(argv: list[str]) -> int:
-    """Parse the recipe (:class:`rewards.evaluate.EvalConfig`), run it, print the tables.
+    """Parse the recipe (:class:`rewards.scoring.evaluate.EvalConfig`), run it, print the tables.
     Returns 0, or 2 for a bad recipe, field or data file (the message names it)."""
-    from rewards.evaluate import EvalConfig, run_eval
-    from rewards.report import format_failure_table, side_by_side
-    from training.common import parse_training_args
+    from rewards.scoring.evaluate import EvalConfig, run_eval
+    from rewards.scoring.report import format_failure_table, side_by_side
+    from llm.recipes import parse_recipe
 
     try:
-        (cfg,) = parse_training_args([EvalConfig], argv, PROG, (EvalConfig.__doc__ or "").strip() + " Use --config "
+        (cfg,) = parse_recipe([EvalConfig], argv, PROG, (EvalConfig.__doc__ or "").strip() + " Use --config "
                                      "R.yaml for a recipe; any field below overrides it.", cpu_defaults=False)
     except (ValueError, FileNotFoundError) as e:
         print(f"{PROG}: {e}", file=sys.stderr)
@@ -25,9 +25,9 @@ def run(argv: list[str]) -> int:
     try:
         report = run_eval(cfg)
     except (ValueError, FileNotFoundError) as e:  # e.g. an expert file of another conversation
-        from launch.cli import user_error_types
+        from launch.errors import exit_status
 
-        if isinstance(e, sum(user_error_types(), ())):
+        if exit_status(e) is not None:
             raise  # the CLI's own classes keep their exit status (broken data: 1)
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2

@@ -64,7 +64,7 @@ def cmd_experiment(argv: list[str]) -> int:
     from evolution.execution.runner import ProgramRunError
     from evolution.search.config import EvolveConfig
     from evolution.search.experiment import VARIANTS, Experiment
-    from training.common import parse_training_args
+    from llm.recipes import parse_recipe
 
     rest = list(argv)
     try:
@@ -76,7 +76,7 @@ def cmd_experiment(argv: list[str]) -> int:
                 raise ValueError(f"--resume takes no other arguments (the recipe is stored in {resume})")
             exp = Experiment.from_dir(resume)
         else:
-            (cfg,) = parse_training_args(
+            (cfg,) = parse_recipe(
                 [EvolveConfig], rest, "memgym evolve experiment",
                 "Every ablation variant x every seed under one recipe (PrisMem Table 4): memgym evolve experiment "
                 f"--config R.yaml --variants {','.join(VARIANTS)} --seeds 3 [--out DIR] [--<field> value ...]; "
@@ -142,7 +142,7 @@ def cmd_evolve(argv: list[str]) -> int:
     from evolution.search.rundir import atomic_write_json, run_lock
     from evolution.search.stops import EndpointUnreachable
     from llm.base import LLMError
-    from training.common import parse_training_args
+    from llm.recipes import parse_recipe
 
     rest = list(argv)
     if rest and rest[0] == "experiment":
@@ -170,7 +170,7 @@ def cmd_evolve(argv: list[str]) -> int:
             if shown:
                 cfg.progress = display[shown[-1]]
         else:
-            (cfg,) = parse_training_args(
+            (cfg,) = parse_recipe(
                 [EvolveConfig], rest, "memgym evolve",
                 "Capability-driven evolution of a memory program (PrisMem): cold start, capability refinement, "
                 "trace-guided integration, frozen final program on the test split. memgym evolve --config R.yaml "

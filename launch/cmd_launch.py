@@ -17,12 +17,15 @@ import sys
 from pathlib import Path
 
 from launch.cmd_train import STAGES
+from llm.errors import MemgymError
 
 ACCELERATE_DIR = Path(__file__).resolve().parent / "accelerate"
 
 
-class LaunchError(ValueError):
+class LaunchError(MemgymError, ValueError):
     """A launch request that cannot be turned into a command (message says what and why)."""
+
+    kind = "usage"
 
 
 def available_configs() -> list[str]:

@@ -71,10 +71,10 @@ def cmd_eval(argv: list[str]) -> int:
     """Evaluate one program file; print the capability table; write the reports."""
     from evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
     from evolution.execution.runner import ProgramRunError
-    from training.common import parse_training_args
+    from llm.recipes import parse_recipe
 
     try:
-        (cfg,) = parse_training_args(
+        (cfg,) = parse_recipe(
             [ProgramEvalConfig], _eval_argv(argv), "memgym program eval FILE.py",
             "Evaluate a memory program: extract -> index -> plan -> retrieve -> answer -> score with stage caching, "
             "plus d_ext/d_idx/d_ret diagnostics. Use --config R.yaml for a recipe; every field below overrides it. "

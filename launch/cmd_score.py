@@ -2,7 +2,7 @@
 
 ``memgym score --dataset locomo|longmemeval|beam [--path P] [--split S] --predictions preds.jsonl
 --judge SPEC|f1|answer-recall|rubric-recall [--out DIR]`` writes ``scores.json``, ``rows.jsonl``
-and ``report.md`` (see :mod:`rewards.scoring`) and prints the overall and headline numbers.
+and ``report.md`` (see :mod:`rewards.scoring.predictions`) and prints the overall and headline numbers.
 Exit 0 on success, 2 for a missing or broken data/predictions file, a predictions file whose
 ids are all unknown, or a bad option or output folder (one line on stderr, never a traceback).
 Unreadable judge replies are warned about on stderr.
@@ -25,9 +25,10 @@ def _run(args: argparse.Namespace) -> int:
     from data_synth.errors import DataFileNotFoundError, DataFormatError, DataQuirkWarning
     from data_synth.datasets import load_conversations
     from llm.base import LLMError
-    from llm.config import ConfigError, check_out_dir
-    from rewards.judge import make_scorer
-    from rewards.scoring import OFFLINE_JUDGES, PredictionsError, read_predictions, score_predictions, write_scores
+    from llm.errors import ConfigError
+    from llm.recipes import check_out_dir
+    from rewards.scoring.scorers import make_scorer
+    from rewards.scoring.predictions import OFFLINE_JUDGES, PredictionsError, read_predictions, score_predictions, write_scores
 
     def fail(msg) -> int:
         print(f"memgym score: error: {msg}", file=sys.stderr)
@@ -39,7 +40,7 @@ def _run(args: argparse.Namespace) -> int:
         return fail("--out: give an output folder (an empty path would write into the current folder)")
     try:
         check_out_dir(args.out, "out")
-        from rewards.protocols import check_protocol
+        from rewards.scoring.protocols import check_protocol
         check_protocol(args.dataset, args.judge_protocol)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", DataQuirkWarning)

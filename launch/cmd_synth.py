@@ -12,13 +12,16 @@ import sys
 from pathlib import Path
 
 from data_synth.splits import LOCOMO_SPLITS
-from llm.config import at_least
+from llm.errors import MemgymError
+from llm.recipes import at_least
 
 EMBEDDERS = ("minilm", "hash")
 
 
-class UsageError(ValueError):
+class UsageError(MemgymError, ValueError):
     """A command-line choice that cannot run (exit status 2)."""
+
+    kind = "usage"
 
 
 def load_role_backend(rt, spec: str, role: str, concurrency: int = 8):

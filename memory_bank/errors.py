@@ -7,10 +7,13 @@ REPLACE text not found, missing field, wrong action for the part).
 from __future__ import annotations
 
 from llm.base import TruncatedOutputError
+from llm.errors import MemgymError
 
 
-class ManagerOutputError(ValueError):
+class ManagerOutputError(MemgymError, ValueError):
     """Base class: a manager output that cannot be applied. The bank is left untouched."""
+
+    kind = "model_output"
 
     error_type = "invalid_output"
 
@@ -63,8 +66,10 @@ class ReplaceTextNotFoundError(ManagerOutputError):
     error_type = "replace_text_not_found"
 
 
-class BankFormatError(ValueError):
+class BankFormatError(MemgymError, ValueError):
     """A serialized bank (JSON) is malformed; the message names the field."""
+
+    kind = "data"
 
 
 # ---- memory programs (memory_bank.program) ----

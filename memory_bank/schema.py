@@ -24,13 +24,12 @@ class Capability(str, enum.Enum):
 
     @property
     def long_name(self) -> str:
-        return {
-            "F": "factual",
-            "T": "temporal",
-            "P": "preference",
-            "M": "multi-session",
-            "A": "adversarial",
-        }[self.value]
+        return CAPABILITY_NAMES[self.value]
+
+
+#: Display names of the capability letters (report tables): the one F/T/P/M/A table.
+CAPABILITY_NAMES: dict[str, str] = {"F": "factual", "T": "temporal", "P": "preference", "M": "multi-session",
+                                    "A": "adversarial"}
 
 
 @dataclass(frozen=True)

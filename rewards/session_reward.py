@@ -30,15 +30,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from llm.base import GenerationParams
+from llm.errors import MemgymError
 from memory_bank.actions import MANAGERS, PARTS, parse_output
 from memory_bank.bank import MemoryBank
 from memory_bank.errors import ManagerOutputError
 from memory_bank.retrieval import BankRetriever, Retrieved
-from rewards.answer import answer_questions
 from rewards.attribution import contribution_weight, dominant_part, part_counts
-from rewards.judge import SCORER_NAMES, ScoreItem, make_scorer
 from rewards.length import core_length_penalty, core_written_text, count_tokens, part_length_penalty
 from rewards.samples import RewardSample
+from rewards.scoring.answer import answer_questions
+from rewards.scoring.judge import ScoreItem
+from rewards.scoring.scorers import SCORER_NAMES, make_scorer
 
 __all__ = ["MODES", "SessionRewardConfig", "RewardBreakdown", "SessionReward", "RewardDataError",
            "frac_reward_zero_std"]
@@ -46,9 +48,11 @@ __all__ = ["MODES", "SessionRewardConfig", "RewardBreakdown", "SessionReward", "
 MODES = ("counterfactual", "isolated", "joint")
 
 
-class RewardDataError(ValueError):
+class RewardDataError(MemgymError, ValueError):
     """A reward sample whose expert data is inconsistent (an expert output that does not
     apply to its own bank). Names the sample key and manager."""
+
+    kind = "data"
 
 
 @dataclass

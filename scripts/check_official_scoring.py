@@ -235,8 +235,8 @@ def _same(a, b) -> bool:
 
 def run(n: int = 40, out=print) -> bool:
     from data_synth.datasets import load_conversations
-    from rewards.judge import make_scorer
-    from rewards.scoring import score_predictions
+    from rewards.scoring.scorers import make_scorer
+    from rewards.scoring.predictions import score_predictions
 
     ok = True
     cases = [("longmemeval", "official", dict(split="test")), ("beam", "official", dict(ids=["100K-3", "100K-4"])),

@@ -72,7 +72,7 @@ def run_adrpo(out: Path, steps: int | None) -> list[dict]:
 
 def run_evaluation(out: Path) -> dict:
     """Stage 3: the eval job with the base model and the trained adapter side by side."""
-    from rewards.evaluate import EvalConfig, run_eval
+    from rewards.scoring.evaluate import EvalConfig, run_eval
     from training.common import parse_training_args
 
     (cfg,) = parse_training_args([EvalConfig], ["--config", str(RECIPES / "demo_train_eval.yaml"), "--compare",
@@ -123,7 +123,7 @@ def _f(x, nd=3):
 
 def write_report(out: Path, sft: dict, rows: list[dict], report: dict, timings: dict, threads: int | None) -> None:
     """``report.md``: SFT losses, the ADRPO step table and curve, both eval tables."""
-    from rewards.report import side_by_side
+    from rewards.scoring.report import side_by_side
 
     base, trained = report["extractor"], next(iter(report["compare"]))
     lines = ["# memgym demo-train: SFT → ADRPO → eval on a held-out conversation", "",

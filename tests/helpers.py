@@ -5,9 +5,11 @@ from a list (consumed in order) or a callable ``(messages, params) -> str``.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable
+from contextlib import contextmanager
 from datetime import datetime
 
 from llm.base import BackendRequestError, Completion, GenerationParams, Messages
@@ -214,3 +216,36 @@ def make_samples(bank, session: int, expert: dict[str, str], qa: list[QAItem],
     outputs = {**EMPTY, **expert}
     return [RewardSample(sample_key("c1", session, m), "c1", session, m, [{"role": "user", "content": "x"}],
                          outputs, bank, list(qa)) for m in managers]
+
+
+@contextmanager
+def sandbox_fails(kind: str, match: str | None = None):
+    """``pytest.raises(SandboxError, match=match)`` that also checks the failure's ``kind``
+    (the sandbox's one error type tells its failures apart by ``kind``)."""
+    import pytest
+
+    from evolution.execution.sandbox import SandboxError
+
+    with pytest.raises(SandboxError, match=match) as ei:
+        yield ei
+    assert ei.value.kind == kind, f"expected a {kind!r} failure, got {ei.value.kind!r}: {ei.value}"
+
+
+#: A manager output cut off inside a JSON string (what a completion stopped on the token limit looks like).
+CUT = '{"operations": [{"action": "ADD", "memory": "2023-05-08: Went to the'
+
+
+class LengthMarked:
+    """A Backend whose completions finish with ``finish_reason="length"`` when ``cut(messages)``."""
+
+    def __init__(self, inner: ScriptedBackend, cut):
+        self.inner, self.cut = inner, cut
+        self.model_id = inner.model_id
+
+    @property
+    def calls(self):
+        return self.inner.calls
+
+    def generate(self, batch, params):
+        out = self.inner.generate(batch, params)
+        return [dataclasses.replace(c, finish_reason="length") if self.cut(m) else c for m, c in zip(batch, out)]

@@ -9,18 +9,41 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import trl
 from trl import GRPOConfig
 
-from llm.config import check_fields, require
+from llm.recipes import check_fields, require
 from rewards.session_reward import MODES, SessionRewardConfig
 
 #: ``advantage``: the corrected weighting, stock TRL loss with each completion's advantage × w(m);
 #: ``unclipped``: the paper's Eq. 12 (ablation, :mod:`training.adrpo_eq12`); ``none``: stock GRPO.
 WEIGHTINGS = ("advantage", "unclipped", "none")
+#: The TRL minor version whose ``GRPOTrainer._compute_loss`` :meth:`ADRPOEq12Trainer._compute_loss` mirrors.
+TRL_VERSION = "1.16."
+#: Loss types of TRL 1.16 that share the clipped per-token surrogate -min(ρA, clip(ρ)A).
+EQ12_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 
 
 class ADRPOConfigError(ValueError):
     """An ADRPO setting that is out of range or that cannot work with the others."""
+
+
+def check_eq12_support(args, *, is_vlm: bool = False, aux_loss: bool = False) -> None:
+    """Raise :class:`ADRPOConfigError` naming the setting when ``args`` asks for something the
+    Eq. 12 loss does not support (see :mod:`training.adrpo_eq12`)."""
+    if not trl.__version__.startswith(TRL_VERSION):
+        raise ADRPOConfigError(f"weighting: unclipped mirrors TRL {TRL_VERSION}x's GRPO loss; installed TRL is "
+                               f"{trl.__version__} (use weighting: advantage, which runs on TRL's own loss)")
+    if args.loss_type not in EQ12_LOSS_TYPES:
+        raise ADRPOConfigError(f"weighting: unclipped needs a clipped per-token loss; loss_type {args.loss_type!r} "
+                               f"is not one of {EQ12_LOSS_TYPES} (weighting: advantage supports every TRL loss type)")
+    if args.entropy_coef != 0.0 or args.use_adaptive_entropy:
+        raise ADRPOConfigError("weighting: unclipped does not support the entropy bonus "
+                               "(entropy_coef / use_adaptive_entropy)")
+    if is_vlm:
+        raise ADRPOConfigError("weighting: unclipped is implemented for text-only models")
+    if aux_loss:
+        raise ADRPOConfigError("weighting: unclipped does not support the router aux loss (router_aux_loss_coef: 0)")
 
 
 @dataclass
@@ -44,7 +67,7 @@ class ADRPOConfig(GRPOConfig):
 
     Raises :class:`ADRPOConfigError` naming the field for an unknown weighting/mode/judge or an
     out-of-range reward setting (``alpha <= 0``, ``lam`` outside [0, 1], ...), or a setting
-    outside the limits of ``weighting: unclipped`` (:func:`training.adrpo_eq12.check_eq12_support`).
+    outside the limits of ``weighting: unclipped`` (:func:`check_eq12_support`).
     """
 
     _argument_group_name = ("ADRPOConfig: every trl.GRPOConfig field "
@@ -106,7 +129,7 @@ class ADRPOConfig(GRPOConfig):
                 f"gradient_accumulation_steps) = {self.generation_batch_size} completions per generation batch, "
                 f"not a multiple of num_generations ({self.num_generations}); change --per_device_train_batch_size, "
                 "--gradient_accumulation_steps (or --steps_per_generation) or --num_generations") from None
-        try:  # string -> one-element list for the list fields, counts and specs (llm.config)
+        try:  # string -> one-element list for the list fields, counts and specs (llm.recipes)
             check_fields(self)
             require(self, "judge", "f1", "answer_model", "(the model whose answers F1 scores)")
             require(self, "judge", "llm", "answer_model", "(the model whose answers the judge grades)")
@@ -132,8 +155,6 @@ class ADRPOConfig(GRPOConfig):
                 raise ADRPOConfigError(f"ADRPOConfig.{name} must be {need}, got {getattr(self, name)!r}")
         self.reward_config()  # validates judge, lam, attribution_on, retrieval_top_k, correct_threshold
         if self.weighting == "unclipped":  # the Eq. 12 loss's limits, checked before any model loads
-            from training.adrpo_eq12 import check_eq12_support
-
             check_eq12_support(self)
 
     def reward_config(self) -> SessionRewardConfig:

@@ -30,16 +30,9 @@ and vLLM importance-sampling correction are applied as TRL 1.16 applies them. Lo
 from __future__ import annotations
 
 import torch
-import trl
 
-from training.adrpo_config import WEIGHTINGS, ADRPOConfigError
+from training.adrpo_config import WEIGHTINGS, ADRPOConfigError, check_eq12_support
 from training.adrpo_trainer import ADRPOTrainer
-
-#: The TRL minor version whose ``GRPOTrainer._compute_loss`` :meth:`ADRPOEq12Trainer._compute_loss` mirrors.
-TRL_VERSION = "1.16."
-#: Loss types of TRL 1.16 that share the clipped per-token surrogate -min(ρA, clip(ρ)A).
-EQ12_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
-
 
 def _as_column(x: torch.Tensor, name: str, batch: int) -> torch.Tensor:
     if x.dim() == 1:
@@ -85,24 +78,6 @@ def weighted_clipped_objective(ratio: torch.Tensor, advantages: torch.Tensor, we
     if weighting == "advantage":
         return -torch.min(unclipped * w * adv, clipped * w * adv)
     return -torch.min(w * unclipped * adv, clipped * adv)
-
-
-def check_eq12_support(args, *, is_vlm: bool = False, aux_loss: bool = False) -> None:
-    """Raise :class:`ADRPOConfigError` naming the setting when ``args`` asks for something the
-    Eq. 12 loss does not support (see the module docstring)."""
-    if not trl.__version__.startswith(TRL_VERSION):
-        raise ADRPOConfigError(f"weighting: unclipped mirrors TRL {TRL_VERSION}x's GRPO loss; installed TRL is "
-                               f"{trl.__version__} (use weighting: advantage, which runs on TRL's own loss)")
-    if args.loss_type not in EQ12_LOSS_TYPES:
-        raise ADRPOConfigError(f"weighting: unclipped needs a clipped per-token loss; loss_type {args.loss_type!r} "
-                               f"is not one of {EQ12_LOSS_TYPES} (weighting: advantage supports every TRL loss type)")
-    if args.entropy_coef != 0.0 or args.use_adaptive_entropy:
-        raise ADRPOConfigError("weighting: unclipped does not support the entropy bonus "
-                               "(entropy_coef / use_adaptive_entropy)")
-    if is_vlm:
-        raise ADRPOConfigError("weighting: unclipped is implemented for text-only models")
-    if aux_loss:
-        raise ADRPOConfigError("weighting: unclipped does not support the router aux loss (router_aux_loss_coef: 0)")
 
 
 class ADRPOEq12Trainer(ADRPOTrainer):

@@ -1,6 +1,7 @@
-"""Helpers both trainers (SFT and ADRPO) use: resolving the policy model, loading it with an
-optional LoRA config or an existing adapter, CPU-safe TRL defaults, and TRL-style config
-parsing (``--config R.yaml`` plus CLI overrides).
+"""Helpers both trainers (SFT and ADRPO) use: loading the policy model with an optional LoRA
+config or an existing adapter. The recipe parser (``--config R.yaml`` plus CLI overrides,
+CPU-safe TRL defaults) is :func:`llm.recipes.parse_recipe`, shared with ``memgym eval`` and
+``memgym evolve``; the model path rules are :func:`llm.specs.resolve_model_path`.
 
 Sources: ``DESIGN.md`` § "Training stack" (configs are dataclasses parsed by
 ``trl.TrlParser``; CPU facts for TRL 1.16: pass ``bf16=False`` and ``use_cpu=True``) and
@@ -11,144 +12,17 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from trl import ModelConfig
 
-#: Name that stands for the embedded SmolLM2-135M-Instruct (prepared once, no hub).
-EMBEDDED_POLICY = "smollm2"
+from llm.recipes import cuda_available, parse_recipe as parse_training_args  # noqa: F401 - the trainers' parser
+from llm.specs import EMBEDDED_MODEL as EMBEDDED_POLICY, resolve_model_path
+
 #: Attention projections of Llama/Qwen-style models; the default LoRA targets.
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-
-
-def cuda_available() -> bool:
-    """True when torch sees at least one CUDA device."""
-    import torch
-
-    return bool(torch.cuda.is_available())
-
-
-def device_default_args(cuda: bool | None = None) -> list[str]:
-    """CLI flags to put *before* the user's arguments so that a TRL config runs on a machine
-    without CUDA: ``--use_cpu true --bf16 false --fp16 false`` (TRL 1.16 defaults ``bf16``
-    to True). They override the recipe YAML, and any later flag on the command line overrides
-    them. With CUDA (``cuda=None`` asks torch) the list is empty."""
-    cuda = cuda_available() if cuda is None else cuda
-    return [] if cuda else ["--use_cpu", "true", "--bf16", "false", "--fp16", "false"]
-
-
-def config_argv(argv: Sequence[str]) -> list[str]:
-    """Normalise the recipe flag for ``TrlParser``: ``--recipe R`` / ``--recipe=R`` /
-    ``--config=R`` all become ``--config R``. Raises ValueError when the flag has no value
-    or is given twice."""
-    out: list[str] = []
-    it = iter(argv)
-    n = 0
-    for a in it:
-        if a in ("--config", "--recipe") or a.startswith(("--config=", "--recipe=")):
-            n += 1
-            if "=" in a:
-                val = a.split("=", 1)[1]
-            else:
-                val = next(it, None)
-            if not val or val.startswith("--"):
-                from llm.config import ConfigError
-
-                flag = a.split("=")[0]
-                raise ConfigError(f"{flag} needs a value: it needs a YAML file path ({flag} R.yaml)")
-            out += ["--config", val]
-        else:
-            out.append(a)
-    if n > 1:
-        raise ValueError("--config/--recipe given more than once")
-    return out
-
-
-def parse_training_args(dataclass_types: Sequence[type], argv: Sequence[str] | None, prog: str,
-                        description: str, cpu_defaults: bool = True) -> tuple:
-    """The one recipe parser of memgym's TrlParser-configured commands (trainers, ``memgym
-    eval``, ``memgym program eval``): parse ``argv`` (default ``sys.argv[1:]``) with
-    ``trl.TrlParser`` into one instance per dataclass, in order. Values come from ``--config
-    R.yaml`` (alias ``--recipe``; its ``env:`` mapping is exported), then from CLI flags. On a
-    machine without CUDA, :func:`device_default_args` are applied between the two when
-    ``cpu_defaults``. A dataclass's ``_argument_group_name`` heads its fields in ``--help``.
-    Raises ValueError for an unknown YAML key (TRL's check) or a repeated/empty ``--config``,
-    FileNotFoundError for a missing recipe, IsADirectoryError for a directory; argparse exits (status 2) on a bad flag and
-    (status 0) after ``--help``."""
-    import argparse
-
-    from trl import TrlParser
-
-    args = config_argv(list(sys.argv[1:] if argv is None else argv))
-    if "--config" in args:
-        recipe = Path(args[args.index("--config") + 1])
-        if recipe.is_dir():
-            raise IsADirectoryError(21, "Is a directory; the recipe must be a YAML file", str(recipe))
-        if not recipe.is_file():
-            raise FileNotFoundError(f"recipe {recipe} not found")
-    if cpu_defaults:
-        args = device_default_args() + args
-    parser = TrlParser(dataclass_types=list(dataclass_types), prog=prog, description=description)
-    # listed for --help only: TrlParser reads --config itself before argparse sees the arguments
-    parser.add_argument("--config", "--recipe", metavar="R.yaml", default=None,
-                        help="YAML recipe whose keys set the fields below; flags given after it override it")
-    try:
-        out = parser.parse_args_and_config(args=args)
-    except ValueError as e:
-        if "not used by the HfArgumentParser" not in str(e):
-            raise
-        raise ValueError(unknown_flags_message(parser, args)) from None
-    return tuple(o for o in out if not isinstance(o, argparse.Namespace))
-
-
-def unknown_flags_message(parser, args: Sequence[str]) -> str:
-    """One line naming every ``--flag`` in ``args`` that ``parser`` does not define, each with
-    its closest known flag (``difflib``, cutoff 0.6) when there is one."""
-    import difflib
-
-    known = sorted({o for a in parser._actions for o in a.option_strings})
-    parts = []
-    for a in args:
-        if not a.startswith("--"):
-            continue
-        flag = a.split("=", 1)[0]
-        if flag in known:
-            continue
-        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
-        parts.append(flag + (f" (did you mean {close[0]}?)" if close else ""))
-    return "unknown option(s): " + ", ".join(parts or ["?"]) + "; --help lists every field"
-
-
-def resolve_model_path(name_or_path: str) -> str:
-    """Where to load a policy from: ``"smollm2"`` → the prepared embedded SmolLM2 dir (made
-    once, about 30 s; :func:`llm.models.prepare_smollm2`); an existing local path → its
-    absolute form; anything else is returned as is (a hub id such as
-    ``Qwen/Qwen3-4B-Instruct-2507``, loaded from the local HF cache: ``HF_HUB_OFFLINE``
-    defaults to 1, set it to 0 on a GPU box that may download). Raises ValueError for an
-    empty name, :class:`llm.config.ConfigError` for a near-miss of ``smollm2`` (``smolm2``)."""
-    if not name_or_path or not str(name_or_path).strip():
-        raise ValueError("model_name_or_path is empty")
-    if name_or_path == EMBEDDED_POLICY:
-        from llm.models import prepare_smollm2
-
-        return str(prepare_smollm2())
-    p = Path(name_or_path).expanduser()
-    if p.exists():
-        return str(p.resolve())
-    if name_or_path.startswith((".", "/", "~")):
-        raise FileNotFoundError(f"model path {name_or_path} does not exist")
-    import difflib
-
-    if "/" not in name_or_path and difflib.get_close_matches(name_or_path.lower(), [EMBEDDED_POLICY], cutoff=0.7):
-        from llm.config import ConfigError
-
-        raise ConfigError(f"--model_name_or_path {name_or_path!r} is not a local model dir; did you mean "
-                          f"{EMBEDDED_POLICY!r} (the embedded model)? Nothing is fetched from a model hub")
-    return name_or_path
 
 
 def is_adapter_dir(path: str | Path) -> bool:
@@ -177,9 +51,9 @@ class PolicyModelConfig(ModelConfig):
     CHECKS = {"lora_r": {"min": 1}, "lora_alpha": {"min": 1}}
 
     def __post_init__(self):
-        from llm.config import check_fields
+        from llm.recipes import check_fields
 
-        check_fields(self)  # string -> one-element list, counts (llm.config)
+        check_fields(self)  # string -> one-element list, counts (llm.recipes)
         targets = self.lora_target_modules
         super().__post_init__()
         if isinstance(targets, list) and targets != ["all-linear"]:

@@ -30,7 +30,7 @@ from trl import SFTConfig
 from data_synth.datasets import DATASETS
 from data_synth.errors import DataFormatError
 from data_synth.expert import TrajectoryError
-from llm.config import check_fields
+from llm.recipes import check_fields
 from memory_bank.actions import MANAGERS
 from training.common import PolicyModelConfig, load_policy, parse_training_args
 from training.sft_data import (ExampleLengthError, TrainingDataError, check_managers, drop_overlong,
@@ -75,7 +75,7 @@ class SFTScriptArguments:
         "help": "evaluate on at most this many examples of each split (train and validation)"})
 
     def __post_init__(self):
-        check_fields(self)  # string -> one-element list, counts (llm.config)
+        check_fields(self)  # string -> one-element list, counts (llm.recipes)
         if self.dataset not in DATASETS:
             raise ValueError(f"dataset must be one of {DATASETS}, got {self.dataset!r}")
         if self.embedder not in EMBEDDERS:

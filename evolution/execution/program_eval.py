@@ -1,7 +1,7 @@
 """``memgym program eval``: evaluate one memory program on a benchmark and report scores,
 diagnostics, stage reuse and cost.
 
-Config + runner pair in the TRL style (like :mod:`rewards.evaluate`): :class:`ProgramEvalConfig`
+Config + runner pair in the TRL style (like :mod:`rewards.scoring.evaluate`): :class:`ProgramEvalConfig`
 is parsed by ``trl.TrlParser`` from a YAML recipe plus CLI overrides; :func:`run_program_eval`
 validates the program (:func:`evolution.execution.validate.validate_program`), runs it with
 :class:`evolution.execution.runner.ProgramRunner`, computes :mod:`evolution.execution.diagnostics` and writes
@@ -11,8 +11,8 @@ Scores are in [0, 1]: ``answer-recall`` (default, offline: the share of the gold
 normalised tokens found in the retrieved text; no answer call), ``rubric-recall`` (BEAM's
 offline proxy over the retrieved text), ``f1`` (LoCoMo F1 of the task model's answer) or
 ``llm`` (the dataset's official judge under ``judge_protocol``). Every number is
-:func:`rewards.summary.summarise` of the run's questions, the same summary ``memgym eval`` and
-``memgym score`` give; the report tables come from the shared renderer (:mod:`rewards.report`).
+:func:`rewards.scoring.summary.summarise` of the run's questions, the same summary ``memgym eval`` and
+``memgym score`` give; the report tables come from the shared renderer (:mod:`rewards.scoring.report`).
 :func:`runner_settings_from` builds a runner's settings from any recipe (program eval, evolve)
 in one place. Capability labels: the native mapping (default),
 or an annotator label file (:mod:`data_synth.annotate`); they are used for grouping only and
@@ -26,17 +26,17 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from data_synth.capabilities import CAPABILITY_NAMES
 from data_synth.datasets import check_selection
 from evolution.execution.diagnostics import METRICS, diagnose_run
 from evolution.execution.results import ProgramEvaluation
 from evolution.execution.runner import ProgramRun, ProgramRunner, RunnerSettings, dump_units
 from evolution.execution.sandbox import SandboxLimits
 from evolution.execution.stages import StageCache
-from llm.config import check_fields, require
+from llm.recipes import check_fields, require
 from llm.runtime import Runtime
-from rewards.selection import QuestionSelection, answer_tokens_for, load_selected
-from rewards.summary import summarise as summarise_rows
+from memory_bank.schema import CAPABILITY_NAMES
+from rewards.scoring.selection import QuestionSelection, answer_tokens_for, load_selected
+from rewards.scoring.summary import summarise as summarise_rows
 
 
 @dataclass
@@ -114,7 +114,7 @@ def runner_settings_from(recipe, **overrides) -> RunnerSettings:
     """The :class:`RunnerSettings` of any recipe (``memgym program eval``, ``memgym evolve``):
     every settings field the recipe has, by the same name (``dataset`` and ``judge_protocol``
     included, so the scorer is the dataset's judge), ``answer_max_new_tokens`` None = the
-    dataset's default (:data:`rewards.selection.ANSWER_TOKENS`), the sandbox limits from
+    dataset's default (:data:`rewards.scoring.selection.ANSWER_TOKENS`), the sandbox limits from
     ``call_timeout_s``, then ``overrides``. Raises what :class:`RunnerSettings` raises."""
     import dataclasses
 
@@ -159,14 +159,14 @@ def run_dataset(run: ProgramRun) -> str | None:
 
 
 def task_rows(run: ProgramRun) -> list[dict]:
-    """The run's questions as :class:`rewards.summary.QuestionResult` fields."""
+    """The run's questions as :class:`rewards.scoring.summary.QuestionResult` fields."""
     return [{"conversation": t.conversation, "id": t.qa.id, "question": t.qa.question, "gold": t.qa.answer,
              "category": str(t.qa.category), "capability": t.qa.capability.value if t.qa.capability else None,
              "prediction": t.prediction, "score": t.score, "missing": False} for t in run.tasks]
 
 
 def summarise(run: ProgramRun, dataset: str | None = None) -> dict:
-    """:func:`rewards.summary.summarise` of a run (``dataset`` None: inferred from the labels)."""
+    """:func:`rewards.scoring.summary.summarise` of a run (``dataset`` None: inferred from the labels)."""
     return summarise_rows(dataset or run_dataset(run), task_rows(run))
 
 
@@ -175,8 +175,8 @@ def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source
     """Run one program and build its :class:`ProgramEvaluation` (no files written, no
     validation). ``model_calls``/``tokens`` are the runtime's per-role counts during this
     call. ``workers``: conversations evaluated concurrently (default: the runner's setting)."""
-    from rewards.official import judge_stats
-    from rewards.protocols import protocol_note
+    from rewards.scoring.official import judge_stats
+    from rewards.scoring.protocols import protocol_note
 
     rt = runner.rt
     t0 = time.time()
@@ -223,8 +223,8 @@ def _fmt(v) -> str:
 
 def render_markdown(rep: dict) -> str:
     """``report.md``: scores and diagnostics by capability, the dataset's headline and the
-    categories (the shared renderer, :mod:`rewards.report`), stages, cost."""
-    from rewards.report import headline_table, protocol_lines, side_by_side
+    categories (the shared renderer, :mod:`rewards.scoring.report`), stages, cost."""
+    from rewards.scoring.report import headline_table, protocol_lines, side_by_side
 
     diag = rep.get("diagnostics") or {}
     dcap = diag.get("by_capability", {})

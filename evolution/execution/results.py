@@ -94,7 +94,7 @@ class ProgramEvaluation:
 
     ``ok`` False means the program failed validation (``validation`` holds the verdict
     ``{"ok", "level", "reason"}``) and nothing else was measured. Scores in [0, 1], from
-    :func:`rewards.summary.summarise` (the same numbers ``memgym eval`` and ``memgym score``
+    :func:`rewards.scoring.summary.summarise` (the same numbers ``memgym eval`` and ``memgym score``
     give): ``overall`` (the dataset's: LoCoMo / LongMemEval the mean over questions, BEAM the
     mean of the abilities), ``by_capability`` ``{letter: {"score", "n"}}`` (primary label),
     ``by_category`` ``{native label: {"score", "n"}}``; ``summary`` = the whole summary (the

@@ -46,8 +46,9 @@ from memory_bank.program import (OUT_CHAR_BUDGET, ContractError, ProgramInfo, Se
                                  parse_structured, text_query)
 from memory_bank.record_schemas import query_schema
 from memory_bank.schema import Conversation, QAItem
-from rewards.answer import clean_answer
-from rewards.judge import ScoreItem, make_scorer
+from rewards.scoring.answer import clean_answer
+from rewards.scoring.judge import ScoreItem
+from rewards.scoring.scorers import make_scorer
 
 
 
@@ -63,7 +64,7 @@ class RunnerSettings:
     PLANNING_INSTRUCTION) or ``question`` (no LLM call: the question text goes into the
     Query by :func:`memory_bank.program.text_query`; an offline/ablation setting).
     scorer: ``answer-recall`` | ``f1`` | ``rubric-recall`` (BEAM) | ``llm`` (then ``judge_model``: the
-    official judge of ``dataset``, see :func:`rewards.judge.make_scorer`). Token budgets are in
+    official judge of ``dataset``, see :func:`rewards.scoring.scorers.make_scorer`). Token budgets are in
     tokens of the respective model. program_llm_calls: toolkit.llm budget per conversation's
     sandbox. diagnostics: also retrieve with each evidence turn as the query (d_idx).
     workers: conversations of one evaluation run concurrently (one sandbox each).
@@ -71,7 +72,7 @@ class RunnerSettings:
     under its Query schema, and a trained extractor's manager outputs under theirs
     (:mod:`memory_bank.record_schemas`, :mod:`memory_bank.action_schemas`); judge_constrained:
     the judge's verdicts under theirs (memgym's own judge only, ``dataset`` None); judge_protocol:
-    ``official`` | ``corrected`` (BEAM), :mod:`rewards.protocols`. constrained_max_chars / constrained_max_items bound every
+    ``official`` | ``corrected`` (BEAM), :mod:`rewards.scoring.protocols`. constrained_max_chars / constrained_max_items bound every
     string / list of the extraction and plan schemas (:func:`llm.structured.bounded`). All are
     part of the stage-cache keys.
     """
@@ -167,7 +168,7 @@ class ProgramRunner:
 
     @property
     def scorer(self):
-        """The scorer named by the settings (:func:`rewards.judge.make_scorer`), built once."""
+        """The scorer named by the settings (:func:`rewards.scoring.scorers.make_scorer`), built once."""
         with self._init_lock:
             if self._scorer is None:
                 s = self.settings

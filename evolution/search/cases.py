@@ -67,9 +67,9 @@ class CaseMaterial:
 
 def stem_tokens(text: str) -> set[str]:
     """Porter-stemmed lower-case word tokens of ``text`` without stopwords."""
-    from rewards.metrics import _stem
+    from rewards.scoring.metrics import stem
 
-    return {_stem(w) for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _STOP}
+    return {stem(w) for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _STOP}
 
 
 def dice(a: set, b: set) -> float:

@@ -13,10 +13,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from rewards.selection import BenchmarkFields
+from data_synth.splits import LOCOMO_SPLITS
+from rewards.scoring.selection import BenchmarkFields
 
-LOCOMO_SPLITS = {"train": ["conv-26", "conv-30"], "valid": ["conv-41", "conv-42"],
-                 "test": ["conv-43", "conv-44", "conv-47", "conv-48", "conv-49", "conv-50"]}
 ABLATIONS = ("none", "holistic", "round_robin", "random_cases", "no_integration")
 """DESIGN.md § "Capability-driven evolution" (ablations; PrisMem Table 4), see
 :mod:`evolution.search.ablations`."""
@@ -27,7 +26,7 @@ ROLE_BUDGETS = ("coder", "extract", "plan", "answer", "extractor", "judge")
 class EvolveConfig(BenchmarkFields):
     """A ``memgym evolve`` recipe. Every field can be overridden on the command line. The data
     and judge-protocol fields (dataset, path, BEAM switches, n_sessions, max_questions,
-    judge_protocol) are :class:`rewards.selection.BenchmarkFields`, shared with every recipe."""
+    judge_protocol) are :class:`rewards.scoring.selection.BenchmarkFields`, shared with every recipe."""
 
     CHECKS = {"n_sessions": {"min": 1}, "max_questions": {"min": 1}, "cases": {"min": 1}, "case_budget": {"min": 200},
               "workers": {"min": 1}, "batch_size": {"min": 1}, "plan_max_new_tokens": {"min": 1},
@@ -106,7 +105,7 @@ class EvolveConfig(BenchmarkFields):
     progress: bool = field(default=True, metadata={"help": "progress bars"})
 
     def __post_init__(self):
-        from llm.config import check_fields
+        from llm.recipes import check_fields
 
         check_fields(self)
         if self.dataset not in ("locomo", "longmemeval"):

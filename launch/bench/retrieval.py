@@ -100,7 +100,7 @@ COPIES = 3  # the float32 bank is held about three times (floor matrix, VectorIn
 
 def _retrieval(args) -> int:
     from launch.bench.args import physical_memory_bytes
-    from llm.config import ConfigError
+    from llm.errors import ConfigError
 
     if args.k > min(args.sizes):
         raise ConfigError(f"--k {args.k} is larger than the smallest --sizes entry {min(args.sizes)}")

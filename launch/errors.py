@@ -1,0 +1,48 @@
+"""Which exceptions are the user's input or environment (one stderr line, exit status 2 or 1)
+rather than a bug in memgym (a traceback), and how such an error reads on one line. Used by
+:func:`launch.cli.run_command` and by the commands that handle their own errors."""
+from __future__ import annotations
+
+import sys
+
+
+#: The trainers' errors, which do not derive from :class:`~llm.errors.MemgymError` yet (their
+#: modules are outside this refactor): (module, class, exit status). A module never imported
+#: cannot have raised its errors, so none is imported here.
+_TRAINING_ERRORS = (("training.adrpo_config", "ADRPOConfigError", 2), ("training.adrpo_data", "ADRPODataError", 1),
+                    ("training.sft_data", "TrainingDataError", 1), ("training.sft_data", "ExampleLengthError", 1))
+
+
+def exit_status(exc: BaseException) -> int | None:
+    """The exit status of an error that is the user's input or environment: a
+    :class:`~llm.errors.MemgymError` (its ``exit_status``: 2 for ``kind == "usage"``, else 1),
+    broken YAML (2), an ``OSError`` (a missing or unreadable file, 1), or a trainer error.
+    None for anything else: a bug, which keeps its traceback."""
+    import yaml
+
+    from llm.errors import MemgymError
+
+    if isinstance(exc, MemgymError):
+        return exc.exit_status
+    if isinstance(exc, yaml.YAMLError):
+        return 2
+    if isinstance(exc, OSError):
+        return 1
+    for module, name, status in _TRAINING_ERRORS:
+        cls = getattr(sys.modules.get(module), name, None)
+        if cls is not None and isinstance(exc, cls):
+            return status
+    return None
+
+
+def one_line(exc: BaseException, limit: int = 600) -> str:
+    """``exc`` as one line: its message with whitespace runs collapsed, cut at ``limit``
+    characters; the type name is added when the message does not already say it."""
+    msg = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, OSError) and getattr(exc, "filename", None) and str(exc.filename) not in msg:
+        msg = f"{msg}: {exc.filename}"
+    if isinstance(exc, (KeyError,)) or msg == type(exc).__name__:
+        msg = f"{type(exc).__name__}: {msg}"
+    elif type(exc).__module__ == "yaml" or type(exc).__module__.startswith("yaml."):
+        msg = f"broken YAML: {msg}"
+    return msg if len(msg) <= limit else msg[: limit - 1] + "…"

@@ -1,0 +1,146 @@
+"""``memgym score``: score any system's predictions with a benchmark's official judge.
+
+Input: one JSON object per line in the benchmarks' own formats: memgym's
+``{"question_id": str, "prediction": str}`` or LongMemEval's ``{"question_id": str,
+"hypothesis": str}`` (an optional ``"context"`` string is the text the recall proxies read;
+without it they read the prediction). Question ids are those ``memgym data stats --ids`` lists.
+Output (:func:`write_scores`): ``scores.json`` = :func:`rewards.scoring.summary.summarise` of the rows
+(``overall``, ``by_category``, ``by_capability``, the dataset's official fields, ``judged``,
+``missing``: ids without a prediction, left out of the means unless ``missing_as_wrong``)
+plus ``judge_protocol``, ``unknown`` (ids not in the data: ignored) and ``judge_calls``;
+``rows.jsonl`` (one :class:`rewards.scoring.summary.QuestionResult` per question, with the judge's
+requests and replies) and ``report.md``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from memory_bank.schema import Conversation
+from rewards.scoring.official import judge_stats
+from rewards.scoring.summary import score_questions, summarise
+
+__all__ = ["PredictionsError", "read_predictions", "score_predictions", "render_scores", "write_scores"]
+
+OFFLINE_JUDGES = ("f1", "answer-recall", "rubric-recall")
+#: The answer field of each accepted format: memgym's, then LongMemEval's.
+ANSWER_FIELDS = ("prediction", "hypothesis")
+
+
+class PredictionsError(ValueError):
+    """A predictions file is broken: names the file, the line (1-based) and the field."""
+
+    def __init__(self, file, line: int | str, field: str, reason: str):
+        self.file, self.line, self.field, self.reason = str(file), line, field, reason
+        super().__init__(f"file {file}, line {line}, field {field}: {reason}")
+
+
+def read_predictions(path: Path | str) -> dict[str, dict]:
+    """``{question_id: {"prediction": str, "context": str | None, "line": int}}`` from a JSONL
+    file in memgym's (``prediction``) or LongMemEval's (``hypothesis``) format; blank lines are
+    skipped.
+
+    Raises:
+        FileNotFoundError: the file is absent.
+        PredictionsError: a line that is not UTF-8 or not a JSON object, a missing or
+            non-string ``question_id`` / answer field, both answer fields, a non-string
+            ``context``, or a duplicate id.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"predictions file not found: {p}")
+    out: dict[str, dict] = {}
+    for n, raw in enumerate(p.read_bytes().split(b"\n"), start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise PredictionsError(p, n, "-", f"not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
+                                   ) from None
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise PredictionsError(p, n, "-", f"invalid JSON: {e.msg}") from None
+        if not isinstance(rec, dict):
+            raise PredictionsError(p, n, "-", f"expected a JSON object, got {type(rec).__name__}")
+        if not isinstance(rec.get("question_id"), str):
+            why = "missing" if "question_id" not in rec else f"expected str, got {type(rec['question_id']).__name__}"
+            raise PredictionsError(p, n, "question_id", why)
+        given = [k for k in ANSWER_FIELDS if k in rec]
+        if len(given) != 1:
+            raise PredictionsError(p, n, "prediction", "missing (give 'prediction', or LongMemEval's 'hypothesis')"
+                                   if not given else "both 'prediction' and 'hypothesis' given; keep one")
+        if not isinstance(rec[given[0]], str):
+            raise PredictionsError(p, n, given[0], f"expected str, got {type(rec[given[0]]).__name__}")
+        ctx = rec.get("context")
+        if ctx is not None and not isinstance(ctx, str):
+            raise PredictionsError(p, n, "context", f"expected str, got {type(ctx).__name__}")
+        qid = rec["question_id"]
+        if qid in out:
+            raise PredictionsError(p, n, "question_id", f"duplicate id {qid!r} (line {out[qid]['line']})")
+        out[qid] = {"prediction": rec[given[0]], "context": ctx, "line": n}
+    return out
+
+
+def score_predictions(dataset: str, convs: list[Conversation], predictions: dict[str, dict], scorer, *,
+                      judge_protocol: str = "official", missing_as_wrong: bool = False) -> dict:
+    """Score every question of ``convs`` that has a prediction with ``scorer`` (any
+    :class:`rewards.scoring.judge.Scorer`; one ``score`` call), list the others as missing. Returns
+    the ``scores.json`` dict (see the module docstring) plus ``rows`` (dicts of
+    :class:`rewards.scoring.summary.QuestionResult`)."""
+    from rewards.scoring.protocols import protocol_note
+
+    entries, known = [], set()
+    for c in convs:
+        for q in c.questions:
+            known.add(q.id)
+            pr = predictions.get(q.id)
+            ctx = (pr["context"] if pr["context"] is not None else pr["prediction"]) if pr else None
+            entries.append((c.id, q, pr["prediction"] if pr else None, ctx))
+    rows = score_questions(scorer, dataset, entries, missing={q.id for _, q, p, _ in entries if p is None})
+    for r in rows:
+        if r.id in predictions:
+            r.trace = f"predictions line {predictions[r.id]['line']}"
+    summary = summarise(dataset, rows, missing_as_wrong=missing_as_wrong)
+    name = getattr(scorer, "name", "?")
+    return {"dataset": dataset, "scorer": name, "judge_protocol": judge_protocol,
+            **({"judge_note": protocol_note(dataset, judge_protocol)} if name == "llm" else {}),
+            **summary, "unknown": [q for q in predictions if q not in known], "judge_calls": judge_stats(scorer),
+            "rows": [r.to_dict() for r in rows]}
+
+
+def render_scores(rep: dict, judge_spec: str) -> str:
+    """``report.md`` of a :func:`score_predictions` result (the shared renderer,
+    :mod:`rewards.scoring.report`, with one column: the predictions scored)."""
+    from rewards.scoring.report import headline_table, protocol_lines, side_by_side
+
+    col = [("predictions", rep)]
+    out = [f"# memgym score: {rep['dataset']}", "",
+           f"- judge: `{judge_spec}`; questions: {rep['n']}, judged: {rep['judged']}, missing: {len(rep['missing'])} "
+           f"({'counted as wrong' if rep['missing_as_wrong'] else 'not counted, as the official metrics'}), "
+           f"unknown ids ignored: {len(rep['unknown'])}",
+           *protocol_lines(rep), "", "## Headline", "", *headline_table(rep["dataset"], col, digits=4), "",
+           "## By category", "", side_by_side(rep, "by_category", col, digits=4), "",
+           "## By capability", "", side_by_side(rep, "by_capability", col, digits=4)]
+    if rep["dataset"] == "beam":
+        out += ["", f"_{rep['overall_note']}; abilities: mean per chat, then over chats_"]
+    for key, title in (("missing", "Missing predictions"), ("unknown", "Unknown ids (not in the data)")):
+        if rep[key]:
+            shown = rep[key][:20]
+            more = f" ... and {len(rep[key]) - 20} more" if len(rep[key]) > 20 else ""
+            out += ["", f"## {title}: {len(rep[key])}", "", ", ".join(f"`{x}`" for x in shown) + more]
+    return "\n".join(out) + "\n"
+
+
+def write_scores(rep: dict, out: Path | str, judge_spec: str) -> None:
+    """Write ``scores.json`` (without the per-question rows), ``rows.jsonl`` and ``report.md``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    slim = {k: v for k, v in rep.items() if k != "rows"}
+    slim["judge"] = judge_spec
+    (out / "scores.json").write_text(json.dumps(slim, indent=2, ensure_ascii=False), encoding="utf-8")
+    with open(out / "rows.jsonl", "w", encoding="utf-8") as fh:
+        for r in rep["rows"]:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+    (out / "report.md").write_text(render_scores(rep, judge_spec), encoding="utf-8")

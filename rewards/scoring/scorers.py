@@ -1,0 +1,49 @@
+"""The scorer factory: a scorer by its CLI name (``--scorer f1|answer-recall|rubric-recall|llm``).
+It sits above both the scorer types (:mod:`rewards.scoring.judge`) and the official judges
+(:mod:`rewards.scoring.official`), which build on those types."""
+from __future__ import annotations
+
+from llm.base import Backend, GenerationParams
+from rewards.scoring.judge import F1Scorer, LLMJudgeScorer, RecallScorer, Scorer
+from rewards.scoring.official import BeamScorer, LoCoMoJudgeScorer, LongMemEvalScorer, RubricRecallScorer
+from rewards.scoring.protocols import check_protocol
+
+SCORER_NAMES: tuple[str, ...] = ("f1", "answer-recall", "rubric-recall", "llm")
+
+
+def make_scorer(name: str, judge_backend: Backend | None = None,
+                judge_params: GenerationParams | None = None, judge_constrained: bool = False,
+                dataset: str | None = None, judge_protocol: str = "official") -> Scorer:
+    """Build a scorer by CLI name: "f1" → :class:`F1Scorer`, "answer-recall" →
+    :class:`RecallScorer`, "rubric-recall" → the offline BEAM proxy
+    (:class:`rewards.scoring.official.RubricRecallScorer`), "llm" → the official judge of ``dataset``
+    over ``judge_backend`` under ``judge_protocol`` (:mod:`rewards.scoring.protocols`: LoCoMo =
+    MemBuilder's CORRECT/WRONG, LongMemEval's per-type yes/no, BEAM's rubric + event ordering,
+    ``official`` | ``corrected`` for BEAM). With no ``dataset`` (training rewards on synthetic
+    QA) "llm" is memgym's own CORRECT/WRONG :class:`LLMJudgeScorer` (``judge_params``,
+    ``judge_constrained`` apply to it only: the official protocols fix their own requests).
+
+    Raises ValueError for an unknown name or protocol, a missing judge backend, or
+    ``judge_constrained`` / ``judge_params`` with a benchmark's protocol.
+    """
+    check_protocol(dataset, judge_protocol)
+    if name == "f1":
+        return F1Scorer()
+    if name == "answer-recall":
+        return RecallScorer()
+    if name == "rubric-recall":
+        return RubricRecallScorer()
+    if name == "llm":
+        if judge_backend is None:
+            raise ValueError('scorer "llm" needs a judge backend (judge_backend=None given)')
+        if dataset is not None:
+            if judge_constrained or judge_params is not None:
+                raise ValueError(f"the {dataset} judge follows the official protocol's request settings: "
+                                 "judge_constrained / judge_params do not apply (LoCoMo's already asks for a JSON "
+                                 "object)")
+            cls = {"longmemeval": LongMemEvalScorer, "beam": BeamScorer, "locomo": LoCoMoJudgeScorer}.get(dataset)
+            if cls is None:
+                raise ValueError(f"no official judge for dataset {dataset!r}")
+            return cls(judge_backend, judge_protocol)
+        return LLMJudgeScorer(judge_backend, judge_params, constrained=judge_constrained)
+    raise ValueError(f"unknown scorer {name!r}; expected one of {', '.join(SCORER_NAMES)}")

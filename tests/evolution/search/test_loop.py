@@ -1,0 +1,179 @@
+"""The evolution loop on small LoCoMo subsets: hostile coder output is rejected with reasons and
+touches nothing outside the run directory; kill -9 at three points then --resume ends in the
+same archive with nothing evaluated twice; the offline params loop raises the seed's valid
+answer-recall (a real ranking/indexing variant wins; nothing is planted)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from evolution.search.archive import Archive
+from evolution.search.config import EvolveConfig
+from evolution.search.loop import FAULT_ENV, Evolution
+from memory_bank.programs import read_program_source, seed_program_path
+
+ROOT = Path(__file__).resolve().parents[3]
+SEED = read_program_source(seed_program_path())
+SMALL = dict(train=["conv-26"], valid=["conv-30"], n_sessions=2, max_questions=6, extractor="turns",
+             rounds_integrate=0, plan_mode="question", scorer="answer-recall", probe_units=200, probe_batches=10, progress=False,
+             embedder="hash:256")
+
+
+def _tree(root: Path, skip: Path) -> dict:
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and skip not in p.parents:
+            out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def _block(search: str, replace: str, why: str = "Change.") -> str:
+    return f"{why}\n<<<<<<< SEARCH\n{search}=======\n{replace}>>>>>>> REPLACE\n"
+
+
+RET = '        return "\\n".join(self.lines)[:OUT_CHAR_BUDGET]\n'
+
+
+def test_hostile_and_malformed_coder_output_is_rejected_and_contained(tmp_path):
+    sentinel = tmp_path / "precious.txt"
+    sentinel.write_text("keep me")
+    deleter = SEED.replace("import Optional\n", "import Optional\nimport os\n").replace(
+        "        self.lines = []\n", f"        self.lines = []\n        os.remove({str(sentinel)!r})\n")
+    writer = _block("        self.lines = []\n",
+                    f"        self.lines = []\n        open({str(sentinel)!r}, 'w').write('gone')\n", "Persist.")
+    script = [
+        "The program looks fine to me; I would not change anything.",                         # 1 prose
+        ["<<<<<<< SEARCH\n        return x\n=======\n", "still <<<<<<< SEARCH broken", "no file either"],  # 2
+        ["```python\n" + deleter + "```", "I give up."],  # 3 deletes files (import os): level 1
+        [writer, "no fix"],  # 4 writes a file at run time: blocked in the sandbox, level 3
+        [_block(RET, "        while True:\n            pass\n", "Think harder."), "no fix"],  # 5 loops forever
+        [_block("class Memory:\n", "class Store:\n", "Rename."), "no fix"],                   # 6 breaks the contract
+        _block('    """An append-only list of rendered units."""\n', '    """Rendered units."""\n'),  # 7 no-op
+        _block(RET, '        return "\\n".join(reversed(self.lines))[:OUT_CHAR_BUDGET]\n'),     # 8 valid
+        _block(RET, '        return "\\n".join(reversed(self.lines))[:OUT_CHAR_BUDGET]\n'),     # 9 duplicate of 8
+    ]
+    (tmp_path / "script.json").write_text(json.dumps({"proposals": script}))
+    out = tmp_path / "run"
+    before = _tree(tmp_path, out)
+    cfg = EvolveConfig(**SMALL, proposer="scripted", script=str(tmp_path / "script.json"), rounds_cold=9,
+                       rounds_refine=0, validate_timeout_s=20.0, out=str(out))  # generous: r08 must pass
+    summary = Evolution(cfg).run()
+    arch = Archive.from_json(json.loads((out / "state.json").read_text())["archive"])
+    c = {k: v for k, v in arch.candidates.items()}
+    assert c["r01"].status == "failed" and "no usable program" in c["r01"].reason
+    assert c["r02"].status == "failed" and "no usable program" in c["r02"].reason
+    assert c["r03"].status == "rejected" and c["r03"].reason == "validation level 1: line 12: import of 'os' is " \
+                                                                 "not allowed"
+    assert c["r04"].status == "rejected" and c["r04"].reason.startswith("validation level 3")
+    assert "write" in c["r04"].reason and "precious.txt" in c["r04"].reason
+    assert c["r05"].status == "rejected" and c["r05"].reason.startswith("validation level 3")
+    assert "timeout" in c["r05"].reason
+    assert c["r06"].status == "rejected" and "Memory" in c["r06"].reason
+    assert c["r07"].status == "rejected" and c["r07"].reason.startswith("no-op")
+    assert c["r08"].status == "evaluated" and c["r08"].valid is not None and c["r08"].changed == ["retrieval"]
+    assert c["r09"].status == "rejected" and c["r09"].reason == "duplicate of archived program r08"
+    assert summary["candidates_evaluated"] == 1 and summary["proposals_failed"] == 8
+    # turns: 3 + 3 (prose, repair, whole-file) + 4 x (1 + a 3-turn revise) + 1 + 1 + 1
+    assert summary["candidates_rejected"] == 6 and summary["model_calls"]["coder"] == 25
+    assert sentinel.read_text() == "keep me" and _tree(tmp_path, out) == before
+    # every proposal is in the run directory with its transcript and outcome
+    for i in range(1, 10):
+        prop = json.loads((out / f"candidates/r{i:02d}/proposal.json").read_text())
+        assert prop["result"]["transcript"] and "ok" in prop["result"]
+    assert "| 5 | cold | - | seed | r05 |" in (out / "report.md").read_text()
+
+
+def _small_recipe(tmp_path: Path) -> Path:
+    r = tmp_path / "r.yaml"
+    r.write_text("\n".join([
+        "dataset: locomo", "train: [conv-26]", "valid: [conv-30]", "test: [conv-41]", "n_sessions: 2",
+        "max_questions: 6", "extractor: turns", "plan_mode: question", "scorer: answer-recall", "proposer: params",
+        "rounds_cold: 1", "rounds_refine: 2", "rounds_integrate: 0", "seed: 1", "probe_units: 200", "probe_batches: 10",
+        "embedder: hash:256", "progress: false"]) + "\n")
+    return r
+
+
+def _score_rows(run: Path) -> int:
+    with sqlite3.connect(run / "stages.sqlite") as db:
+        return db.execute("SELECT COUNT(*) FROM stages WHERE stage='score'").fetchone()[0]
+
+
+def _scored(run: Path) -> int:
+    n = 0
+    for p in (run / "candidates").glob("*/eval.json"):
+        items = json.loads(p.read_text())["stage_items"]
+        n += items["train"]["score"]["run"] + items["valid"]["score"]["run"]
+    return n
+
+
+def _fingerprint(run: Path):
+    return Archive.from_json(json.loads((run / "state.json").read_text())["archive"]).fingerprint()
+
+
+def test_kill9_at_three_points_then_resume_matches_the_uninterrupted_run(tmp_path):
+    """One chain: killed between rounds 1 and 2, resumed and killed during round 2's proposal,
+    resumed and killed during round 3's evaluation, resumed to the end."""
+    from launch.cli import main as memgym
+
+    recipe = _small_recipe(tmp_path)
+    ref = tmp_path / "ref"
+    assert memgym(["evolve", "--recipe", str(recipe), "--out", str(ref)]) == 0
+    ref_summary = json.loads((ref / "summary.json").read_text())
+    assert ref_summary["rounds"] == 3 and ref_summary["candidates_evaluated"] == 3
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    run = tmp_path / "killed"
+    first = ["evolve", "--recipe", str(recipe), "--out", str(run)]
+    for args, point, done in ((first, "round_end:1", 1), (["evolve", "--resume", str(run)], "proposal:2", 1),
+                              (["evolve", "--resume", str(run)], "evaluation:3", 2)):
+        proc = subprocess.run([sys.executable, "-m", "launch.cli", *args], env={**env, FAULT_ENV: point}, cwd=ROOT,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == -9, proc.stderr[-2000:]
+        state = json.loads((run / "state.json").read_text())
+        assert state["next_round"] == done + 1 and not (run / "summary.json").exists(), point
+    assert (run / "candidates/r02/proposal.json").exists() and not (run / "candidates/r03/eval.json").exists()
+    assert memgym(["evolve", "--resume", str(run)]) == 0
+    assert _fingerprint(run) == _fingerprint(ref)
+    got = json.loads((run / "summary.json").read_text())
+    for k in ("rounds", "candidates_evaluated", "proposals_failed", "seed"):
+        assert got[k] == ref_summary[k], k
+    for k in ("final", "specialists"):
+        assert json.dumps(got[k]).replace(str(run), "R") == json.dumps(ref_summary[k]).replace(str(ref), "R")
+    # nothing evaluated twice: the same scored (program, task) entries, and no more fresh scoring
+    assert _score_rows(run) == _score_rows(ref)
+    assert _scored(run) <= _scored(ref)
+    assert memgym(["evolve", "--recipe", str(recipe), "--out", str(ref)]) == 2  # a run is there: --resume it
+
+
+def test_offline_params_loop_raises_the_seeds_valid_answer_recall(tmp_path):
+    cfg = EvolveConfig(train=["conv-26"], valid=["conv-30"], max_questions=25, extractor="turns", plan_mode="question",
+                       scorer="answer-recall", proposer="params", rounds_cold=3, rounds_refine=0, rounds_integrate=0,
+                       seed=0,
+                       probe_units=400, probe_batches=20, progress=False, out=str(tmp_path / "run"))
+    evo = Evolution(cfg)
+    s = evo.run()
+    seed, final = s["seed"]["valid"]["overall"], s["final"]["valid"]["overall"]
+    assert final > seed + 0.05, (seed, final)
+    # the seed returns the first 16,000 characters unranked; a ranking edit is in the final lineage and won
+    lineage = evo.archive.lineage(s["final_id"])
+    ranked = [c for c in lineage if c.description.startswith("variant dense_ranking")]
+    assert ranked and ranked[0].valid.overall > evo.archive.get(ranked[0].parent).valid.overall
+    assert ranked[0].changed == ["indexing", "retrieval", "shared"]
+    best = (tmp_path / "run" / "best.py").read_text()
+    assert "def query_text(query):" in best and best == evo.source_of(s["final_id"])
+    assert (tmp_path / "run" / "capabilities.png").stat().st_size > 10_000
+
+
+def test_a_spent_budget_stops_the_run_cleanly_with_a_report(tmp_path):
+    (tmp_path / "s.json").write_text(json.dumps({"proposals": [_block(RET, '        return ""\n')]}))
+    cfg = EvolveConfig(**SMALL, proposer="scripted", script=str(tmp_path / "s.json"), rounds_cold=3, rounds_refine=0,
+                       budget_coder=10, out=str(tmp_path / "run"))
+    s = Evolution(cfg).run()
+    assert s["rounds"] == 1 and s["stopped"].startswith("budget of role 'coder' exhausted")
+    assert s["tokens"]["coder"]["prompt"] > 10 and (tmp_path / "run" / "report.md").read_text().count("stopped") == 1
+    outcome = json.loads((tmp_path / "run" / "candidates" / "r01" / "outcome.json").read_text())
+    assert outcome["status"] == "evaluated" and outcome["accepted"] == ""

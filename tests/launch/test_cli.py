@@ -1,0 +1,250 @@
+"""What a new user hits: bad values rejected at parse time, one-line errors instead of
+tracebacks, and no data loss (issue 12, findings 1, 2, 3, 5, 6)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from launch.cli import main as memgym
+from llm.errors import ConfigError, OutputPathError
+from rewards.scoring.evaluate import EvalConfig
+
+
+def test_models_prepare_refuses_a_folder_holding_a_file(tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "thesis.tex").write_text("years of work")
+    (out / "sub").mkdir()
+    for extra in ([], ["--force"]):
+        assert memgym(["models", "prepare", "--out", str(out), *extra]) == 2
+        err = capsys.readouterr().err
+        assert "not a memgym model folder" in err and "left untouched" in err and "Traceback" not in err
+    assert (out / "thesis.tex").read_text() == "years of work" and (out / "sub").is_dir()
+    f = tmp_path / "file.bin"
+    f.write_text("x")
+    assert memgym(["models", "prepare", "--out", str(f)]) == 2
+    assert "is an existing file" in capsys.readouterr().err and f.read_text() == "x"
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--max_questions", "-1"], "--max_questions: must be >= 1, got -1"),
+    (["--max_questions", "0"], "--max_questions: must be >= 1, got 0"),
+    (["--n_sessions", "0"], "--n_sessions: must be >= 1, got 0"),
+    (["--answer_max_new_tokens", "0"], "--answer_max_new_tokens: must be >= 1, got 0"),
+    (["--batch_size", "0"], "--batch_size: must be >= 1, got 0"),
+    (["--scorer", "llm"], "--scorer llm needs --judge_model"),
+    (["--compare", "expert:"], "expert: needs a trajectory file"),
+    (["--judge_model", "openai:http://x/v1"], "must name a model after '#'"),
+    (["--extractor", "hf:smolm2"], "did you mean hf:smollm2?"),
+])
+def test_eval_rejects_bad_values_before_loading_anything(argv, needle, capsys, tmp_path):
+    assert memgym(["eval", "--out", str(tmp_path / "o"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_program_eval_rejects_zero_sessions_and_bad_timeouts(capsys, tmp_path):
+    prog = tmp_path / "p.py"
+    prog.write_text("x = 1\n")
+    for argv, needle in ((["--n_sessions", "0"], "--n_sessions: must be >= 1, got 0"),
+                         (["--call_timeout_s", "-1"], "--call_timeout_s: must be >= 0.001, got -1.0"),
+                         (["--scorer", "llm"], "--scorer llm needs --judge_model")):
+        assert memgym(["program", "eval", str(prog), *argv]) == 2
+        assert needle in capsys.readouterr().err
+
+
+def test_yaml_string_becomes_a_one_element_list(tmp_path):
+    from evolution.execution.program_eval import ProgramEvalConfig
+    from llm.recipes import parse_recipe
+
+    r = tmp_path / "r.yaml"
+    r.write_text("conversations: conv-30\ncompare: expert:conv-30\n")
+    (cfg,) = parse_recipe([EvalConfig], ["--recipe", str(r)], "memgym eval", "", cpu_defaults=False)
+    assert cfg.conversations == ["conv-30"] and cfg.compare == ["expert:conv-30"]
+    assert ProgramEvalConfig(conversations="conv-41").conversations == ["conv-41"]
+
+
+def test_out_that_is_a_file_fails_at_parse_time(tmp_path):
+    f = tmp_path / "report"
+    f.write_text("old results")
+    with pytest.raises(OutputPathError, match="--out .* is an existing file"):
+        EvalConfig(out=str(f))
+    assert f.read_text() == "old results"
+
+
+@pytest.mark.parametrize("recipe,needle", [
+    ("top_k: null\n", "--top_k: expected a number >= 1, got null"),
+    ("dataset: [locomo\n", "broken YAML"),
+])
+def test_bad_recipes_are_one_line(recipe, needle, tmp_path, capsys):
+    r = tmp_path / "r.yaml"
+    r.write_text(recipe)
+    rc = memgym(["eval", "--recipe", str(r)])
+    err = capsys.readouterr().err
+    assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_recipe_folder_or_missing_value_is_one_line(tmp_path, capsys):
+    assert memgym(["eval", "--recipe", str(tmp_path)]) == 1
+    assert "Is a directory" in capsys.readouterr().err
+    assert memgym(["eval", "--recipe"]) == 2
+    assert "--recipe needs a value" in capsys.readouterr().err
+
+
+def test_debug_keeps_the_traceback(tmp_path, monkeypatch):
+    r = tmp_path / "r.yaml"
+    r.write_text("dataset: [locomo\n")
+    import yaml
+    monkeypatch.setenv("MEMGYM_DEBUG", "1")
+    with pytest.raises(yaml.YAMLError):
+        memgym(["eval", "--recipe", str(r)])
+
+
+def test_genuine_bugs_keep_their_traceback():
+    from launch.cli import run_command
+
+    class Args:
+        debug = False
+
+        @staticmethod
+        def func(_):
+            raise ZeroDivisionError("a bug")
+
+    with pytest.raises(ZeroDivisionError):
+        run_command(Args(), "x")
+
+
+def test_config_errors_are_config_errors():
+    with pytest.raises(ConfigError):
+        EvalConfig(top_k=0)
+
+
+@pytest.mark.parametrize("argv", [
+    ["synth", "qa", "--n-sessions", "0"], ["synth", "qa", "--n-sessions", "-1"], ["synth", "qa", "--j", "0"],
+    ["synth", "trajectories", "--expert", "hf:smollm2", "--max-tries", "0"],
+    ["reward", "audit", "--trajectories", "x.jsonl", "--batch-size", "0"],
+])
+def test_argparse_counts_are_checked_at_parse_time(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        memgym([*argv, "--out", "never.jsonl"] if argv[0] == "synth" else argv)
+    assert e.value.code == 2 and "must be >= 1" in capsys.readouterr().err
+
+
+def test_synth_qa_help_has_no_literal_double_percent(capsys):
+    with pytest.raises(SystemExit):
+        memgym(["synth", "qa", "--help"])
+    out = capsys.readouterr().out
+    assert "%%" not in out and "20% temporal" in " ".join(out.split())
+
+
+def test_audit_with_a_qa_file_matching_nothing_says_so(tmp_path, capsys):
+    from data_synth.paths import expert_dir
+
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text(json.dumps({"conversation_id": "conv-99", "session": 1, "qa": []}) + "\n")
+    rc = memgym(["reward", "audit", "--trajectories", str(expert_dir() / "conv-30.jsonl"), "--qa", str(qa),
+                 "--embedder", "hash", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"QA file {qa}: no QA for any of the" in err and "no samples" not in err
+
+
+def test_serve_on_a_busy_port_is_one_line_before_loading(capsys):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        rc = memgym(["serve", "--model", "hf:smollm2", "--engine", "builtin", "--port", str(port)])
+    err = capsys.readouterr().err
+    assert rc == 1 and f"cannot listen on 127.0.0.1:{port} (Address already in use)" in err and err.startswith("memgym serve: ") and len(err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit):
+        memgym(["serve", "--model", "hf:smollm2", "--port", "70000"])
+    assert "must be in [0, 65535]" in capsys.readouterr().err
+
+
+def test_bench_retrieval_bad_sizes(capsys):
+    with pytest.raises(SystemExit):
+        memgym(["bench", "retrieval", "--k", "0"])
+    assert "must be >= 1" in capsys.readouterr().err
+    assert memgym(["bench", "retrieval", "--sizes", "5", "--k", "10"]) == 2
+    assert "memgym bench retrieval: --k 10 is larger than the smallest --sizes entry 5" in capsys.readouterr().err
+
+
+def test_bank_replay_out_dir_is_refused_before_replaying(tmp_path, capsys):
+    from data_synth.paths import expert_dir
+
+    assert memgym(["bank", "replay", str(expert_dir() / "conv-30.jsonl"), "--out", str(tmp_path)]) == 2
+    assert "is a directory; give a file path" in capsys.readouterr().err
+
+
+def test_training_configs_share_the_checks(tmp_path):
+    from training.adrpo_config import ADRPOConfig, ADRPOConfigError
+    from training.sft import SFTScriptArguments
+
+    assert SFTScriptArguments(train_trajectories="a.jsonl", eval_trajectories="b.jsonl").eval_trajectories == ["b.jsonl"]
+    with pytest.raises(ConfigError, match="--max_examples: must be >= 1, got 0"):
+        SFTScriptArguments(max_examples=0)
+    base = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
+    assert ADRPOConfig(**base, train_trajectories="conv-26").train_trajectories == ["conv-26"]
+    with pytest.raises(ADRPOConfigError, match="--judge f1 needs --answer_model"):
+        ADRPOConfig(**base, judge="f1")
+    with pytest.raises(ADRPOConfigError, match="--judge llm needs --judge_model"):
+        ADRPOConfig(**base, judge="llm", answer_model="hf:smollm2")
+
+
+def test_eval_dead_server_and_broken_data_are_one_line(tmp_path, capsys):
+    dead = "openai:http://127.0.0.1:1/v1#m"
+    rc = memgym(["eval", "--extractor", dead, "--answer_model", dead, "--conversations", "conv-30", "--n_sessions", "1",
+                 "--request_retries", "0", "--cache", "none", "--no_progress", "--out", str(tmp_path / "a")])
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]  # (the embedder's load bar may come before it)
+    assert rc == 1 and last.startswith("memgym eval: OpenAIBackend: request to http://127.0.0.1:1/v1")
+    assert "Traceback" not in err
+    bad = tmp_path / "locomo.json"
+    bad.write_text('[{"sample_id": "conv-30"}]')
+    rc = memgym(["eval", "--path", str(bad), "--extractor", "expert:conv-30", "--out", str(tmp_path / "b")])
+    err = capsys.readouterr().err
+    assert rc == 1 and f"file {bad}" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [["eval", "--help"], ["program", "eval", "--help"]])
+def test_help_reads_right_for_progress_and_path(argv, capsys):
+    with pytest.raises(SystemExit):
+        memgym(argv)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "show progress bars (default: False)" not in out  # --no_progress read backwards
+    assert "progress bars: on (true) or off (--no_progress)" in out
+    path_help = out.rsplit("--path PATH", 1)[1].split("--", 1)[0]  # the options entry, not the usage line
+    assert path_help.count("default") == 1, path_help
+
+
+def test_user_errors_share_one_base_whose_kind_sets_the_exit_status():
+    from data_synth.annotate import LabelValidationError
+    from data_synth.errors import DataFormatError
+    from data_synth.expert import TrajectoryError
+    from data_synth.jsonl import JsonlCorruptError, JsonlLockedError
+    from data_synth.qa_format import SessionQAError
+    from launch.cmd_launch import LaunchError
+    from launch.cmd_synth import UsageError
+    from launch.errors import exit_status
+    from llm.base import BackendSpecError, LLMError, TruncatedOutputError
+    from llm.cache import CacheCorruptError
+    from llm.errors import MemgymError, OutputPathError
+    from llm.messages import BatchError
+    from llm.models import ModelPackageMissing
+    from memory_bank.errors import BankFormatError, OutputTruncatedError
+    from rewards.session_reward import RewardDataError
+
+    usage = (ConfigError, OutputPathError, LaunchError, UsageError)
+    run = (LLMError, BackendSpecError, TruncatedOutputError, CacheCorruptError, BatchError, ModelPackageMissing,
+           BankFormatError, OutputTruncatedError, DataFormatError, TrajectoryError, JsonlCorruptError,
+           JsonlLockedError, SessionQAError, LabelValidationError, RewardDataError)
+    for cls in usage + run:
+        assert issubclass(cls, MemgymError), cls
+        exc = cls.__new__(cls)  # some take structured arguments (DataFormatError(source, record, field, ...))
+        assert exit_status(exc) == (2 if cls in usage else 1), cls
+    assert issubclass(ConfigError, ValueError) and issubclass(LLMError, RuntimeError)  # stdlib bases kept
+    assert exit_status(FileNotFoundError("x")) == 1 and exit_status(KeyError("bug")) is None

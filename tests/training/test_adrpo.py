@@ -1,0 +1,515 @@
+"""ADRPO: the per-token objectives (gradient of one token, hand-computed), the config checks,
+the trainer against stock TRL (every loss type), and two real TRL steps + resume on a tiny
+policy.
+
+The tiny policy is the ``tiny_model_dir`` fixture (random weights, SmolLM2's tokenizer) with a
+planted bigram path "\\n" → '{"' → 'operations' → '":' → ' []' → '}' → EOS (see
+:func:`planted_policy`): a purely random model never writes a valid manager output, so every
+reward would be 0 and GRPO would have no signal. With the plant, sampling at temperature 1
+writes the valid episodic output ``{"operations": []}`` about half of the time.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from tests.helpers import trainable_state
+from training.adrpo_eq12 import weighted_clipped_objective
+
+EPS = 0.2
+ALPHA = 4.0
+
+
+def token_grad(weighting: str, adv: float, ratio: float, w: float) -> float:
+    """d L_tok / d log π_θ(token) for one token with old log-prob 0, so ρ = exp(log π_θ)."""
+    logp = torch.tensor([[math.log(ratio)]], dtype=torch.float64, requires_grad=True)
+    loss = weighted_clipped_objective(torch.exp(logp), torch.tensor([adv], dtype=torch.float64),
+                                      torch.tensor([w], dtype=torch.float64), epsilon_low=EPS, epsilon_high=EPS,
+                                      weighting=weighting)
+    loss.sum().backward()
+    return float(logp.grad.item())
+
+
+# ---- gradient of one token ---------------------------------------------------------------
+@pytest.mark.parametrize("ratio", [0.85, 1.0, 1.1, 1.19])
+def test_positive_advantage_in_band_advantage_weighting_scales_by_alpha_unclipped_does_not(ratio):
+    # inside the band the surrogate is ρ·Â, so dL/dlogπ = -ρ·Â (×w when Â is weighted)
+    stock = token_grad("none", 0.5, ratio, ALPHA)
+    assert stock == pytest.approx(-0.5 * ratio, rel=1e-12)
+    assert token_grad("advantage", 0.5, ratio, ALPHA) == pytest.approx(ALPHA * stock, rel=1e-12)
+    # Eq. 12: min(w·ρÂ, clip(ρ)Â) picks the clipped term ρÂ for Â > 0: the weight is inert
+    assert token_grad("unclipped", 0.5, ratio, ALPHA) == pytest.approx(stock, rel=1e-12)
+
+
+@pytest.mark.parametrize("ratio", [0.85, 1.0, 1.1, 1.19])
+def test_negative_advantage_in_band_both_weightings_scale_by_alpha(ratio):
+    stock = token_grad("none", -0.5, ratio, ALPHA)
+    assert stock == pytest.approx(0.5 * ratio, rel=1e-12)
+    assert token_grad("advantage", -0.5, ratio, ALPHA) == pytest.approx(ALPHA * stock, rel=1e-12)
+    # for Â < 0 the min picks w·ρÂ (the more negative term): penalties are amplified
+    assert token_grad("unclipped", -0.5, ratio, ALPHA) == pytest.approx(ALPHA * stock, rel=1e-12)
+
+
+@pytest.mark.parametrize("weighting", ["none", "advantage", "unclipped"])
+@pytest.mark.parametrize("adv,ratio", [(0.5, 1.1), (-0.5, 1.1), (0.5, 0.7), (-0.5, 1.3)])
+def test_non_dominant_token_weight_one_is_stock_grpo(weighting, adv, ratio):
+    assert token_grad(weighting, adv, ratio, 1.0) == pytest.approx(token_grad("none", adv, ratio, 1.0), rel=1e-12)
+
+
+@pytest.mark.parametrize("adv,ratio,expected", [
+    # (Â, ρ) -> (none, advantage, unclipped), hand-computed with ε = 0.2, w = 4
+    (0.5, 1.3, (0.0, 0.0, 0.0)),          # Â>0 above the band: clipped for all
+    (0.5, 0.7, (-0.35, -1.4, 0.0)),       # Â>0 below: Eq. 12 picks the constant 0.8·Â (w·ρ = 2.8 > 0.8)
+    (0.5, 0.15, (-0.075, -0.3, -0.3)),    # Â>0, w·ρ = 0.6 < 0.8: Eq. 12 picks w·ρÂ
+    (-0.5, 0.7, (0.0, 0.0, 1.4)),         # Â<0 below: stock clips; Eq. 12 keeps pushing (w·ρ >= 0.8)
+    (-0.5, 1.3, (0.65, 2.6, 2.6)),        # Â<0 above: never clipped, weighted by both
+])
+def test_outside_the_band(adv, ratio, expected):
+    got = tuple(token_grad(w, adv, ratio, ALPHA) for w in ("none", "advantage", "unclipped"))
+    assert got == pytest.approx(expected, abs=1e-12)
+
+
+def test_advantage_weighting_is_stock_loss_with_scaled_advantages():
+    g = torch.Generator().manual_seed(0)
+    ratio = torch.exp(0.3 * torch.randn(3, 5, generator=g, dtype=torch.float64))
+    adv = torch.tensor([1.5, -0.7, 0.2], dtype=torch.float64)
+    w = torch.tensor([4.0, 1.0, 4.0], dtype=torch.float64)
+    ours = weighted_clipped_objective(ratio, adv, w, epsilon_low=0.2, epsilon_high=0.28, weighting="advantage")
+    stock = weighted_clipped_objective(ratio, adv * w, None, epsilon_low=0.2, epsilon_high=0.28, weighting="none")
+    assert torch.equal(ours, stock)
+    # delta (two-sided clipping) caps ρ in the unclipped term: ρ = 3, Â = -1 → -min(2·-1, 1.2·-1) = 2
+    one = weighted_clipped_objective(torch.tensor([[3.0]]), torch.tensor([-1.0]), torch.tensor([1.0]),
+                                     epsilon_low=0.2, epsilon_high=0.2, weighting="advantage", delta=2.0)
+    assert one.item() == pytest.approx(2.0)
+
+
+def test_objective_rejects_bad_input():
+    r = torch.ones(2, 3)
+    with pytest.raises(ValueError, match="weighting"):
+        weighted_clipped_objective(r, torch.ones(2), torch.ones(2), epsilon_low=0.2, epsilon_high=0.2, weighting="x")
+    with pytest.raises(ValueError, match="weights must be > 0"):
+        weighted_clipped_objective(r, torch.ones(2), torch.tensor([1.0, 0.0]), epsilon_low=0.2, epsilon_high=0.2)
+    with pytest.raises(ValueError, match=r"advantages must have shape \(2,\)"):
+        weighted_clipped_objective(r, torch.ones(3), torch.ones(2), epsilon_low=0.2, epsilon_high=0.2)
+
+
+# ---- config and small parts --------------------------------------------------------------
+def _cfg(tmp_path, **kw):
+    from training.adrpo_config import ADRPOConfig
+
+    base = dict(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
+                activation_checkpointing=False)
+    return ADRPOConfig(**{**base, **kw})
+
+
+def test_config_checks(tmp_path):
+    from training.adrpo import main
+    from training.adrpo_config import ADRPOConfigError
+    from training.adrpo_config import check_eq12_support
+
+    cfg = _cfg(tmp_path, loss_type="grpo", use_vllm=False, mode="isolated", retrieval_top_k=5, alpha=2.0)
+    rc = cfg.reward_config()
+    assert (rc.mode, rc.top_k, rc.alpha, rc.judge, rc.lam) == ("isolated", 5, 2.0, "answer-recall", 0.8)
+    with pytest.raises(ADRPOConfigError, match="weighting"):
+        _cfg(tmp_path, weighting="clipped")
+    # advantage weighting runs on TRL's own loss, so every loss type and the entropy bonus work
+    assert _cfg(tmp_path, loss_type="sapo").loss_type == "sapo"
+    assert _cfg(tmp_path, entropy_coef=0.01).entropy_coef == 0.01
+    # the Eq. 12 ablation has its own loss and its limits
+    with pytest.raises(ADRPOConfigError, match="loss_type 'sapo'"):
+        _cfg(tmp_path, loss_type="sapo", weighting="unclipped")
+    with pytest.raises(ADRPOConfigError, match="entropy"):
+        _cfg(tmp_path, entropy_coef=0.01, weighting="unclipped")
+    check_eq12_support(_cfg(tmp_path, loss_type="bnpo", weighting="unclipped"))
+    with pytest.raises(ADRPOConfigError, match="text-only"):
+        check_eq12_support(_cfg(tmp_path, weighting="unclipped"), is_vlm=True)
+    with pytest.raises(ValueError, match="lam"):
+        _cfg(tmp_path, lam=1.5)
+    assert main(["--output_dir", str(tmp_path / "o"), "--weighting", "clipped"]) == 2
+
+
+def test_reward_function_rollout_index_and_unknown_key():
+    from training.adrpo_trainer import SessionRewardFunction
+
+    seen = {}
+
+    @dataclasses.dataclass
+    class B:
+        reward: float
+        gate: int = 1
+        dominant: str | None = None
+        weight: float = 1.0
+
+    def reward(samples, completions, rollout_index=None):
+        seen.update(samples=samples, completions=completions, k=rollout_index)
+        return [B(0.25 * i) for i in range(len(samples))]
+
+    fn = SessionRewardFunction(reward, {"a": "SA", "b": "SB"}, num_generations=4)
+    fn.rollout_offset = 6  # this process's first completion is the 7th of the global batch
+    out = fn(prompts=[None] * 4, completions=[[{"role": "assistant", "content": f"y{i}"}] for i in range(4)],
+             key=["a", "a", "b", "b"])
+    assert out == [0.0, 0.25, 0.5, 0.75]
+    assert seen == {"samples": ["SA", "SA", "SB", "SB"], "completions": ["y0", "y1", "y2", "y3"], "k": [2, 3, 0, 1]}
+    assert [b.reward for b in fn.breakdowns] == out
+    with pytest.raises(KeyError, match="'zz'"):
+        fn(prompts=[None], completions=["x"], key=["zz"])
+
+
+def test_session_block_sampler_keeps_sessions_whole():
+    from training.adrpo_data import ADRPODataError, session_block_sampler
+
+    data = list(range(12))  # 3 sessions x 4 managers
+    s = session_block_sampler(data, block=4, mini_repeat_count=2, batch_size=4, repeat_count=1, shuffle=True, seed=3)
+    idx = list(s)
+    assert len(idx) == len(s) == 24
+    blocks = [idx[i:i + 8] for i in range(0, 24, 8)]
+    for b in blocks:
+        first = b[0] - b[0] % 4
+        assert b == [first, first, first + 1, first + 1, first + 2, first + 2, first + 3, first + 3]
+    assert sorted(b[0] for b in blocks) == [0, 4, 8]
+    with pytest.raises(ADRPODataError, match="multiple of 4"):
+        session_block_sampler(data, block=4, mini_repeat_count=2, batch_size=6, repeat_count=1, shuffle=False,
+                              seed=0)
+
+
+# ---- real TRL steps on a tiny planted policy -----------------------------------------------
+PLANT_LOGIT = 16.0  # target logit of each planted step; ~9/16 samples are exactly valid at T = 1
+
+
+def planted_policy(src, out):
+    """Copy of the tiny random model with attention/MLP outputs zeroed (each position sees only
+    its own token: a bigram model) and an untied LM head that gives the next token of the
+    chain a logit of PLANT_LOGIT (random tokens keep their random logits, std ~2.4)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(src))
+    model = AutoModelForCausalLM.from_pretrained(str(src))
+    chain = (tok("\n", add_special_tokens=False)["input_ids"]
+             + tok('{"operations": []}', add_special_tokens=False)["input_ids"] + [tok.eos_token_id])
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        emb = model.model.embed_tokens.weight
+        model.lm_head.weight = torch.nn.Parameter(emb.detach().clone())
+        model.config.tie_word_embeddings = False
+        d = emb.shape[1]
+        for i, t in enumerate(chain):
+            emb[t] = torch.nn.functional.one_hot(torch.tensor(i), d).float()
+        for i in range(len(chain) - 1):  # RMSNorm maps the one-hot to sqrt(d) on axis i
+            model.lm_head.weight[chain[i + 1]] = torch.nn.functional.one_hot(torch.tensor(i), d).float() \
+                * PLANT_LOGIT / math.sqrt(d)
+    model.save_pretrained(str(out))
+    tok.save_pretrained(str(out))
+    return out
+
+
+@pytest.fixture(scope="module")
+def planted_dir(tiny_model_dir, tmp_path_factory):
+    return planted_policy(tiny_model_dir, tmp_path_factory.mktemp("planted"))
+
+
+@pytest.fixture(scope="module")
+def short_samples():
+    """The 4 real conv-26 session-1 reward samples (expert bank before the session, expert
+    outputs, 5 QA) with a one-line prompt: the planted policy ignores its context, and on CPU
+    TRL scores every prompt position against the 49K-token vocabulary, so long prompts only
+    cost time here."""
+    from llm.embeddings import HashEmbedder
+    from rewards.samples import build_reward_samples
+    from training.adrpo import trajectory_paths
+
+    samples = [s for s in build_reward_samples(trajectory_paths(["conv-26"]), embedder=HashEmbedder(64))
+               if s.session == 1]
+    return [dataclasses.replace(s, messages=[{"role": "user", "content": f"Output the JSON for the {s.manager} part."}])
+            for s in samples]
+
+
+def _trainer(policy_dir, samples, out, **kw):
+    from llm.embeddings import HashEmbedder
+    from rewards.session_reward import SessionReward
+    from training.adrpo import trainer_class
+    from training.adrpo_config import ADRPOConfig
+    from training.common import PolicyModelConfig, load_policy
+
+    policy = load_policy(PolicyModelConfig(model_name_or_path=str(policy_dir), lora_r=4, lora_alpha=8,
+                                           lora_dropout=0.0, lora_target_modules=["q_proj", "v_proj", "o_proj"]))
+    args = ADRPOConfig(**{**dict(
+        output_dir=str(out), use_cpu=True, bf16=False, report_to="none", activation_checkpointing=False,
+        num_generations=4, per_device_train_batch_size=8, max_completion_length=10, max_steps=2, logging_steps=1,
+        save_steps=1, learning_rate=0.05, beta=0.02, loss_type="dapo", embedder="hash", seed=0, temperature=1.0,
+        weighting="advantage", alpha=ALPHA), **kw})
+    reward = SessionReward(args.reward_config(), embedder=HashEmbedder(64), tokenizer=policy.tokenizer)
+    return trainer_class(args)(policy.model, args=args, samples=samples, reward=reward,
+                               processing_class=policy.tokenizer, peft_config=policy.peft_config)
+
+
+@pytest.fixture(scope="module")
+def trained(planted_dir, short_samples, tmp_path_factory):
+    out = tmp_path_factory.mktemp("adrpo_run")
+    trainer = _trainer(planted_dir, short_samples, out)
+    before = trainable_state(trainer.model)
+    trainer.train()
+    return trainer, before, out
+
+
+def test_two_adrpo_steps_change_parameters_and_log_finite_reward_parts(trained):
+    trainer, before, _ = trained
+    assert trainer.state.global_step == 2
+    after = trainable_state(trainer.model)
+    assert set(after) == set(before) and any("lora" in k for k in after)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    steps = [h for h in trainer.state.log_history if "reward_parts/gate" in h]
+    assert [h["step"] for h in steps] == [1, 2]
+    for h in steps:
+        for k in ("reward_parts/reward", "reward_parts/gate", "reward_parts/acc", "reward_parts/lp",
+                  "reward_parts/weight", "adrpo/weight_mean", "frac_reward_zero_std",
+                  "frac_reward_zero_std/counterfactual", "kl", "entropy"):
+            assert math.isfinite(h[k]), k
+        assert 0.0 <= h["reward_parts/gate"] <= 1.0 and 0.0 <= h["reward_parts/acc"] <= 1.0
+        assert h["reward_parts/weight"] >= 1.0
+        # the dominant-part histogram counts every one of the 8 completions once
+        assert sum(h[f"dominant/{p}"] for p in ("episodic", "semantic", "procedural", "none")) == 8
+        assert h["frac_reward_zero_std/counterfactual"] == h["frac_reward_zero_std"]
+    # the planted policy writes valid and invalid outputs: some group had reward variance
+    assert any(h["reward_std"] > 0 for h in steps)
+    assert any(0.0 < h["reward_parts/gate"] < 1.0 for h in steps)
+
+
+def trl_loss_types() -> list[str]:
+    """Every ``loss_type`` the installed TRL offers (from ``GRPOConfig``'s own help text)."""
+    import re
+
+    from trl import GRPOConfig
+
+    help_text = GRPOConfig.__dataclass_fields__["loss_type"].metadata["help"]
+    return re.findall(r"'(\w+)'", re.search(r"Supported values are ([^.]*)\.", help_text).group(1))
+
+
+def _grads_of(trainer, fn, batch):
+    model = trainer.model
+    model.zero_grad()
+    loss = fn(model, batch)
+    loss.backward()
+    grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    return loss.item(), grads
+
+
+@pytest.fixture()
+def weighted_batch(trained):
+    """One generation batch of the trained trainer scored twice from the same RNG seed: by
+    stock ``GRPOTrainer._generate_and_score_completions`` and by ADRPO's, with the reward's
+    weights forced to w = (4, 1, 1, 1, 4, 1, 1, 1) and its rewards to (1, 0, 0, 1) per group
+    (so every advantage is ±0.866 ≠ 0). Yields (trainer, stock outputs, ADRPO outputs, w)."""
+    from trl import GRPOTrainer
+
+    trainer, _, _ = trained
+    inner = trainer.reward_fn.reward
+    w = [ALPHA, 1.0, 1.0, 1.0] * 2
+
+    def forced(samples, completions, rollout_index=None, **kw):
+        out = inner(samples, completions, rollout_index=rollout_index, **kw)
+        return [dataclasses.replace(b, reward=float(i % 4 in (0, 3)), weight=w[i]) for i, b in enumerate(out)]
+
+    trainer.reward_fn.reward = forced
+    trainer.model.train()
+    rows = [trainer.train_dataset[i] for i in range(2)]
+    batch = [r for r in rows for _ in range(4)]
+    try:
+        torch.manual_seed(11)
+        stock = GRPOTrainer._generate_and_score_completions(trainer, batch)
+        torch.manual_seed(11)
+        ours = trainer._generate_and_score_completions(batch)
+        yield trainer, stock, ours, torch.tensor(w)
+    finally:
+        trainer.reward_fn.reward = inner
+        trainer.loss_type = "dapo"
+        trainer.beta = trainer.args.beta
+
+
+def test_advantages_are_scaled_by_the_weights(weighted_batch):
+    trainer, stock, ours, w = weighted_batch
+    assert torch.equal(ours["completion_ids"], stock["completion_ids"])
+    assert stock["advantages"].abs().tolist() == pytest.approx([math.sqrt(3) / 2] * 8, rel=1e-3)  # std + 1e-4
+    torch.testing.assert_close(ours["advantages"], stock["advantages"] * w)
+    assert "adrpo_weights" not in ours
+
+
+def test_w1_step_equals_stock_grpo_for_every_trl_loss_type(weighted_batch):
+    """With w = 1 (the non-dominant rows 1-3, 5-7) ADRPO's loss and gradients are stock TRL's,
+    for every loss type TRL offers: ADRPO does not touch TRL's loss."""
+    from trl import GRPOTrainer
+
+    trainer, stock, ours, w = weighted_batch
+    keep = [i for i in range(8) if w[i] == 1.0]
+    sub = {k: (v[keep] if isinstance(v, torch.Tensor) and v.dim() > 0 else v) for k, v in ours.items()}
+    ref = {k: (v[keep] if isinstance(v, torch.Tensor) and v.dim() > 0 else v) for k, v in stock.items()}
+    types = trl_loss_types()
+    assert {"grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"} <= set(types)
+    for lt in types:
+        trainer.loss_type = lt
+        loss, g = _grads_of(trainer, trainer.compute_loss, sub)
+        loss_ref, g_ref = _grads_of(trainer, lambda m, b: GRPOTrainer._compute_loss(trainer, m, b), ref)
+        assert loss == pytest.approx(loss_ref, rel=1e-6, abs=1e-9), lt
+        assert g.keys() == g_ref.keys() and g, lt
+        for k in g:
+            torch.testing.assert_close(g[k], g_ref[k], rtol=1e-5, atol=1e-9, msg=lambda m: f"{lt}: {m}")
+
+
+def test_w_alpha_gives_alpha_times_the_gradient_of_an_in_band_positive_token(weighted_batch):
+    """Completion 0 is dominant (w = α) with Â > 0 and on-policy ratios (ρ = 1, in band): its
+    gradient under ADRPO is α times stock GRPO's, for every loss type TRL offers (β = 0: the KL
+    term is not weighted)."""
+    from trl import GRPOTrainer
+
+    trainer, stock, ours, w = weighted_batch
+    assert w[0] == ALPHA and float(stock["advantages"][0]) > 0
+    one = {k: (v[[0]] if isinstance(v, torch.Tensor) and v.dim() > 0 else v) for k, v in ours.items()}
+    ref = {k: (v[[0]] if isinstance(v, torch.Tensor) and v.dim() > 0 else v) for k, v in stock.items()}
+    trainer.beta = 0.0
+    for lt in trl_loss_types():
+        trainer.loss_type = lt
+        loss, g = _grads_of(trainer, trainer.compute_loss, one)
+        loss_ref, g_ref = _grads_of(trainer, lambda m, b: GRPOTrainer._compute_loss(trainer, m, b), ref)
+        assert g and any(float(v.abs().sum()) > 0 for v in g_ref.values()), lt
+        for k in g:
+            torch.testing.assert_close(g[k], ALPHA * g_ref[k], rtol=1e-4, atol=1e-8, msg=lambda m: f"{lt}: {m}")
+
+
+def test_eq12_trainer_loss_is_trl_loss_at_w1_and_ignores_w_for_positive_advantages(trained, tmp_path, short_samples,
+                                                                                  planted_dir):
+    """The Eq. 12 ablation's copied loss equals TRL's own at w = 1 (grpo, bnpo, dr_grpo, dapo;
+    gradients too), and with Â > 0 on-policy it equals the unweighted loss for w = α: the
+    defect the corrected weighting fixes."""
+    from trl import GRPOTrainer
+
+    from training.adrpo_config import EQ12_LOSS_TYPES
+    from training.adrpo_eq12 import ADRPOEq12Trainer
+
+    trainer, _, _ = trained
+    eq12 = _trainer(planted_dir, short_samples, tmp_path / "eq12", weighting="unclipped", max_steps=1,
+                    save_strategy="no")
+    assert isinstance(eq12, ADRPOEq12Trainer)
+    eq12.current_gradient_accumulation_steps = 1  # set by train(); both losses read it
+    eq12.model.train()
+    rows = [eq12.train_dataset[i] for i in range(2)]
+    torch.manual_seed(5)
+    inputs = eq12._generate_and_score_completions([r for r in rows for _ in range(4)])
+    keep = [0, 1, 4, 5]
+    inputs = {k: (v[keep] if isinstance(v, torch.Tensor) and v.dim() > 0 else v) for k, v in inputs.items()}
+    adv = torch.tensor([1.0, -0.5, 0.3, -0.8])
+    stock_loss = lambda m, b: GRPOTrainer._compute_loss(eq12, m, b)  # noqa: E731
+    for lt in EQ12_LOSS_TYPES:
+        eq12.loss_type = lt
+        ours, g = _grads_of(eq12, eq12.compute_loss, {**inputs, "advantages": adv, "adrpo_weights": torch.ones(4)})
+        ref, g_ref = _grads_of(eq12, stock_loss, {**inputs, "advantages": adv})
+        assert ours == pytest.approx(ref, rel=1e-5, abs=1e-7), lt
+        assert g.keys() == g_ref.keys() and g
+        for k in g:
+            torch.testing.assert_close(g[k], g_ref[k], rtol=1e-4, atol=1e-7)
+    pos = {**inputs, "advantages": adv.abs()}
+    w = torch.tensor([4.0, 1.0, 4.0, 1.0])
+    unclipped, _ = _grads_of(eq12, eq12.compute_loss, {**pos, "adrpo_weights": w})
+    stock, _ = _grads_of(eq12, stock_loss, pos)
+    amplified, _ = _grads_of(eq12, stock_loss, {**pos, "advantages": adv.abs() * w})
+    assert unclipped == pytest.approx(stock, rel=1e-5, abs=1e-7)
+    assert amplified != pytest.approx(stock, rel=1e-3)
+    # and it trains: one real step through TRL's batching with the weights beside the advantages
+    eq12.train()
+    assert eq12.state.global_step == 1
+    assert any("reward_parts/weight" in h and math.isfinite(h["loss"]) for h in eq12.state.log_history if "loss" in h)
+
+    from training.adrpo_trainer import ADRPOTrainer
+
+    with pytest.raises(ValueError, match="needs its own loss"):
+        ADRPOTrainer(eq12.model, args=eq12.args, samples=short_samples, reward=None)
+    with pytest.raises(ValueError, match="weighting: unclipped ablation"):
+        ADRPOEq12Trainer(eq12.model, args=trainer.args, samples=short_samples, reward=None)
+
+
+def test_resume_continues_the_step_count(trained, planted_dir, short_samples, tmp_path):
+    _, _, out = trained
+    ckpt = out / "checkpoint-2"
+    assert (ckpt / "trainer_state.json").is_file() and (ckpt / "adapter_model.safetensors").is_file()
+    resumed = _trainer(planted_dir, short_samples, tmp_path / "resumed", max_steps=3)
+    resumed.train(resume_from_checkpoint=str(ckpt))
+    assert resumed.state.global_step == 3
+    # the history of steps 1-2 comes back from the checkpoint; step 3 is new
+    assert [h["step"] for h in resumed.state.log_history if "reward_parts/gate" in h] == [1, 2, 3]
+
+
+def test_init_from_an_adapter_continues_it(trained, short_samples, tmp_path):
+    """An SFT-style adapter dir (here the run's checkpoint) loads as the trainable policy, with
+    TRL's frozen 'ref' copy of it as the KL reference."""
+    from safetensors.torch import load_file
+
+    _, _, out = trained
+    ckpt = out / "checkpoint-2"
+    trainer = _trainer(ckpt, short_samples, tmp_path / "from_adapter")
+    saved = load_file(str(ckpt / "adapter_model.safetensors"))
+    params = dict(trainer.model.named_parameters())
+    assert "ref" in trainer.model.peft_config
+    checked = 0
+    for name, value in saved.items():
+        live = name.replace(".weight", ".default.weight")
+        assert live in params and params[live].requires_grad, name
+        torch.testing.assert_close(params[live].detach(), value)
+        checked += 1
+    assert checked == 12  # 2 layers x 3 modules x (lora_A, lora_B)
+
+
+# ---- recipes and commands --------------------------------------------------------------------
+@pytest.mark.parametrize("name,expect", [
+    ("adrpo_cpu", dict(use_vllm=False, loss_type="dapo", num_generations=4, temperature=0.8, top_p=0.9,
+                       beta=0.02, judge="answer-recall", use_peft=True, generation_batch_size=4)),
+    ("adrpo_qwen3_4b_colocate", dict(use_vllm=True, vllm_mode="colocate", loss_type="grpo", num_generations=8,
+                                     temperature=0.8, top_p=0.9, learning_rate=1e-6, beta=0.02, judge="llm",
+                                     model_name_or_path="Qwen/Qwen3-4B-Instruct-2507", init_from="runs/sft_qwen3_4b")),
+    ("adrpo_qwen3_4b_server", dict(use_vllm=True, vllm_mode="server", vllm_server_port=8000, loss_type="grpo",
+                                   num_generations=8, temperature=0.8, top_p=0.9, learning_rate=1e-6, beta=0.02,
+                                   answer_model="openai:http://127.0.0.1:8001/v1#Qwen/Qwen3-4B-Instruct-2507")),
+    ("demo_train_adrpo", dict(sessions=[1], max_prompt_tokens=1000, num_generations=4, generation_batch_size=4)),
+])
+def test_recipes_parse_and_pass_trl_fields_through(name, expect):
+    from pathlib import Path
+
+    from training.adrpo import parse_args
+
+    recipe = Path(__file__).resolve().parents[2] / "launch" / "recipes" / f"{name}.yaml"
+    cfg, model_args = parse_args(["--config", str(recipe)])
+    for field_name, value in expect.items():
+        assert getattr(model_args if hasattr(model_args, field_name) else cfg, field_name) == value, field_name
+    assert cfg.weighting == "advantage" and cfg.alpha == 4.0 and cfg.mode == "counterfactual"
+
+
+def test_bench_train_is_registered():
+    from launch.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "train", "--reps", "1", "--skip-sft", "--model", "/tmp/m"])
+    assert (args.reps, args.skip_sft, args.skip_grpo, args.model, args.num_generations) == (1, True, False,
+                                                                                            "/tmp/m", 4)
+    assert args.func.__module__ == "launch.bench.train"
+
+
+def test_adrpo_divisibility_names_the_flags_the_user_set(tmp_path):
+    from training.adrpo_config import ADRPOConfig, ADRPOConfigError
+
+    with pytest.raises(ADRPOConfigError) as e:
+        ADRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none",
+                    per_device_train_batch_size=3, gradient_accumulation_steps=1, num_generations=2)
+    msg = str(e.value)
+    assert "per_device_train_batch_size (3)" in msg and "num_generations (2)" in msg
+    assert "--gradient_accumulation_steps" in msg
+
+
+def test_adrpo_reward_function_reads_truncation_from_token_ids():
+    from training.adrpo_trainer import SessionRewardFunction
+
+    fn = SessionRewardFunction(None, {}, num_generations=2)
+    assert fn.finish_reasons([[5, 6, 2], [5, 6, 7]]) is None  # stop ids not set yet
+    fn.stop_token_ids = {2, 0}
+    assert fn.finish_reasons([[5, 6, 2], [5, 6, 7], [4, 0]]) == ["stop", "length", "stop"]
