@@ -5,8 +5,11 @@ rounds_integrate, seed, workers, out) are stable: scripts and later issues rely 
 
 Splits (DESIGN.md § "Capability-driven evolution"): LoCoMo train conv-26, conv-30; valid
 conv-41, conv-42; test the other six. LongMemEval: the S subset with ``s_splits.json`` (train
-52, valid 47, test 100 question ids). Empty ``train``/``valid`` take these defaults; ``test:
-[default]`` takes the default test split; an empty ``test`` means no test run.
+52, valid 47, test 100 question ids). BEAM (PrisMem's protocol, ``beam/README.md``): train the
+100K chats 3-10 (160 questions), valid the 100K chats 11-16 (120), test the eight 1M chats
+(160). Empty ``train``/``valid`` take these defaults; ``test: [default]`` takes the default
+test split; an empty ``test`` means no test run. ``test_path`` reads the test split from
+another file (LongMemEval-M records: evolve on S, test on M).
 """
 from __future__ import annotations
 
@@ -34,13 +37,17 @@ class EvolveConfig:
               "extractor": {"spec": "extractor", "words": ("instruction", "turns")}, "task_model": {"spec": "backend"},
               "judge_model": {"spec": "backend"}, "coder_model": {"spec": "backend"}, "out": {"out_dir": True},
               "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0},
-              "dataset": {"choices": ("locomo", "longmemeval")}, "proposer": {"choices": ("params", "coder", "scripted")},
-              "scorer": {"choices": ("answer-recall", "f1", "llm")}, "plan_mode": {"choices": ("llm", "question")},
+              "dataset": {"choices": ("locomo", "longmemeval", "beam")}, "proposer": {"choices": ("params", "coder", "scripted")},
+              "scorer": {"choices": ("answer-recall", "rubric-recall", "f1", "llm")}, "plan_mode": {"choices": ("llm", "question")},
               "ablation": {"choices": ABLATIONS}, "delta": {"min": 0.0}, "extractor_max_new_tokens": {"min": 1}}
 
-    dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval (the S subset)"})
+    dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval (the S subset) | beam (100K "
+                                                             "train/valid, 1M test)"})
     path: str | None = field(default=None, metadata={"help": "data file (default: $MEMGYM_DATA/...; longmemeval: "
-                                                             "longmemeval/longmemeval_s_subset.json)"})
+                                                             "longmemeval/longmemeval_s_subset.json; beam: the BEAM "
+                                                             "root or a size/chat folder)"})
+    test_path: str | None = field(default=None, metadata={"help": "data file of the test split (default: path), "
+                                                                  "e.g. a LongMemEval-M file"})
     train: list[str] = field(default_factory=list, metadata={"help": "train conversation / question ids (empty = the "
                                                                      "dataset's default split)"})
     valid: list[str] = field(default_factory=list, metadata={"help": "valid ids (empty = default split)"})
@@ -54,7 +61,8 @@ class EvolveConfig:
         "help": "instruction | turns | expert:<file or conv-NN>[,...] | hf:<dir> | openai:<url>#<model>"})
     task_model: str = field(default="hf:smollm2", metadata={"help": "task LLM spec (plan, answer, extraction)"})
     plan_mode: str = field(default="question", metadata={"help": "llm | question (no LLM: the question is the query)"})
-    scorer: str = field(default="answer-recall", metadata={"help": "answer-recall | f1 | llm"})
+    scorer: str = field(default="answer-recall", metadata={"help": "answer-recall | rubric-recall (beam) | f1 | llm "
+                                                                   "(the dataset's official judge)"})
     judge_model: str | None = field(default=None, metadata={"help": "judge spec for scorer llm"})
     proposer: str = field(default="params", metadata={"help": "params | coder | scripted"})
     coder_model: str | None = field(default=None, metadata={"help": "coder backend spec (proposer coder), e.g. "
@@ -109,8 +117,10 @@ class EvolveConfig:
         from llm.config import check_fields
 
         check_fields(self)
-        if self.dataset not in ("locomo", "longmemeval"):
-            raise ValueError(f"dataset must be locomo or longmemeval, got {self.dataset!r}")
+        if self.dataset not in ("locomo", "longmemeval", "beam"):
+            raise ValueError(f"dataset must be locomo, longmemeval or beam, got {self.dataset!r}")
+        if self.scorer == "rubric-recall" and self.dataset != "beam":
+            raise ValueError("scorer rubric-recall needs dataset beam (it scores BEAM rubrics)")
         if self.proposer not in ("params", "coder", "scripted"):
             raise ValueError(f"proposer must be params, coder or scripted, got {self.proposer!r}")
         if self.proposer == "coder" and not self.coder_model:
@@ -151,6 +161,9 @@ class EvolveConfig:
         """The dataset's DESIGN splits."""
         if self.dataset == "locomo":
             return {k: list(v) for k, v in LOCOMO_SPLITS.items()}
+        if self.dataset == "beam":
+            from data_synth.splits import BEAM_SPLITS
+            return {k: list(v) for k, v in BEAM_SPLITS.items()}
         from data_synth.paths import data_root
         return json.loads((data_root() / "longmemeval" / "s_splits.json").read_text())
 
@@ -169,15 +182,18 @@ class EvolveConfig:
 
         return RunnerSettings(
             extraction=self.extractor, task_model=self.task_model, plan_mode=self.plan_mode, scorer=self.scorer,
-            judge_model=self.judge_model, extract_max_new_tokens=self.extract_max_new_tokens,
+            judge_model=self.judge_model, dataset=self.dataset, extract_max_new_tokens=self.extract_max_new_tokens,
             extractor_max_new_tokens=self.extractor_max_new_tokens,
             plan_max_new_tokens=self.plan_max_new_tokens, answer_max_new_tokens=self.answer_max_new_tokens,
             diagnostics=diagnostics, progress=self.progress, workers=self.workers,
             sandbox=SandboxLimits(call_timeout_s=self.call_timeout_s, load_timeout_s=max(20.0, self.call_timeout_s)))
 
-    def data_path(self) -> str | None:
-        """The data file (LongMemEval defaults to the S subset)."""
-        if self.path or self.dataset == "locomo":
+    def data_path(self, split: str = "train") -> str | None:
+        """The data file of ``split`` (LongMemEval defaults to the S subset; the test split
+        reads ``test_path`` when set; BEAM ``None`` = the BEAM root)."""
+        if split == "test" and self.test_path:
+            return self.test_path
+        if self.path or self.dataset in ("locomo", "beam"):
             return self.path
         from data_synth.paths import data_root
         return str(data_root() / "longmemeval" / "longmemeval_s_subset.json")

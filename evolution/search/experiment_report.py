@@ -65,7 +65,7 @@ def test_labels(cfg) -> dict[str, str]:
 
     if not cfg.test:
         return {}
-    convs = load_conversations(cfg.dataset, cfg.data_path(), ids=list(cfg.test), n_sessions=cfg.n_sessions,
+    convs = load_conversations(cfg.dataset, cfg.data_path("test"), ids=list(cfg.test), n_sessions=cfg.n_sessions,
                                max_questions=cfg.max_questions)
     return {f"{c.id}/{q.id}": q.capability.value for c in convs for q in c.questions if q.capability is not None}
 

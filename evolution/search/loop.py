@@ -7,8 +7,9 @@ by the target policy, parent by the parent policy, cases by the case policy; a c
 the specialist of every capability whose valid score it beats), then **integration**
 (``rounds_integrate``, a hook: the ``integrator`` object, by default
 :class:`evolution.search.integrate.TraceGuidedIntegrator`) and the
-**final** step: the frozen program (:meth:`Evolution.final_program`: the base, or the
-integrator's choice) runs once on the test split, beside the seed.
+**final** step: the frozen program (:meth:`Evolution.final_program`: the best valid overall
+among the base, every specialist and every accepted merge, ties to the later one) runs once on
+the test split, beside the seed and every specialist.
 
 Plug-in points (all small objects, swapped for ablations): ``target_policy``,
 ``parent_policy``, ``case_policy``, ``acceptance`` (:mod:`evolution.search.select`),
@@ -52,7 +53,7 @@ from evolution.search.ledger import BudgetExhausted, Ledger, usage_from_eval
 from evolution.search.proposers.base import LineageEntry, ProposalInput, ProposalResult
 from evolution.search.rundir import RunDir, atomic_write_json, atomic_write_text, read_json
 from evolution.search.select import (CapabilityAcceptance, DependencyAwareTarget, HistoryGuidedCases,
-                                     SpecialistParent, TaskInfo, record_cases)
+                                     SpecialistParent, TaskInfo, freeze_choice, record_cases)
 from memory_bank.program import unit_text
 
 FAULT_ENV = "MEMGYM_EVOLVE_FAULT"
@@ -150,7 +151,7 @@ class Evolution:
             if not ids:
                 out[split] = []
                 continue
-            convs = load_conversations(self.cfg.dataset, self.cfg.data_path(), ids=list(ids),
+            convs = load_conversations(self.cfg.dataset, self.cfg.data_path(split), ids=list(ids),
                                        n_sessions=self.cfg.n_sessions, max_questions=self.cfg.max_questions)
             if self.cfg.labels != "native" and split != "test":
                 from data_synth.annotate import apply_labels, load_labels
@@ -203,8 +204,10 @@ class Evolution:
                                 diagnostics=diagnostics)
 
     def _scores(self, ev) -> SplitScores:
+        ret = [t.get("retrieved_chars") for t in ev.tasks if t.get("retrieved_chars") is not None]
         return SplitScores(ev.overall, {k: v["score"] for k, v in ev.by_capability.items() if k != "?"},
-                           ev.task_scores())
+                           ev.task_scores(), {str(k): v["score"] for k, v in ev.by_category.items()},
+                           round(sum(ret) / len(ret), 1) if ret else None)
 
     @staticmethod
     def diag_table(ev) -> dict:
@@ -455,9 +458,19 @@ class Evolution:
 
     # ------------------------------------------------------------------ the run
 
+    def accepted_merges(self) -> list[str]:
+        """Ids of the integration candidates that were accepted (history order)."""
+        return [h["candidate"] for h in self.history if h.get("stage") == "integrate" and h.get("integrated")]
+
+    def freeze(self) -> dict:
+        """:func:`evolution.search.select.freeze_choice` over the base, every specialist and
+        every accepted merge: ``{"frozen", "runner_up", "pool", "why"}``."""
+        return freeze_choice(self.archive, self.accepted_merges())
+
     def final_program(self) -> str:
-        """The frozen program's id: the integrator's choice, else the base."""
-        return self.integrator.final(self) if self.integrator is not None else self.archive.base
+        """The frozen program's id: the best valid overall among the base, every specialist
+        and every accepted merge (ties: the later one), :meth:`freeze`."""
+        return self.freeze()["frozen"]
 
     def finish(self) -> dict:
         """Test runs (once, stored in ``final.json``), best.py, report.md, capabilities.png,

@@ -9,9 +9,12 @@ summary.json::
      "seed":  {"valid": SCORES, "test": SCORES or null},
      "final": {"valid": SCORES, "test": SCORES or null, "program": "<path of best.py>"},
      "specialists": {"F"|"T"|"P"|"M"|"A": {"valid": SCORES, "program": "<path>"}}}
-    SCORES = {"overall": float, "by_capability": {"F": float, ...}}
+    SCORES = {"overall": float, "by_capability": {"F": float, ...}, "by_category": {label: float},
+              "retrieved_chars": float}   (the last two when known)
 
 plus ``candidates_rejected`` (a program that failed checks or validation), ``final_id``,
+``frozen`` (:func:`evolution.search.select.freeze_choice`: which program was frozen, why, the
+runner-up and the pool), ``integrated`` (the frozen program is an accepted merge),
 ``stopped`` (why the run stopped early, else null) and ``ledger`` (per round and role).
 ``candidates_evaluated`` excludes the seed; ``proposals_failed`` counts every proposal that
 was not evaluated (no program, or a program rejected before evaluation).
@@ -62,13 +65,48 @@ def build_summary(evo, fin: dict) -> dict:
                             "program": str(root / arch.specialist(c).program),
                             "test": _scores(test_of(fin, arch.specialist(c).id))}
                         for c in CAPABILITIES if c in arch.specialists},
-        "integrated": final.id != arch.base,
-        "final_id": final.id, "stopped": evo.stopped, "ledger": evo.ledger.rounds,
+        "integrated": final.id in evo.accepted_merges(),
+        "frozen": evo.freeze(),
+        "final_id": final.id, "dataset": evo.cfg.dataset, "stopped": evo.stopped, "ledger": evo.ledger.rounds,
     }
 
 
 def _f(v) -> str:
     return "-" if v is None else f"{v:.3f}"
+
+
+CATEGORY_WORD = {"beam": "ability", "longmemeval": "question type", "locomo": "category"}
+
+
+def score_table(rows, caps) -> list[str]:
+    """Markdown rows ``program | id | overall | <caps> | retrieved chars`` for ``rows`` of
+    (name, candidate id, SCORES or None); rows without scores are left out."""
+    out = ["| program | id | overall | " + " | ".join(caps) + " | retrieved chars |", "|" + "---|" * (4 + len(caps))]
+    for name, cid, sc in rows:
+        if sc is None:
+            continue
+        rc = sc.get("retrieved_chars")
+        out.append(f"| {name} | {cid} | {_f(sc['overall'])} | " + " | ".join(_f(sc["by_capability"].get(c)) for c in caps)
+                   + f" | {'-' if rc is None else f'{rc:.0f}'} |")
+    return out
+
+
+def category_table(rows, dataset: str) -> list[str]:
+    """Per native label (BEAM's ten abilities, LongMemEval's question types) one row, one
+    column per program of ``rows`` (name, id, SCORES or None); [] for LoCoMo (its categories
+    are the capabilities) or when no program has per-category scores."""
+    rows = [r for r in rows if r[2] is not None and r[2].get("by_category")]
+    if dataset == "locomo" or not rows:
+        return []
+    labels = list(dict.fromkeys(k for r in rows for k in r[2]["by_category"]))
+    if dataset == "beam":
+        from data_synth.beam import BEAM_ABILITIES
+        labels = [a for a in BEAM_ABILITIES if a in labels] + [a for a in labels if a not in BEAM_ABILITIES]
+    out = [f"| {CATEGORY_WORD.get(dataset, 'category')} | " + " | ".join(f"{n} ({cid})" for n, cid, _ in rows) + " |",
+           "|" + "---|" * (1 + len(rows))]
+    for lab in labels:
+        out.append(f"| {lab} | " + " | ".join(_f(r[2]["by_category"].get(lab)) for r in rows) + " |")
+    return out
 
 
 def render_report(evo, summary: dict) -> str:
@@ -95,28 +133,24 @@ def render_report(evo, summary: dict) -> str:
         out.append(f"| {h['round']} | {h['stage']} | {h['target'] or '-'} | {h['parent'] or '-'} | {h['candidate']} | "
                    f"{prop} | {h['verdict']} | {_f(v.get('overall'))} | " + " | ".join(_f(bc.get(c)) for c in caps)
                    + f" | {acc} | {h.get('tokens', 0)} |")
-    out += ["", "## Programs (valid split)", "", "| program | id | overall | " + " | ".join(caps) + " |",
-            "|" + "---|" * (3 + len(caps))]
-
-    def row(name, cid, sc):
-        return f"| {name} | {cid} | {_f(sc['overall'])} | " + " | ".join(_f(sc["by_capability"].get(c)) for c in caps) \
-            + " |"
-
-    out.append(row("seed", "seed", summary["seed"]["valid"]))
-    out.append(row("final (integrated)" if summary.get("integrated") else "final (base)", summary["final_id"],
-                   summary["final"]["valid"]))
-    for c, s in summary["specialists"].items():
-        out.append(row(f"specialist {c} {CAP_NAMES[c]}", s["id"], s["valid"]))
+    frozen = summary["frozen"]
+    roles = {p["id"]: ", ".join(p["roles"]) for p in frozen["pool"]}
+    out += ["", "## Frozen program", "", f"- frozen: **{frozen['frozen']}** ({roles.get(frozen['frozen'], '-')}); "
+            f"{frozen['why']}.",
+            "- rule: the best valid overall among the base, every specialist and every accepted merge (ties: the "
+            "later one); it alone decides what runs on test as `final`."]
+    valid_rows = [("seed", "seed", summary["seed"]["valid"]),
+                  (f"final ({roles.get(summary['final_id'], 'base')})", summary["final_id"], summary["final"]["valid"])]
+    valid_rows += [(f"specialist {c} {CAP_NAMES[c]}", s["id"], s["valid"]) for c, s in summary["specialists"].items()]
+    out += ["", "## Programs (valid split)", ""] + score_table(valid_rows, caps)
     if summary["final"]["test"] is not None:
-        out += ["", "## Test split (frozen program, run once)", "", "| program | overall | " + " | ".join(caps) + " |",
-                "|" + "---|" * (2 + len(caps))]
-        rows = [("seed", summary["seed"]["test"]), ("final", summary["final"]["test"])]
-        rows += [(f"specialist {c} ({s['id']})", s.get("test")) for c, s in summary["specialists"].items()]
-        for name, sc in rows:
-            if sc is None:
-                continue
-            out.append(f"| {name} | {_f(sc['overall'])} | " + " | ".join(_f(sc["by_capability"].get(c)) for c in caps)
-                       + " |")
+        rows = [("seed", "seed", summary["seed"]["test"]), ("final", summary["final_id"], summary["final"]["test"])]
+        rows += [(f"specialist {c}", s["id"], s.get("test")) for c, s in summary["specialists"].items()]
+        out += ["", "## Test split (frozen program, run once)", ""] + score_table(rows, caps)
+    for split, rows in (("valid", valid_rows), ("test", rows if summary["final"]["test"] is not None else [])):
+        table = category_table(rows, evo.cfg.dataset)
+        if table:
+            out += ["", f"## Per {CATEGORY_WORD.get(evo.cfg.dataset, 'category')} ({split} split)", ""] + table
     from evolution.search.integrate import integration_section
     section = integration_section(evo.history)
     if section:
@@ -126,6 +160,33 @@ def render_report(evo, summary: dict) -> str:
             "Files: `best.py` (the frozen program), `capabilities.png`, `summary.json`, `candidates/<id>/` "
             "(program, proposal transcript, validation, scores)."]
     return "\n".join(out) + "\n"
+
+
+def console_summary(s: dict, out: str) -> str:
+    """What ``memgym evolve`` prints at the end: per split (valid, then test) the seed, each
+    specialist and the frozen program per capability (with the retrieved length), then, for
+    BEAM and LongMemEval, the same programs per ability / question type."""
+    lines = [f"\n{s['rounds']} rounds, {s['candidates_evaluated']} candidates evaluated, {s['proposals_failed']} "
+             f"proposals not evaluated, {s['wall_s']:.0f} s" + (f"; stopped: {s['stopped']}" if s["stopped"] else "")]
+    caps = [c for c in CAPABILITIES if c in s["seed"]["valid"]["by_capability"]]
+    frozen = s.get("frozen") or {}
+    roles = {p["id"]: ", ".join(p["roles"]) for p in frozen.get("pool", [])}
+    rows = [("seed", "seed", s["seed"])]
+    rows += [(f"specialist {c}", v["id"], v) for c, v in s["specialists"].items()]
+    rows.append((f"frozen ({roles.get(s['final_id'], 'base')})", s["final_id"], s["final"]))
+    dataset = s.get("dataset", "locomo")
+    for split in ("valid", "test"):
+        if split == "test" and s["final"]["test"] is None:
+            continue
+        split_rows = [(n, cid, r.get(split)) for n, cid, r in rows]
+        lines += [f"\n{split} split", *score_table(split_rows, caps)]
+        cat = category_table(split_rows, dataset)
+        if cat:
+            lines += [f"\n{split} split per {CATEGORY_WORD.get(dataset, 'category')}", *cat]
+    if frozen.get("why"):
+        lines.append(f"\nfrozen: {frozen['why']}")
+    lines.append(f"report: {out}/report.md; frozen program: {out}/best.py")
+    return "\n".join(lines)
 
 
 def plot_capabilities(evo, path) -> None:
