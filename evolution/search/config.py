@@ -33,7 +33,7 @@ class EvolveConfig:
               "answer_max_new_tokens": {"min": 1}, "extract_max_new_tokens": {"min": 1},
               "coder_max_new_tokens": {"min": 1}, "call_timeout_s": {"min": 0.001},
               "validate_timeout_s": {"min": 0.001}, "probe_units": {"min": 1}, "probe_batches": {"min": 1},
-              "rounds_cold": {"min": 0}, "rounds_refine": {"min": 0}, "rounds_integrate": {"min": 0},
+              "context_tokens": {"min": 1}, "rounds_cold": {"min": 0}, "rounds_refine": {"min": 0}, "rounds_integrate": {"min": 0},
               "extractor": {"spec": "extractor", "words": ("instruction", "turns")}, "task_model": {"spec": "backend"},
               "judge_model": {"spec": "backend"}, "coder_model": {"spec": "backend"}, "out": {"out_dir": True},
               "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0},
@@ -83,6 +83,12 @@ class EvolveConfig:
         "help": "also run every specialist once on the test split (report rows, oracle-label router baseline)"})
     stage_cache: str | None = field(default=None, metadata={
         "help": "stage-output cache file (default <out>/stages.sqlite; an experiment shares one)"})
+    context_tokens: int | None = field(default=None, metadata={
+        "help": "context budget: every retrieved text is cut to this many tokens (of context_tokenizer) before it is "
+                "answered and scored, the same for every program, so returning more text is no gain (None = "
+                "none; the program's own 16,000-character limit still holds)"})
+    context_tokenizer: str = field(default="smollm2", metadata={
+        "help": "tokenizer of the context budget: smollm2 (the embedded task model's) | hf:<dir>"})
     cases: int = field(default=5, metadata={"help": "compact cases per proposal"})
     case_budget: int = field(default=2400, metadata={"help": "characters per displayed excerpt"})
     seed: int = field(default=0, metadata={"help": "RNG seed of the run"})
@@ -186,6 +192,7 @@ class EvolveConfig:
             extractor_max_new_tokens=self.extractor_max_new_tokens,
             plan_max_new_tokens=self.plan_max_new_tokens, answer_max_new_tokens=self.answer_max_new_tokens,
             diagnostics=diagnostics, progress=self.progress, workers=self.workers,
+            context_tokens=self.context_tokens, context_tokenizer=self.context_tokenizer,
             sandbox=SandboxLimits(call_timeout_s=self.call_timeout_s, load_timeout_s=max(20.0, self.call_timeout_s)))
 
     def data_path(self, split: str = "train") -> str | None:

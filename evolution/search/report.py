@@ -118,6 +118,9 @@ def render_report(evo, summary: dict) -> str:
            f"- extractor `{cfg.extractor}`, plan `{cfg.plan_mode}`, scorer `{cfg.scorer}`, proposer `{cfg.proposer}`, "
            f"seed {cfg.seed}; rounds cold {cfg.rounds_cold} / refine {cfg.rounds_refine} / integrate "
            f"{cfg.rounds_integrate}",
+           "- context budget: " + (f"every retrieved text cut to {cfg.context_tokens} tokens of "
+                                   f"`{cfg.context_tokenizer}` before answering/scoring (the same for every program)"
+                                   if cfg.context_tokens else "none (the program's 16,000-character limit only)"),
            f"- {summary['rounds']} rounds in {summary['wall_s']:.0f} s; {summary['candidates_evaluated']} candidates "
            f"evaluated, {summary['proposals_failed']} proposals not evaluated ({summary['candidates_rejected']} "
            f"rejected programs)" + (f"; stopped early: {summary['stopped']}" if summary["stopped"] else ""), "",
