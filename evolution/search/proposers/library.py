@@ -70,6 +70,7 @@ class Variant:
 HELPERS_ANCHOR = "def pack_lines("
 SCORES_ANCHOR = "        scores = self._matrix() @ query_vec\n"
 RANKED_ANCHOR = "        ranked = order[:TOP_K]\n"
+RETURN_ANCHOR = '        return "\\n".join(self.lines[i] for i in sorted(chosen))\n'
 
 _SEED_MEMORY = '''class Memory:
     """An append-only list of rendered units."""
@@ -303,6 +304,11 @@ LIBRARY: tuple[Variant, ...] = (
                                           "from typing import Optional\n\nimport numpy as np\n"),)),
              Block((("def render_unit(", _DENSE_HELPERS + "def render_unit("),)),
              Block(((_SEED_MEMORY, _DENSE_MEMORY),)))),
+    Variant("rank_order", "ranking", "retrieval", "*",
+            "return the chosen lines best first, not in index order (a reader cut to a context budget keeps the "
+            "best-ranked lines)",
+            (Block(((RETURN_ANCHOR, '        return "\\n".join(self.lines[i] for i in chosen)\n'),)),),
+            requires=(RETURN_ANCHOR,)),
     Variant("hybrid_lexical", "hybrid", "retrieval", "FPA",
             "hybrid scoring: add LEXICAL_WEIGHT x the share of query words a line contains to the cosine",
             (_import("re"), Block(((HELPERS_ANCHOR, _LEXICAL + HELPERS_ANCHOR),)),
