@@ -39,7 +39,7 @@ class EvolveConfig:
               "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0},
               "dataset": {"choices": ("locomo", "longmemeval", "beam")}, "proposer": {"choices": ("params", "coder", "scripted")},
               "scorer": {"choices": ("answer-recall", "rubric-recall", "f1", "llm")}, "plan_mode": {"choices": ("llm", "question")},
-              "ablation": {"choices": ABLATIONS}, "delta": {"min": 0.0}, "extractor_max_new_tokens": {"min": 1}}
+              "ablation": {"choices": ABLATIONS}, "integrate_onto": {"choices": ("best", "base")}, "delta": {"min": 0.0}, "extractor_max_new_tokens": {"min": 1}}
 
     dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval (the S subset) | beam (100K "
                                                              "train/valid, 1M test)"})
@@ -77,6 +77,9 @@ class EvolveConfig:
                                                          "score against the base"})
     integrate_offline_first: bool = field(default=True, metadata={
         "help": "an LLM proposer's first integration attempt is the offline component merge"})
+    integrate_onto: str = field(default="best", metadata={
+        "help": "integration merges the specialists onto, and judges the merge against: best (the best valid overall "
+                "among the base and the specialists) | base (PrisMem's base)"})
     ablation: str = field(default="none", metadata={
         "help": "none | holistic | round_robin | random_cases | no_integration (DESIGN.md ablations)"})
     test_specialists: bool = field(default=True, metadata={
