@@ -22,7 +22,8 @@ from evolution.search.select import freeze_choice
 ROOT = Path(__file__).resolve().parents[1]
 BEAM = ["dataset: beam", "train: [100K-3]", "valid: [100K-11]", "test: []", "extractor: turns", "plan_mode: question",
         "scorer: rubric-recall", "proposer: params", "rounds_cold: 3", "rounds_refine: 1", "rounds_integrate: 0",
-        "seed: 0", "probe_units: 200", "probe_batches: 10", "embedder: hash:256", "progress: false"]
+        "seed: 0", "probe_units: 200", "probe_batches: 10", "embedder: hash:256", "progress: false",
+        "baselines: [full_history, bm25]"]
 
 
 def _fingerprint(run: Path):
@@ -62,6 +63,9 @@ def test_beam_evolution_ranking_wins_on_valid_and_resume_after_kill9_matches(tmp
     report = (ref / "report.md").read_text()
     assert "## Per ability (valid split)" in report and "| temporal_reasoning |" in report
     assert "## Frozen program" in report and "retrieved chars" in report
+    # the baselines run beside it on valid: full_history is the seed program itself
+    assert s["baselines"]["full_history"]["valid"] == s["seed"]["valid"] and s["baselines"]["bm25"]["test"] is None
+    assert "| baseline bm25 | - |" in report
 
     # kill -9 during round 3's evaluation, then resume: the same archive
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", FAULT_ENV: "evaluation:3"}

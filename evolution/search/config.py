@@ -84,6 +84,9 @@ class EvolveConfig:
         "help": "none | holistic | round_robin | random_cases | no_integration (DESIGN.md ablations)"})
     test_specialists: bool = field(default=True, metadata={
         "help": "also run every specialist once on the test split (report rows, oracle-label router baseline)"})
+    baselines: list[str] = field(default_factory=list, metadata={
+        "help": "static baseline programs run once on valid and test beside the frozen one (names of "
+                "memory_bank.programs.BASELINES: full_history, bm25, dense_topk, hybrid_rrf, reference)"})
     stage_cache: str | None = field(default=None, metadata={
         "help": "stage-output cache file (default <out>/stages.sqlite; an experiment shares one)"})
     context_tokens: int | None = field(default=None, metadata={
@@ -148,6 +151,13 @@ class EvolveConfig:
             raise ValueError(f"embedder must be minilm or hash:<dim>, got {self.embedder!r}")
         if self.cases < 1 or self.case_budget < 200:
             raise ValueError(f"cases must be >= 1 and case_budget >= 200, got {self.cases}, {self.case_budget}")
+        if isinstance(self.baselines, str):
+            self.baselines = [x.strip() for x in self.baselines.split(",") if x.strip()]
+        from memory_bank.programs import BASELINES
+        unknown = [b for b in self.baselines if b not in BASELINES]
+        if unknown:
+            raise ValueError(f"--baselines: unknown baseline program(s) {', '.join(unknown)}; known: "
+                             f"{', '.join(BASELINES)}")
         for k in ("train", "valid", "test"):
             v = getattr(self, k)
             if isinstance(v, str):  # "a,b" or a YAML scalar

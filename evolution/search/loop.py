@@ -499,6 +499,7 @@ class Evolution:
                         fin["specialists_test"][cid] = self._scores(ev).__dict__
                         for role, u in usage_from_eval(ev).items():
                             self.ledger.add("final", role, u["calls"], u["prompt"], u["completion"])
+            fin["baselines"] = self.evaluate_baselines()
             fin["ledger_final"] = self.ledger.rounds.get("final", {})
             atomic_write_json(self.dir.root / "final.json", fin)
         else:
@@ -506,6 +507,27 @@ class Evolution:
         atomic_write_text(self.dir.root / "best.py", self.source_of(final_id))
         self.save()
         return write_reports(self, fin)
+
+    def evaluate_baselines(self) -> dict:
+        """``{name: {"valid": SCORES, "test": SCORES or None}}`` of every recipe baseline
+        (:data:`memory_bank.programs.BASELINES`), each run once on valid and, when the run
+        has a test split, on test (calls booked on the ledger's ``final`` row)."""
+        from memory_bank.programs import baseline_program_path, read_program_source
+
+        out = {}
+        for name in self.cfg.baselines:
+            source = read_program_source(baseline_program_path(name))
+            row = {}
+            for split in ("valid", "test"):
+                if not self.splits[split]:
+                    row[split] = None
+                    continue
+                ev, _ = self.evaluate(source, split)
+                row[split] = self._scores(ev).__dict__
+                for role, u in usage_from_eval(ev).items():
+                    self.ledger.add("final", role, u["calls"], u["prompt"], u["completion"])
+            out[name] = row
+        return out
 
     def run(self, *, resume: bool = False) -> dict:
         """Run (or continue) the whole loop and write the reports; returns the summary dict."""

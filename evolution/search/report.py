@@ -13,7 +13,8 @@ summary.json::
               "retrieved_chars": float}   (the last two when known)
 
 plus ``candidates_rejected`` (a program that failed checks or validation), ``final_id``,
-``frozen`` (:func:`evolution.search.select.freeze_choice`: which program was frozen, why, the
+``baselines`` (``{name: {"valid": SCORES, "test": SCORES or null}}`` of the recipe's static
+baseline programs), ``frozen`` (:func:`evolution.search.select.freeze_choice`: which program was frozen, why, the
 runner-up and the pool), ``integrated`` (the frozen program is an accepted merge),
 ``stopped`` (why the run stopped early, else null) and ``ledger`` (per round and role).
 ``candidates_evaluated`` excludes the seed; ``proposals_failed`` counts every proposal that
@@ -30,7 +31,14 @@ CAP_NAMES = {"F": "factual", "T": "temporal", "P": "preference", "M": "multi-ses
 
 
 def _scores(split) -> dict | None:
-    return None if split is None else {"overall": split["overall"], "by_capability": dict(split["by_capability"])}
+    """The SCORES form of a stored split (per-task scores left out)."""
+    if split is None:
+        return None
+    out = {"overall": split["overall"], "by_capability": dict(split["by_capability"])}
+    for k in ("by_category", "retrieved_chars"):
+        if split.get(k):
+            out[k] = split[k]
+    return out
 
 
 def test_of(fin: dict, cid: str) -> dict | None:
@@ -65,6 +73,8 @@ def build_summary(evo, fin: dict) -> dict:
                             "program": str(root / arch.specialist(c).program),
                             "test": _scores(test_of(fin, arch.specialist(c).id))}
                         for c in CAPABILITIES if c in arch.specialists},
+        "baselines": {name: {"valid": _scores(b.get("valid")), "test": _scores(b.get("test"))}
+                      for name, b in (fin.get("baselines") or {}).items()},
         "integrated": final.id in evo.accepted_merges(),
         "frozen": evo.freeze(),
         "final_id": final.id, "dataset": evo.cfg.dataset, "stopped": evo.stopped, "ledger": evo.ledger.rounds,
@@ -145,10 +155,13 @@ def render_report(evo, summary: dict) -> str:
     valid_rows = [("seed", "seed", summary["seed"]["valid"]),
                   (f"final ({roles.get(summary['final_id'], 'base')})", summary["final_id"], summary["final"]["valid"])]
     valid_rows += [(f"specialist {c} {CAP_NAMES[c]}", s["id"], s["valid"]) for c, s in summary["specialists"].items()]
+    base_rows = [(f"baseline {n}", "-", b) for n, b in summary.get("baselines", {}).items()]
+    valid_rows += [(n, cid, b["valid"]) for n, cid, b in base_rows]
     out += ["", "## Programs (valid split)", ""] + score_table(valid_rows, caps)
     if summary["final"]["test"] is not None:
         rows = [("seed", "seed", summary["seed"]["test"]), ("final", summary["final_id"], summary["final"]["test"])]
         rows += [(f"specialist {c}", s["id"], s.get("test")) for c, s in summary["specialists"].items()]
+        rows += [(n, cid, b["test"]) for n, cid, b in base_rows]
         out += ["", "## Test split (frozen program, run once)", ""] + score_table(rows, caps)
     for split, rows in (("valid", valid_rows), ("test", rows if summary["final"]["test"] is not None else [])):
         table = category_table(rows, evo.cfg.dataset)
@@ -167,7 +180,7 @@ def render_report(evo, summary: dict) -> str:
 
 def console_summary(s: dict, out: str) -> str:
     """What ``memgym evolve`` prints at the end: per split (valid, then test) the seed, each
-    specialist and the frozen program per capability (with the retrieved length), then, for
+    specialist, the frozen program and the recipe's baselines per capability (with the retrieved length), then, for
     BEAM and LongMemEval, the same programs per ability / question type."""
     lines = [f"\n{s['rounds']} rounds, {s['candidates_evaluated']} candidates evaluated, {s['proposals_failed']} "
              f"proposals not evaluated, {s['wall_s']:.0f} s" + (f"; stopped: {s['stopped']}" if s["stopped"] else "")]
@@ -177,6 +190,7 @@ def console_summary(s: dict, out: str) -> str:
     rows = [("seed", "seed", s["seed"])]
     rows += [(f"specialist {c}", v["id"], v) for c, v in s["specialists"].items()]
     rows.append((f"frozen ({roles.get(s['final_id'], 'base')})", s["final_id"], s["final"]))
+    rows += [(f"baseline {n}", "-", b) for n, b in s.get("baselines", {}).items()]
     dataset = s.get("dataset", "locomo")
     for split in ("valid", "test"):
         if split == "test" and s["final"]["test"] is None:

@@ -103,7 +103,8 @@ _DENSE_MEMORY = '''class Memory:
         new_lines = [render_unit(unit, session_date) for unit in units]
         if not new_lines:
             return
-        self.blocks.append(np.asarray(self.toolkit.embed(new_lines), dtype=np.float32))
+        self.blocks.append(np.asarray(self.toolkit.embed([line[:EMBED_CHARS] for line in new_lines]),
+                                      dtype=np.float32))
         self.lines.extend(new_lines)
         self.matrix = None
 
@@ -128,6 +129,7 @@ _DENSE_MEMORY = '''class Memory:
 '''
 
 _DENSE_HELPERS = '''TOP_K = 40
+EMBED_CHARS = 4000  # the embedder reads a line's first 256 word pieces; longer text is never seen
 
 
 def query_text(query):

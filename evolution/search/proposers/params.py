@@ -6,7 +6,8 @@ Source: DESIGN.md § "Capability-driven evolution" (proposers). It proposes eith
   or
 - a **constant mutation**: one module-level constant of the parent changed (ints and floats
   scaled by 0.5, 0.75, 1.5 or 2; booleans flipped; strings annotated ``# choices: a|b|c``
-  switched to another choice). ``OUT_CHAR_BUDGET`` and the instructions are never touched.
+  switched to another choice). ``OUT_CHAR_BUDGET``, ``EMBED_CHARS`` (what an embedder is
+  given of a line; it reads only the first 256 word pieces) and the instructions are never touched.
 
 Options whose child is already archived (``known_keys``) are dropped, and so are answer
 variants when the diagnostics say no answer is generated (the scorer reads the retrieved text,
@@ -34,7 +35,7 @@ from evolution.search.edits import Edit, EditError, apply_edits, render_edits
 from evolution.search.proposers.base import ProposalInput, ProposalResult
 from evolution.search.proposers.library import LIBRARY, Variant
 
-PROTECTED = frozenset({"OUT_CHAR_BUDGET"})
+PROTECTED = frozenset({"OUT_CHAR_BUDGET", "EMBED_CHARS"})
 SCALES = (0.5, 0.75, 1.5, 2.0)
 LIBRARY_SHARE = 0.6
 
