@@ -66,6 +66,11 @@ def test_beam_evolution_ranking_wins_on_valid_and_resume_after_kill9_matches(tmp
     # the baselines run beside it on valid: full_history is the seed program itself
     assert s["baselines"]["full_history"]["valid"] == s["seed"]["valid"] and s["baselines"]["bm25"]["test"] is None
     assert "| baseline bm25 | - |" in report
+    # the boundary: per capability the peak of any evaluated program vs the frozen one
+    peaks = {c: max(x.valid.by_capability[c] for x in arch.evaluated()) for c in s["boundary"]}
+    assert {c: v["peak"] for c, v in s["boundary"].items()} == peaks and set(peaks) == set(seed.valid.by_capability)
+    assert all(v["gap"] == pytest.approx(v["peak"] - r3.valid.by_capability[c]) for c, v in s["boundary"].items())
+    assert (ref / "boundary.png").stat().st_size > 5_000 and "## Performance boundary" in report
 
     # kill -9 during round 3's evaluation, then resume: the same archive
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", FAULT_ENV: "evaluation:3"}

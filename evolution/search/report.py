@@ -1,6 +1,7 @@
 """Reports of an evolution run: ``summary.json`` (the issue's Contract), ``report.md`` (one row
-per round) and ``capabilities.png`` (valid score of each capability's specialist by round,
-PrisMem Fig. 3a).
+per round), ``capabilities.png`` (valid score of each capability's specialist by round,
+PrisMem Fig. 3a) and ``boundary.png`` (per capability the peak valid score of any program vs the
+frozen program's, PrisMem Fig. 3b).
 
 summary.json::
 
@@ -13,7 +14,7 @@ summary.json::
               "retrieved_chars": float}   (the last two when known)
 
 plus ``candidates_rejected`` (a program that failed checks or validation), ``final_id``,
-``baselines`` (``{name: {"valid": SCORES, "test": SCORES or null}}`` of the recipe's static
+``boundary`` (:func:`boundary`), ``baselines`` (``{name: {"valid": SCORES, "test": SCORES or null}}`` of the recipe's static
 baseline programs), ``frozen`` (:func:`evolution.search.select.freeze_choice`: which program was frozen, why, the
 runner-up and the pool), ``integrated`` (the frozen program is an accepted merge),
 ``stopped`` (why the run stopped early, else null) and ``ledger`` (per round and role).
@@ -75,10 +76,58 @@ def build_summary(evo, fin: dict) -> dict:
                         for c in CAPABILITIES if c in arch.specialists},
         "baselines": {name: {"valid": _scores(b.get("valid")), "test": _scores(b.get("test"))}
                       for name, b in (fin.get("baselines") or {}).items()},
+        "boundary": boundary(arch, final.id),
         "integrated": final.id in evo.accepted_merges(),
         "frozen": evo.freeze(),
         "final_id": final.id, "dataset": evo.cfg.dataset, "stopped": evo.stopped, "ledger": evo.ledger.rounds,
     }
+
+
+def boundary(arch, final_id: str) -> dict:
+    """PrisMem Fig. 3b for one run: per capability, the peak valid score any evaluated program
+    reached (``peak``, ``peak_id``: the first to reach it), the frozen program's (``final``) and
+    ``gap`` = peak − final (>= 0)."""
+    final = arch.get(final_id).valid.by_capability
+    out = {}
+    for c in CAPABILITIES:
+        pts = [(x.valid.by_capability[c], x.id) for x in arch.evaluated() if c in x.valid.by_capability]
+        if not pts:
+            continue
+        peak = max(v for v, _ in pts)
+        out[c] = {"peak": peak, "peak_id": next(i for v, i in pts if v == peak), "final": final.get(c, 0.0),
+                  "gap": peak - final.get(c, 0.0)}
+    return out
+
+
+def plot_boundary(summary: dict, path) -> None:
+    """boundary.png: per capability, the peak valid score of any program of the run, the
+    frozen program's and the seed's (PrisMem Fig. 3b for one run)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    b = summary["boundary"]
+    caps = list(b)
+    if not caps:
+        return
+    series = [("peak of any program", [b[c]["peak"] for c in caps]),
+              (f"frozen program {summary['final_id']}", [b[c]["final"] for c in caps]),
+              ("seed", [summary["seed"]["valid"]["by_capability"].get(c, 0.0) for c in caps])]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    x, width = np.arange(len(caps)), 0.8 / len(series)
+    for i, (name, vals) in enumerate(series):
+        ax.bar(x + (i - 1) * width, vals, width, label=name)
+    ax.set_xticks(x, [f"{c}\n{CAP_NAMES[c]}" for c in caps])
+    ax.set_ylabel("valid score")
+    ax.set_ylim(0, 1.1)
+    ax.set_title("Performance boundary per capability (valid)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper center", ncol=3, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def _f(v) -> str:
@@ -167,6 +216,12 @@ def render_report(evo, summary: dict) -> str:
         table = category_table(rows, evo.cfg.dataset)
         if table:
             out += ["", f"## Per {CATEGORY_WORD.get(evo.cfg.dataset, 'category')} ({split} split)", ""] + table
+    bd = summary.get("boundary") or {}
+    if bd:
+        out += ["", "## Performance boundary (valid; `boundary.png`, PrisMem Fig. 3b)", "",
+                "| capability | peak of any program | reached by | frozen program | gap |", "|---|---|---|---|---|"]
+        out += [f"| {c} {CAP_NAMES[c]} | {_f(v['peak'])} | {v['peak_id']} | {_f(v['final'])} | {v['gap']:+.3f} |"
+                for c, v in bd.items()]
     from evolution.search.integrate import integration_section
     section = integration_section(evo.history)
     if section:
@@ -251,4 +306,5 @@ def write_reports(evo, fin: dict) -> dict:
     atomic_write_json(evo.dir.root / "summary.json", summary)
     atomic_write_text(evo.dir.root / "report.md", render_report(evo, summary))
     plot_capabilities(evo, evo.dir.root / "capabilities.png")
+    plot_boundary(summary, evo.dir.root / "boundary.png")
     return summary
