@@ -162,8 +162,8 @@ class EvolveConfig:
             v = getattr(self, k)
             if isinstance(v, str):  # "a,b" or a YAML scalar
                 setattr(self, k, [x.strip() for x in v.split(",") if x.strip()])
-            else:  # --test '' (no test run) gives [""]
-                setattr(self, k, [x for x in v if str(x).strip()])
+            else:  # --test '' (no test run) gives [""]; --test a,b gives ["a,b"]
+                setattr(self, k, [y.strip() for x in v for y in str(x).split(",") if y.strip()])
         if not self.train or not self.valid or self.test == ["default"]:
             d = self.default_splits()
             self.train = self.train or d["train"]
