@@ -23,7 +23,8 @@ def run(argv: list[str]) -> int:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
     report = run_eval(cfg)
-    print(f"\nScore by category ({report['scorer']}); rows = native categories, columns = extractors\n")
+    print(f"\nScore by category ({report['scorer']}, judge_protocol {report['judge_protocol']}); rows = native "
+          "categories, columns = extractors\n")
     print(side_by_side(report, "by_category"))
     print()
     print(side_by_side(report, "by_capability"))
@@ -44,8 +45,9 @@ def report_problems(prog: str, reports: list[dict]) -> int:
             print(f"{prog}: {name}: 0 questions were scored (check --conversations, --n_sessions and "
                   "--max_questions); the 0.000 above is not a result", file=sys.stderr)
             rc = 1
-        issues = [f"{r[k]} {what}" for k, what in (("judge_unparsable", "judge replies were not a CORRECT/WRONG "
-                                                                         "verdict (scored 0)"),
+        issues = [f"{r[k]} {what}" for k, what in (("judge_unparsable", "judge replies were unreadable by the "
+                                                                         "protocol's rule (scored as it scores them, "
+                                                                         "not cached)"),
                                                     ("empty_answers", "answers were empty (scored 0)")) if r.get(k)]
         truncated = (r.get("format_failures_by_type") or {}).get("truncated")
         if r.get("empty_sessions"):

@@ -128,7 +128,9 @@ def _print_summary(rep: dict, out: str) -> None:
     def f(v):
         return "-" if v is None else f"{v:.3f}"
 
-    print(f"\n{rep['program']}: overall {rep['config']['scorer']} {rep['overall']:.3f} over {rep['n']} questions\n")
+    proto = f" ({rep.get('judge_protocol', 'official')} protocol)" if rep["config"]["scorer"] == "llm" else ""
+    print(f"\n{rep['program']}: overall {rep['config']['scorer']}{proto} {rep['overall']:.3f} over {rep['n']} "
+          "questions\n")
     print("| capability | n | score | d_ext | d_idx | d_ret |\n|---|---|---|---|---|---|")
     for k, v in rep["by_capability"].items():
         d = dcap.get(k, {})

@@ -3,8 +3,9 @@
 ``memgym score --dataset locomo|longmemeval|beam [--path P] [--split S] --predictions preds.jsonl
 --judge SPEC|f1|answer-recall|rubric-recall [--out DIR]`` writes ``scores.json``, ``rows.jsonl``
 and ``report.md`` (see :mod:`rewards.scoring`) and prints the overall and headline numbers.
-Exit 0 on success, 2 for a missing or broken data/predictions file or a bad option (one line
-on stderr, never a traceback).
+Exit 0 on success, 2 for a missing or broken data/predictions file, a predictions file whose
+ids are all unknown, or a bad option or output folder (one line on stderr, never a traceback).
+Unreadable judge replies are warned about on stderr.
 """
 from __future__ import annotations
 
@@ -14,15 +15,17 @@ import sys
 import warnings
 
 JUDGE_HELP = ("the judge: a backend spec (hf:<dir>|hf:smollm2|openai:<url>#<model>|vllm:<model>) runs the "
-              "dataset's official LLM judge (LoCoMo CORRECT/WRONG, LongMemEval per-type yes/no, BEAM rubric "
-              "1/0.5/0 + Kendall tau event ordering); f1 = LoCoMo token F1; answer-recall and rubric-recall "
-              "(BEAM) are offline proxies over the line's 'context' (else its prediction)")
+              "dataset's official LLM judge protocol ($MEMGYM_DATA/judges: LoCoMo = MemBuilder's CORRECT/WRONG, "
+              "LongMemEval per-type yes/no, BEAM rubric + Kendall tau-b event ordering); f1 = LoCoMo token F1; "
+              "answer-recall and rubric-recall (BEAM) are offline proxies over the line's 'context' (else its "
+              "prediction)")
 
 
 def _run(args: argparse.Namespace) -> int:
     from data_synth.errors import DataFileNotFoundError, DataFormatError, DataQuirkWarning
     from data_synth.datasets import load_conversations
     from llm.base import LLMError
+    from llm.config import ConfigError, check_out_dir
     from rewards.judge import make_scorer
     from rewards.scoring import OFFLINE_JUDGES, PredictionsError, read_predictions, score_predictions, write_scores
 
@@ -32,7 +35,12 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.judge == "rubric-recall" and args.dataset != "beam":
         return fail("rubric-recall scores BEAM rubrics only; use answer-recall, f1 or an LLM judge")
+    if not args.out.strip():
+        return fail("--out: give an output folder (an empty path would write into the current folder)")
     try:
+        check_out_dir(args.out, "out")
+        from rewards.protocols import check_protocol
+        check_protocol(args.dataset, args.judge_protocol)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", DataQuirkWarning)
             convs = load_conversations(args.dataset, args.path, split=args.split)
@@ -40,28 +48,43 @@ def _run(args: argparse.Namespace) -> int:
             print(f"warning: {w.message}", file=sys.stderr)
         preds = read_predictions(args.predictions)
         if args.judge in OFFLINE_JUDGES:
-            scorer = make_scorer(args.judge)
+            scorer = make_scorer(args.judge, dataset=args.dataset, judge_protocol=args.judge_protocol)
         else:
             from llm.specs import parse_spec
             from llm.runtime import Runtime
 
             parse_spec(args.judge)
             rt = Runtime.from_config(cache=args.cache, batch_size=args.batch_size)
-            scorer = make_scorer("llm", rt.backend(args.judge, role="judge"), dataset=args.dataset)
-        rep = score_predictions(args.dataset, convs, preds, scorer)
-    except (DataFileNotFoundError, DataFormatError, PredictionsError, FileNotFoundError, ValueError, LLMError) as e:
+            scorer = make_scorer("llm", rt.backend(args.judge, role="judge"), dataset=args.dataset,
+                                 judge_protocol=args.judge_protocol)
+        known = {q.id for c in convs for q in c.questions}
+        if preds and not any(q in known for q in preds):
+            return fail(f"none of the {len(preds)} prediction ids of {args.predictions} is a {args.dataset} question "
+                        f"id here (e.g. {next(iter(preds))!r}); `memgym data stats --ids` lists them")
+        rep = score_predictions(args.dataset, convs, preds, scorer, judge_protocol=args.judge_protocol,
+                                missing_as_wrong=args.missing_as_wrong)
+        write_scores(rep, args.out, args.judge)
+    except (DataFileNotFoundError, DataFormatError, PredictionsError, FileNotFoundError, ValueError, LLMError,
+            ConfigError) as e:
         return fail(e)
-    write_scores(rep, args.out, args.judge)
-    summary = {"overall": rep["overall"], "n": rep["n"], "n_scored": rep["n_scored"],
-               "missing": len(rep["missing"]), "unknown": len(rep["unknown"]),
-               "headline": {k: v for k, v in rep["headline"].items() if k != "by_chat"}}
+    except OSError as e:  # the output folder cannot be made or written
+        return fail(f"--out {args.out}: {e.strerror or e}")
+    keys = ("overall", "task_averaged", "abstention", "by_ability", "judged", "n")
+    summary = {"judge_protocol": rep["judge_protocol"], **{k: rep[k] for k in keys if k in rep},
+               "missing": len(rep["missing"]), "unknown": len(rep["unknown"])}
     print(json.dumps(summary, indent=2))
     if rep["missing"]:
-        print(f"warning: {len(rep['missing'])} question(s) without a prediction scored 0 "
-              f"(e.g. {', '.join(rep['missing'][:3])})", file=sys.stderr)
+        print(f"warning: {len(rep['missing'])} question(s) without a prediction "
+              f"{'counted as wrong' if args.missing_as_wrong else 'left out of the scores (as the official metrics)'}"
+              f" (e.g. {', '.join(rep['missing'][:3])})", file=sys.stderr)
     if rep["unknown"]:
         print(f"warning: {len(rep['unknown'])} prediction id(s) not in the data ignored "
               f"(e.g. {', '.join(rep['unknown'][:3])})", file=sys.stderr)
+    jc = rep.get("judge_calls") or {}
+    if jc.get("unreadable"):
+        print(f"warning: {jc['unreadable']} of {jc['prompts']} judge replies were unreadable by the protocol's rule "
+              f"(scored as it scores them, not cached; e.g. {jc['examples'][0][:80]!r}): is --judge a working "
+              f"judge model?", file=sys.stderr)
     print(f"scores: {args.out}/scores.json, report: {args.out}/report.md", file=sys.stderr)
     return 0
 
@@ -71,16 +94,25 @@ def register(sub) -> None:
     p = sub.add_parser(
         "score", help="score a predictions file with a benchmark's official judge",
         description="Score predictions made by any system, one JSON line per question "
-                    '({"question_id", "prediction"[, "context"]}; ids as `memgym data stats --ids` lists them), '
-                    "with the benchmark's official judge. Writes scores.json (overall, by_category, by_capability, "
-                    "headline, missing, unknown, judge_calls), rows.jsonl and report.md. A question without a "
-                    "prediction scores 0 and is listed under missing; ids not in the data are listed under unknown.")
+                    '({"question_id", "prediction"[, "context"]}, or LongMemEval\'s {"question_id", "hypothesis"}; '
+                    "ids as `memgym data stats --ids` lists them), with the benchmark's official judge. Writes "
+                    "scores.json (judge_protocol, overall, by_category, by_capability, the dataset's official "
+                    "fields, judged, missing, unknown, judge_calls), rows.jsonl (with every judge request and "
+                    "reply) and report.md. A question without a prediction is listed under missing and left out "
+                    "of the scores (--missing_as_wrong counts it as 0); ids not in the data are listed under "
+                    "unknown; a file whose ids are all unknown is an error.")
     p.add_argument("--dataset", required=True, choices=("locomo", "longmemeval", "beam"))
     p.add_argument("--path", default=None, help="the data file or folder (default: under $MEMGYM_DATA); for BEAM a "
                                                 "chat folder, a size folder or the BEAM root")
     p.add_argument("--split", default=None, help="only this split's questions (see memgym data stats --help)")
     p.add_argument("--predictions", required=True, help="JSONL predictions file")
     p.add_argument("--judge", required=True, help=JUDGE_HELP)
+    p.add_argument("--judge_protocol", "--judge-protocol", default="official", choices=("official", "corrected"),
+                   help="official (default: the benchmark's own judge code byte for byte, comparable with "
+                        "published numbers) | corrected (beam only: the question filled in, 0.5 kept)")
+    p.add_argument("--missing_as_wrong", "--missing-as-wrong", action="store_true",
+                   help="count questions without a prediction as wrong (default: left out, as the official "
+                        "LongMemEval metrics; the report names the choice)")
     p.add_argument("--out", default="runs/score", help="output folder (default runs/score)")
     p.add_argument("--cache", default=None, help="response cache sqlite for the LLM judge (default under "
                                                  "$MEMGYM_CACHE; 'none' disables)")

@@ -63,6 +63,10 @@ class GenerationParams:
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None
+    #: Part of the response-cache key only (never sent to a model): e.g. a judge protocol's name,
+    #: so replies obtained under one protocol are never replayed under another. None = no tag
+    #: (and the key is what it was before the field existed, so old caches stay valid).
+    cache_tag: str | None = None
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -77,7 +81,11 @@ class GenerationParams:
         return self.temperature == 0
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields as a dict; ``cache_tag`` only when set (see the field)."""
+        d = asdict(self)
+        if d["cache_tag"] is None:
+            del d["cache_tag"]
+        return d
 
 
 @dataclass(frozen=True)

@@ -175,6 +175,22 @@ class ResponseCache:
         """Store one row; see :meth:`put_many`."""
         self.put_many([(key, model_id, completion)])
 
+    def delete_many(self, keys: list[str]) -> None:
+        """Remove the rows of ``keys`` (absent keys are ignored), in one transaction."""
+        if not keys:
+            return
+        with self._lock:
+            if self._broken:
+                return
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                self._conn.executemany("DELETE FROM responses WHERE key = ?", [(k,) for k in keys])
+                self._conn.execute("COMMIT")
+            except sqlite3.DatabaseError as e:
+                if isinstance(e, sqlite3.OperationalError) and "malformed" not in str(e):
+                    raise
+                fail_soft(self, "response", e)
+
     def __len__(self) -> int:
         with self._lock:
             return int(self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
@@ -270,3 +286,11 @@ class CachedBackend:
         else:
             new = {}
         return [found[k] if k in found else new[k] for k in keys]
+
+    def forget(self, batch: list[Messages], params: GenerationParams,
+               schemas: list[JsonSchema | None] | None = None) -> None:
+        """Drop the cached responses of these requests (e.g. replies a judge could not read,
+        so that they are asked again instead of being replayed). Only greedy or seeded
+        first-copy keys are cached, so those are the keys removed."""
+        schemas = check_schemas(schemas, len(batch))
+        self.cache.delete_many([cache_key(self.model_id, m, params, schema=s) for m, s in zip(batch, schemas)])

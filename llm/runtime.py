@@ -42,6 +42,14 @@ class RoleBackend:
         return out
 
 
+    def forget(self, batch, params: GenerationParams, schemas=None) -> None:
+        """Drop these requests' cached responses where the inner backend caches (see
+        :meth:`llm.cache.CachedBackend.forget`); a no-op otherwise."""
+        forget = getattr(self.inner, "forget", None)
+        if callable(forget):
+            forget(batch, params, schemas)
+
+
 class Runtime:
     """Holds the backends of a run. ``backend(spec, role)`` loads each spec once."""
 

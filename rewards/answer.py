@@ -15,6 +15,8 @@ from llm.base import Backend, GenerationParams, LLMError
 __all__ = [
     "DEFAULT_CONTEXT_CHARS",
     "ANSWER_SYSTEM_PROMPT",
+    "BEAM_ANSWER_SYSTEM_PROMPT",
+    "answer_system_prompt",
     "truncate_context",
     "build_answer_messages",
     "strip_thinking",
@@ -30,6 +32,22 @@ ANSWER_SYSTEM_PROMPT = (
     "Reply with a short answer (a few words or one short sentence), with no explanation. "
     "If the memory does not contain the answer, reply exactly: No information available"
 )
+
+#: BEAM asks for orders of events, lists and summaries as well as facts (memgym's wording): a
+#: one-line answer would fail those questions before the judge sees them.
+BEAM_ANSWER_SYSTEM_PROMPT = (
+    "You answer a user's request about their long chat history using only the memory notes you are given. "
+    "Give the complete answer the request asks for: a fact in a few words; an order of events, a list or a "
+    "summary with one item per line, in order. No explanation of how you found it. "
+    "If the memory does not contain the answer, reply exactly: No information available"
+)
+
+
+def answer_system_prompt(dataset: str | None) -> str:
+    """The answer model's system prompt for ``dataset``: :data:`BEAM_ANSWER_SYSTEM_PROMPT` for
+    BEAM, :data:`ANSWER_SYSTEM_PROMPT` (short answers) otherwise."""
+    return BEAM_ANSWER_SYSTEM_PROMPT if dataset == "beam" else ANSWER_SYSTEM_PROMPT
+
 
 _THINK_BLOCK = re.compile(r"<think(?:ing)?>.*?</think(?:ing)?>", re.DOTALL | re.IGNORECASE)
 _THINK_OPEN = re.compile(r"<think(?:ing)?>", re.IGNORECASE)
@@ -58,7 +76,8 @@ def truncate_context(context: str, max_chars: int = DEFAULT_CONTEXT_CHARS) -> st
 
 
 def build_answer_messages(question: str, context: str, question_date: str | None = None,
-                          max_context_chars: int = DEFAULT_CONTEXT_CHARS) -> list[dict]:
+                          max_context_chars: int = DEFAULT_CONTEXT_CHARS,
+                          system_prompt: str = ANSWER_SYSTEM_PROMPT) -> list[dict]:
     """Chat messages (system + user) asking ``question`` over ``context``, the latter cut by
     :func:`truncate_context` to ``max_context_chars`` characters. ``question_date`` (any
     text, e.g. "2023/05/30 (Tue) 23:40") is shown when given so relative dates resolve.
@@ -77,7 +96,7 @@ def build_answer_messages(question: str, context: str, question_date: str | None
     parts.append(f"Question: {question}")
     parts.append("Short answer:")
     return [
-        {"role": "system", "content": ANSWER_SYSTEM_PROMPT},
+        {"role": "system", "content": system_prompt},
         {"role": "user", "content": "\n".join(parts)},
     ]
 
@@ -99,18 +118,21 @@ def strip_thinking(text: str) -> str:
 
 
 def clean_answer(raw: str) -> str:
-    """Turn a raw model output into the short answer: drop thinking blocks, take the first
-    non-empty line, remove an "Answer:" / "Final answer:" prefix (case-insensitive, also in
-    markdown bold) and surrounding whitespace and quotes. Returns "" when nothing is left
-    (an empty answer scores 0 under every metric). Non-str input gives "".
+    """Turn a raw model output into the answer that is judged: drop thinking blocks, remove an
+    "Answer:" / "Final answer:" prefix of the first non-empty line (case-insensitive, also in
+    markdown bold), surrounding whitespace and quotes. Every line is kept (BEAM's lists and
+    summaries are judged whole; F1 normalises the text itself). Returns "" when nothing is
+    left (an empty answer scores 0 under every metric). Non-str input gives "".
     """
     if not isinstance(raw, str):
         return ""
-    for line in strip_thinking(raw).splitlines():
-        line = _ANSWER_PREFIX.sub("", line, count=1).strip().strip("\"'`").strip()
-        if line:
-            return line
-    return ""
+    text = strip_thinking(raw).strip()
+    if not text:
+        return ""
+    first, nl, rest = text.partition("\n")
+    first = _ANSWER_PREFIX.sub("", first, count=1).strip()
+    text = (first + nl + rest).strip() if first else rest.strip()
+    return text.strip("\"'`").strip()
 
 
 def check_triples(items, names: tuple[str, str, str]) -> list[tuple]:
@@ -140,7 +162,8 @@ def _check_items(items) -> list[tuple[str, str, str | None]]:
 
 def answer_questions(backend: Backend, items: list[tuple[str, str, str | None]],
                      params: GenerationParams = GenerationParams(max_new_tokens=48, temperature=0),
-                     max_context_chars: int = DEFAULT_CONTEXT_CHARS) -> list[str]:
+                     max_context_chars: int = DEFAULT_CONTEXT_CHARS,
+                     system_prompt: str = ANSWER_SYSTEM_PROMPT) -> list[str]:
     """Answer each (question, context, question_date) from its memory context.
 
     Makes exactly one batched ``backend.generate`` call (none for an empty list) and returns
@@ -152,7 +175,7 @@ def answer_questions(backend: Backend, items: list[tuple[str, str, str | None]],
     checked = _check_items(items)
     if not checked:
         return []
-    batch = [build_answer_messages(q, ctx, qd, max_context_chars) for q, ctx, qd in checked]
+    batch = [build_answer_messages(q, ctx, qd, max_context_chars, system_prompt) for q, ctx, qd in checked]
     completions = backend.generate(batch, params)
     if len(completions) != len(batch):
         raise LLMError(

@@ -4,9 +4,11 @@ score the answers, and report.
 Config + runner pair in the TRL style: :class:`EvalConfig` is parsed by ``trl.TrlParser``
 from a YAML recipe plus CLI overrides; :func:`run_eval` does the work.
 Scores: LoCoMo token F1 by default (official rules, :mod:`rewards.metrics`); ``scorer: llm``
-picks the dataset's official judge (:func:`rewards.judge.make_scorer`), ``rubric-recall`` the
-offline BEAM proxy; answer-recall of the retrieved context is always reported beside it (it
-needs no model), and the benchmark's own headline numbers (:func:`rewards.official.headline`).
+picks the dataset's official judge under ``judge_protocol`` (:func:`rewards.judge.make_scorer`),
+``rubric-recall`` the offline BEAM proxy; answer-recall of the retrieved context is always
+reported beside it (it needs no model). Every column's numbers are
+:func:`rewards.summary.summarise` of its :class:`rewards.summary.QuestionResult` rows, the same
+summary ``memgym program eval`` and ``memgym score`` give. The judge sees the whole answer.
 Sessions longer than the extractor's context are built in segments
 (:func:`memory_bank.construct.construct`); the report counts them.
 """
@@ -19,8 +21,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from data_synth.capabilities import capability_for
-from data_synth.datasets import DATASETS, check_selection, load_conversations
+from data_synth.datasets import check_selection
 from data_synth.expert import ExpertExtractor
 from data_synth.extractors import make_extractor
 from llm.base import GenerationParams
@@ -29,17 +30,18 @@ from memory_bank.actions import MANAGERS
 from memory_bank.construct import construct
 from memory_bank.retrieval import BankRetriever
 from memory_bank.schema import Conversation
-from rewards.answer import answer_questions
-from rewards.judge import ScoreItem, make_scorer
-from rewards.metrics import answer_recall, mean_or_zero
+from rewards.answer import answer_questions, answer_system_prompt
+from rewards.judge import make_scorer
+from rewards.selection import QuestionSelection, answer_tokens_for, load_selected
+from rewards.summary import QuestionResult, score_questions, summarise
 from llm.runtime import Runtime
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(QuestionSelection):
     """A ``memgym eval`` recipe. Every field can be overridden on the command line."""
 
-    CHECKS = {"n_sessions": {"min": 1}, "max_questions": {"min": 1}, "top_k": {"min": 1},
+    CHECKS = {**QuestionSelection.CHECKS, "top_k": {"min": 1},
               "extractor_max_new_tokens": {"min": 1}, "extractor_context_tokens": {"min": 2},
               "answer_max_new_tokens": {"min": 1}, "batch_size": {"min": 1},
               "extractor": {"spec": "extractor", "options": ("constrained", "free")},
@@ -48,21 +50,6 @@ class EvalConfig:
               "answer_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}, "out": {"out_dir": True},
               "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0}}
 
-    dataset: str = field(default="locomo", metadata={"help": " | ".join(DATASETS), "choices": DATASETS})
-    path: str | None = field(default=None, metadata={"help": "data file; None: the dataset's file under $MEMGYM_DATA; "
-                                                             "for beam a chat folder, a size folder or the BEAM root"})
-    conversations: list[str] = field(default_factory=lambda: ["conv-30"],
-                                     metadata={"help": "conversation / question ids to run (one id or a list; beam: "
-                                                       "chat ids, e.g. 100K-3)"})
-    split: str | None = field(default=None, metadata={"help": "run this split's ids instead of conversations: "
-                                                              "train|valid|test (locomo, beam), sft|rl|test "
-                                                              "(longmemeval)"})
-    beam_full_chat: bool = field(default=False, metadata={"help": "beam: read chat.json even where "
-                                                                  "chat_trunecated.json exists"})
-    beam_keep_markers: bool = field(default=False, metadata={"help": "beam: keep the ' ->-> b,k' plan markers"})
-    n_sessions: int | None = field(default=None, metadata={"help": "first N sessions only (>= 1); QA kept iff "
-                                                                     "all its evidence lies in them"})
-    max_questions: int | None = field(default=None, metadata={"help": "cap on QA per conversation (>= 1)"})
     extractor: str = field(default="hf:smollm2", metadata={"help": "hf:<path> | openai:<url>#<model> | "
                                                                      "expert:<trajectories.jsonl>"})
     compare: list[str] = field(default_factory=list,
@@ -80,15 +67,15 @@ class EvalConfig:
                                                         "dataset's official judge)",
                                                 "choices": ("f1", "answer-recall", "rubric-recall", "llm")})
     judge_model: str | None = field(default=None, metadata={"help": "backend spec of the LLM judge (scorer llm)"})
-    judge_constrained: bool = field(default=False, metadata={"help": "decode the judge's verdicts under their "
-                                                                       "JSON schema"})
     top_k: int = field(default=10, metadata={"help": "entries retrieved per question"})
     extractor_max_new_tokens: int = field(default=512, metadata={"help": "tokens per manager output"})
     extractor_context_tokens: int | None = field(default=None, metadata={
         "help": "the extractor's context window in tokens; a session whose prompt does not fit is built in "
                 "segments (default: what the backend reports, e.g. max_position_embeddings for hf; none known = "
                 "no segmentation)"})
-    answer_max_new_tokens: int = field(default=32, metadata={"help": "tokens per answer"})
+    answer_max_new_tokens: int | None = field(default=None, metadata={
+        "help": "tokens per answer (default by dataset: locomo 48, longmemeval 128, beam 512, so lists and "
+                "summaries reach the judge whole)"})
     batch_size: int = field(default=8, metadata={"help": "hf backend generation batch"})
     cache: str | None = field(default=None, metadata={"help": "sqlite response cache (default: under "
                                                                "$MEMGYM_CACHE); 'none' disables"})
@@ -108,6 +95,7 @@ class EvalConfig:
             parse_column(c, self.constrained)  # a bad option word fails before any model loads
         check_fields(self)
         require(self, "scorer", "llm", "judge_model", "(a backend spec of the LLM judge)")
+        self.check_protocol()
         check_selection(self.dataset, self.path, self.conversations, self.split, self.scorer)
 
 
@@ -131,24 +119,8 @@ def parse_column(text: str, default_constrained: bool) -> tuple[str, bool, str]:
 
 
 def load_eval_conversations(cfg) -> list[Conversation]:
-    """The recipe's conversations (``dataset``, ``path``, ``conversations``, or the ids of
-    ``split`` when set), restricted to its first ``n_sessions`` sessions and ``max_questions``
-    QA, with BEAM's ``beam_full_chat`` / ``beam_keep_markers`` switches
-    (:func:`data_synth.datasets.load_conversations`)."""
-    split = getattr(cfg, "split", None)
-    return load_conversations(cfg.dataset, cfg.path, ids=None if split else cfg.conversations, split=split,
-                              n_sessions=cfg.n_sessions, max_questions=cfg.max_questions,
-                              beam_truncated=not getattr(cfg, "beam_full_chat", False),
-                              beam_strip_markers=not getattr(cfg, "beam_keep_markers", False))
-
-
-def aggregate(rows: list[dict], key: str) -> dict:
-    """Group prediction rows by ``row[key]`` → ``{label: {"score", "recall", "n"}}``."""
-    groups = defaultdict(list)
-    for r in rows:
-        groups[str(r[key])].append(r)
-    return {k: {"score": mean_or_zero([r["score"] for r in v]), "recall": mean_or_zero([r["recall"] for r in v]), "n": len(v)}
-            for k, v in sorted(groups.items())}
+    """The recipe's conversations (:func:`rewards.selection.load_selected`)."""
+    return load_selected(cfg)
 
 
 def evaluate_extractor(column: str, convs: list[Conversation], cfg: EvalConfig, rt: Runtime) -> dict:
@@ -163,11 +135,14 @@ def evaluate_extractor(column: str, convs: list[Conversation], cfg: EvalConfig, 
                                context_tokens=cfg.extractor_context_tokens)
     answerer = rt.backend(cfg.answer_model, role="answer")
     scorer = make_scorer(cfg.scorer, rt.backend(cfg.judge_model, role="judge") if cfg.judge_model else None,
-                         judge_constrained=cfg.judge_constrained, dataset=cfg.dataset)
-    rows, attempts, fails = [], defaultdict(int), defaultdict(int)
+                         dataset=cfg.dataset, judge_protocol=cfg.judge_protocol)
+    answer_tokens = answer_tokens_for(cfg.dataset, cfg.answer_max_new_tokens)
+    rows: list[QuestionResult] = []
+    attempts, fails = defaultdict(int), defaultdict(int)
     fail_types: dict[str, int] = defaultdict(int)
     empty_answers, empty_sessions = 0, []
     segments: dict[str, dict[int, int]] = {}
+    retrieved_counts: list[dict] = []
     for conv in convs:
         n = len(conv.sessions)
         missing = extractor.missing_sessions(conv) if isinstance(extractor, ExpertExtractor) else []
@@ -190,33 +165,31 @@ def evaluate_extractor(column: str, convs: list[Conversation], cfg: EvalConfig, 
         bs = max(1, cfg.batch_size)
         items = [(q.question, c, q.question_date) for q, c in zip(conv.questions, contexts)]
         for i in tqdm(range(0, len(items), bs), desc=f"answer {conv.id}", disable=not cfg.progress, unit="batch"):
-            preds += answer_questions(answerer, items[i: i + bs],
-                                      GenerationParams(max_new_tokens=cfg.answer_max_new_tokens))
+            preds += answer_questions(answerer, items[i: i + bs], GenerationParams(max_new_tokens=answer_tokens),
+                                      system_prompt=answer_system_prompt(cfg.dataset))
         if scorer.needs_prediction:
             empty_answers += sum(not p.strip() for p in preds)
-        scores = scorer.score([ScoreItem(q.question, q.answer, p, c, q.category, q.id, q.rubric)
-                               for q, p, c in zip(conv.questions, preds, contexts)])
-        for q, p, c, s, r in zip(conv.questions, preds, contexts, scores, retrieved):
-            cap = q.capability or capability_for(cfg.dataset, q.category, q.id)
-            rows.append({"conversation": conv.id, "id": q.id, "question": q.question, "gold": q.answer,
-                         "prediction": p, "score": float(s), "recall": answer_recall(q.answer, c),
-                         "category": q.category, "capability": cap.value, "retrieved": r.counts})
+        rows += score_questions(scorer, cfg.dataset, [(conv.id, q, p, c) for q, p, c in zip(conv.questions, preds,
+                                                                                            contexts)])
+        retrieved_counts += [r.counts for r in retrieved]
     calls = rt.calls_since(calls0)
-    from rewards.official import headline, judge_stats
+    from rewards.official import judge_stats
+    from rewards.protocols import protocol_note
+    summary = summarise(cfg.dataset, rows)
     return {
         "extractor": spec,
         "column": label,
         "settings": {"constrained": constrained, "extractor_max_new_tokens": cfg.extractor_max_new_tokens,
+                     "answer_max_new_tokens": answer_tokens,
                      **({"constrained_max_chars": cfg.constrained_max_chars,
                          "constrained_max_items": cfg.constrained_max_items} if constrained else {})},
         "answer_model": cfg.answer_model,
+        "dataset": cfg.dataset,
         "scorer": cfg.scorer,
-        "n": len(rows),
-        "overall": mean_or_zero([r["score"] for r in rows]),
-        "overall_recall": mean_or_zero([r["recall"] for r in rows]),
-        "by_category": aggregate(rows, "category"),
-        "by_capability": aggregate(rows, "capability"),
-        "headline": headline(cfg.dataset, [{**r, "category": str(r["category"])} for r in rows]),
+        "judge_protocol": cfg.judge_protocol,
+        **({"judge_note": protocol_note(cfg.dataset, cfg.judge_protocol)} if cfg.scorer == "llm" else {}),
+        **summary,
+        "overall_recall": summarise(None, [{**r.to_dict(), "score": r.recall} for r in rows])["overall"],
         "judge_calls": judge_stats(scorer),
         "segments": {c: {"sessions": len(v), "segments": sum(v.values()),
                          "split_sessions": {str(k): n for k, n in v.items() if n > 1}} for c, v in segments.items()},
@@ -228,7 +201,7 @@ def evaluate_extractor(column: str, convs: list[Conversation], cfg: EvalConfig, 
         "model_calls": calls["calls"],
         "tokens": calls["tokens"],
         "wall_s": round(time.time() - t0, 2),
-        "predictions": rows,
+        "predictions": [{**r.to_dict(), "retrieved": c} for r, c in zip(rows, retrieved_counts)],
     }
 
 

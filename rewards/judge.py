@@ -1,10 +1,10 @@
 """LLM-as-judge and the interchangeable answer scorers used by rewards and evaluation.
 
 Source: DESIGN.md § "Dense session reward" (the judge returns CORRECT or WRONG; offline
-alternatives answer-recall and LoCoMo F1). The judge follows the generous LLM-judge
-convention of the LoCoMo evaluations in Mem0 (arXiv 2504.19413) and MemBuilder: an answer
-that names the same fact or topic as the gold answer counts, and dates may be written in any
-format or be relative to the conversation. The prompt wording is memgym's own.
+alternatives answer-recall and LoCoMo F1). :class:`LLMJudge` is memgym's own CORRECT/WRONG
+judge for the training rewards on synthetic QA (its wording is memgym's; no benchmark number
+is computed with it). Benchmark numbers use the official protocols
+(:mod:`rewards.official`, chosen by :func:`make_scorer` from the dataset).
 
 Scores are floats in [0, 1]: judge verdicts give 1.0 (CORRECT) or 0.0 (WRONG).
 """
@@ -296,17 +296,22 @@ SCORER_NAMES: tuple[str, ...] = ("f1", "answer-recall", "rubric-recall", "llm")
 
 def make_scorer(name: str, judge_backend: Backend | None = None,
                 judge_params: GenerationParams | None = None, judge_constrained: bool = False,
-                dataset: str | None = None) -> Scorer:
+                dataset: str | None = None, judge_protocol: str = "official") -> Scorer:
     """Build a scorer by CLI name: "f1" → :class:`F1Scorer`, "answer-recall" →
     :class:`RecallScorer`, "rubric-recall" → the offline BEAM proxy
     (:class:`rewards.official.RubricRecallScorer`), "llm" → the official judge of ``dataset``
-    over ``judge_backend`` (required for "llm", with optional ``judge_params``): LongMemEval's
-    per-type yes/no judge, BEAM's rubric judge, and for LoCoMo (or no dataset) the
-    CORRECT/WRONG :class:`LLMJudgeScorer` (``judge_constrained`` decodes its verdicts under
-    :data:`JUDGE_SCHEMA`; the official LongMemEval/BEAM judges have no reply schema yet).
-    Raises ValueError for an unknown name or a missing
-    judge backend.
+    over ``judge_backend`` under ``judge_protocol`` (:mod:`rewards.protocols`: LoCoMo =
+    MemBuilder's CORRECT/WRONG, LongMemEval's per-type yes/no, BEAM's rubric + event ordering,
+    ``official`` | ``corrected`` for BEAM). With no ``dataset`` (training rewards on synthetic
+    QA) "llm" is memgym's own CORRECT/WRONG :class:`LLMJudgeScorer` (``judge_params``,
+    ``judge_constrained`` apply to it only: the official protocols fix their own requests).
+
+    Raises ValueError for an unknown name or protocol, a missing judge backend, or
+    ``judge_constrained`` / ``judge_params`` with a benchmark's protocol.
     """
+    from rewards.protocols import check_protocol
+
+    check_protocol(dataset, judge_protocol)
     if name == "f1":
         return F1Scorer()
     if name == "answer-recall":
@@ -317,8 +322,15 @@ def make_scorer(name: str, judge_backend: Backend | None = None,
     if name == "llm":
         if judge_backend is None:
             raise ValueError('scorer "llm" needs a judge backend (judge_backend=None given)')
-        if dataset in ("longmemeval", "beam"):
-            from rewards.official import BeamScorer, LongMemEvalScorer
-            return (LongMemEvalScorer if dataset == "longmemeval" else BeamScorer)(judge_backend, judge_params)
+        if dataset is not None:
+            if judge_constrained or judge_params is not None:
+                raise ValueError(f"the {dataset} judge follows the official protocol's request settings: "
+                                 "judge_constrained / judge_params do not apply (LoCoMo's already asks for a JSON "
+                                 "object)")
+            from rewards.official import BeamScorer, LoCoMoJudgeScorer, LongMemEvalScorer
+            cls = {"longmemeval": LongMemEvalScorer, "beam": BeamScorer, "locomo": LoCoMoJudgeScorer}.get(dataset)
+            if cls is None:
+                raise ValueError(f"no official judge for dataset {dataset!r}")
+            return cls(judge_backend, judge_protocol)
         return LLMJudgeScorer(judge_backend, judge_params, constrained=judge_constrained)
     raise ValueError(f"unknown scorer {name!r}; expected one of {', '.join(SCORER_NAMES)}")

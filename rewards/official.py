@@ -1,78 +1,235 @@
-"""Each benchmark's official judge behind the common :class:`rewards.judge.Scorer` interface,
-the offline rubric-recall proxy, and each benchmark's headline numbers.
+"""Each benchmark's official LLM judge behind the common :class:`rewards.judge.Scorer`
+interface, and the offline rubric-recall proxy.
 
-Source: DESIGN.md § "Judges and scoring". ``scorer: llm`` picks the dataset's official judge:
-LoCoMo -> the CORRECT/WRONG judge (:class:`rewards.judge.LLMJudgeScorer`), LongMemEval ->
-:class:`LongMemEvalScorer`, BEAM -> :class:`BeamScorer`. Headlines: LoCoMo the mean score and
-the per-category means; LongMemEval task-averaged / overall / abstention accuracy
-(:func:`rewards.longmemeval_judge.longmemeval_headline`); BEAM per ability per chat, then
-over chats, overall = the mean of the 10 abilities, labelled as memgym's
-(:func:`rewards.beam_judge.beam_headline`).
+Source: DESIGN.md § "Judges and scoring"; the protocols themselves are data
+(:mod:`rewards.protocols`, ``$MEMGYM_DATA/judges/``). ``scorer: llm`` picks the dataset's
+judge: LoCoMo -> :class:`LoCoMoJudgeScorer` (MemBuilder's CORRECT/WRONG), LongMemEval ->
+:class:`LongMemEvalScorer`, BEAM -> :class:`BeamScorer` (``official`` | ``corrected``).
+
+Every judge call of one :meth:`score` goes out as one batched ``generate`` (BEAM's event
+ordering: one batch per answer line, since the greedy alignment of line i depends on the
+matches of lines before it), through the run's response cache. No reply is retried (none of
+the official codes retries). A reply the protocol cannot read (no JSON score for BEAM, neither
+label for LoCoMo, neither "yes" nor "no" for LongMemEval) is scored as the official code
+scores it (0, or "no"), counted in :class:`JudgeStats` and removed from the response cache,
+so that a fixed server is asked again instead of replaying it.
+
+``last`` keeps, per item of the latest call, the :class:`Judged` record: the score and every
+judge request (messages, settings) with its reply.
 """
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Sequence
+import dataclasses
 
-from llm.base import Backend, GenerationParams
-from rewards.beam_judge import BeamItem, BeamJudge, beam_headline, rubric_recall
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from llm.base import Backend, GenerationParams, LLMError
+from rewards import protocols as P
+from rewards.beam_judge import EVENT_ORDERING, rubric_recall
 from rewards.judge import ScoreItem, _check_score_items
-from rewards.judge_calls import JudgeStats
-from rewards.longmemeval_judge import LongMemEvalJudge, longmemeval_headline
 
-__all__ = ["LongMemEvalScorer", "BeamScorer", "RubricRecallScorer", "headline", "judge_stats"]
+__all__ = ["JudgeStats", "Judged", "LongMemEvalScorer", "BeamScorer", "LoCoMoJudgeScorer", "RubricRecallScorer",
+           "judge_stats"]
 
 
-class LongMemEvalScorer:
-    """``llm`` scorer for LongMemEval: the per-type yes/no judge; items need ``category``
-    (the question type) and ``qid`` (``_abs`` ids get the abstention prompt)."""
+@dataclass
+class JudgeStats:
+    """A judge's calls over its life: ``prompts`` sent, ``unreadable`` replies (scored as the
+    official rule scores them, never cached) and up to 5 ``examples`` of those. No judge
+    retries: the official protocols do not."""
+
+    prompts: int = 0
+    unreadable: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"prompts": self.prompts, "unreadable": self.unreadable, "retries": 0, "examples": list(self.examples)}
+
+
+@dataclass
+class Judged:
+    """One question's judgement: ``score`` in [0, 1] (NaN for a BEAM event ordering whose tau
+    is undefined), ``calls`` = ``[{"messages", "params", "reply", "readable"}]`` in the order
+    sent, ``unreadable`` = how many of those replies the protocol could not read, and
+    ``detail`` (BEAM event ordering: the aligned list, f1, precision, recall)."""
+
+    score: float
+    calls: list[dict] = field(default_factory=list)
+    unreadable: int = 0
+    detail: dict | None = None
+
+
+class _ProtocolScorer:
+    """Shared plumbing: batched requests, accounting, forgetting unreadable replies."""
 
     name = "llm"
     needs_prediction = True
+    dataset: str = ""
 
-    def __init__(self, backend: Backend, params: GenerationParams | None = None):
-        self.judge = LongMemEvalJudge(backend, params)
-
-    @property
-    def stats(self) -> JudgeStats:
-        return self.judge.stats
-
-    @property
-    def parse_failures(self) -> int:
-        """Replies still unparsable after the retry (scored 0), over the scorer's life."""
-        return self.stats.unparsable
-
-    def score(self, items: list[ScoreItem]) -> list[float]:
-        items = _check_score_items(items)
-        return self.judge.judge([(str(it.category), it.question, it.gold, it.prediction, it.qid) for it in items])
-
-
-class BeamScorer:
-    """``llm`` scorer for BEAM: rubric items scored 1/0.5/0, event ordering by normalised
-    Kendall tau-b; items need ``category`` (the ability) and ``rubric``."""
-
-    name = "llm"
-    needs_prediction = True
-
-    def __init__(self, backend: Backend, params: GenerationParams | None = None):
-        self.judge = BeamJudge(backend, params)
-
-    @property
-    def stats(self) -> JudgeStats:
-        total = JudgeStats()
-        total.add(self.judge.stats)
-        total.add(self.judge.match_stats)
-        return total
+    def __init__(self, backend: Backend, protocol: str = "official"):
+        if not callable(getattr(backend, "generate", None)):
+            raise TypeError(f"judge backend must implement llm.base.Backend, got {type(backend).__name__}")
+        self.backend = backend
+        self.protocol = P.check_protocol(self.dataset, protocol)
+        self.stats = JudgeStats()
+        self.last: list[Judged] = []
 
     @property
     def parse_failures(self) -> int:
-        """Replies still unparsable after the retry (scored 0), over the scorer's life."""
-        return self.stats.unparsable
+        """Unreadable replies over the scorer's life (see the module docstring)."""
+        return self.stats.unreadable
+
+    @property
+    def note(self) -> str:
+        return P.protocol_note(self.dataset, self.protocol)
+
+    def _ask(self, prompts: list[list[dict]], params: GenerationParams, read: Callable[[str], tuple[object, bool]],
+             schema=None) -> list[tuple[object, dict]]:
+        """``[(value, call record)]`` per prompt, from one batched call."""
+        if not prompts:
+            return []
+        # The protocol is part of every judge request's response-cache key (issue 16), so a reply
+        # obtained under one protocol is never replayed under another; never sent to the model.
+        params = dataclasses.replace(params, cache_tag=f"judge:{self.dataset}:{self.protocol}")
+        schemas = [schema] * len(prompts) if schema is not None else None
+        out = self.backend.generate(prompts, params, schemas=schemas) if schemas else self.backend.generate(prompts, params)
+        if len(out) != len(prompts):
+            raise LLMError(f"judge backend {getattr(self.backend, 'model_id', '?')} returned {len(out)} completions "
+                           f"for {len(prompts)} prompts")
+        self.stats.prompts += len(prompts)
+        res, bad = [], []
+        settings = {"temperature": params.temperature, "max_tokens": params.max_new_tokens,
+                    **({"response_format": schema.response_format()} if schema is not None else {})}
+        for msgs, c in zip(prompts, out):
+            reply = c.text if isinstance(getattr(c, "text", None), str) else ""
+            value, readable = read(reply)
+            if not readable:
+                bad.append(msgs)
+                self.stats.unreadable += 1
+                if len(self.stats.examples) < 5:
+                    self.stats.examples.append(reply[:200])
+            res.append((value, {"messages": msgs, "params": settings, "reply": reply, "readable": readable}))
+        if bad:
+            forget = getattr(self.backend, "forget", None)
+            if callable(forget):
+                forget(bad, params, [schema] * len(bad) if schema is not None else None)
+        return res
 
     def score(self, items: list[ScoreItem]) -> list[float]:
-        items = _check_score_items(items)
-        return self.judge.score([BeamItem(str(it.category), it.question, tuple(it.rubric), it.prediction)
-                                 for it in items])
+        self.last = self.judge(_check_score_items(items))
+        return [j.score for j in self.last]
+
+    def judge(self, items: Sequence[ScoreItem]) -> list[Judged]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def _judged_one(pairs: list[tuple[object, dict]], value: float) -> Judged:
+    return Judged(value, [c for _, c in pairs], sum(not c["readable"] for _, c in pairs))
+
+
+class LongMemEvalScorer(_ProtocolScorer):
+    """LongMemEval's answer check (:func:`rewards.protocols.longmemeval_messages`): items need
+    ``category`` (the question type) and ``qid``; 1.0 for a yes, 0.0 otherwise."""
+
+    dataset = "longmemeval"
+
+    def judge(self, items: Sequence[ScoreItem]) -> list[Judged]:
+        prompts = [P.longmemeval_messages(str(it.category), it.question, it.gold, it.prediction, it.qid) for it in items]
+
+        def read(reply):
+            low = reply.strip().lower()
+            return P.longmemeval_label(reply), ("yes" in low or "no" in low)
+
+        res = self._ask(prompts, P.longmemeval_params(), read)
+        return [_judged_one([r], 1.0 if r[0] else 0.0) for r in res]
+
+
+class LoCoMoJudgeScorer(_ProtocolScorer):
+    """MemBuilder's CORRECT/WRONG judge for LoCoMo (:func:`rewards.protocols.membuilder_messages`,
+    ``response_format`` JSON object)."""
+
+    dataset = "locomo"
+
+    def judge(self, items: Sequence[ScoreItem]) -> list[Judged]:
+        prompts = [P.membuilder_messages(it.question, it.gold, it.prediction) for it in items]
+        res = self._ask(prompts, P.membuilder_params(), P.membuilder_label, schema=P.JSON_OBJECT)
+        return [_judged_one([r], float(r[0])) for r in res]
+
+
+class BeamScorer(_ProtocolScorer):
+    """BEAM's judge: every ability but event ordering = the mean over rubric items of the item
+    score (:func:`rewards.protocols.beam_item_score`; 0.0 for an empty rubric); event ordering
+    = ``tau_norm`` of :func:`rewards.protocols.beam_event_ordering` after the greedy alignment
+    of ``response.split('\\n')`` against the rubric. Items need ``category`` (the ability)."""
+
+    dataset = "beam"
+
+    def judge(self, items: Sequence[ScoreItem]) -> list[Judged]:
+        rubric_prompts, owner = [], []
+        for i, it in enumerate(items):
+            if str(it.category) != EVENT_ORDERING:
+                for item in it.rubric:
+                    rubric_prompts.append(P.beam_rubric_messages(it.question, item, it.prediction, self.protocol))
+                    owner.append(i)
+
+        def read_score(reply):
+            v = P.beam_item_score(reply, self.protocol)
+            return (0.0 if v is None else v), v is not None
+
+        res = self._ask(rubric_prompts, P.beam_rubric_params(), read_score)
+        per: dict[int, list] = {i: [] for i in range(len(items))}
+        for i, r in zip(owner, res):
+            per[i].append(r)
+        out: list[Judged | None] = [None] * len(items)
+        for i, it in enumerate(items):
+            if str(it.category) != EVENT_ORDERING:
+                vals = [float(v) for v, _ in per[i]]
+                out[i] = _judged_one(per[i], sum(vals) / len(vals) if vals else 0.0)
+        orders = [i for i, it in enumerate(items) if str(it.category) == EVENT_ORDERING]
+        for i, j in zip(orders, self._event_ordering([items[i] for i in orders])):
+            out[i] = j
+        return out  # type: ignore[return-value]
+
+    def _event_ordering(self, items: Sequence[ScoreItem]) -> list[Judged]:
+        """``align_with_llm`` for every item at once: round k asks, for line k of every answer,
+        the equivalence with each still-unused reference item (one batch); line k takes the
+        first reference item (in reference order) judged the same."""
+        params = GenerationParams(max_new_tokens=P.DEFAULT_MAX_TOKENS["beam_equivalence"], temperature=0.0)
+        systems = [P.beam_system_list(it.prediction) for it in items]
+        refs = [list(it.rubric) for it in items]
+        used = [set() for _ in items]
+        canon: list[list[str]] = [[] for _ in items]
+        calls: list[list[tuple]] = [[] for _ in items]
+        for k in range(max((len(s) for s in systems), default=0)):
+            prompts, where = [], []
+            for i, s in enumerate(systems):
+                if k < len(s):
+                    for j, r in enumerate(refs[i]):
+                        if j not in used[i]:
+                            prompts.append(P.beam_equivalence_messages(r, s[k]))
+                            where.append((i, j))
+            res = self._ask(prompts, params, lambda reply: (P.beam_equivalence_label(reply),
+                                                            "yes" in reply.lower() or "no" in reply.lower()))
+            match: dict[int, int] = {}
+            for (i, j), r in zip(where, res):
+                calls[i].append(r)
+                if r[0] and i not in match:
+                    match[i] = j
+            for i, s in enumerate(systems):
+                if k < len(s):
+                    if i in match:
+                        used[i].add(match[i])
+                        canon[i].append(refs[i][match[i]])
+                    else:
+                        canon[i].append(s[k])
+        out = []
+        for i in range(len(items)):
+            eo = P.beam_event_ordering(refs[i], canon[i])
+            j = _judged_one(calls[i], eo["tau_norm"])
+            j.detail = {"aligned": canon[i], **{k: eo[k] for k in ("precision", "recall", "f1")}}
+            out.append(j)
+        return out
 
 
 class RubricRecallScorer:
@@ -92,36 +249,9 @@ class RubricRecallScorer:
 
 
 def judge_stats(scorer) -> dict | None:
-    """The judge's call accounting (``prompts``, ``retried``, ``unparsable``, ``examples``)
-    of an LLM scorer, or None for a scorer that makes no judge call."""
+    """The judge's call accounting (``prompts``, ``unreadable``, ``retries`` (always 0),
+    ``examples``) of an LLM scorer, or None for a scorer that makes no judge call."""
     st = getattr(scorer, "stats", None)
     if isinstance(st, JudgeStats):
         return st.to_dict()
-    if hasattr(scorer, "parse_failures"):  # LoCoMo's CORRECT/WRONG judge: no retry, failures counted (WRONG)
-        return {"prompts": None, "retried": 0, "unparsable": scorer.parse_failures, "examples": []}
     return None
-
-
-def headline(dataset: str, rows: Sequence[dict]) -> dict:
-    """The benchmark's own numbers from ``rows`` of ``{"id", "conversation", "category",
-    "score"}``. LoCoMo: ``{"overall", "by_category"}`` (means over questions); LongMemEval:
-    see :func:`longmemeval_headline`; BEAM: see :func:`beam_headline`. Raises ValueError for an
-    unknown dataset."""
-    if dataset == "longmemeval":
-        return longmemeval_headline(rows)
-    if dataset == "beam":
-        return beam_headline(rows)
-    if dataset == "locomo":
-        by = defaultdict(list)
-        for r in rows:
-            by[str(r["category"])].append(float(r["score"]))
-        n = sum(len(v) for v in by.values())
-        return {"overall": sum(sum(v) for v in by.values()) / n if n else 0.0,
-                "by_category": {k: sum(v) / len(v) for k, v in sorted(by.items())}}
-    raise ValueError(f"unknown dataset {dataset!r}; expected locomo, longmemeval or beam")
-
-
-def headline_overall(dataset: str, head: dict) -> float:
-    """The single overall number of a headline: LoCoMo mean, LongMemEval overall accuracy,
-    BEAM mean of the abilities (memgym's)."""
-    return float(head["overall_accuracy"] if dataset == "longmemeval" else head["overall"])

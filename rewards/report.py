@@ -1,8 +1,11 @@
-"""Writing eval reports: ``report.json`` (machine-readable), ``report.md`` (tables, one
-column per extractor), ``predictions.jsonl`` and a per-category PNG bar chart."""
+"""The report renderer of every evaluation (``memgym eval``, ``program eval``, ``score``): score
+tables with one column per system (:func:`side_by_side`, :func:`headline_table`), the
+protocol lines (:func:`protocol_lines`), and the eval report files: ``report.json``
+(machine-readable), ``report.md``, ``predictions.jsonl`` and a per-category PNG bar chart."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from data_synth.capabilities import CAPABILITY_NAMES
@@ -20,21 +23,77 @@ def _label(key: str, names: dict) -> str:
     return f"{key} {names[key]}" if key in names else key
 
 
-def side_by_side(report: dict, group: str = "by_category") -> str:
-    """A markdown table: one row per category (or capability), one score column per
-    extractor, with ``n`` (questions). Scores are in [0, 1], shown to 3 decimals."""
-    runs = _runs(report)
+def _cell(v, digits: int = 3) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float) and math.isnan(v):
+        return "NaN"
+    return f"{v:.{digits}f}"
+
+
+def side_by_side(report: dict, group: str = "by_category", columns: list[tuple[str, dict]] | None = None,
+                 digits: int = 3) -> str:
+    """A markdown table: one row per category (or capability), one score column per system
+    (``columns`` = ``[(label, summary)]``, default the eval report's extractor columns), with
+    ``n`` (questions judged). Scores are in [0, 1]."""
+    runs = columns if columns is not None else _runs(report)
     names = CATEGORY_NAMES if group == "by_category" else CAPABILITY_NAMES
-    keys = sorted({k for _, r in runs for k in r[group]})
+    keys = sorted({k for _, r in runs for k in r.get(group, {})})
     head = "| " + ("category" if group == "by_category" else "capability") + " | n | " + \
         " | ".join(spec for spec, _ in runs) + " |"
     lines = [head, "|" + "---|" * (2 + len(runs))]
     for k in keys:
         n = max(r[group].get(k, {}).get("n", 0) for _, r in runs)
-        cells = [f"{r[group][k]['score']:.3f}" if k in r[group] else "-" for _, r in runs]
+        cells = [_cell(r[group][k]["score"], digits) if k in r[group] else "-" for _, r in runs]
         lines.append(f"| {_label(k, names)} | {n} | " + " | ".join(cells) + " |")
-    lines.append(f"| **overall** | {runs[0][1]['n']} | " + " | ".join(f"**{r['overall']:.3f}**" for _, r in runs) + " |")
+    lines.append(f"| **overall** | {runs[0][1].get('judged', runs[0][1]['n'])} | "
+                 + " | ".join(f"**{_cell(r['overall'], digits)}**" for _, r in runs) + " |")
     return "\n".join(lines)
+
+
+def headline_table(dataset: str | None, columns: list[tuple[str, dict]], digits: int = 3) -> list[str]:
+    """The benchmark's own numbers (:func:`rewards.summary.summarise`), one column per system:
+    LongMemEval task-averaged / overall / abstention accuracy over the judged questions and the
+    judged / missing counts; BEAM each ability (mean per chat, then over chats) and memgym's
+    overall (the mean of the abilities); LoCoMo overall. Returns markdown lines."""
+    head = "| | " + " | ".join(label for label, _ in columns) + " |"
+    out = [head, "|---|" + "---|" * len(columns)]
+
+    def row(name, key, fmt=lambda v: _cell(v, digits)):
+        out.append(f"| {name} | " + " | ".join(fmt(r.get(key)) for _, r in columns) + " |")
+
+    if dataset == "longmemeval":
+        row("task-averaged accuracy", "task_averaged")
+        row("overall accuracy", "overall")
+        row("abstention accuracy", "abstention")
+    elif dataset == "beam":
+        abilities = list(dict.fromkeys(a for _, r in columns for a in r.get("by_ability", {})))
+        for a in abilities:
+            out.append(f"| {a} | " + " | ".join(_cell(r.get("by_ability", {}).get(a), digits) for _, r in columns)
+                       + " |")
+        row("**overall (memgym's: mean of the abilities)**", "overall")
+    else:
+        row("overall", "overall")
+    row("judged questions", "judged", fmt=lambda v: "-" if v is None else str(v))
+    row("missing predictions" + (" (counted as wrong)" if any(r.get("missing_as_wrong") for _, r in columns)
+                                 else " (not counted)"), "missing", fmt=lambda v: str(len(v or [])))
+    if any(r.get("undefined") for _, r in columns):
+        row("undefined (NaN, left out of the means)", "undefined", fmt=lambda v: str(v or 0))
+    return out
+
+
+def protocol_lines(rep: dict) -> list[str]:
+    """Report lines naming the scorer and the judge protocol behind the numbers."""
+    line = f"- scorer: `{rep.get('scorer')}`, judge_protocol: `{rep.get('judge_protocol', 'official')}`"
+    if rep.get("judge_note"):
+        line += f" ({rep['judge_note']})"
+    out = [line]
+    jc = rep.get("judge_calls")
+    if jc:
+        out.append(f"- judge calls: {jc['prompts']} requests, no retries (the official protocols retry none); "
+                   f"{jc['unreadable']} replies unreadable by the protocol's rule (scored as it scores them, "
+                   f"never cached)")
+    return out
 
 
 def format_failure_table(report: dict) -> str:
@@ -49,35 +108,23 @@ def format_failure_table(report: dict) -> str:
 def render_markdown(report: dict) -> str:
     runs = _runs(report)
     cfg = report.get("config", {})
+    ds = report.get("dataset", cfg.get("dataset"))
     out = [f"# memgym eval: {', '.join(cfg.get('conversations', []))}", "",
-           f"- dataset: {cfg.get('dataset')}, sessions: {cfg.get('n_sessions') or 'all'}, "
-           f"answer model: `{report['answer_model']}`, scorer: `{report['scorer']}`, top-k: {cfg.get('top_k')}",
+           f"- dataset: {ds}, sessions: {cfg.get('n_sessions') or 'all'}, "
+           f"answer model: `{report['answer_model']}`, top-k: {cfg.get('top_k')}",
+           *protocol_lines(report),
            f"- wall time: {report['wall_s']:.1f} s", "",
+           f"## {ds} headline ({report['scorer']}, {report.get('judge_protocol', 'official')})", "",
+           *headline_table(ds, runs), "",
            f"## Score by category ({report['scorer']})", "", side_by_side(report, "by_category"), "",
            "## Score by capability", "", side_by_side(report, "by_capability"), "",
            "## Answer recall of the retrieved context", "",
            "| extractor | recall |", "|---|---|"]
     out += [f"| {spec} | {r['overall_recall']:.3f} |" for spec, r in runs]
-    head = report.get("headline") or {}
-    if "by_ability" in head:
-        out += ["", f"## BEAM abilities ({report['scorer']}; mean per chat, then over chats)", "",
-                "| ability | " + " | ".join(spec for spec, _ in runs) + " |", "|---|" + "---|" * len(runs)]
-        for a in head["by_ability"]:
-            out.append(f"| {a} | " + " | ".join(f"{r.get('headline', {}).get('by_ability', {}).get(a, 0.0):.3f}"
-                                                for _, r in runs) + " |")
-        out.append("| **overall (ours)** | " + " | ".join(f"**{r['headline']['overall']:.3f}**" for _, r in runs) + " |")
-        out += ["", f"_{head['note']}_"]
-    if "task_averaged_accuracy" in head:
-        out += ["", "## LongMemEval headline", "", "| extractor | task-averaged | overall | abstention |",
-                "|---|---|---|---|"]
-        for spec, r in runs:
-            h = r["headline"]
-            ab = "-" if h["abstention_accuracy"] is None else f"{h['abstention_accuracy']:.3f}"
-            out.append(f"| {spec} | {h['task_averaged_accuracy']:.3f} | {h['overall_accuracy']:.3f} | {ab} |")
     if any(r.get("judge_calls") for _, r in runs):
-        out += ["", "## Judge calls", "", "| extractor | prompts | retried | unparsable (scored 0) |", "|---|---|---|---|"]
-        out += [f"| {spec} | {r['judge_calls']['prompts']} | {r['judge_calls']['retried']} | "
-                f"{r['judge_calls']['unparsable']} |" for spec, r in runs if r.get("judge_calls")]
+        out += ["", "## Judge calls", "", "| extractor | requests | retries | unreadable replies |", "|---|---|---|---|"]
+        out += [f"| {spec} | {r['judge_calls']['prompts']} | 0 | {r['judge_calls']['unreadable']} |"
+                for spec, r in runs if r.get("judge_calls")]
     if any(r.get("segments") for _, r in runs):
         out += ["", "## Memory construction steps (sessions beyond the extractor's context are built in segments)", "",
                 "| extractor | conversation | sessions | segments | sessions split |", "|---|---|---|---|---|"]
@@ -87,7 +134,7 @@ def render_markdown(report: dict) -> str:
             "Columns marked (constrained) decode every manager output under its JSON schema.", "",
             format_failure_table(report)]
     out += ["", "## Failures that score 0", "",
-            "| extractor | format failures by type | empty answers | unparsable judge replies |", "|---|---|---|---|"]
+            "| extractor | format failures by type | empty answers | unreadable judge replies |", "|---|---|---|---|"]
     out += [f"| {spec} | {json.dumps(r.get('format_failures_by_type', {}))} | {r.get('empty_answers', 0)} | "
             f"{r.get('judge_unparsable', 0)} |" for spec, r in runs]
     out += ["", "## Model calls", "", "| extractor | calls per role | tokens per role | wall s |", "|---|---|---|---|"]
@@ -114,7 +161,7 @@ def plot_categories(report: dict, path: Path) -> None:
     for i, (spec, r) in enumerate(runs):
         ax.bar(x + i * w, [r["by_category"].get(k, {}).get("score", 0.0) for k in keys], w, label=spec)
     ax.set_xticks(x + w * (len(runs) - 1) / 2, [_label(k, CATEGORY_NAMES) for k in keys], fontsize=8)
-    ax.set_ylabel(report["scorer"])
+    ax.set_ylabel(f"{report['scorer']} ({report.get('judge_protocol', 'official')})")
     ax.set_ylim(0, 1)
     ax.legend(fontsize=7)
     fig.tight_layout()

@@ -44,8 +44,10 @@ class ScriptedBackend:
         self._next += 1
         return text
 
-    def generate(self, batch: list[Messages], params: GenerationParams) -> list[Completion]:
+    def generate(self, batch: list[Messages], params: GenerationParams, schemas=None) -> list[Completion]:
+        """``schemas`` (structured outputs) is accepted and recorded in ``schemas_seen``, not applied."""
         check_batch(batch)
+        self.schemas_seen = getattr(self, "schemas_seen", []) + [schemas]
         out = []
         for messages in batch:
             text = self._answer(messages, params)

@@ -33,7 +33,7 @@ def _conversation() -> Conversation:
 
 def _run(source: str):
     runner = ProgramRunner(Runtime(embedder=HashEmbedder(256)),
-                           RunnerSettings(extraction="turns", plan_mode="question", scorer="answer-recall",
+                           RunnerSettings(extractor="turns", plan_mode="question", scorer="answer-recall",
                                           diagnostics=False))
     return {t.qa.id: (t.retrieved, t.score) for t in runner.run(source, [_conversation()]).tasks}
 

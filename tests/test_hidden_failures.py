@@ -33,7 +33,7 @@ def test_unparsable_judge_replies_and_empty_answers_are_counted(tmp_path):
 
     cfg = EvalConfig(extractor="expert:conv-30", conversations=["conv-30"], n_sessions=2, max_questions=4,
                      answer_model=ANS, scorer="llm", judge_model=JUDGE, out=str(tmp_path / "o"), progress=False)
-    rep = run_eval(cfg, _runtime(answer, lambda m, p: "CORRECT"))
+    rep = run_eval(cfg, _runtime(answer, lambda m, p: "no verdict here"))  # MemBuilder's rule reads no label
     assert rep["n"] == 4 and rep["empty_answers"] == 2 and rep["judge_unparsable"] == 4 and rep["overall"] == 0.0
     md = (tmp_path / "o" / "report.md").read_text()
     assert "| expert:conv-30 | {} | 2 | 4 |" in md
@@ -48,7 +48,7 @@ def test_eval_console_names_them_and_an_empty_run_exits_1(tmp_path, capsys, monk
             "--answer_model", ANS, "--scorer", "llm", "--judge_model", JUDGE, "--no_progress"]
     assert memgym([*base, "--max_questions", "3", "--out", str(tmp_path / "a")]) == 0
     err = capsys.readouterr().err
-    assert "3 judge replies were not a CORRECT/WRONG verdict (scored 0)" in err and "3 answers were empty" in err
+    assert "3 judge replies were unreadable by the protocol's rule" in err and "3 answers were empty" in err
     rep_dir = tmp_path / "b"
     orig = ev.load_eval_conversations
     monkeypatch.setattr(ev, "load_eval_conversations",

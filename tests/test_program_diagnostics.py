@@ -65,7 +65,7 @@ def test_run_diagnostics_map_evidence_ids_to_sessions():
     script = Script()
     rt = Runtime(embedder=HashEmbedder(dim=256))
     rt.register(TASK, ScriptedBackend(script, model_id="task"))
-    runner = ProgramRunner(rt, RunnerSettings(extraction="instruction", task_model=TASK))
+    runner = ProgramRunner(rt, RunnerSettings(extractor="instruction", task_model=TASK))
     run = runner.run(read_program_source(seed_program_path()), [conversation()])
     assert len(run.traces[0].probes) == 5  # distinct resolvable evidence turns: s1:0 s2:1 s3:0 s1:1 s3:1
     rep = diagnose_run(run, rt.embedder)

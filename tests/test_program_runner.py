@@ -38,7 +38,7 @@ def make_runner(cache=None, **kw):
     script = Script()
     rt = Runtime(embedder=CountingEmbedder())
     rt.register(TASK, ScriptedBackend(script, model_id="task"))
-    settings = RunnerSettings(**{"extraction": "instruction", "task_model": TASK, **kw})
+    settings = RunnerSettings(**{"extractor": "instruction", "task_model": TASK, **kw})
     return ProgramRunner(rt, settings, cache), script, rt
 
 
@@ -130,7 +130,7 @@ def episodic_extractor(messages, params) -> str:
 
 
 def test_trained_extractor_units_flow_into_the_programs_index():
-    runner, script, rt = make_runner(diagnostics=False, extraction=EXTRACTOR)
+    runner, script, rt = make_runner(diagnostics=False, extractor=EXTRACTOR)
     rt.register(EXTRACTOR, ScriptedBackend(episodic_extractor, model_id="extractor"))
     run = runner.run(REF, [conversation()])
     assert rt.calls["extractor"] == 12  # 3 sessions x 4 managers
@@ -155,7 +155,7 @@ def test_expert_extraction_replays_the_trajectory_into_units():
     from data_synth.datasets import load_conversations
 
     conv = load_conversations("locomo", ids=["conv-30"], n_sessions=2)
-    runner, script, rt = make_runner(diagnostics=False, extraction="expert:conv-30", plan_mode="question")
+    runner, script, rt = make_runner(diagnostics=False, extractor="expert:conv-30", plan_mode="question")
     run = runner.run(SEED, conv)
     assert [len(u) for u in run.traces[0].units] == [13, 9]
     assert run.extraction["mode"] == "expert" and run.extraction["units"] == 22
@@ -324,7 +324,7 @@ def test_turns_extraction_maps_every_turn_without_a_model_call():
         {"part": "turn", "id": "s2:1", "text": "Melanie: Melanie took her kids camping in the mountains",
          "date": "2023-05-08", "session": 2}]
     runner, script, rt = make_runner(diagnostics=False, plan_mode="question")
-    runner.settings.extraction = "turns"
+    runner.settings.extractor = "turns"
     run = runner.run(SEED, [conv])
     assert script.counts == {"extract": 0, "plan": 0, "answer": 0} and rt.calls_snapshot()["calls"].get("task", 0) == 0
     assert run.extraction["mode"] == "turns" and run.extraction["units"] == 6
@@ -340,10 +340,10 @@ def test_workers_overlap_conversations_with_identical_results():
 
     convs = [conversation(), replace(conversation(), id="d", sessions=conversation().sessions[:2])]
     r1, _, _ = make_runner(diagnostics=True, plan_mode="question")
-    r1.settings.extraction = "turns"
+    r1.settings.extractor = "turns"
     a = r1.run(REF, convs, workers=1)
     r2, _, _ = make_runner(diagnostics=True, plan_mode="question")
-    r2.settings.extraction = "turns"
+    r2.settings.extractor = "turns"
     b = r2.run(REF, convs, workers=2)
     assert [t.conversation for t in b.tasks] == ["c"] * 4 + ["d"] * 4
     assert [(t.retrieved, t.score) for t in a.tasks] == [(t.retrieved, t.score) for t in b.tasks]
@@ -356,7 +356,7 @@ def test_evaluate_program_returns_a_typed_result():
     from evolution.execution.results import ProgramEvaluation
 
     runner, _, _ = make_runner(plan_mode="question")
-    runner.settings.extraction = "turns"
+    runner.settings.extractor = "turns"
     ev, run = evaluate_program(SEED, [conversation()], runner)
     assert isinstance(ev, ProgramEvaluation) and ev.ok and ev.n == 4
     assert ev.overall == 0.75
@@ -388,11 +388,11 @@ def test_two_evaluations_overlap_on_one_runner():
     from concurrent.futures import ThreadPoolExecutor
 
     runner, _, _ = make_runner(diagnostics=True, plan_mode="question")
-    runner.settings.extraction = "turns"
+    runner.settings.extractor = "turns"
     with ThreadPoolExecutor(2) as pool:
         a, b = pool.map(lambda src: runner.run(src, [conversation()]), [REF, RETRIEVAL_ONLY])
     solo, _, _ = make_runner(diagnostics=True, plan_mode="question")
-    solo.settings.extraction = "turns"
+    solo.settings.extractor = "turns"
     for run, src in ((a, REF), (b, RETRIEVAL_ONLY)):
         alone = solo.run(src, [conversation()])
         assert [(t.retrieved, t.score) for t in run.tasks] == [(t.retrieved, t.score) for t in alone.tasks]

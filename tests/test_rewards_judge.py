@@ -178,7 +178,8 @@ def test_make_scorer():
     "raw,answer",
     [
         ("Paris", "Paris"),
-        ("Answer: Paris\nBecause she said so.", "Paris"),
+        ("Answer: Paris\nBecause she said so.", "Paris\nBecause she said so."),  # whole answers (issue 16)
+        ("1. Setup\n\n2. Styling", "1. Setup\n\n2. Styling"),
         ("\n\n  **Final Answer:** 7 May 2023  \n", "7 May 2023"),
         ("<think>she said Rome?\nno</think>\nLondon", "London"),
         ('"No information available"', "No information available"),
@@ -209,7 +210,7 @@ def test_answer_questions_one_call_truncates_and_cleans():
     ctx = "E1 2023-05-07: Mel went to Paris\n" + "x" * 7000
     items = [("Where did Mel go?", ctx, "2023/05/30 (Tue) 23:40"), ("What is Bob's dog called?", "", None)]
     out = answer_questions(be, items)
-    assert out == ["Paris", "No information available"]
+    assert out == ["Paris\nextra", "No information available"]  # the whole answer is judged (issue 16)
     assert be.calls == 1 and be.params[0] == GenerationParams(max_new_tokens=48, temperature=0)
     system, user = be.batches[0][0]
     assert system == {"role": "system", "content": ANSWER_SYSTEM_PROMPT}
@@ -232,3 +233,15 @@ def test_answer_questions_errors():
     assert be.calls == 0
     with pytest.raises(LLMError, match="0 completions for 1 prompts"):
         answer_questions(BatchScriptBackend([], n_override=0), [("q", "c", None)])
+
+
+def test_beam_answers_are_asked_whole():
+    """BEAM's lists and summaries: the answer prompt asks for them whole (issue 16)."""
+    from rewards.answer import BEAM_ANSWER_SYSTEM_PROMPT, answer_system_prompt
+
+    assert answer_system_prompt("beam") == BEAM_ANSWER_SYSTEM_PROMPT and answer_system_prompt("locomo") == \
+        ANSWER_SYSTEM_PROMPT
+    be = BatchScriptBackend(["1. Setup\n2. Styling"])
+    out = answer_questions(be, [("In what order?", "notes", None)], system_prompt=answer_system_prompt("beam"))
+    assert out == ["1. Setup\n2. Styling"] and be.batches[0][0][0]["content"] == BEAM_ANSWER_SYSTEM_PROMPT
+    assert "one item per line" in BEAM_ANSWER_SYSTEM_PROMPT

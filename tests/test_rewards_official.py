@@ -1,128 +1,89 @@
-"""Official judges with scripted judge backends: BEAM rubric judge (question in every prompt,
-partial credit, string scores, retry accounting), Kendall tau-b event ordering, LongMemEval
-per-type prompts and its headline numbers, rubric-recall."""
+"""Official judges behind the scorer interface (scripted backends), the one summary per
+dataset (BEAM per chat then over chats, LongMemEval task-averaged vs overall over judged
+questions, missing predictions), unreadable replies never cached, rubric-recall."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
-from rewards.beam_judge import (BeamItem, BeamJudge, beam_headline, kendall_tau_b_normalised, order_score,
-                                parse_rubric_score, rubric_recall)
+from llm.base import GenerationParams
+from llm.cache import CachedBackend, ResponseCache
+from rewards.beam_judge import rubric_recall
 from rewards.judge import ScoreItem, make_scorer
-from rewards.longmemeval_judge import LongMemEvalJudge, longmemeval_headline, parse_yes_no
-from rewards.official import BeamScorer, LongMemEvalScorer, RubricRecallScorer, judge_stats
+from rewards.official import BeamScorer, LoCoMoJudgeScorer, LongMemEvalScorer, RubricRecallScorer, judge_stats
+from rewards.summary import summarise
 from tests.helpers import ScriptedBackend
 
 
-def _user(messages):
-    return next(m["content"] for m in messages if m["role"] == "user")
-
-
-def test_beam_rubric_prompt_has_question_and_item_partial_credit_kept():
-    judge_backend = ScriptedBackend(lambda m, p: '{"score": 0.5, "reason": "partly"}')
-    items = [BeamItem("information_extraction", "When did I meet Michael?", ("states January 15, 2024",
-                                                                          "names the festival"), "In January."),
-             BeamItem("summarization", "Summarise my writing journey.", ("mentions Grammarly",), "You wrote.")]
-    scores = BeamJudge(judge_backend).score(items)
-    assert scores == [0.5, 0.5]  # int() would have made these 0
-    assert len(judge_backend.seen) == 3
-    for (msgs, _), (q, item) in zip(judge_backend.seen, [(items[0].question, items[0].rubric[0]),
-                                                         (items[0].question, items[0].rubric[1]),
-                                                         (items[1].question, items[1].rubric[0])]):
-        assert q in _user(msgs) and item in _user(msgs)
-
-
-def test_beam_string_score_and_unparsable_retried_then_counted():
-    assert parse_rubric_score('{"score": "0.5", "reason": "x"}') == 0.5
-    assert parse_rubric_score('```json\n{"score": 1}\n```') == 1.0
-    assert parse_rubric_score('{"score": 2}') is None and parse_rubric_score("full credit") is None
-    replies = iter(['{"score": "1.0"}', "I think it is fine", '{"score": 0}', "still prose"])
+def test_beam_official_int_and_unreadable_counted_without_retry():
+    replies = iter(['{"score": "1"}', "I think it is fine", '{"score": 0.5}'])
     backend = ScriptedBackend(lambda m, p: next(replies))
     scorer = BeamScorer(backend)
     out = scorer.score([ScoreItem("Q1?", "gold", "resp", "", "knowledge_update", "c:knowledge_update:1",
                                   ("a", "b", "c"))])
-    # item a -> 1.0; item b unparsable -> retried -> "still prose" -> 0 ; item c -> 0.0
+    # item a -> int("1") = 1; item b unreadable -> 0 (no retry); item c -> int(0.5) = 0
     assert out == [pytest.approx(1 / 3)]
     st = judge_stats(scorer)
-    assert (st["prompts"], st["retried"], st["unparsable"]) == (3, 1, 1)
-    retry_msgs = backend.seen[-1][0]
-    assert retry_msgs[-2] == {"role": "assistant", "content": "I think it is fine"}
-    assert "could not be read" in retry_msgs[-1]["content"]
+    assert (st["prompts"], st["retries"], st["unreadable"]) == (3, 0, 1) and len(backend.seen) == 3
+    assert [c["readable"] for c in scorer.last[0].calls] == [True, False, True]
+    assert "<question>" in backend.seen[0][0][0]["content"]  # official: never filled in
 
 
-def test_kendall_tau_hand_values():
-    assert kendall_tau_b_normalised([0, 1, 2, 3], [0, 1, 2, 3]) == 1.0
-    assert kendall_tau_b_normalised([0, 1, 2, 3], [3, 2, 1, 0]) == 0.0
-    # one adjacent swap of 4: 5 concordant, 1 discordant pairs: tau = 4/6, normalised 5/6
-    assert kendall_tau_b_normalised([0, 1, 2, 3], [1, 0, 2, 3]) == pytest.approx(5 / 6)
-    # item 1 unmatched ranks last: response ranks [0, 2, 1] -> tau 1/3 -> 2/3
-    assert order_score(3, [0, None, 2]) == pytest.approx(2 / 3)
-    assert order_score(3, [None, None]) == 0.0
-
-
-def test_event_ordering_by_line_alignment():
-    rubric = ("setup", "styling", "bug fix")
-    def same(messages, params):
-        u = _user(messages)
-        line = u.split("Response line: ")[1].split("\n")[0]
-        item = u.split("Reference item: ")[1].split("\n")[0]
-        return "yes" if item.split()[0] in line else "no"
-    backend = ScriptedBackend(same)
-    resp = "1) styling first\n\n2) then setup\n3) finally bug work"
-    [s] = BeamJudge(backend).score([BeamItem("event_ordering", "Order?", rubric, resp)])
-    # lines match styling, setup, bug: ranks [1, 0, 2] vs [0, 1, 2] -> tau 1/3 -> 2/3
-    assert s == pytest.approx(2 / 3)
-    assert len(backend.seen) == 9 and all("Order?" in _user(m) for m, _ in backend.seen)
-
-
-def test_beam_headline_per_chat_then_over_chats():
-    rows = [{"conversation": "a", "category": "abstention", "score": 1.0},
-            {"conversation": "a", "category": "abstention", "score": 0.0},
-            {"conversation": "b", "category": "abstention", "score": 1.0},
-            {"conversation": "a", "category": "event_ordering", "score": 0.25}]
-    h = beam_headline(rows)
+def test_beam_summary_per_chat_then_over_chats():
+    rows = [{"conversation": "a", "id": "1", "category": "abstention", "capability": "A", "score": 1.0},
+            {"conversation": "a", "id": "2", "category": "abstention", "capability": "A", "score": 0.0},
+            {"conversation": "b", "id": "3", "category": "abstention", "capability": "A", "score": 1.0},
+            {"conversation": "a", "id": "4", "category": "event_ordering", "capability": "T", "score": 0.25},
+            {"conversation": "a", "id": "5", "category": "event_ordering", "capability": "T", "score": math.nan},
+            {"conversation": "b", "id": "6", "category": "event_ordering", "capability": "T", "score": None,
+             "missing": True}]
+    h = summarise("beam", rows)
     assert h["by_ability"] == {"abstention": 0.75, "event_ordering": 0.25}
-    assert h["overall"] == 0.5 and "mean of the 10 BEAM abilities" in h["note"]
+    assert h["overall"] == 0.5 and "mean of the BEAM abilities" in h["overall_note"]
+    assert h["by_category"]["abstention"] == {"score": 2 / 3, "n": 3}  # pooled over questions
+    assert (h["n"], h["judged"], h["missing"], h["undefined"]) == (6, 5, ["6"], 1)
+    assert summarise("beam", rows, missing_as_wrong=True)["by_ability"]["event_ordering"] == 0.125
 
 
-def test_longmemeval_each_type_gets_its_rule():
-    backend = ScriptedBackend(lambda m, p: "Yes.")
-    judge = LongMemEvalJudge(backend)
-    types = ["single-session-user", "temporal-reasoning", "knowledge-update", "single-session-preference",
-             "multi-session"]
-    items = [(t, "Q?", "A", "R", f"q{i}") for i, t in enumerate(types)] + [("temporal-reasoning", "Q?", "A", "R",
-                                                                           "q9_abs")]
-    assert judge.judge(items) == [1.0] * 6
-    systems = [m[0]["content"] for m, _ in backend.seen]
-    assert "off-by-one" in systems[1] and "off-by-one" not in systems[0]
-    assert "updated answer" in systems[2]
-    assert "rubric" in systems[3] and "personal information" in systems[3]
-    assert "cannot be answered" in systems[5] and "off-by-one" not in systems[5]
-    assert "Explanation:" in _user(backend.seen[5][0]) and "Rubric:" in _user(backend.seen[3][0])
-    assert backend.seen[0][1].max_new_tokens == 10 and backend.seen[0][1].temperature == 0
-    assert parse_yes_no("No, it is wrong") is False and parse_yes_no("maybe") is None
-
-
-def test_longmemeval_task_averaged_vs_overall():
-    rows = [{"id": "a", "category": "multi-session", "score": 1.0},
-            {"id": "b", "category": "multi-session", "score": 1.0},
-            {"id": "c", "category": "multi-session", "score": 0.0},
-            {"id": "d_abs", "category": "multi-session", "score": 1.0},
-            {"id": "e", "category": "temporal-reasoning", "score": 0.0},
-            {"id": "f_abs", "category": "temporal-reasoning", "score": 0.0}]
-    h = longmemeval_headline(rows)
+def test_longmemeval_summary_over_judged_questions():
+    rows = [{"conversation": x, "id": x, "category": t, "capability": None, "score": s, "missing": s is None}
+            for x, t, s in [("a", "multi-session", 1.0), ("b", "multi-session", 1.0), ("c", "multi-session", 0.0),
+                            ("d_abs", "multi-session", 1.0), ("e", "temporal-reasoning", 0.0),
+                            ("f_abs", "temporal-reasoning", 0.0), ("g", "temporal-reasoning", None)]]
+    h = summarise("longmemeval", rows)
     assert h["by_type"] == {"multi-session": 0.75, "temporal-reasoning": 0.0}
-    assert h["task_averaged_accuracy"] == 0.375 and h["overall_accuracy"] == 0.5
-    assert h["abstention_accuracy"] == 0.5 and h["n_abstention"] == 2
+    assert h["task_averaged"] == 0.375 and h["overall"] == 0.5
+    assert h["abstention"] == 0.5 and h["n_abstention"] == 2 and (h["judged"], h["missing"]) == (6, ["g"])
+    w = summarise("longmemeval", rows, missing_as_wrong=True)
+    assert w["overall"] == pytest.approx(3 / 7) and w["missing_as_wrong"] is True
 
 
 def test_make_scorer_picks_the_official_judge():
     b = ScriptedBackend(lambda m, p: "yes")
     assert isinstance(make_scorer("llm", b, dataset="longmemeval"), LongMemEvalScorer)
-    assert isinstance(make_scorer("llm", b, dataset="beam"), BeamScorer)
-    assert make_scorer("llm", b, dataset="locomo").__class__.__name__ == "LLMJudgeScorer"
+    assert isinstance(make_scorer("llm", b, dataset="beam", judge_protocol="corrected"), BeamScorer)
+    assert isinstance(make_scorer("llm", b, dataset="locomo"), LoCoMoJudgeScorer)
+    assert make_scorer("llm", b).__class__.__name__ == "LLMJudgeScorer"  # no dataset: memgym's training judge
     assert isinstance(make_scorer("rubric-recall"), RubricRecallScorer)
+    with pytest.raises(ValueError, match="official protocol's request"):
+        make_scorer("llm", b, dataset="locomo", judge_constrained=True)
+
+
+def test_unreadable_replies_are_not_cached(tmp_path):
+    """An unreadable reply is removed from the response cache: a fixed server is asked again."""
+    cache = ResponseCache(tmp_path / "r.sqlite")
+    broken = ScriptedBackend(lambda m, p: "garbage")
+    scorer = make_scorer("llm", CachedBackend(broken, cache), dataset="locomo")
+    item = ScoreItem("When?", "7 May 2023", "7 May", "", "2", "conv-26/q0")
+    assert scorer.score([item]) == [0.0] and scorer.stats.unreadable == 1 and len(cache) == 0
+    fixed = ScriptedBackend(lambda m, p: '{"label": "CORRECT"}')
+    again = make_scorer("llm", CachedBackend(fixed, cache), dataset="locomo")
+    assert again.score([item]) == [1.0] and len(fixed.seen) == 1 and len(cache) == 1
+    third = ScriptedBackend(lambda m, p: "never asked")
+    assert make_scorer("llm", CachedBackend(third, cache), dataset="locomo").score([item]) == [1.0]
+    assert third.seen == []
 
 
 def test_rubric_recall():
@@ -134,3 +95,4 @@ def test_rubric_recall():
     with pytest.raises(ValueError, match="no rubric"):
         RubricRecallScorer().score([ScoreItem("q", "a", "p", "c")])
     assert json.dumps(judge_stats(RubricRecallScorer())) == "null"
+    assert GenerationParams().max_new_tokens == 256

@@ -244,7 +244,7 @@ def test_runner_plans_and_units_parse_under_constraint_with_the_tiny_model(tiny)
     def run(constrained):
         rt = Runtime(embedder=HashEmbedder(dim=64))
         rt.register(TASK, tiny)
-        s = RunnerSettings(extraction="instruction", task_model=TASK, constrained=constrained, diagnostics=False,
+        s = RunnerSettings(extractor="instruction", task_model=TASK, constrained=constrained, diagnostics=False,
                            constrained_max_chars=16, constrained_max_items=2, extract_max_new_tokens=1200,
                            plan_max_new_tokens=200, answer_max_new_tokens=4)
         runner = ProgramRunner(rt, s)

@@ -153,7 +153,7 @@ def test_program_runner_counts_cut_off_extractions_as_failures():
     rt = Runtime(embedder=HashEmbedder_())
     rt.register(TASK, LengthMarked(ScriptedBackend(Script(), model_id="task"),
                                    cut=lambda m: "memory units" in m[-1]["content"]))
-    runner = ProgramRunner(rt, RunnerSettings(extraction="instruction", task_model=TASK, diagnostics=False))
+    runner = ProgramRunner(rt, RunnerSettings(extractor="instruction", task_model=TASK, diagnostics=False))
     run = runner.run(REF, [conversation()])
     assert run.extraction["format_failures"] == 3 and run.extraction["units"] == 0
 

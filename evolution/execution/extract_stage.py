@@ -130,7 +130,7 @@ class ExtractStage:
     def _construct(self, conv: Conversation) -> dict:
         from memory_bank.construct import construct
 
-        extractor = make_extractor(self.settings.extraction, self.rt, self.settings.extractor_max_new_tokens,
+        extractor = make_extractor(self.settings.extractor, self.rt, self.settings.extractor_max_new_tokens,
                                    constrained=self.settings.constrained, max_chars=self.settings.constrained_max_chars,
                                    max_items=self.settings.constrained_max_items,
                                    context_tokens=self.settings.extractor_context_tokens)

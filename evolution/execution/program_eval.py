@@ -10,8 +10,11 @@ validates the program (:func:`evolution.execution.validate.validate_program`), r
 Scores are in [0, 1]: ``answer-recall`` (default, offline: the share of the gold answer's
 normalised tokens found in the retrieved text; no answer call), ``rubric-recall`` (BEAM's
 offline proxy over the retrieved text), ``f1`` (LoCoMo F1 of the task model's answer) or
-``llm`` (the dataset's official judge). The report adds the benchmark's headline numbers
-(:func:`rewards.official.headline`). Capability labels: the native mapping (default),
+``llm`` (the dataset's official judge under ``judge_protocol``). Every number is
+:func:`rewards.summary.summarise` of the run's questions, the same summary ``memgym eval`` and
+``memgym score`` give; the report tables come from the shared renderer (:mod:`rewards.report`).
+:func:`runner_settings_from` builds a runner's settings from any recipe (program eval, evolve)
+in one place. Capability labels: the native mapping (default),
 or an annotator label file (:mod:`data_synth.annotate`); they are used for grouping only and
 never reach the program.
 """
@@ -20,13 +23,11 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from data_synth.capabilities import CAPABILITY_NAMES
-from data_synth.capabilities import LOCOMO_CATEGORY_NAMES as CATEGORY_NAMES
-from data_synth.datasets import DATASETS, check_selection, load_conversations
+from data_synth.datasets import check_selection
 from evolution.execution.diagnostics import METRICS, diagnose_run
 from evolution.execution.results import ProgramEvaluation
 from evolution.execution.runner import ProgramRun, ProgramRunner, RunnerSettings, dump_units
@@ -34,14 +35,15 @@ from evolution.execution.sandbox import SandboxLimits
 from evolution.execution.stages import StageCache
 from llm.config import check_fields, require
 from llm.runtime import Runtime
-from rewards.metrics import mean_or_zero
+from rewards.selection import QuestionSelection, answer_tokens_for, load_selected
+from rewards.summary import summarise as summarise_rows
 
 
 @dataclass
-class ProgramEvalConfig:
+class ProgramEvalConfig(QuestionSelection):
     """A ``memgym program eval`` recipe. Every field can be overridden on the command line."""
 
-    CHECKS = {"n_sessions": {"min": 1}, "max_questions": {"min": 1}, "extract_max_new_tokens": {"min": 1},
+    CHECKS = {**QuestionSelection.CHECKS, "extract_max_new_tokens": {"min": 1},
               "extractor_max_new_tokens": {"min": 1},
               "extractor_context_tokens": {"min": 2}, "plan_max_new_tokens": {"min": 1},
               "answer_max_new_tokens": {"min": 1}, "program_llm_calls": {"min": 0}, "call_timeout_s": {"min": 0.001},
@@ -52,20 +54,8 @@ class ProgramEvalConfig:
 
     program: str | None = field(default=None, metadata={"help": "memory program file (the CLI's FILE.py)"})
     parent: str | None = field(default=None, metadata={"help": "parent program, for the component diff"})
-    dataset: str = field(default="locomo", metadata={"help": " | ".join(DATASETS), "choices": DATASETS})
-    path: str | None = field(default=None, metadata={"help": "data file; None: the dataset's file under $MEMGYM_DATA; "
-                                                             "for beam a chat folder, a size folder or the BEAM root"})
     conversations: list[str] = field(default_factory=lambda: ["conv-26", "conv-30"],
-                                     metadata={"help": "conversation / question ids (one id or a list; beam: chat "
-                                                       "ids, e.g. 100K-3)"})
-    split: str | None = field(default=None, metadata={"help": "run this split's ids instead of conversations: "
-                                                              "train|valid|test (locomo, beam), sft|rl|test "
-                                                              "(longmemeval)"})
-    beam_full_chat: bool = field(default=False, metadata={"help": "beam: read chat.json even where "
-                                                                  "chat_trunecated.json exists"})
-    beam_keep_markers: bool = field(default=False, metadata={"help": "beam: keep the ' ->-> b,k' plan markers"})
-    n_sessions: int | None = field(default=None, metadata={"help": "first N sessions only (>= 1; QA restricted)"})
-    max_questions: int | None = field(default=None, metadata={"help": "cap on QA per conversation (>= 1)"})
+                                     metadata=QuestionSelection.__dataclass_fields__["conversations"].metadata)
     extractor: str = field(default="instruction", metadata={
         "help": "instruction | turns | expert:<file or conv-NN>[,...] | hf:<checkpoint or adapter dir> | openai:<url>#<model>"})
     task_model: str = field(default="hf:smollm2", metadata={"help": "task LLM spec (plan, answer, instruction "
@@ -83,7 +73,8 @@ class ProgramEvalConfig:
         "help": "trained extractor's context window (tokens); longer sessions are built in segments (default: what "
                 "the backend reports)"})
     plan_max_new_tokens: int = field(default=96, metadata={"help": "tokens per plan"})
-    answer_max_new_tokens: int = field(default=48, metadata={"help": "tokens per answer"})
+    answer_max_new_tokens: int | None = field(default=None, metadata={
+        "help": "tokens per answer (default by dataset: locomo 48, longmemeval 128, beam 512)"})
     program_llm_calls: int = field(default=0, metadata={"help": "toolkit.llm budget per conversation"})
     constrained: bool = field(default=False, metadata={"help": "decode extraction (MemoryUnit list / manager "
                                                                  "outputs) and plans (Query) under their JSON schemas"})
@@ -91,8 +82,6 @@ class ProgramEvalConfig:
         "help": "constrained: at most this many characters per string field"})
     constrained_max_items: int | None = field(default=None, metadata={
         "help": "constrained: at most this many units per extraction (and items per list field)"})
-    judge_constrained: bool = field(default=False, metadata={"help": "decode the judge's verdicts under their "
-                                                                       "JSON schema"})
     diagnostics: bool = field(default=True, metadata={"help": "compute d_ext/d_idx/d_ret"})
     validate: bool = field(default=True, metadata={"help": "run the 4 validation levels first"})
     call_timeout_s: float = field(default=60.0, metadata={"help": "sandbox seconds per index/retrieve call (> 0)"})
@@ -112,21 +101,31 @@ class ProgramEvalConfig:
     def __post_init__(self):
         check_fields(self)
         require(self, "scorer", "llm", "judge_model", "(a backend spec of the LLM judge)")
+        self.check_protocol()
         check_selection(self.dataset, self.path, self.conversations, self.split, self.scorer)
         self.runner_settings()  # validates extractor / plan_mode / budgets
 
     def runner_settings(self) -> RunnerSettings:
-        """The :class:`RunnerSettings` this recipe asks for."""
-        return RunnerSettings(
-            extraction=self.extractor, task_model=self.task_model, plan_mode=self.plan_mode, scorer=self.scorer,
-            judge_model=self.judge_model, dataset=self.dataset, extract_max_new_tokens=self.extract_max_new_tokens,
-            extractor_max_new_tokens=self.extractor_max_new_tokens,
-            extractor_context_tokens=self.extractor_context_tokens, plan_max_new_tokens=self.plan_max_new_tokens,
-            answer_max_new_tokens=self.answer_max_new_tokens, program_llm_calls=self.program_llm_calls,
-            diagnostics=self.diagnostics, progress=self.progress, workers=self.workers, constrained=self.constrained,
-            constrained_max_chars=self.constrained_max_chars, constrained_max_items=self.constrained_max_items,
-            judge_constrained=self.judge_constrained,
-            sandbox=SandboxLimits(call_timeout_s=self.call_timeout_s, load_timeout_s=max(20.0, self.call_timeout_s)))
+        """The :class:`RunnerSettings` this recipe asks for (:func:`runner_settings_from`)."""
+        return runner_settings_from(self)
+
+
+def runner_settings_from(recipe, **overrides) -> RunnerSettings:
+    """The :class:`RunnerSettings` of any recipe (``memgym program eval``, ``memgym evolve``):
+    every settings field the recipe has, by the same name (``dataset`` and ``judge_protocol``
+    included, so the scorer is the dataset's judge), ``answer_max_new_tokens`` None = the
+    dataset's default (:data:`rewards.selection.ANSWER_TOKENS`), the sandbox limits from
+    ``call_timeout_s``, then ``overrides``. Raises what :class:`RunnerSettings` raises."""
+    import dataclasses
+
+    kw = {f.name: getattr(recipe, f.name) for f in dataclasses.fields(RunnerSettings)
+          if f.name != "sandbox" and hasattr(recipe, f.name)}
+    kw["answer_max_new_tokens"] = answer_tokens_for(kw.get("dataset"), kw.get("answer_max_new_tokens"))
+    if hasattr(recipe, "call_timeout_s"):
+        kw["sandbox"] = SandboxLimits(call_timeout_s=recipe.call_timeout_s,
+                                      load_timeout_s=max(20.0, recipe.call_timeout_s))
+    kw.update(overrides)
+    return RunnerSettings(**kw)
 
 
 def open_stage_cache(spec: str | None) -> StageCache:
@@ -141,9 +140,7 @@ def open_stage_cache(spec: str | None) -> StageCache:
 
 def load_tasks(cfg: ProgramEvalConfig):
     """The recipe's conversations (with QA), relabelled from ``cfg.labels`` when it is a file."""
-    convs = load_conversations(cfg.dataset, cfg.path, ids=None if cfg.split else cfg.conversations, split=cfg.split,
-                               n_sessions=cfg.n_sessions, max_questions=cfg.max_questions,
-                               beam_truncated=not cfg.beam_full_chat, beam_strip_markers=not cfg.beam_keep_markers)
+    convs = load_selected(cfg)
     if cfg.labels != "native":
         from data_synth.annotate import apply_labels, load_labels
         convs = apply_labels(convs, load_labels(cfg.labels))
@@ -161,23 +158,16 @@ def run_dataset(run: ProgramRun) -> str | None:
     return None
 
 
-def summarise(run: ProgramRun) -> dict:
-    """Scores of a run: ``n``, ``overall``, ``by_capability`` {letter: {"score", "n"}} and
-    ``by_category`` {native label: {"score", "n", "name"}}."""
-    by_cap, by_cat = defaultdict(list), defaultdict(list)
-    for t in run.tasks:
-        by_cap[t.qa.capability.value if t.qa.capability is not None else "?"].append(t.score)
-        by_cat[str(t.qa.category)].append(t.score)
-    from rewards.official import headline
+def task_rows(run: ProgramRun) -> list[dict]:
+    """The run's questions as :class:`rewards.summary.QuestionResult` fields."""
+    return [{"conversation": t.conversation, "id": t.qa.id, "question": t.qa.question, "gold": t.qa.answer,
+             "category": str(t.qa.category), "capability": t.qa.capability.value if t.qa.capability else None,
+             "prediction": t.prediction, "score": t.score, "missing": False} for t in run.tasks]
 
-    dataset = run_dataset(run)
-    rows = [{"id": t.qa.id, "conversation": t.conversation, "category": str(t.qa.category), "score": t.score}
-            for t in run.tasks]
-    return {"n": len(run.tasks), "overall": mean_or_zero([t.score for t in run.tasks]),
-            **({"headline": headline(dataset, rows)} if dataset else {}),
-            "by_capability": {k: {"score": mean_or_zero(v), "n": len(v)} for k, v in sorted(by_cap.items())},
-            "by_category": {k: {"score": mean_or_zero(v), "n": len(v), "name": CATEGORY_NAMES.get(k, k)}
-                            for k, v in sorted(by_cat.items())}}
+
+def summarise(run: ProgramRun, dataset: str | None = None) -> dict:
+    """:func:`rewards.summary.summarise` of a run (``dataset`` None: inferred from the labels)."""
+    return summarise_rows(dataset or run_dataset(run), task_rows(run))
 
 
 def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source: str | None = None,
@@ -186,13 +176,14 @@ def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source
     validation). ``model_calls``/``tokens`` are the runtime's per-role counts during this
     call. ``workers``: conversations evaluated concurrently (default: the runner's setting)."""
     from rewards.official import judge_stats
+    from rewards.protocols import protocol_note
 
     rt = runner.rt
     t0 = time.time()
     calls0 = rt.calls_snapshot()
     judged0 = getattr(runner._scorer, "parse_failures", 0)
     run = runner.run(source, convs, parent_source=parent_source, workers=workers)
-    rep = summarise(run)
+    rep = summarise(run, runner.settings.dataset)
     if diagnostics:
         with runner.model_lock:
             d = diagnose_run(run, rt.embedder, progress=runner.settings.progress)
@@ -204,9 +195,10 @@ def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source
     tasks = [{"conversation": t.conversation, "id": t.qa.id, "question": t.qa.question, "gold": t.qa.answer,
               "category": t.qa.category, "capability": t.qa.capability.value if t.qa.capability else None,
               "query": t.query, "plan_ok": t.plan_ok, "prediction": t.prediction, "score": t.score,
-              "retrieved_chars": len(t.retrieved), "error": t.error,
+              "retrieved_chars": len(t.retrieved), "error": t.error, "judge": t.judge, "detail": t.detail,
+              "trace": f"tasks.jsonl:{i + 1}",
               **{m: per_task.get(f"{t.conversation}/{t.qa.id}", {}).get(m) for m in METRICS}}
-             for t in run.tasks]
+             for i, t in enumerate(run.tasks)]
     ev = ProgramEvaluation(
         ok=True, n=rep["n"], overall=rep["overall"], by_capability=rep["by_capability"], by_category=rep["by_category"],
         diagnostics=diag, stages_run=run.stages_run, stages_reused=run.stages_reused,
@@ -216,7 +208,10 @@ def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source
         plan_failures=run.plan_failures, retrieve_errors=run.retrieve_errors,
         empty_answers=sum(1 for t in run.tasks if t.prediction is not None and not t.prediction.strip()),
         judge_unparsable=getattr(runner._scorer, "parse_failures", 0) - judged0,
-        headline=rep.get("headline"),
+        summary={k: v for k, v in rep.items() if k not in ("by_capability", "by_category")}
+        | ({"judge_note": protocol_note(runner.settings.dataset, runner.settings.judge_protocol)}
+           if runner.settings.scorer == "llm" else {}),
+        judge_protocol=runner.settings.judge_protocol,
         judge_calls=judge_stats(runner.scorer) if runner.settings.scorer == "llm" else None, model_calls=calls["calls"],
         tokens=calls["tokens"], wall_s=round(time.time() - t0, 2), tasks=tasks)
     return ev, run
@@ -227,12 +222,18 @@ def _fmt(v) -> str:
 
 
 def render_markdown(rep: dict) -> str:
-    """``report.md``: scores and diagnostics by capability, by category, stages, cost."""
+    """``report.md``: scores and diagnostics by capability, the dataset's headline and the
+    categories (the shared renderer, :mod:`rewards.report`), stages, cost."""
+    from rewards.report import headline_table, protocol_lines, side_by_side
+
     diag = rep.get("diagnostics") or {}
     dcap = diag.get("by_capability", {})
     out = [f"# memgym program eval: `{rep['program']}`", "",
            f"- dataset: {rep['config']['dataset']} {', '.join(rep['config']['conversations'])}; extraction: "
-           f"`{rep['config']['extractor']}`; scorer: `{rep['config']['scorer']}`; plan: {rep['config']['plan_mode']}",
+           f"`{rep['config']['extractor']}`; plan: {rep['config']['plan_mode']}",
+           *protocol_lines({"scorer": rep["config"]["scorer"], "judge_protocol": rep.get("judge_protocol"),
+                            "judge_calls": rep.get("judge_calls"),
+                            "judge_note": (rep.get("summary") or {}).get("judge_note")}),
            f"- overall score: **{rep['overall']:.3f}** over {rep['n']} questions; wall {rep['wall_s']:.1f} s", "",
            "## By capability", "", "| capability | n | score | d_ext | d_idx | d_ret |", "|---|---|---|---|---|---|"]
     for k, v in rep["by_capability"].items():
@@ -246,17 +247,11 @@ def render_markdown(rep: dict) -> str:
         out += ["", f"Units: {diag['n_units']}, mean {_fmt(diag['mean_unit_chars'])} characters; retrieved: mean "
                     f"{_fmt(diag['mean_retrieved_chars'])} characters per question; tasks without resolvable "
                     f"evidence: {diag['n_no_evidence']}."]
-    head = rep.get("headline") or {}
-    if "by_ability" in head:
-        out += ["", f"## BEAM abilities (mean per chat, then over chats; {head['note']})", "",
-                "| ability | score |", "|---|---|"] + [f"| {k} | {v:.3f} |" for k, v in head["by_ability"].items()]
-        out.append(f"| **overall (ours)** | **{head['overall']:.3f}** |")
-    if "task_averaged_accuracy" in head:
-        out += ["", f"LongMemEval: task-averaged {head['task_averaged_accuracy']:.3f}, overall "
-                    f"{head['overall_accuracy']:.3f}, abstention {_fmt(head['abstention_accuracy'])}."]
-    out += ["", "## By category", "", "| category | n | score |", "|---|---|---|"]
-    out += [f"| {k}{'' if v['name'] == k else ' ' + v['name']} | {v['n']} | {v['score']:.3f} |"
-            for k, v in rep["by_category"].items()]
+    summ = {**(rep.get("summary") or {}), "by_category": rep["by_category"], "by_capability": rep["by_capability"]}
+    col = [("program", summ)]
+    ds = rep["config"]["dataset"] if rep.get("config") else summ.get("dataset")
+    out += ["", f"## {ds} headline", "", *headline_table(ds, col), "",
+            "## By category", "", side_by_side(summ, "by_category", col)]
     out += ["", "## Stages", "", "| stage | run | reused | LLM calls |", "|---|---|---|---|"]
     out += [f"| {s} | {c['run']} | {c['reused']} | {rep['stage_llm_calls'][s]} |" for s, c in rep["stage_items"].items()]
     if rep.get("reuse"):

@@ -21,7 +21,9 @@ class TaskResult:
     """One question's trace. ``query``: the Query record used; ``plan_ok``: the plan parsed
     (False = fallback query); ``retrieved``: retrieve's output (characters, at most 16,000;
     "" on error); ``prediction``: the answer (None when the answer stage is skipped);
-    ``score`` in [0, 1]; ``error``: why retrieval failed, else None."""
+    ``score`` in [0, 1] (NaN: an undefined BEAM event-ordering tau); ``error``: why retrieval
+    failed, else None; ``judge``: the judge's requests and replies (scorer ``llm``);
+    ``detail``: scorer extras (BEAM event ordering: the aligned list, f1)."""
 
     conversation: str
     qa: QAItem
@@ -31,6 +33,8 @@ class TaskResult:
     prediction: str | None
     score: float
     error: str | None = None
+    judge: list = field(default_factory=list)
+    detail: dict | None = None
 
 
 @dataclass
@@ -89,16 +93,18 @@ class ProgramEvaluation:
     """The scored report of one program evaluation (:func:`evolution.execution.program_eval.evaluate_program`).
 
     ``ok`` False means the program failed validation (``validation`` holds the verdict
-    ``{"ok", "level", "reason"}``) and nothing else was measured. Scores in [0, 1]:
-    ``overall`` (mean over ``n`` tasks), ``by_capability`` ``{letter: {"score", "n"}}`` (primary
-    label; "?" = unlabelled), ``by_category`` ``{native label: {"score", "n", "name"}}``.
+    ``{"ok", "level", "reason"}``) and nothing else was measured. Scores in [0, 1], from
+    :func:`rewards.summary.summarise` (the same numbers ``memgym eval`` and ``memgym score``
+    give): ``overall`` (the dataset's: LoCoMo / LongMemEval the mean over questions, BEAM the
+    mean of the abilities), ``by_capability`` ``{letter: {"score", "n"}}`` (primary label),
+    ``by_category`` ``{native label: {"score", "n"}}``; ``summary`` = the whole summary (the
+    dataset's official fields); ``judge_protocol`` names the protocol.
     ``diagnostics``: :func:`evolution.execution.diagnostics.diagnose_run` without per-task
     rows (None when off). ``tasks``: one dict per question (``conversation``, ``id``,
     ``question``, ``gold``, ``capability``, ``query``, ``prediction``, ``score``,
     ``retrieved_chars``, ``error``, d_ext/d_idx/d_ret). ``empty_answers``: predictions that are
-    empty; ``judge_unparsable``: judge replies that did not parse. ``headline``: the benchmark's own
-    numbers (:func:`rewards.official.headline`; None for mixed data); ``judge_calls``: the official
-    judge's call accounting (scorer ``llm``). ``model_calls`` / ``tokens``: per role
+    empty; ``judge_unparsable``: judge replies the protocol could not read. ``judge_calls``: the
+    official judge's call accounting (scorer ``llm``). ``model_calls`` / ``tokens``: per role
     during this evaluation. ``wall_s`` in seconds. ``program``/``program_sha256``/``parent``/
     ``config`` are set by ``memgym program eval``.
     """
@@ -121,7 +127,8 @@ class ProgramEvaluation:
     retrieve_errors: int = 0
     empty_answers: int = 0
     judge_unparsable: int = 0
-    headline: dict | None = None
+    summary: dict | None = None
+    judge_protocol: str = "official"
     judge_calls: dict | None = None
     model_calls: dict = field(default_factory=dict)
     tokens: dict = field(default_factory=dict)
@@ -136,6 +143,10 @@ class ProgramEvaluation:
     def scores(self) -> dict:
         """``{"overall": float, "by_capability": {letter: float}}`` (the evolve summary's SCORES)."""
         return {"overall": self.overall, "by_capability": {k: v["score"] for k, v in self.by_capability.items()}}
+
+    def summary_field(self, name: str, default=None):
+        """One field of the dataset summary (e.g. ``task_averaged``, ``by_ability``)."""
+        return (self.summary or {}).get(name, default)
 
     def task_scores(self) -> dict[str, float]:
         """``{"<conversation>/<question id>": score}`` over every task, in run order."""

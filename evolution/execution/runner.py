@@ -55,7 +55,7 @@ from rewards.judge import ScoreItem, make_scorer
 class RunnerSettings:
     """How the runner executes a program.
 
-    extraction: ``instruction`` (the task LLM with EXTRACTION_INSTRUCTION), ``turns`` (no
+    extractor: ``instruction`` (the task LLM with EXTRACTION_INSTRUCTION), ``turns`` (no
     model: every dialogue turn is a unit, :func:`turn_entries`), ``expert:<file or
     conv-NN>[,...]`` (replay), or a trained extractor's backend spec ``hf:<dir>`` /
     ``openai:<url>#<model>``. task_model: backend spec of the task LLM (plan, answer,
@@ -70,7 +70,8 @@ class RunnerSettings:
     constrained: decode instruction extraction under the program's MemoryUnit-list schema, plans
     under its Query schema, and a trained extractor's manager outputs under theirs
     (:mod:`memory_bank.record_schemas`, :mod:`memory_bank.action_schemas`); judge_constrained:
-    the judge's verdicts under theirs. constrained_max_chars / constrained_max_items bound every
+    the judge's verdicts under theirs (memgym's own judge only, ``dataset`` None); judge_protocol:
+    ``official`` | ``corrected`` (BEAM), :mod:`rewards.protocols`. constrained_max_chars / constrained_max_items bound every
     string / list of the extraction and plan schemas (:func:`llm.structured.bounded`). All are
     part of the stage-cache keys. context_tokens: the context budget (None = none): each
     retrieved text is cut to this many tokens of ``context_tokenizer`` before the answer and
@@ -78,7 +79,7 @@ class RunnerSettings:
     every program; the cut text is what the task results and diagnostics report.
     """
 
-    extraction: str = "instruction"
+    extractor: str = "instruction"
     task_model: str = "hf:smollm2"
     plan_mode: str = "llm"
     scorer: str = "answer-recall"
@@ -95,6 +96,7 @@ class RunnerSettings:
     constrained_max_chars: int | None = None
     constrained_max_items: int | None = None
     judge_constrained: bool = False
+    judge_protocol: str = "official"
     sandbox: SandboxLimits = field(default_factory=SandboxLimits)
     progress: bool = False
     workers: int = 1
@@ -111,14 +113,14 @@ class RunnerSettings:
         if self.context_tokens is not None:
             from evolution.execution.context_budget import ContextBudget
             ContextBudget(self.context_tokens, self.context_tokenizer)  # ValueError names the field
-        kind = extractor_kind(self.extraction)
+        kind = extractor_kind(self.extractor)
         if kind == "extractor":
             from llm.specs import parse_spec
-            parse_spec(self.extraction)  # BackendSpecError names the spec
+            parse_spec(self.extractor)  # BackendSpecError names the spec
 
     @property
     def extraction_mode(self) -> str:
-        return extractor_kind(self.extraction)
+        return extractor_kind(self.extractor)
 
 
 class _LazyHost:
@@ -183,7 +185,7 @@ class ProgramRunner:
                 s = self.settings
                 judge = self.rt.backend(s.judge_model, role="judge") if s.scorer == "llm" and s.judge_model else None
                 self._scorer = make_scorer(s.scorer, judge, judge_constrained=s.judge_constrained,
-                                           dataset=s.dataset)
+                                           dataset=s.dataset, judge_protocol=s.judge_protocol)
             return self._scorer
 
     def identity(self, what: str) -> str:
@@ -200,13 +202,14 @@ class ProgramRunner:
             return model_identity(s.task_model)
         if what == "extractor":
             if s.extraction_mode == "expert":
-                paths = expert_paths(s.extraction)
+                paths = expert_paths(s.extractor)
                 return "expert:" + ",".join(file_sha(p) for p in paths)
             if s.extraction_mode == "turns":
                 return "turns"
-            return model_identity(s.extraction)
+            return model_identity(s.extractor)
         if what == "scorer":
-            return (s.scorer + (f"|{model_identity(s.judge_model)}|{s.dataset}" if s.scorer == "llm" and s.judge_model else "")
+            return (s.scorer + (f"|{model_identity(s.judge_model)}|{s.dataset}|{s.judge_protocol}"
+                                if s.scorer == "llm" and s.judge_model else "")
                     + ("|constrained" if s.scorer == "llm" and s.judge_constrained else ""))
         raise KeyError(what)
 
@@ -391,7 +394,7 @@ class RunState(ExtractStage):
         texts = [budget.cut(r["text"]) if budget else r["text"] for r in results]
         preds = self._answer(questions, info, texts)
         scores = self._score(questions, texts, preds)
-        tasks = [TaskResult(conv.id, q, p["query"], p["ok"], t, pr, s, r["error"])
+        tasks = [TaskResult(conv.id, q, p["query"], p["ok"], t, pr, s["score"], r["error"], s["judge"], s["detail"])
                  for q, p, r, t, pr, s in zip(questions, plans, results, texts, preds, scores)]
         return tasks, trace
 
@@ -493,12 +496,16 @@ class RunState(ExtractStage):
                 self.cache.put_json("answer", keys[i], cached[i])
         return cached
 
-    def _score(self, questions: list[QAItem], retrieved: list[str], preds: list[str | None]) -> list[float]:
+    def _score(self, questions: list[QAItem], retrieved: list[str], preds: list[str | None]) -> list[dict]:
+        """``{"score", "judge", "detail"}`` per question (judge requests and replies of an LLM
+        scorer; a cached plain float from an older cache reads as a score without them)."""
         keys = [stable_hash("score", self.stage_hash["score"], self._identity("scorer"), q.question, q.answer,
                             q.category, p, r if not self.scorer.needs_prediction else None,
                             *([q.id, list(q.rubric)] if q.rubric or self.settings.scorer == "llm" else []))
                 for q, r, p in zip(questions, retrieved, preds)]
         cached = [self.cache.get_json("score", k) for k in keys]
+        cached = [c if c is None or isinstance(c, dict) else {"score": float(c), "judge": [], "detail": None}
+                  for c in cached]
         todo = [i for i, c in enumerate(cached) if c is None]
         self._count("score", run=len(todo), reused=len(questions) - len(todo))
         if todo:
@@ -507,9 +514,14 @@ class RunState(ExtractStage):
             with self.runner.model_lock:
                 calls0 = self.rt.calls_snapshot()
                 values = self.scorer.score(items)
+                last = list(getattr(self.scorer, "last", None) or [])
                 judged = self.rt.calls_since(calls0)["calls"].get("judge", 0)
-            for i, v in zip(todo, values):
-                cached[i] = float(v)
-                self.cache.put_json("score", keys[i], cached[i])
+            if len(last) != len(todo):
+                last = [None] * len(todo)
+            for i, v, j in zip(todo, values, last):
+                cached[i] = {"score": float(v), "judge": j.calls if j is not None else [],
+                             "detail": j.detail if j is not None else None}
+                if j is None or not j.unreadable:  # an unreadable judge reply is asked again next time
+                    self.cache.put_json("score", keys[i], cached[i])
             self._add_calls("score", judged)
         return cached

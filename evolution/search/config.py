@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from rewards.selection import BenchmarkFields
+
 LOCOMO_SPLITS = {"train": ["conv-26", "conv-30"], "valid": ["conv-41", "conv-42"],
                  "test": ["conv-43", "conv-44", "conv-47", "conv-48", "conv-49", "conv-50"]}
 ABLATIONS = ("none", "holistic", "round_robin", "random_cases", "no_integration")
@@ -25,8 +27,10 @@ ROLE_BUDGETS = ("coder", "extract", "plan", "answer", "extractor", "judge")
 
 
 @dataclass
-class EvolveConfig:
-    """A ``memgym evolve`` recipe. Every field can be overridden on the command line."""
+class EvolveConfig(BenchmarkFields):
+    """A ``memgym evolve`` recipe. Every field can be overridden on the command line. The data
+    and judge-protocol fields (dataset, path, BEAM switches, n_sessions, max_questions,
+    judge_protocol) are :class:`rewards.selection.BenchmarkFields`, shared with every recipe."""
 
     CHECKS = {"n_sessions": {"min": 1}, "max_questions": {"min": 1}, "cases": {"min": 1}, "case_budget": {"min": 200},
               "workers": {"min": 1}, "batch_size": {"min": 1}, "plan_max_new_tokens": {"min": 1},
@@ -41,11 +45,6 @@ class EvolveConfig:
               "scorer": {"choices": ("answer-recall", "rubric-recall", "f1", "llm")}, "plan_mode": {"choices": ("llm", "question")},
               "ablation": {"choices": ABLATIONS}, "integrate_onto": {"choices": ("best", "base")}, "delta": {"min": 0.0}, "extractor_max_new_tokens": {"min": 1}}
 
-    dataset: str = field(default="locomo", metadata={"help": "locomo | longmemeval (the S subset) | beam (100K "
-                                                             "train/valid, 1M test)"})
-    path: str | None = field(default=None, metadata={"help": "data file (default: $MEMGYM_DATA/...; longmemeval: "
-                                                             "longmemeval/longmemeval_s_subset.json; beam: the BEAM "
-                                                             "root or a size/chat folder)"})
     test_path: str | None = field(default=None, metadata={"help": "data file of the test split (default: path), "
                                                                   "e.g. a LongMemEval-M file"})
     train: list[str] = field(default_factory=list, metadata={"help": "train conversation / question ids (empty = the "
@@ -53,8 +52,6 @@ class EvolveConfig:
     valid: list[str] = field(default_factory=list, metadata={"help": "valid ids (empty = default split)"})
     test: list[str] = field(default_factory=list, metadata={"help": "test ids ([default] = the dataset's test split; "
                                                                    "empty = no test run)"})
-    n_sessions: int | None = field(default=None, metadata={"help": "first N sessions of each history only"})
-    max_questions: int | None = field(default=None, metadata={"help": "cap on QA per conversation (small runs)"})
     labels: str = field(default="native", metadata={"help": "native | annotator label JSONL (train/valid only)"})
     seed_program: str | None = field(default=None, metadata={"help": "starting program (default: the shipped seed)"})
     extractor: str = field(default="turns", metadata={
@@ -101,7 +98,8 @@ class EvolveConfig:
     workers: int = field(default=1, metadata={"help": "conversations evaluated concurrently (one sandbox each)"})
     batch_size: int = field(default=8, metadata={"help": "LLM generation batch"})
     plan_max_new_tokens: int = field(default=96, metadata={"help": "tokens per plan"})
-    answer_max_new_tokens: int = field(default=48, metadata={"help": "tokens per answer"})
+    answer_max_new_tokens: int | None = field(default=None, metadata={
+        "help": "tokens per answer (default by dataset: locomo 48, longmemeval 128, beam 512)"})
     extract_max_new_tokens: int = field(default=1024, metadata={"help": "tokens per instruction extraction"})
     extractor_max_new_tokens: int = field(default=512, metadata={"help": "tokens per trained-extractor output"})
     call_timeout_s: float = field(default=60.0, metadata={"help": "sandbox seconds per index/retrieve call"})
@@ -141,6 +139,7 @@ class EvolveConfig:
             raise ValueError("proposer scripted needs script (a JSON file)")
         if self.scorer == "llm" and not self.judge_model:
             raise ValueError("scorer llm needs judge_model")
+        self.check_protocol()
         if not 0.0 <= self.delta <= 1.0:
             raise ValueError(f"delta must be in [0, 1], got {self.delta}")
         for name in ("rounds_cold", "rounds_refine", "rounds_integrate"):
@@ -195,18 +194,12 @@ class EvolveConfig:
         return {r: getattr(self, f"budget_{r}") for r in ROLE_BUDGETS}
 
     def runner_settings(self, diagnostics: bool = True):
-        """The :class:`~evolution.execution.runner.RunnerSettings` of this recipe."""
-        from evolution.execution.runner import RunnerSettings
-        from evolution.execution.sandbox import SandboxLimits
+        """The :class:`~evolution.execution.runner.RunnerSettings` of this recipe, built by
+        :func:`evolution.execution.program_eval.runner_settings_from` (the one place every
+        recipe's settings are built: ``dataset`` and ``judge_protocol`` reach the scorer)."""
+        from evolution.execution.program_eval import runner_settings_from
 
-        return RunnerSettings(
-            extraction=self.extractor, task_model=self.task_model, plan_mode=self.plan_mode, scorer=self.scorer,
-            judge_model=self.judge_model, dataset=self.dataset, extract_max_new_tokens=self.extract_max_new_tokens,
-            extractor_max_new_tokens=self.extractor_max_new_tokens,
-            plan_max_new_tokens=self.plan_max_new_tokens, answer_max_new_tokens=self.answer_max_new_tokens,
-            diagnostics=diagnostics, progress=self.progress, workers=self.workers,
-            context_tokens=self.context_tokens, context_tokenizer=self.context_tokenizer,
-            sandbox=SandboxLimits(call_timeout_s=self.call_timeout_s, load_timeout_s=max(20.0, self.call_timeout_s)))
+        return runner_settings_from(self, diagnostics=diagnostics)
 
     def data_path(self, split: str = "train") -> str | None:
         """The data file of ``split`` (LongMemEval defaults to the S subset; the test split

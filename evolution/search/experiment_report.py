@@ -66,7 +66,8 @@ def test_labels(cfg) -> dict[str, str]:
     if not cfg.test:
         return {}
     convs = load_conversations(cfg.dataset, cfg.data_path("test"), ids=list(cfg.test), n_sessions=cfg.n_sessions,
-                               max_questions=cfg.max_questions)
+                               max_questions=cfg.max_questions, beam_truncated=not cfg.beam_full_chat,
+                               beam_strip_markers=not cfg.beam_keep_markers)
     return {f"{c.id}/{q.id}": q.capability.value for c in convs for q in c.questions if q.capability is not None}
 
 

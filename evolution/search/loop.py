@@ -152,7 +152,9 @@ class Evolution:
                 out[split] = []
                 continue
             convs = load_conversations(self.cfg.dataset, self.cfg.data_path(split), ids=list(ids),
-                                       n_sessions=self.cfg.n_sessions, max_questions=self.cfg.max_questions)
+                                       n_sessions=self.cfg.n_sessions, max_questions=self.cfg.max_questions,
+                                       beam_truncated=not self.cfg.beam_full_chat,
+                                       beam_strip_markers=not self.cfg.beam_keep_markers)
             if self.cfg.labels != "native" and split != "test":
                 from data_synth.annotate import apply_labels, load_labels
                 convs = apply_labels(convs, load_labels(self.cfg.labels))

@@ -50,7 +50,7 @@ def bench_cases(conversations=("conv-26", "conv-30"), *, max_cases: int = 60, to
     tok = _tokenizer(tokenizer)
     convs = load_locomo(ids=list(conversations))
     rt = Runtime(cache=None)
-    runner = ProgramRunner(rt, RunnerSettings(extraction="turns", plan_mode="question", diagnostics=False,
+    runner = ProgramRunner(rt, RunnerSettings(extractor="turns", plan_mode="question", diagnostics=False,
                                               progress=progress), StageCache())
     rows = {}
     for name, path in (("seed", seed_program_path()), ("reference", reference_program_path())):

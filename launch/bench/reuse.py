@@ -70,7 +70,7 @@ def bench_reuse(conversations=("conv-30",), *, n_sessions: int | None = None, pl
     if plan_mode == "llm":
         from llm.specs import load_backend
         raw_task = load_backend(task_model)
-    settings = RunnerSettings(extraction="expert:" + ",".join(conversations), task_model=task_model,
+    settings = RunnerSettings(extractor="expert:" + ",".join(conversations), task_model=task_model,
                               plan_mode=plan_mode, scorer="answer-recall", progress=progress)
 
     def runtime() -> Runtime:

@@ -1,0 +1,343 @@
+"""The benchmarks' official judge protocols, loaded at run time from the data files
+``$MEMGYM_DATA/judges/{longmemeval,beam,locomo_membuilder}.json`` (byte for byte from the
+benchmarks' repositories; sources, commits and licences in that folder's README.md). Nothing
+here restates a prompt: the templates, request settings and reply rules come from the files;
+this module only applies them the way the cited code does.
+
+- LongMemEval (xiaowu0162/LongMemEval @ 9e0b455, ``src/evaluation/evaluate_qa.py``): the
+  question type's template (the ``abstention`` one for ids containing ``_abs``), filled by
+  ``str.format(question, answer, response)``, sent as ONE user message with temperature 0 and
+  ``max_tokens`` 10; label = ``'yes' in reply.strip().lower()``; no retry.
+- BEAM (mohammadtavakoli78/BEAM @ b2a3ee8, ``src/evaluation/compute_metrics.py``): the rubric
+  prompt with ``<rubric_item>`` and ``<llm_response>`` replaced (``official``: ``<question>``
+  left as it is, ``int()`` of the item score; ``corrected``: the question filled in and the
+  float kept), one user message; event ordering: ``llm_response.split('\\n')``, greedy LLM
+  alignment (the equivalence system + user messages, ``'yes' in reply.lower()``), ranks over
+  the union, ``scipy.stats.kendalltau(variant='b')``, ``(tau + 1) / 2`` (NaN when undefined).
+- LoCoMo ``llm`` (Zh1yuShen/MemBuilder @ 422d053, ``eval/llm_judge.py``): the ACCURACY_PROMPT
+  by ``str.format(question=, gold_answer=, generated_answer=)``, one user message, temperature
+  0.0, ``response_format={"type": "json_object"}``; the label rule of ``LLMJudge.evaluate``.
+
+Request budgets that the official code leaves to the API default (BEAM and MemBuilder send no
+``max_tokens``) are memgym's (:data:`DEFAULT_MAX_TOKENS`), named as such in every report.
+
+Raises :class:`JudgeProtocolError` (a ValueError) naming the file and key for a missing or
+broken protocol file, and for a protocol a dataset does not have.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from llm.base import GenerationParams
+from llm.structured import JsonSchema
+
+__all__ = ["PROTOCOLS", "JudgeProtocolError", "check_protocol", "judges_dir", "load_judge_file",
+           "longmemeval_messages", "longmemeval_params", "longmemeval_label",
+           "beam_rubric_messages", "beam_rubric_params", "beam_parse_json", "beam_item_score",
+           "beam_equivalence_messages", "beam_equivalence_label", "beam_system_list", "beam_event_ordering",
+           "membuilder_messages", "membuilder_params", "membuilder_label", "JSON_OBJECT", "DEFAULT_MAX_TOKENS",
+           "protocol_note"]
+
+#: ``judge_protocol`` values: ``official`` (every dataset, the default) and ``corrected`` (BEAM only).
+PROTOCOLS = ("official", "corrected")
+
+#: memgym's token budgets where the official request sets none (the API default then applies).
+DEFAULT_MAX_TOKENS = {"beam_rubric": 512, "beam_equivalence": 16, "membuilder": 256}
+
+_FILES = {"longmemeval": "longmemeval.json", "beam": "beam.json", "locomo": "locomo_membuilder.json"}
+
+
+class JudgeProtocolError(ValueError):
+    """A judge protocol file is missing or lacks a key, or a protocol name is not offered."""
+
+
+def check_protocol(dataset: str | None, protocol: str) -> str:
+    """``protocol`` if ``dataset`` offers it; ``corrected`` exists for BEAM only.
+
+    Raises:
+        JudgeProtocolError: an unknown name, or ``corrected`` for another dataset.
+    """
+    if protocol not in PROTOCOLS:
+        raise JudgeProtocolError(f"judge_protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+    if protocol == "corrected" and dataset != "beam":
+        raise JudgeProtocolError(f"judge_protocol 'corrected' exists for beam only (it fills BEAM's <question> and "
+                                 f"keeps its 0.5 scores); {dataset or 'this dataset'} has only 'official'")
+    return protocol
+
+
+def judges_dir() -> Path:
+    """``$MEMGYM_DATA/judges`` (see :func:`data_synth.paths.data_root`)."""
+    from data_synth.paths import data_root
+    return data_root() / "judges"
+
+
+_LOADED: dict[tuple[str, float], dict] = {}
+
+
+def load_judge_file(dataset: str) -> dict:
+    """The parsed protocol file of ``dataset`` (``locomo`` = MemBuilder's), read once per
+    path and modification time.
+
+    Raises:
+        JudgeProtocolError: unknown dataset, missing file, or not a JSON object.
+    """
+    if dataset not in _FILES:
+        raise JudgeProtocolError(f"no judge protocol file for dataset {dataset!r}; expected one of {', '.join(_FILES)}")
+    path = judges_dir() / _FILES[dataset]
+    try:
+        key = (str(path), path.stat().st_mtime)
+    except FileNotFoundError:
+        raise JudgeProtocolError(f"judge protocol file not found: {path} (set MEMGYM_DATA to the data folder that "
+                                 f"holds judges/)") from None
+    if key not in _LOADED:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise JudgeProtocolError(f"judge protocol file {path}: not valid JSON ({e})") from None
+        if not isinstance(data, dict):
+            raise JudgeProtocolError(f"judge protocol file {path}: expected a JSON object")
+        _LOADED[key] = data
+    return _LOADED[key]
+
+
+def _get(dataset: str, *keys: str):
+    node = load_judge_file(dataset)
+    for i, k in enumerate(keys):
+        if not isinstance(node, dict) or k not in node:
+            raise JudgeProtocolError(f"judge protocol file {judges_dir() / _FILES[dataset]}: no key "
+                                     f"{'.'.join(keys[: i + 1])!r}")
+        node = node[k]
+    return node
+
+
+def protocol_note(dataset: str | None, protocol: str) -> str:
+    """One line naming the protocol behind a number, with its source (for reports)."""
+    if dataset == "beam":
+        src = _get("beam", "source")
+        what = ("official (the benchmark's code as is: '<question>' left unfilled, int() of each item score)"
+                if protocol == "official" else "corrected (question filled in, 0.5 kept; everything else official)")
+        return f"BEAM {what}; {src['repository']} @ {src['commit'][:7]}"
+    if dataset == "longmemeval":
+        src = _get("longmemeval", "source")
+        return f"LongMemEval official; {src['repository']} @ {src['commit'][:7]}"
+    if dataset == "locomo":
+        src = _get("locomo", "source")
+        return f"LoCoMo llm = MemBuilder's CORRECT/WRONG judge; {src['repository']} @ {src['commit'][:7]}"
+    return "memgym's own CORRECT/WRONG judge (no benchmark protocol)"
+
+
+# ------------------------------------------------------------------ LongMemEval
+
+
+def longmemeval_messages(question_type: str, question: str, answer: str, response: str,
+                         question_id: str | None) -> list[dict]:
+    """The one user message of LongMemEval's answer check: the ``abstention`` template for an
+    id containing ``_abs``, else the question type's, filled by ``str.format``.
+
+    Raises:
+        JudgeProtocolError: the type has no template in the file.
+    """
+    templates = _get("longmemeval", "templates")
+    key = "abstention" if question_id is not None and "_abs" in question_id else question_type
+    if key not in templates:
+        raise JudgeProtocolError(f"LongMemEval has no judge template for question type {question_type!r} "
+                                 f"(known: {', '.join(t for t in templates if t != 'abstention')})")
+    return [{"role": "user", "content": templates[key].format(question, answer, response)}]
+
+
+def longmemeval_params() -> GenerationParams:
+    """The official request settings (temperature 0, ``max_tokens`` 10)."""
+    req = _get("longmemeval", "request")
+    return GenerationParams(max_new_tokens=int(req["max_tokens"]), temperature=float(req["temperature"]))
+
+
+def longmemeval_label(reply: str) -> bool:
+    """The official reply rule: ``'yes' in reply.strip().lower()`` (so "Eyes" is a yes)."""
+    return "yes" in reply.strip().lower()
+
+
+# ------------------------------------------------------------------ BEAM
+
+
+def beam_rubric_messages(question: str, item: str, response: str, protocol: str = "official") -> list[dict]:
+    """The rubric prompt as the whole input (one user message). ``official`` replaces only
+    ``<rubric_item>`` then ``<llm_response>`` (the official code); ``corrected`` first fills
+    ``<question>``."""
+    prompt = _get("beam", "rubric_prompt")
+    if protocol == "corrected":
+        prompt = prompt.replace("<question>", question)
+    return [{"role": "user", "content": prompt.replace("<rubric_item>", item).replace("<llm_response>", response)}]
+
+
+def beam_rubric_params() -> GenerationParams:
+    """Temperature 0 (the official ``src/llm.py``); ``max_tokens``: memgym's (none officially)."""
+    return GenerationParams(max_new_tokens=DEFAULT_MAX_TOKENS["beam_rubric"], temperature=0.0)
+
+
+_FENCE = re.compile(r"```(?:json)?\s*(\[.*\]|\{.*\})\s*```", re.DOTALL)
+_FIRST_JSON = re.compile(r"(\{.*?\}|\[.*?\])", re.DOTALL)
+
+
+def beam_parse_json(reply: str):
+    """``parse_json_response`` of the official code: strip; a reply that starts with a code
+    fence gives its fenced JSON; ``json.loads``; else the first ``{...}`` or ``[...]`` (lazy
+    regex); else ``json_repair``. Raises ValueError when nothing parses."""
+    text = reply.strip()
+    if text.startswith("```"):
+        m = _FENCE.search(text)
+        if m:
+            text = m.group(1).strip()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    m = _FIRST_JSON.search(text)
+    if m:
+        try:
+            return json.loads(m.group(1))
+        except json.JSONDecodeError:
+            pass
+    import json_repair
+    value = json_repair.loads(text)
+    if value in ("", None):
+        raise ValueError("No valid JSON found in response.")
+    return value
+
+
+def beam_item_score(reply: str, protocol: str = "official") -> float | None:
+    """One rubric item's score from a judge reply: ``official`` = ``int(response['score'])``
+    (0.5 -> 0, "1" -> 1, "0.5" raises), ``corrected`` = ``float(response['score'])``. None
+    when the official code would raise (no JSON, no ``score``, a score that does not convert):
+    memgym scores that item 0 and counts it as unreadable."""
+    try:
+        obj = beam_parse_json(reply)
+        value = obj["score"]
+        if isinstance(value, bool):
+            value = int(value)
+        return float(int(value)) if protocol == "official" else float(value)
+    except Exception:  # what the official code would raise on: counted, scored 0
+        return None
+
+
+def _fstring_template(source: str, names: tuple[str, ...]) -> str:
+    """A ``str.format`` template from the source text of a Python f-string whose fields are
+    the bare ``names`` (escapes decoded by the Python parser, nothing evaluated)."""
+    tree = ast.parse(source, mode="eval").body
+    if not isinstance(tree, ast.JoinedStr):
+        raise JudgeProtocolError(f"BEAM equivalence user message: expected an f-string, got {source[:60]!r}")
+    parts = []
+    for node in tree.values:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            parts.append(node.value.replace("{", "{{").replace("}", "}}"))
+        elif isinstance(node, ast.FormattedValue) and isinstance(node.value, ast.Name) and node.value.id in names \
+                and node.conversion == -1 and node.format_spec is None:
+            parts.append("{" + node.value.id + "}")
+        else:
+            raise JudgeProtocolError(f"BEAM equivalence user message: unexpected field in {source[:60]!r}")
+    return "".join(parts)
+
+
+def beam_equivalence_messages(first: str, second: str) -> list[dict]:
+    """``llm_equivalence(first_paragraph=reference item, second_paragraph=answer line)``: the
+    system message and the f-string user message of the official code."""
+    eo = _get("beam", "event_ordering")
+    user = _fstring_template(eo["equivalence_user_message_fstring"], ("first_paragraph", "second_paragraph"))
+    return [{"role": "system", "content": eo["equivalence_system_message"]},
+            {"role": "user", "content": user.format(first_paragraph=first, second_paragraph=second)}]
+
+
+def beam_equivalence_label(reply: str) -> bool:
+    """The official rule ``'yes' in reply.lower()``."""
+    return "yes" in reply.lower()
+
+
+def beam_system_list(response: str) -> list[str]:
+    """The answer's items as the official code takes them: ``response.split('\\n')`` (blank
+    lines kept)."""
+    return response.split("\n")
+
+
+def beam_event_ordering(reference: list[str], system_canon: list[str]) -> dict:
+    """``event_ordering_score`` after the alignment: precision/recall/f1 of the item sets and
+    ``tau_norm`` = ``(tau_b + 1) / 2`` of the ranks over the union (ordered unique items of
+    reference + aligned answer; an item a list lacks gets ``len(union) + 1``; a list ranks its
+    items ``i + 1``, a repeated item by its last position). ``tau_norm`` is NaN when tau is
+    undefined (e.g. one item), as in the official code. Returns ``{"precision", "recall",
+    "f1", "tau_norm", "final_score"}``."""
+    from scipy.stats import kendalltau
+
+    tp = len(set(reference) & set(system_canon))
+    fp = len([x for x in system_canon if x not in reference])
+    fn = len([x for x in reference if x not in system_canon])
+    precision = tp / (tp + fp) if tp + fp else 0
+    recall = tp / (tp + fn) if tp + fn else 0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0
+    union = list(dict.fromkeys(list(reference) + list(system_canon)))
+    tie_rank = len(union) + 1
+
+    def to_rank(seq):
+        r = {item: i + 1 for i, item in enumerate(seq)}
+        return [r.get(u, tie_rank) for u in union]
+
+    import warnings
+    with warnings.catch_warnings():  # scipy warns on a constant input; the NaN is the result
+        warnings.simplefilter("ignore")
+        tau = kendalltau(to_rank(reference), to_rank(system_canon), variant="b", method="auto").statistic
+    tau_norm = (float(tau) + 1) / 2 if tau is not None else math.nan
+    return {"precision": precision, "recall": recall, "f1": f1, "tau_norm": tau_norm, "final_score": tau_norm * f1}
+
+
+# ------------------------------------------------------------------ LoCoMo (MemBuilder)
+
+
+@dataclass(frozen=True, eq=False)
+class _JsonObject(JsonSchema):
+    """OpenAI's JSON mode (``response_format={"type": "json_object"}``); other backends get
+    the schema ``{"type": "object"}``."""
+
+    def response_format(self) -> dict:
+        return {"type": "json_object"}
+
+
+#: MemBuilder's ``response_format``.
+JSON_OBJECT = _JsonObject("json_object", {"type": "object"})
+
+
+def membuilder_messages(question: str, gold: str, generated: str) -> list[dict]:
+    """MemBuilder's ACCURACY_PROMPT filled by ``str.format``, one user message."""
+    prompt = _get("locomo", "prompt")
+    return [{"role": "user", "content": prompt.format(question=question, gold_answer=gold, generated_answer=generated)}]
+
+
+def membuilder_params() -> GenerationParams:
+    """Temperature 0.0 (MemBuilder's request); ``max_tokens``: memgym's (none officially)."""
+    req = _get("locomo", "request")
+    return GenerationParams(max_new_tokens=DEFAULT_MAX_TOKENS["membuilder"], temperature=float(req["temperature"]))
+
+
+_FENCES = re.compile(r"^```(?:json)?\s*|\s*```$")
+_FLAT_OBJECT = re.compile(r"\{[^{}]*\}", re.DOTALL)
+
+
+def membuilder_label(reply: str) -> tuple[float, bool]:
+    """``(score, readable)`` by ``LLMJudge._extract_json`` + ``LLMJudge.evaluate``: the code
+    fences at the ends removed (``re.sub(r'^```(?:json)?\\s*|\\s*```$', '', text.strip())``),
+    the first ``{...}`` without nested braces (else the cleaned text), ``json.loads``,
+    ``label`` (default ``WRONG``) ``== 'CORRECT'`` -> 1 else 0; when that raises: 1 iff
+    ``'CORRECT'`` is in the upper-cased reply and ``'WRONG'`` is not. ``readable`` is False
+    when neither a JSON label nor either word was found (the score is 0 then, as officially;
+    memgym only counts such replies)."""
+    clean = _FENCES.sub("", reply.strip())
+    m = _FLAT_OBJECT.search(clean)
+    up = reply.upper()
+    try:
+        obj = json.loads(m.group(0) if m else clean)
+        label = obj.get("label", "WRONG")
+        return (1.0 if label == "CORRECT" else 0.0), "label" in obj or "CORRECT" in up or "WRONG" in up
+    except Exception:  # JSONDecodeError and the rest: the official text fallback
+        return (1.0 if "CORRECT" in up and "WRONG" not in up else 0.0), ("CORRECT" in up or "WRONG" in up)

@@ -1,0 +1,175 @@
+"""The one evaluation result of memgym: per-question rows (:class:`QuestionResult`) and one
+summary per dataset (:func:`summarise`), used by ``memgym eval``, ``memgym program eval``,
+``memgym score`` and ``memgym evolve`` alike, so that each number means one thing everywhere.
+
+Summary fields (scores in [0, 1]; every mean is over the judged questions, i.e. those with a
+prediction; a missing prediction is listed in ``missing`` and left out, as the official
+LongMemEval metrics do, unless ``missing_as_wrong`` counts it as 0; NaN scores, BEAM event
+orderings whose tau is undefined, are left out of the means and counted in ``undefined``):
+
+- all: ``n`` (questions), ``judged``, ``missing`` (ids), ``missing_as_wrong``, ``undefined``,
+  ``overall``, ``by_category`` and ``by_capability`` (``{label: {"score", "n"}}``).
+- LoCoMo: ``overall`` = the mean over questions (the official F1 / judge accuracy).
+- LongMemEval (``src/evaluation/print_qa_metrics.py``): ``task_averaged`` = the mean over the
+  question types present of the type's mean (``_abs`` questions stay in their type),
+  ``overall`` = the mean over questions, ``abstention`` = the mean over ``_abs`` ids (None
+  when there are none), ``n_abstention``.
+- BEAM (``src/evaluation/report_results.py``): ``by_ability`` = per ability the mean over chats
+  of the chat's mean, ``by_chat``; ``overall`` = the mean of the abilities present (memgym's
+  number, named so in ``overall_note``: the official report gives per-ability scores only).
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from data_synth.capabilities import CAPABILITY_ORDER
+
+__all__ = ["QuestionResult", "score_questions", "summarise", "BEAM_OVERALL_NOTE", "SUMMARY_DATASETS"]
+
+SUMMARY_DATASETS = ("locomo", "longmemeval", "beam")
+BEAM_OVERALL_NOTE = ("overall = mean of the BEAM abilities present (memgym's summary; the official BEAM report "
+                     "gives per-ability scores only)")
+
+
+@dataclass
+class QuestionResult:
+    """One question of an evaluation.
+
+    ``score``: in [0, 1], NaN for an undefined BEAM event-ordering tau, None when
+    ``missing`` (no prediction given: not judged). ``prediction``: the answer judged (None when
+    no answer was made, e.g. a recall proxy or a missing prediction). ``recall``: answer-recall
+    of the retrieved text when there is one. ``judge``: every judge request (messages,
+    settings) with its reply. ``detail``: scorer extras (BEAM event ordering: the aligned
+    list, f1). ``trace``: where the question's full trace lies (a file and line, or a run id).
+    """
+
+    conversation: str
+    id: str
+    question: str
+    gold: str
+    category: str
+    capability: str | None
+    prediction: str | None
+    score: float | None
+    missing: bool = False
+    recall: float | None = None
+    judge: list = field(default_factory=list)
+    detail: dict | None = None
+    trace: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def score_questions(scorer, dataset: str | None, entries: Sequence[tuple], trace: str | None = None,
+                    missing: set | None = None) -> list[QuestionResult]:
+    """Score ``entries`` = ``[(conversation_id, qa, prediction or None, context)]`` with
+    ``scorer`` (one ``score`` call over every entry that has a prediction, or, for a scorer
+    that reads only the context, every entry) and return one :class:`QuestionResult` per entry,
+    in order. ``missing`` (question ids) are not judged; by default, a None prediction with a
+    scorer that needs one is missing.
+    ``trace``: a format string with ``{i}`` (the entry's index) for the rows' trace reference."""
+    from data_synth.capabilities import capability_for
+    from rewards.judge import ScoreItem
+    from rewards.metrics import answer_recall
+
+    need = getattr(scorer, "needs_prediction", True)
+    rows, todo = [], []
+    for i, (conv_id, q, pred, ctx) in enumerate(entries):
+        cap = q.capability or (capability_for(dataset, q.category, q.id) if dataset else None)
+        miss = (q.id in missing) if missing is not None else (need and pred is None)
+        rows.append(QuestionResult(conv_id, q.id, q.question, str(q.answer), str(q.category),
+                                   cap.value if cap is not None else None, pred, None, miss,
+                                   answer_recall(q.answer, ctx) if ctx is not None else None,
+                                   trace=trace.format(i=i) if trace else None))
+        if not miss:
+            todo.append((i, ScoreItem(q.question, q.answer, pred or "", ctx or "", q.category, q.id, q.rubric)))
+    scores = scorer.score([it for _, it in todo]) if todo else []
+    last = getattr(scorer, "last", None) or []
+    for k, ((i, _), s) in enumerate(zip(todo, scores)):
+        rows[i].score = float(s)
+        if k < len(last) and len(last) == len(todo):
+            rows[i].judge, rows[i].detail = last[k].calls, last[k].detail
+    return rows
+
+
+def _get(r, k):
+    return r.get(k) if isinstance(r, dict) else getattr(r, k)
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def _value(r, missing_as_wrong: bool) -> float | None:
+    """The score counted for a row: None = left out of every mean."""
+    if _get(r, "missing"):
+        return 0.0 if missing_as_wrong else None
+    s = _get(r, "score")
+    if s is None or (isinstance(s, float) and math.isnan(s)):
+        return None
+    return float(s)
+
+
+def _groups(rows, key: str, missing_as_wrong: bool) -> dict:
+    g: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        v = _value(r, missing_as_wrong)
+        k = _get(r, key)
+        if v is not None and k is not None:
+            g[str(k)].append(v)
+    return g
+
+
+def summarise(dataset: str | None, rows: Sequence, *, missing_as_wrong: bool = False) -> dict:
+    """The summary of ``rows`` (:class:`QuestionResult` or dicts with its fields ``conversation``,
+    ``id``, ``category``, ``capability``, ``score``, ``missing``) for ``dataset`` (None: only
+    the common fields, e.g. mixed data). See the module docstring.
+
+    Raises:
+        ValueError: an unknown dataset.
+    """
+    if dataset is not None and dataset not in SUMMARY_DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}; expected one of {', '.join(SUMMARY_DATASETS)}")
+    vals = [_value(r, missing_as_wrong) for r in rows]
+    counted = [v for v in vals if v is not None]
+    by_cat = _groups(rows, "category", missing_as_wrong)
+    by_cap = _groups(rows, "capability", missing_as_wrong)
+    cap_order = [c.value for c in CAPABILITY_ORDER]
+    out = {
+        "n": len(rows),
+        "judged": sum(1 for r in rows if not _get(r, "missing")),
+        "missing": [str(_get(r, "id")) for r in rows if _get(r, "missing")],
+        "missing_as_wrong": missing_as_wrong,
+        "undefined": sum(1 for r in rows if not _get(r, "missing") and _get(r, "score") is not None
+                         and isinstance(_get(r, "score"), float) and math.isnan(_get(r, "score"))),
+        "overall": _mean(counted),
+        "by_category": {k: {"score": _mean(v), "n": len(v)} for k, v in sorted(by_cat.items())},
+        "by_capability": {k: {"score": _mean(by_cap[k]), "n": len(by_cap[k])}
+                          for k in [*cap_order, *sorted(set(by_cap) - set(cap_order))] if k in by_cap},
+    }
+    if dataset == "longmemeval":
+        types = {k: _mean(v) for k, v in sorted(by_cat.items())}
+        abst = [v for r, v in zip(rows, vals) if v is not None and "_abs" in str(_get(r, "id"))]
+        out.update(task_averaged=_mean(list(types.values())), abstention=_mean(abst) if abst else None,
+                   n_abstention=len(abst), by_type=types)
+    elif dataset == "beam":
+        from rewards.beam_judge import BEAM_ABILITY_ORDER
+
+        per: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for r, v in zip(rows, vals):
+            if v is not None:
+                per[str(_get(r, "conversation"))][str(_get(r, "category"))].append(v)
+        by_chat = {c: {a: _mean(v) for a, v in ab.items()} for c, ab in sorted(per.items())}
+        over: dict[str, list[float]] = defaultdict(list)
+        for ab in by_chat.values():
+            for a, v in ab.items():
+                over[a].append(v)
+        order = [a for a in BEAM_ABILITY_ORDER if a in over] + sorted(a for a in over if a not in BEAM_ABILITY_ORDER)
+        by_ability = {a: _mean(over[a]) for a in order}
+        out.update(by_ability=by_ability, by_chat=by_chat, overall=_mean(list(by_ability.values())),
+                   overall_note=BEAM_OVERALL_NOTE)
+    return out
