@@ -84,3 +84,21 @@ def test_baselines_retrieve_and_score_the_hand_count():
     dense = _run(_source("dense_topk"))
     assert dense["q1"][0].split("\n")[0] == LINES[0] and sorted(dense["q1"][0].split("\n")) == sorted(LINES)
     assert dense["q1"][1] == dense["q2"][1] == 1.0
+
+
+def test_a_baseline_that_cannot_run_is_reported_not_fatal(tmp_path, monkeypatch):
+    import memory_bank.programs as programs
+    from evolution.search.config import EvolveConfig
+    from evolution.search.loop import Evolution
+
+    broken = tmp_path / "broken.py"
+    broken.write_text("def (\n")
+    real = programs.baseline_program_path
+    monkeypatch.setattr(programs, "baseline_program_path", lambda n: broken if n == "bm25" else real(n))
+    cfg = EvolveConfig(train=["conv-26"], valid=["conv-30"], n_sessions=1, max_questions=3, extractor="turns",
+                       plan_mode="question", scorer="answer-recall", rounds_cold=0, rounds_refine=0, rounds_integrate=0,
+                       baselines=["full_history", "bm25"], embedder="hash:64", progress=False, out=str(tmp_path / "run"))
+    s = Evolution(cfg).run()
+    assert s["baselines"]["full_history"]["valid"] == s["seed"]["valid"]
+    assert s["baselines"]["bm25"]["valid"] is None and "syntax error" in s["baselines"]["bm25"]["error"]
+    assert "- baseline bm25 could not run: valid: syntax error" in (tmp_path / "run" / "report.md").read_text()

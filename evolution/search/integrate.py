@@ -233,7 +233,8 @@ class TraceGuidedIntegrator:
             return
         specs = self.specialists(evo)
         if not specs:
-            self._log(evo, row, "nothing to integrate", "skipped: every specialist is the base or its ancestor")
+            onto = "the base" if base.id == arch.base else f"the program merged onto ({base.id})"
+            self._log(evo, row, "nothing to integrate", f"skipped: every specialist is {onto} or its ancestor")
             return
         caps_of = {s.id: "".join(c for c in CAPABILITIES if arch.specialists.get(c) == s.id) for s in specs}
         merges = [h for h in rows if h.get("kind") == "merge"]

@@ -513,7 +513,8 @@ class Evolution:
     def evaluate_baselines(self) -> dict:
         """``{name: {"valid": SCORES, "test": SCORES or None}}`` of every recipe baseline
         (:data:`memory_bank.programs.BASELINES`), each run once on valid and, when the run
-        has a test split, on test (calls booked on the ledger's ``final`` row)."""
+        has a test split, on test (calls booked on the ledger's ``final`` row). A baseline whose
+        run fails (:class:`ProgramRunError`) gets None scores and ``error``."""
         from memory_bank.programs import baseline_program_path, read_program_source
 
         out = {}
@@ -524,7 +525,11 @@ class Evolution:
                 if not self.splits[split]:
                     row[split] = None
                     continue
-                ev, _ = self.evaluate(source, split)
+                try:
+                    ev, _ = self.evaluate(source, split)
+                except ProgramRunError as e:  # a baseline that cannot run here is reported, not fatal
+                    row[split], row["error"] = None, f"{split}: {e}"
+                    continue
                 row[split] = self._scores(ev).__dict__
                 for role, u in usage_from_eval(ev).items():
                     self.ledger.add("final", role, u["calls"], u["prompt"], u["completion"])

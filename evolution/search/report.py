@@ -74,7 +74,8 @@ def build_summary(evo, fin: dict) -> dict:
                             "program": str(root / arch.specialist(c).program),
                             "test": _scores(test_of(fin, arch.specialist(c).id))}
                         for c in CAPABILITIES if c in arch.specialists},
-        "baselines": {name: {"valid": _scores(b.get("valid")), "test": _scores(b.get("test"))}
+        "baselines": {name: {"valid": _scores(b.get("valid")), "test": _scores(b.get("test")),
+                             **({"error": b["error"]} if b.get("error") else {})}
                       for name, b in (fin.get("baselines") or {}).items()},
         "boundary": boundary(arch, final.id),
         "integrated": final.id in evo.accepted_merges(),
@@ -207,6 +208,8 @@ def render_report(evo, summary: dict) -> str:
     base_rows = [(f"baseline {n}", "-", b) for n, b in summary.get("baselines", {}).items()]
     valid_rows += [(n, cid, b["valid"]) for n, cid, b in base_rows]
     out += ["", "## Programs (valid split)", ""] + score_table(valid_rows, caps)
+    out += [f"- baseline {n} could not run: {b['error']}" for n, b in summary.get("baselines", {}).items()
+            if b.get("error")]
     if summary["final"]["test"] is not None:
         rows = [("seed", "seed", summary["seed"]["test"]), ("final", summary["final_id"], summary["final"]["test"])]
         rows += [(f"specialist {c}", s["id"], s.get("test")) for c, s in summary["specialists"].items()]
