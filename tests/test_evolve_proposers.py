@@ -147,3 +147,16 @@ def test_coder_prompt_holds_interface_source_target_diagnostics_cases_lineage():
     assert "   1| \"\"\"PrisMem seed memory program" in u and "## Case x" in u
     assert "- r02 [refine, target T] variant mmr (overall -0.010, T +0.000) -- not accepted: no capability's" in u
     assert render_edits(ScriptedProposer([GOOD]).propose(_inp(), random.Random(0)).edits).count("<<<<<<< SEARCH") == 1
+
+
+def test_no_variant_applies_twice():
+    """A variant already in the program is not offered again (it would define its helpers twice,
+    which the component merge refuses: seen on `make demo-evolve`, hybrid_lexical on top of itself)."""
+    dense, _ = variant("dense_ranking").apply(SEED)
+    for v in LIBRARY:
+        base = dense if v.name != "dedup" else SEED
+        try:
+            once, _ = v.apply(base)
+        except Exception:  # noqa: BLE001 - does not apply here at all
+            continue
+        assert not _applies(v, once), v.name
