@@ -271,7 +271,9 @@ class TraceGuidedIntegrator:
             res = component_merge(Contender(base.id, evo.source_of(base.id)), conts, ancestors,
                                   {c: p["task"] for c, p in paired.items()})
         except MergeError as e:  # a program that cannot be split is left out next time
-            row["blamed"] = next((s.id for s in include if str(e).startswith(f"{s.id}:")), include[-1].id)
+            # (the program merged onto itself cannot be left out: no retry, blamed None)
+            row["blamed"] = None if str(e).startswith(f"{base.id}:") else \
+                next((s.id for s in include if str(e).startswith(f"{s.id}:")), include[-1].id)
             self._log(evo, row, "component merge", f"no: merge failed: {e}")
             return
         row["conflicts"] = [c.to_dict() for c in res.conflicts]
