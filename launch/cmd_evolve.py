@@ -210,34 +210,15 @@ def cmd_evolve(argv: list[str]) -> int:
 
 
 def _print(s: dict, out: str) -> None:
-    """The per-capability tables (valid, then test): seed, each specialist, the final program."""
-    def f(v):
-        return "-" if v is None else f"{v:.3f}"
-
-    print(f"\n{s['rounds']} rounds, {s['candidates_evaluated']} candidates evaluated, {s['proposals_failed']} "
-          f"proposals not evaluated, {s['wall_s']:.0f} s" + (f"; stopped: {s['stopped']}" if s["stopped"] else ""))
-    caps = [c for c in "FTPMA" if c in s["seed"]["valid"]["by_capability"]]
-    final = "integrated" if s.get("integrated") else "base"
-    rows = [("seed", s["seed"])]
-    rows += [(f"specialist {c} ({v['id']})", v) for c, v in s["specialists"].items()]
-    rows.append((f"final: {final} ({s['final_id']})", s["final"]))
-    for split in ("valid", "test"):
-        if split == "test" and s["final"]["test"] is None:
-            continue
-        print(f"\n{split} split")
-        print("| program | overall | " + " | ".join(caps) + " |")
-        print("|---|---|" + "---|" * len(caps))
-        for name, r in rows:
-            v = r.get(split)
-            if v is None:
-                continue
-            print(f"| {name} | {f(v['overall'])} | " + " | ".join(f(v["by_capability"].get(c)) for c in caps) + " |")
+    """The per-capability (and, for BEAM / LongMemEval, per-ability) tables, valid then test:
+    seed, each specialist, the frozen program (:func:`evolution.search.report.console_summary`)."""
+    from evolution.search.report import console_summary
+    print(console_summary(s, out))
     from evolution.execution.confine import current_label
 
     label = current_label()
     if not label.startswith("kernel:"):
         print(f"sandbox: {label}")
-    print(f"report: {out}/report.md; frozen program: {out}/best.py")
 
 
 def register(subparsers) -> argparse.ArgumentParser:

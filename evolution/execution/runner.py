@@ -74,7 +74,10 @@ class RunnerSettings:
     the judge's verdicts under theirs (memgym's own judge only, ``dataset`` None); judge_protocol:
     ``official`` | ``corrected`` (BEAM), :mod:`rewards.scoring.protocols`. constrained_max_chars / constrained_max_items bound every
     string / list of the extraction and plan schemas (:func:`llm.structured.bounded`). All are
-    part of the stage-cache keys.
+    part of the stage-cache keys. context_tokens: the context budget (None = none): each
+    retrieved text is cut to this many tokens of ``context_tokenizer`` before the answer and
+    score stages (:class:`evolution.execution.context_budget.ContextBudget`), the same for
+    every program; the cut text is what the task results and diagnostics report.
     """
 
     extractor: str = "instruction"
@@ -98,6 +101,8 @@ class RunnerSettings:
     sandbox: SandboxLimits = field(default_factory=SandboxLimits)
     progress: bool = False
     workers: int = 1
+    context_tokens: int | None = None
+    context_tokenizer: str = "smollm2"
 
     def __post_init__(self):
         if self.plan_mode not in ("llm", "question"):
@@ -106,6 +111,9 @@ class RunnerSettings:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.program_llm_calls < 0:
             raise ValueError(f"program_llm_calls must be >= 0, got {self.program_llm_calls}")
+        if self.context_tokens is not None:
+            from evolution.execution.context_budget import ContextBudget
+            ContextBudget(self.context_tokens, self.context_tokenizer)  # ValueError names the field
         kind = extractor_kind(self.extractor)
         if kind == "extractor":
             from llm.specs import parse_spec
@@ -155,6 +163,10 @@ class ProgramRunner:
         self._ids: dict[str, str] = {}
         self.model_lock = threading.RLock()
         self._init_lock = threading.Lock()
+        self.context_budget = None
+        if self.settings.context_tokens is not None:
+            from evolution.execution.context_budget import ContextBudget
+            self.context_budget = ContextBudget(self.settings.context_tokens, self.settings.context_tokenizer)
 
     # ------------------------------------------------------------------ resources
 
@@ -379,11 +391,12 @@ class RunState(ExtractStage):
                              for t in turns]
             probes = self._retrieve(conv.id, index_key, probe_queries, info, memory, "evidence")
             trace.probes = {t: r["text"] for t, r in zip(turns, probes)}
-        preds = self._answer(questions, info, [r["text"] for r in results])
-        scores = self._score(questions, [r["text"] for r in results], preds)
-        tasks = [TaskResult(conv.id, q, p["query"], p["ok"], r["text"], pr, s["score"], r["error"], s["judge"],
-                            s["detail"])
-                 for q, p, r, pr, s in zip(questions, plans, results, preds, scores)]
+        budget = self.runner.context_budget
+        texts = [budget.cut(r["text"]) if budget else r["text"] for r in results]
+        preds = self._answer(questions, info, texts)
+        scores = self._score(questions, texts, preds)
+        tasks = [TaskResult(conv.id, q, p["query"], p["ok"], t, pr, s["score"], r["error"], s["judge"], s["detail"])
+                 for q, p, r, t, pr, s in zip(questions, plans, results, texts, preds, scores)]
         return tasks, trace
 
     # ------------------------------------------------------------------ stages

@@ -30,20 +30,32 @@ def program_key(source: str) -> str:
 @dataclass
 class SplitScores:
     """Scores of one program on one split: ``overall`` (mean over tasks), ``by_capability``
-    (mean over each capability's primary tasks; a capability without tasks is absent) and
-    ``tasks`` ``{"<conversation>/<question id>": score}``."""
+    (mean over each capability's primary tasks; a capability without tasks is absent),
+    ``tasks`` ``{"<conversation>/<question id>": score}``, ``by_category`` (mean per native
+    label: BEAM's ten abilities, LongMemEval's question types, LoCoMo's categories "1".."5";
+    empty in archives written before it existed) and ``retrieved_chars`` (mean characters of
+    the text each question was scored on, after the scoring context budget; None when unknown)."""
 
     overall: float
     by_capability: dict[str, float]
     tasks: dict[str, float]
+    by_category: dict[str, float] = field(default_factory=dict)
+    retrieved_chars: float | None = None
 
     def scores(self) -> dict:
-        """The summary's SCORES form ``{"overall", "by_capability"}``."""
-        return {"overall": self.overall, "by_capability": dict(self.by_capability)}
+        """The summary's SCORES form ``{"overall", "by_capability"}`` plus ``by_category`` and
+        ``retrieved_chars`` when known."""
+        out = {"overall": self.overall, "by_capability": dict(self.by_capability)}
+        if self.by_category:
+            out["by_category"] = dict(self.by_category)
+        if self.retrieved_chars is not None:
+            out["retrieved_chars"] = self.retrieved_chars
+        return out
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "SplitScores | None":
-        return None if d is None else cls(d["overall"], dict(d["by_capability"]), dict(d["tasks"]))
+        return None if d is None else cls(d["overall"], dict(d["by_capability"]), dict(d["tasks"]),
+                                          dict(d.get("by_category") or {}), d.get("retrieved_chars"))
 
 
 @dataclass

@@ -5,8 +5,11 @@ rounds_integrate, seed, workers, out) are stable: scripts and later issues rely 
 
 Splits (DESIGN.md § "Capability-driven evolution"): LoCoMo train conv-26, conv-30; valid
 conv-41, conv-42; test the other six. LongMemEval: the S subset with ``s_splits.json`` (train
-52, valid 47, test 100 question ids). Empty ``train``/``valid`` take these defaults; ``test:
-[default]`` takes the default test split; an empty ``test`` means no test run.
+52, valid 47, test 100 question ids). BEAM (PrisMem's protocol, ``beam/README.md``): train the
+100K chats 3-10 (160 questions), valid the 100K chats 11-16 (120), test the eight 1M chats
+(160). Empty ``train``/``valid`` take these defaults; ``test: [default]`` takes the default
+test split; an empty ``test`` means no test run. ``test_path`` reads the test split from
+another file (LongMemEval-M records: evolve on S, test on M).
 """
 from __future__ import annotations
 
@@ -33,14 +36,16 @@ class EvolveConfig(BenchmarkFields):
               "answer_max_new_tokens": {"min": 1}, "extract_max_new_tokens": {"min": 1},
               "coder_max_new_tokens": {"min": 1}, "call_timeout_s": {"min": 0.001},
               "validate_timeout_s": {"min": 0.001}, "probe_units": {"min": 1}, "probe_batches": {"min": 1},
-              "rounds_cold": {"min": 0}, "rounds_refine": {"min": 0}, "rounds_integrate": {"min": 0},
+              "context_tokens": {"min": 1}, "rounds_cold": {"min": 0}, "rounds_refine": {"min": 0}, "rounds_integrate": {"min": 0},
               "extractor": {"spec": "extractor", "words": ("instruction", "turns")}, "task_model": {"spec": "backend"},
               "judge_model": {"spec": "backend"}, "coder_model": {"spec": "backend"}, "out": {"out_dir": True},
               "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0},
-              "dataset": {"choices": ("locomo", "longmemeval")}, "proposer": {"choices": ("params", "coder", "scripted")},
-              "scorer": {"choices": ("answer-recall", "f1", "llm")}, "plan_mode": {"choices": ("llm", "question")},
-              "ablation": {"choices": ABLATIONS}, "delta": {"min": 0.0}, "extractor_max_new_tokens": {"min": 1}}
+              "dataset": {"choices": ("locomo", "longmemeval", "beam")}, "proposer": {"choices": ("params", "coder", "scripted")},
+              "scorer": {"choices": ("answer-recall", "rubric-recall", "f1", "llm")}, "plan_mode": {"choices": ("llm", "question")},
+              "ablation": {"choices": ABLATIONS}, "integrate_onto": {"choices": ("best", "base")}, "delta": {"min": 0.0}, "extractor_max_new_tokens": {"min": 1}}
 
+    test_path: str | None = field(default=None, metadata={"help": "data file of the test split (default: path), "
+                                                                  "e.g. a LongMemEval-M file"})
     train: list[str] = field(default_factory=list, metadata={"help": "train conversation / question ids (empty = the "
                                                                      "dataset's default split)"})
     valid: list[str] = field(default_factory=list, metadata={"help": "valid ids (empty = default split)"})
@@ -52,7 +57,8 @@ class EvolveConfig(BenchmarkFields):
         "help": "instruction | turns | expert:<file or conv-NN>[,...] | hf:<dir> | openai:<url>#<model>"})
     task_model: str = field(default="hf:smollm2", metadata={"help": "task LLM spec (plan, answer, extraction)"})
     plan_mode: str = field(default="question", metadata={"help": "llm | question (no LLM: the question is the query)"})
-    scorer: str = field(default="answer-recall", metadata={"help": "answer-recall | f1 | llm"})
+    scorer: str = field(default="answer-recall", metadata={"help": "answer-recall | rubric-recall (beam) | f1 | llm "
+                                                                   "(the dataset's official judge)"})
     judge_model: str | None = field(default=None, metadata={"help": "judge spec for scorer llm"})
     proposer: str = field(default="params", metadata={"help": "params | coder | scripted"})
     coder_model: str | None = field(default=None, metadata={"help": "coder backend spec (proposer coder), e.g. "
@@ -67,12 +73,24 @@ class EvolveConfig(BenchmarkFields):
                                                          "score against the base"})
     integrate_offline_first: bool = field(default=True, metadata={
         "help": "an LLM proposer's first integration attempt is the offline component merge"})
+    integrate_onto: str = field(default="best", metadata={
+        "help": "integration merges the specialists onto, and judges the merge against: best (the best valid overall "
+                "among the base and the specialists) | base (PrisMem's base)"})
     ablation: str = field(default="none", metadata={
         "help": "none | holistic | round_robin | random_cases | no_integration (DESIGN.md ablations)"})
     test_specialists: bool = field(default=True, metadata={
         "help": "also run every specialist once on the test split (report rows, oracle-label router baseline)"})
+    baselines: list[str] = field(default_factory=list, metadata={
+        "help": "static baseline programs run once on valid and test beside the frozen one (names of "
+                "memory_bank.programs.BASELINES: full_history, bm25, dense_topk, hybrid_rrf, reference)"})
     stage_cache: str | None = field(default=None, metadata={
         "help": "stage-output cache file (default <out>/stages.sqlite; an experiment shares one)"})
+    context_tokens: int | None = field(default=None, metadata={
+        "help": "context budget: every retrieved text is cut to this many tokens (of context_tokenizer) before it is "
+                "answered and scored, the same for every program, so returning more text is no gain (None = "
+                "none; the program's own 16,000-character limit still holds)"})
+    context_tokenizer: str = field(default="smollm2", metadata={
+        "help": "tokenizer of the context budget: smollm2 (the embedded task model's) | hf:<dir>"})
     cases: int = field(default=5, metadata={"help": "compact cases per proposal"})
     case_budget: int = field(default=2400, metadata={"help": "characters per displayed excerpt"})
     seed: int = field(default=0, metadata={"help": "RNG seed of the run"})
@@ -108,8 +126,10 @@ class EvolveConfig(BenchmarkFields):
         from llm.recipes import check_fields
 
         check_fields(self)
-        if self.dataset not in ("locomo", "longmemeval"):
-            raise ValueError(f"dataset must be locomo or longmemeval, got {self.dataset!r}")
+        if self.dataset not in ("locomo", "longmemeval", "beam"):
+            raise ValueError(f"dataset must be locomo, longmemeval or beam, got {self.dataset!r}")
+        if self.scorer == "rubric-recall" and self.dataset != "beam":
+            raise ValueError("scorer rubric-recall needs dataset beam (it scores BEAM rubrics)")
         if self.proposer not in ("params", "coder", "scripted"):
             raise ValueError(f"proposer must be params, coder or scripted, got {self.proposer!r}")
         if self.proposer == "coder" and not self.coder_model:
@@ -129,12 +149,19 @@ class EvolveConfig(BenchmarkFields):
             raise ValueError(f"embedder must be minilm or hash:<dim>, got {self.embedder!r}")
         if self.cases < 1 or self.case_budget < 200:
             raise ValueError(f"cases must be >= 1 and case_budget >= 200, got {self.cases}, {self.case_budget}")
+        if isinstance(self.baselines, str):
+            self.baselines = [x.strip() for x in self.baselines.split(",") if x.strip()]
+        from memory_bank.programs import BASELINES
+        unknown = [b for b in self.baselines if b not in BASELINES]
+        if unknown:
+            raise ValueError(f"--baselines: unknown baseline program(s) {', '.join(unknown)}; known: "
+                             f"{', '.join(BASELINES)}")
         for k in ("train", "valid", "test"):
             v = getattr(self, k)
             if isinstance(v, str):  # "a,b" or a YAML scalar
                 setattr(self, k, [x.strip() for x in v.split(",") if x.strip()])
-            else:  # --test '' (no test run) gives [""]
-                setattr(self, k, [x for x in v if str(x).strip()])
+            else:  # --test '' (no test run) gives [""]; --test a,b gives ["a,b"]
+                setattr(self, k, [y.strip() for x in v for y in str(x).split(",") if y.strip()])
         if not self.train or not self.valid or self.test == ["default"]:
             d = self.default_splits()
             self.train = self.train or d["train"]
@@ -151,6 +178,9 @@ class EvolveConfig(BenchmarkFields):
         """The dataset's DESIGN splits."""
         if self.dataset == "locomo":
             return {k: list(v) for k, v in LOCOMO_SPLITS.items()}
+        if self.dataset == "beam":
+            from data_synth.splits import BEAM_SPLITS
+            return {k: list(v) for k, v in BEAM_SPLITS.items()}
         from data_synth.paths import data_root
         return json.loads((data_root() / "longmemeval" / "s_splits.json").read_text())
 
@@ -170,9 +200,12 @@ class EvolveConfig(BenchmarkFields):
 
         return runner_settings_from(self, diagnostics=diagnostics)
 
-    def data_path(self) -> str | None:
-        """The data file (LongMemEval defaults to the S subset)."""
-        if self.path or self.dataset == "locomo":
+    def data_path(self, split: str = "train") -> str | None:
+        """The data file of ``split`` (LongMemEval defaults to the S subset; the test split
+        reads ``test_path`` when set; BEAM ``None`` = the BEAM root)."""
+        if split == "test" and self.test_path:
+            return self.test_path
+        if self.path or self.dataset in ("locomo", "beam"):
             return self.path
         from data_synth.paths import data_root
         return str(data_root() / "longmemeval" / "longmemeval_s_subset.json")

@@ -65,8 +65,9 @@ def test_labels(cfg) -> dict[str, str]:
 
     if not cfg.test:
         return {}
-    convs = load_conversations(cfg.dataset, cfg.data_path(), ids=list(cfg.test), n_sessions=cfg.n_sessions,
-                               max_questions=cfg.max_questions)
+    convs = load_conversations(cfg.dataset, cfg.data_path("test"), ids=list(cfg.test), n_sessions=cfg.n_sessions,
+                               max_questions=cfg.max_questions, beam_truncated=not cfg.beam_full_chat,
+                               beam_strip_markers=not cfg.beam_keep_markers)
     return {f"{c.id}/{q.id}": q.capability.value for c in convs for q in c.questions if q.capability is not None}
 
 
@@ -92,7 +93,8 @@ def run_metrics(run_dir: Path, labels: dict[str, str]) -> dict:
            "seed_test": s["seed"]["test"], "rounds": s["rounds"], "candidates_evaluated": s["candidates_evaluated"],
            "proposals_failed": s["proposals_failed"], "wall_s": s["wall_s"], "model_calls": s["model_calls"],
            "tokens": s["tokens"], "final_id": s["final_id"], "integrated": s.get("integrated", False),
-           "best_valid": best, "specialists": {c: v["id"] for c, v in s["specialists"].items()}}
+           "best_valid": best, "specialists": {c: v["id"] for c, v in s["specialists"].items()},
+           "static_baselines": s.get("baselines") or {}}
     final_tasks = (fin.get("final_test") or {}).get("tasks", {})
     out["final_test_tasks"] = final_tasks
     out["seed_test_tasks"] = (fin.get("seed_test") or {}).get("tasks", {})
@@ -178,10 +180,12 @@ def render_markdown(exp, data: dict) -> str:
         out += [f"## Final program on {split} (mean ± std over seeds)", "",
                 "| program | overall | " + " | ".join(f"{c} {CAP_NAMES[c]}" for c in caps) + " |",
                 "|" + "---|" * (2 + len(caps))]
-        s = seed.get(split)
-        if s:
-            out.append("| seed program | " + f"{s['overall']:.3f} | " + " | ".join(
-                f"{s['by_capability'][c]:.3f}" if c in s["by_capability"] else "-" for c in caps) + " |")
+        for name, b in data["baselines"].items():  # the seed, then the recipe's static baselines
+            s = b.get(split)
+            if s:
+                label = "seed program" if name == "seed" else f"baseline {name}"
+                out.append(f"| {label} | " + f"{s['overall']:.3f} | " + " | ".join(
+                    f"{s['by_capability'][c]:.3f}" if c in s["by_capability"] else "-" for c in caps) + " |")
         for v, a in agg.items():
             sc = a[split]
             if sc:
@@ -276,7 +280,8 @@ def write_experiment(exp) -> dict:
     st = read_json(exp.root / "experiment_state.json", {})
     data = {"recipe": exp.cfg.__dict__, "variants": exp.variants, "seeds": exp.seeds, "capabilities": caps,
             "planned_runs": len(exp.variants) * len(exp.seeds), "finished_runs": len(finished),
-            "wall_s": st.get("wall_s", 0.0), "baselines": {"seed": seed_base},
+            "wall_s": st.get("wall_s", 0.0),
+            "baselines": {"seed": seed_base, **(finished[0]["static_baselines"] if finished else {})},
             "aggregate": aggregate(runs, labels),
             "runs": {v: {s: {k: x for k, x in m.items() if not k.endswith("_tasks")} for s, m in seeds.items()}
                      for v, seeds in runs.items()}}

@@ -10,6 +10,11 @@ Source: DESIGN.md § "Capability-driven evolution", step 3, and issue 9 § 1:
 - **acceptance** (:func:`integration_verdict`): the merged program's valid overall score beats
   the base's strictly, and no capability's valid score drops by more than δ (recipe ``delta``,
   default 0.02) against the base.
+- **the base of a merge** (recipe ``integrate_onto``): ``base`` is PrisMem's (the run's base
+  program); ``best`` (default) is the best valid overall among the base and the specialists
+  (:meth:`TraceGuidedIntegrator.anchor`): the other specialists are merged onto it and the
+  merge is judged against it, so an accepted merge beats every single program the freeze rule
+  could pick. When the base scores best, both are the same.
 - **attempts** (one per integration round, at most ``rounds_integrate``): the first is the
   offline component-level merge (:func:`evolution.search.merge.component_merge`) of every
   specialist that differs from the base; it is the whole integration of the ``params``
@@ -50,14 +55,17 @@ OFFLINE_PROPOSERS = ("params",)
 # ------------------------------------------------------------------ pure rules
 
 
-def paired_case(archive: Archive, cap: str, train_tasks: list[TaskInfo]) -> tuple[str, float] | None:
+def paired_case(archive: Archive, cap: str, train_tasks: list[TaskInfo],
+                base_id: str | None = None) -> tuple[str, float] | None:
     """(task id, gap) of ``cap``'s paired differential case, or None when ``cap`` has no
     specialist other than the base or no primary-``cap`` train task. gap = specialist's
-    train score − base's (may be ≤ 0 when the specialist won on valid but not on train)."""
+    train score − base's (may be ≤ 0 when the specialist won on valid but not on train).
+    ``base_id``: the program merged onto (default the archive's base)."""
+    base_id = base_id or archive.base
     spec_id = archive.specialists.get(cap)
-    if spec_id is None or spec_id == archive.base:
+    if spec_id is None or spec_id == base_id:
         return None
-    spec, base = archive.get(spec_id), archive.get(archive.base)
+    spec, base = archive.get(spec_id), archive.get(base_id)
     pool = [t for t in train_tasks if t.primary == cap]
     if not pool:
         return None
@@ -67,17 +75,17 @@ def paired_case(archive: Archive, cap: str, train_tasks: list[TaskInfo]) -> tupl
 
 
 def paired_cases(archive: Archive, train_tasks: list[TaskInfo], rng: random.Random | None = None,
-                 random_draw: bool = False, only: set | None = None) -> dict[str, dict]:
+                 random_draw: bool = False, only: set | None = None, base_id: str | None = None) -> dict[str, dict]:
     """capability → ``{"task", "gap", "specialist"}`` for every capability whose specialist
     differs from the base (and is in ``only`` when given), in F, T, P, M, A order.
     ``random_draw`` (ablation ``random_cases``): the task is ``rng.choice`` over all train
     tasks (gap still reported)."""
     out = {}
-    base = archive.get(archive.base)
+    base = archive.get(base_id or archive.base)
     for cap in CAPABILITIES:
         if only is not None and archive.specialists.get(cap) not in only:
             continue
-        hit = paired_case(archive, cap, train_tasks)
+        hit = paired_case(archive, cap, train_tasks, base.id)
         if hit is None:
             continue
         tid, gap = hit
@@ -162,15 +170,31 @@ class TraceGuidedIntegrator:
     """The loop's integration hook (``run_round(evo, round_no, rng)``, ``final(evo)``).
 
     ``delta``: the acceptance tolerance; ``random_cases``: paired cases drawn at random
-    (ablation); ``offline_first``: an LLM proposer's first attempt is the offline merge.
+    (ablation); ``offline_first``: an LLM proposer's first attempt is the offline merge;
+    ``onto``: the program the specialists are merged onto and judged against, ``base`` (the
+    base, PrisMem's rule) or ``best`` (the best valid overall among the base and the
+    specialists, ties to the later one: a merge is then only accepted when it beats the best
+    single program, the one the freeze rule would otherwise pick).
     """
 
     name = "trace_guided"
 
-    def __init__(self, delta: float = DEFAULT_DELTA, *, random_cases: bool = False, offline_first: bool = True):
+    def __init__(self, delta: float = DEFAULT_DELTA, *, random_cases: bool = False, offline_first: bool = True,
+                 onto: str = "base"):
         if delta < 0:
             raise ValueError(f"delta must be >= 0, got {delta}")
-        self.delta, self.random_cases, self.offline_first = delta, random_cases, offline_first
+        if onto not in ("base", "best"):
+            raise ValueError(f"onto must be base or best, got {onto!r}")
+        self.delta, self.random_cases, self.offline_first, self.onto = delta, random_cases, offline_first, onto
+
+    def anchor(self, evo) -> Candidate:
+        """The program merged onto (see ``onto``); the same in every integration round, since
+        integration changes neither the base nor the specialists."""
+        arch = evo.archive
+        if self.onto == "base":
+            return arch.get(arch.base)
+        from evolution.search.select import freeze_choice
+        return arch.get(freeze_choice(arch, [])["frozen"])
 
     # -------------------------------------------------------------- state read back
 
@@ -186,9 +210,9 @@ class TraceGuidedIntegrator:
     # -------------------------------------------------------------- one round
 
     def specialists(self, evo) -> list[Candidate]:
-        """Distinct specialists that can contribute: not the base, not an ancestor of it."""
+        """Distinct specialists that can contribute: not the anchor, not an ancestor of it."""
         arch = evo.archive
-        base_line = {c.id for c in arch.lineage(arch.base)}
+        base_line = {c.id for c in arch.lineage(self.anchor(evo).id)}
         out = []
         for cap in CAPABILITIES:
             sid = arch.specialists.get(cap)
@@ -198,9 +222,10 @@ class TraceGuidedIntegrator:
 
     def run_round(self, evo, round_no: int, rng: random.Random) -> None:
         arch = evo.archive
-        base = arch.get(arch.base)
+        base = self.anchor(evo)
         rows = self.rows(evo)
-        row = {"round": round_no, "stage": "integrate", "target": None, "parent": base.id, "candidate": "-",
+        row = {"round": round_no, "stage": "integrate", "target": None, "parent": base.id, "anchor": base.id,
+               "candidate": "-",
                "status": "-", "verdict": "-", "valid": None, "integrated": False, "merged_from": [], "paired": {},
                "conflicts": [], "kind": "-"}
         if any(h.get("integrated") for h in rows):
@@ -208,7 +233,8 @@ class TraceGuidedIntegrator:
             return
         specs = self.specialists(evo)
         if not specs:
-            self._log(evo, row, "nothing to integrate", "skipped: every specialist is the base or its ancestor")
+            onto = "the base" if base.id == arch.base else f"the program merged onto ({base.id})"
+            self._log(evo, row, "nothing to integrate", f"skipped: every specialist is {onto} or its ancestor")
             return
         caps_of = {s.id: "".join(c for c in CAPABILITIES if arch.specialists.get(c) == s.id) for s in specs}
         merges = [h for h in rows if h.get("kind") == "merge"]
@@ -219,7 +245,7 @@ class TraceGuidedIntegrator:
             if not include or merges[-1].get("blamed") is None:
                 self._log(evo, row, "no merge left to try", "skipped: every specialist was left out")
                 return
-        paired = paired_cases(arch, evo.split_tasks("train"), rng, self.random_cases, set(include))
+        paired = paired_cases(arch, evo.split_tasks("train"), rng, self.random_cases, set(include), base.id)
         row["paired"] = paired
         if use_merge:
             self._merge_attempt(evo, round_no, row, [arch.get(i) for i in include], caps_of, paired)
@@ -235,7 +261,7 @@ class TraceGuidedIntegrator:
 
     def _merge_attempt(self, evo, round_no, row, include: list[Candidate], caps_of, paired) -> None:
         arch = evo.archive
-        base = arch.get(arch.base)
+        base = arch.get(row["anchor"])
         cases = {p["task"] for p in paired.values()}
         conts = [Contender(s.id, evo.source_of(s.id), caps_of[s.id], {t: s.train.tasks.get(t, 0.0) for t in cases})
                  for s in include]
@@ -245,12 +271,15 @@ class TraceGuidedIntegrator:
             res = component_merge(Contender(base.id, evo.source_of(base.id)), conts, ancestors,
                                   {c: p["task"] for c, p in paired.items()})
         except MergeError as e:  # a program that cannot be split is left out next time
-            row["blamed"] = next((s.id for s in include if str(e).startswith(f"{s.id}:")), include[-1].id)
+            # (the program merged onto itself cannot be left out: no retry, blamed None)
+            row["blamed"] = None if str(e).startswith(f"{base.id}:") else \
+                next((s.id for s in include if str(e).startswith(f"{s.id}:")), include[-1].id)
             self._log(evo, row, "component merge", f"no: merge failed: {e}")
             return
         row["conflicts"] = [c.to_dict() for c in res.conflicts]
         row["components"] = res.components
-        desc = "component merge of " + ", ".join(f"{s.id} ({caps_of[s.id]})" for s in include)
+        desc = "component merge of " + ", ".join(f"{s.id} ({caps_of[s.id]})" for s in include) + \
+            (f" onto {base.id}" if base.id != arch.base else "")
         key, ekey = program_key(res.source), element_key(res.source)
         same = next((c for c in arch.candidates.values() if c.status == "evaluated" and
                      (c.key == key or element_key(evo.source_of(c.id)) == ekey)), None)
@@ -274,8 +303,8 @@ class TraceGuidedIntegrator:
     def _judge(self, evo, row, cand: Candidate, contributors: list[Candidate]) -> None:
         """Apply the acceptance rule to ``cand`` and book the attempt: a candidate made in this
         round through :meth:`Evolution.record_round` (outcome.json, failed attempts, history),
-        a reused archived program as a plain history row."""
-        base = evo.archive.get(evo.archive.base)
+        a reused archived program as a plain history row. Judged against the anchor."""
+        base = evo.archive.get(row.get("anchor") or evo.archive.base)
         if cand.status != "evaluated":
             ok, reason, drops = False, cand.reason, {}
         else:
@@ -301,7 +330,7 @@ class TraceGuidedIntegrator:
     def material(self, evo, specs, caps_of, paired, failed: dict | None) -> tuple[str, list[str], list[str]]:
         """(integration text, compact traces, their task ids) for an LLM attempt."""
         arch = evo.archive
-        base = arch.get(arch.base)
+        base = self.anchor(evo)
         base_src = evo.source_of(base.id)
         parts = [f"Base program: {base.id} (valid overall {base.valid.overall:.3f}). Merge the useful changes of "
                  "the specialists below into ONE program that keeps every capability at least as good as the base "
@@ -329,7 +358,7 @@ class TraceGuidedIntegrator:
 
     def _coder_attempt(self, evo, round_no, row, specs, caps_of, paired, rows) -> None:
         arch = evo.archive
-        base = arch.get(arch.base)
+        base = arch.get(row["anchor"])
         failed = next((h for h in reversed(rows) if h.get("candidate") and h.get("status") == "evaluated"
                        and not h.get("integrated")), None)
         parent = arch.get(failed["candidate"]) if failed else base

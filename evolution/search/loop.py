@@ -7,8 +7,9 @@ by the target policy, parent by the parent policy, cases by the case policy; a c
 the specialist of every capability whose valid score it beats), then **integration**
 (``rounds_integrate``, a hook: the ``integrator`` object, by default
 :class:`evolution.search.integrate.TraceGuidedIntegrator`) and the
-**final** step: the frozen program (:meth:`Evolution.final_program`: the base, or the
-integrator's choice) runs once on the test split, beside the seed.
+**final** step: the frozen program (:meth:`Evolution.final_program`: the best valid overall
+among the base, every specialist and every accepted merge, ties to the later one) runs once on
+the test split, beside the seed and every specialist.
 
 Plug-in points (all small objects, swapped for ablations): ``target_policy``,
 ``parent_policy``, ``case_policy``, ``acceptance`` (:mod:`evolution.search.select`),
@@ -54,7 +55,7 @@ from evolution.search.rundir import (RunDir, RunStateError, atomic_write_json, a
                                      check_state, read_json, recipe_fields, run_lock)
 from evolution.search.stops import check_endpoint
 from evolution.search.select import (CapabilityAcceptance, DependencyAwareTarget, HistoryGuidedCases,
-                                     SpecialistParent, TaskInfo, record_cases)
+                                     SpecialistParent, TaskInfo, freeze_choice, record_cases)
 from memory_bank.program import unit_text
 
 FAULT_ENV = "MEMGYM_EVOLVE_FAULT"
@@ -122,7 +123,7 @@ class Evolution:
         if integrator is None and cfg.rounds_integrate:
             from evolution.search.integrate import TraceGuidedIntegrator
             integrator = TraceGuidedIntegrator(cfg.delta, random_cases=cfg.ablation == "random_cases",
-                                               offline_first=cfg.integrate_offline_first)
+                                               offline_first=cfg.integrate_offline_first, onto=cfg.integrate_onto)
         self.integrator = integrator
         self.proposer = proposer or make_proposer(cfg, rt)
         self.cache = StageCache(cfg.stage_cache or self.dir.root / "stages.sqlite")
@@ -153,8 +154,10 @@ class Evolution:
             if not ids:
                 out[split] = []
                 continue
-            convs = load_conversations(self.cfg.dataset, self.cfg.data_path(), ids=list(ids),
-                                       n_sessions=self.cfg.n_sessions, max_questions=self.cfg.max_questions)
+            convs = load_conversations(self.cfg.dataset, self.cfg.data_path(split), ids=list(ids),
+                                       n_sessions=self.cfg.n_sessions, max_questions=self.cfg.max_questions,
+                                       beam_truncated=not self.cfg.beam_full_chat,
+                                       beam_strip_markers=not self.cfg.beam_keep_markers)
             if self.cfg.labels != "native" and split != "test":
                 from data_synth.annotate import apply_labels, load_labels
                 convs = apply_labels(convs, load_labels(self.cfg.labels))
@@ -211,8 +214,10 @@ class Evolution:
                                 diagnostics=diagnostics)
 
     def _scores(self, ev) -> SplitScores:
+        ret = [t.get("retrieved_chars") for t in ev.tasks if t.get("retrieved_chars") is not None]
         return SplitScores(ev.overall, {k: v["score"] for k, v in ev.by_capability.items() if k != "?"},
-                           ev.task_scores())
+                           ev.task_scores(), {str(k): v["score"] for k, v in ev.by_category.items()},
+                           round(sum(ret) / len(ret), 1) if ret else None)
 
     @staticmethod
     def diag_table(ev) -> dict:
@@ -463,9 +468,19 @@ class Evolution:
 
     # ------------------------------------------------------------------ the run
 
+    def accepted_merges(self) -> list[str]:
+        """Ids of the integration candidates that were accepted (history order)."""
+        return [h["candidate"] for h in self.history if h.get("stage") == "integrate" and h.get("integrated")]
+
+    def freeze(self) -> dict:
+        """:func:`evolution.search.select.freeze_choice` over the base, every specialist and
+        every accepted merge: ``{"frozen", "runner_up", "pool", "why"}``."""
+        return freeze_choice(self.archive, self.accepted_merges())
+
     def final_program(self) -> str:
-        """The frozen program's id: the integrator's choice, else the base."""
-        return self.integrator.final(self) if self.integrator is not None else self.archive.base
+        """The frozen program's id: the best valid overall among the base, every specialist
+        and every accepted merge (ties: the later one), :meth:`freeze`."""
+        return self.freeze()["frozen"]
 
     def finish(self) -> dict:
         """Test runs (once, stored in ``final.json``), best.py, report.md, capabilities.png,
@@ -494,6 +509,7 @@ class Evolution:
                         fin["specialists_test"][cid] = self._scores(ev).__dict__
                         for role, u in usage_from_eval(ev).items():
                             self.ledger.add("final", role, u["calls"], u["prompt"], u["completion"])
+            fin["baselines"] = self.evaluate_baselines()
             fin["ledger_final"] = self.ledger.rounds.get("final", {})
             atomic_write_json(self.dir.root / "final.json", fin)
         else:
@@ -501,6 +517,32 @@ class Evolution:
         atomic_write_text(self.dir.root / "best.py", self.source_of(final_id))
         self.save()
         return write_reports(self, fin)
+
+    def evaluate_baselines(self) -> dict:
+        """``{name: {"valid": SCORES, "test": SCORES or None}}`` of every recipe baseline
+        (:data:`memory_bank.programs.BASELINES`), each run once on valid and, when the run
+        has a test split, on test (calls booked on the ledger's ``final`` row). A baseline whose
+        run fails (:class:`ProgramRunError`) gets None scores and ``error``."""
+        from memory_bank.programs import baseline_program_path, read_program_source
+
+        out = {}
+        for name in self.cfg.baselines:
+            source = read_program_source(baseline_program_path(name))
+            row = {}
+            for split in ("valid", "test"):
+                if not self.splits[split]:
+                    row[split] = None
+                    continue
+                try:
+                    ev, _ = self.evaluate(source, split)
+                except ProgramRunError as e:  # a baseline that cannot run here is reported, not fatal
+                    row[split], row["error"] = None, f"{split}: {e}"
+                    continue
+                row[split] = self._scores(ev).__dict__
+                for role, u in usage_from_eval(ev).items():
+                    self.ledger.add("final", role, u["calls"], u["prompt"], u["completion"])
+            out[name] = row
+        return out
 
     def run(self, *, resume: bool = False) -> dict:
         """Run (or continue) the whole loop and write the reports; returns the summary dict.

@@ -1,6 +1,7 @@
 """Reports of an evolution run: ``summary.json`` (the issue's Contract), ``report.md`` (one row
-per round) and ``capabilities.png`` (valid score of each capability's specialist by round,
-PrisMem Fig. 3a).
+per round), ``capabilities.png`` (valid score of each capability's specialist by round,
+PrisMem Fig. 3a) and ``boundary.png`` (per capability the peak valid score of any program vs the
+frozen program's, PrisMem Fig. 3b).
 
 summary.json::
 
@@ -9,9 +10,13 @@ summary.json::
      "seed":  {"valid": SCORES, "test": SCORES or null},
      "final": {"valid": SCORES, "test": SCORES or null, "program": "<path of best.py>"},
      "specialists": {"F"|"T"|"P"|"M"|"A": {"valid": SCORES, "program": "<path>"}}}
-    SCORES = {"overall": float, "by_capability": {"F": float, ...}}
+    SCORES = {"overall": float, "by_capability": {"F": float, ...}, "by_category": {label: float},
+              "retrieved_chars": float}   (the last two when known)
 
 plus ``candidates_rejected`` (a program that failed checks or validation), ``final_id``,
+``boundary`` (:func:`boundary`), ``baselines`` (``{name: {"valid": SCORES, "test": SCORES or null}}`` of the recipe's static
+baseline programs), ``frozen`` (:func:`evolution.search.select.freeze_choice`: which program was frozen, why, the
+runner-up and the pool), ``integrated`` (the frozen program is an accepted merge),
 ``stopped`` (why the run stopped early, else null) and ``ledger`` (per round and role).
 ``candidates_evaluated`` excludes the seed; ``proposals_failed`` counts every proposal that
 was not evaluated (no program, or a program rejected before evaluation).
@@ -27,7 +32,14 @@ CAP_NAMES = {"F": "factual", "T": "temporal", "P": "preference", "M": "multi-ses
 
 
 def _scores(split) -> dict | None:
-    return None if split is None else {"overall": split["overall"], "by_capability": dict(split["by_capability"])}
+    """The SCORES form of a stored split (per-task scores left out)."""
+    if split is None:
+        return None
+    out = {"overall": split["overall"], "by_capability": dict(split["by_capability"])}
+    for k in ("by_category", "retrieved_chars"):
+        if split.get(k):
+            out[k] = split[k]
+    return out
 
 
 def test_of(fin: dict, cid: str) -> dict | None:
@@ -62,13 +74,99 @@ def build_summary(evo, fin: dict) -> dict:
                             "program": str(root / arch.specialist(c).program),
                             "test": _scores(test_of(fin, arch.specialist(c).id))}
                         for c in CAPABILITIES if c in arch.specialists},
-        "integrated": final.id != arch.base,
-        "final_id": final.id, "stopped": evo.stopped, "ledger": evo.ledger.rounds,
+        "baselines": {name: {"valid": _scores(b.get("valid")), "test": _scores(b.get("test")),
+                             **({"error": b["error"]} if b.get("error") else {})}
+                      for name, b in (fin.get("baselines") or {}).items()},
+        "boundary": boundary(arch, final.id),
+        "integrated": final.id in evo.accepted_merges(),
+        "frozen": evo.freeze(),
+        "final_id": final.id, "dataset": evo.cfg.dataset, "stopped": evo.stopped, "ledger": evo.ledger.rounds,
     }
+
+
+def boundary(arch, final_id: str) -> dict:
+    """PrisMem Fig. 3b for one run: per capability, the peak valid score any evaluated program
+    reached (``peak``, ``peak_id``: the first to reach it), the frozen program's (``final``) and
+    ``gap`` = peak − final (>= 0)."""
+    final = arch.get(final_id).valid.by_capability
+    out = {}
+    for c in CAPABILITIES:
+        pts = [(x.valid.by_capability[c], x.id) for x in arch.evaluated() if c in x.valid.by_capability]
+        if not pts:
+            continue
+        peak = max(v for v, _ in pts)
+        out[c] = {"peak": peak, "peak_id": next(i for v, i in pts if v == peak), "final": final.get(c, 0.0),
+                  "gap": peak - final.get(c, 0.0)}
+    return out
+
+
+def plot_boundary(summary: dict, path) -> None:
+    """boundary.png: per capability, the peak valid score of any program of the run, the
+    frozen program's and the seed's (PrisMem Fig. 3b for one run)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    b = summary["boundary"]
+    caps = list(b)
+    if not caps:
+        return
+    series = [("peak of any program", [b[c]["peak"] for c in caps]),
+              (f"frozen program {summary['final_id']}", [b[c]["final"] for c in caps]),
+              ("seed", [summary["seed"]["valid"]["by_capability"].get(c, 0.0) for c in caps])]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    x, width = np.arange(len(caps)), 0.8 / len(series)
+    for i, (name, vals) in enumerate(series):
+        ax.bar(x + (i - 1) * width, vals, width, label=name)
+    ax.set_xticks(x, [f"{c}\n{CAP_NAMES[c]}" for c in caps])
+    ax.set_ylabel("valid score")
+    ax.set_ylim(0, 1.1)
+    ax.set_title("Performance boundary per capability (valid)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper center", ncol=3, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def _f(v) -> str:
     return "-" if v is None else f"{v:.3f}"
+
+
+CATEGORY_WORD = {"beam": "ability", "longmemeval": "question type", "locomo": "category"}
+
+
+def score_table(rows, caps) -> list[str]:
+    """Markdown rows ``program | id | overall | <caps> | retrieved chars`` for ``rows`` of
+    (name, candidate id, SCORES or None); rows without scores are left out."""
+    out = ["| program | id | overall | " + " | ".join(caps) + " | retrieved chars |", "|" + "---|" * (4 + len(caps))]
+    for name, cid, sc in rows:
+        if sc is None:
+            continue
+        rc = sc.get("retrieved_chars")
+        out.append(f"| {name} | {cid} | {_f(sc['overall'])} | " + " | ".join(_f(sc["by_capability"].get(c)) for c in caps)
+                   + f" | {'-' if rc is None else f'{rc:.0f}'} |")
+    return out
+
+
+def category_table(rows, dataset: str) -> list[str]:
+    """Per native label (BEAM's ten abilities, LongMemEval's question types) one row, one
+    column per program of ``rows`` (name, id, SCORES or None); [] for LoCoMo (its categories
+    are the capabilities) or when no program has per-category scores."""
+    rows = [r for r in rows if r[2] is not None and r[2].get("by_category")]
+    if dataset == "locomo" or not rows:
+        return []
+    labels = list(dict.fromkeys(k for r in rows for k in r[2]["by_category"]))
+    if dataset == "beam":
+        from data_synth.beam import BEAM_ABILITIES
+        labels = [a for a in BEAM_ABILITIES if a in labels] + [a for a in labels if a not in BEAM_ABILITIES]
+    out = [f"| {CATEGORY_WORD.get(dataset, 'category')} | " + " | ".join(f"{n} ({cid})" for n, cid, _ in rows) + " |",
+           "|" + "---|" * (1 + len(rows))]
+    for lab in labels:
+        out.append(f"| {lab} | " + " | ".join(_f(r[2]["by_category"].get(lab)) for r in rows) + " |")
+    return out
 
 
 def render_report(evo, summary: dict) -> str:
@@ -80,6 +178,9 @@ def render_report(evo, summary: dict) -> str:
            f"- extractor `{cfg.extractor}`, plan `{cfg.plan_mode}`, scorer `{cfg.scorer}`, proposer `{cfg.proposer}`, "
            f"seed {cfg.seed}; rounds cold {cfg.rounds_cold} / refine {cfg.rounds_refine} / integrate "
            f"{cfg.rounds_integrate}",
+           "- context budget: " + (f"every retrieved text cut to {cfg.context_tokens} tokens of "
+                                   f"`{cfg.context_tokenizer}` before answering/scoring (the same for every program)"
+                                   if cfg.context_tokens else "none (the program's 16,000-character limit only)"),
            f"- {summary['rounds']} rounds in {summary['wall_s']:.0f} s; {summary['candidates_evaluated']} candidates "
            f"evaluated, {summary['proposals_failed']} proposals not evaluated ({summary['candidates_rejected']} "
            f"rejected programs)" + (f"; stopped early: {summary['stopped']}" if summary["stopped"] else ""), "",
@@ -95,28 +196,35 @@ def render_report(evo, summary: dict) -> str:
         out.append(f"| {h['round']} | {h['stage']} | {h['target'] or '-'} | {h['parent'] or '-'} | {h['candidate']} | "
                    f"{prop} | {h['verdict']} | {_f(v.get('overall'))} | " + " | ".join(_f(bc.get(c)) for c in caps)
                    + f" | {acc} | {h.get('tokens', 0)} |")
-    out += ["", "## Programs (valid split)", "", "| program | id | overall | " + " | ".join(caps) + " |",
-            "|" + "---|" * (3 + len(caps))]
-
-    def row(name, cid, sc):
-        return f"| {name} | {cid} | {_f(sc['overall'])} | " + " | ".join(_f(sc["by_capability"].get(c)) for c in caps) \
-            + " |"
-
-    out.append(row("seed", "seed", summary["seed"]["valid"]))
-    out.append(row("final (integrated)" if summary.get("integrated") else "final (base)", summary["final_id"],
-                   summary["final"]["valid"]))
-    for c, s in summary["specialists"].items():
-        out.append(row(f"specialist {c} {CAP_NAMES[c]}", s["id"], s["valid"]))
+    frozen = summary["frozen"]
+    roles = {p["id"]: ", ".join(p["roles"]) for p in frozen["pool"]}
+    out += ["", "## Frozen program", "", f"- frozen: **{frozen['frozen']}** ({roles.get(frozen['frozen'], '-')}); "
+            f"{frozen['why']}.",
+            "- rule: the best valid overall among the base, every specialist and every accepted merge (ties: the "
+            "later one); it alone decides what runs on test as `final`."]
+    valid_rows = [("seed", "seed", summary["seed"]["valid"]),
+                  (f"final ({roles.get(summary['final_id'], 'base')})", summary["final_id"], summary["final"]["valid"])]
+    valid_rows += [(f"specialist {c} {CAP_NAMES[c]}", s["id"], s["valid"]) for c, s in summary["specialists"].items()]
+    base_rows = [(f"baseline {n}", "-", b) for n, b in summary.get("baselines", {}).items()]
+    valid_rows += [(n, cid, b["valid"]) for n, cid, b in base_rows]
+    out += ["", "## Programs (valid split)", ""] + score_table(valid_rows, caps)
+    out += [f"- baseline {n} could not run: {b['error']}" for n, b in summary.get("baselines", {}).items()
+            if b.get("error")]
     if summary["final"]["test"] is not None:
-        out += ["", "## Test split (frozen program, run once)", "", "| program | overall | " + " | ".join(caps) + " |",
-                "|" + "---|" * (2 + len(caps))]
-        rows = [("seed", summary["seed"]["test"]), ("final", summary["final"]["test"])]
-        rows += [(f"specialist {c} ({s['id']})", s.get("test")) for c, s in summary["specialists"].items()]
-        for name, sc in rows:
-            if sc is None:
-                continue
-            out.append(f"| {name} | {_f(sc['overall'])} | " + " | ".join(_f(sc["by_capability"].get(c)) for c in caps)
-                       + " |")
+        rows = [("seed", "seed", summary["seed"]["test"]), ("final", summary["final_id"], summary["final"]["test"])]
+        rows += [(f"specialist {c}", s["id"], s.get("test")) for c, s in summary["specialists"].items()]
+        rows += [(n, cid, b["test"]) for n, cid, b in base_rows]
+        out += ["", "## Test split (frozen program, run once)", ""] + score_table(rows, caps)
+    for split, rows in (("valid", valid_rows), ("test", rows if summary["final"]["test"] is not None else [])):
+        table = category_table(rows, evo.cfg.dataset)
+        if table:
+            out += ["", f"## Per {CATEGORY_WORD.get(evo.cfg.dataset, 'category')} ({split} split)", ""] + table
+    bd = summary.get("boundary") or {}
+    if bd:
+        out += ["", "## Performance boundary (valid; `boundary.png`, PrisMem Fig. 3b)", "",
+                "| capability | peak of any program | reached by | frozen program | gap |", "|---|---|---|---|---|"]
+        out += [f"| {c} {CAP_NAMES[c]} | {_f(v['peak'])} | {v['peak_id']} | {_f(v['final'])} | {v['gap']:+.3f} |"
+                for c, v in bd.items()]
     from evolution.search.integrate import integration_section
     section = integration_section(evo.history)
     if section:
@@ -126,6 +234,34 @@ def render_report(evo, summary: dict) -> str:
             "Files: `best.py` (the frozen program), `capabilities.png`, `summary.json`, `candidates/<id>/` "
             "(program, proposal transcript, validation, scores)."]
     return "\n".join(out) + "\n"
+
+
+def console_summary(s: dict, out: str) -> str:
+    """What ``memgym evolve`` prints at the end: per split (valid, then test) the seed, each
+    specialist, the frozen program and the recipe's baselines per capability (with the retrieved length), then, for
+    BEAM and LongMemEval, the same programs per ability / question type."""
+    lines = [f"\n{s['rounds']} rounds, {s['candidates_evaluated']} candidates evaluated, {s['proposals_failed']} "
+             f"proposals not evaluated, {s['wall_s']:.0f} s" + (f"; stopped: {s['stopped']}" if s["stopped"] else "")]
+    caps = [c for c in CAPABILITIES if c in s["seed"]["valid"]["by_capability"]]
+    frozen = s.get("frozen") or {}
+    roles = {p["id"]: ", ".join(p["roles"]) for p in frozen.get("pool", [])}
+    rows = [("seed", "seed", s["seed"])]
+    rows += [(f"specialist {c}", v["id"], v) for c, v in s["specialists"].items()]
+    rows.append((f"frozen ({roles.get(s['final_id'], 'base')})", s["final_id"], s["final"]))
+    rows += [(f"baseline {n}", "-", b) for n, b in s.get("baselines", {}).items()]
+    dataset = s.get("dataset", "locomo")
+    for split in ("valid", "test"):
+        if split == "test" and s["final"]["test"] is None:
+            continue
+        split_rows = [(n, cid, r.get(split)) for n, cid, r in rows]
+        lines += [f"\n{split} split", *score_table(split_rows, caps)]
+        cat = category_table(split_rows, dataset)
+        if cat:
+            lines += [f"\n{split} split per {CATEGORY_WORD.get(dataset, 'category')}", *cat]
+    if frozen.get("why"):
+        lines.append(f"\nfrozen: {frozen['why']}")
+    lines.append(f"report: {out}/report.md; frozen program: {out}/best.py")
+    return "\n".join(lines)
 
 
 def plot_capabilities(evo, path) -> None:
@@ -173,4 +309,5 @@ def write_reports(evo, fin: dict) -> dict:
     atomic_write_json(evo.dir.root / "summary.json", summary)
     atomic_write_text(evo.dir.root / "report.md", render_report(evo, summary))
     plot_capabilities(evo, evo.dir.root / "capabilities.png")
+    plot_boundary(summary, evo.dir.root / "boundary.png")
     return summary

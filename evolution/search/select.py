@@ -215,3 +215,48 @@ def record_cases(archive: Archive, case_ids: list[str], tasks: dict[str, TaskInf
         archive.case_usage[cid] = archive.case_usage.get(cid, 0) + 1
         combo = tasks[cid].combo
         archive.combo_usage[combo] = archive.combo_usage.get(combo, 0) + 1
+
+
+# ------------------------------------------------------------------ the frozen program
+
+
+def freeze_choice(archive, accepted_merges=()) -> dict:
+    """Which program is frozen and run on test (DESIGN.md § "Tasks and splits"; PrisMem: "after
+    reaching maximum iterations, the best-performing program is frozen for evaluation on
+    S_test").
+
+    The pool is the base, every capability specialist and every accepted merge
+    (``accepted_merges``: candidate ids); the frozen program is the one with the best valid
+    overall score, ties going to the later one in archive (creation) order.
+
+    Returns ``{"frozen": id, "runner_up": id | None, "pool": [{"id", "roles", "valid"}] (best
+    first), "why": str}``; ``roles`` names what put each program in the pool (``base``,
+    ``specialist FT`` for the specialist of F and T, ``merge``). Raises ValueError when the pool has no evaluated program.
+    """
+    order = {cid: i for i, cid in enumerate(archive.candidates)}
+    roles: dict[str, list[str]] = {}
+    if archive.base is not None:
+        roles.setdefault(archive.base, []).append("base")
+    caps_of: dict[str, str] = {}
+    for cap in CAPABILITIES:
+        sid = archive.specialists.get(cap)
+        if sid is not None:
+            roles.setdefault(sid, [])
+            caps_of[sid] = caps_of.get(sid, "") + cap
+    for sid, caps in caps_of.items():
+        roles[sid].append(f"specialist {caps}")
+    for mid in accepted_merges:
+        roles.setdefault(mid, []).append("merge")
+    pool = [archive.get(cid) for cid in roles if archive.get(cid).valid is not None]
+    if not pool:
+        raise ValueError("no evaluated program among the base, the specialists and the accepted merges")
+    pool.sort(key=lambda c: (c.valid.overall, order[c.id]), reverse=True)
+    best, second = pool[0], (pool[1] if len(pool) > 1 else None)
+    why = (f"{best.id} ({', '.join(roles[best.id])}) has the best valid overall {best.valid.overall:.4f} among "
+           f"{len(pool)} programs (base, specialists, accepted merges)")
+    if second is not None:
+        tie = abs(second.valid.overall - best.valid.overall) <= 1e-12
+        why += (f"; runner-up {second.id} ({', '.join(roles[second.id])}) {second.valid.overall:.4f}"
+                + (" (a tie: the later program is frozen)" if tie else ""))
+    return {"frozen": best.id, "runner_up": second.id if second else None, "why": why,
+            "pool": [{"id": c.id, "roles": roles[c.id], "valid": c.valid.overall} for c in pool]}

@@ -21,6 +21,7 @@ import numpy as np
 
 OUT_CHAR_BUDGET = 16_000
 TOP_K = 40
+EMBED_CHARS = 4000  # the embedder reads a line's first 256 word pieces; longer text is never seen
 TIME_BONUS = 0.1
 
 EXTRACTION_INSTRUCTION = (
@@ -107,7 +108,8 @@ class Memory:
             date = normalise_date(unit.date) or session_date
             self.dates.append(date)
             new_lines.append(f"[{date}] {unit.content}" if date else unit.content)
-        self.blocks.append(np.asarray(self.toolkit.embed(new_lines), dtype=np.float32))
+        self.blocks.append(np.asarray(self.toolkit.embed([line[:EMBED_CHARS] for line in new_lines]),
+                                      dtype=np.float32))
         self.lines.extend(new_lines)
         self.matrix = None
 

@@ -31,7 +31,9 @@ class Variant:
     """A named component variant. ``kind``: the DESIGN kind (ranking, hybrid, mmr, time_hint,
     date_prefix, chunking, dedup, answer); ``component``: the program component it changes;
     ``capabilities``: the capabilities it is meant to help ("*" = all); ``requires``: text
-    that must already be in the program (a variant building on another)."""
+    that must already be in the program (a variant building on another); ``excludes``: text
+    whose presence means the variant is already applied (applying it again would define its
+    helpers twice, a program the component merge cannot split)."""
 
     name: str
     kind: str
@@ -40,6 +42,7 @@ class Variant:
     description: str
     blocks: tuple[Block, ...]
     requires: tuple[str, ...] = field(default=())
+    excludes: tuple[str, ...] = field(default=())
 
     def edits_for(self, source: str) -> list[Edit]:
         """The concrete edits for ``source``: per block, the first form whose SEARCH occurs
@@ -49,6 +52,9 @@ class Variant:
         for need in self.requires:
             if need not in source:
                 raise EditError(f"variant {self.name} needs {need.strip()!r} in the program")
+        for mark in self.excludes:
+            if mark in source:
+                raise EditError(f"variant {self.name} is already applied ({mark.strip()!r} is in the program)")
         text, out = source, []
         for k, block in enumerate(self.blocks, 1):
             form = next(((s, r) for s, r in block.forms if text.count(s) == 1), None)
@@ -70,6 +76,7 @@ class Variant:
 HELPERS_ANCHOR = "def pack_lines("
 SCORES_ANCHOR = "        scores = self._matrix() @ query_vec\n"
 RANKED_ANCHOR = "        ranked = order[:TOP_K]\n"
+RETURN_ANCHOR = '        return "\\n".join(self.lines[i] for i in sorted(chosen))\n'
 
 _SEED_MEMORY = '''class Memory:
     """An append-only list of rendered units."""
@@ -102,7 +109,8 @@ _DENSE_MEMORY = '''class Memory:
         new_lines = [render_unit(unit, session_date) for unit in units]
         if not new_lines:
             return
-        self.blocks.append(np.asarray(self.toolkit.embed(new_lines), dtype=np.float32))
+        self.blocks.append(np.asarray(self.toolkit.embed([line[:EMBED_CHARS] for line in new_lines]),
+                                      dtype=np.float32))
         self.lines.extend(new_lines)
         self.matrix = None
 
@@ -127,6 +135,7 @@ _DENSE_MEMORY = '''class Memory:
 '''
 
 _DENSE_HELPERS = '''TOP_K = 40
+EMBED_CHARS = 4000  # the embedder reads a line's first 256 word pieces; longer text is never seen
 
 
 def query_text(query):
@@ -284,7 +293,8 @@ def chunk_line(line, limit):
 
 def _answer_variant(name: str, caps: str, sentence: str, description: str) -> Variant:
     return Variant(name, "answer", "answer", caps, description,
-                   (Block(((f"ANSWER_INSTRUCTION = (\n", f"ANSWER_INSTRUCTION = (\n    {sentence!r}\n"),)),))
+                   (Block(((f"ANSWER_INSTRUCTION = (\n", f"ANSWER_INSTRUCTION = (\n    {sentence!r}\n"),)),),
+                   excludes=(sentence[:60],))
 
 
 _IMPORT_FORMS = (("from dataclasses import dataclass\n", "from dataclasses import dataclass, fields\n"),)
@@ -303,6 +313,11 @@ LIBRARY: tuple[Variant, ...] = (
                                           "from typing import Optional\n\nimport numpy as np\n"),)),
              Block((("def render_unit(", _DENSE_HELPERS + "def render_unit("),)),
              Block(((_SEED_MEMORY, _DENSE_MEMORY),)))),
+    Variant("rank_order", "ranking", "retrieval", "*",
+            "return the chosen lines best first, not in index order (a reader cut to a context budget keeps the "
+            "best-ranked lines)",
+            (Block(((RETURN_ANCHOR, '        return "\\n".join(self.lines[i] for i in chosen)\n'),)),),
+            requires=(RETURN_ANCHOR,)),
     Variant("hybrid_lexical", "hybrid", "retrieval", "FPA",
             "hybrid scoring: add LEXICAL_WEIGHT x the share of query words a line contains to the cosine",
             (_import("re"), Block(((HELPERS_ANCHOR, _LEXICAL + HELPERS_ANCHOR),)),
@@ -310,19 +325,19 @@ LIBRARY: tuple[Variant, ...] = (
                      "        if getattr(self, \"line_tokens\", None) is None or len(self.line_tokens) != len(self.lines):\n"
                      "            self.line_tokens = [set(word_tokens(line)) for line in self.lines]\n"
                      "        scores = scores + LEXICAL_WEIGHT * lexical_overlap(text, self.line_tokens)\n"),)),),
-            requires=(SCORES_ANCHOR,)),
+            requires=(SCORES_ANCHOR,), excludes=("def lexical_overlap(",)),
     Variant("mmr", "mmr", "retrieval", "M",
             "MMR diversity: pick the TOP_K lines by maximal marginal relevance among the MMR_POOL best",
             (Block(((HELPERS_ANCHOR, _MMR + HELPERS_ANCHOR),)),
              Block(((RANKED_ANCHOR, "        ranked = mmr_select(order[:MMR_POOL], scores, self._matrix(), TOP_K, "
                                     "MMR_LAMBDA)\n"),))),
-            requires=(RANKED_ANCHOR,)),
+            requires=(RANKED_ANCHOR,), excludes=("def mmr_select(",)),
     Variant("time_hint", "time_hint", "retrieval", "T",
             "time-hint bonus: TIME_BONUS for lines dated in a month/year the question names",
             (_import("re"), Block(((HELPERS_ANCHOR, _TIME + HELPERS_ANCHOR),)),
              Block(((SCORES_ANCHOR, SCORES_ANCHOR + "        scores = scores + TIME_BONUS * time_match(text, "
                                                     "self.lines)\n"),))),
-            requires=(SCORES_ANCHOR,)),
+            requires=(SCORES_ANCHOR,), excludes=("def time_match(",)),
     Variant("date_words", "date_prefix", "indexing", "T",
             "date prefixes in words: [2023-05-08, Monday 8 May 2023] instead of [2023-05-08]",
             (_import("re"), _import("datetime"), Block((("def render_unit(", _DATE_WORDS),)),
@@ -334,7 +349,7 @@ LIBRARY: tuple[Variant, ...] = (
              Block((("        new_lines = [render_unit(unit, session_date) for unit in units]\n",
                      "        new_lines = [piece for unit in units\n"
                      "                     for piece in chunk_line(render_unit(unit, session_date), CHUNK_CHARS)]\n"),))),
-            requires=(HELPERS_ANCHOR,)),
+            requires=(HELPERS_ANCHOR,), excludes=("def chunk_line(",)),
     Variant("dedup", "dedup", "indexing", "*",
             "deduplicate: index each distinct rendered line once",
             (Block((("        self.lines = []\n", "        self.lines = []\n        self.seen = set()\n"),)),
@@ -343,7 +358,8 @@ LIBRARY: tuple[Variant, ...] = (
                      "        self.seen.update(new_lines)\n        if not new_lines:\n            return\n"),
                     ("            self.lines.append(render_unit(unit, session_date))\n",
                      "            line = render_unit(unit, session_date)\n            if line not in self.seen:\n"
-                     "                self.seen.add(line)\n                self.lines.append(line)\n"))))),
+                     "                self.seen.add(line)\n                self.lines.append(line)\n")))),
+            excludes=("self.seen",)),
     _answer_variant("answer_chronology", "TM", "Memory lines start with their date; order events by these dates "
                     "and resolve relative time expressions against them. ",
                     "answer instruction: use the line dates for time questions"),

@@ -6,15 +6,24 @@ Source: DESIGN.md § "Capability-driven evolution" (proposers). It proposes eith
   or
 - a **constant mutation**: one module-level constant of the parent changed (ints and floats
   scaled by 0.5, 0.75, 1.5 or 2; booleans flipped; strings annotated ``# choices: a|b|c``
-  switched to another choice). ``OUT_CHAR_BUDGET`` and the instructions are never touched.
+  switched to another choice). ``OUT_CHAR_BUDGET``, ``EMBED_CHARS`` (what an embedder is
+  given of a line; it reads only the first 256 word pieces) and the instructions are never touched.
 
-Options whose child is already archived (``known_keys``) are dropped. Weights: in refinement
-a variant scores 3 when it names the target capability, 1.5 when it is for all ("*"), 0.5
-otherwise (answer variants 0.1 when the diagnostics say no answer is generated, i.e. the
-scorer reads the retrieved text); in cold start (no target) it scores 1 + 4·max(0, d_ext − d_ret) for retrieval
-variants, 1 + 2·max(0, d_ext − d_idx) for indexing ones and 1 otherwise (the diagnostics
-table's overall row: units hold the evidence but retrieval misses it → fix retrieval). A
-library variant is chosen with probability 0.6 when both kinds exist; each mutation weighs 1.
+Options whose child is already archived (``known_keys``) are dropped, and so are answer
+variants when the diagnostics say no answer is generated (the scorer reads the retrieved text,
+so the answer instruction cannot change a score: no round is spent on them). Weights:
+
+- a variant's **target factor**: in refinement 3 when it names the target capability, 1.5 when
+  it is for all ("*"), 0.5 otherwise; 1 in cold start (no target);
+- times its **diagnostics factor**, read from the diagnostics row of the target (the overall
+  row in cold start): 1 + 4·max(0, d_ext − d_ret) for retrieval variants, 1 + 2·max(0, d_ext −
+  d_idx) for indexing ones, 1 otherwise (units hold the evidence but retrieval misses it →
+  fix retrieval; the evidence is not found even by itself → fix indexing);
+- a constant mutation weighs the target factor of the library variant that introduced the
+  constant (``TIME_BONUS`` is the time-hint variant's, so it weighs 3 when T is the target),
+  1 for a constant no variant introduced.
+
+A library variant is chosen with probability 0.6 when both kinds exist.
 """
 from __future__ import annotations
 
@@ -26,7 +35,7 @@ from evolution.search.edits import Edit, EditError, apply_edits, render_edits
 from evolution.search.proposers.base import ProposalInput, ProposalResult
 from evolution.search.proposers.library import LIBRARY, Variant
 
-PROTECTED = frozenset({"OUT_CHAR_BUDGET"})
+PROTECTED = frozenset({"OUT_CHAR_BUDGET", "EMBED_CHARS"})
 SCALES = (0.5, 0.75, 1.5, 2.0)
 LIBRARY_SHARE = 0.6
 
@@ -72,20 +81,52 @@ def constant_mutations(source: str) -> list[tuple[str, Edit]]:
     return out
 
 
+def _answered(inp: ProposalInput) -> bool:
+    """False when the diagnostics say the scorer generates no answer (offline proxies)."""
+    return inp.diagnostics.get("overall", {}).get("answered") is not False
+
+
+def _target_factor(capabilities: str, target: str | None) -> float:
+    if target is None:
+        return 1.0
+    if target in capabilities:
+        return 3.0
+    return 1.5 if capabilities == "*" else 0.5
+
+
 def _variant_weight(v: Variant, inp: ProposalInput) -> float:
-    if v.component == "answer" and inp.diagnostics.get("overall", {}).get("answered") is False:
-        return 0.1  # no answer is generated: the answer instruction cannot matter
-    if inp.target is not None:
-        if inp.target in v.capabilities:
-            return 3.0
-        return 1.5 if v.capabilities == "*" else 0.5
-    overall = inp.diagnostics.get("overall", {})
-    d_ext, d_ret, d_idx = (overall.get(k) for k in ("d_ext", "d_ret", "d_idx"))
+    """The variant's weight (module doc); 0.0 = not offered."""
+    if v.component == "answer" and not _answered(inp):
+        return 0.0  # no answer is generated: the answer instruction cannot matter
+    row = inp.diagnostics.get(inp.target, {}) if inp.target is not None else {}
+    if not row or row.get("d_ext") is None:
+        row = inp.diagnostics.get("overall", {})
+    d_ext, d_ret, d_idx = (row.get(k) for k in ("d_ext", "d_ret", "d_idx"))
+    diag = 1.0
     if v.component == "retrieval" and d_ext is not None and d_ret is not None:
-        return 1.0 + 4.0 * max(0.0, d_ext - d_ret)
-    if v.component == "indexing" and d_ext is not None and d_idx is not None:
-        return 1.0 + 2.0 * max(0.0, d_ext - d_idx)
-    return 1.0
+        diag = 1.0 + 4.0 * max(0.0, d_ext - d_ret)
+    elif v.component == "indexing" and d_ext is not None and d_idx is not None:
+        diag = 1.0 + 2.0 * max(0.0, d_ext - d_idx)
+    return _target_factor(v.capabilities, inp.target) * diag
+
+
+def constant_owners(library: tuple[Variant, ...] = LIBRARY) -> dict[str, str]:
+    """Constant name → capabilities of the first library variant whose edits introduce it
+    (``NAME = ...`` at the start of a line of a REPLACE text)."""
+    import re
+
+    out: dict[str, str] = {}
+    for v in library:
+        for block in v.blocks:
+            for _, replace in block.forms:
+                for name in re.findall(r"^([A-Z][A-Z0-9_]*) = ", replace, flags=re.M):
+                    out.setdefault(name, v.capabilities)
+    return out
+
+
+def _mutation_weight(desc: str, owners: dict[str, str], inp: ProposalInput) -> float:
+    name = desc.split(" ", 2)[1].rstrip(":")
+    return _target_factor(owners[name], inp.target) if name in owners else 1.0
 
 
 def _weighted(rng: random.Random, options: list[tuple[float, object]]):
@@ -112,12 +153,16 @@ class ParamsProposer:
         children already archived removed."""
         lib, mut = [], []
         for v in self.library:
+            weight = _variant_weight(v, inp)
+            if weight <= 0.0:
+                continue
             try:
                 child, edits = v.apply(inp.source)
             except EditError:
                 continue
             if program_key(child) not in inp.known_keys:
-                lib.append((_variant_weight(v, inp), (f"variant {v.name}: {v.description}", edits, child)))
+                lib.append((weight, (f"variant {v.name}: {v.description}", edits, child)))
+        owners = constant_owners(self.library)
         for desc, edit in constant_mutations(inp.source):
             try:
                 child = apply_edits(inp.source, [edit])
@@ -125,7 +170,7 @@ class ParamsProposer:
             except (EditError, SyntaxError):
                 continue
             if key not in inp.known_keys:
-                mut.append((1.0, (desc, [edit], child)))
+                mut.append((_mutation_weight(desc, owners, inp), (desc, [edit], child)))
         return lib, mut
 
     def propose(self, inp: ProposalInput, rng: random.Random) -> ProposalResult:

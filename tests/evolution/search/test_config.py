@@ -38,7 +38,7 @@ def test_coder_recipes_name_servers_and_the_judge():
 
 @pytest.mark.parametrize("kw, msg", [
     (dict(proposer="coder"), "needs coder_model"), (dict(proposer="scripted"), "needs script"),
-    (dict(dataset="beam"), "--dataset: 'beam' is not one of locomo, longmemeval"),
+    (dict(dataset="mmlu"), "--dataset: 'mmlu' is not one of locomo, longmemeval, beam"),
     (dict(rounds_cold=-1), "--rounds_cold: must be >= 0, got -1"),
     (dict(train=["conv-26"], valid=["conv-26"]), "splits overlap"), (dict(embedder="bert"), "minilm or hash"),
     (dict(extractor=""), "--extractor: expected a spec string"), (dict(workers=0), "--workers: must be >= 1, got 0"),
@@ -54,3 +54,20 @@ def test_evolve_empty_test_means_no_test_run():
 
     cfg = EvolveConfig(test=[""], embedder="hash:64")
     assert cfg.test == [] and cfg.train == ["conv-26", "conv-30"]
+
+
+def test_beam_and_longmemeval_recipes_take_the_design_splits():
+    off = _parse("evolve_beam_offline.yaml")
+    assert (len(off.train), len(off.valid), len(off.test)) == (8, 6, 8) and off.test[0] == "1M-3"
+    assert (off.extractor, off.scorer, off.proposer, off.context_tokens, off.integrate_onto) == \
+        ("turns", "rubric-recall", "params", 2048, "best")
+    assert off.baselines == ["full_history", "bm25", "dense_topk", "hybrid_rrf", "reference"]
+    assert off.runner_settings().dataset == "beam" and off.runner_settings().context_tokens == 2048
+    coder = _parse("evolve_beam_coder.yaml")
+    assert (coder.dataset, coder.scorer, coder.proposer) == ("beam", "llm", "coder") and coder.judge_model
+    lme = _parse("evolve_longmemeval_offline.yaml")
+    assert (len(lme.train), len(lme.valid), len(lme.test)) == (52, 47, 100) and lme.context_tokens == 1024
+    demo = _parse("demo_evolve.yaml")
+    assert demo.context_tokens == 1024 and demo.baselines == ["full_history", "bm25", "dense_topk", "hybrid_rrf"]
+    with pytest.raises(ValueError, match="unknown baseline program"):
+        EvolveConfig(baselines=["bm26"])

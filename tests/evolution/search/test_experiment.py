@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from evolution.search.archive import Archive
 from evolution.search.config import EvolveConfig
 from evolution.search.experiment import FAULT_ENV
@@ -121,13 +123,15 @@ def _note(name: str, text: str) -> str:
     return f"Remember.\n<<<<<<< SEARCH\n{name} = \"\"\n=======\n{name} = {text!r}\n>>>>>>> REPLACE\n"
 
 
+@pytest.mark.parametrize("onto", ["base", "best"])
 def test_trained_extractor_run_completes_with_integration_and_extracts_once_per_conversation(tmp_path,
-                                                                                              tiny_model_dir):
+                                                                                              tiny_model_dir, onto):
     """The random-weight extractor writes no valid manager JSON (0 units), so the scripted
     proposer's edits are what moves the scores: round 1 (target F) writes conv-30's F answers
     into NOTE_A, round 2 (target T) its T answers into NOTE_B; integration's offline merge
-    takes NOTE_A from one specialist and NOTE_B from the other. This checks the plumbing of
-    the end-to-end path, not the method's quality."""
+    takes NOTE_A from one specialist and NOTE_B from the other (``onto: base``: both merged onto
+    the seed; ``onto: best``: r02's NOTE_B merged onto r01, the best single program). This
+    checks the plumbing of the end-to-end path, not the method's quality."""
     from evolution.search.ablations import build_evolution
 
     seed = tmp_path / "seed.py"
@@ -140,7 +144,8 @@ def test_trained_extractor_run_completes_with_integration_and_extracts_once_per_
                        extractor=f"hf:{tiny_model_dir}", extractor_max_new_tokens=16, plan_mode="question",
                        scorer="answer-recall", proposer="scripted", script=str(script), seed_program=str(seed),
                        rounds_cold=0, rounds_refine=2, rounds_integrate=2, cache="none", probe_units=200,
-                       probe_batches=10, embedder="hash:256", progress=False, out=str(tmp_path / "run"))
+                       probe_batches=10, embedder="hash:256", progress=False, out=str(tmp_path / "run"),
+                       integrate_onto=onto)
     s = build_evolution(cfg).run()
     st = _state(tmp_path / "run")
     arch = Archive.from_json(st["archive"])
@@ -148,7 +153,8 @@ def test_trained_extractor_run_completes_with_integration_and_extracts_once_per_
     assert arch.specialists == {"F": "r01", "T": "r02", "M": "r01"}
     merge = st["history"][3]
     assert merge["stage"] == "integrate" and merge["kind"] == "merge" and merge["integrated"]
-    assert merge["merged_from"] == ["r01 (FM)", "r02 (T)"] and merge["conflicts"] == []
+    assert merge["merged_from"] == (["r01 (FM)", "r02 (T)"] if onto == "base" else ["r02 (T)"])
+    assert merge["conflicts"] == [] and merge["anchor"] == ("seed" if onto == "base" else "r01")
     assert st["history"][4]["accepted"] == "skipped: an earlier integration round was accepted"
     assert s["final_id"] == "r03" and s["integrated"] and s["final"]["valid"]["overall"] > \
         max(arch.get("r01").valid.overall, arch.get("r02").valid.overall)
@@ -179,7 +185,7 @@ def test_coder_integration_gets_diffs_and_paired_traces_and_a_failed_merge_goes_
     cfg = EvolveConfig(train=["conv-26"], valid=["conv-30"], n_sessions=2, max_questions=6, extractor="turns",
                        plan_mode="question", scorer="answer-recall", proposer="scripted", script=str(script),
                        seed_program=str(seed), rounds_cold=0, rounds_refine=2, rounds_integrate=2,
-                       integrate_offline_first=False, probe_units=200, probe_batches=10, embedder="hash:256",
+                       integrate_offline_first=False, integrate_onto="base", probe_units=200, probe_batches=10, embedder="hash:256",
                        progress=False, out=str(tmp_path / "run"))
     s = build_evolution(cfg).run()
     run = tmp_path / "run"

@@ -153,7 +153,7 @@ def test_merge_of_one_specialist_is_that_specialist_and_bad_programs_raise():
     res = component_merge(Contender("base", BASE), [Contender("sT", SPEC_T, "T")], {"sT": BASE})
     assert program_key(res.source) == program_key(SPEC_T) and res.conflicts == []
     # statement order does not change the element key (the program key sees it)
-    moved = SPEC_T.replace("TOP_K = 40\n\n\n", "").replace("def pack_lines(", "TOP_K = 40\n\n\ndef pack_lines(")
+    moved = SPEC_T.replace("TOP_K = 40\n", "", 1).replace("def pack_lines(", "TOP_K = 40\n\n\ndef pack_lines(")
     assert moved != SPEC_T and element_key(moved) == element_key(SPEC_T) != element_key(BASE)
     assert program_key(moved) != program_key(SPEC_T)
     with pytest.raises(MergeError, match="sX: syntax error"):

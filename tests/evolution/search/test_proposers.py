@@ -72,11 +72,9 @@ def test_params_proposer_is_seeded_and_skips_archived_children():
     b = p.propose(_inp(), random.Random(3))
     assert a.ok and a.source == b.source and a.description == b.description and a.turns == 0
     lib, mut = p.options(_inp())
-    assert [o[0].split(":")[0] for _, o in lib] == ["variant dense_ranking", "variant date_words", "variant dedup",
-                                                    "variant answer_chronology", "variant answer_abstain",
-                                                    "variant answer_aggregate"]
-    assert [w for w, _ in lib][:3] == [pytest.approx(2.6), pytest.approx(1.8), pytest.approx(1.8)]
-    assert [w for w, _ in lib][3:] == [0.1, 0.1, 0.1]  # no answer is generated: answer variants barely matter
+    # no answer is generated (answered False): the answer variants are not offered at all
+    assert [o[0].split(":")[0] for _, o in lib] == ["variant dense_ranking", "variant date_words", "variant dedup"]
+    assert [w for w, _ in lib] == [pytest.approx(2.6), pytest.approx(1.8), pytest.approx(1.8)]
     known = frozenset(program_key(o[2]) for _, o in lib + mut)
     none = p.propose(_inp(known=known), random.Random(3))
     assert not none.ok and "no library variant" in none.reason
@@ -86,6 +84,23 @@ def test_params_proposer_is_seeded_and_skips_archived_children():
     weights = {o[0].split(":")[0].split()[1]: w for w, o in lib_t}
     assert weights["time_hint"] == 3.0 and weights["date_words"] == 3.0 and weights["dedup"] == 1.5
     assert weights["mmr"] == 0.5 and weights["answer_chronology"] == 3.0
+    assert weights["rank_order"] == 1.5
+    # the target's own diagnostics row: T's evidence is in the units (d_ext 0.8) but retrieval misses
+    # it (d_ret 0.3): retrieval variants x (1 + 4 x 0.5) = 3, indexing ones x (1 + 2 x 0.1) = 1.2
+    diag_t = {"overall": {"d_ext": 0.5, "d_idx": 0.5, "d_ret": 0.5, "answered": False},
+              "T": {"d_ext": 0.8, "d_idx": 0.7, "d_ret": 0.3}}
+    lib_d, _ = p.options(_inp(dense, target="T", diag=diag_t))
+    weights = {o[0].split(":")[0].split()[1]: w for w, o in lib_d}
+    assert weights["time_hint"] == pytest.approx(9.0) and weights["date_words"] == pytest.approx(3.6)
+    assert weights["mmr"] == pytest.approx(1.5) and weights["dedup"] == pytest.approx(1.8)
+    assert "answer_chronology" not in weights
+    # constant mutations weigh their variant's target factor: TIME_BONUS (time_hint, T) 3, TOP_K ("*") 1.5
+    timed, _ = variant("time_hint").apply(dense)
+    _, mut = p.options(_inp(timed, target="T", diag=diag_t))
+    mw = {o[0].split(":")[0]: w for w, o in mut}
+    assert mw["constant TIME_BONUS"] == 3.0 and mw["constant TOP_K"] == 1.5
+    _, mut_f = p.options(_inp(timed, target="F", diag=diag_t))
+    assert {o[0].split(":")[0]: w for w, o in mut_f}["constant TIME_BONUS"] == 0.5
 
 
 GOOD = ("Halve the budget.\n<<<<<<< SEARCH\n        return \"\\n\".join(self.lines)[:OUT_CHAR_BUDGET]\n=======\n"
@@ -132,3 +147,16 @@ def test_coder_prompt_holds_interface_source_target_diagnostics_cases_lineage():
     assert "   1| \"\"\"PrisMem seed memory program" in u and "## Case x" in u
     assert "- r02 [refine, target T] variant mmr (overall -0.010, T +0.000) -- not accepted: no capability's" in u
     assert render_edits(ScriptedProposer([GOOD]).propose(_inp(), random.Random(0)).edits).count("<<<<<<< SEARCH") == 1
+
+
+def test_no_variant_applies_twice():
+    """A variant already in the program is not offered again (it would define its helpers twice,
+    which the component merge refuses: seen on `make demo-evolve`, hybrid_lexical on top of itself)."""
+    dense, _ = variant("dense_ranking").apply(SEED)
+    for v in LIBRARY:
+        base = dense if v.name != "dedup" else SEED
+        try:
+            once, _ = v.apply(base)
+        except Exception:  # noqa: BLE001 - does not apply here at all
+            continue
+        assert not _applies(v, once), v.name
