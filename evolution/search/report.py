@@ -17,7 +17,9 @@ plus ``candidates_rejected`` (a program that failed checks or validation), ``fin
 ``boundary`` (:func:`boundary`), ``baselines`` (``{name: {"valid": SCORES, "test": SCORES or null}}`` of the recipe's static
 baseline programs), ``frozen`` (:func:`evolution.search.select.freeze_choice`: which program was frozen, why, the
 runner-up and the pool), ``integrated`` (the frozen program is an accepted merge),
-``stopped`` (why the run stopped early, else null) and ``ledger`` (per round and role).
+``stopped`` (why the run stopped early, else null), ``ledger`` (per round and role), ``scorer``,
+``judge_protocol`` (issue 16: which protocol produced every score) and ``sandbox`` (the sandbox's mode label:
+``kernel:...`` or the UNCONFINED switch the user set).
 ``candidates_evaluated`` excludes the seed; ``proposals_failed`` counts every proposal that
 was not evaluated (no program, or a program rejected before evaluation).
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import json
 
+from evolution.execution.confine import current_label
 from evolution.search.archive import CAPABILITIES
 from evolution.search.rundir import atomic_write_json, atomic_write_text
 
@@ -81,6 +84,7 @@ def build_summary(evo, fin: dict) -> dict:
         "integrated": final.id in evo.accepted_merges(),
         "frozen": evo.freeze(),
         "final_id": final.id, "dataset": evo.cfg.dataset, "stopped": evo.stopped, "ledger": evo.ledger.rounds,
+        "scorer": evo.cfg.scorer, "judge_protocol": evo.cfg.judge_protocol, "sandbox": current_label(),
     }
 
 
@@ -178,6 +182,9 @@ def render_report(evo, summary: dict) -> str:
            f"- extractor `{cfg.extractor}`, plan `{cfg.plan_mode}`, scorer `{cfg.scorer}`, proposer `{cfg.proposer}`, "
            f"seed {cfg.seed}; rounds cold {cfg.rounds_cold} / refine {cfg.rounds_refine} / integrate "
            f"{cfg.rounds_integrate}",
+           f"- judge_protocol `{summary.get('judge_protocol', cfg.judge_protocol)}` (scorer `{cfg.scorer}`; "
+           "`official` = the benchmark's own protocol from data/judges; offline proxies are memgym's, not "
+           "the benchmark's number); sandbox `" + str(summary.get("sandbox", current_label())) + "`",
            "- context budget: " + (f"every retrieved text cut to {cfg.context_tokens} tokens of "
                                    f"`{cfg.context_tokenizer}` before answering/scoring (the same for every program)"
                                    if cfg.context_tokens else "none (the program's 16,000-character limit only)"),

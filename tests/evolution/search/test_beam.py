@@ -66,6 +66,9 @@ def test_beam_evolution_ranking_wins_on_valid_and_resume_after_kill9_matches(tmp
     report = (ref / "report.md").read_text()
     assert "## Per ability (valid split)" in report and "| temporal_reasoning |" in report
     assert "## Frozen program" in report and "retrieved chars" in report
+    # the report names the protocol behind every score and the sandbox's mode
+    assert (s["scorer"], s["judge_protocol"]) == ("rubric-recall", "official") and s["sandbox"].startswith("kernel:")
+    assert "- judge_protocol `official` (scorer `rubric-recall`;" in report and "sandbox `kernel:" in report
     # the baselines run beside it on valid: full_history is the seed program itself
     assert s["baselines"]["full_history"]["valid"] == s["seed"]["valid"] and s["baselines"]["bm25"]["test"] is None
     assert "| baseline bm25 | - |" in report
