@@ -144,7 +144,11 @@ CATEGORY_WORD = {"beam": "ability", "longmemeval": "question type", "locomo": "c
 
 def score_table(rows, caps) -> list[str]:
     """Markdown rows ``program | id | overall | <caps> | retrieved chars`` for ``rows`` of
-    (name, candidate id, SCORES or None); rows without scores are left out."""
+    (name, candidate id, SCORES or None); rows without scores are left out. The columns are
+    ``caps`` plus every other capability some row scores (a test split may hold a capability
+    the valid split lacks), in F/T/P/M/A order."""
+    present = {c for _, _, sc in rows if sc is not None for c in sc.get("by_capability", {})}
+    caps = [c for c in CAPABILITIES if c in caps or c in present]
     out = ["| program | id | overall | " + " | ".join(caps) + " | retrieved chars |", "|" + "---|" * (4 + len(caps))]
     for name, cid, sc in rows:
         if sc is None:

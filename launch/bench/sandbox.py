@@ -72,7 +72,7 @@ def bench_evals(rounds: int, sessions: int) -> dict:
     for i in range(2 * rounds):
         mode = ("auto", "off")[i % 2]
         runner = ProgramRunner(Runtime(embedder=HashEmbedder(dim=256)),
-                               RunnerSettings(extraction="turns", plan_mode="question", scorer="answer-recall",
+                               RunnerSettings(extractor="turns", plan_mode="question", scorer="answer-recall",
                                               diagnostics=False, progress=False), StageCache())
         with _confinement(mode):
             t = time.perf_counter()
@@ -116,7 +116,7 @@ def register_bench(s) -> None:
     """Add ``sandbox`` to the ``memgym bench`` subcommands."""
     p = s.add_parser("sandbox", help="cost of the kernel confinement per sandbox start and per evaluation",
                      description="Times sandbox starts and program evaluations with the kernel confinement (Landlock + "
-                                 "seccomp) and without it (Python-level checks only, as before issue 19), alternating, "
+                                 "seccomp) and without it (the Python-level checks only), alternating, "
                                  "and prints the medians and their ratios.")
     from launch.bench.args import int_range
 

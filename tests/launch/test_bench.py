@@ -48,3 +48,11 @@ def test_retrieval_sizes_beyond_the_memory_are_refused_before_work(capsys):
     err = capsys.readouterr().err.strip()
     assert err == (f"memgym bench retrieval: --sizes 5,000,000 x --dim 8192 needs about 457.8 GiB, more than half of this "
                    f"machine's {gib:.1f} GiB: use smaller sizes")
+
+
+def test_bench_sandbox_runs_and_the_scores_are_equal(capsys):
+    """The smallest sandbox bench: one start and one evaluation per side, one session."""
+    assert memgym(["bench", "sandbox", "--starts", "1", "--rounds", "1", "--sessions", "1"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["evaluations"]["scores_equal"] is True and report["evaluations"]["conversations"] == 1
+    assert report["starts"]["starts"] == 1
