@@ -82,11 +82,18 @@ def headline_table(dataset: str | None, columns: list[tuple[str, dict]], digits:
     return out
 
 
+#: Scorers that are memgym's offline proxies, not a benchmark's metric (DESIGN.md § Judges and scoring).
+OFFLINE_PROXIES = ("answer-recall", "rubric-recall")
+
+
 def protocol_lines(rep: dict) -> list[str]:
     """Report lines naming the scorer and the judge protocol behind the numbers."""
     line = f"- scorer: `{rep.get('scorer')}`, judge_protocol: `{rep.get('judge_protocol', 'official')}`"
     if rep.get("judge_note"):
         line += f" ({rep['judge_note']})"
+    if rep.get("scorer") in OFFLINE_PROXIES:
+        line += (" — an offline proxy of memgym's (no judge call), not the benchmark's own number; "
+                 "judge_protocol applies to the LLM judges only")
     out = [line]
     jc = rep.get("judge_calls")
     if jc:

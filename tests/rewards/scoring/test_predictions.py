@@ -36,6 +36,7 @@ def test_score_missing_and_unknown(tmp_path, capsys):
                       "unknown"} and s["judge_protocol"] == "official"
     md = (tmp_path / "out" / "report.md").read_text()
     assert "Missing predictions: 18" in md and "`conv-26:q1`" in md and "mean of the BEAM abilities" in md
+    assert "an offline proxy of memgym's (no judge call), not the benchmark's own number" in md
     rc = main(["score", "--dataset", "beam", "--path", CHAT, "--predictions", str(preds), "--judge", "rubric-recall",
                "--missing_as_wrong", "--out", str(tmp_path / "out2")])
     s = json.loads((tmp_path / "out2" / "scores.json").read_text())
