@@ -134,3 +134,20 @@ def test_sft_killed_after_a_checkpoint_resumes_to_the_same_weights(tiny_model_di
         torch.testing.assert_close(wb[k], wa[k], rtol=0, atol=1e-6, msg=k)
     assert any(not torch.equal(wa[k], w0[k]) for k in wa)  # training changed the weights
     assert json.loads((tmp_path / "b" / "metrics.json").read_text())["global_step"] == 4
+
+
+@pytest.mark.parametrize("name,expect", [
+    ("train_cpu_sft", dict(use_peft=False, max_length=2048, learning_rate=5e-5, save_steps=12, num_train_epochs=3,
+                           eval_steps=23)),
+    ("demo_train_sft", dict(use_peft=False, max_length=2048, learning_rate=5e-5, max_steps=12, seed=0)),
+])
+def test_sft_recipes_parse(name, expect):
+    """demo_train_sft is the first 12 steps of train_cpu_sft: same data, order and rate."""
+    from training.sft import parse_args
+
+    recipe = Path(__file__).resolve().parents[1] / "launch" / "recipes" / f"{name}.yaml"
+    script_args, training_args, model_args = parse_args(["--config", str(recipe)])
+    for field_name, value in expect.items():
+        obj = next(o for o in (model_args, training_args, script_args) if hasattr(o, field_name))
+        assert getattr(obj, field_name) == value, field_name
+    assert training_args.lr_scheduler_type == "constant_with_warmup" and training_args.warmup_steps == 3
