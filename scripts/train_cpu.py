@@ -173,8 +173,9 @@ def report(a) -> int:
     lines = ["# memgym CPU training: SFT → ADRPO on SmolLM2-135M, measured on held-out conversations", "",
              "Recipes: `launch/recipes/train_cpu_sft.yaml`, `launch/recipes/train_cpu_adrpo.yaml`; measurements "
              "`scripts/train_cpu.py measure`; this file `scripts/train_cpu.py report`.", "",
-             f"Peak RSS / wall (`/usr/bin/time -v`): SFT {_peak_rss(out / 'sft.log')}; "
-             f"ADRPO {_peak_rss(out / 'adrpo.log')}.", "",
+             "Peak RSS / wall (`/usr/bin/time -v`, one entry per log: a resumed stage has one log per piece): SFT "
+             + "; ".join(_peak_rss(p) for p in sorted(out.glob("sft*.log"))) + "; ADRPO "
+             + "; ".join(_peak_rss(p) for p in sorted(out.glob("adrpo*.log"))) + ".", "",
              "## Held-out: LoCoMo conv-41 and conv-42 (never trained on), first session, free greedy decoding", "",
              "Same answer model (`hf:smollm2`) and retriever (all-MiniLM-L6-v2, top 10) for every row; F1 is LoCoMo's "
              "official token F1; answer recall = share of each gold answer's stemmed tokens in the retrieved memory.",
@@ -189,7 +190,8 @@ def report(a) -> int:
         lines.append(f"| {k} (`{rows[k]['spec']}`) | " + " | ".join(_f(ffr[m], 2) for m in MANAGERS) +
                      f" | {_f(h['format_failure_overall'], 2)} | {h['bank_entries']} | {core_chars} | "
                      f"{_f(h['answer_recall'])} | {_f(h['f1'])} | {h['n_qa']} |")
-    lines += ["", "Format-failure columns: failed outputs / outputs of that manager (2 sessions, so 0.50 = one of two).",
+    lines += ["", "Format-failure columns: failed outputs / outputs of that manager (one output per manager per "
+              "session built).",
               "", "## Validation: conv-30 expert sessions (mean dense session reward of the greedy output)", "",
               "| extractor | reward | gate | acc | LP | reward by manager | format failures per manager | rows |",
               "|---|---|---|---|---|---|---|---|"]
