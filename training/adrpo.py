@@ -19,7 +19,7 @@ from pathlib import Path
 from rewards.session_reward import SessionReward
 from training.adrpo_config import ADRPOConfig
 from training.adrpo_trainer import ADRPOTrainer
-from training.common import PolicyModelConfig
+from training.common import PolicyModelConfig, resume_arg  # noqa: F401  (resume_arg: re-exported)
 
 logger = logging.getLogger(__name__)
 PROG = "memgym train adrpo"
@@ -80,14 +80,6 @@ def build_trainer(args: ADRPOConfig, model_args: PolicyModelConfig | None = None
     reward = build_reward(args, policy.tokenizer, embedder, rt)
     return trainer_class(args)(policy.model, args=args, samples=samples, reward=reward,
                                processing_class=policy.tokenizer, peft_config=policy.peft_config, callbacks=callbacks)
-
-
-def resume_arg(value):
-    """``resume_from_checkpoint``: None/""/"false" → None, "true"/"last" → True (the last
-    checkpoint in ``output_dir``), else the checkpoint dir."""
-    if value is None or str(value).lower() in ("", "false", "none", "no"):
-        return None
-    return True if str(value).lower() in ("true", "last", "yes") else value
 
 
 def train(args: ADRPOConfig, trainer: ADRPOTrainer | None = None) -> ADRPOTrainer:

@@ -25,6 +25,16 @@ DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
+def resume_arg(value):
+    """``resume_from_checkpoint`` as ``Trainer.train`` takes it: None/""/"false" → None (a fresh
+    run), "true"/"last" → True (the last ``checkpoint-N`` in ``output_dir``), else the value (a
+    checkpoint dir). The TRL parser reads the field as a string, so ``--resume_from_checkpoint
+    true`` arrives as ``"true"``, which ``Trainer`` would take for a path."""
+    if value is None or str(value).lower() in ("", "false", "none", "no"):
+        return None
+    return True if str(value).lower() in ("true", "last", "yes") else value
+
+
 def is_adapter_dir(path: str | Path) -> bool:
     """True when ``path`` is a PEFT adapter dir (holds ``adapter_config.json``)."""
     return (Path(path) / "adapter_config.json").is_file()

@@ -32,7 +32,7 @@ from data_synth.errors import DataFormatError
 from data_synth.expert import TrajectoryError
 from llm.recipes import check_fields
 from memory_bank.actions import MANAGERS
-from training.common import PolicyModelConfig, load_policy, parse_training_args
+from training.common import PolicyModelConfig, load_policy, parse_training_args, resume_arg
 from training.sft_data import (ExampleLengthError, TrainingDataError, check_managers, drop_overlong,
                            sft_examples)
 
@@ -155,10 +155,10 @@ def _trainer_columns(ds):
     return ds.select_columns(["prompt", "completion"]) if ds is not None else None
 
 
-def build_trainer(script_args: SFTScriptArguments, training_args, data: SFTData, policy):
+def build_trainer(script_args: SFTScriptArguments, training_args, data: SFTData, policy, callbacks=None):
     """A ``trl.SFTTrainer`` over ``data.train`` with eval sets ``{"train": probe, "valid":
-    valid}`` (metrics ``eval_train_loss``, ``eval_valid_loss``) and the policy's LoRA config
-    (or none: full fine-tuning / continued adapter)."""
+    valid}`` (metrics ``eval_train_loss``, ``eval_valid_loss``), the policy's LoRA config
+    (or none: full fine-tuning / continued adapter) and ``callbacks`` (``TrainerCallback``s)."""
     from trl import SFTTrainer
 
     evals = {"train": _trainer_columns(data.train_probe)}
@@ -166,7 +166,8 @@ def build_trainer(script_args: SFTScriptArguments, training_args, data: SFTData,
         evals["valid"] = _trainer_columns(data.valid)
     training_args.prediction_loss_only = True  # never accumulate (tokens x vocab) logits in eval
     return SFTTrainer(model=policy.model, args=training_args, train_dataset=_trainer_columns(data.train),
-                      eval_dataset=evals, processing_class=policy.tokenizer, peft_config=policy.peft_config)
+                      eval_dataset=evals, processing_class=policy.tokenizer, peft_config=policy.peft_config,
+                      callbacks=callbacks)
 
 
 def _losses(metrics: dict) -> dict:
@@ -235,21 +236,25 @@ def write_report(out: Path, metrics: dict) -> None:
     (out / "report.md").write_text("\n".join(lines))
 
 
-def run(script_args: SFTScriptArguments, training_args, model_args: PolicyModelConfig | None = None) -> dict:
+def run(script_args: SFTScriptArguments, training_args, model_args: PolicyModelConfig | None = None,
+        callbacks=None) -> dict:
     """Build data, train, evaluate before and after, save model + tokenizer + report files to
     ``training_args.output_dir``. Returns the metrics dict written to ``metrics.json``:
     ``train_loss`` (mean training loss), ``eval_loss`` (validation, after), ``train_loss_start``
     / ``train_loss_end`` (train probe, before/after), ``eval_loss_start`` / ``eval_loss_end``
     (validation, before/after; None without validation), counts and timings. Every process
-    of a distributed run trains; only the main one (``is_main_process``) writes files."""
+    of a distributed run trains; only the main one (``is_main_process``) writes files.
+    ``resume_from_checkpoint``: a checkpoint dir, or ``true`` / ``last`` for the last
+    ``checkpoint-N`` in ``output_dir`` (:func:`training.common.resume_arg`): the weights, optimizer,
+    scheduler, RNG states and data position come back, so only the remaining steps run."""
     t0 = time.time()
     policy = load_policy(model_args or PolicyModelConfig())
     data = build_data(script_args, policy.tokenizer, training_args.max_length, training_args.seed)
     # The "before" losses come from eval_on_start, i.e. inside train() once the model is wrapped:
     # evaluating before train() fails under DeepSpeed ZeRO-2 (HF only allows ZeRO-3 inference).
     training_args.eval_on_start = True
-    trainer = build_trainer(script_args, training_args, data, policy)
-    result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer = build_trainer(script_args, training_args, data, policy, callbacks)
+    result = trainer.train(resume_from_checkpoint=resume_arg(training_args.resume_from_checkpoint))
     start = _first_eval_losses(trainer.state.log_history)
     end = _losses(trainer.evaluate())
     out = Path(training_args.output_dir)

@@ -472,7 +472,11 @@ def test_init_from_an_adapter_continues_it(trained, short_samples, tmp_path):
     ("adrpo_qwen3_4b_server", dict(use_vllm=True, vllm_mode="server", vllm_server_port=8000, loss_type="grpo",
                                    num_generations=8, temperature=0.8, top_p=0.9, learning_rate=1e-6, beta=0.02,
                                    answer_model="openai:http://127.0.0.1:8001/v1#Qwen/Qwen3-4B-Instruct-2507")),
-    ("demo_train_adrpo", dict(sessions=[1], max_prompt_tokens=1000, num_generations=4, generation_batch_size=4)),
+    ("demo_train_adrpo", dict(sessions=[1], max_prompt_tokens=1000, num_generations=4, generation_batch_size=4,
+                              managers=["core"], max_completion_length=192, max_steps=1)),
+    ("train_cpu_adrpo", dict(managers=["core", "episodic", "semantic"], sessions=[1, 2], max_prompt_tokens=1500,
+                             num_generations=4, generation_batch_size=4, max_completion_length=512, save_steps=2,
+                             use_peft=True)),
 ])
 def test_recipes_parse_and_pass_trl_fields_through(name, expect):
     from pathlib import Path
