@@ -20,6 +20,7 @@ judge request (messages, settings) with its reply.
 from __future__ import annotations
 
 import dataclasses
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -59,7 +60,7 @@ class Judged:
     detail: dict | None = None
 
 
-class _ProtocolScorer:
+class _ProtocolScorer(ABC):
     """Shared plumbing: batched requests, accounting, forgetting unreadable replies."""
 
     name = "llm"
@@ -119,8 +120,9 @@ class _ProtocolScorer:
         self.last = self.judge(check_score_items(items))
         return [j.score for j in self.last]
 
-    def judge(self, items: Sequence[ScoreItem]) -> list[Judged]:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def judge(self, items: Sequence[ScoreItem]) -> list[Judged]:
+        """One :class:`Judged` per item, in order (each protocol's own rule)."""
 
 
 def _judged_one(pairs: list[tuple[object, dict]], value: float) -> Judged:
