@@ -150,8 +150,8 @@ def cmd_evolve(argv: list[str]) -> int:
     resume = cfg = None
     if "--resume" in rest:
         i = rest.index("--resume")
-        if i + 1 >= len(rest):
-            print("memgym evolve: --resume needs the run directory", file=sys.stderr)
+        if i + 1 >= len(rest) or rest[i + 1].startswith("--"):
+            print("memgym evolve: --resume needs the run directory: memgym evolve --resume DIR", file=sys.stderr)
             return 2
         resume = rest[i + 1]
         del rest[i: i + 2]

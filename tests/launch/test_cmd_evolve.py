@@ -183,3 +183,9 @@ def test_evolve_bad_ids_leave_no_run_behind(tmp_path, capsys):
     assert not (out / "recipe.json").exists()  # the corrected command is not told "already holds a run"
     assert main(["evolve", "--resume", str(out)]) == 2
     assert "recipe.json is missing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--resume"], ["--resume", "--help"], ["--resume", "--no_progress"]])
+def test_resume_without_a_run_directory_is_one_line(argv, capsys):
+    assert memgym(["evolve", *argv]) == 2
+    assert capsys.readouterr().err.strip() == "memgym evolve: --resume needs the run directory: memgym evolve --resume DIR"
