@@ -62,7 +62,7 @@ def book_final(ledger: Ledger, ev) -> None:
 class Evaluator:
     """Runs programs on the loaded ``splits`` (``{"train"|"valid"|"test": [Conversation]}``)."""
 
-    def __init__(self, rt, cfg, cache, splits: dict, *, keep_runs: int = 32):
+    def __init__(self, rt, cfg, cache, splits: dict, *, keep_runs: int = 8):
         self.rt, self.cfg, self.cache, self.splits = rt, cfg, cache, splits
         self.runner_diag = ProgramRunner(rt, cfg.runner_settings(diagnostics=True), cache)
         self.runner = ProgramRunner(rt, cfg.runner_settings(diagnostics=False), cache)
