@@ -32,7 +32,7 @@ Source: DESIGN.md § "Capability-driven evolution", step 3, and issue 9 § 1:
 
 Every attempt is one history row (stage ``integrate``) with the specialists, the paired cases,
 the conflicts the merge settled, the merged program's valid scores per capability, and
-accepted or why not; :func:`integration_section` renders them for report.md. The integrator
+accepted or why not; :func:`evolution.search.report.integration_section` renders them for report.md. The integrator
 keeps no state of its own: everything is read back from the archive and the history, so a
 resumed run continues exactly.
 """
@@ -41,6 +41,7 @@ from __future__ import annotations
 import difflib
 import random
 from dataclasses import dataclass
+from typing import Callable
 
 from evolution.search.archive import CAPABILITIES, Archive, Candidate, program_key
 from evolution.search.merge import Contender, MergeError, component_merge, element_key
@@ -166,8 +167,23 @@ def unified_diff(a: str, b: str, name_a: str, name_b: str, max_chars: int = 6000
 # ------------------------------------------------------------------ the integrator
 
 
+@dataclass(frozen=True)
+class RoundSteps:
+    """What the engine lends an integrator for one round (the integrator never sees the
+    engine): ``attempt(round_no, stage, parent, target, inp, cid, proposer=None) -> Candidate``
+    (propose → check → validate → evaluate, :meth:`evolution.search.loop.Evolution.attempt`),
+    ``case_texts(source, task_ids) -> [str]`` (compact train cases,
+    :meth:`evolution.search.evaluator.Evaluator.case_texts`) and the run proposer's name."""
+
+    attempt: Callable
+    case_texts: Callable
+    proposer_name: str
+
+
 class TraceGuidedIntegrator:
-    """The loop's integration hook (``run_round(evo, round_no, rng)``, ``final(evo)``).
+    """The loop's integration hook (``run_round(state, steps, round_no, rng)``, ``final(state)``):
+    ``state`` is the run's :class:`~evolution.search.state.EvolutionState` (read, and booked on
+    through ``record_round``), ``steps`` the engine's :class:`RoundSteps`.
 
     ``delta``: the acceptance tolerance; ``random_cases``: paired cases drawn at random
     (ablation); ``offline_first``: an LLM proposer's first attempt is the offline merge;
@@ -187,10 +203,10 @@ class TraceGuidedIntegrator:
             raise ValueError(f"onto must be base or best, got {onto!r}")
         self.delta, self.random_cases, self.offline_first, self.onto = delta, random_cases, offline_first, onto
 
-    def anchor(self, evo) -> Candidate:
+    def anchor(self, state) -> Candidate:
         """The program merged onto (see ``onto``); the same in every integration round, since
         integration changes neither the base nor the specialists."""
-        arch = evo.archive
+        arch = state.archive
         if self.onto == "base":
             return arch.get(arch.base)
         from evolution.search.select import freeze_choice
@@ -199,20 +215,20 @@ class TraceGuidedIntegrator:
     # -------------------------------------------------------------- state read back
 
     @staticmethod
-    def rows(evo) -> list[dict]:
-        return [h for h in evo.history if h.get("stage") == "integrate"]
+    def rows(state) -> list[dict]:
+        return [h for h in state.history if h.get("stage") == "integrate"]
 
-    def final(self, evo) -> str:
+    def final(self, state) -> str:
         """The accepted merge's id, else the base's."""
-        done = [h for h in self.rows(evo) if h.get("integrated")]
-        return done[-1]["candidate"] if done else evo.archive.base
+        done = [h for h in self.rows(state) if h.get("integrated")]
+        return done[-1]["candidate"] if done else state.archive.base
 
     # -------------------------------------------------------------- one round
 
-    def specialists(self, evo) -> list[Candidate]:
+    def specialists(self, state) -> list[Candidate]:
         """Distinct specialists that can contribute: not the anchor, not an ancestor of it."""
-        arch = evo.archive
-        base_line = {c.id for c in arch.lineage(self.anchor(evo).id)}
+        arch = state.archive
+        base_line = {c.id for c in arch.lineage(self.anchor(state).id)}
         out = []
         for cap in CAPABILITIES:
             sid = arch.specialists.get(cap)
@@ -220,61 +236,61 @@ class TraceGuidedIntegrator:
                 out.append(arch.get(sid))
         return out
 
-    def run_round(self, evo, round_no: int, rng: random.Random) -> None:
-        arch = evo.archive
-        base = self.anchor(evo)
-        rows = self.rows(evo)
+    def run_round(self, state, steps: RoundSteps, round_no: int, rng: random.Random) -> None:
+        arch = state.archive
+        base = self.anchor(state)
+        rows = self.rows(state)
         row = {"round": round_no, "stage": "integrate", "target": None, "parent": base.id, "anchor": base.id,
                "candidate": "-",
                "status": "-", "verdict": "-", "valid": None, "integrated": False, "merged_from": [], "paired": {},
                "conflicts": [], "kind": "-"}
         if any(h.get("integrated") for h in rows):
-            self._log(evo, row, "merge already accepted", "skipped: an earlier integration round was accepted")
+            self._log(state, row, "merge already accepted", "skipped: an earlier integration round was accepted")
             return
-        specs = self.specialists(evo)
+        specs = self.specialists(state)
         if not specs:
             onto = "the base" if base.id == arch.base else f"the program merged onto ({base.id})"
-            self._log(evo, row, "nothing to integrate", f"skipped: every specialist is {onto} or its ancestor")
+            self._log(state, row, "nothing to integrate", f"skipped: every specialist is {onto} or its ancestor")
             return
         caps_of = {s.id: "".join(c for c in CAPABILITIES if arch.specialists.get(c) == s.id) for s in specs}
         merges = [h for h in rows if h.get("kind") == "merge"]
-        use_merge = evo.proposer.name in OFFLINE_PROPOSERS or (self.offline_first and not merges)
+        use_merge = steps.proposer_name in OFFLINE_PROPOSERS or (self.offline_first and not merges)
         include = [s.id for s in specs]
         if use_merge and merges:  # an offline retry leaves out every specialist blamed so far
             include = [i for i in include if i not in {h.get("blamed") for h in merges}]
             if not include or merges[-1].get("blamed") is None:
-                self._log(evo, row, "no merge left to try", "skipped: every specialist was left out")
+                self._log(state, row, "no merge left to try", "skipped: every specialist was left out")
                 return
-        paired = paired_cases(arch, evo.split_tasks("train"), rng, self.random_cases, set(include), base.id)
+        paired = paired_cases(arch, state.split_tasks("train"), rng, self.random_cases, set(include), base.id)
         row["paired"] = paired
         if use_merge:
-            self._merge_attempt(evo, round_no, row, [arch.get(i) for i in include], caps_of, paired)
+            self._merge_attempt(state, steps, round_no, row, [arch.get(i) for i in include], caps_of, paired)
         else:
-            self._coder_attempt(evo, round_no, row, specs, caps_of, paired, rows)
+            self._coder_attempt(state, steps, round_no, row, specs, caps_of, paired, rows)
 
-    def _log(self, evo, row: dict, proposal: str, accepted: str) -> None:
-        row.update({"proposal": proposal, "accepted": accepted, "tokens": evo.ledger.round_tokens(row["round"])})
-        evo.history.append(row)
+    def _log(self, state, row: dict, proposal: str, accepted: str) -> None:
+        row.update({"proposal": proposal, "accepted": accepted, "tokens": state.ledger.round_tokens(row["round"])})
+        state.history.append(row)
 
     def _cid(self, round_no: int) -> str:
         return f"r{round_no:02d}"
 
-    def _merge_attempt(self, evo, round_no, row, include: list[Candidate], caps_of, paired) -> None:
-        arch = evo.archive
+    def _merge_attempt(self, state, steps, round_no, row, include: list[Candidate], caps_of, paired) -> None:
+        arch = state.archive
         base = arch.get(row["anchor"])
         cases = {p["task"] for p in paired.values()}
-        conts = [Contender(s.id, evo.source_of(s.id), caps_of[s.id], {t: s.train.tasks.get(t, 0.0) for t in cases})
+        conts = [Contender(s.id, state.source_of(s.id), caps_of[s.id], {t: s.train.tasks.get(t, 0.0) for t in cases})
                  for s in include]
-        ancestors = {s.id: evo.source_of(common_ancestor(arch, s.id, base.id)) for s in include}
+        ancestors = {s.id: state.source_of(common_ancestor(arch, s.id, base.id)) for s in include}
         row.update(kind="merge", merged_from=[f"{s.id} ({caps_of[s.id]})" for s in include])
         try:
-            res = component_merge(Contender(base.id, evo.source_of(base.id)), conts, ancestors,
+            res = component_merge(Contender(base.id, state.source_of(base.id)), conts, ancestors,
                                   {c: p["task"] for c, p in paired.items()})
         except MergeError as e:  # a program that cannot be split is left out next time
             # (the program merged onto itself cannot be left out: no retry, blamed None)
             row["blamed"] = None if str(e).startswith(f"{base.id}:") else \
                 next((s.id for s in include if str(e).startswith(f"{s.id}:")), include[-1].id)
-            self._log(evo, row, "component merge", f"no: merge failed: {e}")
+            self._log(state, row, "component merge", f"no: merge failed: {e}")
             return
         row["conflicts"] = [c.to_dict() for c in res.conflicts]
         row["components"] = res.components
@@ -282,29 +298,29 @@ class TraceGuidedIntegrator:
             (f" onto {base.id}" if base.id != arch.base else "")
         key, ekey = program_key(res.source), element_key(res.source)
         same = next((c for c in arch.candidates.values() if c.status == "evaluated" and
-                     (c.key == key or element_key(evo.source_of(c.id)) == ekey)), None)
+                     (c.key == key or element_key(state.source_of(c.id)) == ekey)), None)
         if same is not None:  # the merge is an archived program, up to statement order: reuse its scores
             row.update(candidate=same.id, status="evaluated", verdict="ok", valid=same.valid.scores(),
                        proposal=desc + f" = archived {same.id} (scores reused)")
-            self._judge(evo, row, same, [s for s in include if s.id in res.contributors])
+            self._judge(state, row, same, [s for s in include if s.id in res.contributors])
             return
         detail = "\n".join([desc, "components: " + str(res.components),
                             "conflicts: " + str([c.to_dict() for c in res.conflicts])])
-        inp = ProposalInput(evo.source_of(base.id), base.id, "integrate", None, {}, [], [], [], [],
+        inp = ProposalInput(state.source_of(base.id), base.id, "integrate", None, {}, [], [], [], [],
                             frozenset(arch.keys()), extra={"round": round_no})
-        cand = evo.attempt(round_no, "integrate", base, None, inp, self._cid(round_no),
+        cand = steps.attempt(round_no, "integrate", base, None, inp, self._cid(round_no),
                            proposer=MergeProposer(res.source, desc, detail))
         row.update(candidate=cand.id, proposal=desc, status=cand.status,
                    verdict="ok" if cand.validation and cand.validation["ok"] else
                    (f"level {cand.validation['level']}" if cand.validation else "-"),
                    valid=cand.valid.scores() if cand.valid else None)
-        self._judge(evo, row, cand, [s for s in include if s.id in res.contributors])
+        self._judge(state, row, cand, [s for s in include if s.id in res.contributors])
 
-    def _judge(self, evo, row, cand: Candidate, contributors: list[Candidate]) -> None:
+    def _judge(self, state, row, cand: Candidate, contributors: list[Candidate]) -> None:
         """Apply the acceptance rule to ``cand`` and book the attempt: a candidate made in this
-        round through :meth:`Evolution.record_round` (outcome.json, failed attempts, history),
+        round through :meth:`EvolutionState.record_round` (outcome.json, failed attempts, history),
         a reused archived program as a plain history row. Judged against the anchor."""
-        base = evo.archive.get(row.get("anchor") or evo.archive.base)
+        base = state.archive.get(row.get("anchor") or state.archive.base)
         if cand.status != "evaluated":
             ok, reason, drops = False, cand.reason, {}
         else:
@@ -319,24 +335,24 @@ class TraceGuidedIntegrator:
         accepted = "integrated: the final program" if ok else ""
         if cand.stage == "integrate" and cand.round == row["round"]:
             cand.reason = "" if ok else (cand.reason or reason)
-            evo.record_round(row["round"], "integrate", None, evo.archive.get(row["parent"]), cand, accepted)
-            extra = {k: v for k, v in row.items() if k not in evo.history[-1] or k in ("kind", "integrated")}
-            evo.history[-1].update(extra)
+            state.record_round(row["round"], "integrate", None, state.archive.get(row["parent"]), cand, accepted)
+            extra = {k: v for k, v in row.items() if k not in state.history[-1] or k in ("kind", "integrated")}
+            state.history[-1].update(extra)
             return
-        self._log(evo, row, row.get("proposal", ""), accepted or f"no: {reason}")
+        self._log(state, row, row.get("proposal", ""), accepted or f"no: {reason}")
 
     # -------------------------------------------------------------- LLM attempt
 
-    def material(self, evo, specs, caps_of, paired, failed: dict | None) -> tuple[str, list[str], list[str]]:
+    def material(self, state, steps, specs, caps_of, paired, failed: dict | None) -> tuple[str, list[str], list[str]]:
         """(integration text, compact traces, their task ids) for an LLM attempt."""
-        arch = evo.archive
-        base = self.anchor(evo)
-        base_src = evo.source_of(base.id)
+        arch = state.archive
+        base = self.anchor(state)
+        base_src = state.source_of(base.id)
         parts = [f"Base program: {base.id} (valid overall {base.valid.overall:.3f}). Merge the useful changes of "
                  "the specialists below into ONE program that keeps every capability at least as good as the base "
                  f"(tolerance {self.delta:g}) and beats the base overall."]
         for s in specs:
-            diff = unified_diff(base_src, evo.source_of(s.id), f"base {base.id}", f"specialist {s.id}")
+            diff = unified_diff(base_src, state.source_of(s.id), f"base {base.id}", f"specialist {s.id}")
             sc = ", ".join(f"{c} {v:.3f} (base {base.valid.by_capability.get(c, 0.0):.3f})"
                            for c, v in s.valid.by_capability.items())
             parts.append(f"## Specialist {s.id} for {caps_of[s.id]}: valid {sc}\n```diff\n{diff}```")
@@ -348,7 +364,7 @@ class TraceGuidedIntegrator:
             parts.append(f"Paired differential case for {cap}: {p['task']} (specialist − base on train: "
                          f"{p['gap']:+.3f})")
             for label, cid in progs:
-                text = compact_trace(evo, evo.source_of(cid), p["task"])
+                text = steps.case_texts(state.source_of(cid), [p["task"]])[0]
                 cases.append(f"### {cap} case {p['task']}: trace of {label} {cid}\n{text}")
                 ids.append(p["task"])
         if failed:
@@ -356,60 +372,24 @@ class TraceGuidedIntegrator:
                          "Its implementation is the program above; fix it with edit blocks.")
         return "\n\n".join(parts), cases, ids
 
-    def _coder_attempt(self, evo, round_no, row, specs, caps_of, paired, rows) -> None:
-        arch = evo.archive
+    def _coder_attempt(self, state, steps, round_no, row, specs, caps_of, paired, rows) -> None:
+        arch = state.archive
         base = arch.get(row["anchor"])
         failed = next((h for h in reversed(rows) if h.get("candidate") and h.get("status") == "evaluated"
                        and not h.get("integrated")), None)
         parent = arch.get(failed["candidate"]) if failed else base
-        text, cases, ids = self.material(evo, specs, caps_of, paired, failed)
-        diag = (evo.dir.load_step(parent.id, "eval") or {}).get("diagnostics", {})
-        ancestors, failed_attempts = evo.lineage(parent, None, "integrate")
-        inp = ProposalInput(evo.source_of(parent.id), parent.id, "integrate", None, diag, cases, ids, ancestors,
+        text, cases, ids = self.material(state, steps, specs, caps_of, paired, failed)
+        diag = (state.dir.load_step(parent.id, "eval") or {}).get("diagnostics", {})
+        ancestors, failed_attempts = state.lineage(parent, None, "integrate")
+        inp = ProposalInput(state.source_of(parent.id), parent.id, "integrate", None, diag, cases, ids, ancestors,
                             failed_attempts, frozenset(arch.keys()),
                             extra={"round": round_no, "integration": text,
                                    "goal": "Integrate the capability specialists into the base program (trace-guided "
                                            "integration): one program, better overall, no capability worse."})
-        cand = evo.attempt(round_no, "integrate", parent, None, inp, self._cid(round_no))
+        cand = steps.attempt(round_no, "integrate", parent, None, inp, self._cid(round_no))
         row.update(kind="coder", parent=parent.id, candidate=cand.id, proposal=cand.description or "coder merge",
                    merged_from=[f"{s.id} ({caps_of[s.id]})" for s in specs], status=cand.status,
                    verdict="ok" if cand.validation and cand.validation["ok"] else
                    (f"level {cand.validation['level']}" if cand.validation else "-"),
                    valid=cand.valid.scores() if cand.valid else None)
-        self._judge(evo, row, cand, specs)
-
-
-def compact_trace(evo, source: str, task_id: str) -> str:
-    """The compact diagnostic case of ``source`` on the train task ``task_id`` (stage-cached
-    evaluation; DESIGN.md compact-case rules)."""
-    from evolution.search.cases import case_from_run, render_compact
-    from memory_bank.program import unit_text
-
-    _, run = evo.evaluate(source, "train", diagnostics=False)
-    traces = {tr.conversation.id: tr for tr in run.traces}
-    task = next(t for t in run.tasks if f"{t.conversation}/{t.qa.id}" == task_id)
-    with evo.runner.model_lock:
-        mat = case_from_run(task, traces[task.conversation], lambda u: unit_text(u, run.info.unit_fields))
-        return render_compact(mat, evo.rt.embedder, evo.cfg.case_budget)[0]
-
-
-def integration_section(history: list[dict]) -> str:
-    """report.md's "Integration" section: one row per attempt (empty string when none)."""
-    rows = [h for h in history if h.get("stage") == "integrate"]
-    if not rows:
-        return ""
-    caps = [c for c in CAPABILITIES if any(c in (h.get("valid") or {}).get("by_capability", {}) for h in rows)]
-    out = ["## Integration attempts", "",
-           "| round | kind | specialists | paired cases (specialist − base on train) | conflicts settled | "
-           "candidate | valid overall | " + "".join(f"{c} | " for c in caps) + "accepted |",
-           "|" + "---|" * (8 + len(caps))]
-    for h in rows:
-        v = h.get("valid") or {}
-        bc = v.get("by_capability", {})
-        paired = "; ".join(f"{c}: {p['task']} ({p['gap']:+.2f})" for c, p in (h.get("paired") or {}).items()) or "-"
-        conf = "; ".join(f"{c['key']} → {c['winner']}" for c in h.get("conflicts") or []) or "-"
-        f = (lambda x: "-" if x is None else f"{x:.3f}")
-        out.append(f"| {h['round']} | {h.get('kind', '-')} | {', '.join(h.get('merged_from') or []) or '-'} | "
-                   f"{paired} | {conf.replace('|', '/')} | {h.get('candidate') or '-'} | {f(v.get('overall'))} | "
-                   + "".join(f"{f(bc.get(c))} | " for c in caps) + f"{str(h.get('accepted')).replace('|', '/')} |")
-    return "\n".join(out) + "\n"
+        self._judge(state, row, cand, specs)

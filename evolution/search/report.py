@@ -22,6 +22,9 @@ runner-up and the pool), ``integrated`` (the frozen program is an accepted merge
 ``kernel:...`` or the UNCONFINED switch the user set).
 ``candidates_evaluated`` excludes the seed; ``proposals_failed`` counts every proposal that
 was not evaluated (no program, or a program rejected before evaluation).
+
+Every function reads the run's :class:`evolution.search.state.EvolutionState` (``state``), not
+the engine; :func:`integration_section` renders the integration rows of its history.
 """
 from __future__ import annotations
 
@@ -55,19 +58,19 @@ def test_of(fin: dict, cid: str) -> dict | None:
     return (fin.get("specialists_test") or {}).get(cid)
 
 
-def build_summary(evo, fin: dict) -> dict:
-    """The summary dict of a finished (or stopped) run ``evo`` with ``final.json`` ``fin``."""
-    arch = evo.archive
+def build_summary(state, fin: dict) -> dict:
+    """The summary dict of a finished (or stopped) run ``state`` with ``final.json`` ``fin``."""
+    arch = state.archive
     cands = [c for c in arch.candidates.values() if c.id != "seed"]
-    totals = evo.ledger.totals()
+    totals = state.ledger.totals()
     final = arch.get(fin["final"])
-    root = evo.dir.root
+    root = state.dir.root
     return {
-        "rounds": len([h for h in evo.history if h["round"] > 0]),
+        "rounds": len([h for h in state.history if h["round"] > 0]),
         "candidates_evaluated": sum(c.status == "evaluated" for c in cands),
         "proposals_failed": sum(c.status in ("failed", "rejected") for c in cands),
         "candidates_rejected": sum(c.status == "rejected" for c in cands),
-        "wall_s": round(evo.elapsed_s, 1),
+        "wall_s": round(state.elapsed_s, 1),
         "model_calls": {r: u["calls"] for r, u in totals.items()},
         "tokens": {r: {"prompt": u["prompt"], "completion": u["completion"]} for r, u in totals.items() if r != "embed"},
         "seed": {"valid": arch.get("seed").valid.scores(), "test": _scores(fin.get("seed_test"))},
@@ -81,10 +84,10 @@ def build_summary(evo, fin: dict) -> dict:
                              **({"error": b["error"]} if b.get("error") else {})}
                       for name, b in (fin.get("baselines") or {}).items()},
         "boundary": boundary(arch, final.id),
-        "integrated": final.id in evo.accepted_merges(),
-        "frozen": evo.freeze(),
-        "final_id": final.id, "dataset": evo.cfg.dataset, "stopped": evo.stopped, "ledger": evo.ledger.rounds,
-        "scorer": evo.cfg.scorer, "judge_protocol": evo.cfg.judge_protocol, "sandbox": current_label(),
+        "integrated": final.id in state.accepted_merges(),
+        "frozen": state.freeze(),
+        "final_id": final.id, "dataset": state.cfg.dataset, "stopped": state.stopped, "ledger": state.ledger.rounds,
+        "scorer": state.cfg.scorer, "judge_protocol": state.cfg.judge_protocol, "sandbox": current_label(),
     }
 
 
@@ -177,9 +180,9 @@ def category_table(rows, dataset: str) -> list[str]:
     return out
 
 
-def render_report(evo, summary: dict) -> str:
+def render_report(state, summary: dict) -> str:
     """``report.md``."""
-    cfg = evo.cfg
+    cfg = state.cfg
     caps = [c for c in CAPABILITIES if c in summary["seed"]["valid"]["by_capability"]]
     out = [f"# memgym evolve: {cfg.dataset}", "",
            f"- train {', '.join(cfg.train)}; valid {', '.join(cfg.valid)}; test {', '.join(cfg.test) or '(none)'}",
@@ -199,7 +202,7 @@ def render_report(evo, summary: dict) -> str:
            "| round | stage | target | parent | candidate | proposal | verdict | valid overall | "
            + " | ".join(caps) + " | accepted | tokens |",
            "|" + "---|" * (10 + len(caps))]
-    for h in evo.history:
+    for h in state.history:
         v = h.get("valid") or {}
         bc = v.get("by_capability", {})
         prop = (h.get("proposal") or "").replace("|", "/")[:70]
@@ -227,17 +230,16 @@ def render_report(evo, summary: dict) -> str:
         rows += [(n, cid, b["test"]) for n, cid, b in base_rows]
         out += ["", "## Test split (frozen program, run once)", ""] + score_table(rows, caps)
     for split, rows in (("valid", valid_rows), ("test", rows if summary["final"]["test"] is not None else [])):
-        table = category_table(rows, evo.cfg.dataset)
+        table = category_table(rows, state.cfg.dataset)
         if table:
-            out += ["", f"## Per {CATEGORY_WORD.get(evo.cfg.dataset, 'category')} ({split} split)", ""] + table
+            out += ["", f"## Per {CATEGORY_WORD.get(state.cfg.dataset, 'category')} ({split} split)", ""] + table
     bd = summary.get("boundary") or {}
     if bd:
         out += ["", "## Performance boundary (valid; `boundary.png`, PrisMem Fig. 3b)", "",
                 "| capability | peak of any program | reached by | frozen program | gap |", "|---|---|---|---|---|"]
         out += [f"| {c} {CAP_NAMES[c]} | {_f(v['peak'])} | {v['peak_id']} | {_f(v['final'])} | {v['gap']:+.3f} |"
                 for c, v in bd.items()]
-    from evolution.search.integrate import integration_section
-    section = integration_section(evo.history)
+    section = integration_section(state.history)
     if section:
         out += ["", section.rstrip("\n")]
     out += ["", "## Cost", "", f"- model calls per role: `{json.dumps(summary['model_calls'])}`",
@@ -275,15 +277,15 @@ def console_summary(s: dict, out: str) -> str:
     return "\n".join(lines)
 
 
-def plot_capabilities(evo, path) -> None:
+def plot_capabilities(state, path) -> None:
     """capabilities.png: per capability, the valid score of its specialist after each round."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [h for h in evo.history if h.get("specialists") or h["round"] == 0]
-    seed = evo.archive.get("seed").valid.by_capability
+    rows = [h for h in state.history if h.get("specialists") or h["round"] == 0]
+    seed = state.archive.get("seed").valid.by_capability
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for c in CAPABILITIES:
         if c not in seed:
@@ -294,17 +296,17 @@ def plot_capabilities(evo, path) -> None:
                 xs.append(h["round"])
                 ys.append(h["specialists"][c])
         ax.step(xs, ys, where="post", marker="o", ms=3, label=f"{c} {CAP_NAMES[c]}")
-    base_x, base_y = [0], [evo.archive.get("seed").valid.overall]
+    base_x, base_y = [0], [state.archive.get("seed").valid.overall]
     for h in rows:
         if h["round"] > 0 and h.get("base_overall") is not None:
             base_x.append(h["round"])
             base_y.append(h["base_overall"])
     ax.step(base_x, base_y, where="post", color="black", ls="--", lw=1, label="base (overall)")
-    if 0 < evo.cfg.rounds_cold < evo.cfg.total_rounds:
-        ax.axvline(evo.cfg.rounds_cold + 0.5, color="grey", lw=0.8, ls=":")
-        ax.text(evo.cfg.rounds_cold + 0.6, 0.02, "refinement", fontsize=8, color="grey")
+    if 0 < state.cfg.rounds_cold < state.cfg.total_rounds:
+        ax.axvline(state.cfg.rounds_cold + 0.5, color="grey", lw=0.8, ls=":")
+        ax.text(state.cfg.rounds_cold + 0.6, 0.02, "refinement", fontsize=8, color="grey")
     ax.set_xlabel("round")
-    ax.set_ylabel(f"valid {evo.cfg.scorer} of the specialist")
+    ax.set_ylabel(f"valid {state.cfg.scorer} of the specialist")
     ax.set_title("Capability specialists by round")
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
@@ -314,11 +316,33 @@ def plot_capabilities(evo, path) -> None:
     plt.close(fig)
 
 
-def write_reports(evo, fin: dict) -> dict:
+def write_reports(state, fin: dict) -> dict:
     """Write summary.json, report.md and capabilities.png; return the summary."""
-    summary = build_summary(evo, fin)
-    atomic_write_json(evo.dir.root / "summary.json", summary)
-    atomic_write_text(evo.dir.root / "report.md", render_report(evo, summary))
-    plot_capabilities(evo, evo.dir.root / "capabilities.png")
-    plot_boundary(summary, evo.dir.root / "boundary.png")
+    summary = build_summary(state, fin)
+    atomic_write_json(state.dir.root / "summary.json", summary)
+    atomic_write_text(state.dir.root / "report.md", render_report(state, summary))
+    plot_capabilities(state, state.dir.root / "capabilities.png")
+    plot_boundary(summary, state.dir.root / "boundary.png")
     return summary
+
+
+def integration_section(history: list[dict]) -> str:
+    """report.md's "Integration" section: one row per attempt (empty string when none)."""
+    rows = [h for h in history if h.get("stage") == "integrate"]
+    if not rows:
+        return ""
+    caps = [c for c in CAPABILITIES if any(c in (h.get("valid") or {}).get("by_capability", {}) for h in rows)]
+    out = ["## Integration attempts", "",
+           "| round | kind | specialists | paired cases (specialist − base on train) | conflicts settled | "
+           "candidate | valid overall | " + "".join(f"{c} | " for c in caps) + "accepted |",
+           "|" + "---|" * (8 + len(caps))]
+    for h in rows:
+        v = h.get("valid") or {}
+        bc = v.get("by_capability", {})
+        paired = "; ".join(f"{c}: {p['task']} ({p['gap']:+.2f})" for c, p in (h.get("paired") or {}).items()) or "-"
+        conf = "; ".join(f"{c['key']} → {c['winner']}" for c in h.get("conflicts") or []) or "-"
+        f = (lambda x: "-" if x is None else f"{x:.3f}")
+        out.append(f"| {h['round']} | {h.get('kind', '-')} | {', '.join(h.get('merged_from') or []) or '-'} | "
+                   f"{paired} | {conf.replace('|', '/')} | {h.get('candidate') or '-'} | {f(v.get('overall'))} | "
+                   + "".join(f"{f(bc.get(c))} | " for c in caps) + f"{str(h.get('accepted')).replace('|', '/')} |")
+    return "\n".join(out) + "\n"

@@ -177,3 +177,21 @@ def test_a_spent_budget_stops_the_run_cleanly_with_a_report(tmp_path):
     assert s["tokens"]["coder"]["prompt"] > 10 and (tmp_path / "run" / "report.md").read_text().count("stopped") == 1
     outcome = json.loads((tmp_path / "run" / "candidates" / "r01" / "outcome.json").read_text())
     assert outcome["status"] == "evaluated" and outcome["accepted"] == ""
+
+
+def test_compact_cases_come_from_the_kept_train_run_and_equal_the_stage_cache_rebuild(tmp_path, monkeypatch):
+    import evolution.search.evaluator as E
+
+    cfg = EvolveConfig(**SMALL, proposer="params", rounds_cold=1, rounds_refine=0, out=str(tmp_path / "run"))
+    evo = Evolution(cfg)
+    evo.start()  # evaluates the seed on train (diagnostics) and valid: the train run is kept
+    assert list(evo.evaluator.train_runs) == [SEED]
+    ids = [t.id for t in evo.state.split_tasks("train")][:3]
+    calls = []
+    real = E.evaluate_program
+    monkeypatch.setattr(E, "evaluate_program", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    kept = evo.evaluator.case_texts(SEED, ids)
+    assert calls == []  # nothing re-run: the traces of the train evaluation made the cases
+    evo.evaluator.train_runs.clear()  # as after --resume: rebuilt through the stage cache, same texts
+    assert evo.evaluator.case_texts(SEED, ids) == kept and calls == [SEED]
+    assert len(kept) == 3 and all(k.strip() for k in kept)

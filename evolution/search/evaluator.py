@@ -1,0 +1,156 @@
+"""Evaluation of programs for the evolution loop: a program on a split, a candidate's train +
+valid evaluation (``eval.json``), the proposer's diagnostics table, compact cases, the baselines.
+
+:class:`Evaluator` owns the two :class:`~evolution.execution.runner.ProgramRunner` s (with and
+without diagnostics) over one stage cache. The train evaluation of a candidate keeps its run
+(the traces) in memory, keyed by the program text, so the compact cases of that program are
+made from it (:meth:`Evaluator.case_texts`) instead of rebuilding the run through the stage
+cache; after ``--resume``, or for a program whose run was dropped (at most ``keep_runs`` runs
+are held, least recently used first out), the run is rebuilt from the stage cache (every stage
+cached, nothing re-run).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from evolution.execution.program_eval import evaluate_program
+from evolution.execution.runner import ProgramRunError, ProgramRunner
+from evolution.search.archive import SplitScores
+from evolution.search.cases import case_from_run, render_compact
+from evolution.search.ledger import Ledger, usage_from_eval
+from memory_bank.program import unit_text
+
+
+def split_scores(ev) -> SplitScores:
+    """The :class:`SplitScores` of a :class:`ProgramEvaluation` (mean retrieved characters
+    rounded to 0.1, None when no task reports them)."""
+    ret = [t.get("retrieved_chars") for t in ev.tasks if t.get("retrieved_chars") is not None]
+    return SplitScores(ev.overall, {k: v["score"] for k, v in ev.by_capability.items() if k != "?"},
+                       ev.task_scores(), {str(k): v["score"] for k, v in ev.by_category.items()},
+                       round(sum(ret) / len(ret), 1) if ret else None)
+
+
+def diag_table(ev) -> dict:
+    """The diagnostics table a proposer sees: per capability and ``overall``: n, score,
+    d_ext, d_idx, d_ret, mean unit and retrieved characters; ``overall`` also says whether
+    answers were generated (``answered``: False when the scorer reads the retrieved text)."""
+    d = ev.diagnostics or {}
+    dcap = d.get("by_capability", {})
+    ret = {}
+    for t in ev.tasks:
+        ret.setdefault(t["capability"] or "?", []).append(t["retrieved_chars"])
+    table = {}
+    for cap, v in ev.by_capability.items():
+        dc = dcap.get(cap, {})
+        table[cap] = {"n": v["n"], "score": v["score"], "d_ext": dc.get("d_ext"), "d_idx": dc.get("d_idx"),
+                      "d_ret": dc.get("d_ret"), "unit_chars": d.get("mean_unit_chars"),
+                      "retrieved_chars": sum(ret.get(cap, [0])) / max(1, len(ret.get(cap, [])))}
+    o = d.get("overall", {})
+    table["overall"] = {"n": ev.n, "score": ev.overall, "d_ext": o.get("d_ext"), "d_idx": o.get("d_idx"),
+                        "d_ret": o.get("d_ret"), "unit_chars": d.get("mean_unit_chars"),
+                        "retrieved_chars": d.get("mean_retrieved_chars"),
+                        "answered": "answer" not in ev.stages_skipped}
+    return table
+
+
+def book_final(ledger: Ledger, ev) -> None:
+    """Book an evaluation's calls on the ledger's ``final`` row."""
+    for role, u in usage_from_eval(ev).items():
+        ledger.add("final", role, u["calls"], u["prompt"], u["completion"])
+
+
+class Evaluator:
+    """Runs programs on the loaded ``splits`` (``{"train"|"valid"|"test": [Conversation]}``)."""
+
+    def __init__(self, rt, cfg, cache, splits: dict, *, keep_runs: int = 8):
+        self.rt, self.cfg, self.cache, self.splits = rt, cfg, cache, splits
+        self.runner_diag = ProgramRunner(rt, cfg.runner_settings(diagnostics=True), cache)
+        self.runner = ProgramRunner(rt, cfg.runner_settings(diagnostics=False), cache)
+        self.keep_runs = keep_runs
+        self.train_runs: OrderedDict[str, object] = OrderedDict()
+
+    def evaluate(self, source: str, split: str, *, parent_source: str | None = None, diagnostics: bool = False):
+        """(:class:`ProgramEvaluation`, ProgramRun) of ``source`` on ``split``."""
+        runner = self.runner_diag if diagnostics else self.runner
+        return evaluate_program(source, self.splits[split], runner, parent_source=parent_source,
+                                diagnostics=diagnostics)
+
+    def evaluate_candidate(self, run_dir, cid: str, source: str, parent_source: str | None,
+                           between=lambda: None) -> dict:
+        """Train (with diagnostics) then valid; stored as ``candidates/<cid>/eval.json``
+        (replayed on resume). ``between`` runs after the train evaluation (fault injection)."""
+        saved = run_dir.load_step(cid, "eval")
+        if saved is not None:
+            return saved
+        usage = {}
+        ev_tr, run_tr = self.evaluate(source, "train", parent_source=parent_source, diagnostics=True)
+        self._keep(source, run_tr)
+        between()
+        ev_va, _ = self.evaluate(source, "valid", parent_source=parent_source)
+        for ev in (ev_tr, ev_va):
+            for role, u in usage_from_eval(ev).items():
+                row = usage.setdefault(role, {"calls": 0, "prompt": 0, "completion": 0})
+                for k in row:
+                    row[k] += u.get(k, 0)
+        out = {"train": split_scores(ev_tr).__dict__, "valid": split_scores(ev_va).__dict__,
+               "diagnostics": diag_table(ev_tr), "usage": usage,
+               "stage_items": {"train": ev_tr.stage_items, "valid": ev_va.stage_items},
+               "reuse": ev_va.reuse}
+        run_dir.save_step(cid, "eval", out)
+        return out
+
+    def _keep(self, source: str, run) -> None:
+        self.train_runs[source] = run
+        self.train_runs.move_to_end(source)
+        while len(self.train_runs) > self.keep_runs:
+            self.train_runs.popitem(last=False)
+
+    def train_run(self, source: str):
+        """The train run of ``source``: the one kept from its evaluation, else rebuilt through
+        the stage cache (all stages cached)."""
+        run = self.train_runs.get(source)
+        if run is None:
+            _, run = self.evaluate(source, "train", diagnostics=False)
+            self._keep(source, run)
+        else:
+            self.train_runs.move_to_end(source)
+        return run
+
+    def case_texts(self, source: str, task_ids: list[str]) -> list[str]:
+        """The compact diagnostic case (DESIGN.md compact-case rules, ``cfg.case_budget``) of
+        ``source`` on each train task id (``conversation/qa``), in order."""
+        run = self.train_run(source)
+        traces = {tr.conversation.id: tr for tr in run.traces}
+        by_id = {f"{t.conversation}/{t.qa.id}": t for t in run.tasks}
+        out = []
+        with self.runner.model_lock:
+            for tid in task_ids:
+                task = by_id[tid]
+                mat = case_from_run(task, traces[task.conversation], lambda u: unit_text(u, run.info.unit_fields))
+                out.append(render_compact(mat, self.rt.embedder, self.cfg.case_budget)[0])
+        return out
+
+    def baselines(self, names, ledger: Ledger) -> dict:
+        """``{name: {"valid": SCORES, "test": SCORES or None}}`` of every recipe baseline
+        (:data:`memory_bank.programs.BASELINES`), each run once on valid and, when the run
+        has a test split, on test (calls booked on the ledger's ``final`` row). A baseline whose
+        run fails (:class:`ProgramRunError`) gets None scores and ``error``."""
+        from memory_bank.programs import baseline_program_path, read_program_source
+
+        out = {}
+        for name in names:
+            source = read_program_source(baseline_program_path(name))
+            row = {}
+            for split in ("valid", "test"):
+                if not self.splits[split]:
+                    row[split] = None
+                    continue
+                try:
+                    ev, _ = self.evaluate(source, split)
+                except ProgramRunError as e:  # a baseline that cannot run here is reported, not fatal
+                    row[split], row["error"] = None, f"{split}: {e}"
+                    continue
+                row[split] = split_scores(ev).__dict__
+                book_final(ledger, ev)
+            out[name] = row
+        return out
