@@ -145,7 +145,7 @@ def test_sft_recipes_parse(name, expect):
     """demo_train_sft is the first 12 steps of train_cpu_sft: same data, order and rate."""
     from training.sft import parse_args
 
-    recipe = Path(__file__).resolve().parents[1] / "launch" / "recipes" / f"{name}.yaml"
+    recipe = Path(__file__).resolve().parents[2] / "launch" / "recipes" / f"{name}.yaml"
     script_args, training_args, model_args = parse_args(["--config", str(recipe)])
     for field_name, value in expect.items():
         obj = next(o for o in (model_args, training_args, script_args) if hasattr(o, field_name))

@@ -19,7 +19,7 @@ from evolution.search.config import EvolveConfig
 from evolution.search.loop import FAULT_ENV, Evolution
 from evolution.search.select import freeze_choice
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 BEAM = ["dataset: beam", "train: [100K-3]", "valid: [100K-11]", "test: []", "extractor: turns", "plan_mode: question",
         "scorer: rubric-recall", "proposer: params", "rounds_cold: 3", "rounds_refine: 1", "rounds_integrate: 0",
         "seed: 0", "probe_units: 200", "probe_batches: 10", "embedder: hash:256", "progress: false",
