@@ -27,8 +27,8 @@ demo: install
 	$(MEMGYM) eval --config launch/recipes/demo_locomo.yaml
 
 ## The whole suite (slow-marked SmolLM2 tests included). One torch thread by default: on this
-## 2-core machine the suite (746 tests) took 10.5 min with one thread while another job ran, and
-## 15.2 min with torch's default two threads on an idle machine; OMP_NUM_THREADS=N overrides.
+## idle 2-core machine the suite (746 tests) took 13.1 min of pytest with one thread and
+## 15.2 min with torch's default two threads; OMP_NUM_THREADS=N overrides.
 test: install
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -p no:cacheprovider tests
 
