@@ -3,20 +3,12 @@ rather than a bug in memgym (a traceback), and how such an error reads on one li
 :func:`launch.cli.run_command` and by the commands that handle their own errors."""
 from __future__ import annotations
 
-import sys
-
-
-#: The trainers' errors, which do not derive from :class:`~llm.errors.MemgymError` yet (their
-#: modules are outside this refactor): (module, class, exit status). A module never imported
-#: cannot have raised its errors, so none is imported here.
-_TRAINING_ERRORS = (("training.adrpo_config", "ADRPOConfigError", 2), ("training.adrpo_data", "ADRPODataError", 1),
-                    ("training.sft_data", "TrainingDataError", 1), ("training.sft_data", "ExampleLengthError", 1))
 
 
 def exit_status(exc: BaseException) -> int | None:
     """The exit status of an error that is the user's input or environment: a
     :class:`~llm.errors.MemgymError` (its ``exit_status``: 2 for ``kind == "usage"``, else 1),
-    broken YAML (2), an ``OSError`` (a missing or unreadable file, 1), or a trainer error.
+    broken YAML (2) or an ``OSError`` (a missing or unreadable file, 1).
     None for anything else: a bug, which keeps its traceback."""
     import yaml
 
@@ -28,10 +20,6 @@ def exit_status(exc: BaseException) -> int | None:
         return 2
     if isinstance(exc, OSError):
         return 1
-    for module, name, status in _TRAINING_ERRORS:
-        cls = getattr(sys.modules.get(module), name, None)
-        if cls is not None and isinstance(exc, cls):
-            return status
     return None
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import trl
 from trl import GRPOConfig
 
+from llm.errors import MemgymError
 from llm.recipes import check_fields, require
 from rewards.session_reward import MODES, SessionRewardConfig
 
@@ -24,8 +25,10 @@ TRL_VERSION = "1.16."
 EQ12_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 
 
-class ADRPOConfigError(ValueError):
-    """An ADRPO setting that is out of range or that cannot work with the others."""
+class ADRPOConfigError(MemgymError, ValueError):
+    """An ADRPO setting that is out of range or that cannot work with the others (exit status 2)."""
+
+    kind = "usage"
 
 
 def check_eq12_support(args, *, is_vlm: bool = False, aux_loss: bool = False) -> None:

@@ -12,13 +12,16 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 
+from llm.errors import MemgymError
 from rewards.samples import RewardSample
 
 ROW_COLUMNS = ("prompt", "key", "conversation_id", "session", "manager")
 
 
-class ADRPODataError(ValueError):
+class ADRPODataError(MemgymError, ValueError):
     """Bad ADRPO rows: duplicate keys, no rows left, or a joint-mode session missing a manager."""
+
+    kind = "data"
 
 
 def sample_table(samples: Sequence[RewardSample]) -> dict[str, RewardSample]:

@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from data_synth.datasets import conversations_by_id
 from data_synth.expert import TrajectoryStep, banks_before_sessions, load_trajectories
+from llm.errors import MemgymError
 from memory_bank.actions import MANAGERS
 from memory_bank.bank import MemoryBank
 from memory_bank.prompts import build_prompt
@@ -37,17 +38,21 @@ from memory_bank.schema import Conversation, Session
 SFT_COLUMNS = ("prompt", "completion", "conversation_id", "session", "manager")
 
 
-class TrainingDataError(ValueError):
+class TrainingDataError(MemgymError, ValueError):
     """An expert trajectory that cannot be turned into training examples: names the
     trajectory file, the line, the conversation and the session."""
+
+    kind = "data"
 
     def __init__(self, file, line: int, conversation_id: str, session: int, reason: str):
         super().__init__(f"{file}: line {line} (conversation {conversation_id}, session {session}): {reason}")
         self.file, self.line, self.conversation_id, self.session = str(file), line, conversation_id, session
 
 
-class ExampleLengthError(ValueError):
+class ExampleLengthError(MemgymError, ValueError):
     """Every example of a split is longer than ``max_length`` tokens (names the shortest)."""
+
+    kind = "data"
 
 
 @dataclass

@@ -26,8 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from evolution.search.archive import CAPABILITIES, Archive
-from evolution.search.report import CAP_NAMES, test_of
+from evolution.search.report import test_of
 from evolution.search.rundir import atomic_write_json, atomic_write_text, read_json
+from memory_bank.schema import CAPABILITY_NAMES
 
 N_RESAMPLES = 2000
 CONFIDENCE = 0.90
@@ -178,7 +179,7 @@ def render_markdown(exp, data: dict) -> str:
            f"{data['wall_s']:.0f} s", ""]
     for split in ("test", "valid"):
         out += [f"## Final program on {split} (mean ± std over seeds)", "",
-                "| program | overall | " + " | ".join(f"{c} {CAP_NAMES[c]}" for c in caps) + " |",
+                "| program | overall | " + " | ".join(f"{c} {CAPABILITY_NAMES[c]}" for c in caps) + " |",
                 "|" + "---|" * (2 + len(caps))]
         for name, b in data["baselines"].items():  # the seed, then the recipe's static baselines
             s = b.get(split)
@@ -251,7 +252,7 @@ def plot_boundary(data: dict, path: Path) -> bool:
         m = [vals[c]["mean"] if vals.get(c) else 0.0 for c in caps]
         e = [vals[c]["std"] if vals.get(c) else 0.0 for c in caps]
         ax.bar(x + (i - (len(series) - 1) / 2) * width, m, width, yerr=e, capsize=3, label=name)
-    ax.set_xticks(x, [f"{c}\n{CAP_NAMES[c]}" for c in caps])
+    ax.set_xticks(x, [f"{c}\n{CAPABILITY_NAMES[c]}" for c in caps])
     ax.set_ylabel("valid score")
     ax.set_ylim(0, 1.18)
     ax.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])

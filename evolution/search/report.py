@@ -33,8 +33,7 @@ import json
 from evolution.execution.confine import current_label
 from evolution.search.archive import CAPABILITIES
 from evolution.search.rundir import atomic_write_json, atomic_write_text
-
-CAP_NAMES = {"F": "factual", "T": "temporal", "P": "preference", "M": "multi-session", "A": "adversarial"}
+from memory_bank.schema import CAPABILITY_NAMES
 
 
 def _scores(split) -> dict | None:
@@ -127,7 +126,7 @@ def plot_boundary(summary: dict, path) -> None:
     x, width = np.arange(len(caps)), 0.8 / len(series)
     for i, (name, vals) in enumerate(series):
         ax.bar(x + (i - 1) * width, vals, width, label=name)
-    ax.set_xticks(x, [f"{c}\n{CAP_NAMES[c]}" for c in caps])
+    ax.set_xticks(x, [f"{c}\n{CAPABILITY_NAMES[c]}" for c in caps])
     ax.set_ylabel("valid score")
     ax.set_ylim(0, 1.1)
     ax.set_title("Performance boundary per capability (valid)")
@@ -218,7 +217,8 @@ def render_report(state, summary: dict) -> str:
             "later one); it alone decides what runs on test as `final`."]
     valid_rows = [("seed", "seed", summary["seed"]["valid"]),
                   (f"final ({roles.get(summary['final_id'], 'base')})", summary["final_id"], summary["final"]["valid"])]
-    valid_rows += [(f"specialist {c} {CAP_NAMES[c]}", s["id"], s["valid"]) for c, s in summary["specialists"].items()]
+    valid_rows += [(f"specialist {c} {CAPABILITY_NAMES[c]}", s["id"], s["valid"])
+                   for c, s in summary["specialists"].items()]
     base_rows = [(f"baseline {n}", "-", b) for n, b in summary.get("baselines", {}).items()]
     valid_rows += [(n, cid, b["valid"]) for n, cid, b in base_rows]
     out += ["", "## Programs (valid split)", ""] + score_table(valid_rows, caps)
@@ -237,8 +237,8 @@ def render_report(state, summary: dict) -> str:
     if bd:
         out += ["", "## Performance boundary (valid; `boundary.png`, PrisMem Fig. 3b)", "",
                 "| capability | peak of any program | reached by | frozen program | gap |", "|---|---|---|---|---|"]
-        out += [f"| {c} {CAP_NAMES[c]} | {_f(v['peak'])} | {v['peak_id']} | {_f(v['final'])} | {v['gap']:+.3f} |"
-                for c, v in bd.items()]
+        out += [f"| {c} {CAPABILITY_NAMES[c]} | {_f(v['peak'])} | {v['peak_id']} | {_f(v['final'])} "
+                f"| {v['gap']:+.3f} |" for c, v in bd.items()]
     section = integration_section(state.history)
     if section:
         out += ["", section.rstrip("\n")]
@@ -295,7 +295,7 @@ def plot_capabilities(state, path) -> None:
             if h["round"] > 0 and h.get("specialists", {}).get(c) is not None:
                 xs.append(h["round"])
                 ys.append(h["specialists"][c])
-        ax.step(xs, ys, where="post", marker="o", ms=3, label=f"{c} {CAP_NAMES[c]}")
+        ax.step(xs, ys, where="post", marker="o", ms=3, label=f"{c} {CAPABILITY_NAMES[c]}")
     base_x, base_y = [0], [state.archive.get("seed").valid.overall]
     for h in rows:
         if h["round"] > 0 and h.get("base_overall") is not None:

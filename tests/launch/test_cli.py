@@ -237,11 +237,15 @@ def test_user_errors_share_one_base_whose_kind_sets_the_exit_status():
     from llm.models import ModelPackageMissing
     from memory_bank.errors import BankFormatError, OutputTruncatedError
     from rewards.session_reward import RewardDataError
+    from training.adrpo_config import ADRPOConfigError
+    from training.adrpo_data import ADRPODataError
+    from training.sft_data import ExampleLengthError, TrainingDataError
 
-    usage = (ConfigError, OutputPathError, LaunchError, UsageError)
+    usage = (ConfigError, OutputPathError, LaunchError, UsageError, ADRPOConfigError)
     run = (LLMError, BackendSpecError, TruncatedOutputError, CacheCorruptError, BatchError, ModelPackageMissing,
            BankFormatError, OutputTruncatedError, DataFormatError, TrajectoryError, JsonlCorruptError,
-           JsonlLockedError, SessionQAError, LabelValidationError, RewardDataError)
+           JsonlLockedError, SessionQAError, LabelValidationError, RewardDataError, ADRPODataError,
+           TrainingDataError, ExampleLengthError)
     for cls in usage + run:
         assert issubclass(cls, MemgymError), cls
         exc = cls.__new__(cls)  # some take structured arguments (DataFormatError(source, record, field, ...))
