@@ -42,8 +42,8 @@ from evolution.execution.stages import (StageCache, answer_messages, file_sha, m
 from llm.runtime import Runtime
 from llm.base import Completion, GenerationParams, TruncatedOutputError, require_complete
 from llm.structured import bounded
-from memory_bank.program import (OUT_CHAR_BUDGET, ContractError, ProgramInfo, SessionInfo, StructuredOutputError,
-                                 parse_structured, text_query)
+from memory_bank.program import (OUT_CHAR_BUDGET, BackendToolkitHost, ContractError, ProgramInfo, SessionInfo,
+                                 StructuredOutputError, parse_structured, text_query)
 from memory_bank.record_schemas import query_schema
 from memory_bank.schema import Conversation, QAItem
 from rewards.scoring.answer import clean_answer
@@ -124,23 +124,6 @@ class RunnerSettings:
         return extractor_kind(self.extractor)
 
 
-class _LazyHost:
-    """Toolkit host for one sandbox: the run's embedder, and the task LLM loaded on first use.
-    Both go through the runner's model lock (backends are not assumed thread-safe)."""
-
-    def __init__(self, runner: "ProgramRunner"):
-        self.runner = runner
-
-    def embed(self, texts):
-        with self.runner.model_lock:
-            return self.runner.rt.embedder.encode(list(texts))
-
-    def llm(self, prompt: str, max_tokens: int) -> str:
-        params = GenerationParams(max_new_tokens=max_tokens)
-        with self.runner.model_lock:
-            return self.runner.task.generate([[{"role": "user", "content": prompt}]], params)[0].text
-
-
 class ProgramRunner:
     """Runs memory programs over conversations with stage caching.
 
@@ -215,9 +198,13 @@ class ProgramRunner:
         raise KeyError(what)
 
     def sandbox(self, source: str, conv_id: str = "") -> SandboxedProgram:
-        """A fresh sandbox holding ``source`` (ProgramRunError when it does not load)."""
+        """A fresh sandbox holding ``source`` (ProgramRunError when it does not load). Its
+        toolkit host is a :class:`memory_bank.program.BackendToolkitHost` over the run's embedder
+        and the task LLM (loaded on the program's first ``toolkit.llm`` call), both used under
+        :attr:`model_lock`."""
+        host = BackendToolkitHost(lambda: self.task, lambda: self.rt.embedder, lock=self.model_lock)
         try:
-            return SandboxedProgram(source, _LazyHost(self), self.settings.sandbox,
+            return SandboxedProgram(source, host, self.settings.sandbox,
                                     llm_budget=self.settings.program_llm_calls, filename="<program>")
         except SandboxError as e:
             raise ProgramRunError(f"program failed to load: {e.kind}: {e.reason}", stage="load",

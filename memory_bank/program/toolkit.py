@@ -7,6 +7,7 @@ call budgets) and PrisMem's memory interface (``shared/seeds/000_0e559b88b400976
 """
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -29,28 +30,36 @@ class ToolkitHost(Protocol):
 
 
 class BackendToolkitHost:
-    """The one adapter from memgym's ``llm.base`` Backend + Embedder to :class:`ToolkitHost`.
+    """The one adapter from memgym's ``llm.base`` Backend + Embedder to :class:`ToolkitHost`
+    (the program runner's sandboxes are served by it, see
+    :meth:`evolution.execution.runner.ProgramRunner.sandbox`).
 
     ``backend`` / ``embedder``: the objects, or zero-argument callables that return them, called
-    on first use (so a task LLM that a program never calls is never loaded). ``llm`` sends one
-    user message with ``max_new_tokens=max_tokens`` (greedy) and returns the completion text.
+    on first use (so a task LLM that a program never calls is never loaded). ``lock``: a context
+    manager (e.g. the runner's model ``threading.RLock``) held around every model call,
+    resolving a lazy backend included, for backends that are not thread-safe; default none.
+    ``llm`` sends one user message with ``max_new_tokens=max_tokens`` (greedy) and returns the
+    completion text; ``embed`` returns the embedder's (len(texts), dim) array.
     """
 
-    def __init__(self, backend, embedder):
+    def __init__(self, backend, embedder, *, lock: AbstractContextManager | None = None):
         self._backend, self._embedder = backend, embedder
+        self._lock = lock if lock is not None else nullcontext()
 
     @staticmethod
     def _get(x):
         return x() if callable(x) and not hasattr(x, "generate") and not hasattr(x, "encode") else x
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        return self._get(self._embedder).encode(list(texts))
+        with self._lock:
+            return self._get(self._embedder).encode(list(texts))
 
     def llm(self, prompt: str, max_tokens: int) -> str:
         from llm.base import GenerationParams
 
         params = GenerationParams(max_new_tokens=max_tokens)
-        return self._get(self._backend).generate([[{"role": "user", "content": prompt}]], params)[0].text
+        with self._lock:
+            return self._get(self._backend).generate([[{"role": "user", "content": prompt}]], params)[0].text
 
 
 class Toolkit:

@@ -341,3 +341,67 @@ def test_program_runner_counts_cut_off_extractions_as_failures():
     runner = ProgramRunner(rt, RunnerSettings(extractor="instruction", task_model=TASK, diagnostics=False))
     run = runner.run(REF, [conversation()])
     assert run.extraction["format_failures"] == 3 and run.extraction["units"] == 0
+
+
+TOOLKIT_PROGRAM = STATEFUL.replace('''        self.lines = []
+        self.seen = []
+''', '''        self.toolkit = toolkit
+        self.lines = []
+        self.seen = []
+''').replace('''        self.lines.extend(u.content for u in units)
+''', '''        self.lines.extend(u.content for u in units)
+        if session["index"] == 1:
+            self.lines.append("NOTE " + self.toolkit.llm("Summarise: " + self.lines[0], max_tokens=5))
+''').replace('''        self.seen.append(query.question)
+''', '''        self.seen.append(query.question)
+        self.lines.append("DIM %d" % len(self.toolkit.embed([query.question])[0]))
+''')
+
+
+def test_program_toolkit_calls_are_served_by_the_backend_host_under_the_model_lock():
+    """The runner's sandboxes get :class:`BackendToolkitHost`: ``toolkit.llm`` reaches the task
+    LLM as one user message with max_new_tokens = max_tokens, ``toolkit.embed`` the run's
+    embedder, both while the runner's model lock is held (checked from another thread)."""
+    import threading
+
+    from memory_bank.program import BackendToolkitHost
+
+    held = []
+
+    def lock_is_held() -> bool:
+        got = []
+        t = threading.Thread(target=lambda: got.append(runner.model_lock.acquire(blocking=False)))
+        t.start()
+        t.join()
+        if got[0]:
+            runner.model_lock.release()
+        return not got[0]
+
+    class Task(ScriptedBackend):
+        def generate(self, batch, params, **kw):
+            held.append(("llm", lock_is_held()))
+            return super().generate(batch, params, **kw)
+
+    class Embedder(CountingEmbedder):
+        def encode(self, texts):
+            held.append(("embed", lock_is_held()))
+            return super().encode(texts)
+
+    task = Task(Script(), model_id="task")
+    rt = Runtime(embedder=Embedder())
+    rt.register(TASK, task)
+    runner = ProgramRunner(rt, RunnerSettings(extractor="turns", task_model=TASK, plan_mode="question",
+                                              diagnostics=False, program_llm_calls=1))
+    box = runner.sandbox(TOOLKIT_PROGRAM)
+    try:
+        assert isinstance(box.toolkit._host, BackendToolkitHost)
+    finally:
+        box.close()
+    assert held == []  # loading a program calls no model
+    run = runner.run(TOOLKIT_PROGRAM, [conversation()])
+    (messages, params), = task.seen
+    assert messages == [{"role": "user", "content": "Summarise: Caroline: Caroline went to the LGBTQ support group"}]
+    assert params.max_new_tokens == 5
+    assert held == [("llm", True)] + [("embed", True)] * 4  # one llm call, one embed per question
+    assert [t.retrieved.split("\n")[0] for t in run.tasks] == ["TAG seen=1", "TAG seen=2", "TAG seen=3", "TAG seen=4"]
+    assert "NOTE stub" in run.tasks[0].retrieved and f"DIM {rt.embedder.dim}" in run.tasks[0].retrieved
