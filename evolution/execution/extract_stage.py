@@ -1,8 +1,9 @@
-"""The extract stage of :class:`evolution.execution.runner.RunState`, split out of runner.py
-along its seam: the four extraction modes (``turns``, ``instruction``, a trained extractor's
-bank entries, an ``expert:`` replay), memory construction for trained extractors, and the
-extraction statistics (units, failures, segments). :class:`ExtractStage` is a mixin: it uses
-the run state's settings, cache, runtime, counters and stage hashes."""
+"""The extract stage of one program evaluation: the four extraction modes (``turns``,
+``instruction``, a trained extractor's bank entries, an ``expert:`` replay), memory
+construction for trained extractors, and the extraction statistics (units, failures,
+segments). :class:`ExtractStage` is a :class:`~evolution.execution.stage_context.StageContext`:
+the settings, cache, runtime, counters, stage hashes and helpers it uses are that base's, set
+in its ``__init__``; :class:`evolution.execution.run_state.RunState` adds the later stages."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import dataclasses
 from data_synth.expert import ExpertExtractor
 from data_synth.extractors import make_extractor
 from evolution.execution.results import ConversationTrace, ProgramRunError
+from evolution.execution.stage_context import StageContext
 from evolution.execution.stages import extraction_messages, session_fingerprint, stable_hash
 from llm.base import GenerationParams, TruncatedOutputError, require_complete
 from llm.structured import bounded
@@ -19,8 +21,10 @@ from memory_bank.program import (ProgramInfo, StructuredOutputError, parse_struc
 from memory_bank.record_schemas import units_schema
 from memory_bank.schema import Conversation
 
-class ExtractStage:
-    """Mixin holding the extract-stage methods of :class:`~evolution.execution.runner.RunState`."""
+
+class ExtractStage(StageContext):
+    """The extract stage over a :class:`StageContext`: :meth:`_extract` gives a conversation's
+    units per session (cached per session) and counts them into ``extraction_stats``."""
 
     def _extract(self, conv: Conversation, info: ProgramInfo) -> tuple[ConversationTrace, list[str]]:
         s = self.settings

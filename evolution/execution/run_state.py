@@ -1,0 +1,204 @@
+"""The stages of one program evaluation after extraction: :class:`RunState` runs one
+conversation (index in the sandbox, then plan → retrieve → answer → score), each stage through
+the stage cache (keys: the stage's cumulative component hash and its actual inputs; see
+:mod:`evolution.execution.runner`). Extraction is :class:`~evolution.execution.extract_stage.ExtractStage`,
+the shared counters and resources :class:`~evolution.execution.stage_context.StageContext`."""
+from __future__ import annotations
+
+import dataclasses
+
+from tqdm.auto import tqdm
+
+from evolution.execution.extract_stage import ExtractStage
+from evolution.execution.results import ConversationTrace, ProgramRunError, TaskResult
+from evolution.execution.sandbox import ProgramRaised, SandboxedProgram, SandboxError
+from evolution.execution.stages import answer_messages, planning_messages, stable_hash
+from llm.base import GenerationParams, TruncatedOutputError, require_complete
+from llm.structured import bounded
+from memory_bank.program import (OUT_CHAR_BUDGET, ProgramInfo, SessionInfo, StructuredOutputError, parse_structured,
+                                 text_query)
+from memory_bank.record_schemas import query_schema
+from memory_bank.schema import Conversation, QAItem
+from rewards.scoring.answer import clean_answer
+from rewards.scoring.judge import ScoreItem
+
+
+class RunState(ExtractStage):
+    """One evaluation's state (:class:`~evolution.execution.stage_context.StageContext`) with
+    the stage methods that fill it: :meth:`run_conversation` and its index, plan, retrieve,
+    answer and score stages (extract: :class:`ExtractStage`)."""
+
+    def run_conversation(self, conv: Conversation, info: ProgramInfo, sandbox: SandboxedProgram):
+        """One conversation in ``sandbox`` (a fresh one): (task results, trace)."""
+        return self._run_conversation(self.source, conv, info, sandbox)
+
+    def _run_conversation(self, source: str, conv: Conversation, info: ProgramInfo, sandbox: SandboxedProgram):
+        trace, extract_keys = self._extract(conv, info)
+        index_key = stable_hash("index", self.stage_hash["index"], self.rt.embedder.model_id,
+                                self._identity("task") if self.settings.program_llm_calls else None,
+                                self.settings.program_llm_calls, extract_keys)
+        blob = self.cache.get("index", index_key)
+        if blob is None:
+            self._index(conv, trace, sandbox)
+            self.cache.put("index", index_key, sandbox.snapshot())
+            live = sandbox
+        else:
+            self._count("index", reused=len(trace.units))
+            live = None  # restored into the given (fresh) sandbox only if a retrieve must run
+
+        def memory() -> SandboxedProgram:
+            nonlocal live
+            if live is None:
+                try:
+                    sandbox.restore(blob)
+                except SandboxError as e:
+                    raise ProgramRunError(f"cannot restore the built memory: {e.kind}: {e.reason}", stage="index",
+                                          conversation=conv.id) from None
+                live = sandbox
+            return live
+
+        questions = list(conv.questions)
+        plans = self._plan(questions, info)
+        results = self._retrieve(conv.id, index_key, [p["query"] for p in plans], info, memory, "questions")
+        if self.settings.diagnostics:
+            index = conv.turn_index
+            turns = list(dict.fromkeys(e for q in questions for e in q.evidence if e in index))
+            probe_queries = [text_query(info.query_fields, index[t][1].text or index[t][1].image_caption or "")
+                             for t in turns]
+            probes = self._retrieve(conv.id, index_key, probe_queries, info, memory, "evidence")
+            trace.probes = {t: r["text"] for t, r in zip(turns, probes)}
+        budget = self.runner.context_budget
+        texts = [budget.cut(r["text"]) if budget else r["text"] for r in results]
+        preds = self._answer(questions, info, texts)
+        scores = self._score(questions, texts, preds)
+        tasks = [TaskResult(conv.id, q, p["query"], p["ok"], t, pr, s["score"], r["error"], s["judge"], s["detail"])
+                 for q, p, r, t, pr, s in zip(questions, plans, results, texts, preds, scores)]
+        return tasks, trace
+
+    # ------------------------------------------------------------------ stages
+
+    def _index(self, conv: Conversation, trace: ConversationTrace, sandbox: SandboxedProgram) -> None:
+        try:
+            sandbox.construct()
+            for x, units in tqdm(list(zip(conv.sessions, trace.units)), desc=f"index {conv.id}", leave=False,
+                                 disable=not self.settings.progress, unit="session"):
+                value = sandbox.index(units, SessionInfo.from_session(x).to_dict())
+                if value is not None:
+                    raise ProgramRunError(f"Memory.index returned {type(value).__name__}, not None (session "
+                                          f"{x.index})", stage="index", conversation=conv.id)
+                self._count("index", run=1)
+        except SandboxError as e:
+            raise ProgramRunError(f"{e.kind}: {e.reason}", stage="index", conversation=conv.id) from None
+
+    def _plan(self, questions: list[QAItem], info: ProgramInfo) -> list[dict]:
+        s = self.settings
+        fields = [f.to_dict() for f in info.query_fields]
+        ident = (s.plan_mode, self._identity("task") if s.plan_mode == "llm" else None, s.plan_max_new_tokens, fields)
+        if s.constrained and s.plan_mode == "llm":
+            ident += ("constrained", s.constrained_max_chars, s.constrained_max_items)
+        keys = [stable_hash("plan", self.stage_hash["plan"], ident, q.question, q.question_date) for q in questions]
+        cached = [self.cache.get_json("plan", k) for k in keys]
+        todo = [i for i, c in enumerate(cached) if c is None]
+        self._count("plan", run=len(todo), reused=len(questions) - len(todo))
+        if todo and s.plan_mode == "llm":
+            batch = [planning_messages(info.planning_instruction, questions[i].question, questions[i].question_date,
+                                       info.query_fields) for i in todo]
+            comps = self._generate("plan", batch, GenerationParams(max_new_tokens=s.plan_max_new_tokens), "plan",
+                                   bounded(query_schema(info.query_fields), s.constrained_max_chars,
+                                           s.constrained_max_items) if s.constrained else None)
+        else:
+            comps = [None] * len(todo)
+        for i, comp in zip(todo, comps):
+            value = None
+            if comp is not None:
+                try:  # a cut-off plan is a failed plan: the fallback query is used
+                    value = {"query": dataclasses.asdict(parse_structured(require_complete(comp, "plan"),
+                                                                          info.query_class(), many=False)),
+                             "ok": True}
+                except (StructuredOutputError, TruncatedOutputError):
+                    value = None
+            if value is None:
+                value = {"query": text_query(info.query_fields, questions[i].question), "ok": s.plan_mode == "question"}
+            self.cache.put_json("plan", keys[i], value)
+            cached[i] = value
+        self._add("plan_failures", sum(1 for c in cached if not c["ok"]))
+        return cached
+
+    def _retrieve(self, conv_id: str, index_key: str, queries: list[dict | None], info: ProgramInfo, memory,
+                  what: str) -> list[dict]:
+        keys = [stable_hash("retrieve", self.stage_hash["retrieve"], index_key, q) for q in queries]
+        cached = [self.cache.get_json("retrieve", k) for k in keys]
+        todo = [i for i, c in enumerate(cached) if c is None]
+        self._count("retrieve", run=len(todo), reused=len(queries) - len(todo))
+        for i in tqdm(todo, desc=f"retrieve {conv_id} ({what})", disable=not self.settings.progress, leave=False,
+                      unit="query"):
+            value = {"text": "", "error": None}
+            if queries[i] is None:
+                value["error"] = "the Query schema has no str or list[str] field to carry the text"
+            else:
+                try:
+                    out = memory().retrieve(queries[i])
+                    if not isinstance(out, str):
+                        value["error"] = f"retrieve returned {type(out).__name__}, not str"
+                    elif len(out) > OUT_CHAR_BUDGET:
+                        value["error"] = f"retrieve returned {len(out)} characters > {OUT_CHAR_BUDGET}"
+                    else:
+                        value["text"] = out
+                except ProgramRaised as e:
+                    value["error"] = f"retrieve raised {e.reason}"[:300]
+                except SandboxError as e:
+                    raise ProgramRunError(f"{e.kind}: {e.reason}", stage="retrieve", conversation=conv_id) from None
+            self.cache.put_json("retrieve", keys[i], value)
+            cached[i] = value
+        if what == "questions":
+            self._add("retrieve_errors", sum(1 for c in cached if c["error"]))
+        return cached
+
+    def _answer(self, questions: list[QAItem], info: ProgramInfo, retrieved: list[str]) -> list[str | None]:
+        if not self.scorer.needs_prediction:
+            return [None] * len(questions)
+        s = self.settings
+        ident = (self._identity("task"), s.answer_max_new_tokens)
+        keys = [stable_hash("answer", self.stage_hash["answer"], ident, q.question, q.question_date, r)
+                for q, r in zip(questions, retrieved)]
+        cached = [self.cache.get_json("answer", k) for k in keys]
+        todo = [i for i, c in enumerate(cached) if c is None]
+        self._count("answer", run=len(todo), reused=len(questions) - len(todo))
+        if todo:
+            batch = [answer_messages(info.answer_instruction, questions[i].question, retrieved[i],
+                                     questions[i].question_date) for i in todo]
+            comps = self._generate("answer", batch, GenerationParams(max_new_tokens=s.answer_max_new_tokens), "answer")
+            for i, comp in zip(todo, comps):
+                cached[i] = clean_answer(comp.text)
+                self.cache.put_json("answer", keys[i], cached[i])
+        return cached
+
+    def _score(self, questions: list[QAItem], retrieved: list[str], preds: list[str | None]) -> list[dict]:
+        """``{"score", "judge", "detail"}`` per question (judge requests and replies of an LLM
+        scorer; a cached plain float from an older cache reads as a score without them)."""
+        keys = [stable_hash("score", self.stage_hash["score"], self._identity("scorer"), q.question, q.answer,
+                            q.category, p, r if not self.scorer.needs_prediction else None,
+                            *([q.id, list(q.rubric)] if q.rubric or self.settings.scorer == "llm" else []))
+                for q, r, p in zip(questions, retrieved, preds)]
+        cached = [self.cache.get_json("score", k) for k in keys]
+        cached = [c if c is None or isinstance(c, dict) else {"score": float(c), "judge": [], "detail": None}
+                  for c in cached]
+        todo = [i for i, c in enumerate(cached) if c is None]
+        self._count("score", run=len(todo), reused=len(questions) - len(todo))
+        if todo:
+            items = [ScoreItem(questions[i].question, questions[i].answer, preds[i] or "", retrieved[i],
+                               questions[i].category, questions[i].id, questions[i].rubric) for i in todo]
+            with self.runner.model_lock:
+                calls0 = self.rt.calls_snapshot()
+                values = self.scorer.score(items)
+                last = list(getattr(self.scorer, "last", None) or [])
+                judged = self.rt.calls_since(calls0)["calls"].get("judge", 0)
+            if len(last) != len(todo):
+                last = [None] * len(todo)
+            for i, v, j in zip(todo, values, last):
+                cached[i] = {"score": float(v), "judge": j.calls if j is not None else [],
+                             "detail": j.detail if j is not None else None}
+                if j is None or not j.unreadable:  # an unreadable judge reply is asked again next time
+                    self.cache.put_json("score", keys[i], cached[i])
+            self._add_calls("score", judged)
+        return cached
