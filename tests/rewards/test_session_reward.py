@@ -9,7 +9,7 @@ from llm.base import GenerationParams
 from llm.cache import CachedBackend, ResponseCache
 from llm.embeddings import HashEmbedder
 from memory_bank.bank import MemoryBank
-from rewards.session_reward import RewardBreakdown, SessionReward, SessionRewardConfig, frac_reward_zero_std
+from rewards.session_reward import SessionReward, SessionRewardConfig, frac_reward_zero_std
 from tests.helpers import CUT, DOG, EMPTY, PILOT, ScriptedBackend, WordTokenizer, bank_with, make_samples, ops, qa
 
 
@@ -214,12 +214,6 @@ def test_frac_reward_zero_std():
     assert frac_reward_zero_std([0.5, 0.5, 0.1, 0.9, 0.0, 0.0], 2) == pytest.approx(2 / 3)
     with pytest.raises(ValueError, match="groups of 4"):
         frac_reward_zero_std([1.0] * 6, 4)
-
-
-def test_breakdown_is_a_dataclass_with_every_part():
-    b = RewardBreakdown(0.5, 1, 0.5, 0.0, 3, 3, None, 1.0, {"episodic": 0, "semantic": 0, "procedural": 0}, None,
-                        "counterfactual", [True, False])
-    assert b.to_log()["frac_correct"] == 0.5 and b.to_log()["dominant/none"] == 1.0
 
 
 def test_session_reward_counts_unparsable_judge_replies_and_empty_answers():

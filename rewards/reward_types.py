@@ -1,0 +1,116 @@
+"""The dense session reward's settings, result and error types: :class:`SessionRewardConfig`
+(the knobs, checked), :class:`RewardBreakdown` (every part of one reward, and its flat log
+form) and :class:`RewardDataError`; :data:`MODES`, the reward's bank modes.
+
+Source: ``DESIGN.md`` § "Dense session reward and ADRPO" (MemBuilder, arXiv 2601.05488, §3.4,
+Eqs. 5-10); the computation is :class:`rewards.session_reward.SessionReward`, whose module
+docstring gives the formula step by step (the bracketed numbers below)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from llm.errors import MemgymError
+from memory_bank.actions import PARTS
+from rewards.scoring.scorers import SCORER_NAMES
+
+__all__ = ["MODES", "SessionRewardConfig", "RewardBreakdown", "RewardDataError"]
+
+MODES = ("counterfactual", "isolated", "joint")
+
+
+class RewardDataError(MemgymError, ValueError):
+    """A reward sample whose expert data is inconsistent (an expert output that does not
+    apply to its own bank). Names the sample key and manager."""
+
+    kind = "data"
+
+
+@dataclass
+class SessionRewardConfig:
+    """Reward settings (DESIGN.md step numbers in brackets).
+
+    mode [2]: counterfactual | isolated | joint. judge [3]: answer-recall | f1 | llm.
+    lam [5]: λ in [0, 1]. alpha [6]: α > 0, weight of the dominant part.
+    attribution_on [6]: all | correct (count only questions scored >= correct_threshold).
+    top_k [3]: entries retrieved per question (>= 1).
+    core_lp_lo / core_lp_hi [4]: core LP thresholds, tokens. band_abs_tokens, band_lo,
+    band_hi, r_min, r_max [4]: the non-core length band (tokens / ratios).
+    correct_threshold: a question counts as correct when its score >= this, in [0, 1].
+    Raises ValueError naming the field for an out-of-range value.
+    """
+
+    mode: str = "counterfactual"
+    judge: str = "answer-recall"
+    lam: float = 0.8
+    alpha: float = 4.0
+    attribution_on: str = "all"
+    top_k: int = 10
+    core_lp_lo: int = 150
+    core_lp_hi: int = 400
+    band_abs_tokens: int = 200
+    band_lo: float = 0.5
+    band_hi: float = 1.3
+    r_min: float = 0.2
+    r_max: float = 2.0
+    correct_threshold: float = 0.5
+
+    def __post_init__(self):
+        checks = [
+            ("mode", self.mode in MODES, f"one of {MODES}"),
+            ("judge", self.judge in SCORER_NAMES, f"one of {SCORER_NAMES}"),
+            ("lam", 0.0 <= self.lam <= 1.0, "in [0, 1]"),
+            ("alpha", self.alpha > 0, "> 0"),
+            ("attribution_on", self.attribution_on in ("all", "correct"), "all or correct"),
+            ("top_k", isinstance(self.top_k, int) and self.top_k >= 1, "an int >= 1"),
+            ("core_lp_lo", 0 <= self.core_lp_lo < self.core_lp_hi, "0 <= core_lp_lo < core_lp_hi"),
+            ("band_abs_tokens", self.band_abs_tokens >= 0, ">= 0"),
+            ("band_lo", 0 <= self.r_min < self.band_lo <= self.band_hi < self.r_max,
+             "0 <= r_min < band_lo <= band_hi < r_max"),
+            ("correct_threshold", 0.0 <= self.correct_threshold <= 1.0, "in [0, 1]"),
+        ]
+        for name, ok, need in checks:
+            if not ok:
+                raise ValueError(f"SessionRewardConfig.{name} must be {need}, got {getattr(self, name)!r}")
+
+
+@dataclass
+class RewardBreakdown:
+    """Every part of one reward. reward = gate · acc · (1 − λ·lp), in [0, 1].
+
+    gate: 1 or 0; acc: mean judge score over the J questions, in [0, 1]; lp: length penalty
+    in [0, 1]; length_tokens / expert_length_tokens: what LP measured, in policy tokens (core:
+    the written content; other parts: the whole output text; an invalid output: its raw
+    text, with LP 0); dominant: episodic | semantic | procedural | None; weight: w(m);
+    counts: retrieved entries per part over the counted questions; error_type: the format
+    error (e.g. "unknown_id") or None; correct: per question, score >= threshold.
+    """
+
+    reward: float
+    gate: int
+    acc: float
+    lp: float
+    length_tokens: int
+    expert_length_tokens: int
+    dominant: str | None
+    weight: float
+    counts: dict[str, int]
+    error_type: str | None
+    mode: str
+    correct: list[bool] = field(default_factory=list)
+
+    def to_log(self) -> dict:
+        """Flat ``{name: float}`` for trainer logging: reward, gate, acc, lp, length_tokens,
+        expert_length_tokens, weight, frac_correct, format_error, ``dominant/<part|none>``
+        (one-hot) and ``retrieved/<part>``."""
+        out = {"reward": float(self.reward), "gate": float(self.gate), "acc": float(self.acc), "lp": float(self.lp),
+               "length_tokens": float(self.length_tokens), "expert_length_tokens": float(self.expert_length_tokens),
+               "weight": float(self.weight),
+               "frac_correct": float(np.mean(self.correct)) if self.correct else 0.0,
+               "format_error": float(self.error_type is not None)}
+        for p in PARTS + ("none",):
+            out[f"dominant/{p}"] = float((self.dominant or "none") == p)
+        for p in PARTS:
+            out[f"retrieved/{p}"] = float(self.counts.get(p, 0))
+        return out
