@@ -1,6 +1,7 @@
-"""ADRPO: the per-token objectives (gradient of one token, hand-computed), the config checks,
-the trainer against stock TRL (every loss type), and two real TRL steps + resume on a tiny
-policy.
+"""ADRPO end to end on a tiny policy: the trainer against stock TRL (every loss type), two real
+TRL steps + resume, and the recipes and command. The per-token objectives, the config checks,
+the sampler and the reward function have their own files (test_adrpo_eq12, test_adrpo_config,
+test_adrpo_data, test_adrpo_trainer).
 
 The tiny policy is the ``tiny_model_dir`` fixture (random weights, SmolLM2's tokenizer) with a
 planted bigram path "\\n" → '{"' → 'operations' → '":' → ' []' → '}' → EOS (see
@@ -17,162 +18,8 @@ import pytest
 import torch
 
 from tests.helpers import trainable_state
-from training.adrpo_eq12 import weighted_clipped_objective
 
-EPS = 0.2
 ALPHA = 4.0
-
-
-def token_grad(weighting: str, adv: float, ratio: float, w: float) -> float:
-    """d L_tok / d log π_θ(token) for one token with old log-prob 0, so ρ = exp(log π_θ)."""
-    logp = torch.tensor([[math.log(ratio)]], dtype=torch.float64, requires_grad=True)
-    loss = weighted_clipped_objective(torch.exp(logp), torch.tensor([adv], dtype=torch.float64),
-                                      torch.tensor([w], dtype=torch.float64), epsilon_low=EPS, epsilon_high=EPS,
-                                      weighting=weighting)
-    loss.sum().backward()
-    return float(logp.grad.item())
-
-
-# ---- gradient of one token ---------------------------------------------------------------
-@pytest.mark.parametrize("ratio", [0.85, 1.0, 1.1, 1.19])
-def test_positive_advantage_in_band_advantage_weighting_scales_by_alpha_unclipped_does_not(ratio):
-    # inside the band the surrogate is ρ·Â, so dL/dlogπ = -ρ·Â (×w when Â is weighted)
-    stock = token_grad("none", 0.5, ratio, ALPHA)
-    assert stock == pytest.approx(-0.5 * ratio, rel=1e-12)
-    assert token_grad("advantage", 0.5, ratio, ALPHA) == pytest.approx(ALPHA * stock, rel=1e-12)
-    # Eq. 12: min(w·ρÂ, clip(ρ)Â) picks the clipped term ρÂ for Â > 0: the weight is inert
-    assert token_grad("unclipped", 0.5, ratio, ALPHA) == pytest.approx(stock, rel=1e-12)
-
-
-@pytest.mark.parametrize("ratio", [0.85, 1.0, 1.1, 1.19])
-def test_negative_advantage_in_band_both_weightings_scale_by_alpha(ratio):
-    stock = token_grad("none", -0.5, ratio, ALPHA)
-    assert stock == pytest.approx(0.5 * ratio, rel=1e-12)
-    assert token_grad("advantage", -0.5, ratio, ALPHA) == pytest.approx(ALPHA * stock, rel=1e-12)
-    # for Â < 0 the min picks w·ρÂ (the more negative term): penalties are amplified
-    assert token_grad("unclipped", -0.5, ratio, ALPHA) == pytest.approx(ALPHA * stock, rel=1e-12)
-
-
-@pytest.mark.parametrize("weighting", ["none", "advantage", "unclipped"])
-@pytest.mark.parametrize("adv,ratio", [(0.5, 1.1), (-0.5, 1.1), (0.5, 0.7), (-0.5, 1.3)])
-def test_non_dominant_token_weight_one_is_stock_grpo(weighting, adv, ratio):
-    assert token_grad(weighting, adv, ratio, 1.0) == pytest.approx(token_grad("none", adv, ratio, 1.0), rel=1e-12)
-
-
-@pytest.mark.parametrize("adv,ratio,expected", [
-    # (Â, ρ) -> (none, advantage, unclipped), hand-computed with ε = 0.2, w = 4
-    (0.5, 1.3, (0.0, 0.0, 0.0)),          # Â>0 above the band: clipped for all
-    (0.5, 0.7, (-0.35, -1.4, 0.0)),       # Â>0 below: Eq. 12 picks the constant 0.8·Â (w·ρ = 2.8 > 0.8)
-    (0.5, 0.15, (-0.075, -0.3, -0.3)),    # Â>0, w·ρ = 0.6 < 0.8: Eq. 12 picks w·ρÂ
-    (-0.5, 0.7, (0.0, 0.0, 1.4)),         # Â<0 below: stock clips; Eq. 12 keeps pushing (w·ρ >= 0.8)
-    (-0.5, 1.3, (0.65, 2.6, 2.6)),        # Â<0 above: never clipped, weighted by both
-])
-def test_outside_the_band(adv, ratio, expected):
-    got = tuple(token_grad(w, adv, ratio, ALPHA) for w in ("none", "advantage", "unclipped"))
-    assert got == pytest.approx(expected, abs=1e-12)
-
-
-def test_advantage_weighting_is_stock_loss_with_scaled_advantages():
-    g = torch.Generator().manual_seed(0)
-    ratio = torch.exp(0.3 * torch.randn(3, 5, generator=g, dtype=torch.float64))
-    adv = torch.tensor([1.5, -0.7, 0.2], dtype=torch.float64)
-    w = torch.tensor([4.0, 1.0, 4.0], dtype=torch.float64)
-    ours = weighted_clipped_objective(ratio, adv, w, epsilon_low=0.2, epsilon_high=0.28, weighting="advantage")
-    stock = weighted_clipped_objective(ratio, adv * w, None, epsilon_low=0.2, epsilon_high=0.28, weighting="none")
-    assert torch.equal(ours, stock)
-    # delta (two-sided clipping) caps ρ in the unclipped term: ρ = 3, Â = -1 → -min(2·-1, 1.2·-1) = 2
-    one = weighted_clipped_objective(torch.tensor([[3.0]]), torch.tensor([-1.0]), torch.tensor([1.0]),
-                                     epsilon_low=0.2, epsilon_high=0.2, weighting="advantage", delta=2.0)
-    assert one.item() == pytest.approx(2.0)
-
-
-def test_objective_rejects_bad_input():
-    r = torch.ones(2, 3)
-    with pytest.raises(ValueError, match="weighting"):
-        weighted_clipped_objective(r, torch.ones(2), torch.ones(2), epsilon_low=0.2, epsilon_high=0.2, weighting="x")
-    with pytest.raises(ValueError, match="weights must be > 0"):
-        weighted_clipped_objective(r, torch.ones(2), torch.tensor([1.0, 0.0]), epsilon_low=0.2, epsilon_high=0.2)
-    with pytest.raises(ValueError, match=r"advantages must have shape \(2,\)"):
-        weighted_clipped_objective(r, torch.ones(3), torch.ones(2), epsilon_low=0.2, epsilon_high=0.2)
-
-
-# ---- config and small parts --------------------------------------------------------------
-def _cfg(tmp_path, **kw):
-    from training.adrpo_config import ADRPOConfig
-
-    base = dict(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
-                activation_checkpointing=False)
-    return ADRPOConfig(**{**base, **kw})
-
-
-def test_config_checks(tmp_path):
-    from training.adrpo import main
-    from training.adrpo_config import ADRPOConfigError
-    from training.adrpo_config import check_eq12_support
-
-    cfg = _cfg(tmp_path, loss_type="grpo", use_vllm=False, mode="isolated", retrieval_top_k=5, alpha=2.0)
-    rc = cfg.reward_config()
-    assert (rc.mode, rc.top_k, rc.alpha, rc.judge, rc.lam) == ("isolated", 5, 2.0, "answer-recall", 0.8)
-    with pytest.raises(ADRPOConfigError, match="weighting"):
-        _cfg(tmp_path, weighting="clipped")
-    # advantage weighting runs on TRL's own loss, so every loss type and the entropy bonus work
-    assert _cfg(tmp_path, loss_type="sapo").loss_type == "sapo"
-    assert _cfg(tmp_path, entropy_coef=0.01).entropy_coef == 0.01
-    # the Eq. 12 ablation has its own loss and its limits
-    with pytest.raises(ADRPOConfigError, match="loss_type 'sapo'"):
-        _cfg(tmp_path, loss_type="sapo", weighting="unclipped")
-    with pytest.raises(ADRPOConfigError, match="entropy"):
-        _cfg(tmp_path, entropy_coef=0.01, weighting="unclipped")
-    check_eq12_support(_cfg(tmp_path, loss_type="bnpo", weighting="unclipped"))
-    with pytest.raises(ADRPOConfigError, match="text-only"):
-        check_eq12_support(_cfg(tmp_path, weighting="unclipped"), is_vlm=True)
-    with pytest.raises(ValueError, match="lam"):
-        _cfg(tmp_path, lam=1.5)
-    assert main(["--output_dir", str(tmp_path / "o"), "--weighting", "clipped"]) == 2
-
-
-def test_reward_function_rollout_index_and_unknown_key():
-    from training.adrpo_trainer import SessionRewardFunction
-
-    seen = {}
-
-    @dataclasses.dataclass
-    class B:
-        reward: float
-        gate: int = 1
-        dominant: str | None = None
-        weight: float = 1.0
-
-    def reward(samples, completions, rollout_index=None):
-        seen.update(samples=samples, completions=completions, k=rollout_index)
-        return [B(0.25 * i) for i in range(len(samples))]
-
-    fn = SessionRewardFunction(reward, {"a": "SA", "b": "SB"}, num_generations=4)
-    fn.rollout_offset = 6  # this process's first completion is the 7th of the global batch
-    out = fn(prompts=[None] * 4, completions=[[{"role": "assistant", "content": f"y{i}"}] for i in range(4)],
-             key=["a", "a", "b", "b"])
-    assert out == [0.0, 0.25, 0.5, 0.75]
-    assert seen == {"samples": ["SA", "SA", "SB", "SB"], "completions": ["y0", "y1", "y2", "y3"], "k": [2, 3, 0, 1]}
-    assert [b.reward for b in fn.breakdowns] == out
-    with pytest.raises(KeyError, match="'zz'"):
-        fn(prompts=[None], completions=["x"], key=["zz"])
-
-
-def test_session_block_sampler_keeps_sessions_whole():
-    from training.adrpo_data import ADRPODataError, session_block_sampler
-
-    data = list(range(12))  # 3 sessions x 4 managers
-    s = session_block_sampler(data, block=4, mini_repeat_count=2, batch_size=4, repeat_count=1, shuffle=True, seed=3)
-    idx = list(s)
-    assert len(idx) == len(s) == 24
-    blocks = [idx[i:i + 8] for i in range(0, 24, 8)]
-    for b in blocks:
-        first = b[0] - b[0] % 4
-        assert b == [first, first, first + 1, first + 1, first + 2, first + 2, first + 3, first + 3]
-    assert sorted(b[0] for b in blocks) == [0, 4, 8]
-    with pytest.raises(ADRPODataError, match="multiple of 4"):
-        session_block_sampler(data, block=4, mini_repeat_count=2, batch_size=6, repeat_count=1, shuffle=False,
-                              seed=0)
 
 
 # ---- real TRL steps on a tiny planted policy -----------------------------------------------
@@ -497,23 +344,3 @@ def test_bench_train_is_registered():
     assert (args.reps, args.skip_sft, args.skip_grpo, args.model, args.num_generations) == (1, True, False,
                                                                                             "/tmp/m", 4)
     assert args.func.__module__ == "launch.bench.train"
-
-
-def test_adrpo_divisibility_names_the_flags_the_user_set(tmp_path):
-    from training.adrpo_config import ADRPOConfig, ADRPOConfigError
-
-    with pytest.raises(ADRPOConfigError) as e:
-        ADRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none",
-                    per_device_train_batch_size=3, gradient_accumulation_steps=1, num_generations=2)
-    msg = str(e.value)
-    assert "per_device_train_batch_size (3)" in msg and "num_generations (2)" in msg
-    assert "--gradient_accumulation_steps" in msg
-
-
-def test_adrpo_reward_function_reads_truncation_from_token_ids():
-    from training.adrpo_trainer import SessionRewardFunction
-
-    fn = SessionRewardFunction(None, {}, num_generations=2)
-    assert fn.finish_reasons([[5, 6, 2], [5, 6, 7]]) is None  # stop ids not set yet
-    fn.stop_token_ids = {2, 0}
-    assert fn.finish_reasons([[5, 6, 2], [5, 6, 7], [4, 0]]) == ["stop", "length", "stop"]

@@ -1,0 +1,50 @@
+"""ADRPO's config checks (:mod:`training.adrpo_config`): the weighting, the Eq. 12 limits,
+the reward fields and the batch divisibility message."""
+from __future__ import annotations
+
+import pytest
+
+
+def _cfg(tmp_path, **kw):
+    from training.adrpo_config import ADRPOConfig
+
+    base = dict(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
+                activation_checkpointing=False)
+    return ADRPOConfig(**{**base, **kw})
+
+
+def test_config_checks(tmp_path):
+    from training.adrpo import main
+    from training.adrpo_config import ADRPOConfigError
+    from training.adrpo_config import check_eq12_support
+
+    cfg = _cfg(tmp_path, loss_type="grpo", use_vllm=False, mode="isolated", retrieval_top_k=5, alpha=2.0)
+    rc = cfg.reward_config()
+    assert (rc.mode, rc.top_k, rc.alpha, rc.judge, rc.lam) == ("isolated", 5, 2.0, "answer-recall", 0.8)
+    with pytest.raises(ADRPOConfigError, match="weighting"):
+        _cfg(tmp_path, weighting="clipped")
+    # advantage weighting runs on TRL's own loss, so every loss type and the entropy bonus work
+    assert _cfg(tmp_path, loss_type="sapo").loss_type == "sapo"
+    assert _cfg(tmp_path, entropy_coef=0.01).entropy_coef == 0.01
+    # the Eq. 12 ablation has its own loss and its limits
+    with pytest.raises(ADRPOConfigError, match="loss_type 'sapo'"):
+        _cfg(tmp_path, loss_type="sapo", weighting="unclipped")
+    with pytest.raises(ADRPOConfigError, match="entropy"):
+        _cfg(tmp_path, entropy_coef=0.01, weighting="unclipped")
+    check_eq12_support(_cfg(tmp_path, loss_type="bnpo", weighting="unclipped"))
+    with pytest.raises(ADRPOConfigError, match="text-only"):
+        check_eq12_support(_cfg(tmp_path, weighting="unclipped"), is_vlm=True)
+    with pytest.raises(ValueError, match="lam"):
+        _cfg(tmp_path, lam=1.5)
+    assert main(["--output_dir", str(tmp_path / "o"), "--weighting", "clipped"]) == 2
+
+
+def test_adrpo_divisibility_names_the_flags_the_user_set(tmp_path):
+    from training.adrpo_config import ADRPOConfig, ADRPOConfigError
+
+    with pytest.raises(ADRPOConfigError) as e:
+        ADRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none",
+                    per_device_train_batch_size=3, gradient_accumulation_steps=1, num_generations=2)
+    msg = str(e.value)
+    assert "per_device_train_batch_size (3)" in msg and "num_generations (2)" in msg
+    assert "--gradient_accumulation_steps" in msg
