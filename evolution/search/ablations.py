@@ -82,10 +82,10 @@ class HolisticEvolution(Evolution):
 
     def start(self) -> None:
         super().start()
-        seed = self.archive.get("seed")
-        self.archive.specialists = {}
+        seed = self.state.archive.get("seed")
+        self.state.archive.specialists = {}
         seed.roles = ["base"]
-        self.history[-1]["accepted"] = "base"
+        self.state.history[-1]["accepted"] = "base"
 
 
 def effective_config(cfg: EvolveConfig) -> EvolveConfig:

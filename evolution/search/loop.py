@@ -130,22 +130,6 @@ class Evolution:
             sandbox=SandboxLimits(call_timeout_s=cfg.validate_timeout_s, load_timeout_s=max(10.0, cfg.validate_timeout_s)),
             probe_units=cfg.probe_units, probe_batches=cfg.probe_batches)
 
-    # the run state's parts, read through the engine (tests, benchmarks, ablations)
-    archive = property(lambda self: self.state.archive)
-    ledger = property(lambda self: self.state.ledger)
-    history = property(lambda self: self.state.history)
-    dir = property(lambda self: self.state.dir)
-    splits = property(lambda self: self.state.splits)
-
-    def save(self) -> None:
-        self.state.save()
-
-    def load(self) -> bool:
-        return self.state.load()
-
-    def source_of(self, cid: str) -> str:
-        return self.state.source_of(cid)
-
     # ------------------------------------------------------------------ evaluation
 
     def evaluate(self, source: str, split: str, *, parent_source: str | None = None, diagnostics: bool = False):

@@ -116,7 +116,7 @@ def bench_round(*, train=("conv-26",), valid=("conv-30",), max_questions: int | 
                                    rounds_integrate=0, seed_program=str(parent), progress=progress, out=str(d))
                 evo = Evolution(cfg, rt=rt, proposer=make())
                 evo.start()  # the parent, evaluated: warms the stage cache
-                evo.save()
+                evo.state.save()
                 if mode == "full":  # same archive, empty stage and embedding caches
                     evo.cache.close()
                     (d / "stages.sqlite").unlink()
@@ -126,16 +126,16 @@ def bench_round(*, train=("conv-26",), valid=("conv-30",), max_questions: int | 
                     emb.cache = EmbeddingCache()
                     rt = Runtime(cache=None, embedder=emb)
                     evo = Evolution(cfg, rt=rt, proposer=make())
-                    evo.load()
+                    evo.state.load()
                 e0, c0 = emb.calls, rt.calls_snapshot()
                 t = time.perf_counter()
                 evo.run_round(1)
                 wall = time.perf_counter() - t
-                cand = evo.archive.get("r01")
+                cand = evo.state.archive.get("r01")
                 calls = rt.calls_since(c0)["calls"]
-                items = evo.dir.load_step("r01", "eval")["stage_items"] if cand.status == "evaluated" else {}
+                items = evo.state.dir.load_step("r01", "eval")["stage_items"] if cand.status == "evaluated" else {}
                 rows[mode] = {"wall_s": round(wall, 3), "embed_calls": emb.calls - e0,
-                              "task_calls": calls.get("task", 0), "coder_calls": evo.ledger.totals().get(
+                              "task_calls": calls.get("task", 0), "coder_calls": evo.state.ledger.totals().get(
                                   "coder", {}).get("calls", 0), "status": cand.status, "changed": cand.changed,
                               "valid_overall": cand.valid.overall if cand.valid else None,
                               "index_run": sum(v["index"]["run"] for v in items.values()) if items else None}

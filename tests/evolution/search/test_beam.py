@@ -108,9 +108,9 @@ def test_longmemeval_test_split_from_another_file(tmp_path):
                        test_path=str(tmp_path / "m.json"), embedder="hash:64", extractor="turns",
                        plan_mode="question", out=str(tmp_path / "run"), progress=False)
     evo = Evolution(cfg)
-    (test_conv,) = evo.splits["test"]
+    (test_conv,) = evo.state.splits["test"]
     assert test_conv.id == tid and len(test_conv.sessions) == 2 * len(recs[tid]["haystack_sessions"])
-    assert len(evo.splits["train"][0].sessions) == len(recs[splits["train"][0]]["haystack_sessions"])
+    assert len(evo.state.splits["train"][0].sessions) == len(recs[splits["train"][0]]["haystack_sessions"])
 
 
 def _cand(cid, parent, overall, stage="refine"):

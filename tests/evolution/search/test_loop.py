@@ -159,12 +159,12 @@ def test_offline_params_loop_raises_the_seeds_valid_answer_recall(tmp_path):
     seed, final = s["seed"]["valid"]["overall"], s["final"]["valid"]["overall"]
     assert final > seed + 0.05, (seed, final)
     # the seed returns the first 16,000 characters unranked; a ranking edit is in the final lineage and won
-    lineage = evo.archive.lineage(s["final_id"])
+    lineage = evo.state.archive.lineage(s["final_id"])
     ranked = [c for c in lineage if c.description.startswith("variant dense_ranking")]
-    assert ranked and ranked[0].valid.overall > evo.archive.get(ranked[0].parent).valid.overall
+    assert ranked and ranked[0].valid.overall > evo.state.archive.get(ranked[0].parent).valid.overall
     assert ranked[0].changed == ["indexing", "retrieval", "shared"]
     best = (tmp_path / "run" / "best.py").read_text()
-    assert "def query_text(query):" in best and best == evo.source_of(s["final_id"])
+    assert "def query_text(query):" in best and best == evo.state.source_of(s["final_id"])
     assert (tmp_path / "run" / "capabilities.png").stat().st_size > 10_000
 
 
