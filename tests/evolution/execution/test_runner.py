@@ -322,20 +322,8 @@ def test_two_evaluations_overlap_on_one_runner():
         assert run.stage_items["extract"]["run"] + run.stage_items["extract"]["reused"] == 3
 
 
-def HashEmbedder_():
-    from llm.embeddings import HashEmbedder
-    return HashEmbedder(dim=64)
-
-
 def test_program_runner_counts_cut_off_extractions_as_failures():
-    from memory_bank.programs import read_program_source, reference_program_path
-    from tests.helpers import TASK, Script, conversation
-
-    REF = read_program_source(reference_program_path())
-    from evolution.execution.runner import ProgramRunner, RunnerSettings
-    from llm.runtime import Runtime
-
-    rt = Runtime(embedder=HashEmbedder_())
+    rt = Runtime(embedder=HashEmbedder(dim=64))
     rt.register(TASK, LengthMarked(ScriptedBackend(Script(), model_id="task"),
                                    cut=lambda m: "memory units" in m[-1]["content"]))
     runner = ProgramRunner(rt, RunnerSettings(extractor="instruction", task_model=TASK, diagnostics=False))
@@ -393,10 +381,8 @@ def test_program_toolkit_calls_are_served_by_the_backend_host_under_the_model_lo
     runner = ProgramRunner(rt, RunnerSettings(extractor="turns", task_model=TASK, plan_mode="question",
                                               diagnostics=False, program_llm_calls=1))
     box = runner.sandbox(TOOLKIT_PROGRAM)
-    try:
-        assert isinstance(box.toolkit._host, BackendToolkitHost)
-    finally:
-        box.close()
+    assert isinstance(box.toolkit._host, BackendToolkitHost)
+    box.close()
     assert held == []  # loading a program calls no model
     run = runner.run(TOOLKIT_PROGRAM, [conversation()])
     (messages, params), = task.seen
