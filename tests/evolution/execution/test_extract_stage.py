@@ -40,6 +40,7 @@ def test_trained_hf_extractor_units_reach_the_index_and_score(tiny_model_dir, tm
     m = run(*parse_args(["--model_name_or_path", str(tiny_model_dir), "--use_peft", "false",
                          "--output_dir", str(trained), "--train_trajectories", str(traj), "--eval_trajectories",
                          str(traj), "--embedder", "none", "--max_length", "2048", "--max_steps", "60",
+                         "--max_eval_examples", "2",  # the loss probes: 2 of the 8 examples (before/after)
                          "--per_device_train_batch_size", "1", "--learning_rate", "5e-3",
                          "--lr_scheduler_type", "constant", "--activation_checkpointing", "false",
                          "--logging_steps", "10", "--eval_strategy", "no", "--save_strategy", "no",
