@@ -19,6 +19,14 @@ so the answer instruction cannot change a score: no round is spent on them). Wei
   row in cold start): 1 + 4·max(0, d_ext − d_ret) for retrieval variants, 1 + 2·max(0, d_ext −
   d_idx) for indexing ones, 1 otherwise (units hold the evidence but retrieval misses it →
   fix retrieval; the evidence is not found even by itself → fix indexing);
+- a **budget variant** (``Variant.budget``: it changes which retrieved lines survive the
+  context budget's cut, e.g. ``rank_order``) is tagged and weighed by its measured effect
+  instead: with ``b`` = the share of found evidence the budget cuts off
+  (``budget_cut`` of the target's row, else the overall row;
+  :mod:`evolution.search.budget_cut`), it counts as naming the target when ``b`` ≥
+  :data:`BUDGET_TAG` (0.2), and its diagnostics factor is 1 + :data:`BUDGET_GAIN` (4)·b, the
+  same scale as the retrieval factor (without a measured ``b``, e.g. no context budget, the
+  rules above apply);
 - a constant mutation weighs the target factor of the library variant that introduced the
   constant (``TIME_BONUS`` is the time-hint variant's, so it weighs 3 when T is the target),
   1 for a constant no variant introduced.
@@ -38,6 +46,8 @@ from evolution.search.proposers.library import LIBRARY, Variant
 PROTECTED = frozenset({"OUT_CHAR_BUDGET", "EMBED_CHARS"})
 SCALES = (0.5, 0.75, 1.5, 2.0)
 LIBRARY_SHARE = 0.6
+BUDGET_TAG = 0.2
+BUDGET_GAIN = 4.0
 
 
 def constant_mutations(source: str) -> list[tuple[str, Edit]]:
@@ -94,19 +104,27 @@ def _target_factor(capabilities: str, target: str | None) -> float:
     return 1.5 if capabilities == "*" else 0.5
 
 
+def _row(inp: ProposalInput, key: str) -> dict:
+    """The target's diagnostics row when it measures ``key``, else the overall row."""
+    row = inp.diagnostics.get(inp.target, {}) if inp.target is not None else {}
+    return row if row and row.get(key) is not None else inp.diagnostics.get("overall", {})
+
+
 def _variant_weight(v: Variant, inp: ProposalInput) -> float:
     """The variant's weight (module doc); 0.0 = not offered."""
     if v.component == "answer" and not _answered(inp):
         return 0.0  # no answer is generated: the answer instruction cannot matter
-    row = inp.diagnostics.get(inp.target, {}) if inp.target is not None else {}
-    if not row or row.get("d_ext") is None:
-        row = inp.diagnostics.get("overall", {})
+    row = _row(inp, "d_ext")
     d_ext, d_ret, d_idx = (row.get(k) for k in ("d_ext", "d_ret", "d_idx"))
     diag = 1.0
     if v.component == "retrieval" and d_ext is not None and d_ret is not None:
         diag = 1.0 + 4.0 * max(0.0, d_ext - d_ret)
     elif v.component == "indexing" and d_ext is not None and d_idx is not None:
         diag = 1.0 + 2.0 * max(0.0, d_ext - d_idx)
+    cut = _row(inp, "budget_cut").get("budget_cut") if v.budget else None
+    if cut is not None:  # tagged by its measured effect under the budget, not by hand
+        caps = inp.target if inp.target is not None and cut >= BUDGET_TAG else v.capabilities
+        return _target_factor(caps or v.capabilities, inp.target) * (1.0 + BUDGET_GAIN * cut)
     return _target_factor(v.capabilities, inp.target) * diag
 
 
@@ -172,6 +190,12 @@ class ParamsProposer:
             if key not in inp.known_keys:
                 mut.append((_mutation_weight(desc, owners, inp), (desc, [edit], child)))
         return lib, mut
+
+    def exhausted(self, inp: ProposalInput) -> bool:
+        """True when no library variant or constant mutation gives a new program for ``inp``
+        (the loop then refines a fallback parent, :meth:`Evolution.fallback_parent`)."""
+        lib, mut = self.options(inp)
+        return not lib and not mut
 
     def propose(self, inp: ProposalInput, rng: random.Random) -> ProposalResult:
         lib, mut = self.options(inp)
