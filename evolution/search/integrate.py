@@ -182,8 +182,8 @@ class TraceGuidedIntegrator:
             return
         caps_of = {s.id: "".join(c for c in CAPABILITIES if arch.specialists.get(c) == s.id) for s in specs}
         merges = [h for h in self.phase(state) if h.get("kind") == "merge"]
-        ever = [h for h in self.rows(state) if h.get("kind") == "merge"]
-        use_merge = steps.proposer_name in OFFLINE_PROPOSERS or (self.offline_first and not ever)
+        # an LLM proposer's first try since the last accepted merge is the offline merge
+        use_merge = steps.proposer_name in OFFLINE_PROPOSERS or (self.offline_first and not merges)
         include, exclude = [s.id for s in specs], set()
         if use_merge and merges:  # a retry leaves out what was blamed since the last accepted merge
             if any(h.get("stuck") for h in merges):
