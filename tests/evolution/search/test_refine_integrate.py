@@ -237,3 +237,31 @@ def test_element_level_retry_then_the_remaining_changes_go_onto_the_accepted_mer
     # round 10: nothing of r04 is left to add onto r08
     integ.run_round(state, steps, 10, random.Random(0))
     assert state.history[-1]["accepted"].startswith("skipped: the specialists add nothing to the accepted merge r08")
+
+
+# ------------------------------------------------------------------ (d) the proposer reads the cases
+
+
+def _case(question, answer):
+    return f"## Case c/q [T] score 0.00\nQuestion: {question}\nReference answer: {answer}\nPrediction: -\nRetrieved:\n..."
+
+
+def test_time_hint_and_date_words_are_weighed_by_what_the_cases_say():
+    cases = [_case("What did Caroline do in May 2023?", "went to a support group"),
+             _case("When did Melanie paint a sunrise?", "2022"),
+             _case("When did Caroline go to the LGBTQ support group?", "7 May 2023"),
+             _case("Which day did Mel run a charity race?", "the Sunday before 25 May 2023")]
+    diag = {"T": {"d_ext": 0.8, "d_ret": 0.7, "d_idx": 0.8}}  # retrieval 1.4, indexing 1.0
+    inp = ProposalInput(DENSE, "p", "refine", "T", diag, cases, ["c/q"] * 4, [], [])
+    w = {v.name: _variant_weight(v, inp) for v in LIBRARY if v.component != "answer"}
+    # time_hint: 1 of 4 questions names a month with a year -> 0.25 + 0.75 * 2 * 0.25 = 0.625
+    assert w["time_hint"] == pytest.approx(3.0 * 1.4 * 0.625)
+    # date_words: 2 of 4 reference answers name a month or weekday ("May", "Sunday", "May") -> 1.0
+    assert w["date_words"] == pytest.approx(3.0 * 1.0 * 1.0)
+    # no case names a date: both down to the floor; without cases: unchanged
+    plain = [_case("What does Mel like?", "painting")]
+    w = {v.name: _variant_weight(v, ProposalInput(DENSE, "p", "refine", "T", diag, plain, ["c/q"], [], []))
+         for v in LIBRARY if v.name in ("time_hint", "date_words", "mmr")}
+    assert w == pytest.approx({"time_hint": 3.0 * 1.4 * 0.25, "date_words": 3.0 * 0.25, "mmr": 0.5 * 1.4})
+    w = _weights(DENSE, "T", diag)
+    assert (w["time_hint"], w["date_words"]) == pytest.approx((3.0 * 1.4, 3.0))
