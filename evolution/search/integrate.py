@@ -223,8 +223,9 @@ class TraceGuidedIntegrator:
         if exclude:
             row["excluded"] = sorted([sid, k] for sid, k in exclude)
         try:
+            lineages = {x.id: [state.source_of(c.id) for c in arch.lineage(x.id)] for x in [base] + include}
             res = component_merge(Contender(base.id, state.source_of(base.id)), conts, ancestors,
-                                  {c: p["task"] for c, p in paired.items()}, exclude)
+                                  {c: p["task"] for c, p in paired.items()}, exclude, lineages)
         except MergeError as e:  # a program that cannot be split is left out next time
             # (the program merged onto cannot be left out: no retry)
             if str(e).startswith(f"{base.id}:"):

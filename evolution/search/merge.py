@@ -12,9 +12,16 @@ one member of ``class Memory``, keyed by the names it defines).
 Three-way rule, element by element. Each specialist S is compared with its **common ancestor
 with the base** A_S (the deepest program in both archive lineages: the base itself for a
 specialist refined from it; S itself when S is an ancestor of the base, so it contributes
-nothing). S *changed* an element when its version (normalised AST, docstrings ignored; "absent"
-counts as a version) differs from A_S's. No specialist changed it → the base's version. One
-distinct changed version, and the base did not change the element since that ancestor → that
+nothing). **Per-element merge base** (when the lineages are given): for element k, the merge
+base of S is the latest version of k in S's lineage that the base's lineage also holds (A_S's at
+worst, as A_S is in both). Lineages that evolved in parallel often made the same change (both
+applied ``dense_ranking`` from the seed): S then counts as changing ``Memory.retrieve`` only if
+it moved on from the version the base holds, and the base's own later change of ``TOP_K`` is
+not a conflict with S's copy of the version the base started from (issue 20: in the demo every
+such pseudo-conflict was settled against the base, on cases chosen for the specialists). S
+*changed* an element when its version (normalised AST, docstrings ignored; "absent" counts as a
+version) differs from its merge base's. No specialist changed it → the base's version. One
+distinct changed version, and the base did not change the element since that merge base → that
 version. Otherwise a **conflict** (several specialists changed it differently, or the base
 changed it too), settled by :func:`settle`: each version scores the best mean train score, over
 the paired differential cases of the capabilities its holders specialise in, of the programs
@@ -118,7 +125,8 @@ def settle(key: str, component: str, versions: dict[str, list[Contender]], base_
 
 
 def component_merge(base: Contender, specialists: list[Contender], ancestors: dict[str, str],
-                    paired: dict[str, str] | None = None, exclude: set | frozenset = frozenset()) -> MergeResult:
+                    paired: dict[str, str] | None = None, exclude: set | frozenset = frozenset(),
+                    lineages: dict[str, list[str]] | None = None) -> MergeResult:
     """Merge ``specialists`` into ``base`` (module doc).
 
     ``ancestors``: specialist id → source of its common ancestor with the base (the base
@@ -127,6 +135,9 @@ def component_merge(base: Contender, specialists: list[Contender], ancestors: di
     case id; a conflict among specialists of capabilities X is settled on the cases of X.
     ``exclude``: ``(specialist id, element key)`` pairs left out (an element-level retry): the
     specialist does not contend on that element, as if it had not changed it.
+    ``lineages``: program id → the sources of its archive lineage, oldest first, itself last
+    (the base's and the specialists'); with them each element has its own merge base (module
+    doc, "per-element merge base").
     Raises :class:`MergeError` when a program cannot be split (unparsable, no ``class
     Memory``, a key defined twice) or a specialist has no ancestor.
     """
@@ -147,18 +158,30 @@ def component_merge(base: Contender, specialists: list[Contender], ancestors: di
     def norm(m: dict, k: str) -> str:
         return m[k].norm if k in m else ABSENT
 
+    hist = _lineage_maps(lineages, [p.id for p in progs])
+
+    def anc(s: Contender, k: str) -> str:
+        """The merge base of ``k`` for ``s``: the latest version in s's lineage that the base's
+        lineage also holds, else the common ancestor's."""
+        if s.id in hist and base.id in hist:
+            seen = {norm(m, k) for m in hist[base.id]}
+            hit = next((norm(m, k) for m in reversed(hist[s.id]) if norm(m, k) in seen), None)
+            if hit is not None:
+                return hit
+        return norm(anc_maps[s.id], k)
+
     pick: dict[str, Element] = {}
     prov: dict[str, str] = {}
     comp_of: dict[str, str] = {}
     conflicts = []
     for k in keys:
         b = norm(maps[base.id], k)
-        changers = [s for s in specs if norm(maps[s.id], k) != norm(anc_maps[s.id], k) and (s.id, k) not in exclude]
+        changers = [s for s in specs if norm(maps[s.id], k) != anc(s, k) and (s.id, k) not in exclude]
         versions: dict[str, list[Contender]] = {}
         for s in changers:
             versions.setdefault(norm(maps[s.id], k), []).append(s)
         # the base contends when it changed k since a changer's ancestor, to a different version
-        if any(b != norm(anc_maps[s.id], k) for s in changers) and b not in versions:
+        if any(b != anc(s, k) for s in changers) and b not in versions:
             versions = {b: [base], **versions}
         elif b in versions:
             versions[b] = [base] + versions[b]
@@ -190,6 +213,29 @@ def component_merge(base: Contender, specialists: list[Contender], ancestors: di
     contributors = sorted({pid for ids in comps.values() for pid in ids}, key=order.index)
     return MergeResult(source, prov, {k: sorted(v, key=order.index) for k, v in comps.items()}, conflicts,
                        contributors)
+
+
+def _lineage_maps(lineages: dict[str, list[str]] | None, ids: list[str]) -> dict[str, list[dict]]:
+    """id → element maps of its lineage's programs (each distinct source split once); programs
+    that cannot be split are skipped (their versions are then unknown, not absent)."""
+    if not lineages:
+        return {}
+    memo: dict[str, dict | None] = {}
+    out = {}
+    for pid in ids:
+        if pid not in lineages:
+            continue
+        maps = []
+        for src in lineages[pid]:
+            if src not in memo:
+                try:
+                    memo[src] = split_program(src).element_map()
+                except MergeError:
+                    memo[src] = None
+            if memo[src] is not None:
+                maps.append(memo[src])
+        out[pid] = maps
+    return out
 
 
 def _refs(el: Element) -> set[str]:

@@ -265,3 +265,30 @@ def test_time_hint_and_date_words_are_weighed_by_what_the_cases_say():
     assert w == pytest.approx({"time_hint": 3.0 * 1.4 * 0.25, "date_words": 3.0 * 0.25, "mmr": 0.5 * 1.4})
     w = _weights(DENSE, "T", diag)
     assert (w["time_hint"], w["date_words"]) == pytest.approx((3.0 * 1.4, 3.0))
+
+
+# ------------------------------------------------------------------ per-element merge base
+
+
+def test_parallel_lineages_merge_without_pseudo_conflicts():
+    """The demo's case: the base (seed -> date_words -> dense -> TOP_K 30) and a specialist (seed ->
+    dense -> hybrid) both applied dense_ranking from the seed. Against their common ancestor (the
+    seed) TOP_K and Memory.retrieve are conflicts settled on the specialist's paired case (so against
+    the base); with per-element merge bases the base keeps its TOP_K and the specialist's hybrid
+    retrieve is taken, with no conflict."""
+    from evolution.search.merge import Contender, component_merge
+
+    dated, _ = variant("date_words").apply(SEED)
+    dated_dense, _ = variant("dense_ranking").apply(dated)
+    base = apply_edits(dated_dense, [next(e for d, e in constant_mutations(dated_dense)
+                                          if d == "constant TOP_K: 40 -> 30")])
+    spec = Contender("s", HYBRID, "F", {"case": 1.0})
+    old = component_merge(Contender("b", base), [spec], {"s": SEED}, {"F": "case"})
+    assert [(c.key, c.winner) for c in old.conflicts] == [("TOP_K", "s"), ("Memory.retrieve", "s")]
+    assert "TOP_K = 40" in old.source
+    new = component_merge(Contender("b", base), [spec], {"s": SEED}, {"F": "case"},
+                          lineages={"b": [SEED, dated, dated_dense, base], "s": [SEED, DENSE, HYBRID]})
+    assert new.conflicts == [] and "TOP_K = 30" in new.source and "def lexical_overlap(" in new.source
+    assert new.provenance["TOP_K"] == "b" and new.provenance["Memory.retrieve"] == "s"
+    assert new.provenance["def date_words"] == "b" and new.components == {"retrieval": ["s"], "shared": ["s"]}
+    assert new.source == apply_edits(base, variant("hybrid_lexical").edits_for(base))
