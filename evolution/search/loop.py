@@ -11,7 +11,9 @@ engine.
 diagnostics table and compact cases spread over capabilities; a child becomes the new base
 when the valid overall score improves), **capability refinement** (``rounds_refine``: target
 by the target policy, parent by the parent policy, cases by the case policy; a child becomes
-the specialist of every capability whose valid score it beats), then **integration**
+the specialist of every capability whose valid score it beats; when the proposer has nothing
+left to try on that parent, the round refines the policy's next fallback parent for the same
+target, :meth:`Evolution.fallback_parent`), then **integration**
 (``rounds_integrate``, a hook: the ``integrator`` object, by default
 :class:`evolution.search.integrate.TraceGuidedIntegrator`) and the
 **final** step: the frozen program (:meth:`EvolutionState.final_program`: the best valid overall
