@@ -248,18 +248,21 @@ def _refs(el: Element) -> set[str]:
 
 
 def _prune(pick: dict[str, Element], base_map: dict[str, Element]) -> list[str]:
-    """Drop module-level definitions the base lacks that nothing else in the merge uses (a
-    losing specialist's helpers, repeatedly); returns the dropped keys. Contract names and
-    everything the base has are kept."""
+    """Drop module-level definitions and imports the base lacks that nothing else in the merge
+    uses (a losing specialist's helpers and their imports, repeatedly); returns the dropped
+    keys. Contract names, other statements and everything the base has are kept."""
     dropped = []
     refs = {k: _refs(e) for k, e in pick.items()}
     while True:
         gone = []
         for k, e in pick.items():
             names = set(k.removeprefix("def ").removeprefix("class ").split(","))
-            if k in base_map or e.container != "module" or k == "class Memory" or \
-                    not all(n.isidentifier() for n in names):  # imports and other statements stay
+            if k in base_map or e.container != "module" or k == "class Memory":
                 continue
+            if not all(n.isidentifier() for n in names):  # an import binds its names; other statements stay
+                names = _import_names(e)
+                if not names:
+                    continue
             if not any(names & refs[o] for o in pick if o != k):
                 gone.append(k)
         if not gone:
@@ -268,6 +271,21 @@ def _prune(pick: dict[str, Element], base_map: dict[str, Element]) -> list[str]:
             pick.pop(k)
             refs.pop(k)
         dropped += gone
+
+
+def _import_names(el: Element) -> set[str]:
+    """Names an ``import`` / ``from ... import`` element binds (empty for any other statement and
+    for ``from __future__``)."""
+    try:
+        tree = ast.parse(textwrap.dedent(el.text))
+    except SyntaxError:
+        return set()
+    st = tree.body[-1] if tree.body else None
+    if isinstance(st, ast.Import):
+        return {a.asname or a.name.split(".")[0] for a in st.names}
+    if isinstance(st, ast.ImportFrom) and st.module != "__future__":
+        return {a.asname or a.name for a in st.names if a.name != "*"}
+    return set()
 
 
 def _order(base_keys: list[str], chosen: set[str], sequences: list[list[str]]) -> list[str]:

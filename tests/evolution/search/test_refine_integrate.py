@@ -292,3 +292,21 @@ def test_parallel_lineages_merge_without_pseudo_conflicts():
     assert new.provenance["TOP_K"] == "b" and new.provenance["Memory.retrieve"] == "s"
     assert new.provenance["def date_words"] == "b" and new.components == {"retrieval": ["s"], "shared": ["s"]}
     assert new.source == apply_edits(base, variant("hybrid_lexical").edits_for(base))
+
+
+def test_a_specialist_left_out_but_for_its_imports_adds_nothing():
+    """Round 8 of the experiment's full/seed0: every named element of the date_words specialist was
+    left out; its `import datetime` alone made a new program that was evaluated for nothing."""
+    from evolution.search.merge import Contender, component_merge
+    from evolution.search.integration_rules import step_elements
+
+    dated, _ = variant("date_words").apply(SEED)
+    keys = step_elements(SEED, dated)
+    assert keys == {"MONTH_NAMES", "WEEKDAYS", "def date_words", "def render_unit"}
+    res = component_merge(Contender("b", HYBRID), [Contender("s", dated, "T")], {"s": SEED},
+                          exclude={("s", k) for k in keys}, lineages={"b": [SEED, DENSE, HYBRID], "s": [SEED, dated]})
+    assert res.contributors == [] and res.source == HYBRID and "import datetime" not in res.source
+    # not left out: the helpers and their import come along
+    res = component_merge(Contender("b", HYBRID), [Contender("s", dated, "T")], {"s": SEED},
+                          lineages={"b": [SEED, DENSE, HYBRID], "s": [SEED, dated]})
+    assert res.contributors == ["s"] and "import datetime" in res.source and "def date_words(" in res.source
