@@ -16,6 +16,7 @@ from collections import OrderedDict
 from evolution.execution.program_eval import evaluate_program
 from evolution.execution.runner import ProgramRunError, ProgramRunner
 from evolution.search.archive import SplitScores
+from evolution.search.budget_cut import evidence_cut
 from evolution.search.cases import case_from_run, render_compact
 from evolution.search.ledger import Ledger, usage_from_eval
 from memory_bank.program import unit_text
@@ -30,10 +31,12 @@ def split_scores(ev) -> SplitScores:
                        round(sum(ret) / len(ret), 1) if ret else None)
 
 
-def diag_table(ev) -> dict:
+def diag_table(ev, cut: dict | None = None) -> dict:
     """The diagnostics table a proposer sees: per capability and ``overall``: n, score,
-    d_ext, d_idx, d_ret, mean unit and retrieved characters; ``overall`` also says whether
-    answers were generated (``answered``: False when the scorer reads the retrieved text)."""
+    d_ext, d_idx, d_ret, mean unit and retrieved characters, ``budget_cut`` (the share of
+    found evidence the context budget cuts off, :func:`evolution.search.budget_cut.evidence_cut`
+    given as ``cut``; None without a budget); ``overall`` also says whether answers were
+    generated (``answered``: False when the scorer reads the retrieved text)."""
     d = ev.diagnostics or {}
     dcap = d.get("by_capability", {})
     ret = {}
@@ -44,12 +47,14 @@ def diag_table(ev) -> dict:
         dc = dcap.get(cap, {})
         table[cap] = {"n": v["n"], "score": v["score"], "d_ext": dc.get("d_ext"), "d_idx": dc.get("d_idx"),
                       "d_ret": dc.get("d_ret"), "unit_chars": d.get("mean_unit_chars"),
-                      "retrieved_chars": sum(ret.get(cap, [0])) / max(1, len(ret.get(cap, [])))}
+                      "retrieved_chars": sum(ret.get(cap, [0])) / max(1, len(ret.get(cap, []))),
+                      "budget_cut": ((cut or {}).get(cap) or {}).get("share")}
     o = d.get("overall", {})
     table["overall"] = {"n": ev.n, "score": ev.overall, "d_ext": o.get("d_ext"), "d_idx": o.get("d_idx"),
                         "d_ret": o.get("d_ret"), "unit_chars": d.get("mean_unit_chars"),
                         "retrieved_chars": d.get("mean_retrieved_chars"),
-                        "answered": "answer" not in ev.stages_skipped}
+                        "answered": "answer" not in ev.stages_skipped,
+                        "budget_cut": ((cut or {}).get("overall") or {}).get("share")}
     return table
 
 
@@ -93,7 +98,8 @@ class Evaluator:
                 for k in row:
                     row[k] += u.get(k, 0)
         out = {"train": split_scores(ev_tr).__dict__, "valid": split_scores(ev_va).__dict__,
-               "diagnostics": diag_table(ev_tr), "usage": usage,
+               "diagnostics": diag_table(ev_tr, evidence_cut(run_tr, self.runner_diag.context_budget)),
+               "usage": usage,
                "stage_items": {"train": ev_tr.stage_items, "valid": ev_va.stage_items},
                "reuse": ev_va.reuse}
         run_dir.save_step(cid, "eval", out)

@@ -19,16 +19,19 @@ Source: DESIGN.md § "Capability-driven evolution", step 3, and issue 9 § 1:
   offline component-level merge (:func:`evolution.search.merge.component_merge`) of every
   specialist that differs from the base; it is the whole integration of the ``params``
   proposer and the coder's cheap first try. After a failed offline merge the params
-  integrator retries without the **blamed** specialist (:func:`blame`): the contributor with
-  the lowest valid score on the capability that dropped most (or, when nothing dropped by
-  more than δ, the contributor with the lowest valid overall). An LLM proposer (``coder``,
-  ``scripted``) instead gets the base (or the last evaluated failed merge: "a failed merge
-  goes back with its implementation"), each specialist's component diff against the base,
-  the compact traces of the base and the specialist on each paired case, and, for a retry,
-  the failed merge's verdict and its traces on those cases.
-- Once a merge is accepted it is the run's final program (:meth:`TraceGuidedIntegrator.final`)
-  and the remaining integration rounds only record that; without an accepted merge the final
-  program is the base.
+  integrator retries **element by element**: the blamed specialist (:func:`blame`: the
+  contributor with the lowest valid score on the capability that dropped most beyond δ, else
+  the one with the lowest valid overall) keeps everything but the elements its worst lineage
+  step changed (:func:`blame_elements`: the step with the lowest valid change on that
+  capability, or overall); a specialist that cannot be split is left out whole. An LLM
+  proposer (``coder``, ``scripted``) instead gets the base (or the last evaluated failed
+  merge: "a failed merge goes back with its implementation"), each specialist's component
+  diff against the base, the compact traces of the base and the specialist on each paired
+  case, and, for a retry, the failed merge's verdict and its traces on those cases.
+- Once a merge is accepted it becomes the program merged onto (:meth:`TraceGuidedIntegrator.anchor`):
+  the remaining integration rounds add the specialists onto it (what they add beyond it; the
+  exclusions start afresh) and judge against it; the last accepted merge is the integration's
+  final program (:meth:`TraceGuidedIntegrator.final`), else the base.
 
 Every attempt is one history row (stage ``integrate``) with the specialists, the paired cases,
 the conflicts the merge settled, the merged program's valid scores per capability, and
@@ -43,98 +46,16 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
-from evolution.search.archive import CAPABILITIES, Archive, Candidate, program_key
+from evolution.search.archive import CAPABILITIES, Candidate, program_key
+from evolution.search.integration_rules import (DEFAULT_DELTA, blame, blame_elements, common_ancestor,
+                                                integration_verdict, paired_case, paired_cases, worst_drop)
 from evolution.search.merge import Contender, MergeError, component_merge, element_key
 from evolution.search.proposers.base import ProposalInput, ProposalResult
-from evolution.search.select import TaskInfo
 
-DEFAULT_DELTA = 0.02
-_EPS = 1e-9
+__all__ = ["DEFAULT_DELTA", "MergeProposer", "OFFLINE_PROPOSERS", "RoundSteps", "TraceGuidedIntegrator", "blame",
+           "blame_elements", "common_ancestor", "integration_verdict", "paired_case", "paired_cases", "unified_diff"]
+
 OFFLINE_PROPOSERS = ("params",)
-
-
-# ------------------------------------------------------------------ pure rules
-
-
-def paired_case(archive: Archive, cap: str, train_tasks: list[TaskInfo],
-                base_id: str | None = None) -> tuple[str, float] | None:
-    """(task id, gap) of ``cap``'s paired differential case, or None when ``cap`` has no
-    specialist other than the base or no primary-``cap`` train task. gap = specialist's
-    train score − base's (may be ≤ 0 when the specialist won on valid but not on train).
-    ``base_id``: the program merged onto (default the archive's base)."""
-    base_id = base_id or archive.base
-    spec_id = archive.specialists.get(cap)
-    if spec_id is None or spec_id == base_id:
-        return None
-    spec, base = archive.get(spec_id), archive.get(base_id)
-    pool = [t for t in train_tasks if t.primary == cap]
-    if not pool:
-        return None
-    gaps = [(spec.train.tasks.get(t.id, 0.0) - base.train.tasks.get(t.id, 0.0), -i, t.id) for i, t in enumerate(pool)]
-    g, _, tid = max(gaps)
-    return tid, g
-
-
-def paired_cases(archive: Archive, train_tasks: list[TaskInfo], rng: random.Random | None = None,
-                 random_draw: bool = False, only: set | None = None, base_id: str | None = None) -> dict[str, dict]:
-    """capability → ``{"task", "gap", "specialist"}`` for every capability whose specialist
-    differs from the base (and is in ``only`` when given), in F, T, P, M, A order.
-    ``random_draw`` (ablation ``random_cases``): the task is ``rng.choice`` over all train
-    tasks (gap still reported)."""
-    out = {}
-    base = archive.get(base_id or archive.base)
-    for cap in CAPABILITIES:
-        if only is not None and archive.specialists.get(cap) not in only:
-            continue
-        hit = paired_case(archive, cap, train_tasks, base.id)
-        if hit is None:
-            continue
-        tid, gap = hit
-        spec = archive.specialist(cap)
-        if random_draw:
-            tid = rng.choice([t.id for t in train_tasks])
-            gap = spec.train.tasks.get(tid, 0.0) - base.train.tasks.get(tid, 0.0)
-        out[cap] = {"task": tid, "gap": gap, "specialist": spec.id}
-    return out
-
-
-def integration_verdict(merged_overall: float, merged_caps: dict[str, float], base_overall: float,
-                        base_caps: dict[str, float], delta: float = DEFAULT_DELTA) -> tuple[bool, str, dict]:
-    """(accepted, reason, drops): accepted when ``merged_overall > base_overall`` and no
-    capability of the base drops by more than ``delta`` (a drop of exactly δ is allowed; a
-    capability missing from the merged scores counts as 0). ``drops``: capability → base −
-    merged for every capability that dropped (> 0). ``reason`` is "" when accepted, else the
-    first failed condition with numbers."""
-    drops = {c: base_caps[c] - merged_caps.get(c, 0.0) for c in base_caps
-             if base_caps[c] - merged_caps.get(c, 0.0) > _EPS}
-    if not merged_overall > base_overall + _EPS:
-        return False, f"valid overall {merged_overall:.4f} does not beat the base's {base_overall:.4f}", drops
-    over = {c: d for c, d in drops.items() if d > delta + _EPS}
-    if over:
-        worst = max(over, key=lambda c: (over[c], -CAPABILITIES.index(c) if c in CAPABILITIES else 0))
-        return False, (f"capability {worst} drops {over[worst]:.4f} > delta {delta:g} against the base"
-                       + (f" (also {', '.join(sorted(set(over) - {worst}))})" if len(over) > 1 else "")), drops
-    return True, "", drops
-
-
-def blame(contributors: list[Candidate], drops: dict[str, float], delta: float) -> str | None:
-    """The specialist an offline retry leaves out (module doc): the contributor with the
-    lowest valid score on the capability that dropped most beyond δ, else the one with the
-    lowest valid overall. Ties: the later one in ``contributors``. None when empty."""
-    if not contributors:
-        return None
-    over = {c: d for c, d in drops.items() if d > delta + _EPS}
-    if over:
-        cap = max(over, key=lambda c: (over[c], -CAPABILITIES.index(c) if c in CAPABILITIES else 0))
-        return min(reversed(contributors), key=lambda s: s.valid.by_capability.get(cap, 0.0)).id
-    return min(reversed(contributors), key=lambda s: s.valid.overall).id
-
-
-def common_ancestor(archive: Archive, a: str, b: str) -> str:
-    """The deepest program in both lineages (the seed at worst)."""
-    la = [c.id for c in archive.lineage(a)]
-    lb = {c.id for c in archive.lineage(b)}
-    return next(cid for cid in reversed(la) if cid in lb)
 
 
 # ------------------------------------------------------------------ proposers of one attempt
@@ -204,9 +125,13 @@ class TraceGuidedIntegrator:
         self.delta, self.random_cases, self.offline_first, self.onto = delta, random_cases, offline_first, onto
 
     def anchor(self, state) -> Candidate:
-        """The program merged onto (see ``onto``); the same in every integration round, since
-        integration changes neither the base nor the specialists."""
+        """The program merged onto: the last accepted merge once there is one (later rounds add
+        the remaining specialists onto it), else by ``onto``: the base, or the best single
+        program (:func:`evolution.search.select.freeze_choice` without merges)."""
         arch = state.archive
+        done = [h for h in self.rows(state) if h.get("integrated")]
+        if done:
+            return arch.get(done[-1]["candidate"])
         if self.onto == "base":
             return arch.get(arch.base)
         from evolution.search.select import freeze_choice
@@ -218,8 +143,14 @@ class TraceGuidedIntegrator:
     def rows(state) -> list[dict]:
         return [h for h in state.history if h.get("stage") == "integrate"]
 
+    def phase(self, state) -> list[dict]:
+        """The integration rows since the last accepted merge (all of them before one)."""
+        rows = self.rows(state)
+        done = [i for i, h in enumerate(rows) if h.get("integrated")]
+        return rows[done[-1] + 1:] if done else rows
+
     def final(self, state) -> str:
-        """The accepted merge's id, else the base's."""
+        """The last accepted merge's id, else the base's."""
         done = [h for h in self.rows(state) if h.get("integrated")]
         return done[-1]["candidate"] if done else state.archive.base
 
@@ -239,34 +170,39 @@ class TraceGuidedIntegrator:
     def run_round(self, state, steps: RoundSteps, round_no: int, rng: random.Random) -> None:
         arch = state.archive
         base = self.anchor(state)
-        rows = self.rows(state)
         row = {"round": round_no, "stage": "integrate", "target": None, "parent": base.id, "anchor": base.id,
                "candidate": "-",
                "status": "-", "verdict": "-", "valid": None, "integrated": False, "merged_from": [], "paired": {},
                "conflicts": [], "kind": "-"}
-        if any(h.get("integrated") for h in rows):
-            self._log(state, row, "merge already accepted", "skipped: an earlier integration round was accepted")
-            return
+        onto_merge = any(h.get("integrated") for h in self.rows(state))
         specs = self.specialists(state)
         if not specs:
             onto = "the base" if base.id == arch.base else f"the program merged onto ({base.id})"
             self._log(state, row, "nothing to integrate", f"skipped: every specialist is {onto} or its ancestor")
             return
         caps_of = {s.id: "".join(c for c in CAPABILITIES if arch.specialists.get(c) == s.id) for s in specs}
-        merges = [h for h in rows if h.get("kind") == "merge"]
+        merges = [h for h in self.phase(state) if h.get("kind") == "merge"]
+        # an LLM proposer's first try since the last accepted merge is the offline merge
         use_merge = steps.proposer_name in OFFLINE_PROPOSERS or (self.offline_first and not merges)
-        include = [s.id for s in specs]
-        if use_merge and merges:  # an offline retry leaves out every specialist blamed so far
-            include = [i for i in include if i not in {h.get("blamed") for h in merges}]
-            if not include or merges[-1].get("blamed") is None:
+        include, exclude = [s.id for s in specs], set()
+        if use_merge and merges:  # a retry leaves out what was blamed since the last accepted merge
+            if any(h.get("stuck") for h in merges):
+                self._log(state, row, "no merge left to try", f"skipped: the program merged onto ({base.id}) "
+                                                              "cannot be split into elements")
+                return
+            whole = {h.get("blamed") for h in merges if h.get("blamed") and not h.get("left_out")}
+            include = [i for i in include if i not in whole]
+            exclude = {(sid, k) for h in merges for sid, k in h.get("left_out", [])}
+            if not include:
                 self._log(state, row, "no merge left to try", "skipped: every specialist was left out")
                 return
         paired = paired_cases(arch, state.split_tasks("train"), rng, self.random_cases, set(include), base.id)
         row["paired"] = paired
         if use_merge:
-            self._merge_attempt(state, steps, round_no, row, [arch.get(i) for i in include], caps_of, paired)
+            self._merge_attempt(state, steps, round_no, row, [arch.get(i) for i in include], caps_of, paired,
+                                exclude, onto_merge)
         else:
-            self._coder_attempt(state, steps, round_no, row, specs, caps_of, paired, rows)
+            self._coder_attempt(state, steps, round_no, row, specs, caps_of, paired, self.phase(state))
 
     def _log(self, state, row: dict, proposal: str, accepted: str) -> None:
         row.update({"proposal": proposal, "accepted": accepted, "tokens": state.ledger.round_tokens(row["round"])})
@@ -275,7 +211,8 @@ class TraceGuidedIntegrator:
     def _cid(self, round_no: int) -> str:
         return f"r{round_no:02d}"
 
-    def _merge_attempt(self, state, steps, round_no, row, include: list[Candidate], caps_of, paired) -> None:
+    def _merge_attempt(self, state, steps, round_no, row, include: list[Candidate], caps_of, paired,
+                       exclude: set, onto_merge: bool) -> None:
         arch = state.archive
         base = arch.get(row["anchor"])
         cases = {p["task"] for p in paired.values()}
@@ -283,26 +220,37 @@ class TraceGuidedIntegrator:
                  for s in include]
         ancestors = {s.id: state.source_of(common_ancestor(arch, s.id, base.id)) for s in include}
         row.update(kind="merge", merged_from=[f"{s.id} ({caps_of[s.id]})" for s in include])
+        if exclude:
+            row["excluded"] = sorted([sid, k] for sid, k in exclude)
         try:
+            lineages = {x.id: [state.source_of(c.id) for c in arch.lineage(x.id)] for x in [base] + include}
             res = component_merge(Contender(base.id, state.source_of(base.id)), conts, ancestors,
-                                  {c: p["task"] for c, p in paired.items()})
+                                  {c: p["task"] for c, p in paired.items()}, exclude, lineages)
         except MergeError as e:  # a program that cannot be split is left out next time
-            # (the program merged onto itself cannot be left out: no retry, blamed None)
-            row["blamed"] = None if str(e).startswith(f"{base.id}:") else \
-                next((s.id for s in include if str(e).startswith(f"{s.id}:")), include[-1].id)
+            # (the program merged onto cannot be left out: no retry)
+            if str(e).startswith(f"{base.id}:"):
+                row["stuck"] = True
+            else:
+                row["blamed"] = next((s.id for s in include if str(e).startswith(f"{s.id}:")), include[-1].id)
             self._log(state, row, "component merge", f"no: merge failed: {e}")
+            return
+        if not res.contributors:
+            what = f"the accepted merge {base.id}" if onto_merge else base.id
+            self._log(state, row, "component merge", f"skipped: the specialists add nothing to {what} (every "
+                                                     "change is in it or was left out)")
             return
         row["conflicts"] = [c.to_dict() for c in res.conflicts]
         row["components"] = res.components
+        supplied = {sid: sorted(k for k, pid in res.provenance.items() if pid == sid) for sid in res.contributors}
         desc = "component merge of " + ", ".join(f"{s.id} ({caps_of[s.id]})" for s in include) + \
-            (f" onto {base.id}" if base.id != arch.base else "")
+            (f" onto {base.id}" if base.id != arch.base else "") + (" (elements left out)" if exclude else "")
         key, ekey = program_key(res.source), element_key(res.source)
         same = next((c for c in arch.candidates.values() if c.status == "evaluated" and
                      (c.key == key or element_key(state.source_of(c.id)) == ekey)), None)
         if same is not None:  # the merge is an archived program, up to statement order: reuse its scores
             row.update(candidate=same.id, status="evaluated", verdict="ok", valid=same.valid.scores(),
                        proposal=desc + f" = archived {same.id} (scores reused)")
-            self._judge(state, row, same, [s for s in include if s.id in res.contributors])
+            self._judge(state, row, same, [s for s in include if s.id in res.contributors], supplied)
             return
         detail = "\n".join([desc, "components: " + str(res.components),
                             "conflicts: " + str([c.to_dict() for c in res.conflicts])])
@@ -314,12 +262,16 @@ class TraceGuidedIntegrator:
                    verdict="ok" if cand.validation and cand.validation["ok"] else
                    (f"level {cand.validation['level']}" if cand.validation else "-"),
                    valid=cand.valid.scores() if cand.valid else None)
-        self._judge(state, row, cand, [s for s in include if s.id in res.contributors])
+        self._judge(state, row, cand, [s for s in include if s.id in res.contributors], supplied)
 
-    def _judge(self, state, row, cand: Candidate, contributors: list[Candidate]) -> None:
+    def _judge(self, state, row, cand: Candidate, contributors: list[Candidate], supplied: dict | None = None) -> None:
         """Apply the acceptance rule to ``cand`` and book the attempt: a candidate made in this
         round through :meth:`EvolutionState.record_round` (outcome.json, failed attempts, history),
-        a reused archived program as a plain history row. Judged against the anchor."""
+        a reused archived program as a plain history row. Judged against the anchor. On a
+        failure the blamed specialist (:func:`blame`) is recorded; with ``supplied`` (an offline
+        merge: specialist id → element keys it supplied) the retry leaves out only the elements
+        of its worst lineage step (:func:`blame_elements`, row ``left_out``), else the whole
+        specialist."""
         base = state.archive.get(row.get("anchor") or state.archive.base)
         if cand.status != "evaluated":
             ok, reason, drops = False, cand.reason, {}
@@ -332,6 +284,13 @@ class TraceGuidedIntegrator:
                 cand.roles.append("integrated")
         else:
             row["blamed"] = blame(contributors, drops, self.delta)
+            if supplied and row["blamed"] in supplied:
+                arch, sid = state.archive, row["blamed"]
+                hit = blame_elements(arch, state.source_of, sid, common_ancestor(arch, sid, base.id),
+                                     set(supplied[sid]), worst_drop(drops, self.delta))
+                if hit is not None:
+                    row["blamed_step"], row["left_out"] = hit[0], [[sid, k] for k in hit[1]]
+                    reason += f"; the retry leaves out {sid}'s {', '.join(hit[1])} (from step {hit[0]})"
         accepted = "integrated: the final program" if ok else ""
         if cand.stage == "integrate" and cand.round == row["round"]:
             cand.reason = "" if ok else (cand.reason or reason)

@@ -11,7 +11,9 @@ engine.
 diagnostics table and compact cases spread over capabilities; a child becomes the new base
 when the valid overall score improves), **capability refinement** (``rounds_refine``: target
 by the target policy, parent by the parent policy, cases by the case policy; a child becomes
-the specialist of every capability whose valid score it beats), then **integration**
+the specialist of every capability whose valid score it beats; when the proposer has nothing
+left to try on that parent, the round refines the policy's next fallback parent for the same
+target, :meth:`Evolution.fallback_parent`), then **integration**
 (``rounds_integrate``, a hook: the ``integrator`` object, by default
 :class:`evolution.search.integrate.TraceGuidedIntegrator`) and the
 **final** step: the frozen program (:meth:`EvolutionState.final_program`: the best valid overall
@@ -285,6 +287,7 @@ class Evolution:
             if target is not None:  # a holistic policy refines without a target
                 self.state.archive.selections[target] = self.state.archive.selections.get(target, 0) + 1
         parent = self.parent_policy.choose(self.state.archive, target)
+        first, parent = parent, self.fallback_parent(parent, target)
         case_ids = self.case_policy.choose(self.state.archive, parent, target, self.state.split_tasks("train"), self.cfg.cases,
                                            self.state.rng)
         record_cases(self.state.archive, case_ids, self.state.tasks)
@@ -292,6 +295,25 @@ class Evolution:
         cand = self.attempt(round_no, stage, parent, target, inp, f"r{round_no:02d}")
         accepted = self.acceptance.accept(self.state.archive, cand, stage, parent)
         self.state.record_round(round_no, stage, target, parent, cand, accepted)
+        if parent.id != first.id:
+            self.state.history[-1]["fallback_from"] = first.id
+            self.state.history[-1]["proposal"] = f"[parent fallback: {first.id} has nothing left to try] " + \
+                (self.state.history[-1]["proposal"] or "")
+
+    def fallback_parent(self, parent: Candidate, target: str | None) -> Candidate:
+        """``parent``, or, when the proposer says it has nothing left to try on it (its optional
+        ``exhausted(ProposalInput) -> bool``), the first of the parent policy's optional
+        ``fallbacks(archive, target)`` it has something for (DESIGN.md: a round is a proposal;
+        issue 20: parent fallback). Deterministic given the archive, so a resumed round picks
+        the same parent."""
+        exhausted = getattr(self.proposer, "exhausted", None)
+        more = getattr(self.parent_policy, "fallbacks", None)
+        if exhausted is None or more is None or target is None:
+            return parent
+        for cand in [parent] + more(self.state.archive, target):
+            if not exhausted(self.build_input(0, "refine", cand, target, [])):
+                return cand
+        return parent
 
     # ------------------------------------------------------------------ the run
 

@@ -6,23 +6,22 @@ changed it; a component changed by several specialists is settled on the paired 
 cases)". Used as the whole integration of the ``params`` proposer and as the coder's cheap
 first try.
 
-Granularity. A program's components (:mod:`evolution.execution.component_diff`: extraction,
-indexing, planning, retrieval, answer, shared) are made of **elements**, each one top-level
-statement or one member of ``class Memory``:
-
-- module level: a statement assigning / defining names is keyed by those names
-  (``TOP_K``, ``def query_text``, ``class MemoryUnit``); an import or any other statement is
-  keyed by its normalised text (``ast.unparse``: ``import re``), so two programs adding the
-  same import agree and different imports are both kept;
-- ``class Memory``: its header (decorators, bases) and each member, keyed by name
-  (``Memory.retrieve`` is the retrieval component, every other member is indexing).
+Granularity: the **elements** of :mod:`evolution.search.elements` (one top-level statement or
+one member of ``class Memory``, keyed by the names it defines).
 
 Three-way rule, element by element. Each specialist S is compared with its **common ancestor
 with the base** A_S (the deepest program in both archive lineages: the base itself for a
 specialist refined from it; S itself when S is an ancestor of the base, so it contributes
-nothing). S *changed* an element when its version (normalised AST, docstrings ignored; "absent"
-counts as a version) differs from A_S's. No specialist changed it → the base's version. One
-distinct changed version, and the base did not change the element since that ancestor → that
+nothing). **Per-element merge base** (when the lineages are given): for element k, the merge
+base of S is the latest version of k in S's lineage that the base's lineage also holds (A_S's at
+worst, as A_S is in both). Lineages that evolved in parallel often made the same change (both
+applied ``dense_ranking`` from the seed): S then counts as changing ``Memory.retrieve`` only if
+it moved on from the version the base holds, and the base's own later change of ``TOP_K`` is
+not a conflict with S's copy of the version the base started from (issue 20: in the demo every
+such pseudo-conflict was settled against the base, on cases chosen for the specialists). S
+*changed* an element when its version (normalised AST, docstrings ignored; "absent" counts as a
+version) differs from its merge base's. No specialist changed it → the base's version. One
+distinct changed version, and the base did not change the element since that merge base → that
 version. Otherwise a **conflict** (several specialists changed it differently, or the base
 changed it too), settled by :func:`settle`: each version scores the best mean train score, over
 the paired differential cases of the capabilities its holders specialise in, of the programs
@@ -45,184 +44,15 @@ validated here (the integrator runs the four validation levels and the acceptanc
 from __future__ import annotations
 
 import ast
-import copy
 import textwrap
 from dataclasses import dataclass, field
 
 from evolution.search.archive import CAPABILITIES
+from evolution.search.elements import (ABSENT, Element, MergeError, ProgramParts, element_key, render,
+                                       split_program)
 
-ABSENT = "<absent>"
-_NAMED = {"EXTRACTION_INSTRUCTION": "extraction", "PLANNING_INSTRUCTION": "planning",
-          "ANSWER_INSTRUCTION": "answer", "MemoryUnit": "extraction", "Query": "planning"}
-
-
-class MergeError(ValueError):
-    """A program cannot take part in a merge (names the program and why)."""
-
-
-@dataclass(frozen=True)
-class Element:
-    """One mergeable piece: ``key`` (see the module doc), ``container`` (``module`` |
-    ``Memory``), ``component`` (reporting), ``text`` (verbatim source lines, leading comments
-    included) and ``norm`` (normalised AST dump; what "changed" compares)."""
-
-    key: str
-    container: str
-    component: str
-    text: str
-    norm: str
-
-
-def _norm(node: ast.AST) -> str:
-    node = copy.deepcopy(node)
-    for n in ast.walk(node):
-        body = getattr(n, "body", None)
-        if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body \
-                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                and isinstance(body[0].value.value, str):
-            n.body = body[1:] or [ast.Pass()]
-    return ast.dump(node, annotate_fields=False, include_attributes=False)
-
-
-def _names(stmt: ast.stmt) -> list[str]:
-    if isinstance(stmt, ast.Assign):
-        out = []
-        for t in stmt.targets:
-            out += [n.id for n in ast.walk(t) if isinstance(n, ast.Name)]
-        return out
-    if isinstance(stmt, (ast.AnnAssign, ast.AugAssign)) and isinstance(stmt.target, ast.Name):
-        return [stmt.target.id]
-    if isinstance(stmt, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-        return [stmt.name]
-    return []
-
-
-def _start_line(stmt: ast.stmt) -> int:
-    decos = getattr(stmt, "decorator_list", None) or []
-    return min([stmt.lineno] + [d.lineno for d in decos])
-
-
-def _segments(lines: list[str], stmts: list[ast.stmt], first_line: int) -> list[str]:
-    """Verbatim text of each statement, from the line after the previous one ends (so leading
-    comments and blank lines travel with it) to its own last line (1-based ``first_line``)."""
-    out, prev_end = [], first_line - 1
-    for st in stmts:
-        out.append("".join(lines[prev_end: st.end_lineno]))
-        prev_end = st.end_lineno
-    return out
-
-
-def _docstring_end(body: list[ast.stmt]) -> int | None:
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-            and isinstance(body[0].value.value, str):
-        return body[0].end_lineno
-    return None
-
-
-@dataclass
-class ProgramParts:
-    """A program split into elements: ``docstring`` (the module docstring's lines, "" if
-    none), ``module`` (top-level elements in order; ``class Memory`` stands for the class, its
-    text being the class header: leading comments, decorators, the ``class`` line and the
-    class docstring) and ``memory`` (the members of ``class Memory`` in order)."""
-
-    docstring: str
-    module: list[Element]
-    memory: list[Element]
-
-    def element_map(self) -> dict[str, Element]:
-        return {e.key: e for e in self.module + self.memory}
-
-
-def split_program(source: str, name: str = "program") -> ProgramParts:
-    """Split ``source`` into :class:`ProgramParts`. Raises :class:`MergeError` naming ``name``
-    when it does not parse, lacks ``class Memory`` (or its members) or defines a key twice."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as e:
-        raise MergeError(f"{name}: syntax error at line {e.lineno}: {e.msg}") from None
-    lines = source.splitlines(keepends=True)
-    body = list(tree.body)
-    docstring, first = "", 1
-    doc_end = _docstring_end(body)
-    if doc_end is not None:
-        docstring, first, body = "".join(lines[:doc_end]), doc_end + 1, body[1:]
-    module, memory, seen, has_memory = [], [], set(), False
-
-    def add(target: list, el: Element) -> None:
-        if el.key in seen:
-            raise MergeError(f"{name}: {el.key} is defined twice; cannot merge it element by element")
-        seen.add(el.key)
-        target.append(el)
-
-    prev_end = first - 1
-    for st in body:
-        text = "".join(lines[prev_end: st.end_lineno])
-        start = prev_end
-        prev_end = st.end_lineno
-        if isinstance(st, ast.ClassDef) and st.name == "Memory":
-            has_memory = True
-            members = list(st.body)
-            head_end = _docstring_end(members)
-            if head_end is not None:
-                members = members[1:]
-            if not members:
-                raise MergeError(f"{name}: class Memory has no members besides its docstring")
-            if head_end is None:
-                head_end = _start_line(members[0]) - 1
-            shell = ast.ClassDef(name="Memory", bases=st.bases, keywords=st.keywords, body=[ast.Pass()],
-                                 decorator_list=st.decorator_list)
-            if hasattr(st, "type_params"):
-                shell.type_params = st.type_params
-            add(module, Element("class Memory", "module", "indexing", "".join(lines[start:head_end]), _norm(shell)))
-            for m, mt in zip(members, _segments(lines, members, head_end + 1)):
-                mnames = _names(m)
-                key = "Memory." + (",".join(mnames) if mnames else ast.unparse(m))
-                add(memory, Element(key, "Memory", "retrieval" if mnames == ["retrieve"] else "indexing", mt,
-                                    _norm(m)))
-            continue
-        names = _names(st)
-        if names:
-            kinds = {_NAMED.get(n, "shared") for n in names}
-            comp = kinds.pop() if len(kinds) == 1 else "shared"
-            prefix = "def " if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)) else \
-                "class " if isinstance(st, ast.ClassDef) else ""
-            key = prefix + ",".join(names)
-        else:
-            comp, key = "shared", ast.unparse(st)
-        add(module, Element(key, "module", comp, text, _norm(st)))
-    if not has_memory:
-        raise MergeError(f"{name}: no class Memory")
-    return ProgramParts(docstring, module, memory)
-
-
-def element_key(source: str) -> str | None:
-    """sha256 (16 hex digits) of a program's elements as an unordered set of (key, normalised
-    AST): two programs with equal element keys define the same things and differ at most in
-    statement order, comments and docstrings. None when the source cannot be split."""
-    import hashlib
-    import json
-
-    try:
-        parts = split_program(source)
-    except MergeError:
-        return None
-    items = sorted([e.key, e.norm] for e in parts.module + parts.memory)
-    return hashlib.sha256(json.dumps(items).encode()).hexdigest()[:16]
-
-
-def render(parts: ProgramParts, module_keys: list[str], memory_keys: list[str], pick: dict[str, Element]) -> str:
-    """Source text of the chosen elements (``pick``: key → element) in the given orders, under
-    ``parts``' module docstring."""
-    def nl(t: str) -> str:
-        return t if t.endswith("\n") else t + "\n"
-
-    out = [parts.docstring]
-    for k in module_keys:
-        out.append(nl(pick[k].text))
-        if k == "class Memory":
-            out += [nl(pick[mk].text) for mk in memory_keys]
-    return "".join(out).rstrip("\n") + "\n"
+__all__ = ["ABSENT", "Conflict", "Contender", "Element", "MergeError", "MergeResult", "ProgramParts",
+           "component_merge", "element_key", "render", "settle", "split_program"]
 
 
 @dataclass
@@ -295,13 +125,19 @@ def settle(key: str, component: str, versions: dict[str, list[Contender]], base_
 
 
 def component_merge(base: Contender, specialists: list[Contender], ancestors: dict[str, str],
-                    paired: dict[str, str] | None = None) -> MergeResult:
+                    paired: dict[str, str] | None = None, exclude: set | frozenset = frozenset(),
+                    lineages: dict[str, list[str]] | None = None) -> MergeResult:
     """Merge ``specialists`` into ``base`` (module doc).
 
     ``ancestors``: specialist id → source of its common ancestor with the base (the base
     itself for a specialist refined from it; the specialist itself when it is an ancestor of
     the base, so it contributes nothing). ``paired``: capability → its paired differential
     case id; a conflict among specialists of capabilities X is settled on the cases of X.
+    ``exclude``: ``(specialist id, element key)`` pairs left out (an element-level retry): the
+    specialist does not contend on that element, as if it had not changed it.
+    ``lineages``: program id → the sources of its archive lineage, oldest first, itself last
+    (the base's and the specialists'); with them each element has its own merge base (module
+    doc, "per-element merge base").
     Raises :class:`MergeError` when a program cannot be split (unparsable, no ``class
     Memory``, a key defined twice) or a specialist has no ancestor.
     """
@@ -322,18 +158,30 @@ def component_merge(base: Contender, specialists: list[Contender], ancestors: di
     def norm(m: dict, k: str) -> str:
         return m[k].norm if k in m else ABSENT
 
+    hist = _lineage_maps(lineages, [p.id for p in progs])
+
+    def anc(s: Contender, k: str) -> str:
+        """The merge base of ``k`` for ``s``: the latest version in s's lineage that the base's
+        lineage also holds, else the common ancestor's."""
+        if s.id in hist and base.id in hist:
+            seen = {norm(m, k) for m in hist[base.id]}
+            hit = next((norm(m, k) for m in reversed(hist[s.id]) if norm(m, k) in seen), None)
+            if hit is not None:
+                return hit
+        return norm(anc_maps[s.id], k)
+
     pick: dict[str, Element] = {}
     prov: dict[str, str] = {}
     comp_of: dict[str, str] = {}
     conflicts = []
     for k in keys:
         b = norm(maps[base.id], k)
-        changers = [s for s in specs if norm(maps[s.id], k) != norm(anc_maps[s.id], k)]
+        changers = [s for s in specs if norm(maps[s.id], k) != anc(s, k) and (s.id, k) not in exclude]
         versions: dict[str, list[Contender]] = {}
         for s in changers:
             versions.setdefault(norm(maps[s.id], k), []).append(s)
         # the base contends when it changed k since a changer's ancestor, to a different version
-        if any(b != norm(anc_maps[s.id], k) for s in changers) and b not in versions:
+        if any(b != anc(s, k) for s in changers) and b not in versions:
             versions = {b: [base], **versions}
         elif b in versions:
             versions[b] = [base] + versions[b]
@@ -367,6 +215,29 @@ def component_merge(base: Contender, specialists: list[Contender], ancestors: di
                        contributors)
 
 
+def _lineage_maps(lineages: dict[str, list[str]] | None, ids: list[str]) -> dict[str, list[dict]]:
+    """id → element maps of its lineage's programs (each distinct source split once); programs
+    that cannot be split are skipped (their versions are then unknown, not absent)."""
+    if not lineages:
+        return {}
+    memo: dict[str, dict | None] = {}
+    out = {}
+    for pid in ids:
+        if pid not in lineages:
+            continue
+        maps = []
+        for src in lineages[pid]:
+            if src not in memo:
+                try:
+                    memo[src] = split_program(src).element_map()
+                except MergeError:
+                    memo[src] = None
+            if memo[src] is not None:
+                maps.append(memo[src])
+        out[pid] = maps
+    return out
+
+
 def _refs(el: Element) -> set[str]:
     """Names an element's code loads (its own text parsed; members are dedented)."""
     try:
@@ -377,18 +248,21 @@ def _refs(el: Element) -> set[str]:
 
 
 def _prune(pick: dict[str, Element], base_map: dict[str, Element]) -> list[str]:
-    """Drop module-level definitions the base lacks that nothing else in the merge uses (a
-    losing specialist's helpers, repeatedly); returns the dropped keys. Contract names and
-    everything the base has are kept."""
+    """Drop module-level definitions and imports the base lacks that nothing else in the merge
+    uses (a losing specialist's helpers and their imports, repeatedly); returns the dropped
+    keys. Contract names, other statements and everything the base has are kept."""
     dropped = []
     refs = {k: _refs(e) for k, e in pick.items()}
     while True:
         gone = []
         for k, e in pick.items():
             names = set(k.removeprefix("def ").removeprefix("class ").split(","))
-            if k in base_map or e.container != "module" or k == "class Memory" or \
-                    not all(n.isidentifier() for n in names):  # imports and other statements stay
+            if k in base_map or e.container != "module" or k == "class Memory":
                 continue
+            if not all(n.isidentifier() for n in names):  # an import binds its names; other statements stay
+                names = _import_names(e)
+                if not names:
+                    continue
             if not any(names & refs[o] for o in pick if o != k):
                 gone.append(k)
         if not gone:
@@ -397,6 +271,21 @@ def _prune(pick: dict[str, Element], base_map: dict[str, Element]) -> list[str]:
             pick.pop(k)
             refs.pop(k)
         dropped += gone
+
+
+def _import_names(el: Element) -> set[str]:
+    """Names an ``import`` / ``from ... import`` element binds (empty for any other statement and
+    for ``from __future__``)."""
+    try:
+        tree = ast.parse(textwrap.dedent(el.text))
+    except SyntaxError:
+        return set()
+    st = tree.body[-1] if tree.body else None
+    if isinstance(st, ast.Import):
+        return {a.asname or a.name.split(".")[0] for a in st.names}
+    if isinstance(st, ast.ImportFrom) and st.module != "__future__":
+        return {a.asname or a.name for a in st.names if a.name != "*"}
+    return set()
 
 
 def _order(base_keys: list[str], chosen: set[str], sequences: list[list[str]]) -> list[str]:

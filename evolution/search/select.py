@@ -150,12 +150,27 @@ class RoundRobinTarget:
 
 
 class SpecialistParent:
-    """Parent = the target's specialist (the base in cold start, when target is None)."""
+    """Parent = the target's specialist (the base in cold start, when target is None).
+
+    :meth:`fallbacks`: the parents to refine for the target instead when the proposer has
+    nothing left to try on the specialist (the offline proposer: every library variant and
+    constant mutation of it already archived; issue 20: a round on target A, whose specialist
+    was the seed, was wasted so): every other evaluated program, best valid overall first
+    (ties: the later one), so the best overall program is refined for that target.
+    """
 
     name = "specialist"
 
     def choose(self, archive, target):
         return archive.get(archive.base) if target is None else archive.specialist(target)
+
+    def fallbacks(self, archive, target) -> list[Candidate]:
+        if target is None:
+            return []
+        first = self.choose(archive, target).id
+        order = {cid: i for i, cid in enumerate(archive.candidates)}
+        rest = [c for c in archive.evaluated() if c.id != first]
+        return sorted(rest, key=lambda c: (c.valid.overall, order[c.id]), reverse=True)
 
 
 def regression_gap(archive: Archive, parent: Candidate, task_id: str) -> float:

@@ -33,7 +33,10 @@ class Variant:
     ``capabilities``: the capabilities it is meant to help ("*" = all); ``requires``: text
     that must already be in the program (a variant building on another); ``excludes``: text
     whose presence means the variant is already applied (applying it again would define its
-    helpers twice, a program the component merge cannot split)."""
+    helpers twice, a program the component merge cannot split); ``budget``: the variant
+    changes which of the retrieved lines survive a context budget's cut (their order), so the
+    proposer weighs it by the measured share of evidence the cut loses
+    (:mod:`evolution.search.budget_cut`) rather than by ``capabilities`` alone."""
 
     name: str
     kind: str
@@ -43,6 +46,7 @@ class Variant:
     blocks: tuple[Block, ...]
     requires: tuple[str, ...] = field(default=())
     excludes: tuple[str, ...] = field(default=())
+    budget: bool = False
 
     def edits_for(self, source: str) -> list[Edit]:
         """The concrete edits for ``source``: per block, the first form whose SEARCH occurs
@@ -317,7 +321,7 @@ LIBRARY: tuple[Variant, ...] = (
             "return the chosen lines best first, not in index order (a reader cut to a context budget keeps the "
             "best-ranked lines)",
             (Block(((RETURN_ANCHOR, '        return "\\n".join(self.lines[i] for i in chosen)\n'),)),),
-            requires=(RETURN_ANCHOR,)),
+            requires=(RETURN_ANCHOR,), budget=True),
     Variant("hybrid_lexical", "hybrid", "retrieval", "FPA",
             "hybrid scoring: add LEXICAL_WEIGHT x the share of query words a line contains to the cosine",
             (_import("re"), Block(((HELPERS_ANCHOR, _LEXICAL + HELPERS_ANCHOR),)),

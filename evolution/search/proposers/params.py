@@ -19,6 +19,18 @@ so the answer instruction cannot change a score: no round is spent on them). Wei
   row in cold start): 1 + 4·max(0, d_ext − d_ret) for retrieval variants, 1 + 2·max(0, d_ext −
   d_idx) for indexing ones, 1 otherwise (units hold the evidence but retrieval misses it →
   fix retrieval; the evidence is not found even by itself → fix indexing);
+- a **budget variant** (``Variant.budget``: it changes which retrieved lines survive the
+  context budget's cut, e.g. ``rank_order``) is tagged and weighed by its measured effect
+  instead: with ``b`` = the share of found evidence the budget cuts off
+  (``budget_cut`` of the target's row, else the overall row;
+  :mod:`evolution.search.budget_cut`), it counts as naming the target when ``b`` ≥
+  :data:`BUDGET_TAG` (0.2), and its diagnostics factor is 1 + :data:`BUDGET_GAIN` (4)·b, the
+  same scale as the retrieval factor (without a measured ``b``, e.g. no context budget, the
+  rules above apply);
+- a **cue variant** is weighed by what the target's compact cases say it can act on
+  (:func:`case_share`, :func:`case_factor`): ``time_hint`` by the share of case questions
+  naming a month/year, ``date_words`` by the share of case reference answers naming a month or
+  weekday (factor 0.25 at none, 1 at half, 1.75 at all; 1 without cases);
 - a constant mutation weighs the target factor of the library variant that introduced the
   constant (``TIME_BONUS`` is the time-hint variant's, so it weighs 3 when T is the target),
   1 for a constant no variant introduced.
@@ -29,6 +41,7 @@ from __future__ import annotations
 
 import ast
 import random
+import re
 
 from evolution.search.archive import program_key
 from evolution.search.edits import Edit, EditError, apply_edits, render_edits
@@ -38,6 +51,9 @@ from evolution.search.proposers.library import LIBRARY, Variant
 PROTECTED = frozenset({"OUT_CHAR_BUDGET", "EMBED_CHARS"})
 SCALES = (0.5, 0.75, 1.5, 2.0)
 LIBRARY_SHARE = 0.6
+BUDGET_TAG = 0.2
+BUDGET_GAIN = 4.0
+CUE_FLOOR = 0.25
 
 
 def constant_mutations(source: str) -> list[tuple[str, Edit]]:
@@ -94,20 +110,70 @@ def _target_factor(capabilities: str, target: str | None) -> float:
     return 1.5 if capabilities == "*" else 0.5
 
 
+def _row(inp: ProposalInput, key: str) -> dict:
+    """The target's diagnostics row when it measures ``key``, else the overall row."""
+    row = inp.diagnostics.get(inp.target, {}) if inp.target is not None else {}
+    return row if row and row.get(key) is not None else inp.diagnostics.get("overall", {})
+
+
 def _variant_weight(v: Variant, inp: ProposalInput) -> float:
     """The variant's weight (module doc); 0.0 = not offered."""
     if v.component == "answer" and not _answered(inp):
         return 0.0  # no answer is generated: the answer instruction cannot matter
-    row = inp.diagnostics.get(inp.target, {}) if inp.target is not None else {}
-    if not row or row.get("d_ext") is None:
-        row = inp.diagnostics.get("overall", {})
+    row = _row(inp, "d_ext")
     d_ext, d_ret, d_idx = (row.get(k) for k in ("d_ext", "d_ret", "d_idx"))
     diag = 1.0
     if v.component == "retrieval" and d_ext is not None and d_ret is not None:
         diag = 1.0 + 4.0 * max(0.0, d_ext - d_ret)
     elif v.component == "indexing" and d_ext is not None and d_idx is not None:
         diag = 1.0 + 2.0 * max(0.0, d_ext - d_idx)
-    return _target_factor(v.capabilities, inp.target) * diag
+    cut = _row(inp, "budget_cut").get("budget_cut") if v.budget else None
+    if cut is not None:  # tagged by its measured effect under the budget, not by hand
+        caps = inp.target if inp.target is not None and cut >= BUDGET_TAG else v.capabilities
+        return _target_factor(caps or v.capabilities, inp.target) * (1.0 + BUDGET_GAIN * cut)
+    return _target_factor(v.capabilities, inp.target) * diag * case_factor(v, inp.cases)
+
+
+def _case_fields(cases: list[str], prefix: str) -> list[str]:
+    """The ``prefix`` line's text of each rendered case that has one
+    (:func:`evolution.search.cases.render_compact` writes ``Question: ...`` and ``Reference
+    answer: ...`` lines)."""
+    out = []
+    for case in cases:
+        line = next((x for x in case.splitlines() if x.startswith(prefix)), None)
+        if line is not None:
+            out.append(line[len(prefix):])
+    return out
+
+
+_MONTH_YEAR = re.compile(r"\b(january|february|march|april|may|june|july|august|september|october|november|"
+                         r"december)\w*,?\s+\d{4}\b|\b(19|20)\d\d\b", re.I)
+_DATE_WORD = re.compile(r"\b(january|february|march|april|may|june|july|august|september|october|november|"
+                        r"december|monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b", re.I)
+
+
+def case_share(variant_name: str, cases: list[str]) -> float | None:
+    """The share of the shown cases a cue variant can act on, read from the cases' text (None for
+    a variant without a cue, or without cases): ``time_hint`` adds its bonus only for a question
+    naming a month with a year or a year (its own ``time_hints`` rule), so the share of case
+    questions that do; ``date_words`` writes month and weekday names into every line's date,
+    which a reference answer can only profit from when it names one, so the share of case
+    reference answers that do. None as well when no case has that line."""
+    if variant_name == "time_hint":
+        texts, rule = _case_fields(cases, "Question: "), _MONTH_YEAR
+    elif variant_name == "date_words":
+        texts, rule = _case_fields(cases, "Reference answer: "), _DATE_WORD
+    else:
+        return None
+    return sum(bool(rule.search(t)) for t in texts) / len(texts) if texts else None
+
+
+def case_factor(v: Variant, cases: list[str]) -> float:
+    """:data:`CUE_FLOOR` + (1 − :data:`CUE_FLOOR`)·2·share for a cue variant (0.25 when it can act
+    on none of the target's cases, 1 at half of them, 1.75 at all), 1 otherwise
+    (:func:`case_share`)."""
+    share = case_share(v.name, cases)
+    return 1.0 if share is None else CUE_FLOOR + (1.0 - CUE_FLOOR) * 2.0 * share
 
 
 def constant_owners(library: tuple[Variant, ...] = LIBRARY) -> dict[str, str]:
@@ -143,7 +209,7 @@ class ParamsProposer:
     """See the module doc. ``library``: the variants to draw from (default :data:`LIBRARY`)."""
 
     name = "params"
-    needs_cases = False  # reads the diagnostics table and the target, not the case texts
+    needs_cases = True  # reads the diagnostics table, the target and the questions/answers of its cases
 
     def __init__(self, library: tuple[Variant, ...] = LIBRARY):
         self.library = library
@@ -172,6 +238,12 @@ class ParamsProposer:
             if key not in inp.known_keys:
                 mut.append((_mutation_weight(desc, owners, inp), (desc, [edit], child)))
         return lib, mut
+
+    def exhausted(self, inp: ProposalInput) -> bool:
+        """True when no library variant or constant mutation gives a new program for ``inp``
+        (the loop then refines a fallback parent, :meth:`Evolution.fallback_parent`)."""
+        lib, mut = self.options(inp)
+        return not lib and not mut
 
     def propose(self, inp: ProposalInput, rng: random.Random) -> ProposalResult:
         lib, mut = self.options(inp)

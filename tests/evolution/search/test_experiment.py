@@ -155,7 +155,9 @@ def test_trained_extractor_run_completes_with_integration_and_extracts_once_per_
     assert merge["stage"] == "integrate" and merge["kind"] == "merge" and merge["integrated"]
     assert merge["merged_from"] == (["r01 (FM)", "r02 (T)"] if onto == "base" else ["r02 (T)"])
     assert merge["conflicts"] == [] and merge["anchor"] == ("seed" if onto == "base" else "r01")
-    assert st["history"][4]["accepted"] == "skipped: an earlier integration round was accepted"
+    # the next round merges the specialists onto the accepted merge r03: it holds all they changed
+    assert st["history"][4]["anchor"] == "r03" and st["history"][4]["accepted"] == \
+        "skipped: the specialists add nothing to the accepted merge r03 (every change is in it or was left out)"
     assert s["final_id"] == "r03" and s["integrated"] and s["final"]["valid"]["overall"] > \
         max(arch.get("r01").valid.overall, arch.get("r02").valid.overall)
     best = (tmp_path / "run" / "best.py").read_text()
