@@ -122,6 +122,7 @@ class OnnxEncoder:
 
         ort = require_onnxruntime()
         self.st = st_model
+        self.path = Path(onnx_path)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = int(threads or torch.get_num_threads())
         opts.inter_op_num_threads = 1
