@@ -23,6 +23,9 @@ code path (no cache):
   threads;
 - ``onnx-int8``: the ``onnx-int8`` backend (dynamic int8 weights).
 
+Also the embedding side of DESIGN.md's batched sandbox retrieval: the chat's questions embedded
+one call each (today: one ``retrieve`` per question) vs in one call.
+
 Per lever: seconds, lines per second, the speed ratio against ``default``, the seconds it
 would take for the whole chat (lines / rate), the minimum and mean cosine of each vector with
 the default one, and the share of the chat's questions whose top-10 lines (cosine, over the same
@@ -111,6 +114,18 @@ def bench_embed(chat: str = "1M-3", n: int = 150, repeats: int = 2) -> dict:
             times[name].append(time.perf_counter() - t0)
     for name, (emb, _, _) in levers.items():
         qvecs[name] = emb.encode(questions)
+    # DESIGN.md's batched retrieval, the embedding side: the chat's questions one call each vs one call
+    q_one, q_all = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for q in questions:
+            base.encode([q])
+        q_one.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        base.encode(questions)
+        q_all.append(time.perf_counter() - t0)
+    queries = {"n": len(questions), "one_call_each_s": round(min(q_one), 3), "one_call_s": round(min(q_all), 3),
+               "ratio": round(min(q_one) / min(q_all), 2)}
 
     def top10(name):
         return [tuple(np.argsort(-(vecs[name] @ q), kind="stable")[:10]) for q in qvecs[name]]
@@ -126,7 +141,7 @@ def bench_embed(chat: str = "1M-3", n: int = 150, repeats: int = 2) -> dict:
                      "max_abs_diff": float(np.abs(vecs[name] - vecs["default"]).max()),
                      "top10_equal": round(sum(a == b for a, b in zip(top10(name), ref_top)) / len(ref_top), 3)}
     return {"chat": chat, "n": len(sub), "repeats": repeats, "torch_threads": threads0, "stats": stats,
-            "levers": out}
+            "queries": queries, "levers": out}
 
 
 def register_bench(sub) -> None:
@@ -154,5 +169,8 @@ def _run(args) -> int:
     for k, v in r["levers"].items():
         print(f"| {k} | {v['s']} | {v['lines_per_s']} | {v['ratio']}x | {v['chat_s']} | {v['min_cos']} | "
               f"{v['max_abs_diff']:.1e} | {v['top10_equal']} |")
+    q = r["queries"]
+    print(f"queries (batched retrieval, embedding side): {q['n']} questions one call each {q['one_call_each_s']} s, "
+          f"in one call {q['one_call_s']} s ({q['ratio']}x)")
     print(json.dumps(r))
     return 0
