@@ -124,6 +124,23 @@ class EmbeddingCache:
                 self._conn = None
 
 
+BACKENDS = ("torch", "onnx", "onnx-int8")
+BACKEND_ENV = "MEMGYM_EMBED_BACKEND"
+
+
+def embed_backend(spec_backend: str | None = None) -> str:
+    """The embedding backend: ``spec_backend`` (from a ``minilm+<backend>`` spec) if given, else
+    ``$MEMGYM_EMBED_BACKEND`` when set and non-empty, else ``torch``. ``ValueError`` names the
+    source of an unknown value."""
+    if spec_backend is not None:
+        value, where = spec_backend, "embedder spec suffix"
+    else:
+        value, where = os.environ.get(BACKEND_ENV, "").strip() or "torch", f"${BACKEND_ENV}"
+    if value not in BACKENDS:
+        raise ValueError(f"{where}: embedding backend must be one of {', '.join(BACKENDS)}, got {value!r}")
+    return value
+
+
 class STEmbedder:
     """A sentence-transformers :class:`llm.base.Embedder`.
 
@@ -133,11 +150,20 @@ class STEmbedder:
     L2-normalised. Only texts missing from ``cache`` reach the model, de-duplicated, in one
     ``SentenceTransformer.encode`` call (mini-batches of ``batch_size``); ``calls`` counts such
     calls. ``model_id`` = ``st:<dir name>@<fingerprint>`` keys the cache.
-    Raises ``TypeError`` for non-str input, ``FileNotFoundError`` for a missing dir.
+
+    ``backend`` (see :data:`BACKENDS`): ``torch`` (default) runs the model in PyTorch;
+    ``onnx`` runs its transformer in onnxruntime, fp32, from an export of the same weights
+    (:mod:`llm.embed_onnx`; vectors within ~2e-7 of torch's); ``onnx-int8`` is the same export
+    with int8 weights (faster, but the vectors and rankings change: an opt-in switch). A
+    non-torch backend appends ``+<backend>`` to ``model_id``, so its vectors never mix with
+    torch's in a cache. Raises ``TypeError`` for non-str input, ``FileNotFoundError`` for a
+    missing dir, ``ValueError`` for an unknown backend, ``ImportError`` when onnxruntime is
+    missing for an onnx backend.
     """
 
     def __init__(self, model_dir: str | Path | None = None, batch_size: int = 64,
-                 cache: EmbeddingCache | None = None, device: str = "cpu", progress: bool = False):
+                 cache: EmbeddingCache | None = None, device: str = "cpu", progress: bool = False,
+                 backend: str = "torch"):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
 
@@ -148,9 +174,24 @@ class STEmbedder:
             raise FileNotFoundError(f"STEmbedder: model dir {path} does not exist")
         if batch_size < 1:
             raise ValueError(f"STEmbedder batch_size must be >= 1, got {batch_size}")
+        if backend not in BACKENDS:
+            raise ValueError(f"STEmbedder backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         self.model = SentenceTransformer(str(path), device=device, local_files_only=True)
         self.dim = int(self.model.get_embedding_dimension())
-        self.model_id = f"st:{path.parent.name}/{path.name}@{dir_fingerprint(path)}"
+        fp = dir_fingerprint(path)
+        self.model_id = f"st:{path.parent.name}/{path.name}@{fp}" + ("" if backend == "torch" else f"+{backend}")
+        self.backend = backend
+        self._onnx = None
+        if backend != "torch":
+            from llm import embed_onnx
+            from llm.paths import cache_dir
+
+            embed_onnx.require_onnxruntime()
+            base = cache_dir() / "onnx" / f"{path.name}-{fp[:16]}"
+            onnx_path = embed_onnx.export_transformer(self.model, base.with_suffix(".onnx"))
+            if backend == "onnx-int8":
+                onnx_path = embed_onnx.quantize_int8(onnx_path, base.with_name(base.name + "-int8.onnx"))
+            self._onnx = embed_onnx.OnnxEncoder(self.model, onnx_path)
         self.batch_size = batch_size
         self.cache = cache
         self.progress = progress
@@ -166,8 +207,11 @@ class STEmbedder:
         found = self.cache.get_many(keys, self.dim) if self.cache is not None else {}
         todo = list(dict.fromkeys(t for t, k in zip(texts, keys) if k not in found))
         if todo:
-            vecs = self.model.encode(todo, batch_size=self.batch_size, convert_to_numpy=True,
-                                     normalize_embeddings=True, show_progress_bar=self.progress)
+            if self._onnx is not None:
+                vecs = self._onnx.encode(todo, self.batch_size)
+            else:
+                vecs = self.model.encode(todo, batch_size=self.batch_size, convert_to_numpy=True,
+                                         normalize_embeddings=True, show_progress_bar=self.progress)
             self.calls += 1
             fresh = {embedding_key(self.model_id, t): np.asarray(v, dtype=np.float32) for t, v in zip(todo, vecs)}
             if self.cache is not None:
@@ -226,7 +270,9 @@ def load_embedder(spec: str, hash_dim: int = 64, cache: EmbeddingCache | None = 
     (:class:`STEmbedder` with ``cache``, default the persistent ``$MEMGYM_CACHE/embeddings.sqlite``);
     ``hash``: :class:`HashEmbedder` of ``hash_dim`` buckets (tests and stub runs only);
     ``none``: None (callers that can go without); else a sentence-transformers model dir
-    (cached the same way). Raises ValueError for an empty spec."""
+    (cached the same way). A ``+<backend>`` suffix (``minilm+onnx``, ``minilm+onnx-int8``)
+    picks the :class:`STEmbedder` backend; without one, ``$MEMGYM_EMBED_BACKEND`` does (default
+    ``torch``; :func:`embed_backend`). Raises ValueError for an empty spec or unknown backend."""
     if not spec:
         raise ValueError("embedder spec is empty; expected minilm, hash, none or a model dir")
     if spec == "none":
@@ -235,4 +281,7 @@ def load_embedder(spec: str, hash_dim: int = 64, cache: EmbeddingCache | None = 
         return HashEmbedder(hash_dim)
     from llm.paths import cache_dir
 
-    return STEmbedder(None if spec == "minilm" else spec, cache=cache or EmbeddingCache(cache_dir() / "embeddings.sqlite"))
+    name, plus, suffix = spec.rpartition("+") if spec.rpartition("+")[2] in BACKENDS else (spec, "", "")
+    backend = embed_backend(suffix if plus else None)
+    return STEmbedder(None if name == "minilm" else name, cache=cache or EmbeddingCache(cache_dir() / "embeddings.sqlite"),
+                      backend=backend)

@@ -1,75 +1,131 @@
-"""``memgym bench embed``: levers for embedding long histories (issue 20: one BEAM-1M chat takes
-170-180 s from cold caches on 2 cores, nearly all of it all-MiniLM-L6-v2 over long messages).
+"""``memgym bench embed``: levers for embedding long histories (issue 20: one BEAM-1M chat of
+~1,600-2,000 messages takes 135-180 s from cold caches on 2 cores, nearly all of it
+all-MiniLM-L6-v2 over long messages).
 
-Measured side by side in one process on the first ``--n`` rendered lines (``[date] speaker:
-text``, the line a ranked program embeds) of one BEAM chat, after one warm-up call per model,
-best of ``--repeats`` passes:
+First the chat itself, measured on all of its rendered lines (``[date] speaker: text``, cut to
+4,000 characters, the line a ranked program embeds): lines, the share of distinct lines (what
+a text-hash cache can save inside one chat), the word-piece length distribution (untruncated;
+the model reads at most ``max_seq_length`` = 256) and the padding waste of length-sorted
+mini-batches of 64 (the share of padded positions, which sentence-transformers' length sort
+leaves).
 
-- ``default``: :class:`llm.embeddings.STEmbedder`'s settings (batch 64, 256 word pieces);
-- ``batch16`` / ``batch8``: smaller mini-batches (sentence-transformers sorts texts by length,
-  so padding is already small);
+Then the levers, side by side in one process on the first ``--n`` lines, after one warm-up call
+per model, best of ``--repeats`` passes, each through :class:`llm.embeddings.STEmbedder`'s own
+code path (no cache):
+
+- ``default``: today's embedder (torch backend, batch 64, 256 word pieces, the process's torch
+  threads: 1 under ``OMP_NUM_THREADS=1``);
+- ``threads2``: the same with ``torch.set_num_threads(2)``;
+- ``batch16``: mini-batches of 16;
 - ``seq128``: ``max_seq_length`` 128 (the length MiniLM was trained at) instead of 256;
-- ``cut4000``: each text cut to 4,000 characters before tokenisation (the model reads only the
-  first 256 word pieces; tokenising a 348,853-character message costs time);
-- ``int8``: ``torch.ao.quantization.quantize_dynamic`` of every ``nn.Linear`` to qint8.
+- ``onnx`` / ``onnx-threads2``: the ``onnx`` backend (:mod:`llm.embed_onnx`: the packaged
+  weights exported once with ``torch.onnx.export``, run by onnxruntime fp32), 1 or 2 intra-op
+  threads;
+- ``onnx-int8``: the ``onnx-int8`` backend (dynamic int8 weights).
 
-Per lever: seconds, the speed ratio against ``default``, the minimum and mean cosine of each
-vector with the default one, and the share of the chat's questions whose top-10 lines (cosine,
-over the same ``--n`` lines) equal the default's. A lever that changes vectors changes
+Also the embedding side of DESIGN.md's batched sandbox retrieval: the chat's questions embedded
+one call each (today: one ``retrieve`` per question) vs in one call.
+
+Per lever: seconds, lines per second, the speed ratio against ``default``, the seconds it
+would take for the whole chat (lines / rate), the minimum and mean cosine of each vector with
+the default one, and the share of the chat's questions whose top-10 lines (cosine, over the same
+``--n`` lines, order included) equal the default's. A lever that changes vectors changes
 retrieval, so it changes scores. Nothing is downloaded: the model is the packaged weights.
 """
 from __future__ import annotations
 
 import time
 
+EMBED_CHARS = 4000  # as memory_bank/programs/*.py: the embedder reads the first 256 word pieces only
+
 
 def _lines(chat: str):
     from data_synth.beam import load_beam
 
     conv = load_beam(None, ids=[chat])[0]
-    lines = [f"[{s.date.date().isoformat() if s.date else ''}] {t.speaker}: {t.text}"
+    lines = [f"[{s.date.date().isoformat() if s.date else ''}] {t.speaker}: {t.text}"[:EMBED_CHARS]
              for s in conv.sessions for t in s.turns]
     return lines, [q.question for q in conv.questions]
 
 
+def chat_stats(model, lines: list[str], batch: int = 64) -> dict:
+    """Distinct share, word-piece length percentiles (untruncated, special tokens included), the
+    share over the model's cap and the padding waste of length-sorted batches of ``batch``."""
+    import numpy as np
+
+    cap = int(model.max_seq_length)
+    lens = np.array([len(x) for x in model.tokenizer(lines, add_special_tokens=True, truncation=False)["input_ids"]])
+    used = np.sort(np.minimum(lens, cap))[::-1]
+    padded = sum(int(used[i:i + batch].max()) * len(used[i:i + batch]) for i in range(0, len(used), batch))
+    return {"lines": len(lines), "distinct_share": round(len(set(lines)) / max(len(lines), 1), 4),
+            "mean_chars": round(float(np.mean([len(x) for x in lines])), 1),
+            "wordpieces_p10_p50_p90": [int(v) for v in np.percentile(lens, [10, 50, 90])],
+            "cap": cap, "share_over_cap": round(float((lens > cap).mean()), 3),
+            "share_over_128": round(float((lens > 128).mean()), 3),
+            "padding_waste": round(1 - float(used.sum()) / padded, 4)}
+
+
 def bench_embed(chat: str = "1M-3", n: int = 150, repeats: int = 2) -> dict:
-    """The measurements of the module doc as a dict ``{"chat", "n", "levers": {name: {...}}}``."""
-    import os
+    """The measurements of the module doc as a dict ``{"chat", "n", "stats", "levers": {name: {...}}}``."""
     import warnings
 
     import numpy as np
     import torch
-    from sentence_transformers import SentenceTransformer
 
-    from llm.models import minilm_dir
+    from llm.embed_onnx import OnnxEncoder
+    from llm.embeddings import STEmbedder
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     lines, questions = _lines(chat)
     sub = lines[:n]
-
-    def load():
-        return SentenceTransformer(str(minilm_dir()), device="cpu", local_files_only=True)
-
-    base = load()
-    short = load()
-    short.max_seq_length = 128
-    quant = load()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        quant[0].model = torch.ao.quantization.quantize_dynamic(quant[0].model, {torch.nn.Linear}, dtype=torch.qint8)
-    levers = {"default": (base, 64, sub), "batch16": (base, 16, sub), "batch8": (base, 8, sub),
-              "seq128": (short, 64, sub), "cut4000": (base, 64, [x[:4000] for x in sub]), "int8": (quant, 64, sub)}
-    for model in (base, short, quant):
-        model.encode(sub[:8])  # warm-up
+        base = STEmbedder()
+        short = STEmbedder()
+        short.model.max_seq_length = 128
+        onnx = STEmbedder(backend="onnx")
+        int8 = STEmbedder(backend="onnx-int8")
+    stats = chat_stats(base.model, lines)
+    onnx2 = STEmbedder.__new__(STEmbedder)
+    onnx2.__dict__.update(onnx.__dict__)
+    onnx2._onnx = OnnxEncoder(onnx.model, onnx._onnx.path, threads=2)
+    threads0 = torch.get_num_threads()
+
+    def run(emb, texts, bs=64, threads=None):
+        emb.batch_size = bs
+        if threads:
+            torch.set_num_threads(threads)
+        try:
+            return emb.encode(texts)
+        finally:
+            torch.set_num_threads(threads0)
+            emb.batch_size = 64
+
+    levers = {"default": (base, 64, None), "threads2": (base, 64, 2), "batch16": (base, 16, None),
+              "seq128": (short, 64, None), "onnx": (onnx, 64, None), "onnx-threads2": (onnx2, 64, None),
+              "onnx-int8": (int8, 64, None)}
+    for emb in (base, short, onnx, onnx2, int8):
+        emb.encode(sub[:8])  # warm-up
     times = {k: [] for k in levers}
     vecs, qvecs = {}, {}
     for _ in range(repeats):
-        for name, (model, bs, texts) in levers.items():
+        for name, (emb, bs, th) in levers.items():
             t0 = time.perf_counter()
-            vecs[name] = model.encode(texts, batch_size=bs, convert_to_numpy=True, normalize_embeddings=True)
+            vecs[name] = run(emb, sub, bs, th)
             times[name].append(time.perf_counter() - t0)
-    for name, (model, _, _) in levers.items():
-        qvecs[name] = model.encode(questions, convert_to_numpy=True, normalize_embeddings=True)
+    for name, (emb, _, _) in levers.items():
+        qvecs[name] = emb.encode(questions)
+    # DESIGN.md's batched retrieval, the embedding side: the chat's questions one call each vs one call
+    q_one, q_all = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for q in questions:
+            base.encode([q])
+        q_one.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        base.encode(questions)
+        q_all.append(time.perf_counter() - t0)
+    queries = {"n": len(questions), "one_call_each_s": round(min(q_one), 3), "one_call_s": round(min(q_all), 3),
+               "ratio": round(min(q_one) / min(q_all), 2)}
 
     def top10(name):
         return [tuple(np.argsort(-(vecs[name] @ q), kind="stable")[:10]) for q in qvecs[name]]
@@ -78,10 +134,14 @@ def bench_embed(chat: str = "1M-3", n: int = 150, repeats: int = 2) -> dict:
     out = {}
     for name in levers:
         cos = (vecs[name] * vecs["default"]).sum(1)
-        out[name] = {"s": round(min(times[name]), 2), "ratio": round(t_ref / min(times[name]), 2),
-                     "min_cos": round(float(cos.min()), 4), "mean_cos": round(float(cos.mean()), 5),
+        t = min(times[name])
+        out[name] = {"s": round(t, 2), "lines_per_s": round(len(sub) / t, 2), "ratio": round(t_ref / t, 2),
+                     "chat_s": round(stats["lines"] * t / len(sub), 1),
+                     "min_cos": round(float(cos.min()), 6), "mean_cos": round(float(cos.mean()), 6),
+                     "max_abs_diff": float(np.abs(vecs[name] - vecs["default"]).max()),
                      "top10_equal": round(sum(a == b for a, b in zip(top10(name), ref_top)) / len(ref_top), 3)}
-    return {"chat": chat, "n": len(sub), "repeats": repeats, "levers": out}
+    return {"chat": chat, "n": len(sub), "repeats": repeats, "torch_threads": threads0, "stats": stats,
+            "queries": queries, "levers": out}
 
 
 def register_bench(sub) -> None:
@@ -97,10 +157,20 @@ def _run(args) -> int:
     import json
 
     r = bench_embed(args.chat, args.n, args.repeats)
-    print(f"BEAM {r['chat']}: {r['n']} lines, best of {r['repeats']} passes, one process")
-    print("| lever | s | speed ratio vs default | min cos | mean cos | questions with equal top-10 |")
-    print("|---|---|---|---|---|---|")
+    s = r["stats"]
+    print(f"BEAM {r['chat']}: {s['lines']} lines ({s['distinct_share']:.1%} distinct, {s['mean_chars']} chars on "
+          f"average); word pieces p10/p50/p90 {s['wordpieces_p10_p50_p90']}, {s['share_over_cap']:.1%} over the "
+          f"model's {s['cap']} ({s['share_over_128']:.1%} over 128); padding waste of sorted batches of 64: "
+          f"{s['padding_waste']:.1%}")
+    print(f"levers on the first {r['n']} lines, best of {r['repeats']} passes, one process, "
+          f"torch threads {r['torch_threads']}")
+    print("| lever | s | lines/s | speed ratio vs default | s per chat | min cos | max abs diff | equal top-10 |")
+    print("|---|---|---|---|---|---|---|---|")
     for k, v in r["levers"].items():
-        print(f"| {k} | {v['s']} | {v['ratio']}x | {v['min_cos']} | {v['mean_cos']} | {v['top10_equal']} |")
+        print(f"| {k} | {v['s']} | {v['lines_per_s']} | {v['ratio']}x | {v['chat_s']} | {v['min_cos']} | "
+              f"{v['max_abs_diff']:.1e} | {v['top10_equal']} |")
+    q = r["queries"]
+    print(f"queries (batched retrieval, embedding side): {q['n']} questions one call each {q['one_call_each_s']} s, "
+          f"in one call {q['one_call_s']} s ({q['ratio']}x)")
     print(json.dumps(r))
     return 0

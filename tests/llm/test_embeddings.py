@@ -70,3 +70,59 @@ def test_hash_embedder_is_deterministic_and_counts_tokens():
     x = HashEmbedder(dim=4096)
     v = x.encode(["alpha alpha beta", "alpha"])
     assert float(v[0] @ v[1]) == pytest.approx(2 / np.sqrt(5), abs=1e-6)
+
+
+LONG = [("word " * 600).strip(), "x" * 5000, "Caroline adopted a dog named Max. " * 20] + TEXTS
+
+
+def test_onnx_backend_matches_torch_and_keys_its_own_cache(minilm, tmp_path, monkeypatch):
+    pytest.importorskip("onnxruntime")
+    monkeypatch.setenv("MEMGYM_CACHE", str(tmp_path / "cache"))
+    cache = EmbeddingCache()
+    e = STEmbedder(backend="onnx", cache=cache, batch_size=2)
+    assert e.model_id == minilm.model_id + "+onnx"
+    assert (tmp_path / "cache" / "onnx").is_dir() and len(list((tmp_path / "cache" / "onnx").glob("*.onnx"))) == 1
+    ref = minilm.encode(LONG)
+    got = e.encode(LONG)
+    assert got.shape == (6, 384) and got.dtype == np.float32
+    # the same model: texts over 256 word pieces are truncated the same way, batching/padding included
+    np.testing.assert_allclose(got, ref, atol=2e-5)
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    # its vectors never land under the torch model's keys
+    assert cache.get_many([embedding_key(minilm.model_id, LONG[0])], 384) == {}
+    assert len(cache.get_many([embedding_key(e.model_id, t) for t in LONG], 384)) == 6
+    # the export is reused: a second embedder loads it without exporting again
+    mtime = next((tmp_path / "cache" / "onnx").glob("*.onnx")).stat().st_mtime_ns
+    e2 = STEmbedder(backend="onnx")
+    np.testing.assert_allclose(e2.encode(TEXTS), ref[3:], atol=2e-5)
+    assert next((tmp_path / "cache" / "onnx").glob("*.onnx")).stat().st_mtime_ns == mtime
+
+
+def test_onnx_int8_changes_vectors_but_keeps_meaning(minilm, tmp_path, monkeypatch):
+    pytest.importorskip("onnxruntime")
+    monkeypatch.setenv("MEMGYM_CACHE", str(tmp_path / "cache"))
+    e = STEmbedder(backend="onnx-int8")
+    assert e.model_id == minilm.model_id + "+onnx-int8"
+    v, ref = e.encode(TEXTS), minilm.encode(TEXTS)
+    cos = (v * ref).sum(1)
+    assert cos.min() > 0.9 and np.abs(v - ref).max() > 1e-4  # close, but not the same vectors
+    assert int(np.argmax(v @ e.encode(["Who has a pet dog?"])[0])) == 0
+
+
+def test_backend_switch_spec_and_environment(monkeypatch, tmp_path):
+    from llm.embeddings import embed_backend, load_embedder
+
+    monkeypatch.delenv("MEMGYM_EMBED_BACKEND", raising=False)
+    assert embed_backend() == "torch"
+    monkeypatch.setenv("MEMGYM_EMBED_BACKEND", "onnx-int8")
+    assert embed_backend() == "onnx-int8" and embed_backend("onnx") == "onnx"
+    monkeypatch.setenv("MEMGYM_EMBED_BACKEND", "tensorrt")
+    with pytest.raises(ValueError, match=r"\$MEMGYM_EMBED_BACKEND.*tensorrt"):
+        load_embedder("minilm")
+    with pytest.raises(ValueError, match="spec suffix.*'cuda'"):
+        embed_backend("cuda")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        STEmbedder(backend="fp16")
+    monkeypatch.setenv("MEMGYM_EMBED_BACKEND", "torch")
+    e = load_embedder("minilm", cache=EmbeddingCache())
+    assert e.backend == "torch" and not e.model_id.endswith("+onnx")

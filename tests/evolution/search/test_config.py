@@ -61,6 +61,7 @@ def test_beam_and_longmemeval_recipes_take_the_design_splits():
     assert (len(off.train), len(off.valid), len(off.test)) == (8, 6, 8) and off.test[0] == "1M-3"
     assert (off.extractor, off.scorer, off.proposer, off.context_tokens, off.integrate_onto) == \
         ("turns", "rubric-recall", "params", 2048, "best")
+    assert (off.rounds_cold, off.rounds_refine, off.rounds_integrate) == (3, 2, 1)  # the header's measured cost
     assert off.baselines == ["full_history", "bm25", "dense_topk", "hybrid_rrf", "reference"]
     assert off.runner_settings().dataset == "beam" and off.runner_settings().context_tokens == 2048
     coder = _parse("evolve_beam_coder.yaml")
