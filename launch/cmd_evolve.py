@@ -175,7 +175,10 @@ def cmd_evolve(argv: list[str]) -> int:
                 "Capability-driven evolution of a memory program (PrisMem): cold start, capability refinement, "
                 "trace-guided integration, frozen final program on the test split. memgym evolve --config R.yaml "
                 "[--out DIR] [--<field> value ...]; memgym evolve --resume DIR continues a run; memgym evolve "
-                "experiment --config R.yaml --variants ... --seeds N runs the ablations.", cpu_defaults=False)
+                "experiment --config R.yaml --variants ... --seeds N runs the ablations.", cpu_defaults=False,
+                help_only=[("--resume", "DIR", "continue the run in DIR with the recipe stored there (no other "
+                                               "arguments but --no_progress); a resumed run ends in the same "
+                                               "state as an uninterrupted one")])
             out = Path(cfg.out)
             problem = _fresh_dir_problem(out)
             if problem:
