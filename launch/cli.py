@@ -18,7 +18,7 @@ import sys
 
 from launch import (cmd_bank, cmd_bench, cmd_data, cmd_eval, cmd_evolve, cmd_launch, cmd_models, cmd_program,
                     cmd_reward, cmd_score, cmd_serve, cmd_synth, cmd_train)
-from launch.errors import exit_status, one_line
+from launch.errors import debug_requested, exit_status, one_line
 
 #: Command groups in ``memgym --help`` order; each defines ``register(subparsers)``.
 COMMAND_MODULES = (cmd_models, cmd_data, cmd_bank, cmd_eval, cmd_score, cmd_bench, cmd_program, cmd_evolve, cmd_synth,
@@ -44,7 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
 def run_command(args, command: str) -> int:
     """Run ``args.func(args)``; a user error becomes one stderr line and exit status 2 or 1
     (see the module docstring); ``--debug``/``MEMGYM_DEBUG=1`` re-raises it."""
-    debug = getattr(args, "debug", False) or os.environ.get("MEMGYM_DEBUG", "") not in ("", "0")
+    before = os.environ.get("MEMGYM_DEBUG")
+    if getattr(args, "debug", False):
+        os.environ["MEMGYM_DEBUG"] = "1"  # the commands that print their own one-line errors read it too
+    debug = debug_requested()
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
@@ -56,6 +59,11 @@ def run_command(args, command: str) -> int:
             raise
         print(f"memgym {command}: {one_line(e)}", file=sys.stderr)
         return status
+    finally:
+        if before is None:
+            os.environ.pop("MEMGYM_DEBUG", None)
+        else:
+            os.environ["MEMGYM_DEBUG"] = before
 
 
 def _show_data_warnings_plainly() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from launch.errors import say_error
 from launch.passthrough import add_recipe_command
 
 PROG = "memgym eval"
@@ -20,7 +21,7 @@ def run(argv: list[str]) -> int:
         (cfg,) = parse_recipe([EvalConfig], argv, PROG, (EvalConfig.__doc__ or "").strip() + " Use --config "
                                      "R.yaml for a recipe; any field below overrides it.", cpu_defaults=False)
     except (ValueError, FileNotFoundError) as e:
-        print(f"{PROG}: {e}", file=sys.stderr)
+        say_error(PROG, e)
         return 2
     try:
         report = run_eval(cfg)
@@ -29,7 +30,7 @@ def run(argv: list[str]) -> int:
 
         if exit_status(e) is not None:
             raise  # the CLI's own classes keep their exit status (broken data: 1)
-        print(f"{PROG}: {e}", file=sys.stderr)
+        say_error(PROG, e)
         return 2
     print(f"\nScore by category ({report['scorer']}, judge_protocol {report['judge_protocol']}); rows = native "
           "categories, columns = extractors\n")

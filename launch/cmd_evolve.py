@@ -23,6 +23,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from launch.errors import say_error
 from launch.passthrough import add_recipe_command
 
 
@@ -87,10 +88,10 @@ def cmd_experiment(argv: list[str]) -> int:
             exp = Experiment(cfg, variants or ",".join(VARIANTS), int(seeds or 3))
         data = exp.run(resume=resume is not None)
     except (ValueError, FileNotFoundError, FileExistsError) as e:
-        print(f"memgym evolve experiment: {e}", file=sys.stderr)
+        say_error("memgym evolve experiment", e)
         return 2
     except ProgramRunError as e:
-        print(f"memgym evolve experiment: a program could not run: {e}", file=sys.stderr)
+        say_error("memgym evolve experiment", f"a program could not run: {e}")
         return 1
     print((exp.root / "experiment.md").read_text(encoding="utf-8"))
     print(f"{data['finished_runs']} runs; report: {exp.root}/experiment.md, boundary.png")
@@ -175,7 +176,10 @@ def cmd_evolve(argv: list[str]) -> int:
                 "Capability-driven evolution of a memory program (PrisMem): cold start, capability refinement, "
                 "trace-guided integration, frozen final program on the test split. memgym evolve --config R.yaml "
                 "[--out DIR] [--<field> value ...]; memgym evolve --resume DIR continues a run; memgym evolve "
-                "experiment --config R.yaml --variants ... --seeds N runs the ablations.", cpu_defaults=False)
+                "experiment --config R.yaml --variants ... --seeds N runs the ablations.", cpu_defaults=False,
+                help_only=[("--resume", "DIR", "continue the run in DIR with the recipe stored there (no other "
+                                               "arguments but --no_progress); a resumed run ends in the same "
+                                               "state as an uninterrupted one")])
             out = Path(cfg.out)
             problem = _fresh_dir_problem(out)
             if problem:
@@ -196,13 +200,13 @@ def cmd_evolve(argv: list[str]) -> int:
             _remove_new(Path(cfg.out), before, existed)  # nothing ran: leave nothing that would block the corrected command
         if isinstance(e, (ValueError, FileNotFoundError, FileExistsError, sqlite3.Error)) or \
                 (isinstance(e, (LLMError, OSError)) and not isinstance(e, EndpointUnreachable)):
-            print(f"memgym evolve: {e}", file=sys.stderr)
+            say_error("memgym evolve", e)
             return 2
         if isinstance(e, ProgramRunError):
-            print(f"memgym evolve: a program could not run: {e}", file=sys.stderr)
+            say_error("memgym evolve", f"a program could not run: {e}")
             return 1
         if isinstance(e, EndpointUnreachable):
-            print(f"memgym evolve: {e}", file=sys.stderr)
+            say_error("memgym evolve", e)
             return 1
         raise
     _print(summary, cfg.out)

@@ -21,6 +21,7 @@ import json
 import sys
 from pathlib import Path
 
+from launch.errors import say_error
 from launch.passthrough import add_recipe_command
 
 
@@ -81,7 +82,7 @@ def cmd_eval(argv: list[str]) -> int:
             "--extractor: instruction | turns | expert:<file or conv-NN> | hf:<checkpoint or adapter dir> | "
             "openai:<url>#<model>.", cpu_defaults=False)
     except (ValueError, FileNotFoundError) as e:
-        print(f"memgym program eval: {e}", file=sys.stderr)
+        say_error("memgym program eval", e)
         return 2
     if not cfg.program:
         print("memgym program eval: give the program file: memgym program eval FILE.py --config R.yaml",
@@ -90,10 +91,10 @@ def cmd_eval(argv: list[str]) -> int:
     try:
         rep = run_program_eval(cfg)
     except (FileNotFoundError, ValueError) as e:
-        print(f"memgym program eval: {e}", file=sys.stderr)
+        say_error("memgym program eval", e)
         return 2
     except ProgramRunError as e:
-        print(f"memgym program eval: the program failed: {e}", file=sys.stderr)
+        say_error("memgym program eval", f"the program failed: {e}")
         return 1
     if not rep.ok:
         v = rep.validation

@@ -14,6 +14,8 @@ import json
 import sys
 import warnings
 
+from launch.errors import say_error
+
 JUDGE_HELP = ("the judge: a backend spec (hf:<dir>|hf:smollm2|openai:<url>#<model>|vllm:<model>) runs the "
               "dataset's official LLM judge protocol ($MEMGYM_DATA/judges: LoCoMo = MemBuilder's CORRECT/WRONG, "
               "LongMemEval per-type yes/no, BEAM rubric + Kendall tau-b event ordering); f1 = LoCoMo token F1; "
@@ -31,7 +33,7 @@ def _run(args: argparse.Namespace) -> int:
     from rewards.scoring.predictions import OFFLINE_JUDGES, PredictionsError, read_predictions, score_predictions, write_scores
 
     def fail(msg) -> int:
-        print(f"memgym score: error: {msg}", file=sys.stderr)
+        say_error("memgym score", f"error: {msg}")
         return 2
 
     if args.judge == "rubric-recall" and args.dataset != "beam":

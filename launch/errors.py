@@ -34,3 +34,22 @@ def one_line(exc: BaseException, limit: int = 600) -> str:
     elif type(exc).__module__ == "yaml" or type(exc).__module__.startswith("yaml."):
         msg = f"broken YAML: {msg}"
     return msg if len(msg) <= limit else msg[: limit - 1] + "…"
+
+
+def debug_requested() -> bool:
+    """True under ``memgym --debug`` (which sets ``MEMGYM_DEBUG=1`` for the command) or
+    ``MEMGYM_DEBUG`` set to anything but ``""``/``"0"``."""
+    import os
+
+    return os.environ.get("MEMGYM_DEBUG", "") not in ("", "0")
+
+
+def say_error(prog: str, message: object) -> None:
+    """Print ``<prog>: <message>`` on stderr: the one line of a user error that a command
+    handles itself. Under :func:`debug_requested`, called inside an ``except`` block, the
+    traceback of the exception being handled is printed first (as ``--debug`` promises)."""
+    if debug_requested() and sys.exc_info()[0] is not None:
+        import traceback
+
+        traceback.print_exc()
+    print(f"{prog}: {message}", file=sys.stderr)

@@ -160,13 +160,16 @@ def config_argv(argv: Sequence[str]) -> list[str]:
 
 
 def parse_recipe(dataclass_types: Sequence[type], argv: Sequence[str] | None, prog: str,
-                        description: str, cpu_defaults: bool = True) -> tuple:
+                        description: str, cpu_defaults: bool = True,
+                        help_only: Sequence[tuple[str, str, str]] = ()) -> tuple:
     """The one recipe parser of memgym's TrlParser-configured commands (trainers, ``memgym
     eval``, ``memgym program eval``, ``memgym evolve``): parse ``argv`` (default ``sys.argv[1:]``) with
     ``trl.TrlParser`` into one instance per dataclass, in order. Values come from ``--config
     R.yaml`` (alias ``--recipe``; its ``env:`` mapping is exported), then from CLI flags. On a
     machine without CUDA, :func:`device_default_args` are applied between the two when
     ``cpu_defaults``. A dataclass's ``_argument_group_name`` heads its fields in ``--help``.
+    ``help_only``: ``(flag, metavar, help)`` rows listed in ``--help`` for options the command
+    takes out of ``argv`` before calling this (e.g. ``memgym evolve --resume DIR``).
     Raises ValueError for an unknown YAML key (TRL's check) or a repeated/empty ``--config``,
     FileNotFoundError for a missing recipe, IsADirectoryError for a directory; argparse exits (status 2) on a bad flag and
     (status 0) after ``--help``."""
@@ -187,6 +190,8 @@ def parse_recipe(dataclass_types: Sequence[type], argv: Sequence[str] | None, pr
     # listed for --help only: TrlParser reads --config itself before argparse sees the arguments
     parser.add_argument("--config", "--recipe", metavar="R.yaml", default=None,
                         help="YAML recipe whose keys set the fields below; flags given after it override it")
+    for flag, metavar, text in help_only:
+        parser.add_argument(flag, metavar=metavar, default=None, help=text)
     try:
         out = parser.parse_args_and_config(args=args)
     except ValueError as e:

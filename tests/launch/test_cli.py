@@ -102,6 +102,22 @@ def test_debug_keeps_the_traceback(tmp_path, monkeypatch):
         memgym(["eval", "--recipe", str(r)])
 
 
+@pytest.mark.parametrize("command", [["evolve"], ["eval"], ["program", "eval", "memory_bank/programs/bm25.py"]])
+def test_debug_shows_the_traceback_of_errors_a_command_reports_itself(command, tmp_path, capsys):
+    """A missing recipe is a usage error each of these commands reports itself in one line (exit 2);
+    ``memgym --debug`` adds the traceback above that line and keeps the exit status."""
+    missing = str(tmp_path / "nope.yaml")
+    assert memgym([*command, "--config", missing]) == 2
+    plain = capsys.readouterr().err
+    assert "Traceback" not in plain and f"recipe {missing} not found" in plain
+    assert memgym(["--debug", *command, "--config", missing]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):") and "FileNotFoundError" in err
+    assert err.rstrip().splitlines()[-1] == plain.rstrip().splitlines()[-1]
+    import os
+    assert "MEMGYM_DEBUG" not in os.environ  # --debug does not leak into later commands
+
+
 def test_genuine_bugs_keep_their_traceback():
     from launch.cli import run_command
 

@@ -189,3 +189,14 @@ def test_evolve_bad_ids_leave_no_run_behind(tmp_path, capsys):
 def test_resume_without_a_run_directory_is_one_line(argv, capsys):
     assert memgym(["evolve", *argv]) == 2
     assert capsys.readouterr().err.strip() == "memgym evolve: --resume needs the run directory: memgym evolve --resume DIR"
+
+
+def test_help_lists_resume(capsys):
+    """``--resume`` is taken out of argv before the recipe parser runs, so argparse would not list it;
+    ``parse_recipe(help_only=...)`` does."""
+    with pytest.raises(SystemExit) as exit_:
+        memgym(["evolve", "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "[--resume DIR]" in out
+    assert "continue the run in DIR with the recipe stored there" in " ".join(out.split())
