@@ -77,4 +77,4 @@ train-cpu: install
 	$(PY) scripts/train_cpu.py measure base hf:smollm2; \
 	$(PY) scripts/train_cpu.py measure sft hf:runs/train_cpu/sft; \
 	$(PY) scripts/train_cpu.py measure adrpo hf:runs/train_cpu/adrpo; \
-	$(PY) scripts/train_cpu.py report --steps base=0 sft=69
+	$(PY) scripts/train_cpu.py report --steps base=0 sft=68

@@ -51,7 +51,8 @@ class SFTScriptArguments:
     """memgym SFT: fine-tune a memory manager on expert trajectories (TRL SFTTrainer)."""
 
     _argument_group_name = "memgym SFT: the expert trajectories and the examples built from them"
-    CHECKS = {"max_examples": {"min": 1}, "max_eval_examples": {"min": 1}}
+    CHECKS = {"max_examples": {"min": 1}, "max_eval_examples": {"min": 1}, "segment_tokens": {"min": 1},
+              "max_empty_per_manager": {"min": 0}}
 
     train_trajectories: list[str] = field(
         default_factory=lambda: _expert("conv-26.jsonl"),
@@ -73,6 +74,12 @@ class SFTScriptArguments:
                 "over-long ones"})
     max_eval_examples: int | None = field(default=None, metadata={
         "help": "evaluate on at most this many examples of each split (train and validation)"})
+    segment_tokens: int | None = field(default=None, metadata={
+        "help": "cut each expert session into segments of whole turns of at most this many transcript tokens, "
+                "each with the expert operations that belong to it (training.sft_segments); unset = whole sessions"})
+    max_empty_per_manager: int | None = field(default=None, metadata={
+        "help": "keep at most this many examples per manager whose expert output changes nothing (core NONE, "
+                "empty operation list), a seeded choice after the length filter; unset = keep all"})
 
     def __post_init__(self):
         check_fields(self)  # string -> one-element list, counts (llm.recipes)
@@ -137,18 +144,45 @@ def build_data(script_args: SFTScriptArguments, tokenizer, max_length: int | Non
                   managers=script_args.managers, progress=progress)
     from data_synth.extractors import resolve_expert_path
 
-    train_paths = [resolve_expert_path(p) for p in script_args.train_trajectories]
-    train, rep_train = drop_overlong(sft_examples(train_paths, **common), tokenizer, max_length)
-    lengths = {"train": rep_train.to_json()}
+    def examples(paths, split: str):
+        if script_args.segment_tokens is None:
+            ds = sft_examples(paths, **common)
+            return _balanced(drop_overlong(ds, tokenizer, max_length), script_args, seed, split, lengths)
+        from datasets import Dataset
+
+        from training.sft_data import expert_session_states
+        from training.sft_segments import segment_rows
+
+        states = expert_session_states(paths, dataset=script_args.dataset, data_path=script_args.data_path)
+        rows, stats = segment_rows(states, tokenizer=tokenizer, segment_tokens=script_args.segment_tokens,
+                                   embedder=emb, managers=script_args.managers)
+        lengths[f"{split}_segments"] = stats.to_json()
+        return _balanced(drop_overlong(Dataset.from_list(rows), tokenizer, max_length), script_args, seed, split,
+                         lengths)
+
+    lengths: dict = {}
+    train = examples([resolve_expert_path(p) for p in script_args.train_trajectories], "train")
     train = _subset(train, script_args.max_examples, seed)
     valid = None
     if script_args.eval_trajectories:
-        eval_paths = [resolve_expert_path(p) for p in script_args.eval_trajectories]
-        valid, rep_valid = drop_overlong(sft_examples(eval_paths, **common), tokenizer, max_length)
-        lengths["valid"] = rep_valid.to_json()
+        valid = examples([resolve_expert_path(p) for p in script_args.eval_trajectories], "valid")
         valid = _subset(valid, script_args.max_eval_examples, seed)
     probe = _subset(train, script_args.max_eval_examples, seed + 1)
     return SFTData(train, valid, probe, lengths)
+
+
+def _balanced(kept_and_report, script_args: SFTScriptArguments, seed: int, split: str, lengths: dict):
+    """The length-filtered split with at most ``max_empty_per_manager`` no-change examples per
+    manager (``training.sft_segments.cap_empty``); records the length report and the drops."""
+    from training.sft_segments import cap_empty
+
+    ds, rep = kept_and_report
+    lengths[split] = rep.to_json()
+    ds, dropped = cap_empty(ds, script_args.max_empty_per_manager, seed)
+    if script_args.max_empty_per_manager is not None:
+        lengths[split]["empty_dropped"] = dropped
+        lengths[split]["used"] = len(ds)
+    return ds
 
 
 def _trainer_columns(ds):

@@ -1,0 +1,232 @@
+"""Segmented SFT examples: expert sessions cut into consecutive runs of whole turns, each with
+the expert operations that belong to it, so that short training sequences still carry content.
+
+Why (measured on the CPU recipe, issue 17): with ``max_length`` 2048 the whole-session examples
+of :func:`training.sft_data.sft_examples` keep only 23 of LoCoMo conv-26's 76 (core 10, episodic 2,
+semantic 2, procedural 9, mostly the empty list), and a model trained on them writes
+``{"operations": []}``. A segment of ~400 transcript tokens with its share of the expert's
+operations fits in 2K tokens for the early sessions, so the model sees many examples that
+ADD real memories, in the exact prompt layout of inference (:func:`memory_bank.prompts.build_prompt`
+over the bank as it stands before the segment, as :func:`memory_bank.construct.step_session_segmented`
+builds sessions that do not fit the extractor's context).
+
+Splitting (:func:`split_session`): consecutive whole turns, each segment at most
+``segment_tokens`` transcript tokens (one turn is ``turn.render()`` + its newline); a single turn
+longer than that is a segment on its own (never cut).
+
+Assigning the expert's operations of one session to its segments (:func:`assign_texts`): a
+text (an ADD / UPDATE / MERGE memory, a line of a core APPEND) goes to the segment it shares the
+most information with, score(text, s) = sum over the distinct words w of the text found in
+segment s of log(S / df(w)) (S segments, df(w) = segments holding w; an inverse document
+frequency weighting, Sparck Jones 1972, so words every segment holds, e.g. the speakers'
+names, weigh 0). A text scoring 0 everywhere stays at the session's last segment, where the
+expert wrote it. Words: lower-case runs of ``[a-z0-9]``, at least 3 characters.
+
+- core: an APPEND is split into its lines, each line assigned; a segment with lines gets
+  ``APPEND`` of them (in order), one without gets ``{"operation": "NONE"}``. REPLACE, REWRITE
+  and NONE go whole to the last segment (the others get NONE).
+- episodic / semantic / procedural: ADD, UPDATE and MERGE are assigned by their ``memory``;
+  DELETE goes to the last segment. An operation naming ids is moved to a later segment while
+  its segment's prompt does not show them (up to 20 entries are shown); one whose ids are not
+  shown even at the last segment is dropped and counted (``SegmentStats.unshown``).
+
+Each segment's outputs are applied to the working bank (order core, episodic, semantic,
+procedural) before the next segment's prompts are built; an output that does not apply raises
+:class:`SegmentError` (the expert trajectory is then inconsistent).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from memory_bank.actions import MANAGERS
+from memory_bank.errors import ManagerOutputError
+from memory_bank.prompts import build_prompt
+from memory_bank.schema import Session
+from training.sft_data import SessionState, check_managers
+
+_WORD = re.compile(r"[a-z0-9]{3,}")
+
+
+class SegmentError(ValueError):
+    """An expert session whose operations do not apply once split into segments (names the
+    conversation, session, segment and manager)."""
+
+
+@dataclass
+class SegmentStats:
+    """Counts of :func:`segment_rows`: ``sessions``, ``segments`` (over all sessions), ``ops``
+    (part operations assigned), ``unshown`` (part operations dropped: ids not shown)."""
+
+    sessions: int = 0
+    segments: int = 0
+    ops: int = 0
+    unshown: int = 0
+    per_session: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"sessions": self.sessions, "segments": self.segments, "ops": self.ops, "unshown": self.unshown,
+                "segments_per_session": {f"{c}/{s}": n for (c, s), n in self.per_session.items()}}
+
+
+def words(text: str) -> set[str]:
+    """The distinct lower-case words (``[a-z0-9]{3,}``) of ``text``."""
+    return set(_WORD.findall(text.lower()))
+
+
+def split_session(session: Session, turn_tokens: Sequence[int], segment_tokens: int) -> list[Session]:
+    """``session`` cut into consecutive segments of whole turns, each holding at most
+    ``segment_tokens`` tokens (``turn_tokens[i]``: tokens of turn i's transcript line); a turn
+    longer than that on its own is its own segment. One segment (the session) when it fits.
+    Raises ValueError when ``segment_tokens`` < 1 or the lengths do not match the turns."""
+    if segment_tokens < 1:
+        raise ValueError(f"segment_tokens must be >= 1, got {segment_tokens}")
+    if len(turn_tokens) != len(session.turns):
+        raise ValueError(f"{len(turn_tokens)} turn lengths for {len(session.turns)} turns")
+    groups: list[list] = []
+    used = 0
+    for turn, n in zip(session.turns, turn_tokens):
+        if groups and used + n <= segment_tokens:
+            groups[-1].append(turn)
+            used += n
+        else:
+            groups.append([turn])
+            used = n
+    if len(groups) <= 1:
+        return [session]
+    return [dataclasses.replace(session, turns=tuple(g)) for g in groups]
+
+
+def assign_texts(texts: Sequence[str], segment_texts: Sequence[str]) -> list[int]:
+    """For each text, the index of the segment it belongs to (module docstring: the IDF-weighted
+    word overlap, ties to the earliest best segment, all-zero scores to the last segment)."""
+    n = len(segment_texts)
+    if n == 0:
+        raise ValueError("no segments")
+    seg_words = [words(t) for t in segment_texts]
+    df: dict[str, int] = {}
+    for ws in seg_words:
+        for w in ws:
+            df[w] = df.get(w, 0) + 1
+    out = []
+    for text in texts:
+        ws = words(text)
+        scores = [sum(math.log(n / df[w]) for w in ws & sw) for sw in seg_words]
+        best = max(scores)
+        out.append(scores.index(best) if best > 0 else n - 1)
+    return out
+
+
+def _ids(op: dict) -> list[str]:
+    if "ids" in op:
+        return list(op["ids"])
+    return [op["id"]] if "id" in op else []
+
+
+def _core_outputs(op: dict, segment_texts: Sequence[str]) -> list[dict]:
+    n = len(segment_texts)
+    out = [{"operation": "NONE"} for _ in range(n)]
+    if op.get("operation") == "APPEND":
+        lines = [ln for ln in op["content"].splitlines() if ln.strip()]
+        where = assign_texts(lines, segment_texts)
+        for k in range(n):
+            mine = [ln for ln, w in zip(lines, where) if w == k]
+            if mine:
+                out[k] = {"operation": "APPEND", "content": "\n".join(mine)}
+    elif op.get("operation") != "NONE":
+        out[-1] = op
+    return out
+
+
+def _part_plan(ops: list[dict], segment_texts: Sequence[str]) -> list[int]:
+    texts = [op.get("memory", "") for op in ops]
+    where = assign_texts(texts, segment_texts)
+    return [len(segment_texts) - 1 if op.get("action") == "DELETE" else w for op, w in zip(ops, where)]
+
+
+def segment_rows(states: Sequence[SessionState], *, tokenizer, segment_tokens: int, embedder=None,
+                 managers: Sequence[str] = MANAGERS) -> tuple[list[dict], SegmentStats]:
+    """One row per (session, segment, manager) in the columns of :func:`training.sft_data.sft_rows`
+    plus ``segment`` (1-based) and ``segments`` (the session's count); the prompt is the inference
+    prompt of the segment over the bank as it stands before it, the completion is the expert's
+    share of the session's operations (module docstring). ``tokenizer`` counts transcript
+    tokens. Returns ``(rows, SegmentStats)``. Raises :class:`SegmentError` (see the module
+    docstring) and ValueError for a bad manager list or ``segment_tokens``."""
+    ms = check_managers(managers)
+    stats = SegmentStats()
+    rows: list[dict] = []
+    for st in states:
+        tt = [len(tokenizer(t.render(), add_special_tokens=False)["input_ids"]) + 1 for t in st.session.turns]
+        segs = split_session(st.session, tt, segment_tokens) if st.session.turns else [st.session]
+        seg_texts = [s.transcript() for s in segs]
+        n = len(segs)
+        stats.sessions += 1
+        stats.segments += n
+        stats.per_session[(st.conversation_id, st.session.index)] = n
+        outputs = [dict() for _ in range(n)]
+        for k, o in enumerate(_core_outputs(st.step.outputs["core"], seg_texts)):
+            outputs[k]["core"] = o
+        pending: dict[str, list[list[dict]]] = {}
+        for part in MANAGERS[1:]:
+            ops = list(st.step.outputs[part].get("operations", []))
+            plan = _part_plan(ops, seg_texts)
+            pending[part] = [[op for op, w in zip(ops, plan) if w == k] for k in range(n)]
+            stats.ops += len(ops)
+        bank = st.bank_before.copy()
+        for k, seg in enumerate(segs):
+            prompts = {m: build_prompt(m, bank, seg, embedder) for m in MANAGERS}
+            for part in MANAGERS[1:]:
+                mine, later = [], []
+                for op in pending[part][k]:
+                    (mine if all(i in prompts[part].shown_ids for i in _ids(op)) else later).append(op)
+                if k + 1 < n:
+                    pending[part][k + 1][:0] = later  # deferred ops first: the expert's order
+                else:
+                    stats.unshown += len(later)
+                outputs[k][part] = {"operations": mine}
+            for m in MANAGERS:
+                text = json.dumps(outputs[k][m], ensure_ascii=False)
+                if m in ms:
+                    rows.append({"prompt": prompts[m].messages, "completion": [{"role": "assistant", "content": text}],
+                                 "conversation_id": st.conversation_id, "session": st.session.index,
+                                 "manager": m, "segment": k + 1, "segments": n})
+                try:
+                    bank.apply_text(m, text, st.session.index)
+                except ManagerOutputError as e:
+                    raise SegmentError(f"{st.trajectory_file}: {st.conversation_id} session {st.session.index} "
+                                       f"segment {k + 1}/{n}, {m}: the expert's operations do not apply: {e}") from e
+    return rows, stats
+
+
+def is_empty_output(manager: str, text: str) -> bool:
+    """True for an output that changes nothing: core ``NONE``, a part's empty operation list."""
+    obj = json.loads(text)
+    return obj.get("operation") == "NONE" if manager == "core" else not obj.get("operations")
+
+
+def cap_empty(ds, max_per_manager: int | None, seed: int):
+    """Keep at most ``max_per_manager`` rows per manager whose completion changes nothing
+    (:func:`is_empty_output`), a seeded random choice; every other row is kept, in order.
+    Returns ``(dataset, {manager: empty rows dropped})``; None keeps everything."""
+    if max_per_manager is None:
+        return ds, {}
+    if max_per_manager < 0:
+        raise ValueError(f"max_per_manager must be >= 0 or None, got {max_per_manager}")
+    empty: dict[str, list[int]] = {}
+    for i, r in enumerate(ds):
+        if is_empty_output(r["manager"], r["completion"][0]["content"]):
+            empty.setdefault(r["manager"], []).append(i)
+    rng = random.Random(seed)
+    drop: set[int] = set()
+    dropped = {}
+    for m, idx in empty.items():
+        if len(idx) > max_per_manager:
+            gone = set(idx) - set(rng.sample(idx, max_per_manager))
+            drop |= gone
+            dropped[m] = len(gone)
+    return ds.select([i for i in range(len(ds)) if i not in drop]), dropped
