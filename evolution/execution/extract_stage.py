@@ -76,6 +76,7 @@ class ExtractStage(StageContext):
         for c in cached:
             for m in c.get("failed_managers", []):
                 stats["manager_failures"][m] = stats["manager_failures"].get(m, 0) + 1
+                stats["failed_manager_outputs"] += 1
 
     def _extract_turns(self, conv, info: ProgramInfo, sessions) -> list[dict]:
         """``turns`` mode: every dialogue turn is one unit (no model call), mapped onto the

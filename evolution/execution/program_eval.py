@@ -221,6 +221,15 @@ def _fmt(v) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
+def _selection(rep: dict) -> str:
+    """The conversations a report's run evaluated (``rep["conversations"]``, e.g. the valid split's),
+    with the split named when the recipe chose one; older reports: the recipe's list."""
+    cfg = rep["config"]
+    ids = rep.get("conversations") or cfg.get("conversations") or []
+    shown = ", ".join(ids[:12]) + (f", ... ({len(ids)} conversations)" if len(ids) > 12 else "")
+    return f"split {cfg['split']}: {shown}" if cfg.get("split") else shown
+
+
 def render_markdown(rep: dict) -> str:
     """``report.md``: scores and diagnostics by capability, the dataset's headline and the
     categories (the shared renderer, :mod:`rewards.scoring.report`), stages, cost."""
@@ -229,7 +238,7 @@ def render_markdown(rep: dict) -> str:
     diag = rep.get("diagnostics") or {}
     dcap = diag.get("by_capability", {})
     out = [f"# memgym program eval: `{rep['program']}`", "",
-           f"- dataset: {rep['config']['dataset']} {', '.join(rep['config']['conversations'])}; extraction: "
+           f"- dataset: {rep['config']['dataset']} {_selection(rep)}; extraction: "
            f"`{rep['config']['extractor']}`; plan: {rep['config']['plan_mode']}",
            *protocol_lines({"scorer": rep["config"]["scorer"], "judge_protocol": rep.get("judge_protocol"),
                             "judge_calls": rep.get("judge_calls"),
@@ -307,7 +316,8 @@ def run_program_eval(cfg: ProgramEvalConfig, rt: Runtime | None = None,
     cache = cache if cache is not None else open_stage_cache(cfg.stage_cache)
     try:
         runner = ProgramRunner(rt, cfg.runner_settings(), cache)
-        ev, run = evaluate_program(source, load_tasks(cfg), runner, parent_source=parent_source,
+        convs = load_tasks(cfg)
+        ev, run = evaluate_program(source, convs, runner, parent_source=parent_source,
                                    diagnostics=cfg.diagnostics)
     finally:
         if own_cache:
@@ -320,7 +330,7 @@ def run_program_eval(cfg: ProgramEvalConfig, rt: Runtime | None = None,
         for row in ev.tasks:
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     dump_units(run, out / "units.jsonl")
-    rep = ev.to_dict(tasks=False)
+    rep = {**ev.to_dict(tasks=False), "conversations": [c.id for c in convs]}  # what ran, e.g. a split's
     (out / "report.json").write_text(json.dumps(rep, indent=2, ensure_ascii=False, default=str))
     (out / "report.md").write_text(render_markdown(rep))
     return ev

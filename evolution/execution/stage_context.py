@@ -61,7 +61,7 @@ class StageContext:
         self.stage_llm_calls = {s: 0 for s in STAGES}
         self.plan_failures = self.retrieve_errors = 0
         self.extraction_stats = {"mode": self.settings.extraction_mode, "sessions": 0, "units": 0, "segments": 0,
-                                 "format_failures": 0, "manager_failures": {}}
+                                 "format_failures": 0, "failed_manager_outputs": 0, "manager_failures": {}}
         self.lock = threading.Lock()
 
     @property

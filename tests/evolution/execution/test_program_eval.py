@@ -59,6 +59,9 @@ def test_cli_eval_with_a_trained_extractor_hf(tmp_path, tiny_model_dir, capsys):
     assert rep["ok"] and rep["n"] == 3 and rep["extraction"]["mode"] == "extractor"
     # a random-weight model never writes valid manager JSON: 2 sessions x 4 managers fail, 0 units
     assert rep["extraction"]["manager_failures"] == {"core": 2, "episodic": 2, "semantic": 2, "procedural": 2}
+    # the 8 rejected outputs are counted as such; no session failed as a whole (the bank just kept its state)
+    assert rep["extraction"]["failed_manager_outputs"] == 8 and rep["extraction"]["format_failures"] == 0
+    assert rep["conversations"] == ["conv-30"]
     assert rep["extraction"]["units"] == 0 and rep["model_calls"]["extractor"] == 8
     assert rep["overall"] == 0.0 and rep["diagnostics"]["overall"]["d_ext"] == 0.0
     assert rep["diagnostics"]["n_units"] == 0 and rep["diagnostics"]["mean_unit_chars"] is None
@@ -117,3 +120,16 @@ def test_cli_eval_turns_on_longmemeval(tmp_path):
     turns = json.loads(oracle.read_text())[0]["haystack_sessions"]
     assert sum(len(u["units"]) for u in units) == sum(len(s) for s in turns)
     assert units[0]["units"][0]["content"].split(": ", 1)[0] in ("user", "assistant")
+
+
+def test_report_header_names_the_conversations_that_ran():
+    """A ``--split valid`` run evaluates the split's conversations, not the recipe's default
+    ``conversations`` list (conv-26, conv-30), and the header says so."""
+    from evolution.execution.program_eval import _selection
+
+    cfg = {"conversations": ["conv-26", "conv-30"], "split": "valid"}
+    assert _selection({"config": cfg, "conversations": ["conv-41", "conv-42"]}) == "split valid: conv-41, conv-42"
+    assert _selection({"config": {**cfg, "split": None}, "conversations": ["conv-26"]}) == "conv-26"
+    assert _selection({"config": {**cfg, "split": None}}) == "conv-26, conv-30"  # a report written before the field
+    many = [f"c{i}" for i in range(14)]
+    assert _selection({"config": {"split": None}, "conversations": many}).endswith("c11, ... (14 conversations)")
