@@ -3,6 +3,7 @@ rather than a bug in memgym (a traceback), and how such an error reads on one li
 :func:`launch.cli.run_command` and by the commands that handle their own errors."""
 from __future__ import annotations
 
+import sys
 
 
 def exit_status(exc: BaseException) -> int | None:
