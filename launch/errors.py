@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 
 
-
 def exit_status(exc: BaseException) -> int | None:
     """The exit status of an error that is the user's input or environment: a
     :class:`~llm.errors.MemgymError` (its ``exit_status``: 2 for ``kind == "usage"``, else 1),

@@ -216,15 +216,17 @@ class TraceGuidedIntegrator:
         arch = state.archive
         base = arch.get(row["anchor"])
         cases = {p["task"] for p in paired.values()}
-        conts = [Contender(s.id, state.source_of(s.id), caps_of[s.id], {t: s.train.tasks.get(t, 0.0) for t in cases})
-                 for s in include]
+        conts = [Contender(s.id, state.source_of(s.id), caps_of[s.id], {t: s.train.tasks.get(t, 0.0) for t in cases},
+                           s.train.overall) for s in include]
         ancestors = {s.id: state.source_of(common_ancestor(arch, s.id, base.id)) for s in include}
         row.update(kind="merge", merged_from=[f"{s.id} ({caps_of[s.id]})" for s in include])
         if exclude:
             row["excluded"] = sorted([sid, k] for sid, k in exclude)
         try:
             lineages = {x.id: [state.source_of(c.id) for c in arch.lineage(x.id)] for x in [base] + include}
-            res = component_merge(Contender(base.id, state.source_of(base.id)), conts, ancestors,
+            base_c = Contender(base.id, state.source_of(base.id), "", {t: base.train.tasks.get(t, 0.0) for t in cases},
+                               base.train.overall)  # conflicts are settled on both sides' train scores
+            res = component_merge(base_c, conts, ancestors,
                                   {c: p["task"] for c, p in paired.items()}, exclude, lineages)
         except MergeError as e:  # a program that cannot be split is left out next time
             # (the program merged onto cannot be left out: no retry)

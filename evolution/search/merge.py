@@ -23,10 +23,15 @@ such pseudo-conflict was settled against the base, on cases chosen for the speci
 version) differs from its merge base's. No specialist changed it → the base's version. One
 distinct changed version, and the base did not change the element since that merge base → that
 version. Otherwise a **conflict** (several specialists changed it differently, or the base
-changed it too), settled by :func:`settle`: each version scores the best mean train score, over
-the paired differential cases of the capabilities its holders specialise in, of the programs
-holding it; the highest wins (ties: the base's version, then the earliest capability in F, T,
-P, M, A order). The module docstring is the base's.
+changed it too), settled by :func:`settle` on the **train evaluation of every holder as a
+whole**: each version scores the best train overall (mean over all train tasks) of the programs
+holding it, and the highest wins; ties go to the mean over **all** the merge's paired
+differential cases, then to the base's version, then to the earliest capability in F, T, P, M,
+A order. When a holder has no train overall (a caller without evaluations) the versions score
+on the mean over all the merge's paired cases alone. Issue 20: settling on the paired case of
+the specialist's own capability, which is the case where it beats the base the most, gave every
+real conflict to the specialist (experiment full/seed1 round 7: the P specialist's TOP_K 80 beat
+the base's TOP_K 20 on P's case, and the merge fell to 0.403). The module docstring is the base's.
 
 Dead code: a definition the base lacks that nothing in the merge uses any more (the helpers
 of a specialist whose ``retrieve`` lost a conflict) is dropped, repeatedly, so a merge that
@@ -58,30 +63,35 @@ __all__ = ["ABSENT", "Conflict", "Contender", "Element", "MergeError", "MergeRes
 @dataclass
 class Contender:
     """A program taking part in a merge: ``id`` (archive id), ``source``, ``capabilities`` it is
-    the specialist of ("" for the base) and ``paired_scores``: its train score on each paired
-    differential case (task id → score)."""
+    the specialist of ("" for the base), ``paired_scores``: its train score on each paired
+    differential case (task id → score in [0, 1]) and ``train_overall``: its train overall
+    score in [0, 1] (None when not evaluated; conflicts then settle on the paired cases)."""
 
     id: str
     source: str
     capabilities: str = ""
     paired_scores: dict = field(default_factory=dict)
+    train_overall: float | None = None
 
 
 @dataclass
 class Conflict:
     """An element changed differently by several programs: ``key``, ``component``,
-    ``versions`` (one dict per distinct version: ``holders`` ids, ``score`` on the paired
-    cases ``cases``), ``winner`` (a program id)."""
+    ``cases`` (all the merge's paired case ids), ``versions`` (one dict per distinct version:
+    ``holders`` ids, ``score`` = the best holder's train overall under rule ``"train overall"``,
+    else its mean over ``cases``; ``paired`` = that holder's mean over ``cases``), ``winner`` (a
+    program id), ``rule``: ``"train overall"`` or ``"paired cases"``."""
 
     key: str
     component: str
     cases: list
     versions: list
     winner: str
+    rule: str = "train overall"
 
     def to_dict(self) -> dict:
         return {"key": self.key, "component": self.component, "cases": list(self.cases),
-                "versions": self.versions, "winner": self.winner}
+                "versions": self.versions, "winner": self.winner, "rule": self.rule}
 
 
 @dataclass
@@ -109,19 +119,32 @@ def _cap_rank(c: Contender) -> int:
 
 def settle(key: str, component: str, versions: dict[str, list[Contender]], base_id: str,
            cases: list[str]) -> Conflict:
-    """Settle one conflict (see the module doc). ``versions``: normalised version → holders;
-    ``cases``: the paired differential case ids of the capabilities the holders specialise in.
-    A holder's score is its mean train score over ``cases`` (0 when there are none); a
-    version's score is the best of its holders'."""
+    """Settle one conflict (see the module doc). ``versions``: normalised version → holders
+    (the base among them when it contends); ``cases``: all the merge's paired differential
+    case ids. A holder is ranked by (train overall, mean train score over ``cases``); with any
+    holder lacking a train overall, by the mean over ``cases`` alone (0 when there are none). A
+    version's score is its best holder's; the highest wins (ties: the base's version, then the
+    earliest capability)."""
+    rule = "train overall" if all(h.train_overall is not None for hs in versions.values() for h in hs) \
+        else "paired cases"
+
+    def paired(h: Contender) -> float:
+        return sum(h.paired_scores.get(t, 0.0) for t in cases) / len(cases) if cases else 0.0
+
+    def rank(h: Contender) -> tuple:
+        return (round(h.train_overall, 12), round(paired(h), 12)) if rule == "train overall" \
+            else (round(paired(h), 12),)
+
     rows = []
-    for norm, holders in versions.items():
-        scores = [sum(h.paired_scores.get(t, 0.0) for t in cases) / len(cases) if cases else 0.0 for h in holders]
-        best = max(range(len(holders)), key=lambda i: (scores[i], -_cap_rank(holders[i])))
-        rows.append({"holders": [h.id for h in holders], "score": scores[best], "_best": holders[best],
+    for holders in versions.values():
+        best = max(holders, key=lambda h: (rank(h), -_cap_rank(h)))
+        rows.append({"holders": [h.id for h in holders], "_rank_key": rank(best), "_best": best,
+                     "score": best.train_overall if rule == "train overall" else paired(best), "paired": paired(best),
                      "_base": any(h.id == base_id for h in holders), "_rank": min(_cap_rank(h) for h in holders)})
-    win = max(rows, key=lambda r: (round(r["score"], 12), r["_base"], -r["_rank"]))
+    win = max(rows, key=lambda r: (r["_rank_key"], r["_base"], -r["_rank"]))
     return Conflict(key, component, list(cases),
-                    [{"holders": r["holders"], "score": r["score"]} for r in rows], win["_best"].id)
+                    [{"holders": r["holders"], "score": r["score"], "paired": r["paired"]} for r in rows],
+                    win["_best"].id, rule)
 
 
 def component_merge(base: Contender, specialists: list[Contender], ancestors: dict[str, str],
@@ -132,7 +155,8 @@ def component_merge(base: Contender, specialists: list[Contender], ancestors: di
     ``ancestors``: specialist id → source of its common ancestor with the base (the base
     itself for a specialist refined from it; the specialist itself when it is an ancestor of
     the base, so it contributes nothing). ``paired``: capability → its paired differential
-    case id; a conflict among specialists of capabilities X is settled on the cases of X.
+    case id; a conflict is settled on the holders' train overall, then on all these cases
+    (:func:`settle`); give ``base`` its ``paired_scores`` and ``train_overall`` too.
     ``exclude``: ``(specialist id, element key)`` pairs left out (an element-level retry): the
     specialist does not contend on that element, as if it had not changed it.
     ``lineages``: program id → the sources of its archive lineage, oldest first, itself last
@@ -142,6 +166,7 @@ def component_merge(base: Contender, specialists: list[Contender], ancestors: di
     Memory``, a key defined twice) or a specialist has no ancestor.
     """
     paired = paired or {}
+    all_cases = list(dict.fromkeys(paired[c] for c in CAPABILITIES if c in paired))
     specs = [s for s in specialists if s.id != base.id]
     progs = [base] + specs
     parts = {p.id: split_program(p.source, p.id) for p in progs}
@@ -193,10 +218,7 @@ def component_merge(base: Contender, specialists: list[Contender], ancestors: di
         if len(versions) == 1:
             winner = next(iter(versions.values()))[0]
         else:
-            caps = sorted({c for hs in versions.values() for h in hs for c in h.capabilities if c in CAPABILITIES},
-                          key=CAPABILITIES.index)
-            cases = list(dict.fromkeys(paired[c] for c in caps if c in paired))
-            conf = settle(k, some.component, versions, base.id, cases)
+            conf = settle(k, some.component, versions, base.id, all_cases)
             conflicts.append(conf)
             winner = next(p for p in progs if p.id == conf.winner)
         prov[k], comp_of[k] = winner.id, some.component

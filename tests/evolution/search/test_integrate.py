@@ -126,10 +126,13 @@ def test_component_merge_takes_each_component_from_the_specialist_that_changed_i
     # T's helpers lost with its retrieve: nothing uses them, so they are dropped (not dead code)
     assert not {"TIME_BONUS", "MONTHS", "def time_hints", "def time_match"} & set(prov)
     assert prov["Memory.index"] == "base" and prov["class MemoryUnit"] == "base"
-    # both T and F changed Memory.retrieve: settled on their paired cases, F 0.75 vs T 0.5
+    # both T and F changed Memory.retrieve: no train overall given, so settled on the mean over all
+    # the merge's paired cases, F 0.75 vs T 0.5
     (conf,) = res.conflicts
     assert conf.key == "Memory.retrieve" and conf.component == "retrieval" and conf.cases == ["f-case", "t-case"]
-    assert conf.versions == [{"holders": ["sT"], "score": 0.5}, {"holders": ["sF"], "score": 0.75}]
+    assert conf.rule == "paired cases"
+    assert conf.versions == [{"holders": ["sT"], "score": 0.5, "paired": 0.5},
+                             {"holders": ["sF"], "score": 0.75, "paired": 0.75}]
     assert conf.winner == "sF" and prov["Memory.retrieve"] == "sF"
     assert prov["import re"] == "sT"  # both added it; the first specialist's copy is taken
     assert res.components == {"shared": ["sT", "sF", "sP"], "answer": ["sA"], "retrieval": ["sF"]}
