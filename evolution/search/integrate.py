@@ -28,6 +28,11 @@ Source: DESIGN.md § "Capability-driven evolution", step 3, and issue 9 § 1:
   merge: "a failed merge goes back with its implementation"), each specialist's component
   diff against the base, the compact traces of the base and the specialist on each paired
   case, and, for a retry, the failed merge's verdict and its traces on those cases.
+- **condition-level retry** (recipe ``integrate_condition``, default ``none``): with
+  ``specialist`` or ``dropped``, the round after a failed offline merge tries its
+  condition-level form first (:mod:`evolution.search.condition`: the anchor's and the failed
+  merge's ``Memory`` in one program, one side per question by a reader of the question fit on
+  train; history row kind ``condition``); the element-level retry follows if it fails too.
 - Once a merge is accepted it becomes the program merged onto (:meth:`TraceGuidedIntegrator.anchor`):
   the remaining integration rounds add the specialists onto it (what they add beyond it; the
   exclusions start afresh) and judge against it; the last accepted merge is the integration's
