@@ -262,25 +262,34 @@ class TraceGuidedIntegrator:
         supplied = {sid: sorted(k for k, pid in res.provenance.items() if pid == sid) for sid in res.contributors}
         desc = "component merge of " + ", ".join(f"{s.id} ({caps_of[s.id]})" for s in include) + \
             (f" onto {base.id}" if base.id != arch.base else "") + (" (elements left out)" if exclude else "")
-        key, ekey = program_key(res.source), element_key(res.source)
+        detail = "\n".join([desc, "components: " + str(res.components),
+                            "conflicts: " + str([c.to_dict() for c in res.conflicts])])
+        self._evaluate(state, steps, round_no, row, res.source, desc, detail,
+                       [s for s in include if s.id in res.contributors], supplied)
+
+    def _evaluate(self, state, steps, round_no, row, source: str, desc: str, detail: str,
+                  contributors: list[Candidate], supplied: dict | None = None) -> None:
+        """Evaluate an offline merge's ``source`` (or reuse the archived program it equals, up to
+        statement order) and judge it (:meth:`_judge`)."""
+        arch = state.archive
+        base = arch.get(row["anchor"])
+        key, ekey = program_key(source), element_key(source)
         same = next((c for c in arch.candidates.values() if c.status == "evaluated" and
                      (c.key == key or element_key(state.source_of(c.id)) == ekey)), None)
         if same is not None:  # the merge is an archived program, up to statement order: reuse its scores
             row.update(candidate=same.id, status="evaluated", verdict="ok", valid=same.valid.scores(),
                        proposal=desc + f" = archived {same.id} (scores reused)")
-            self._judge(state, row, same, [s for s in include if s.id in res.contributors], supplied)
+            self._judge(state, row, same, contributors, supplied)
             return
-        detail = "\n".join([desc, "components: " + str(res.components),
-                            "conflicts: " + str([c.to_dict() for c in res.conflicts])])
         inp = ProposalInput(state.source_of(base.id), base.id, "integrate", None, {}, [], [], [], [],
                             frozenset(arch.keys()), extra={"round": round_no})
         cand = steps.attempt(round_no, "integrate", base, None, inp, self._cid(round_no),
-                           proposer=MergeProposer(res.source, desc, detail))
+                             proposer=MergeProposer(source, desc, detail))
         row.update(candidate=cand.id, proposal=desc, status=cand.status,
                    verdict="ok" if cand.validation and cand.validation["ok"] else
                    (f"level {cand.validation['level']}" if cand.validation else "-"),
                    valid=cand.valid.scores() if cand.valid else None)
-        self._judge(state, row, cand, [s for s in include if s.id in res.contributors], supplied)
+        self._judge(state, row, cand, contributors, supplied)
 
     def _condition_attempt(self, state, steps, round_no, row, failed: dict) -> None:
         """The condition-level form of the failed offline merge ``failed`` (its history row):
@@ -313,23 +322,7 @@ class TraceGuidedIntegrator:
                             "train_accuracy": reader.train_accuracy}
         desc = (f"condition merge of {failed['candidate']} onto {base.id}: questions that read as {caps} "
                 f"({reader.train_accuracy:.3f} of train read right) get the {side} side's retrieval")
-        same = next((c for c in arch.candidates.values() if c.status == "evaluated" and c.key == program_key(source)),
-                    None)
-        merged = arch.get(failed["candidate"])
-        if same is not None:
-            row.update(candidate=same.id, status="evaluated", verdict="ok", valid=same.valid.scores(),
-                       proposal=desc + f" = archived {same.id} (scores reused)")
-            self._judge(state, row, same, [merged])
-            return
-        inp = ProposalInput(state.source_of(base.id), base.id, "integrate", None, {}, [], [], [], [],
-                            frozenset(arch.keys()), extra={"round": round_no})
-        cand = steps.attempt(round_no, "integrate", base, None, inp, self._cid(round_no),
-                             proposer=MergeProposer(source, desc, desc))
-        row.update(candidate=cand.id, proposal=desc, status=cand.status,
-                   verdict="ok" if cand.validation and cand.validation["ok"] else
-                   (f"level {cand.validation['level']}" if cand.validation else "-"),
-                   valid=cand.valid.scores() if cand.valid else None)
-        self._judge(state, row, cand, [merged])
+        self._evaluate(state, steps, round_no, row, source, desc, desc, [arch.get(failed["candidate"])])
 
     def _judge(self, state, row, cand: Candidate, contributors: list[Candidate], supplied: dict | None = None) -> None:
         """Apply the acceptance rule to ``cand`` and book the attempt: a candidate made in this
