@@ -42,7 +42,8 @@ class EvolveConfig(BenchmarkFields):
               "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0},
               "dataset": {"choices": ("locomo", "longmemeval", "beam")}, "proposer": {"choices": ("params", "coder", "scripted")},
               "scorer": {"choices": ("answer-recall", "rubric-recall", "f1", "llm")}, "plan_mode": {"choices": ("llm", "question")},
-              "ablation": {"choices": ABLATIONS}, "integrate_onto": {"choices": ("best", "base")}, "delta": {"min": 0.0}, "extractor_max_new_tokens": {"min": 1}}
+              "ablation": {"choices": ABLATIONS}, "integrate_onto": {"choices": ("best", "base")},
+              "integrate_condition": {"choices": ("none", "specialist", "dropped")}, "delta": {"min": 0.0}, "extractor_max_new_tokens": {"min": 1}}
 
     test_path: str | None = field(default=None, metadata={"help": "data file of the test split (default: path), "
                                                                   "e.g. a LongMemEval-M file"})
@@ -76,6 +77,11 @@ class EvolveConfig(BenchmarkFields):
     integrate_onto: str = field(default="best", metadata={
         "help": "integration merges the specialists onto, and judges the merge against: best (the best valid overall "
                 "among the base and the specialists) | base (PrisMem's base)"})
+    integrate_condition: str = field(default="none", metadata={
+        "help": "after a failed offline merge, first retry its condition-level form (both behaviours in one program, "
+                "picked per question by a reader of the question fit on train): none | specialist (the merge's "
+                "behaviour for questions read as its contributors' capabilities that did not drop) | dropped (the "
+                "base's behaviour for questions read as the capabilities that dropped beyond delta)"})
     ablation: str = field(default="none", metadata={
         "help": "none | holistic | round_robin | random_cases | no_integration (DESIGN.md ablations)"})
     test_specialists: bool = field(default=True, metadata={

@@ -28,6 +28,11 @@ Source: DESIGN.md § "Capability-driven evolution", step 3, and issue 9 § 1:
   merge: "a failed merge goes back with its implementation"), each specialist's component
   diff against the base, the compact traces of the base and the specialist on each paired
   case, and, for a retry, the failed merge's verdict and its traces on those cases.
+- **condition-level retry** (recipe ``integrate_condition``, default ``none``): with
+  ``specialist`` or ``dropped``, the round after a failed offline merge tries its
+  condition-level form first (:mod:`evolution.search.condition`: the anchor's and the failed
+  merge's ``Memory`` in one program, one side per question by a reader of the question fit on
+  train; history row kind ``condition``); the element-level retry follows if it fails too.
 - Once a merge is accepted it becomes the program merged onto (:meth:`TraceGuidedIntegrator.anchor`):
   the remaining integration rounds add the specialists onto it (what they add beyond it; the
   exclusions start afresh) and judge against it; the last accepted merge is the integration's
@@ -47,6 +52,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from evolution.search.archive import CAPABILITIES, Candidate, program_key
+from evolution.search.condition import CONDITION_RULES, QuestionReader, condition_merge, condition_plan
 from evolution.search.integration_rules import (DEFAULT_DELTA, blame, blame_elements, common_ancestor,
                                                 integration_verdict, paired_case, paired_cases, worst_drop)
 from evolution.search.merge import Contender, MergeError, component_merge, element_key
@@ -117,12 +123,15 @@ class TraceGuidedIntegrator:
     name = "trace_guided"
 
     def __init__(self, delta: float = DEFAULT_DELTA, *, random_cases: bool = False, offline_first: bool = True,
-                 onto: str = "base"):
+                 onto: str = "base", condition: str = "none"):
         if delta < 0:
             raise ValueError(f"delta must be >= 0, got {delta}")
         if onto not in ("base", "best"):
             raise ValueError(f"onto must be base or best, got {onto!r}")
+        if condition not in CONDITION_RULES:
+            raise ValueError(f"condition must be one of {', '.join(CONDITION_RULES)}, got {condition!r}")
         self.delta, self.random_cases, self.offline_first, self.onto = delta, random_cases, offline_first, onto
+        self.condition = condition
 
     def anchor(self, state) -> Candidate:
         """The program merged onto: the last accepted merge once there is one (later rounds add
@@ -185,6 +194,12 @@ class TraceGuidedIntegrator:
         # an LLM proposer's first try since the last accepted merge is the offline merge
         use_merge = steps.proposer_name in OFFLINE_PROPOSERS or (self.offline_first and not merges)
         include, exclude = [s.id for s in specs], set()
+        if use_merge and merges and self.condition != "none":  # a failed merge first gets its condition-level form
+            last = merges[-1]
+            tried = {h.get("merged_side") for h in self.phase(state) if h.get("kind") == "condition"}
+            if last.get("status") == "evaluated" and not last.get("integrated") and last["candidate"] not in tried:
+                self._condition_attempt(state, steps, round_no, row, last)
+                return
         if use_merge and merges:  # a retry leaves out what was blamed since the last accepted merge
             if any(h.get("stuck") for h in merges):
                 self._log(state, row, "no merge left to try", f"skipped: the program merged onto ({base.id}) "
@@ -243,28 +258,71 @@ class TraceGuidedIntegrator:
             return
         row["conflicts"] = [c.to_dict() for c in res.conflicts]
         row["components"] = res.components
+        row["contributor_caps"] = "".join(c for c in CAPABILITIES if any(c in caps_of[i] for i in res.contributors))
         supplied = {sid: sorted(k for k, pid in res.provenance.items() if pid == sid) for sid in res.contributors}
         desc = "component merge of " + ", ".join(f"{s.id} ({caps_of[s.id]})" for s in include) + \
             (f" onto {base.id}" if base.id != arch.base else "") + (" (elements left out)" if exclude else "")
-        key, ekey = program_key(res.source), element_key(res.source)
+        detail = "\n".join([desc, "components: " + str(res.components),
+                            "conflicts: " + str([c.to_dict() for c in res.conflicts])])
+        self._evaluate(state, steps, round_no, row, res.source, desc, detail,
+                       [s for s in include if s.id in res.contributors], supplied)
+
+    def _evaluate(self, state, steps, round_no, row, source: str, desc: str, detail: str,
+                  contributors: list[Candidate], supplied: dict | None = None) -> None:
+        """Evaluate an offline merge's ``source`` (or reuse the archived program it equals, up to
+        statement order) and judge it (:meth:`_judge`)."""
+        arch = state.archive
+        base = arch.get(row["anchor"])
+        key, ekey = program_key(source), element_key(source)
         same = next((c for c in arch.candidates.values() if c.status == "evaluated" and
                      (c.key == key or element_key(state.source_of(c.id)) == ekey)), None)
         if same is not None:  # the merge is an archived program, up to statement order: reuse its scores
             row.update(candidate=same.id, status="evaluated", verdict="ok", valid=same.valid.scores(),
                        proposal=desc + f" = archived {same.id} (scores reused)")
-            self._judge(state, row, same, [s for s in include if s.id in res.contributors], supplied)
+            self._judge(state, row, same, contributors, supplied)
             return
-        detail = "\n".join([desc, "components: " + str(res.components),
-                            "conflicts: " + str([c.to_dict() for c in res.conflicts])])
         inp = ProposalInput(state.source_of(base.id), base.id, "integrate", None, {}, [], [], [], [],
                             frozenset(arch.keys()), extra={"round": round_no})
         cand = steps.attempt(round_no, "integrate", base, None, inp, self._cid(round_no),
-                           proposer=MergeProposer(res.source, desc, detail))
+                             proposer=MergeProposer(source, desc, detail))
         row.update(candidate=cand.id, proposal=desc, status=cand.status,
                    verdict="ok" if cand.validation and cand.validation["ok"] else
                    (f"level {cand.validation['level']}" if cand.validation else "-"),
                    valid=cand.valid.scores() if cand.valid else None)
-        self._judge(state, row, cand, [s for s in include if s.id in res.contributors], supplied)
+        self._judge(state, row, cand, contributors, supplied)
+
+    def _condition_attempt(self, state, steps, round_no, row, failed: dict) -> None:
+        """The condition-level form of the failed offline merge ``failed`` (its history row):
+        :func:`evolution.search.condition.condition_merge` of the anchor and the failed merge,
+        the reader trained on the train split's questions (:class:`QuestionReader`), the
+        capabilities it reads by the recipe rule (:func:`condition_plan`); judged like any
+        merge, against the anchor."""
+        arch = state.archive
+        base = arch.get(row["anchor"])
+        drops = failed.get("drops") or {}
+        dropped = [c for c in CAPABILITIES if drops.get(c, 0.0) > self.delta + 1e-9]
+        row.update(kind="condition", merged_from=list(failed.get("merged_from") or []), merged_side=failed["candidate"])
+        plan = condition_plan(self.condition, failed.get("contributor_caps", ""), dropped)
+        if plan is None:
+            self._log(state, row, "condition merge", f"skipped: rule {self.condition} leaves nothing to condition on "
+                                                     f"(contributors {failed.get('contributor_caps') or '-'}, dropped "
+                                                     f"{''.join(dropped) or '-'})")
+            return
+        caps, side = plan
+        qs = [(q.question, q.capability.value if q.capability else None) for c in state.splits["train"]
+              for q in c.questions]
+        try:
+            reader = QuestionReader.train([q for q, _ in qs], [lab for _, lab in qs], caps)
+            source = condition_merge(state.source_of(base.id), state.source_of(failed["candidate"]), reader, side,
+                                     base_id=base.id, merged_id=failed["candidate"])
+        except MergeError as e:
+            self._log(state, row, "condition merge", f"no: condition merge failed: {e}")
+            return
+        row["condition"] = {"rule": self.condition, "capabilities": caps, "on_match": side, "words": len(reader.words),
+                            "train_accuracy": reader.train_accuracy}
+        desc = (f"condition merge of {failed['candidate']} onto {base.id}: questions that read as {caps} "
+                f"({reader.train_accuracy:.3f} of train read right) get the {side} side's retrieval")
+        self._evaluate(state, steps, round_no, row, source, desc, desc, [arch.get(failed["candidate"])])
 
     def _judge(self, state, row, cand: Candidate, contributors: list[Candidate], supplied: dict | None = None) -> None:
         """Apply the acceptance rule to ``cand`` and book the attempt: a candidate made in this

@@ -122,7 +122,8 @@ class Evolution:
         if integrator is None and cfg.rounds_integrate:
             from evolution.search.integrate import TraceGuidedIntegrator
             integrator = TraceGuidedIntegrator(cfg.delta, random_cases=cfg.ablation == "random_cases",
-                                               offline_first=cfg.integrate_offline_first, onto=cfg.integrate_onto)
+                                               offline_first=cfg.integrate_offline_first, onto=cfg.integrate_onto,
+                                               condition=cfg.integrate_condition)
         self.integrator = integrator
         self.proposer = proposer or make_proposer(cfg, rt)
         self.cache = StageCache(cfg.stage_cache or self.state.dir.root / "stages.sqlite")
