@@ -2,10 +2,10 @@
 by side in one run (never timed tests: this machine is shared and noisy)."""
 from __future__ import annotations
 
-from launch.bench import constrained, embed, evolve, retrieval, reuse, reward, sandbox, train
+from launch.bench import coldchat, constrained, embed, evolve, retrieval, reuse, reward, sandbox, train
 
 #: Benchmarks in ``memgym bench --help`` order; each defines ``register_bench(subparsers)``.
-BENCH_MODULES = (retrieval, reward, train, reuse, evolve, constrained, sandbox, embed)
+BENCH_MODULES = (retrieval, reward, train, reuse, evolve, constrained, sandbox, embed, coldchat)
 
 
 def register(sub) -> None:

@@ -50,16 +50,33 @@ def _atomic_target(path: Path):
     return Path(tmp)
 
 
-def export_transformer(st_model, path: str | Path) -> Path:
+def export_transformer(st_model, path: str | Path, attention: str | None = "eager") -> Path:
     """Export ``st_model[0]``'s Hugging Face model to ONNX at ``path`` (opset 17, dynamic batch
     and sequence axes; the TorchScript exporter, ``dynamo=False``) unless ``path`` exists.
-    Returns ``path``. The inputs are those of :data:`INPUTS` that the tokenizer produces."""
+    Returns ``path``. The inputs are those of :data:`INPUTS` that the tokenizer produces.
+
+    ``attention``: the attention implementation traced (``model.set_attn_implementation``,
+    restored afterwards; None = the model's own, ``sdpa`` for all-MiniLM-L6-v2). ``eager``
+    (default) traces plain MatMul/Softmax, which onnxruntime runs faster than the traced
+    ``sdpa`` graph: measured on 100 BEAM-1M-3 lines, 1 thread, batches of 8, 3.7 vs 5.2 CPU s
+    (batches of 64: 5.8 vs 8.0); both within 1.9e-7 of torch."""
     import torch
 
     path = Path(path)
     if path.is_file():
         return path
     hf = st_model[0].model
+    before = getattr(hf.config, "_attn_implementation", None)
+    if attention and attention != before:
+        hf.set_attn_implementation(attention)
+    try:
+        return _export(st_model, hf, path, torch)
+    finally:
+        if attention and before and attention != before:
+            hf.set_attn_implementation(before)
+
+
+def _export(st_model, hf, path: Path, torch) -> Path:
     names = [n for n in INPUTS if n in st_model.preprocess(["a b"])]
 
     class _Hidden(torch.nn.Module):
@@ -115,7 +132,8 @@ class OnnxEncoder:
     Texts are processed longest first (by characters, as sentence-transformers does) in
     mini-batches of ``batch_size``; ``threads`` = onnxruntime intra-op threads (default
     ``torch.get_num_threads()``, so ``OMP_NUM_THREADS`` / ``torch.set_num_threads`` apply as
-    they do to the torch backend)."""
+    they do to the torch backend). Intra-op spinning is off: on the shared 2-core box, 2
+    threads took 6.5 CPU s spinning vs 4.9 not (100 BEAM-1M-3 lines, batches of 8)."""
 
     def __init__(self, st_model, onnx_path: str | Path, threads: int | None = None):
         import torch
@@ -126,10 +144,12 @@ class OnnxEncoder:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = int(threads or torch.get_num_threads())
         opts.inter_op_num_threads = 1
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.options = opts
         self.session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
         self.names = [i.name for i in self.session.get_inputs()]
 
-    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+    def encode(self, texts: list[str], batch_size: int = 8) -> np.ndarray:
         import torch
         import torch.nn.functional as F
 

@@ -6,6 +6,7 @@ keyed by text hash) and § "Embedded defaults".
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -126,6 +127,28 @@ class EmbeddingCache:
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
 BACKEND_ENV = "MEMGYM_EMBED_BACKEND"
+BATCH_ENV = "MEMGYM_EMBED_BATCH"
+THREADS_ENV = "MEMGYM_EMBED_THREADS"
+# Mini-batch of the model's forward pass. 8, not sentence-transformers' 64: measured on 100 evenly sampled BEAM-1M-3
+# lines (1 thread, CPU seconds, best of 2 on the shared 2-core box): bs64 4.6-5.0 s, bs16 3.8, bs8 3.4-3.5, bs4 3.3,
+# bs1 3.7. Length-sorted batches of 64 pad 14-25% of the positions of a BEAM-1M session and their (64, 12, 256, 256)
+# attention scores and (64, 256, 1536) activations leave the caches; batches of 8 do neither. Same vectors within
+# float rounding (max |diff| 1.5e-7), the same top-10 (memgym bench embed).
+DEFAULT_BATCH = 8
+
+
+def _env_int(name: str, default: int | None) -> int | None:
+    """``$name`` as an int >= 1 when set and non-empty, else ``default``; ``ValueError`` names the variable."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"${name} must be an integer >= 1, got {raw!r}")
+    return value
 
 
 def embed_backend(spec_backend: str | None = None) -> str:
@@ -148,8 +171,12 @@ class STEmbedder:
     all-MiniLM-L6-v2, dim 384, max 256 word pieces per text; longer texts are truncated by
     the model). Loaded with ``HF_HUB_OFFLINE=1``. ``encode`` returns float32 (n, dim), rows
     L2-normalised. Only texts missing from ``cache`` reach the model, de-duplicated, in one
-    ``SentenceTransformer.encode`` call (mini-batches of ``batch_size``); ``calls`` counts such
-    calls. ``model_id`` = ``st:<dir name>@<fingerprint>`` keys the cache.
+    ``SentenceTransformer.encode`` call (mini-batches of ``batch_size``, default
+    ``$MEMGYM_EMBED_BATCH`` or :data:`DEFAULT_BATCH` = 8, longest texts first); ``calls`` counts
+    such calls. ``model_id`` = ``st:<dir name>@<fingerprint>`` keys the cache (batch size and
+    threads change the vectors only by float rounding, ~1.5e-7, so they are not in the key).
+    ``threads``: intra-op threads of the forward pass (default ``$MEMGYM_EMBED_THREADS``, else
+    the process's torch threads as before); for torch it is set around each encode call only.
 
     ``backend`` (see :data:`BACKENDS`): ``torch`` (default) runs the model in PyTorch;
     ``onnx`` runs its transformer in onnxruntime, fp32, from an export of the same weights
@@ -161,9 +188,9 @@ class STEmbedder:
     missing for an onnx backend.
     """
 
-    def __init__(self, model_dir: str | Path | None = None, batch_size: int = 64,
+    def __init__(self, model_dir: str | Path | None = None, batch_size: int | None = None,
                  cache: EmbeddingCache | None = None, device: str = "cpu", progress: bool = False,
-                 backend: str = "torch"):
+                 backend: str = "torch", threads: int | None = None):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
 
@@ -172,8 +199,12 @@ class STEmbedder:
         path = Path(model_dir) if model_dir is not None else minilm_dir()
         if not path.is_dir():
             raise FileNotFoundError(f"STEmbedder: model dir {path} does not exist")
+        batch_size = _env_int(BATCH_ENV, DEFAULT_BATCH) if batch_size is None else batch_size
+        threads = _env_int(THREADS_ENV, None) if threads is None else threads
         if batch_size < 1:
             raise ValueError(f"STEmbedder batch_size must be >= 1, got {batch_size}")
+        if threads is not None and threads < 1:
+            raise ValueError(f"STEmbedder threads must be >= 1, got {threads}")
         if backend not in BACKENDS:
             raise ValueError(f"STEmbedder backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         self.model = SentenceTransformer(str(path), device=device, local_files_only=True)
@@ -188,11 +219,12 @@ class STEmbedder:
 
             embed_onnx.require_onnxruntime()
             base = cache_dir() / "onnx" / f"{path.name}-{fp[:16]}"
-            onnx_path = embed_onnx.export_transformer(self.model, base.with_suffix(".onnx"))
+            onnx_path = embed_onnx.export_transformer(self.model, base.with_name(base.name + "-eager.onnx"))
             if backend == "onnx-int8":
-                onnx_path = embed_onnx.quantize_int8(onnx_path, base.with_name(base.name + "-int8.onnx"))
-            self._onnx = embed_onnx.OnnxEncoder(self.model, onnx_path)
+                onnx_path = embed_onnx.quantize_int8(onnx_path, base.with_name(base.name + "-eager-int8.onnx"))
+            self._onnx = embed_onnx.OnnxEncoder(self.model, onnx_path, threads=threads)
         self.batch_size = batch_size
+        self.threads = threads
         self.cache = cache
         self.progress = progress
         self.calls = 0
@@ -210,8 +242,9 @@ class STEmbedder:
             if self._onnx is not None:
                 vecs = self._onnx.encode(todo, self.batch_size)
             else:
-                vecs = self.model.encode(todo, batch_size=self.batch_size, convert_to_numpy=True,
-                                         normalize_embeddings=True, show_progress_bar=self.progress)
+                with _torch_threads(self.threads):
+                    vecs = self.model.encode(todo, batch_size=self.batch_size, convert_to_numpy=True,
+                                             normalize_embeddings=True, show_progress_bar=self.progress)
             self.calls += 1
             fresh = {embedding_key(self.model_id, t): np.asarray(v, dtype=np.float32) for t, v in zip(todo, vecs)}
             if self.cache is not None:
@@ -220,6 +253,22 @@ class STEmbedder:
         for i, k in enumerate(keys):
             out[i] = found[k]
         return out
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int | None):
+    """``torch.set_num_threads(n)`` for the block, then the previous count (no-op for None)."""
+    if n is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
