@@ -77,7 +77,9 @@ def screen(a) -> int:
     emb = load_embedder(args.embedder)
     samples = build_reward_samples(trajectory_paths(args.train_trajectories), dataset=args.dataset,
                                    data_path=args.data_path, qa_path=args.qa_path, embedder=emb, managers=args.managers)
-    samples = select_samples(samples, sessions=args.sessions, max_prompt_tokens=args.max_prompt_tokens, tokenizer=tok)
+    sessions = args.sessions if a.sessions is None else (a.sessions or None)  # --sessions with no value: all
+    max_tokens = args.max_prompt_tokens if a.max_prompt_tokens is None else a.max_prompt_tokens
+    samples = select_samples(samples, sessions=sessions, max_prompt_tokens=max_tokens, tokenizer=tok)
     rt = Runtime.from_config(cache=a.cache, batch_size=a.batch_size)
     reward = build_reward(args, tok, emb, rt)
     backend = rt.backend(a.spec, role="extractor")
@@ -130,6 +132,34 @@ def _validate(a, label: str, run_dir: Path) -> list[str]:
             "--out", a.out, "--validation-only"]
 
 
+def identity_adapter(run_dir: Path) -> bool:
+    """True when every ``lora_B`` tensor of ``run_dir/adapter_model.safetensors`` is exactly 0.
+
+    PEFT initialises LoRA B to zero, and a step whose groups all have zero reward std has zero
+    advantages, zero KL gradient (the policy equals its reference) and so a zero update: an
+    adapter that never saw a gradient is still the identity and the model equals its
+    ``--init_from`` bit for bit, so its greedy validation outputs are the init's."""
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(run_dir / "adapter_model.safetensors"))
+    bs = [t for k, t in tensors.items() if "lora_B" in k]
+    return bool(bs) and all(not t.any() for t in bs)
+
+
+def _copy_init_validation(a, label: str, run_dir: Path) -> bool:
+    """For an identity adapter, write ``<out>/measure/<label>.json`` with the validation of the
+    init (``--init-measure``, a ``train_cpu.py measure`` file) instead of re-decoding it."""
+    init = Path(a.init_measure) if a.init_measure else None
+    if init is None or not init.is_file() or not identity_adapter(run_dir):
+        return False
+    v = json.loads(init.read_text())["validation"]
+    _write_atomic(Path(a.out) / "measure" / f"{label}.json",
+                  {"validation": v, "label": label, "spec": f"hf:{run_dir}", "identity_adapter": True,
+                   "validation_from": str(init)})
+    print(f"{label}: every lora_B is 0 (no gradient in any step): validation = {init}'s", flush=True)
+    return True
+
+
 def run(a) -> int:
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONPATH": str(REPO)}
     jobs = []
@@ -142,7 +172,7 @@ def run(a) -> int:
         cmd, run_dir, log = _run_cmd(a, w, seed)
         label = f"{w}-s{seed}"
         if (run_dir / "adapter_model.safetensors").is_file():
-            if (Path(a.out) / "measure" / f"{label}.json").is_file():
+            if (Path(a.out) / "measure" / f"{label}.json").is_file() or _copy_init_validation(a, label, run_dir):
                 return
             cmd, stage = _validate(a, label, run_dir), "validate"
         else:
@@ -284,6 +314,10 @@ def main(argv: list[str] | None = None) -> int:
         q.add_argument("--out", default="runs/adrpo_weighting")
         if name == "screen":
             q.add_argument("--spec", default="hf:runs/train_cpu/sft", help="the policy that samples (the SFT model)")
+            q.add_argument("--sessions", type=int, nargs="*", default=None,
+                           help="candidate sessions (default the recipe's; with no value: every session)")
+            q.add_argument("--max-prompt-tokens", type=int, default=None,
+                           help="candidate rows' prompt cap (default the recipe's max_prompt_tokens)")
             q.add_argument("--min-std", type=float, default=0.0, help="rows with reward std above this are selected")
             q.add_argument("--batch-size", type=int, default=8)
             q.add_argument("--cache", default=None, help="response cache sqlite path; 'none' disables")
@@ -293,7 +327,9 @@ def main(argv: list[str] | None = None) -> int:
         if name == "run":
             q.add_argument("--sft", default="runs/train_cpu/sft", help="the SFT output dir (--init_from)")
             q.add_argument("--max-steps", type=int, default=None, help="override the recipe's max_steps")
-            q.add_argument("--parallel", type=int, default=1, help="runs at once (each ~2 GiB RSS x micro-batch)")
+            q.add_argument("--parallel", type=int, default=1, help="runs at once (each ~5 GiB RSS at micro-batch 2)")
+            q.add_argument("--init-measure", default="runs/train_cpu/measure/sft.json",
+                           help="the init's train_cpu.py measure file: an identity adapter reuses its validation")
         if name == "report":
             q.add_argument("--sft-measure", default="runs/train_cpu/measure/sft.json",
                            help="scripts/train_cpu.py measure output of the SFT model (its validation reward)")
