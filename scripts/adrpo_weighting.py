@@ -215,6 +215,17 @@ def _history(run_dir: Path) -> list[dict]:
     return [h for h in json.loads((ckpts[-1] / "trainer_state.json").read_text())["log_history"] if "reward" in h]
 
 
+def _adapter_id(run_dir: Path) -> str:
+    """First 12 hex digits of the adapter file's sha256 (equal digits: bit-identical adapters),
+    plus ``identity`` when every lora_B is 0; ``-`` before the run saved one."""
+    import hashlib
+
+    f = run_dir / "adapter_model.safetensors"
+    if not f.is_file():
+        return "-"
+    return hashlib.sha256(f.read_bytes()).hexdigest()[:12] + (" identity" if identity_adapter(run_dir) else "")
+
+
 def _mean_spread(xs: list[float]) -> str:
     """``mean ± half-range`` over seeds (with 2 seeds the half-range is |x0 - x1| / 2)."""
     if not xs:
@@ -277,7 +288,8 @@ def report(a) -> int:
              f"(`scripts/train_cpu.py measure --validation-only`); SFT's: {sft_val if sft_val is None else round(sft_val, 3)}.",
              "", "![weighting](weighting.png)", "",
              "| weighting | seed | steps | reward by step | reward std by step | frac zero-std by step | "
-             "mean train reward | validation reward | peak RSS / wall |", "|---|---|---|---|---|---|---|---|---|"]
+             "mean train reward | validation reward | adapter sha256[:12] (identity: every lora_B 0) | peak RSS / wall |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     from scripts.train_cpu import _peak_rss
 
     for label, h in runs.items():
@@ -286,10 +298,10 @@ def report(a) -> int:
         mean_r = statistics.fmean([r["reward"] for r in h]) if h else None
         lines.append(f"| {w} | {s} | {len(h)} | {fmt('reward')} | {fmt('reward_std')} | "
                      f"{fmt('frac_reward_zero_std')} | {'-' if mean_r is None else f'{mean_r:.3f}'} | "
-                     f"{val.get(label, '-') if label not in val else f'{val[label]:.3f}'} | "
+                     f"{val.get(label, '-') if label not in val else f'{val[label]:.3f}'} | {_adapter_id(out / label)} | "
                      f"{_peak_rss(out / f'{label}.log')} |")
     lines += ["", "Mean over seeds ± half the seed-to-seed range:", "",
-              "| weighting | mean train reward | mean train reward std | validation reward | validation − SFT |",
+              "| weighting | mean train reward | mean train reward std | validation reward | validation − init |",
               "|---|---|---|---|---|"]
     for w in a.weightings:
         tr = [statistics.fmean([r["reward"] for r in runs[f"{w}-s{s}"]]) for s in a.seeds if runs[f"{w}-s{s}"]]
