@@ -262,7 +262,7 @@ def plot(runs: dict[str, list[dict]], val: dict[str, float], sft_val: float | No
         if ys:
             axes[2].hlines(statistics.fmean(ys), i - 0.25, i + 0.25, color=colours.get(w))
     if sft_val is not None:
-        axes[2].axhline(sft_val, color="grey", ls="--", label=f"SFT {sft_val:.3f}")
+        axes[2].axhline(sft_val, color="grey", ls="--", label=f"init (SFT) {sft_val:.3f}")
         axes[2].legend(fontsize=8)
     axes[2].set(xticks=range(len(weightings)), xticklabels=list(weightings), ylabel="mean session reward (greedy)",
                 title="validation reward (conv-30), one point per seed")
@@ -285,7 +285,7 @@ def report(a) -> int:
     plot(runs, val, sft_val, a.weightings, a.seeds, out / "weighting.png")
     lines = ["# ADRPO weighting comparison (CPU, SmolLM2-135M LoRA from the SFT model)", "",
              f"Recipe `{a.config}`, `scripts/adrpo_weighting.py`. Validation reward: conv-30 rows, greedy "
-             f"(`scripts/train_cpu.py measure --validation-only`); SFT's: {sft_val if sft_val is None else round(sft_val, 3)}.",
+             f"(`scripts/train_cpu.py measure --validation-only`); the init's ({a.sft_measure}): {sft_val if sft_val is None else round(sft_val, 3)}.",
              "", "![weighting](weighting.png)", "",
              "| weighting | seed | steps | reward by step | reward std by step | frac zero-std by step | "
              "mean train reward | validation reward | adapter sha256[:12] (identity: every lora_B 0) | peak RSS / wall |",
