@@ -69,9 +69,9 @@ demo-evolve: install
 adrpo-weighting: install
 	export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; set -e; \
 	[ -f runs/train_cpu/sft/model.safetensors ] || { echo "run the SFT stage of make train-cpu first"; exit 2; }; \
-	$(PY) scripts/adrpo_weighting.py screen --spec hf:runs/train_cpu/sft; \
+	$(PY) scripts/adrpo_weighting.py screen --spec hf:runs/train_cpu/sft --sessions --max-prompt-tokens 1800; \
 	[ -f runs/train_cpu/measure/sft.json ] || $(PY) scripts/train_cpu.py measure sft hf:runs/train_cpu/sft --validation-only; \
-	$(PY) scripts/adrpo_weighting.py run --parallel $${PARALLEL:-1}; \
+	$(PY) scripts/adrpo_weighting.py run --parallel $${PARALLEL:-1} --row-keys-from runs/adrpo_weighting/screen.json; \
 	$(PY) scripts/adrpo_weighting.py report
 
 ## The CPU training recipe (README § Training): SFT (full fine-tuning, checkpointed) -> ADRPO (LoRA)

@@ -25,7 +25,7 @@ run; the table of mean and seed-to-seed spread) and ``<out>/weighting.png`` (sid
 Usage (``make adrpo-weighting`` runs all three after ``make train-cpu``'s SFT stage)::
 
     python scripts/adrpo_weighting.py screen --spec hf:runs/train_cpu/sft
-    python scripts/adrpo_weighting.py run --parallel 2
+    python scripts/adrpo_weighting.py run --parallel 2 [--row-keys-from runs/adrpo_weighting/screen.json]
     python scripts/adrpo_weighting.py report
 """
 from __future__ import annotations
@@ -122,9 +122,23 @@ def _run_cmd(a, w: str, seed: int) -> tuple[list[str], Path, Path]:
            "--init_from", a.sft, "--weighting", w, "--seed", str(seed), "--output_dir", str(run_dir)]
     if a.max_steps:
         cmd += ["--max_steps", str(a.max_steps)]
+    if a.row_keys_from:
+        cmd += ["--row_keys", *screened_keys(Path(a.row_keys_from))]
     if list(run_dir.glob("checkpoint-*")):
         cmd += ["--resume_from_checkpoint", "true"]
     return cmd, run_dir, out / f"{w}-s{seed}.log"
+
+
+def screened_keys(path: Path) -> list[str]:
+    """The ``selected`` row keys of a ``screen`` output. Raises SystemExit naming the file when
+    it is missing or selected nothing (every group would have zero std: ADRPO would not move)."""
+    if not path.is_file():
+        raise SystemExit(f"adrpo_weighting run: --row-keys-from {path}: no such file (run the screen first)")
+    keys = json.loads(path.read_text()).get("selected") or []
+    if not keys:
+        raise SystemExit(f"adrpo_weighting run: {path} selected no row (every screened row had reward std 0): "
+                         "ADRPO would get no gradient; screen more rows (--sessions, --max-prompt-tokens)")
+    return keys
 
 
 def _validate(a, label: str, run_dir: Path) -> list[str]:
@@ -339,7 +353,9 @@ def main(argv: list[str] | None = None) -> int:
         if name == "run":
             q.add_argument("--sft", default="runs/train_cpu/sft", help="the SFT output dir (--init_from)")
             q.add_argument("--max-steps", type=int, default=None, help="override the recipe's max_steps")
-            q.add_argument("--parallel", type=int, default=1, help="runs at once (each ~5 GiB RSS at micro-batch 2)")
+            q.add_argument("--row-keys-from", default=None,
+                           help="a screen.json: train on its selected rows instead of the recipe's row_keys")
+            q.add_argument("--parallel", type=int, default=1, help="runs at once (each peaked at 8.2-8.9 GiB RSS at micro-batch 2)")
             q.add_argument("--init-measure", default="runs/train_cpu/measure/sft.json",
                            help="the init's train_cpu.py measure file: an identity adapter reuses its validation")
         if name == "report":

@@ -27,3 +27,20 @@ def test_group_std_and_seed_spread():
     assert _std([0.86] * 4) == 0.0
     assert _mean_spread([0.40, 0.44]) == "0.420 ± 0.020"
     assert _mean_spread([]) == "-"
+
+
+def test_screened_keys_reads_the_selection_and_refuses_an_empty_one(tmp_path):
+    import json
+
+    import pytest
+
+    from scripts.adrpo_weighting import screened_keys
+
+    p = tmp_path / "screen.json"
+    p.write_text(json.dumps({"selected": ["conv-26/s2/core"], "rows": {}}))
+    assert screened_keys(p) == ["conv-26/s2/core"]
+    p.write_text(json.dumps({"selected": [], "rows": {}}))
+    with pytest.raises(SystemExit, match="selected no row"):
+        screened_keys(p)
+    with pytest.raises(SystemExit, match="no such file"):
+        screened_keys(tmp_path / "missing.json")
