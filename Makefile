@@ -61,6 +61,19 @@ demo-evolve: install
 	if [ -f runs/demo_evolve/recipe.json ]; then $(MEMGYM) evolve --resume runs/demo_evolve; \
 	else $(MEMGYM) evolve --config launch/recipes/demo_evolve.yaml --out runs/demo_evolve; fi
 
+## ADRPO weighting comparison (issue 17 item 3) after the SFT stage of train-cpu: pre-screen the
+## rows whose sampled rollouts get different rewards (prints the row_keys line of the recipe), then
+## advantage / unclipped / none x seeds 0, 1 from runs/train_cpu/sft, each with its validation
+## reward -> runs/adrpo_weighting/weighting.md + weighting.png. Restartable like train-cpu.
+.PHONY: adrpo-weighting
+adrpo-weighting: install
+	export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; set -e; \
+	[ -f runs/train_cpu/sft/model.safetensors ] || { echo "run the SFT stage of make train-cpu first"; exit 2; }; \
+	$(PY) scripts/adrpo_weighting.py screen --spec hf:runs/train_cpu/sft --sessions --max-prompt-tokens 1800; \
+	[ -f runs/train_cpu/measure/sft.json ] || $(PY) scripts/train_cpu.py measure sft hf:runs/train_cpu/sft --validation-only; \
+	$(PY) scripts/adrpo_weighting.py run --parallel $${PARALLEL:-1} --row-keys-from runs/adrpo_weighting/screen.json; \
+	$(PY) scripts/adrpo_weighting.py report
+
 ## The CPU training recipe (README § Training): SFT (full fine-tuning, checkpointed) -> ADRPO (LoRA)
 ## -> base / SFT / SFT+ADRPO measured on held-out LoCoMo conv-41 + conv-42 and on conv-30's
 ## validation sessions -> runs/train_cpu/report.md + curves.png. A second call resumes each stage

@@ -75,7 +75,8 @@ def build_trainer(args: ADRPOConfig, model_args: PolicyModelConfig | None = None
     samples = build_reward_samples(paths, dataset=args.dataset, data_path=args.data_path, qa_path=args.qa_path,
                                    embedder=embedder, managers=args.managers)
     samples = select_samples(samples, sessions=args.sessions, max_prompt_tokens=args.max_prompt_tokens,
-                             tokenizer=policy.tokenizer, whole_sessions=args.mode == "joint")
+                             tokenizer=policy.tokenizer, whole_sessions=args.mode == "joint",
+                             keys=args.row_keys)
     logger.info("ADRPO: %d rows from %s", len(samples), args.train_trajectories)
     reward = build_reward(args, policy.tokenizer, embedder, rt)
     return trainer_class(args)(policy.model, args=args, samples=samples, reward=reward,

@@ -65,7 +65,7 @@ class ADRPOConfig(GRPOConfig):
             :class:`rewards.session_reward.SessionRewardConfig` fields.
         answer_model, judge_model, answer_max_new_tokens, reward_cache, embedder: the reward's
             models.
-        train_trajectories, qa_path, dataset, data_path, managers, sessions,
+        train_trajectories, qa_path, dataset, data_path, managers, sessions, row_keys,
             max_prompt_tokens: the rollout rows.
 
     Raises :class:`ADRPOConfigError` naming the field for an unknown weighting/mode/judge or an
@@ -113,6 +113,9 @@ class ADRPOConfig(GRPOConfig):
     managers: list[str] = field(default_factory=lambda: ["core", "episodic", "semantic", "procedural"],
                                 metadata={"help": "managers to train"})
     sessions: list[int] | None = field(default=None, metadata={"help": "only these session indices"})
+    row_keys: list[str] | None = field(default=None, metadata={
+        "help": "only the rows with these keys (conv-26/s2/semantic), e.g. those a pre-screen found with reward "
+                "variance (scripts/adrpo_weighting.py screen); null: every row"})
     max_prompt_tokens: int | None = field(default=None, metadata={
         "help": "drop rows whose chat prompt is longer (policy tokens); TRL 1.16 has no prompt cap"})
     constrained: bool = field(default=False, metadata={

@@ -45,9 +45,12 @@ def prompt_tokens(tokenizer, messages: list[dict]) -> int:
 
 def select_samples(samples: Sequence[RewardSample], *, sessions: Sequence[int] | None = None,
                    max_prompt_tokens: int | None = None, tokenizer=None,
-                   whole_sessions: bool = False) -> list[RewardSample]:
+                   whole_sessions: bool = False, keys: Sequence[str] | None = None) -> list[RewardSample]:
     """Filter samples, keeping their order.
 
+    - ``keys``: keep only the samples with these keys (``conv-26/s2/semantic``), e.g. the rows
+      whose sampled rollouts got different rewards in a pre-screen (``scripts/adrpo_weighting.py
+      screen``); a key no sample has raises :class:`ADRPODataError` naming it.
     - ``sessions``: keep only these session indices (1-based).
     - ``max_prompt_tokens``: drop samples whose rendered prompt (see :func:`prompt_tokens`,
       policy tokenizer, needed then) is longer; a chat prompt cannot be truncated without
@@ -59,6 +62,13 @@ def select_samples(samples: Sequence[RewardSample], *, sessions: Sequence[int] |
     Raises :class:`ADRPODataError` when nothing is left, ``ValueError`` when
     ``max_prompt_tokens`` is given without a tokenizer.
     """
+    if keys is not None:
+        have_keys = {s.key for s in samples}
+        missing = [k for k in keys if k not in have_keys]
+        if missing:
+            raise ADRPODataError(f"ADRPO row_keys: {missing} match no row of the trajectories (keys look like "
+                                 f"{sorted(have_keys)[:2]})")
+        samples = [s for s in samples if s.key in set(keys)]
     kept = [s for s in samples if sessions is None or s.session in set(sessions)]
     if max_prompt_tokens is not None:
         if tokenizer is None:
@@ -77,7 +87,7 @@ def select_samples(samples: Sequence[RewardSample], *, sessions: Sequence[int] |
         kept = [s for s in kept if have[(s.conversation_id, s.session)] == set(MANAGERS)]
     if not kept:
         raise ADRPODataError("ADRPO: no training rows left after filtering (sessions="
-                             f"{list(sessions) if sessions is not None else 'all'}, "
+                             f"{list(sessions) if sessions is not None else 'all'}, keys={keys}, "
                              f"max_prompt_tokens={max_prompt_tokens}, whole_sessions={whole_sessions})")
     return kept
 

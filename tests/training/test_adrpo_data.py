@@ -19,3 +19,24 @@ def test_session_block_sampler_keeps_sessions_whole():
     with pytest.raises(ADRPODataError, match="multiple of 4"):
         session_block_sampler(data, block=4, mini_repeat_count=2, batch_size=6, repeat_count=1, shuffle=False,
                               seed=0)
+
+
+def _sample(conv: str, session: int, manager: str):
+    from memory_bank.bank import MemoryBank
+    from rewards.samples import RewardSample
+
+    return RewardSample(key=f"{conv}/s{session}/{manager}", conversation_id=conv, session=session, manager=manager,
+                        messages=[{"role": "user", "content": "x"}], expert_outputs={}, bank_before=MemoryBank())
+
+
+def test_select_samples_keeps_the_row_keys_in_file_order():
+    from training.adrpo_data import ADRPODataError, select_samples
+
+    samples = [_sample("conv-26", s, m) for s in (1, 2) for m in ("core", "episodic", "semantic")]
+    kept = select_samples(samples, keys=["conv-26/s2/core", "conv-26/s1/semantic"])
+    assert [s.key for s in kept] == ["conv-26/s1/semantic", "conv-26/s2/core"]  # the file's order, not the list's
+    # keys and sessions combine: s1/semantic is not in session 2
+    assert [s.key for s in select_samples(samples, keys=["conv-26/s2/core", "conv-26/s1/semantic"], sessions=[2])] \
+        == ["conv-26/s2/core"]
+    with pytest.raises(ADRPODataError, match=r"\['conv-26/s9/core'\] match no row"):
+        select_samples(samples, keys=["conv-26/s1/core", "conv-26/s9/core"])
