@@ -77,14 +77,15 @@ def expert_paths(spec: str) -> list[Path]:
 
 def make_extractor(spec: str, rt, max_new_tokens: int = 512, *, constrained: bool = False,
                    max_chars: int | None = None, max_items: int | None = None, context_tokens: int | None = None,
-                   conversations=None):
+                   conversations=None, segment_tokens: int | None = None):
     """``expert:<file>[,...]`` → :class:`ExpertExtractor`; a backend spec →
     :class:`memory_bank.construct.ModelExtractor` on ``rt.backend(spec, role="extractor")``
     (``rt`` a :class:`llm.runtime.Runtime`), writing at most ``max_new_tokens`` tokens per
     manager output; ``constrained`` / ``max_chars`` / ``max_items``: structured outputs (see
     :class:`ModelExtractor`; ignored for expert replays); ``context_tokens`` is the model's
     context window (None: what the backend reports), beyond which sessions are built in
-    segments. ``conversations``: the conversations it will build; an expert replay that lacks
+    segments; ``segment_tokens`` cuts every session into segments of at most that many
+    transcript tokens (the cut of segmented SFT; see :class:`ModelExtractor`). ``conversations``: the conversations it will build; an expert replay that lacks
     any of their sessions raises :class:`ExtractorCoverageError` here, before any work. Raises
     ValueError for ``instruction`` (no bank to build) or an empty spec, FileNotFoundError for a
     missing trajectory file, BackendSpecError for a bad backend spec."""
@@ -100,4 +101,4 @@ def make_extractor(spec: str, rt, max_new_tokens: int = 512, *, constrained: boo
 
     return ModelExtractor(rt.backend(spec, role="extractor"), GenerationParams(max_new_tokens=max_new_tokens),
                           name=spec, constrained=constrained, max_chars=max_chars, max_items=max_items,
-                          context_tokens=context_tokens)
+                          context_tokens=context_tokens, segment_tokens=segment_tokens)

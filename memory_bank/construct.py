@@ -11,12 +11,15 @@ never truncated: a session whose largest manager prompt plus the output budget d
 extractor's context window is split into consecutive segments of whole turns, each one
 manager step over the bank as it stands (a single turn too long on its own is split into
 consecutive parts of its text, marked ``(part i/k)``). :attr:`ConstructionResult.segments`
-counts the segments of every session.
+counts the segments of every session. An extractor with ``segment_tokens`` (a model trained on
+segmented sessions, ``training.sft_segments``) has every session cut into segments of at most
+that many transcript tokens first (:func:`split_session`).
 """
 from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -76,13 +79,21 @@ class ModelExtractor:
     every string / list of those schemas (:func:`llm.structured.bounded`; None = unbounded).
     ``context_tokens``: the model's context window in tokens (default
     :func:`backend_context_tokens`; None = unknown, sessions are then never segmented).
+    ``segment_tokens``: when set, every session is built in segments of whole turns of at most
+    this many transcript tokens (:func:`split_session`), whether or not it fits the context:
+    the cut of segmented SFT (``training.sft_segments``), so a model trained on segments is run
+    on the same kind of prompt (None = whole sessions while they fit). Raises ValueError when
+    it is < 1 or ``context_tokens`` does not exceed the output budget.
     Prompt lengths are counted with the backend's tokenizer (its chat template), or as
     characters / 3 (a conservative estimate) when it has none."""
 
     def __init__(self, backend: Backend, params: GenerationParams | None = None, name: str | None = None,
                  constrained: bool = False, max_chars: int | None = None, max_items: int | None = None,
-                 context_tokens: int | None = None):
+                 context_tokens: int | None = None, segment_tokens: int | None = None):
         self.backend = backend
+        if segment_tokens is not None and segment_tokens < 1:
+            raise ValueError(f"segment_tokens must be >= 1 or None, got {segment_tokens}")
+        self.segment_tokens = segment_tokens
         self.params = params or GenerationParams(max_new_tokens=768, temperature=0.0)
         self.name = name or backend.model_id
         self.constrained = constrained
@@ -182,10 +193,44 @@ def construct(conversation: Conversation, extractor: Extractor, *, n_sessions: i
     result = ConstructionResult(bank)
     sessions = conversation.sessions[:n_sessions] if n_sessions else conversation.sessions
     for session in tqdm(sessions, desc=f"build {conversation.id}", disable=not progress, unit="session"):
-        result.segments[session.index] = step_session_segmented(bank, conversation.id, session, extractor, result,
-                                                                embedder)
+        result.segments[session.index] = sum(
+            step_session_segmented(bank, conversation.id, part, extractor, result, embedder)
+            for part in fixed_segments(session, extractor))
         result.snapshots.append(bank.to_json())
     return result
+
+
+def split_session(session: Session, turn_tokens: Sequence[int], segment_tokens: int) -> list[Session]:
+    """``session`` cut into consecutive segments of whole turns, each holding at most
+    ``segment_tokens`` tokens (``turn_tokens[i]``: tokens of turn i's transcript line); a turn
+    longer than that on its own is its own segment. One segment (the session) when it fits.
+    Raises ValueError when ``segment_tokens`` < 1 or the lengths do not match the turns."""
+    if segment_tokens < 1:
+        raise ValueError(f"segment_tokens must be >= 1, got {segment_tokens}")
+    if len(turn_tokens) != len(session.turns):
+        raise ValueError(f"{len(turn_tokens)} turn lengths for {len(session.turns)} turns")
+    groups: list[list] = []
+    used = 0
+    for turn, n in zip(session.turns, turn_tokens):
+        if groups and used + n <= segment_tokens:
+            groups[-1].append(turn)
+            used += n
+        else:
+            groups.append([turn])
+            used = n
+    if len(groups) <= 1:
+        return [session]
+    return [dataclasses.replace(session, turns=tuple(g)) for g in groups]
+
+
+def fixed_segments(session: Session, extractor) -> list[Session]:
+    """The session cut by the extractor's ``segment_tokens`` (:func:`split_session`, one turn
+    = its transcript line's tokens + 1 for the newline, as ``training.sft_segments`` counts),
+    or ``[session]`` when the extractor has none or the session has no turns."""
+    n = getattr(extractor, "segment_tokens", None)
+    if not n or not session.turns:
+        return [session]
+    return split_session(session, [extractor.text_tokens(t.render()) + 1 for t in session.turns], n)
 
 
 #: The fewest transcript tokens a segment must have room for (else construction stops with an error).

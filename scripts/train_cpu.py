@@ -6,7 +6,7 @@ model responses are also in the sqlite response cache):
 ``measure LABEL SPEC``: for one extractor (``hf:smollm2``, ``hf:runs/train_cpu/sft``, a
 checkpoint dir, an adapter dir), writes ``<out>/measure/<LABEL>.json`` with
 
-- ``validation``: :func:`training.heldout.validation_reward` on conv-30's expert sessions
+- ``validation`` (unless ``--heldout-only``): :func:`training.heldout.validation_reward` on conv-30's expert sessions
   (the validation trajectory; rows of sessions ``--val-sessions`` whose prompt fits
   ``--val-max-prompt-tokens``): mean session reward (counterfactual bank, answer-recall judge,
   λ = 0.8) and the per-manager format-failure rate of the greedy outputs;
@@ -61,7 +61,7 @@ def measure(a) -> int:
     path = Path(a.out) / "measure" / f"{a.label}.json"
     done = json.loads(path.read_text()) if path.is_file() else {}
     rt = Runtime.from_config(cache=a.cache, batch_size=a.batch_size)
-    if "validation" not in done:
+    if "validation" not in done and not a.heldout_only:
         tok = load_tokenizer(resolve_model_path("smollm2"))
         emb = load_embedder("minilm")
         samples = validation_samples(a.val_trajectories, sessions=a.val_sessions,
@@ -78,7 +78,7 @@ def measure(a) -> int:
     if not a.validation_only and "heldout" not in done:
         convs = load_conversations("locomo", None, ids=a.conversations, n_sessions=a.sessions)
         done["heldout"] = heldout_row(a.spec, convs, rt, answer_model=a.answer_model, max_new_tokens=a.max_new_tokens,
-                                      progress=True)
+                                      progress=True, segment_tokens=a.segment_tokens)
         _write_atomic(path, done)
         h = done["heldout"]
         print(f"{a.label}: held-out format failures {h['format_failure_rate']}, bank {h['bank_entries']} entries, "
@@ -243,10 +243,14 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--sessions", type=int, default=1, help="first N sessions of each held-out conversation")
     m.add_argument("--answer-model", default="hf:smollm2")
     m.add_argument("--max-new-tokens", type=int, default=640, help="tokens per manager output")
+    m.add_argument("--segment-tokens", type=int, default=None,
+                   help="build each held-out session in segments of at most this many transcript tokens, the cut "
+                        "of the SFT recipe's segment_tokens (default: whole sessions)")
     m.add_argument("--val-trajectories", nargs="+", default=["conv-30"])
     m.add_argument("--val-sessions", type=int, nargs="+", default=[1, 2])
     m.add_argument("--val-max-prompt-tokens", type=int, default=1600)
     m.add_argument("--validation-only", action="store_true")
+    m.add_argument("--heldout-only", action="store_true", help="skip the validation reward (measure it later)")
     m.add_argument("--batch-size", type=int, default=8)
     m.add_argument("--cache", default=None, help="response cache sqlite path; 'none' disables")
     r = sub.add_parser("report", help="write <out>/report.md and curves.png from the measurements")

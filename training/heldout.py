@@ -82,13 +82,16 @@ def bank_size(bank: MemoryBank) -> dict[str, int]:
 
 
 def heldout_row(spec: str, convs, rt, *, answer_model: str = "hf:smollm2", top_k: int = 10,
-                max_new_tokens: int = 640, answer_max_new_tokens: int = 24, progress: bool = False) -> dict:
+                max_new_tokens: int = 640, answer_max_new_tokens: int = 24, progress: bool = False,
+                segment_tokens: int | None = None) -> dict:
     """Build each conversation's bank with extractor ``spec``, answer its QA from the top-k
     retrieved memory with ``answer_model`` and score them with LoCoMo F1.
 
     ``convs``: :class:`memory_bank.schema.Conversation` objects already cut to the sessions to
     build (e.g. ``load_conversations(..., n_sessions=1)``, which keeps the QA whose evidence lies
-    in them); ``rt``: a :class:`llm.runtime.Runtime`. Returns ``{"extractor", "format_failure_rate"
+    in them); ``rt``: a :class:`llm.runtime.Runtime`; ``segment_tokens``: build every session in
+    segments of at most that many transcript tokens (the cut a model trained with
+    ``training.sft_segments`` saw; None = whole sessions). Returns ``{"extractor", "format_failure_rate"
     (per manager), "format_failure_overall", "format_failures_by_type", "bank" (per conversation
     :func:`bank_size`), "bank_entries" (total over conversations), "answer_recall", "f1", "n_qa",
     "wall_s", "outputs"}`` (the raw manager outputs, per conversation and session)."""
@@ -102,7 +105,7 @@ def heldout_row(spec: str, convs, rt, *, answer_model: str = "hf:smollm2", top_k
     from rewards.scoring.scorers import make_scorer
 
     t0 = time.time()
-    extractor = make_extractor(spec, rt, max_new_tokens)
+    extractor = make_extractor(spec, rt, max_new_tokens, segment_tokens=segment_tokens)
     answerer = rt.backend(answer_model, role="answer")
     scorer = make_scorer("f1", dataset="locomo")
     tally, banks, outputs, f1s, recalls = FormatTally(), {}, {}, [], []
@@ -124,7 +127,7 @@ def heldout_row(spec: str, convs, rt, *, answer_model: str = "hf:smollm2", top_k
             "format_failures_by_type": dict(sorted(tally.by_type.items())), "bank": banks,
             "bank_entries": sum(sum(v for k, v in b.items() if k != "core_chars") for b in banks.values()),
             "answer_recall": mean_or_zero(recalls), "f1": mean_or_zero([float(x) for x in f1s]), "n_qa": len(f1s),
-            "wall_s": round(time.time() - t0, 1), "outputs": outputs}
+            "segment_tokens": segment_tokens, "wall_s": round(time.time() - t0, 1), "outputs": outputs}
 
 
 def validation_samples(trajectories: Sequence[str], *, sessions: Sequence[int] | None, max_prompt_tokens: int | None,

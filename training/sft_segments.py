@@ -10,7 +10,8 @@ ADD real memories, in the exact prompt layout of inference (:func:`memory_bank.p
 over the bank as it stands before the segment, as :func:`memory_bank.construct.step_session_segmented`
 builds sessions that do not fit the extractor's context).
 
-Splitting (:func:`split_session`): consecutive whole turns, each segment at most
+Splitting (:func:`memory_bank.construct.split_session`, which inference uses too: an extractor
+with ``segment_tokens`` cuts each session the same way): consecutive whole turns, each segment at most
 ``segment_tokens`` transcript tokens (one turn is ``turn.render()`` + its newline); a single turn
 longer than that is a segment on its own (never cut).
 
@@ -36,7 +37,6 @@ procedural) before the next segment's prompts are built; an output that does not
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import random
@@ -45,9 +45,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from memory_bank.actions import MANAGERS
+from memory_bank.construct import split_session
 from memory_bank.errors import ManagerOutputError
 from memory_bank.prompts import build_prompt
-from memory_bank.schema import Session
 from training.sft_data import SessionState, check_managers
 
 _WORD = re.compile(r"[a-z0-9]{3,}")
@@ -77,29 +77,6 @@ class SegmentStats:
 def words(text: str) -> set[str]:
     """The distinct lower-case words (``[a-z0-9]{3,}``) of ``text``."""
     return set(_WORD.findall(text.lower()))
-
-
-def split_session(session: Session, turn_tokens: Sequence[int], segment_tokens: int) -> list[Session]:
-    """``session`` cut into consecutive segments of whole turns, each holding at most
-    ``segment_tokens`` tokens (``turn_tokens[i]``: tokens of turn i's transcript line); a turn
-    longer than that on its own is its own segment. One segment (the session) when it fits.
-    Raises ValueError when ``segment_tokens`` < 1 or the lengths do not match the turns."""
-    if segment_tokens < 1:
-        raise ValueError(f"segment_tokens must be >= 1, got {segment_tokens}")
-    if len(turn_tokens) != len(session.turns):
-        raise ValueError(f"{len(turn_tokens)} turn lengths for {len(session.turns)} turns")
-    groups: list[list] = []
-    used = 0
-    for turn, n in zip(session.turns, turn_tokens):
-        if groups and used + n <= segment_tokens:
-            groups[-1].append(turn)
-            used += n
-        else:
-            groups.append([turn])
-            used = n
-    if len(groups) <= 1:
-        return [session]
-    return [dataclasses.replace(session, turns=tuple(g)) for g in groups]
 
 
 def assign_texts(texts: Sequence[str], segment_texts: Sequence[str]) -> list[int]:

@@ -13,8 +13,8 @@ from data_synth.paths import expert_dir
 from memory_bank.bank import MemoryBank
 from memory_bank.schema import Session, Turn
 from training.sft_data import expert_session_states
-from training.sft_segments import (SegmentError, assign_texts, cap_empty, is_empty_output, segment_rows,
-                                   split_session, words)
+from memory_bank.construct import ModelExtractor, construct, split_session
+from training.sft_segments import SegmentError, assign_texts, cap_empty, is_empty_output, segment_rows, words
 
 CONV26 = expert_dir() / "conv-26.jsonl"
 
@@ -95,6 +95,28 @@ def test_segment_rows_of_conv26_sessions_1_2_carry_every_expert_operation(tokeni
     assert sorted(bank.core.splitlines()) == sorted(ln for ln in after.core.splitlines() if ln.strip())
     only = segment_rows(states[:1], tokenizer=tokenizer, segment_tokens=200, managers=["episodic"])[0]
     assert [r["manager"] for r in only] == ["episodic"] * 3
+
+
+def test_inference_with_segment_tokens_cuts_sessions_as_sft_does(tokenizer):
+    """An extractor with segment_tokens 200 shows the managers the same segments (first turn of
+    each) that segment_rows trained on: conv-26 sessions 1 and 2, 3 + 4 segments."""
+    from llm.base import GenerationParams
+    from memory_bank.schema import Conversation
+    from tests.helpers import ScriptedBackend
+
+    states = expert_session_states([CONV26])[:2]
+    backend = ScriptedBackend(lambda m, p: '{"operation": "NONE"}' if "Your part is CORE" in m[0]["content"]
+                              else '{"operations": []}')
+    backend.tokenizer = tokenizer
+    conv = Conversation("conv-26", ("Caroline", "Melanie"), tuple(st.session for st in states), ())
+    built = construct(conv, ModelExtractor(backend, GenerationParams(max_new_tokens=64), segment_tokens=200))
+    assert built.segments == {1: 3, 2: 4} and len(backend.seen) == 7 * 4
+    first = [m[1]["content"].split("New session transcript:\n")[1].split("]")[0] + "]" for m, _ in backend.seen[::4]]
+    assert first == ["[D1:1]", "[D1:7]", "[D1:13]", "[D2:1]", "[D2:5]", "[D2:9]", "[D2:13]"]  # = segment_rows'
+    whole = ScriptedBackend(backend._responses)
+    assert construct(conv, ModelExtractor(whole, GenerationParams(max_new_tokens=64))).segments == {1: 1, 2: 1}
+    with pytest.raises(ValueError, match="segment_tokens must be >= 1"):
+        ModelExtractor(whole, segment_tokens=0)
 
 
 def test_segment_rows_name_the_session_whose_operations_do_not_apply(tokenizer):
