@@ -37,7 +37,10 @@ class RewardSample:
     ``build_prompt(manager, bank_before, session t, embedder).messages``; expert_outputs: the
     expert's session-t output JSON text for all four managers; bank_before: the expert bank
     after session t-1 (shared between the four managers of a session: never mutate it, copy
-    before use); qa: the J questions of session t.
+    before use); qa: the J questions of session t. segment: 0 for a whole session; k >= 1 for
+    the k-th segment of a session cut into segments (``training.segment_samples``: then the
+    prompt, the expert outputs, the bank and the QA are the segment's). :attr:`unit` is the
+    (conversation, session, segment) a reward caches its expert outputs and banks by.
     """
 
     key: str
@@ -48,6 +51,12 @@ class RewardSample:
     expert_outputs: dict[str, str]
     bank_before: MemoryBank
     qa: list[QAItem] = field(default_factory=list)
+    segment: int = 0
+
+    @property
+    def unit(self) -> tuple[str, int, int]:
+        """``(conversation_id, session, segment)``: what one set of expert outputs belongs to."""
+        return (self.conversation_id, self.session, self.segment)
 
 
 def build_reward_samples(trajectory_paths, *, dataset: str = "locomo", data_path=None, qa_path=None,

@@ -108,13 +108,13 @@ class SessionReward:
             raise ValueError(f"judge {self.config.judge!r} scores an answer: pass answer_backend")
         self.answer_backend = answer_backend
         self.answer_params = answer_params or GenerationParams(max_new_tokens=48, temperature=0)
-        self._expert_ops: dict[tuple[str, int, str], object] = {}
-        self._expert_len: dict[tuple[str, int, str], int] = {}
+        self._expert_ops: dict[tuple[str, int, int, str], object] = {}
+        self._expert_len: dict[tuple[str, int, int, str], int] = {}
         self.last_stats: dict[str, int] = {}
 
     # ---- banks --------------------------------------------------------------------------
     def _expert(self, s: RewardSample, m: str):
-        key = (s.conversation_id, s.session, m)
+        key = (*s.unit, m)
         if key not in self._expert_ops:
             try:
                 self._expert_ops[key] = parse_output(m, s.expert_outputs[m])
@@ -160,8 +160,8 @@ class SessionReward:
             return banks
         groups: dict[tuple, list[_Row]] = {}
         for row, k in zip(rows, rollout_index):
-            groups.setdefault((row.sample.conversation_id, row.sample.session, k), []).append(row)
-        for (conv, sess, k), members in groups.items():
+            groups.setdefault((*row.sample.unit, k), []).append(row)
+        for (conv, sess, _seg, k), members in groups.items():
             managers = sorted(r.sample.manager for r in members)
             if managers != sorted(MANAGERS):
                 raise ValueError(f"joint mode needs exactly one row per manager {MANAGERS} for {conv} session {sess}, "
@@ -191,7 +191,7 @@ class SessionReward:
         todo: dict[tuple, str] = {}
         for row in rows:
             s = row.sample
-            key = (s.conversation_id, s.session, s.manager)
+            key = (*s.unit, s.manager)
             if key not in self._expert_len and key not in todo:
                 todo[key] = (core_written_text(self._expert(s, "core")) if s.manager == "core"
                              else s.expert_outputs[s.manager])
@@ -200,7 +200,7 @@ class SessionReward:
         out = []
         for row, n in zip(rows, counts[: len(texts)]):
             s = row.sample
-            n_e = self._expert_len[(s.conversation_id, s.session, s.manager)]
+            n_e = self._expert_len[(*s.unit, s.manager)]
             if row.error_type is not None:
                 lp = 0.0
             elif s.manager == "core":
@@ -285,7 +285,7 @@ class SessionReward:
         for row in rows:
             if row.bank_id is None or row.bank_id in job_of_bank:
                 continue
-            key = (row.sample.conversation_id, row.sample.session, banks[row.bank_id].dumps())
+            key = (*row.sample.unit, banks[row.bank_id].dumps())
             if key not in seen:
                 seen[key] = len(jobs)
                 jobs.append((banks[row.bank_id], row.sample))

@@ -6,8 +6,8 @@ Three subcommands, each restartable (a finished piece is a file that is never re
 
 ``screen``: the pre-screen that picks rows with reward variance. GRPO learns nothing from a
 group whose rollouts all score alike (zero reward std: zero advantage), so for every candidate
-row of the recipe (its trajectories, managers, sessions, ``max_prompt_tokens``; its
-``row_keys`` ignored) the policy (``--spec``, the SFT model) samples ``num_generations``
+row of the recipe (its trajectories, managers, sessions, ``max_prompt_tokens``,
+``segment_tokens``; its ``row_keys`` ignored) the policy (``--spec``, the SFT model) samples ``num_generations``
 completions with the recipe's temperature / top_p / ``max_completion_length`` (seeds 0..n-1,
 ``llm.hf_backend`` sampling), the recipe's session reward scores them, and
 ``<out>/screen.json`` lists per row the rewards, gates and their std. It prints the
@@ -65,8 +65,7 @@ def screen(a) -> int:
     from llm.base import GenerationParams
     from llm.embeddings import load_embedder
     from llm.runtime import Runtime
-    from rewards.samples import build_reward_samples
-    from training.adrpo import build_reward, parse_args, trajectory_paths
+    from training.adrpo import build_reward, parse_args, reward_rows, trajectory_paths
     from training.adrpo_data import prompt_tokens, select_samples
     from training.common import load_tokenizer, resolve_model_path
 
@@ -75,8 +74,7 @@ def screen(a) -> int:
     done = json.loads(path.read_text()) if path.is_file() else {"spec": a.spec, "rows": {}}
     tok = load_tokenizer(resolve_model_path("smollm2"))
     emb = load_embedder(args.embedder)
-    samples = build_reward_samples(trajectory_paths(args.train_trajectories), dataset=args.dataset,
-                                   data_path=args.data_path, qa_path=args.qa_path, embedder=emb, managers=args.managers)
+    samples = reward_rows(args, trajectory_paths(args.train_trajectories), tokenizer=tok, embedder=emb)
     sessions = args.sessions if a.sessions is None else (a.sessions or None)  # --sessions with no value: all
     max_tokens = args.max_prompt_tokens if a.max_prompt_tokens is None else a.max_prompt_tokens
     samples = select_samples(samples, sessions=sessions, max_prompt_tokens=max_tokens, tokenizer=tok)

@@ -65,13 +65,15 @@ def measure(a) -> int:
         tok = load_tokenizer(resolve_model_path("smollm2"))
         emb = load_embedder("minilm")
         samples = validation_samples(a.val_trajectories, sessions=a.val_sessions,
-                                     max_prompt_tokens=a.val_max_prompt_tokens, tokenizer=tok, embedder=emb)
+                                     max_prompt_tokens=a.val_max_prompt_tokens, tokenizer=tok, embedder=emb,
+                                     segment_tokens=a.segment_tokens)
         reward = SessionReward(SessionRewardConfig(mode="counterfactual", judge="answer-recall", lam=0.8, alpha=4.0,
                                                    top_k=10), embedder=emb, tokenizer=tok)
         t = time.time()
         done["validation"] = validation_reward(a.spec, samples, reward, rt, max_new_tokens=a.max_new_tokens)
         done["validation"]["wall_s"] = round(time.time() - t, 1)
         done["validation"]["rows"] = [s.key for s in samples]
+        done["validation"]["segment_tokens"] = a.segment_tokens
         _write_atomic(path, done)
         print(f"{a.label}: validation reward {done['validation']['reward']:.3f}, format failures "
               f"{done['validation']['format_failure_rate']}", flush=True)
@@ -245,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--max-new-tokens", type=int, default=640, help="tokens per manager output")
     m.add_argument("--segment-tokens", type=int, default=None,
                    help="build each held-out session in segments of at most this many transcript tokens, the cut "
-                        "of the SFT recipe's segment_tokens (default: whole sessions)")
+                        "of the SFT recipe's segment_tokens, and score the validation reward on segment rows "
+                        "(training.segment_samples) (default: whole sessions)")
     m.add_argument("--val-trajectories", nargs="+", default=["conv-30"])
     m.add_argument("--val-sessions", type=int, nargs="+", default=[1, 2])
     m.add_argument("--val-max-prompt-tokens", type=int, default=1600)

@@ -57,13 +57,28 @@ def trainer_class(args: ADRPOConfig) -> type[ADRPOTrainer]:
     return ADRPOTrainer
 
 
+def reward_rows(args: ADRPOConfig, paths, *, tokenizer, embedder) -> list:
+    """The candidate rollout rows of ``args`` before selection: whole-session
+    :func:`rewards.samples.build_reward_samples`, or segment rows
+    (:func:`training.segment_samples.segment_reward_samples`) when ``args.segment_tokens`` is set."""
+    if args.segment_tokens is not None:
+        from training.segment_samples import segment_reward_samples
+
+        return segment_reward_samples(paths, tokenizer=tokenizer, segment_tokens=args.segment_tokens,
+                                      embedder=embedder, managers=args.managers, dataset=args.dataset,
+                                      data_path=args.data_path)
+    from rewards.samples import build_reward_samples
+
+    return build_reward_samples(paths, dataset=args.dataset, data_path=args.data_path, qa_path=args.qa_path,
+                                embedder=embedder, managers=args.managers)
+
+
 def build_trainer(args: ADRPOConfig, model_args: PolicyModelConfig | None = None, callbacks=None) -> ADRPOTrainer:
     """Load the policy (``init_from`` or ``model_args.model_name_or_path``; LoRA per
     ``model_args``, default :class:`PolicyModelConfig`), build the reward samples from
     ``train_trajectories``, the reward, and the trainer."""
     from llm.embeddings import load_embedder
     from llm.runtime import Runtime
-    from rewards.samples import build_reward_samples
     from training.adrpo_data import select_samples
     from training.common import load_policy
 
@@ -72,8 +87,7 @@ def build_trainer(args: ADRPOConfig, model_args: PolicyModelConfig | None = None
     rt = Runtime.from_config(cache=args.reward_cache)
     embedder = load_embedder(args.embedder)
     policy = load_policy(model_args or PolicyModelConfig(), init_from=args.init_from)
-    samples = build_reward_samples(paths, dataset=args.dataset, data_path=args.data_path, qa_path=args.qa_path,
-                                   embedder=embedder, managers=args.managers)
+    samples = reward_rows(args, paths, tokenizer=policy.tokenizer, embedder=embedder)
     samples = select_samples(samples, sessions=args.sessions, max_prompt_tokens=args.max_prompt_tokens,
                              tokenizer=policy.tokenizer, whole_sessions=args.mode == "joint",
                              keys=args.row_keys)

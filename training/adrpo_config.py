@@ -66,7 +66,8 @@ class ADRPOConfig(GRPOConfig):
         answer_model, judge_model, answer_max_new_tokens, reward_cache, embedder: the reward's
             models.
         train_trajectories, qa_path, dataset, data_path, managers, sessions, row_keys,
-            max_prompt_tokens: the rollout rows.
+            max_prompt_tokens, segment_tokens: the rollout rows (``segment_tokens``: rows on
+            session segments, ``training.segment_samples``; not with ``qa_path`` or joint mode).
 
     Raises :class:`ADRPOConfigError` naming the field for an unknown weighting/mode/judge or an
     out-of-range reward setting (``alpha <= 0``, ``lam`` outside [0, 1], ...), or a setting
@@ -78,7 +79,7 @@ class ADRPOConfig(GRPOConfig):
                             "fields from --init_from on")
 
     CHECKS = {"retrieval_top_k": {"min": 1}, "answer_max_new_tokens": {"min": 1}, "max_prompt_tokens": {"min": 1},
-              "answer_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}}
+              "segment_tokens": {"min": 1}, "answer_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}}
 
     init_from: str | None = field(default=None, metadata={
         "help": "start from an SFT checkpoint dir (full model) or a LoRA adapter dir; overrides model_name_or_path"})
@@ -118,6 +119,10 @@ class ADRPOConfig(GRPOConfig):
                 "variance (scripts/adrpo_weighting.py screen); null: every row"})
     max_prompt_tokens: int | None = field(default=None, metadata={
         "help": "drop rows whose chat prompt is longer (policy tokens); TRL 1.16 has no prompt cap"})
+    segment_tokens: int | None = field(default=None, metadata={
+        "help": "one row per session SEGMENT of whole turns of <= this many transcript tokens, with the QA the "
+                "segment completes (training.segment_samples; the cut of segmented SFT's segment_tokens); "
+                "null: whole-session rows"})
     constrained: bool = field(default=False, metadata={
         "help": "refused (must stay false): schema-constrained decoding is an inference option only"})
 
@@ -142,6 +147,11 @@ class ADRPOConfig(GRPOConfig):
             require(self, "judge", "llm", "judge_model", "(a backend spec of the LLM judge)")
         except ValueError as e:
             raise ADRPOConfigError(f"ADRPOConfig: {e}") from None
+        if self.segment_tokens is not None and (self.qa_path is not None or self.mode == "joint"):
+            raise ADRPOConfigError(
+                "ADRPOConfig.segment_tokens: segment rows take their QA from the trajectories' own qa (by evidence "
+                f"turn) and are scored one manager at a time; unset qa_path (got {self.qa_path!r}) and use mode "
+                f"counterfactual or isolated (got {self.mode!r})")
         if self.constrained:
             raise ADRPOConfigError(
                 "ADRPOConfig.constrained: ADRPO rollouts cannot be schema-constrained. GRPO's policy gradient needs "

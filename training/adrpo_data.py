@@ -83,8 +83,8 @@ def select_samples(samples: Sequence[RewardSample], *, sessions: Sequence[int] |
 
         have: dict[tuple[str, int], set[str]] = {}
         for s in kept:
-            have.setdefault((s.conversation_id, s.session), set()).add(s.manager)
-        kept = [s for s in kept if have[(s.conversation_id, s.session)] == set(MANAGERS)]
+            have.setdefault(s.unit, set()).add(s.manager)
+        kept = [s for s in kept if have[s.unit] == set(MANAGERS)]
     if not kept:
         raise ADRPODataError("ADRPO: no training rows left after filtering (sessions="
                              f"{list(sessions) if sessions is not None else 'all'}, keys={keys}, "

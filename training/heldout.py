@@ -131,14 +131,24 @@ def heldout_row(spec: str, convs, rt, *, answer_model: str = "hf:smollm2", top_k
 
 
 def validation_samples(trajectories: Sequence[str], *, sessions: Sequence[int] | None, max_prompt_tokens: int | None,
-                       tokenizer, embedder, managers: Sequence[str] = MANAGERS):
+                       tokenizer, embedder, managers: Sequence[str] = MANAGERS, segment_tokens: int | None = None):
     """The reward rows of the validation trajectories (``training.adrpo_data.select_samples``
-    over ``rewards.samples.build_reward_samples``), as ADRPO builds its training rows."""
-    from rewards.samples import build_reward_samples
+    over ``rewards.samples.build_reward_samples``, or over segment rows
+    ``training.segment_samples.segment_reward_samples`` when ``segment_tokens`` is set), as
+    ADRPO builds its training rows."""
     from training.adrpo import trajectory_paths
     from training.adrpo_data import select_samples
 
-    samples = build_reward_samples(trajectory_paths(trajectories), embedder=embedder, managers=managers)
+    paths = trajectory_paths(trajectories)
+    if segment_tokens is not None:
+        from training.segment_samples import segment_reward_samples
+
+        samples = segment_reward_samples(paths, tokenizer=tokenizer, segment_tokens=segment_tokens,
+                                         embedder=embedder, managers=managers)
+    else:
+        from rewards.samples import build_reward_samples
+
+        samples = build_reward_samples(paths, embedder=embedder, managers=managers)
     return select_samples(samples, sessions=sessions, max_prompt_tokens=max_prompt_tokens, tokenizer=tokenizer)
 
 

@@ -41,13 +41,15 @@ import json
 import math
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from memory_bank.actions import MANAGERS
 from memory_bank.construct import split_session
 from memory_bank.errors import ManagerOutputError
+from memory_bank.bank import MemoryBank
 from memory_bank.prompts import build_prompt
+from memory_bank.schema import Session
 from training.sft_data import SessionState, check_managers
 
 _WORD = re.compile(r"[a-z0-9]{3,}")
@@ -126,21 +128,33 @@ def _part_plan(ops: list[dict], segment_texts: Sequence[str]) -> list[int]:
     return [len(segment_texts) - 1 if op.get("action") == "DELETE" else w for op, w in zip(ops, where)]
 
 
-def segment_rows(states: Sequence[SessionState], *, tokenizer, segment_tokens: int, embedder=None,
-                 managers: Sequence[str] = MANAGERS) -> tuple[list[dict], SegmentStats]:
-    """One row per (session, segment, manager) in the columns of :func:`training.sft_data.sft_rows`
-    plus ``segment`` (1-based) and ``segments`` (the session's count); the prompt is the inference
-    prompt of the segment over the bank as it stands before it, the completion is the expert's
-    share of the session's operations (module docstring). ``tokenizer`` counts transcript
-    tokens. Returns ``(rows, SegmentStats)``. Raises :class:`SegmentError` (see the module
-    docstring) and ValueError for a bad manager list or ``segment_tokens``."""
-    ms = check_managers(managers)
-    stats = SegmentStats()
-    rows: list[dict] = []
+@dataclass
+class SegmentStep:
+    """One segment of an expert session, as a manager step sees it: ``session`` holds the
+    segment's turns (index and date of the whole session), ``segment`` is 1-based of
+    ``segments``; ``bank_before`` is a private copy of the working bank before the segment;
+    ``prompts`` the four inference prompts over it; ``outputs`` the expert's share of the
+    session's operations for each manager (JSON text); ``state`` the session it came from."""
+
+    state: SessionState
+    session: Session
+    segment: int
+    segments: int
+    bank_before: MemoryBank
+    prompts: dict
+    outputs: dict[str, str]
+
+
+def segment_steps(states: Sequence[SessionState], *, tokenizer, segment_tokens: int, embedder=None,
+                  stats: SegmentStats | None = None) -> Iterator[SegmentStep]:
+    """Every segment of every session of ``states``, in order (module docstring: the cut, the
+    assignment of the expert's operations, the working bank). ``stats`` (optional) is filled in
+    as segments are produced. Raises :class:`SegmentError` for operations that do not apply."""
+    stats = stats if stats is not None else SegmentStats()
     for st in states:
         tt = [len(tokenizer(t.render(), add_special_tokens=False)["input_ids"]) + 1 for t in st.session.turns]
         segs = split_session(st.session, tt, segment_tokens) if st.session.turns else [st.session]
-        seg_texts = [s.transcript() for s in segs]
+        seg_texts = [g.transcript() for g in segs]
         n = len(segs)
         stats.sessions += 1
         stats.segments += n
@@ -166,17 +180,35 @@ def segment_rows(states: Sequence[SessionState], *, tokenizer, segment_tokens: i
                 else:
                     stats.unshown += len(later)
                 outputs[k][part] = {"operations": mine}
+            texts = {m: json.dumps(outputs[k][m], ensure_ascii=False) for m in MANAGERS}
+            yield SegmentStep(st, seg, k + 1, n, bank.copy(), prompts, texts)
             for m in MANAGERS:
-                text = json.dumps(outputs[k][m], ensure_ascii=False)
-                if m in ms:
-                    rows.append({"prompt": prompts[m].messages, "completion": [{"role": "assistant", "content": text}],
-                                 "conversation_id": st.conversation_id, "session": st.session.index,
-                                 "manager": m, "segment": k + 1, "segments": n})
                 try:
-                    bank.apply_text(m, text, st.session.index)
+                    bank.apply_text(m, texts[m], st.session.index)
                 except ManagerOutputError as e:
                     raise SegmentError(f"{st.trajectory_file}: {st.conversation_id} session {st.session.index} "
                                        f"segment {k + 1}/{n}, {m}: the expert's operations do not apply: {e}") from e
+
+
+def segment_rows(states: Sequence[SessionState], *, tokenizer, segment_tokens: int, embedder=None,
+                 managers: Sequence[str] = MANAGERS) -> tuple[list[dict], SegmentStats]:
+    """One row per (session, segment, manager) in the columns of :func:`training.sft_data.sft_rows`
+    plus ``segment`` (1-based) and ``segments`` (the session's count); the prompt is the inference
+    prompt of the segment over the bank as it stands before it, the completion is the expert's
+    share of the session's operations (module docstring, :func:`segment_steps`). ``tokenizer``
+    counts transcript tokens. Returns ``(rows, SegmentStats)``. Raises :class:`SegmentError`
+    (see the module docstring) and ValueError for a bad manager list or ``segment_tokens``."""
+    ms = check_managers(managers)
+    stats = SegmentStats()
+    rows: list[dict] = []
+    for step in segment_steps(states, tokenizer=tokenizer, segment_tokens=segment_tokens, embedder=embedder,
+                              stats=stats):
+        for m in MANAGERS:
+            if m in ms:
+                rows.append({"prompt": step.prompts[m].messages,
+                             "completion": [{"role": "assistant", "content": step.outputs[m]}],
+                             "conversation_id": step.state.conversation_id, "session": step.session.index,
+                             "manager": m, "segment": step.segment, "segments": step.segments})
     return rows, stats
 
 

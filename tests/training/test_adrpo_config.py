@@ -37,6 +37,14 @@ def test_config_checks(tmp_path):
     with pytest.raises(ValueError, match="lam"):
         _cfg(tmp_path, lam=1.5)
     assert main(["--output_dir", str(tmp_path / "o"), "--weighting", "clipped"]) == 2
+    # segment rows: their QA come from the trajectories by evidence turn, one manager at a time
+    assert _cfg(tmp_path, segment_tokens=200).segment_tokens == 200
+    with pytest.raises(ADRPOConfigError, match="segment_tokens.*mode counterfactual or isolated"):
+        _cfg(tmp_path, segment_tokens=200, mode="joint")
+    with pytest.raises(ADRPOConfigError, match="unset qa_path"):
+        _cfg(tmp_path, segment_tokens=200, qa_path="qa.jsonl")
+    with pytest.raises(ADRPOConfigError, match="segment_tokens"):
+        _cfg(tmp_path, segment_tokens=0)
 
 
 def test_adrpo_divisibility_names_the_flags_the_user_set(tmp_path):

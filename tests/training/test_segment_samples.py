@@ -1,0 +1,85 @@
+"""ADRPO reward rows on session segments (training/segment_samples.py): the question placement
+(hand-computed), the rows of conv-26's first two sessions (real expert trajectory, SmolLM2's
+tokenizer), and a reward that scores two segments of one session apart (per-segment caches)."""
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+
+import pytest
+
+from data_synth.paths import expert_dir
+from llm.embeddings import HashEmbedder
+from rewards.session_reward import SessionReward, SessionRewardConfig
+from tests.helpers import WordTokenizer
+from training.segment_samples import question_segments, segment_key, segment_reward_samples
+
+CONV26 = expert_dir() / "conv-26.jsonl"
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    from training.common import load_tokenizer
+
+    return load_tokenizer(tiny_model_dir)  # SmolLM2's real tokenizer
+
+
+def test_question_goes_to_the_segment_that_completes_its_evidence():
+    segs = [["D1:1", "D1:2"], ["D1:3"], ["D1:4", "D1:5"]]
+    assert question_segments([["D1:2"], ["D1:4", "D1:1"], ["D1:3", "D1:2"], [], ["D9:1"]], segs) == [0, 2, 1, 2, 2]
+    with pytest.raises(ValueError, match="no segments"):
+        question_segments([["D1:1"]], [])
+    assert segment_key("conv-26", 2, 3, "core") == "conv-26/s2.3/core"
+
+
+@pytest.fixture(scope="module")
+def rows(tokenizer):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return segment_reward_samples([CONV26], tokenizer=tokenizer, segment_tokens=200)
+
+
+def test_segment_rows_of_conv26_partition_each_sessions_questions(rows, tokenizer):
+    from training.sft_data import expert_session_states
+
+    states = {st.session.index: st for st in expert_session_states([CONV26])}
+    first2 = [r for r in rows if r.session in (1, 2)]
+    # sessions 1 and 2 have 3 and 4 segments (test_sft_segments); 5 questions each, placed by evidence
+    core = [r for r in first2 if r.manager == "core"]
+    assert [r.key for r in core] == ["conv-26/s1.1/core", "conv-26/s1.2/core", "conv-26/s1.3/core",
+                                     "conv-26/s2.1/core", "conv-26/s2.2/core", "conv-26/s2.3/core",
+                                     "conv-26/s2.4/core"]
+    for sess in (1, 2):
+        got = [q.question for r in core if r.session == sess for q in r.qa]
+        assert Counter(got) == Counter(q["question"] for q in states[sess].step.qa)  # each question once
+        for r in (r for r in core if r.session == sess):
+            turns = {t.id for t in _segment_turns(r)}
+            assert all(any(e in turns for e in q.evidence) for q in r.qa)  # its segment holds its evidence
+    assert len(rows) == 276 and Counter(r.manager for r in rows) == Counter({m: 69 for m in
+                                                                              ("core", "episodic", "semantic",
+                                                                               "procedural")})
+    s11 = next(r for r in rows if r.key == "conv-26/s1.1/episodic")
+    assert s11.segment == 1 and s11.unit == ("conv-26", 1, 1)
+    assert s11.expert_outputs["episodic"].startswith('{"operations": [{"action": "ADD", "memory": "2023-05-07: C')
+    assert "[D1:1]" in s11.messages[1]["content"] and "[D1:7]" not in s11.messages[1]["content"]
+
+
+def _segment_turns(sample):
+    text = sample.messages[1]["content"].split("New session transcript:\n", 1)[1]
+    from types import SimpleNamespace
+
+    return [SimpleNamespace(id=ln.split("]")[0][1:]) for ln in text.splitlines() if ln.startswith("[D")]
+
+
+def test_reward_scores_each_segment_against_its_own_expert_share(rows):
+    """The expert's own share scores gate 1 and LP 0 on every segment of session 2; a cache keyed
+    by session only would measure segment 2's completion against segment 1's expert length."""
+    reward = SessionReward(SessionRewardConfig(mode="counterfactual"), embedder=HashEmbedder(256),
+                           tokenizer=WordTokenizer())
+    epi = [r for r in rows if r.session == 2 and r.manager == "episodic"]
+    lens = [len(r.expert_outputs["episodic"].split()) for r in epi]
+    assert len(set(lens)) > 1  # the segments' expert shares differ in length
+    out = reward(epi, [r.expert_outputs["episodic"] for r in epi])
+    assert [b.gate for b in out] == [1] * len(epi)
+    assert [b.lp for b in out] == [0.0] * len(epi)
+    assert [b.expert_length_tokens for b in out] == lens
