@@ -69,8 +69,8 @@ demo-evolve: install
 adrpo-weighting: install
 	export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; set -e; \
 	[ -f runs/train_cpu/sft/model.safetensors ] || { echo "run the SFT stage of make train-cpu first"; exit 2; }; \
-	$(PY) scripts/adrpo_weighting.py screen --spec hf:runs/train_cpu/sft --sessions --max-prompt-tokens 1800; \
-	[ -f runs/train_cpu/measure/sft.json ] || $(PY) scripts/train_cpu.py measure sft hf:runs/train_cpu/sft --validation-only; \
+	$(PY) scripts/adrpo_weighting.py screen --spec hf:runs/train_cpu/sft; \
+	[ -f runs/train_cpu/measure/sft.json ] || $(PY) scripts/train_cpu.py measure sft hf:runs/train_cpu/sft --validation-only --segment-tokens 200; \
 	$(PY) scripts/adrpo_weighting.py run --parallel $${PARALLEL:-1} --row-keys-from runs/adrpo_weighting/screen.json; \
 	$(PY) scripts/adrpo_weighting.py report
 
@@ -87,7 +87,7 @@ train-cpu: install
 	R=""; ls -d runs/train_cpu/adrpo/checkpoint-* >/dev/null 2>&1 && R="--resume_from_checkpoint true"; \
 	[ -f runs/train_cpu/adrpo/adapter_model.safetensors ] || $(MEMGYM) train adrpo \
 	    --config launch/recipes/train_cpu_adrpo.yaml --init_from runs/train_cpu/sft $$R; \
-	$(PY) scripts/train_cpu.py measure base hf:smollm2; \
-	$(PY) scripts/train_cpu.py measure sft hf:runs/train_cpu/sft; \
-	$(PY) scripts/train_cpu.py measure adrpo hf:runs/train_cpu/adrpo; \
+	$(PY) scripts/train_cpu.py measure base hf:smollm2 --segment-tokens 200; \
+	$(PY) scripts/train_cpu.py measure sft hf:runs/train_cpu/sft --segment-tokens 200; \
+	$(PY) scripts/train_cpu.py measure adrpo hf:runs/train_cpu/adrpo --segment-tokens 200; \
 	$(PY) scripts/train_cpu.py report --steps base=0 sft=68

@@ -17,7 +17,7 @@ completions with the recipe's temperature / top_p / ``max_completion_length`` (s
 --weighting W --seed S --output_dir <out>/<W>-s<S>`` under ``/usr/bin/time -v``
 (``<out>/<W>-s<S>.log``; resumed from its last checkpoint after a kill), then its validation
 reward (``scripts/train_cpu.py measure --validation-only``: conv-30, greedy, the same rows as
-SFT's) into ``<out>/measure/<W>-s<S>.json``. ``--parallel 2`` runs two at once.
+SFT's; segment rows when the recipe sets ``segment_tokens``) into ``<out>/measure/<W>-s<S>.json``. ``--parallel 2`` runs two at once.
 
 ``report``: ``<out>/weighting.md`` (per step reward, reward std, zero-std fraction of every
 run; the table of mean and seed-to-seed spread) and ``<out>/weighting.png`` (side by side).
@@ -140,8 +140,13 @@ def screened_keys(path: Path) -> list[str]:
 
 
 def _validate(a, label: str, run_dir: Path) -> list[str]:
+    """The validation measurement of one run: on segment rows when the recipe trains on them
+    (its ``segment_tokens``), as the SFT model's validation was measured."""
+    import yaml
+
+    seg = (yaml.safe_load(Path(a.config).read_text()) or {}).get("segment_tokens")
     return [sys.executable, str(REPO / "scripts" / "train_cpu.py"), "measure", label, f"hf:{run_dir}",
-            "--out", a.out, "--validation-only"]
+            "--out", a.out, "--validation-only"] + (["--segment-tokens", str(seg)] if seg else [])
 
 
 def identity_adapter(run_dir: Path) -> bool:

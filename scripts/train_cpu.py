@@ -188,23 +188,33 @@ def report(a) -> int:
         if not h:
             continue
         ffr = h["format_failure_rate"]
+        k_shown = k + (f", segments of {h['segment_tokens']}" if h.get("segment_tokens") else ", whole sessions")
         core_chars = sum(b["core_chars"] for b in h["bank"].values())
-        lines.append(f"| {k} (`{rows[k]['spec']}`) | " + " | ".join(_f(ffr[m], 2) for m in MANAGERS) +
+        lines.append(f"| {k_shown} (`{rows[k]['spec']}`) | " + " | ".join(_f(ffr[m], 2) for m in MANAGERS) +
                      f" | {_f(h['format_failure_overall'], 2)} | {h['bank_entries']} | {core_chars} | "
                      f"{_f(h['answer_recall'])} | {_f(h['f1'])} | {h['n_qa']} |")
     lines += ["", "Format-failure columns: failed outputs / outputs of that manager (one output per manager per "
               "session built).",
               "", "## Validation: conv-30 expert sessions (mean dense session reward of the greedy output)", "",
-              "| extractor | reward | gate | acc | LP | reward by manager | format failures per manager | rows |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| extractor | rows | reward | gate | acc | LP | reward by manager | format failures per manager | n |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    ref = None
     for k in a.table:
         v = rows.get(k, {}).get("validation")
         if not v:
             continue
         bym = ", ".join(f"{m} {_f(x, 2)}" for m, x in v["by_manager"].items())
         ffr = ", ".join(f"{m} {_f(x, 2)}" for m, x in v["format_failure_rate"].items() if x is not None)
-        lines.append(f"| {k} | {_f(v['reward'])} | {_f(v['gate'], 2)} | {_f(v['acc'])} | {_f(v['lp'])} | {bym} | "
-                     f"{ffr} | {v['n']} |")
+        unit = f"segments of {v['segment_tokens']} tokens" if v.get("segment_tokens") else "whole sessions"
+        lines.append(f"| {k} | {unit} | {_f(v['reward'])} | {_f(v['gate'], 2)} | {_f(v['acc'])} | {_f(v['lp'])} | "
+                     f"{bym} | {ffr} | {v['n']} |")
+        ref = v.get("do_nothing") or ref
+    if ref:
+        lines += ["", f"Reference: the outputs that change nothing (core NONE, empty operation lists) score "
+                      f"{_f(ref['reward'])} on the same rows (" + ", ".join(f"{m} {_f(x, 3)}" for m, x in
+                                                                          ref["by_manager"].items()) +
+                  "): with the counterfactual bank the other parts are the expert's, so a reward is only a gain "
+                  "where it exceeds this."]
     lines += ["", "## Curves", "", "![curves](curves.png)", "",
               "Format failures by SFT step (validation rows, greedy):", "", "| step | " + " | ".join(MANAGERS) + " |",
               "|---|---|---|---|---|"]

@@ -159,7 +159,8 @@ def validation_reward(spec: str, samples, reward, rt, *, max_new_tokens: int = 6
     judge, λ); a completion cut by ``max_new_tokens`` scores as a ``truncated`` failure (gate 0).
     Returns ``{"extractor", "reward" (mean over rows, in [0, 1]), "gate", "acc", "lp" (means),
     "by_manager" ({m: mean reward}), "format_failure_rate" (per manager, :class:`FormatTally`
-    over the same outputs applied to each row's expert bank), "n"}``."""
+    over the same outputs applied to each row's expert bank), "n", "do_nothing"
+    (:func:`do_nothing_reward` on the same rows)}``."""
     from llm.base import GenerationParams
     from rewards.scoring.metrics import mean_or_zero
 
@@ -174,4 +175,23 @@ def validation_reward(spec: str, samples, reward, rt, *, max_new_tokens: int = 6
     return {"extractor": spec, "reward": mean_or_zero([b.reward for b in bds]),
             "gate": mean_or_zero([b.gate for b in bds]), "acc": mean_or_zero([b.acc for b in bds]),
             "lp": mean_or_zero([b.lp for b in bds]), "by_manager": by_manager,
-            "format_failure_rate": tally.rate(), "n": len(samples)}
+            "format_failure_rate": tally.rate(), "n": len(samples), "do_nothing": do_nothing_reward(samples, reward)}
+
+
+#: The output of each manager that changes nothing (valid, empty).
+EMPTY_OUTPUTS = {"core": '{"operation": "NONE"}', "episodic": '{"operations": []}',
+                 "semantic": '{"operations": []}', "procedural": '{"operations": []}'}
+
+
+def do_nothing_reward(samples, reward) -> dict:
+    """The reference a validation reward must be read against: the mean reward of the outputs
+    that change nothing (:data:`EMPTY_OUTPUTS`) on the same rows, ``{"reward", "by_manager"}``.
+    With the counterfactual bank the other parts are the expert's, so an empty output already
+    scores the questions those parts answer (e.g. 0.882 on conv-30's segment rows of sessions
+    1-2, vs 0.934 for the expert's own outputs)."""
+    from rewards.scoring.metrics import mean_or_zero
+
+    bds = reward(list(samples), [EMPTY_OUTPUTS[s.manager] for s in samples])
+    return {"reward": mean_or_zero([b.reward for b in bds]),
+            "by_manager": {m: mean_or_zero([b.reward for s, b in zip(samples, bds) if s.manager == m])
+                           for m in MANAGERS if any(s.manager == m for s in samples)}}

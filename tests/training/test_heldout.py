@@ -152,3 +152,20 @@ def test_sft_recipes_parse(name, expect):
         assert getattr(obj, field_name) == value, field_name
     assert training_args.lr_scheduler_type == "constant_with_warmup" and training_args.warmup_steps == 3
     assert (script_args.segment_tokens is None) == (name == "demo_train_sft")
+
+
+def test_do_nothing_reward_scores_the_empty_outputs_against_the_experts_other_parts():
+    """The core row's empty output keeps the expert's episodic entry (the answer): reward 1; the
+    episodic row's empty output removes it: reward 0 (hand-computed, answer-recall judge)."""
+    from llm.embeddings import HashEmbedder
+    from memory_bank.bank import MemoryBank
+    from rewards.session_reward import SessionReward, SessionRewardConfig
+    from tests.helpers import DOG, WordTokenizer, make_samples, qa
+    from training.heldout import do_nothing_reward
+
+    samples = make_samples(MemoryBank(), 1, {"episodic": json.dumps({"operations": [{"action": "ADD", "memory": DOG}]})},
+                           [qa("What is the name of Alice's dog?", "Biscuit")], managers=("core", "episodic"))
+    reward = SessionReward(SessionRewardConfig(mode="counterfactual"), embedder=HashEmbedder(256),
+                           tokenizer=WordTokenizer())
+    got = do_nothing_reward(samples, reward)
+    assert got == {"reward": 0.5, "by_manager": {"core": 1.0, "episodic": 0.0}}
