@@ -189,7 +189,8 @@ def run(a) -> int:
         cmd, run_dir, log = _run_cmd(a, w, seed)
         label = f"{w}-s{seed}"
         if (run_dir / "adapter_model.safetensors").is_file():
-            if (Path(a.out) / "measure" / f"{label}.json").is_file() or _copy_init_validation(a, label, run_dir):
+            if (a.no_validate or (Path(a.out) / "measure" / f"{label}.json").is_file()
+                    or _copy_init_validation(a, label, run_dir)):
                 return
             cmd, stage = _validate(a, label, run_dir), "validate"
         else:
@@ -305,8 +306,9 @@ def report(a) -> int:
              f"(`scripts/train_cpu.py measure --validation-only`); the init's ({a.sft_measure}): {sft_val if sft_val is None else round(sft_val, 3)}.",
              "", "![weighting](weighting.png)", "",
              "| weighting | seed | steps | reward by step | reward std by step | frac zero-std by step | "
-             "mean train reward | validation reward | adapter sha256[:12] (identity: every lora_B 0) | peak RSS / wall |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "mean w(m) by step | mean train reward | validation reward | adapter sha256[:12] (identity: every "
+             "lora_B 0) | peak RSS / wall |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     from scripts.train_cpu import _peak_rss
 
     for label, h in runs.items():
@@ -314,7 +316,8 @@ def report(a) -> int:
         fmt = lambda key: " ".join(f"{r.get(key, 0.0):.3f}" for r in h)  # noqa: E731
         mean_r = statistics.fmean([r["reward"] for r in h]) if h else None
         lines.append(f"| {w} | {s} | {len(h)} | {fmt('reward')} | {fmt('reward_std')} | "
-                     f"{fmt('frac_reward_zero_std')} | {'-' if mean_r is None else f'{mean_r:.3f}'} | "
+                     f"{fmt('frac_reward_zero_std')} | {fmt('reward_parts/weight')} | "
+                     f"{'-' if mean_r is None else f'{mean_r:.3f}'} | "
                      f"{val.get(label, '-') if label not in val else f'{val[label]:.3f}'} | {_adapter_id(out / label)} | "
                      f"{_peak_rss(out / f'{label}.log')} |")
     lines += ["", "Mean over seeds ± half the seed-to-seed range:", "",
@@ -358,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
             q.add_argument("--max-steps", type=int, default=None, help="override the recipe's max_steps")
             q.add_argument("--row-keys-from", default=None,
                            help="a screen.json: train on its selected rows instead of the recipe's row_keys")
+            q.add_argument("--no-validate", action="store_true",
+                           help="train only (the report then has the training reward curves, no validation column)")
             q.add_argument("--parallel", type=int, default=1, help="runs at once (each peaked at 8.2-8.9 GiB RSS at micro-batch 2)")
             q.add_argument("--init-measure", default="runs/train_cpu/measure/sft.json",
                            help="the init's train_cpu.py measure file: an identity adapter reuses its validation")
