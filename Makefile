@@ -61,18 +61,21 @@ demo-evolve: install
 	if [ -f runs/demo_evolve/recipe.json ]; then $(MEMGYM) evolve --resume runs/demo_evolve; \
 	else $(MEMGYM) evolve --config launch/recipes/demo_evolve.yaml --out runs/demo_evolve; fi
 
-## ADRPO weighting comparison (issue 17 item 3) after the SFT stage of train-cpu: pre-screen the
-## rows whose sampled rollouts get different rewards (prints the row_keys line of the recipe), then
-## advantage / unclipped / none x seeds 0, 1 from runs/train_cpu/sft, each with its validation
-## reward -> runs/adrpo_weighting/weighting.md + weighting.png. Restartable like train-cpu.
+## ADRPO weighting comparison (issue 17 item 3): the content-only SFT (train_cpu_sft.yaml without
+## no-change targets, 2 epochs; its episodic/semantic rollouts vary), a screen of its episodic /
+## semantic segment rows, then advantage / unclipped / none x seeds 0, 1 on the rows it selected
+## (train_cpu_adrpo_weighting.yaml) -> runs/adrpo_weighting/weighting.md + weighting.png (training
+## reward curves side by side, mean w(m) per step, adapter hashes). Restartable.
 .PHONY: adrpo-weighting
 adrpo-weighting: install
-	export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; set -e; \
-	[ -f runs/train_cpu/sft/model.safetensors ] || { echo "run the SFT stage of make train-cpu first"; exit 2; }; \
-	$(PY) scripts/adrpo_weighting.py screen --spec hf:runs/train_cpu/sft; \
-	[ -f runs/train_cpu/measure/sft.json ] || $(PY) scripts/train_cpu.py measure sft hf:runs/train_cpu/sft --validation-only --segment-tokens 200; \
-	$(PY) scripts/adrpo_weighting.py run --parallel $${PARALLEL:-1} --row-keys-from runs/adrpo_weighting/screen.json; \
-	$(PY) scripts/adrpo_weighting.py report
+	export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; set -e; W=launch/recipes/train_cpu_adrpo_weighting.yaml; \
+	[ -f runs/sft_content/sft/checkpoint-104/model.safetensors ] || $(MEMGYM) train sft \
+	    --config launch/recipes/train_cpu_sft.yaml --max_empty_per_manager 0 --num_train_epochs 2 \
+	    --output_dir runs/sft_content/sft --save_steps 52 --eval_steps 1000; \
+	$(PY) scripts/adrpo_weighting.py screen --config $$W --spec hf:runs/sft_content/sft/checkpoint-104 --weighted-only; \
+	$(PY) scripts/adrpo_weighting.py run --config $$W --sft runs/sft_content/sft/checkpoint-104 \
+	    --parallel $${PARALLEL:-1} --row-keys-from runs/adrpo_weighting/screen.json --no-validate; \
+	$(PY) scripts/adrpo_weighting.py report --config $$W --sft-measure ""
 
 ## The CPU training recipe (README § Training): SFT (full fine-tuning, checkpointed) -> ADRPO (LoRA)
 ## -> base / SFT / SFT+ADRPO measured on held-out LoCoMo conv-41 + conv-42 and on conv-30's

@@ -97,16 +97,24 @@ def screen(a) -> int:
         done["rows"][s.key] = {"prompt_tokens": prompt_tokens(tok, s.messages), "rewards": rs,
                                "gates": [b.gate for b in bds], "acc": [round(b.acc, 4) for b in bds],
                                "finish": [c.finish_reason for c in comps], "std": round(_std(rs), 4),
-                               "mean": round(statistics.fmean(rs), 4),
+                               "mean": round(statistics.fmean(rs), 4), "weights": [b.weight for b in bds],
                                "texts": [c.text for c in comps]}
         print(f"{s.key}: rewards {rs} std {done['rows'][s.key]['std']}", flush=True)
     done["wall_s"] = round(done.get("wall_s", 0) + time.time() - t, 1)
     done["settings"] = {"temperature": args.temperature, "top_p": args.top_p, "n": args.num_generations,
                         "max_completion_length": args.max_completion_length}
-    keys = [k for k, r in done["rows"].items() if r["std"] > a.min_std]
+    by_key = {s.key: s for s in samples}
+    for k, r in done["rows"].items():  # a screen.json written before weights were recorded: rescore its texts
+        if "weights" not in r and k in by_key:
+            r["weights"] = [b.weight for b in reward([by_key[k]] * len(r["texts"]), r["texts"],
+                                                     finish_reasons=r["finish"])]
+    keys = [k for k, r in done["rows"].items() if r["std"] > a.min_std
+            and (not a.weighted_only or any(w != 1.0 for w in r.get("weights", [])))]
     done["selected"] = keys
+    done["weighted_only"] = a.weighted_only
     _write_atomic(path, done)
-    print(f"{len(keys)} of {len(done['rows'])} rows have reward std > {a.min_std}; for the recipe:")
+    extra = " and a rollout with w(m) != 1" if a.weighted_only else ""
+    print(f"{len(keys)} of {len(done['rows'])} rows have reward std > {a.min_std}{extra}; for the recipe:")
     print("row_keys: [" + ", ".join(keys) + "]")
     return 0
 
@@ -351,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
             q.add_argument("--max-prompt-tokens", type=int, default=None,
                            help="candidate rows' prompt cap (default the recipe's max_prompt_tokens)")
             q.add_argument("--min-std", type=float, default=0.0, help="rows with reward std above this are selected")
+            q.add_argument("--weighted-only", action="store_true",
+                           help="select only rows where some rollout has w(m) != 1 (the row's part is dominant): "
+                                "elsewhere advantage, unclipped and none are the same update")
             q.add_argument("--batch-size", type=int, default=8)
             q.add_argument("--cache", default=None, help="response cache sqlite path; 'none' disables")
         else:
