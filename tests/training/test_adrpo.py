@@ -321,9 +321,14 @@ def test_init_from_an_adapter_continues_it(trained, short_samples, tmp_path):
                                    answer_model="openai:http://127.0.0.1:8001/v1#Qwen/Qwen3-4B-Instruct-2507")),
     ("demo_train_adrpo", dict(sessions=[1], max_prompt_tokens=1000, num_generations=4, generation_batch_size=4,
                               managers=["core"], max_completion_length=192, max_steps=1)),
-    ("train_cpu_adrpo", dict(managers=["core", "episodic", "semantic"], sessions=[1, 2], max_prompt_tokens=1500,
-                             num_generations=4, generation_batch_size=4, max_completion_length=512, save_steps=2,
-                             use_peft=True)),
+    ("train_cpu_adrpo", dict(managers=["core", "episodic", "semantic"], sessions=[1, 2, 3], max_prompt_tokens=1500,
+                             segment_tokens=200, num_generations=8, generation_batch_size=8, max_completion_length=512,
+                             save_steps=2, use_peft=True, top_p=1.0, max_steps=8)),
+    ("train_cpu_adrpo_weighting", dict(managers=["episodic", "semantic"], sessions=[1, 2, 3], segment_tokens=200,
+                                       num_generations=4, generation_batch_size=4, max_steps=3, save_steps=1,
+                                       row_keys=["conv-26/s1.2/episodic", "conv-26/s2.1/episodic",
+                                                 "conv-26/s2.1/semantic", "conv-26/s2.2/semantic",
+                                                 "conv-26/s3.2/episodic", "conv-26/s3.6/semantic"])),
 ])
 def test_recipes_parse_and_pass_trl_fields_through(name, expect):
     from pathlib import Path
