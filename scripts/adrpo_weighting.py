@@ -314,7 +314,7 @@ def report(a) -> int:
              f"(`scripts/train_cpu.py measure --validation-only`); the init's ({a.sft_measure}): {sft_val if sft_val is None else round(sft_val, 3)}.",
              "", "![weighting](weighting.png)", "",
              "| weighting | seed | steps | reward by step | reward std by step | frac zero-std by step | "
-             "mean w(m) by step | mean train reward | validation reward | adapter sha256[:12] (identity: every "
+             "mean w(m) the reward computed, by step (none trains with w = 1) | mean train reward | validation reward | adapter sha256[:12] (identity: every "
              "lora_B 0) | peak RSS / wall |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     from scripts.train_cpu import _peak_rss
