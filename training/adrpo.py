@@ -58,19 +58,13 @@ def trainer_class(args: ADRPOConfig) -> type[ADRPOTrainer]:
 
 
 def reward_rows(args: ADRPOConfig, paths, *, tokenizer, embedder) -> list:
-    """The candidate rollout rows of ``args`` before selection: whole-session
-    :func:`rewards.samples.build_reward_samples`, or segment rows
-    (:func:`training.segment_samples.segment_reward_samples`) when ``args.segment_tokens`` is set."""
-    if args.segment_tokens is not None:
-        from training.segment_samples import segment_reward_samples
+    """The candidate rollout rows of ``args`` before selection
+    (:func:`training.segment_samples.reward_rows` with the recipe's data fields)."""
+    from training.segment_samples import reward_rows as rows
 
-        return segment_reward_samples(paths, tokenizer=tokenizer, segment_tokens=args.segment_tokens,
-                                      embedder=embedder, managers=args.managers, dataset=args.dataset,
-                                      data_path=args.data_path)
-    from rewards.samples import build_reward_samples
-
-    return build_reward_samples(paths, dataset=args.dataset, data_path=args.data_path, qa_path=args.qa_path,
-                                embedder=embedder, managers=args.managers)
+    return rows(paths, tokenizer=tokenizer, embedder=embedder, managers=args.managers,
+                segment_tokens=args.segment_tokens, dataset=args.dataset, data_path=args.data_path,
+                qa_path=args.qa_path)
 
 
 def build_trainer(args: ADRPOConfig, model_args: PolicyModelConfig | None = None, callbacks=None) -> ADRPOTrainer:

@@ -138,17 +138,10 @@ def validation_samples(trajectories: Sequence[str], *, sessions: Sequence[int] |
     ADRPO builds its training rows."""
     from training.adrpo import trajectory_paths
     from training.adrpo_data import select_samples
+    from training.segment_samples import reward_rows
 
-    paths = trajectory_paths(trajectories)
-    if segment_tokens is not None:
-        from training.segment_samples import segment_reward_samples
-
-        samples = segment_reward_samples(paths, tokenizer=tokenizer, segment_tokens=segment_tokens,
-                                         embedder=embedder, managers=managers)
-    else:
-        from rewards.samples import build_reward_samples
-
-        samples = build_reward_samples(paths, embedder=embedder, managers=managers)
+    samples = reward_rows(trajectory_paths(trajectories), tokenizer=tokenizer, embedder=embedder, managers=managers,
+                          segment_tokens=segment_tokens)
     return select_samples(samples, sessions=sessions, max_prompt_tokens=max_prompt_tokens, tokenizer=tokenizer)
 
 
@@ -178,17 +171,13 @@ def validation_reward(spec: str, samples, reward, rt, *, max_new_tokens: int = 6
             "format_failure_rate": tally.rate(), "n": len(samples), "do_nothing": do_nothing_reward(samples, reward)}
 
 
-#: The output of each manager that changes nothing (valid, empty).
-EMPTY_OUTPUTS = {"core": '{"operation": "NONE"}', "episodic": '{"operations": []}',
-                 "semantic": '{"operations": []}', "procedural": '{"operations": []}'}
-
-
 def do_nothing_reward(samples, reward) -> dict:
     """The reference a validation reward must be read against: the mean reward of the outputs
-    that change nothing (:data:`EMPTY_OUTPUTS`) on the same rows, ``{"reward", "by_manager"}``.
+    that change nothing (``rewards.audit.EMPTY_OUTPUTS``) on the same rows, ``{"reward", "by_manager"}``.
     With the counterfactual bank the other parts are the expert's, so an empty output already
     scores the questions those parts answer (e.g. 0.882 on conv-30's segment rows of sessions
     1-2, vs 0.934 for the expert's own outputs)."""
+    from rewards.audit import EMPTY_OUTPUTS
     from rewards.scoring.metrics import mean_or_zero
 
     bds = reward(list(samples), [EMPTY_OUTPUTS[s.manager] for s in samples])

@@ -95,3 +95,21 @@ def segment_reward_samples(trajectory_paths: Sequence[str | Path], *, tokenizer,
         warnings.warn(f"segment_reward_samples: {len(skipped)} segment(s) without a question skipped "
                       f"(e.g. {', '.join(skipped[:3])})", stacklevel=2)
     return samples
+
+
+def reward_rows(paths: Sequence[str | Path], *, tokenizer, embedder, managers: Sequence[str] = MANAGERS,
+                segment_tokens: int | None = None, dataset: str = "locomo", data_path=None, qa_path=None) -> list:
+    """The candidate rollout rows of trajectory files ``paths`` before selection: whole-session
+    :func:`rewards.samples.build_reward_samples` (QA from ``qa_path`` or the trajectories), or
+    segment rows (:func:`segment_reward_samples`) when ``segment_tokens`` is set (then
+    ``qa_path`` must be None: ValueError). ADRPO's training rows, its screen and the validation
+    reward all take their rows from here."""
+    if segment_tokens is None:
+        from rewards.samples import build_reward_samples
+
+        return build_reward_samples(paths, dataset=dataset, data_path=data_path, qa_path=qa_path, embedder=embedder,
+                                    managers=managers)
+    if qa_path is not None:
+        raise ValueError(f"segment rows take their QA from the trajectories' own qa; got qa_path {qa_path!r}")
+    return segment_reward_samples(paths, tokenizer=tokenizer, segment_tokens=segment_tokens, embedder=embedder,
+                                  managers=managers, dataset=dataset, data_path=data_path)

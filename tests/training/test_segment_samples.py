@@ -83,3 +83,14 @@ def test_reward_scores_each_segment_against_its_own_expert_share(rows):
     assert [b.gate for b in out] == [1] * len(epi)
     assert [b.lp for b in out] == [0.0] * len(epi)
     assert [b.expert_length_tokens for b in out] == lens
+
+
+def test_reward_rows_chooses_whole_sessions_or_segments(tokenizer):
+    from training.segment_samples import reward_rows
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        whole = reward_rows([CONV26], tokenizer=tokenizer, embedder=None, managers=["core"])
+    assert [r.key for r in whole[:2]] == ["conv-26/s1/core", "conv-26/s2/core"] and whole[0].segment == 0
+    with pytest.raises(ValueError, match="qa_path"):
+        reward_rows([CONV26], tokenizer=tokenizer, embedder=None, segment_tokens=200, qa_path="qa.jsonl")
