@@ -41,6 +41,14 @@ def choose_threads(requested: int | None) -> int | None:
     return 1 if os.getloadavg()[0] > (os.cpu_count() or 1) else None
 
 
+def recipe_segment_tokens() -> int | None:
+    """``segment_tokens`` of ``demo_train_sft.yaml`` (None = whole sessions): the cut the SFT
+    model learns, which the held-out measurement builds banks on."""
+    import yaml
+
+    return yaml.safe_load((RECIPES / "demo_train_sft.yaml").read_text()).get("segment_tokens")
+
+
 def run_sft(out: Path, steps: int | None) -> dict:
     """Stage 1: ``training.sft.run`` with the demo recipe; returns its metrics dict."""
     from training.sft import parse_args, run
@@ -70,16 +78,19 @@ def run_adrpo(out: Path, steps: int | None) -> list[dict]:
 
 
 def run_heldout(out: Path, trained: str, conversations=("conv-41",), n_sessions: int = 1,
-                max_new_tokens: int = 512) -> dict:
+                max_new_tokens: int = 512, segment_tokens: int | None = None) -> dict:
     """Stage 3: :func:`training.heldout.heldout_row` for the base SmolLM2 and ``trained`` on the
-    held-out conversations; returns ``{"base": row, "trained": row}`` (also ``heldout.json``)."""
+    held-out conversations, both building every session in segments of ``segment_tokens``
+    transcript tokens (the SFT recipe's cut; None = whole sessions); returns ``{"base": row,
+    "trained": row}`` (also ``heldout.json``)."""
     from data_synth.datasets import load_conversations
     from llm.runtime import Runtime
     from training.heldout import heldout_row
 
     rt = Runtime.from_config()
     convs = load_conversations("locomo", None, ids=list(conversations), n_sessions=n_sessions)
-    rows = {name: heldout_row(spec, convs, rt, max_new_tokens=max_new_tokens, progress=True)
+    rows = {name: heldout_row(spec, convs, rt, max_new_tokens=max_new_tokens, progress=True,
+                              segment_tokens=segment_tokens)
             for name, spec in (("base", "hf:smollm2"), ("trained", trained))}
     (out / "heldout.json").write_text(json.dumps(rows, indent=2) + "\n")
     return rows
@@ -139,13 +150,16 @@ def heldout_table(rows: dict) -> list[str]:
 
 
 def write_report(out: Path, sft: dict, rows: list[dict], heldout: dict, timings: dict, threads: int | None,
-                 conversations, n_sessions: int) -> None:
+                 conversations, n_sessions: int, segment_tokens: int | None = None) -> None:
     """``report.md``: SFT losses, the ADRPO step table and curve, the held-out table."""
+    cut = (f"sessions built in segments of <= {segment_tokens} transcript tokens, the cut the SFT trained on"
+           if segment_tokens else "whole sessions")
     lines = ["# memgym demo-train: SFT → ADRPO → held-out conversation", "",
              f"Wall time: SFT {timings['sft_s']:.0f} s, ADRPO {timings['adrpo_s']:.0f} s, held-out measurement "
              f"{timings['heldout_s']:.0f} s (total {sum(timings.values()):.0f} s on {os.cpu_count()} cores, torch "
              f"threads {threads or 'default'}, 1-min load average at the end {os.getloadavg()[0]:.1f}).", "",
-             "## 1. SFT (full fine-tuning, conv-26 expert trajectory)", "",
+             f"## 1. SFT (full fine-tuning, conv-26 expert trajectory, "
+             f"{f'{segment_tokens}-token segments' if segment_tokens else 'whole sessions'})", "",
              f"{sft['global_step']} steps on {sft['examples']['train']} examples. Loss on the train probe "
              f"{_f(sft.get('train_loss_start'))} → {_f(sft.get('train_loss_end'))}; on conv-30 (validation) "
              f"{_f(sft.get('eval_loss_start'))} → {_f(sft.get('eval_loss_end'))}.", "",
@@ -159,7 +173,7 @@ def write_report(out: Path, sft: dict, rows: list[dict], heldout: dict, timings:
                      f"{_f(r['weight'], 2)} | {_f(r['reward_std'])} | {_f(r['frac_zero_std'], 2)} | "
                      f"{_f(r['kl'], 4)} | {'/'.join(str(int(d[p] or 0)) for p in d)} |")
     lines += ["", f"## 3. Held-out: {', '.join(conversations)} (never trained on), first {n_sessions} session(s), "
-                  "free greedy decoding", "",
+                  f"free greedy decoding, {cut}", "",
               "Same answer model (`hf:smollm2`), retriever (all-MiniLM-L6-v2, top 10) and scorer (LoCoMo's official "
               "token F1) for both rows. A format failure is a manager output the bank rejects (not JSON, wrong "
               "schema, unknown id, cut off at the token limit).", ""] + heldout_table(heldout)
@@ -204,9 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     plot_reward_curve(rows, out / "reward_curve.png")
     t = time.time()
     print("== 3/3 held-out measurement (base vs trained)", flush=True)
-    heldout = run_heldout(out, f"hf:{out / 'adrpo'}", a.conversations, a.sessions, a.max_new_tokens)
+    segment_tokens = recipe_segment_tokens()
+    heldout = run_heldout(out, f"hf:{out / 'adrpo'}", a.conversations, a.sessions, a.max_new_tokens, segment_tokens)
     timings["heldout_s"] = time.time() - t
-    write_report(out, sft, rows, heldout, timings, threads, a.conversations, a.sessions)
+    write_report(out, sft, rows, heldout, timings, threads, a.conversations, a.sessions, segment_tokens)
     summary = {"timings_s": {k: round(v, 1) for k, v in timings.items()}, "torch_threads": threads,
                "sft": {k: sft.get(k) for k in ("global_step", "train_loss_start", "train_loss_end",
                                                "eval_loss_start", "eval_loss_end")},

@@ -44,7 +44,9 @@ class ExtractStage(StageContext):
                                         self.rt.embedder.model_id, conv_fp,
                                         *(["constrained", s.constrained_max_chars, s.constrained_max_items]
                                           if s.constrained and s.extraction_mode != "expert" else []),
-                                        *([s.extractor_context_tokens] if s.extractor_context_tokens else []))
+                                        *([s.extractor_context_tokens] if s.extractor_context_tokens else []),
+                                        *(["segments", s.extractor_segment_tokens]
+                                          if s.extractor_segment_tokens and s.extraction_mode != "expert" else []))
             keys = [stable_hash("extract", self.stage_hash["extract"], construct_key, unit_fields, x.index)
                     for x in sessions]
         cached = [self.cache.get_json("extract", k) for k in keys]
@@ -138,7 +140,8 @@ class ExtractStage(StageContext):
         extractor = make_extractor(self.settings.extractor, self.rt, self.settings.extractor_max_new_tokens,
                                    constrained=self.settings.constrained, max_chars=self.settings.constrained_max_chars,
                                    max_items=self.settings.constrained_max_items,
-                                   context_tokens=self.settings.extractor_context_tokens)
+                                   context_tokens=self.settings.extractor_context_tokens,
+                                   segment_tokens=self.settings.extractor_segment_tokens)
         if isinstance(extractor, ExpertExtractor):
             missing = extractor.missing_sessions(conv)
             if missing:

@@ -45,7 +45,8 @@ class ProgramEvalConfig(QuestionSelection):
 
     CHECKS = {**QuestionSelection.CHECKS, "extract_max_new_tokens": {"min": 1},
               "extractor_max_new_tokens": {"min": 1},
-              "extractor_context_tokens": {"min": 2}, "plan_max_new_tokens": {"min": 1},
+              "extractor_context_tokens": {"min": 2}, "extractor_segment_tokens": {"min": 1},
+              "plan_max_new_tokens": {"min": 1},
               "answer_max_new_tokens": {"min": 1}, "program_llm_calls": {"min": 0}, "call_timeout_s": {"min": 0.001},
               "batch_size": {"min": 1}, "extractor": {"spec": "extractor", "words": ("instruction", "turns")},
               "task_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}, "out": {"out_dir": True},
@@ -72,6 +73,10 @@ class ProgramEvalConfig(QuestionSelection):
     extractor_context_tokens: int | None = field(default=None, metadata={
         "help": "trained extractor's context window (tokens); longer sessions are built in segments (default: what "
                 "the backend reports)"})
+    extractor_segment_tokens: int | None = field(default=None, metadata={
+        "help": "trained extractor: build every session in segments of at most this many transcript tokens (whole "
+                "turns; the cut of segmented SFT, e.g. 200 for launch/recipes/train_cpu_sft.yaml; default: whole "
+                "sessions)"})
     plan_max_new_tokens: int = field(default=96, metadata={"help": "tokens per plan"})
     answer_max_new_tokens: int | None = field(default=None, metadata={
         "help": "tokens per answer (default by dataset: locomo 48, longmemeval 128, beam 512)"})

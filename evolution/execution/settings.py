@@ -47,6 +47,7 @@ class RunnerSettings:
     extract_max_new_tokens: int = 1024
     extractor_max_new_tokens: int = 512
     extractor_context_tokens: int | None = None
+    extractor_segment_tokens: int | None = None
     plan_max_new_tokens: int = 96
     answer_max_new_tokens: int = 48
     program_llm_calls: int = 0

@@ -43,6 +43,7 @@ class EvalConfig(QuestionSelection):
 
     CHECKS = {**QuestionSelection.CHECKS, "top_k": {"min": 1},
               "extractor_max_new_tokens": {"min": 1}, "extractor_context_tokens": {"min": 2},
+              "extractor_segment_tokens": {"min": 1},
               "answer_max_new_tokens": {"min": 1}, "batch_size": {"min": 1},
               "extractor": {"spec": "extractor", "options": ("constrained", "free")},
               "compare": {"spec": "extractor", "options": ("constrained", "free")},
@@ -73,6 +74,10 @@ class EvalConfig(QuestionSelection):
         "help": "the extractor's context window in tokens; a session whose prompt does not fit is built in "
                 "segments (default: what the backend reports, e.g. max_position_embeddings for hf; none known = "
                 "no segmentation)"})
+    extractor_segment_tokens: int | None = field(default=None, metadata={
+        "help": "trained extractor: build every session in segments of at most this many transcript tokens (whole "
+                "turns; the cut of segmented SFT, e.g. 200 for launch/recipes/train_cpu_sft.yaml; default: whole "
+                "sessions)"})
     answer_max_new_tokens: int | None = field(default=None, metadata={
         "help": "tokens per answer (default by dataset: locomo 48, longmemeval 128, beam 512, so lists and "
                 "summaries reach the judge whole)"})
@@ -132,7 +137,8 @@ def evaluate_extractor(column: str, convs: list[Conversation], cfg: EvalConfig, 
     spec, constrained, label = parse_column(column, cfg.constrained)
     extractor = make_extractor(spec, rt, cfg.extractor_max_new_tokens, constrained=constrained,
                                max_chars=cfg.constrained_max_chars, max_items=cfg.constrained_max_items,
-                               context_tokens=cfg.extractor_context_tokens, conversations=convs)
+                               context_tokens=cfg.extractor_context_tokens, conversations=convs,
+                               segment_tokens=cfg.extractor_segment_tokens)
     answerer = rt.backend(cfg.answer_model, role="answer")
     scorer = make_scorer(cfg.scorer, rt.backend(cfg.judge_model, role="judge") if cfg.judge_model else None,
                          dataset=cfg.dataset, judge_protocol=cfg.judge_protocol)
@@ -180,6 +186,8 @@ def evaluate_extractor(column: str, convs: list[Conversation], cfg: EvalConfig, 
         "extractor": spec,
         "column": label,
         "settings": {"constrained": constrained, "extractor_max_new_tokens": cfg.extractor_max_new_tokens,
+                     **({"extractor_segment_tokens": cfg.extractor_segment_tokens}
+                        if cfg.extractor_segment_tokens and not isinstance(extractor, ExpertExtractor) else {}),
                      "answer_max_new_tokens": answer_tokens,
                      **({"constrained_max_chars": cfg.constrained_max_chars,
                          "constrained_max_items": cfg.constrained_max_items} if constrained else {})},

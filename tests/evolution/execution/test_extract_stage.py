@@ -67,3 +67,24 @@ def test_trained_hf_extractor_units_reach_the_index_and_score(tiny_model_dir, tm
     # every gold answer's tokens are in the units: 19 January, 2023 / January, 2023 / by dancing
     assert rep["overall"] > 0.5 and rep["diagnostics"]["overall"]["d_ext"] < 1.0
     assert "overall answer-recall" in capsys.readouterr().out
+    # the same program with the extractor on 200-token segments (--extractor_segment_tokens, the cut of
+    # segmented SFT): every segment is one call per manager, counted from the model's own tokenizer
+    # (sessions 1-2: 7 + 5 segments). The tiny model was trained on whole-session prompts only, so its
+    # outputs on segment prompts are not asserted; the cut and the calls are.
+    from data_synth.datasets import load_conversations
+    from memory_bank.construct import split_session
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(trained)
+    (conv,) = load_conversations("locomo", None, ids=["conv-30"], n_sessions=2)
+    n_segments = [len(split_session(s, [len(tok(t.render(), add_special_tokens=False)["input_ids"]) + 1
+                                        for t in s.turns], 200)) for s in conv.sessions]
+    assert n_segments == [7, 5]
+    seg_out = tmp_path / "run_segments"
+    rc = memgym(["program", "eval", str(seed_program_path()), "--recipe", str(recipe), "--extractor",
+                 f"hf:{trained}", "--extractor_segment_tokens", "200", "--out", str(seg_out)])
+    assert rc == 0
+    seg = json.loads((seg_out / "report.json").read_text())
+    assert seg["extraction"]["segments"] == sum(n_segments) and seg["extraction"]["sessions"] == 2
+    assert seg["model_calls"]["extractor"] == 4 * sum(n_segments)
+    assert rep["extraction"]["segments"] == 2  # whole sessions before
