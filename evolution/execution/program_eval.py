@@ -46,6 +46,7 @@ class ProgramEvalConfig(QuestionSelection):
     CHECKS = {**QuestionSelection.CHECKS, "extract_max_new_tokens": {"min": 1},
               "extractor_max_new_tokens": {"min": 1},
               "extractor_context_tokens": {"min": 2}, "extractor_segment_tokens": {"min": 1},
+              "context_tokens": {"min": 1},
               "plan_max_new_tokens": {"min": 1},
               "answer_max_new_tokens": {"min": 1}, "program_llm_calls": {"min": 0}, "call_timeout_s": {"min": 0.001},
               "batch_size": {"min": 1}, "extractor": {"spec": "extractor", "words": ("instruction", "turns")},
@@ -78,6 +79,12 @@ class ProgramEvalConfig(QuestionSelection):
                 "turns; the cut of segmented SFT, e.g. 200 for launch/recipes/train_cpu_sft.yaml; default: whole "
                 "sessions)"})
     plan_max_new_tokens: int = field(default=96, metadata={"help": "tokens per plan"})
+    context_tokens: int | None = field(default=None, metadata={
+        "help": "context budget: every retrieved text is cut to this many tokens (of context_tokenizer) before it is "
+                "answered and scored, as `memgym evolve --context_tokens` does (evaluate an evolved program under "
+                "the budget it was evolved with; None = none)"})
+    context_tokenizer: str = field(default="smollm2", metadata={
+        "help": "tokenizer of the context budget: smollm2 (the embedded task model's) | hf:<dir>"})
     answer_max_new_tokens: int | None = field(default=None, metadata={
         "help": "tokens per answer (default by dataset: locomo 48, longmemeval 128, beam 512)"})
     program_llm_calls: int = field(default=0, metadata={"help": "toolkit.llm budget per conversation"})

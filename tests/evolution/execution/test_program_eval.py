@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from launch.cli import main as memgym
 from memory_bank.programs import seed_program_path
 from tests.data_synth.test_beam import _beam_chat
@@ -133,3 +135,28 @@ def test_report_header_names_the_conversations_that_ran():
     assert _selection({"config": {**cfg, "split": None}}) == "conv-26, conv-30"  # a report written before the field
     many = [f"c{i}" for i in range(14)]
     assert _selection({"config": {"split": None}, "conversations": many}).endswith("c11, ... (14 conversations)")
+
+
+def test_program_eval_context_budget_is_the_evolve_budget(tmp_path):
+    """``context_tokens 64`` cuts every retrieved text to a 64-token prefix
+    (:class:`ContextBudget`, the budget `memgym evolve --context_tokens` applies), so an
+    evolved program is scored under the budget it was evolved with; without it the text is whole."""
+    from data_synth.paths import data_root
+    from evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
+
+    oracle = data_root() / "longmemeval" / "longmemeval_oracle.json"
+    qid = json.loads(oracle.read_text())[0]["question_id"]
+    texts = {}  # retrieved characters per budget
+    for budget in (None, 64):
+        cfg = ProgramEvalConfig(program=str(seed_program_path()), dataset="longmemeval", path=str(oracle),
+                                conversations=[qid], extractor="turns", plan_mode="question", validate=False,
+                                progress=False, stage_cache="none", context_tokens=budget,
+                                out=str(tmp_path / f"b{budget}"))
+        (task,) = run_program_eval(cfg).tasks
+        texts[budget] = task["retrieved_chars"]
+        assert json.loads((tmp_path / f"b{budget}" / "report.json").read_text())["config"]["context_tokens"] == budget
+    # the seed program returns the whole history (up to 16,000 characters); 64 tokens of it are a short prefix:
+    # at least 64 characters (a token covers >= 1 byte), far shorter than the whole
+    assert texts[None] > 1000 and 64 <= texts[64] < texts[None] / 4
+    with pytest.raises(ValueError, match="context_tokens"):
+        ProgramEvalConfig(program=str(seed_program_path()), context_tokens=0)
