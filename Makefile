@@ -94,3 +94,17 @@ train-cpu: install
 	$(PY) scripts/train_cpu.py measure sft hf:runs/train_cpu/sft --segment-tokens 200; \
 	$(PY) scripts/train_cpu.py measure adrpo hf:runs/train_cpu/adrpo --segment-tokens 200; \
 	$(PY) scripts/train_cpu.py report --steps base=0 sft=68
+
+## The trained extractor inside an evolved program (issue 17 item 4; after train-cpu): make demo-evolve's frozen
+## runs/demo_evolve/best.py on LoCoMo's valid first sessions with turns / base / SFT / SFT+ADRPO extraction
+## (launch/recipes/program_trained_locomo.yaml) -> runs/train_cpu/program/<label>/, then the train-cpu report
+## with its program table. A finished evaluation is not redone.
+.PHONY: train-cpu-program
+train-cpu-program: install
+	export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; set -e; P=launch/recipes/program_trained_locomo.yaml; \
+	[ -f runs/demo_evolve/best.py ] || $(MEMGYM) evolve --config launch/recipes/demo_evolve.yaml --out runs/demo_evolve; \
+	for x in turns=turns base=hf:smollm2 sft=hf:runs/train_cpu/sft adrpo=hf:runs/train_cpu/adrpo; do \
+	  L=$${x%%=*}; S=$${x#*=}; [ -f runs/train_cpu/program/$$L/report.json ] || \
+	  $(MEMGYM) program eval runs/demo_evolve/best.py --config $$P --extractor $$S \
+	      --out runs/train_cpu/program/$$L --no_progress; done; \
+	$(PY) scripts/train_cpu.py report --steps base=0 sft=68

@@ -161,6 +161,38 @@ def plot_curves(sft: list[dict], fmt_steps: list[tuple[int, dict]], adrpo: list[
     plt.close(fig)
 
 
+PROGRAM_LABELS = ("turns", "base", "sft", "adrpo")
+
+
+def program_table(out: Path) -> list[str]:
+    """Markdown lines for ``<out>/program/<label>/report.json`` (``memgym program eval`` of an evolved
+    program with each extractor, launch/recipes/program_trained_locomo.yaml): overall and per-capability
+    answer-recall, units, manager outputs that failed / all, segments built; [] when none ran."""
+    reps = {k: json.loads(f.read_text()) for k in PROGRAM_LABELS if (f := out / "program" / k / "report.json").is_file()}
+    if not reps:
+        return []
+    first = next(iter(reps.values()))
+    caps = ("F", "T", "P", "M", "A")
+    cfg = next((r["config"] for r in reps.values() if r["extraction"]["mode"] == "extractor"), first["config"])
+    lines = ["", f"## The extractor inside an evolved program (`memgym program eval {first['program']}`)", "",
+             f"LoCoMo {', '.join(first.get('conversations', []))}, first {cfg.get('n_sessions')} session(s), "
+             f"{first['n']} QA; plan {cfg.get('plan_mode')}, scorer {cfg.get('scorer')} of the retrieved text cut to "
+             f"{cfg.get('context_tokens')} tokens (the settings the program was evolved with); model extractors on "
+             f"segments of {cfg.get('extractor_segment_tokens')} tokens, {cfg.get('extractor_max_new_tokens')} tokens "
+             "per output. A capability with no question in these sessions is '-'.", "",
+             "| extraction | overall | " + " | ".join(caps) + " | units | failed manager outputs | segments |",
+             "|---" * (len(caps) + 5) + "|"]
+    for k, r in reps.items():
+        ex = r["extraction"]
+        outputs = 4 * ex["segments"] if ex["mode"] == "extractor" else 0
+        failed = f"{ex['failed_manager_outputs']} / {outputs}" if outputs else "-"
+        bc = r["by_capability"]
+        lines.append(f"| {k} (`{r['config']['extractor']}`) | {_f(r['overall'])} | " +
+                     " | ".join(_f(bc[c]['score']) if c in bc else "-" for c in caps) +
+                     f" | {ex['units']} | {failed} | {ex['segments']} |")
+    return lines
+
+
 def report(a) -> int:
     out = Path(a.out)
     rows = {}
@@ -237,6 +269,7 @@ def report(a) -> int:
         lines += [f"| {h['step']} | {_f(h['reward_parts/reward'])} | {_f(h['reward_parts/gate'], 2)} | "
                   f"{_f(h['reward_parts/acc'])} | {_f(h['reward_parts/lp'])} | {_f(h.get('reward_std'))} | "
                   f"{_f(h.get('frac_reward_zero_std'), 2)} | {_f(h.get('kl'), 4)} |" for h in ad]
+    lines += program_table(out)
     if a.notes and Path(a.notes).is_file():
         lines += ["", Path(a.notes).read_text()]
     (out / "report.md").write_text("\n".join(lines) + "\n")
