@@ -1,13 +1,15 @@
 """``make demo-train``: the whole training pipeline on CPU, end to end, within 15 minutes.
 
-1. SFT (TRL ``SFTTrainer``, full fine-tuning) of the embedded SmolLM2-135M-Instruct for a few
-   steps on LoCoMo conv-26's expert trajectory (``launch/recipes/demo_train_sft.yaml``).
-2. ADRPO (LoRA over the SFT model) for a few steps, dense session reward with the offline
-   answer-recall judge (``launch/recipes/demo_train_adrpo.yaml``).
+1. SFT (TRL ``SFTTrainer``, full fine-tuning) of the embedded SmolLM2-135M-Instruct for 16
+   steps on 200-token segments of LoCoMo conv-26's expert trajectory
+   (``launch/recipes/demo_train_sft.yaml``, the cut of ``train_cpu_sft.yaml``).
+2. ADRPO (LoRA over the SFT model) for one step on a segment row, dense session reward with the
+   offline answer-recall judge (``launch/recipes/demo_train_adrpo.yaml``).
 3. Held-out measurement (:func:`training.heldout.heldout_row`) on a conversation NOT trained on
    (LoCoMo conv-41, its first session and the QA whose evidence lies in it), with the base
-   SmolLM2 and the trained model as extractors side by side: per-manager format-failure rate,
-   bank size, answer-recall of the retrieved memory, LoCoMo F1 (same answer model).
+   SmolLM2 and the trained model as extractors side by side, both building the session on the
+   SFT recipe's segments (:func:`recipe_segment_tokens`): per-manager format-failure rate, bank
+   size, answer-recall of the retrieved memory, LoCoMo F1 (same answer model).
 
 Writes ``<out>/`` (default ``runs/demo_train``): ``sft/`` and ``adrpo/`` (models, logs),
 ``heldout.json``, ``reward_curve.png``, ``summary.json`` and ``report.md``. Usage::
