@@ -324,7 +324,7 @@ def test_init_from_an_adapter_continues_it(trained, short_samples, tmp_path):
                               row_keys=["conv-26/s1.1/core"])),
     ("train_cpu_adrpo", dict(managers=["core", "episodic", "semantic"], sessions=[1, 2, 3], max_prompt_tokens=1500,
                              segment_tokens=200, num_generations=8, generation_batch_size=8, max_completion_length=512,
-                             save_steps=2, use_peft=True, top_p=1.0, max_steps=8)),
+                             save_steps=2, use_peft=True, top_p=1.0, max_steps=12, learning_rate=1e-3)),
     ("train_cpu_adrpo_weighting", dict(managers=["episodic", "semantic"], sessions=[1, 2, 3], segment_tokens=200,
                                        num_generations=4, generation_batch_size=4, max_steps=3, save_steps=1,
                                        row_keys=["conv-26/s1.2/episodic", "conv-26/s2.1/episodic",
