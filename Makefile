@@ -94,7 +94,7 @@ train-cpu: install
 	$(PY) scripts/train_cpu.py measure base hf:smollm2 --segment-tokens 200; \
 	$(PY) scripts/train_cpu.py measure sft hf:runs/train_cpu/sft --segment-tokens 200; \
 	$(PY) scripts/train_cpu.py measure adrpo hf:runs/train_cpu/adrpo --segment-tokens 200; \
-	$(PY) scripts/train_cpu.py report --steps base=0 sft=68
+	$(PY) scripts/train_cpu.py report --steps base=0 sft=68 --adrpo-steps sft=0 adrpo=12
 
 ## The trained extractor inside an evolved program (issue 17 item 4; after train-cpu): make demo-evolve's frozen
 ## runs/demo_evolve/best.py on LoCoMo's valid first sessions with turns / base / SFT / SFT+ADRPO extraction
@@ -108,4 +108,4 @@ train-cpu-program: install
 	  L=$${x%%=*}; S=$${x#*=}; [ -f runs/train_cpu/program/$$L/report.json ] || \
 	  $(MEMGYM) program eval runs/demo_evolve/best.py --config $$P --extractor $$S \
 	      --out runs/train_cpu/program/$$L --no_progress; done; \
-	$(PY) scripts/train_cpu.py report --steps base=0 sft=68
+	$(PY) scripts/train_cpu.py report --steps base=0 sft=68 --adrpo-steps sft=0 adrpo=12

@@ -119,10 +119,13 @@ def _peak_rss(log: Path) -> str:
     return (f"{int(m.group(1)) / 1024 / 1024:.1f} GiB" if m else "-") + (f", wall {w.group(1)}" if w else "")
 
 
-def plot_curves(sft: list[dict], fmt_steps: list[tuple[int, dict]], adrpo: list[dict], path: Path) -> None:
-    """Three panels: SFT loss by step (train per step, eval on train probe and conv-30), the
-    format-failure rate per manager of the checkpoints on the validation rows, ADRPO reward
-    parts by step."""
+def plot_curves(sft: list[dict], fmt_steps: list[tuple[int, dict]], adrpo: list[dict], path: Path,
+                by_adrpo_step: list[tuple[int, dict]] | None = None) -> None:
+    """Three panels: SFT loss by step (train per step, eval on train probe and conv-30); the
+    format-failure rate per manager of the SFT checkpoints on the validation rows, or, when
+    ``by_adrpo_step`` (``[(ADRPO step, measurement)]``, SFT = step 0) is given, the greedy
+    validation reward, the held-out answer recall and the held-out core format-failure rate of
+    the ADRPO checkpoints; ADRPO reward parts by step."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -141,13 +144,26 @@ def plot_curves(sft: list[dict], fmt_steps: list[tuple[int, dict]], adrpo: list[
     ax.set(xlabel="SFT step", ylabel="nats / completion token", title="SFT loss")
     ax.legend(fontsize=8)
     ax = axes[1]
+    if by_adrpo_step:
+        for name, get, style in (("validation reward (conv-30 rows)", lambda r: r.get("validation", {}).get("reward"), "o-"),
+                                 ("held-out answer recall", lambda r: r.get("heldout", {}).get("answer_recall"), "s-"),
+                                 ("held-out core format failures",
+                                  lambda r: r.get("heldout", {}).get("format_failure_rate", {}).get("core"), "x--")):
+            pts = [(st, get(r)) for st, r in by_adrpo_step if get(r) is not None]
+            if pts:
+                ax.plot(*zip(*pts), style, label=name)
+        ax.set(xlabel="ADRPO step (0 = the SFT model)", ylabel="greedy decoding", ylim=(-0.03, 1.03),
+               title="ADRPO checkpoints: validation vs held-out")
+        ax.legend(fontsize=8)
+        fmt_steps = []
     for m in MANAGERS:
         pts = [(s, r[m]) for s, r in fmt_steps if r.get(m) is not None]
         if pts:
             ax.plot(*zip(*pts), "o-", label=m)
-    ax.set(xlabel="SFT step", ylabel="format-failure rate", title="format failures (conv-30 rows, greedy)",
-           ylim=(-0.03, 1.03))
-    ax.legend(fontsize=8)
+    if not by_adrpo_step:
+        ax.set(xlabel="SFT step", ylabel="format-failure rate", title="format failures (conv-30 rows, greedy)",
+               ylim=(-0.03, 1.03))
+        ax.legend(fontsize=8)
     ax = axes[2]
     rows = [h for h in adrpo if "reward_parts/reward" in h]
     for part, style in (("reward", "o-"), ("gate", "s--"), ("acc", "^--"), ("lp", "x:")):
@@ -203,7 +219,9 @@ def report(a) -> int:
     steps = dict(s.split("=") for s in a.steps)
     fmt_steps = sorted((int(steps[k]), r["validation"]["format_failure_rate"]) for k, r in rows.items()
                        if k in steps and "validation" in r)
-    plot_curves(sft_hist, fmt_steps, adrpo_hist, out / "curves.png")
+    ad_steps = dict(x.split("=") for x in a.adrpo_steps)
+    by_adrpo = sorted((int(ad_steps[k]), r) for k, r in rows.items() if k in ad_steps)
+    plot_curves(sft_hist, fmt_steps, adrpo_hist, out / "curves.png", by_adrpo)
     lines = ["# memgym CPU training: SFT → ADRPO on SmolLM2-135M, measured on held-out conversations", "",
              "Recipes: `launch/recipes/train_cpu_sft.yaml`, `launch/recipes/train_cpu_adrpo.yaml`; measurements "
              "`scripts/train_cpu.py measure`; this file `scripts/train_cpu.py report`.", "",
@@ -301,8 +319,12 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--cache", default=None, help="response cache sqlite path; 'none' disables")
     r = sub.add_parser("report", help="write <out>/report.md and curves.png from the measurements")
     r.add_argument("--out", default="runs/train_cpu")
-    r.add_argument("--table", nargs="+", default=["base", "sft", "adrpo"], help="measurement labels, in row order")
+    r.add_argument("--table", nargs="+", default=["base", "sft", "adrpo-step-6", "adrpo-step-8", "adrpo"],
+                   help="measurement labels, in row order (a label not measured is left out)")
     r.add_argument("--steps", nargs="*", default=[], help="LABEL=STEP pairs for the format-failure-by-step curve")
+    r.add_argument("--adrpo-steps", nargs="*", default=[],
+                   help="LABEL=ADRPO_STEP pairs (e.g. sft=0 adrpo-step-6=6 adrpo=12): the middle panel then plots "
+                        "validation reward, held-out recall and core format failures by ADRPO step")
     r.add_argument("--notes", default=None, help="a Markdown file appended to the report")
     a = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
