@@ -61,8 +61,10 @@ class ADRPOConfig(GRPOConfig):
             overrides ``model_name_or_path``.
         weighting: one of :data:`WEIGHTINGS`.
         alpha: w(m) of the dominant part (> 0); the other parts get 1.
-        mode, judge, lam, attribution_on, retrieval_top_k, correct_threshold: the
-            :class:`rewards.session_reward.SessionRewardConfig` fields.
+        mode, judge, lam, core_lp_lo, core_lp_hi, attribution_on, retrieval_top_k,
+            correct_threshold: the :class:`rewards.session_reward.SessionRewardConfig` fields
+            (core_lp_lo / core_lp_hi: the core length penalty's thresholds in policy tokens,
+            MemBuilder Eq. 7; defaults 150 / 400, the paper's whole-session values).
         answer_model, judge_model, answer_max_new_tokens, reward_cache, embedder: the reward's
             models.
         train_trajectories, qa_path, dataset, data_path, managers, sessions, row_keys,
@@ -92,6 +94,12 @@ class ADRPOConfig(GRPOConfig):
     mode: str = field(default="counterfactual", metadata={"help": "counterfactual | isolated | joint"})
     judge: str = field(default="answer-recall", metadata={"help": "answer-recall | f1 | llm"})
     lam: float = field(default=0.8, metadata={"help": "length-penalty weight λ in [0, 1]"})
+    core_lp_lo: int = field(default=150, metadata={
+        "help": "core length penalty: 0 up to this many written tokens (MemBuilder Eq. 7, theta_min = 150 for a "
+                "whole session)"})
+    core_lp_hi: int = field(default=400, metadata={
+        "help": "core length penalty: 1 from this many written tokens on (MemBuilder Eq. 7, theta_max = 400); "
+                "segment rows write far less per call, see train_cpu_adrpo.yaml"})
     attribution_on: str = field(default="all", metadata={"help": "all | correct questions count for h(m)"})
     retrieval_top_k: int = field(default=10, metadata={
         "help": "entries retrieved per question (SessionRewardConfig.top_k; TRL's top_k is the sampling top-k)"})
@@ -169,7 +177,7 @@ class ADRPOConfig(GRPOConfig):
         for name, ok, need in checks:
             if not ok:
                 raise ADRPOConfigError(f"ADRPOConfig.{name} must be {need}, got {getattr(self, name)!r}")
-        self.reward_config()  # validates judge, lam, attribution_on, retrieval_top_k, correct_threshold
+        self.reward_config()  # validates judge, lam, core_lp_lo/hi, attribution_on, retrieval_top_k, correct_threshold
         if self.weighting == "unclipped":  # the Eq. 12 loss's limits, checked before any model loads
             check_eq12_support(self)
 
@@ -179,6 +187,7 @@ class ADRPOConfig(GRPOConfig):
         try:
             return SessionRewardConfig(mode=self.mode, judge=self.judge, lam=self.lam, alpha=self.alpha,
                                        attribution_on=self.attribution_on, top_k=self.retrieval_top_k,
+                                       core_lp_lo=self.core_lp_lo, core_lp_hi=self.core_lp_hi,
                                        correct_threshold=self.correct_threshold)
         except ValueError as e:
             msg = str(e).replace("SessionRewardConfig.top_k", "retrieval_top_k")

@@ -56,3 +56,26 @@ def test_adrpo_divisibility_names_the_flags_the_user_set(tmp_path):
     msg = str(e.value)
     assert "per_device_train_batch_size (3)" in msg and "num_generations (2)" in msg
     assert "--gradient_accumulation_steps" in msg
+
+
+def test_core_length_thresholds_reach_the_reward(tmp_path):
+    """core_lp_lo / core_lp_hi (MemBuilder Eq. 7) pass from the ADRPO recipe into the session
+    reward: 175 written tokens cost LP (175 - 150) / 250 = 0.1 at the paper's 150 / 400 and
+    (175 - 100) / 150 = 0.5 at 100 / 250, so R = 1 - 0.8 * LP = 0.92 and 0.6."""
+    import json
+
+    from llm.embeddings import HashEmbedder
+    from rewards.session_reward import SessionReward
+    from training.adrpo_config import ADRPOConfigError
+    from tests.helpers import DOG, WordTokenizer, bank_with, make_samples, qa
+
+    samples = make_samples(bank_with(1, episodic=[DOG]), 2, {},
+                           [qa("What is the name of the dog Alice adopted?", "Biscuit")], managers=["core"])
+    out = json.dumps({"operation": "APPEND", "content": " ".join(["w"] * 175)})
+    for kw, lp in (({}, 0.1), ({"core_lp_lo": 100, "core_lp_hi": 250}, 0.5)):
+        rc = _cfg(tmp_path, **kw).reward_config()
+        (b,) = SessionReward(rc, embedder=HashEmbedder(512), tokenizer=WordTokenizer())(samples, [out])
+        assert (b.length_tokens, b.acc) == (175, 1.0)
+        assert b.lp == pytest.approx(lp) and b.reward == pytest.approx(1.0 - 0.8 * lp)
+    with pytest.raises(ADRPOConfigError, match=r"ADRPOConfig\.core_lp_lo must be 0 <= core_lp_lo < core_lp_hi"):
+        _cfg(tmp_path, core_lp_lo=300, core_lp_hi=250)
