@@ -8,7 +8,7 @@
 3. Held-out measurement (:func:`training.heldout.heldout_row`) on a conversation NOT trained on
    (LoCoMo conv-41, its first session and the QA whose evidence lies in it), with the base
    SmolLM2 and the trained model as extractors side by side, both building the session on the
-   SFT recipe's segments (:func:`recipe_segment_tokens`): per-manager format-failure rate, bank
+   SFT recipe's segments (its ``segment_tokens``, from :func:`run_sft`): per-manager format-failure rate, bank
    size, answer-recall of the retrieved memory, LoCoMo F1 (same answer model).
 
 Writes ``<out>/`` (default ``runs/demo_train``): ``sft/`` and ``adrpo/`` (models, logs),
@@ -43,22 +43,17 @@ def choose_threads(requested: int | None) -> int | None:
     return 1 if os.getloadavg()[0] > (os.cpu_count() or 1) else None
 
 
-def recipe_segment_tokens() -> int | None:
-    """``segment_tokens`` of ``demo_train_sft.yaml`` (None = whole sessions): the cut the SFT
-    model learns, which the held-out measurement builds banks on."""
-    import yaml
-
-    return yaml.safe_load((RECIPES / "demo_train_sft.yaml").read_text()).get("segment_tokens")
-
-
-def run_sft(out: Path, steps: int | None) -> dict:
-    """Stage 1: ``training.sft.run`` with the demo recipe; returns its metrics dict."""
+def run_sft(out: Path, steps: int | None) -> tuple[dict, int | None]:
+    """Stage 1: ``training.sft.run`` with the demo recipe; returns its metrics dict and the
+    recipe's ``segment_tokens`` (None = whole sessions): the cut the SFT model learns, which
+    the held-out measurement then builds banks on."""
     from training.sft import parse_args, run
 
     argv = ["--config", str(RECIPES / "demo_train_sft.yaml"), "--output_dir", str(out / "sft")]
     if steps is not None:
         argv += ["--max_steps", str(steps)]
-    return run(*parse_args(argv))
+    script_args, training_args, model_args = parse_args(argv)
+    return run(script_args, training_args, model_args), script_args.segment_tokens
 
 
 def run_adrpo(out: Path, steps: int | None) -> list[dict]:
@@ -210,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     timings = {}
     t = time.time()
     print("== 1/3 SFT", flush=True)
-    sft = run_sft(out, a.sft_steps)
+    sft, segment_tokens = run_sft(out, a.sft_steps)
     timings["sft_s"] = time.time() - t
     gc.collect()
     t = time.time()
@@ -220,7 +215,6 @@ def main(argv: list[str] | None = None) -> int:
     plot_reward_curve(rows, out / "reward_curve.png")
     t = time.time()
     print("== 3/3 held-out measurement (base vs trained)", flush=True)
-    segment_tokens = recipe_segment_tokens()
     heldout = run_heldout(out, f"hf:{out / 'adrpo'}", a.conversations, a.sessions, a.max_new_tokens, segment_tokens)
     timings["heldout_s"] = time.time() - t
     write_report(out, sft, rows, heldout, timings, threads, a.conversations, a.sessions, segment_tokens)
