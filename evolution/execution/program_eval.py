@@ -35,7 +35,8 @@ from evolution.execution.stages import StageCache
 from llm.recipes import check_fields, require
 from llm.runtime import Runtime
 from memory_bank.schema import CAPABILITY_NAMES
-from rewards.scoring.selection import QuestionSelection, answer_tokens_for, load_selected
+from rewards.scoring.selection import (QuestionSelection, answer_tokens_for, context_tokenizer_field,
+                                       extractor_segment_tokens_field, load_selected)
 from rewards.scoring.summary import summarise as summarise_rows
 
 
@@ -74,17 +75,13 @@ class ProgramEvalConfig(QuestionSelection):
     extractor_context_tokens: int | None = field(default=None, metadata={
         "help": "trained extractor's context window (tokens); longer sessions are built in segments (default: what "
                 "the backend reports)"})
-    extractor_segment_tokens: int | None = field(default=None, metadata={
-        "help": "trained extractor: build every session in segments of at most this many transcript tokens (whole "
-                "turns; the cut of segmented SFT, e.g. 200 for launch/recipes/train_cpu_sft.yaml; default: whole "
-                "sessions)"})
+    extractor_segment_tokens: int | None = extractor_segment_tokens_field()
     plan_max_new_tokens: int = field(default=96, metadata={"help": "tokens per plan"})
     context_tokens: int | None = field(default=None, metadata={
         "help": "context budget: every retrieved text is cut to this many tokens (of context_tokenizer) before it is "
                 "answered and scored, as `memgym evolve --context_tokens` does (evaluate an evolved program under "
                 "the budget it was evolved with; None = none)"})
-    context_tokenizer: str = field(default="smollm2", metadata={
-        "help": "tokenizer of the context budget: smollm2 (the embedded task model's) | hf:<dir>"})
+    context_tokenizer: str = context_tokenizer_field()
     answer_max_new_tokens: int | None = field(default=None, metadata={
         "help": "tokens per answer (default by dataset: locomo 48, longmemeval 128, beam 512)"})
     program_llm_calls: int = field(default=0, metadata={"help": "toolkit.llm budget per conversation"})

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 
 from data_synth.splits import LOCOMO_SPLITS
-from rewards.scoring.selection import BenchmarkFields
+from rewards.scoring.selection import BenchmarkFields, context_tokenizer_field
 
 ABLATIONS = ("none", "holistic", "round_robin", "random_cases", "no_integration")
 """DESIGN.md § "Capability-driven evolution" (ablations; PrisMem Table 4), see
@@ -95,8 +95,7 @@ class EvolveConfig(BenchmarkFields):
         "help": "context budget: every retrieved text is cut to this many tokens (of context_tokenizer) before it is "
                 "answered and scored, the same for every program, so returning more text is no gain (None = "
                 "none; the program's own 16,000-character limit still holds)"})
-    context_tokenizer: str = field(default="smollm2", metadata={
-        "help": "tokenizer of the context budget: smollm2 (the embedded task model's) | hf:<dir>"})
+    context_tokenizer: str = context_tokenizer_field()
     cases: int = field(default=5, metadata={"help": "compact cases per proposal"})
     case_budget: int = field(default=2400, metadata={"help": "characters per displayed excerpt"})
     seed: int = field(default=0, metadata={"help": "RNG seed of the run"})

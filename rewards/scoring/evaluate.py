@@ -33,7 +33,8 @@ from memory_bank.retrieval import BankRetriever
 from memory_bank.schema import Conversation
 from rewards.scoring.answer import answer_questions, answer_system_prompt
 from rewards.scoring.scorers import make_scorer
-from rewards.scoring.selection import QuestionSelection, answer_tokens_for, load_selected
+from rewards.scoring.selection import (QuestionSelection, answer_tokens_for, extractor_segment_tokens_field,
+                                       load_selected)
 from rewards.scoring.summary import QuestionResult, score_questions, summarise
 
 
@@ -74,10 +75,7 @@ class EvalConfig(QuestionSelection):
         "help": "the extractor's context window in tokens; a session whose prompt does not fit is built in "
                 "segments (default: what the backend reports, e.g. max_position_embeddings for hf; none known = "
                 "no segmentation)"})
-    extractor_segment_tokens: int | None = field(default=None, metadata={
-        "help": "trained extractor: build every session in segments of at most this many transcript tokens (whole "
-                "turns; the cut of segmented SFT, e.g. 200 for launch/recipes/train_cpu_sft.yaml; default: whole "
-                "sessions)"})
+    extractor_segment_tokens: int | None = extractor_segment_tokens_field()
     answer_max_new_tokens: int | None = field(default=None, metadata={
         "help": "tokens per answer (default by dataset: locomo 48, longmemeval 128, beam 512, so lists and "
                 "summaries reach the judge whole)"})

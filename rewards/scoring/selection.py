@@ -8,6 +8,8 @@ declared once and shared by every recipe (``memgym eval``, ``memgym program eval
   names its ids per split instead: ``train`` / ``valid`` / ``test``).
 
 :func:`load_selected` loads what a recipe selects (:func:`data_synth.datasets.load_conversations`).
+:func:`extractor_segment_tokens_field` and :func:`context_tokenizer_field` declare two fields that
+several recipes carry beside these, with one help text each.
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from dataclasses import dataclass, field
 from data_synth.datasets import DATASETS, load_conversations
 from rewards.scoring.protocols import PROTOCOLS
 
-__all__ = ["BenchmarkFields", "QuestionSelection", "load_selected", "ANSWER_TOKENS", "answer_tokens_for"]
+__all__ = ["BenchmarkFields", "QuestionSelection", "load_selected", "ANSWER_TOKENS", "answer_tokens_for",
+           "extractor_segment_tokens_field", "context_tokenizer_field"]
 
 #: Default answer budget (tokens) per dataset: LoCoMo / LongMemEval answers are short; BEAM asks
 #: for lists (event ordering) and summaries, which the judge must see whole.
@@ -26,6 +29,23 @@ ANSWER_TOKENS = {"locomo": 48, "longmemeval": 128, "beam": 512}
 def answer_tokens_for(dataset: str | None, value: int | None) -> int:
     """``value`` when set, else the dataset's :data:`ANSWER_TOKENS` (48 for an unknown one)."""
     return value if value is not None else ANSWER_TOKENS.get(dataset or "", 48)
+
+
+def extractor_segment_tokens_field():
+    """A fresh ``extractor_segment_tokens: int | None`` dataclass field (default None), shared by
+    ``memgym eval`` and ``memgym program eval``: a trained extractor builds every session in
+    segments of at most this many transcript tokens (``ModelExtractor(segment_tokens=)``)."""
+    return field(default=None, metadata={
+        "help": "trained extractor: build every session in segments of at most this many transcript tokens (whole "
+                "turns; the cut of segmented SFT, e.g. 200 for launch/recipes/train_cpu_sft.yaml; default: whole "
+                "sessions)"})
+
+
+def context_tokenizer_field():
+    """A fresh ``context_tokenizer: str`` dataclass field (default ``smollm2``), shared by
+    ``memgym evolve`` and ``memgym program eval``: whose tokens the context budget counts."""
+    return field(default="smollm2", metadata={
+        "help": "tokenizer of the context budget: smollm2 (the embedded task model's) | hf:<dir>"})
 
 
 @dataclass
