@@ -38,6 +38,10 @@ class SessionRewardConfig:
     core_lp_lo / core_lp_hi [4]: core LP thresholds, tokens. band_abs_tokens, band_lo,
     band_hi, r_min, r_max [4]: the non-core length band (tokens / ratios).
     correct_threshold: a question counts as correct when its score >= this, in [0, 1].
+    copy_penalty (memgym's correction, not MemBuilder's; 0 = off, the paper's reward): μ in
+    [0, 1], the weight of the core output's verbatim-copy rate CP against the transcript
+    (:mod:`rewards.copying`), R = g·acc·(1 − λ·LP)·(1 − μ·CP). copy_ngram: CP's n-gram
+    length in words (>= 2).
     Raises ValueError naming the field for an out-of-range value.
     """
 
@@ -55,6 +59,8 @@ class SessionRewardConfig:
     r_min: float = 0.2
     r_max: float = 2.0
     correct_threshold: float = 0.5
+    copy_penalty: float = 0.0
+    copy_ngram: int = 6
 
     def __post_init__(self):
         checks = [
@@ -69,6 +75,8 @@ class SessionRewardConfig:
             ("band_lo", 0 <= self.r_min < self.band_lo <= self.band_hi < self.r_max,
              "0 <= r_min < band_lo <= band_hi < r_max"),
             ("correct_threshold", 0.0 <= self.correct_threshold <= 1.0, "in [0, 1]"),
+            ("copy_penalty", 0.0 <= self.copy_penalty <= 1.0, "in [0, 1]"),
+            ("copy_ngram", isinstance(self.copy_ngram, int) and self.copy_ngram >= 2, "an int >= 2"),
         ]
         for name, ok, need in checks:
             if not ok:
@@ -77,14 +85,17 @@ class SessionRewardConfig:
 
 @dataclass
 class RewardBreakdown:
-    """Every part of one reward. reward = gate · acc · (1 − λ·lp), in [0, 1].
+    """Every part of one reward. reward = gate · acc · (1 − λ·lp) · (1 − μ·copy), in [0, 1].
 
     gate: 1 or 0; acc: mean judge score over the J questions, in [0, 1]; lp: length penalty
     in [0, 1]; length_tokens / expert_length_tokens: what LP measured, in policy tokens (core:
     the written content; other parts: the whole output text; an invalid output: its raw
     text, with LP 0); dominant: episodic | semantic | procedural | None; weight: w(m);
     counts: retrieved entries per part over the counted questions; error_type: the format
-    error (e.g. "unknown_id") or None; correct: per question, score >= threshold.
+    error (e.g. "unknown_id") or None; correct: per question, score >= threshold; copy: the
+    core output's verbatim-copy rate in [0, 1] (:mod:`rewards.copying`; measured whenever the
+    core output is valid, 0 for other managers and invalid outputs, priced only when
+    ``copy_penalty`` > 0).
     """
 
     reward: float
@@ -99,16 +110,17 @@ class RewardBreakdown:
     error_type: str | None
     mode: str
     correct: list[bool] = field(default_factory=list)
+    copy: float = 0.0
 
     def to_log(self) -> dict:
         """Flat ``{name: float}`` for trainer logging: reward, gate, acc, lp, length_tokens,
-        expert_length_tokens, weight, frac_correct, format_error, ``dominant/<part|none>``
+        expert_length_tokens, weight, frac_correct, format_error, copy, ``dominant/<part|none>``
         (one-hot) and ``retrieved/<part>``."""
         out = {"reward": float(self.reward), "gate": float(self.gate), "acc": float(self.acc), "lp": float(self.lp),
                "length_tokens": float(self.length_tokens), "expert_length_tokens": float(self.expert_length_tokens),
                "weight": float(self.weight),
                "frac_correct": float(np.mean(self.correct)) if self.correct else 0.0,
-               "format_error": float(self.error_type is not None)}
+               "format_error": float(self.error_type is not None), "copy": float(self.copy)}
         for p in PARTS + ("none",):
             out[f"dominant/{p}"] = float((self.dominant or "none") == p)
         for p in PARTS:

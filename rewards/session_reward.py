@@ -13,7 +13,9 @@ Source: ``DESIGN.md`` § "Dense session reward and ADRPO" (MemBuilder, arXiv 260
 3. acc = mean over the J questions of judge(answer(q_j, retrieve(bank, q_j)), a_j), with
    top-k retrieval over episodic ∪ semantic ∪ procedural plus the core block.
 4. LP in policy-tokenizer tokens (:mod:`rewards.length`).
-5. R = g · acc · (1 − λ·LP).
+5. R = g · acc · (1 − λ·LP) · (1 − μ·CP), with μ = ``copy_penalty`` (default 0: MemBuilder's
+   R = g · acc · (1 − λ·LP) exactly) and CP the core output's verbatim-copy rate against the
+   session transcript (:mod:`rewards.copying`; memgym's correction, off unless set).
 6. Attribution (:mod:`rewards.attribution`): w(m) = α for the dominant part, else 1.
 
 Settings, result and error types (:class:`SessionRewardConfig`, :class:`RewardBreakdown`,
@@ -33,11 +35,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from llm.base import GenerationParams
-from memory_bank.actions import MANAGERS, PARTS, parse_output
+from memory_bank.actions import MANAGERS, PARTS, CoreRewrite, parse_output
 from memory_bank.bank import MemoryBank
 from memory_bank.errors import ManagerOutputError
 from memory_bank.retrieval import BankRetriever, Retrieved
 from rewards.attribution import contribution_weight, dominant_part, part_counts
+from rewards.copying import copy_rate, prompt_transcript
 from rewards.length import core_length_penalty, core_written_text, count_tokens, part_length_penalty
 from rewards.reward_types import MODES, RewardBreakdown, RewardDataError, SessionRewardConfig
 from rewards.samples import RewardSample
@@ -211,6 +214,32 @@ class SessionReward:
             out.append((lp, n, n_e))
         return out
 
+    def _copy_rates(self, rows: list[_Row]) -> list[float]:
+        """CP per row (:mod:`rewards.copying`): the written core text against the transcript in
+        the row's prompt (and, for APPEND / REPLACE, the core block before the session, which
+        they would duplicate) and against its own earlier words; 0.0 for other managers and
+        invalid outputs. A core prompt without a
+        transcript section scores 0.0 when the penalty is off and raises
+        :class:`RewardDataError` when it is on (the penalty cannot be priced)."""
+        cfg = self.config
+        out = []
+        for row in rows:
+            s = row.sample
+            if row.error_type is not None or s.manager != "core":
+                out.append(0.0)
+                continue
+            try:
+                source = prompt_transcript(s.messages)
+            except ValueError as e:
+                if cfg.copy_penalty > 0:
+                    raise RewardDataError(f"sample {s.key}: copy_penalty {cfg.copy_penalty} needs the session "
+                                          f"transcript in the prompt: {e}") from None
+                out.append(0.0)
+                continue
+            sources = [source] if isinstance(row.ops, CoreRewrite) else [source, s.bank_before.core]
+            out.append(copy_rate(core_written_text(row.ops), sources, cfg.copy_ngram))
+        return out
+
     # ---- scoring ------------------------------------------------------------------------
     def _score_banks(self, jobs: list[tuple[MemoryBank, RewardSample]]) -> list[tuple[list[float], list[Retrieved]]]:
         """Retrieve, answer and judge the QA of each (bank, sample) job, batched."""
@@ -280,6 +309,7 @@ class SessionReward:
         rows = [_Row(s, y, r) for s, y, r in zip(samples, completions, finish_reasons or [None] * len(samples))]
         banks = self._build_banks(rows, rollout_index)
         lengths = self._lengths(rows)
+        copies = self._copy_rates(rows)
         # identical (bank, session) pairs are scored once
         job_of_bank, jobs, seen = {}, [], {}
         for row in rows:
@@ -294,7 +324,7 @@ class SessionReward:
         results = self._score_banks(jobs) if jobs else []
         cfg = self.config
         out = []
-        for row, (lp, n, n_e) in zip(rows, lengths):
+        for row, (lp, n, n_e), cp in zip(rows, lengths, copies):
             s = row.sample
             if row.bank_id is None:
                 out.append(RewardBreakdown(0.0, 0, 0.0, lp, n, n_e, None, 1.0, {p: 0 for p in PARTS},
@@ -305,7 +335,7 @@ class SessionReward:
             acc = float(np.mean(scores)) if scores else 0.0
             counts = part_counts(retrieved, correct if cfg.attribution_on == "correct" else None)
             dom = dominant_part(counts)
-            out.append(RewardBreakdown(acc * (1.0 - cfg.lam * lp), 1, acc, lp, n, n_e, dom,
-                                       contribution_weight(s.manager, dom, cfg.alpha), counts, None, cfg.mode,
-                                       correct))
+            out.append(RewardBreakdown(acc * (1.0 - cfg.lam * lp) * (1.0 - cfg.copy_penalty * cp), 1, acc, lp, n,
+                                       n_e, dom, contribution_weight(s.manager, dom, cfg.alpha), counts, None,
+                                       cfg.mode, correct, cp))
         return out

@@ -65,6 +65,8 @@ class ADRPOConfig(GRPOConfig):
             correct_threshold: the :class:`rewards.session_reward.SessionRewardConfig` fields
             (core_lp_lo / core_lp_hi: the core length penalty's thresholds in policy tokens,
             MemBuilder Eq. 7; defaults 150 / 400, the paper's whole-session values).
+        copy_penalty, copy_ngram: memgym's verbatim-copy penalty of core outputs
+            (:mod:`rewards.copying`; 0 = off, MemBuilder's reward).
         answer_model, judge_model, answer_max_new_tokens, reward_cache, embedder: the reward's
             models.
         train_trajectories, qa_path, dataset, data_path, managers, sessions, row_keys,
@@ -100,6 +102,10 @@ class ADRPOConfig(GRPOConfig):
     core_lp_hi: int = field(default=400, metadata={
         "help": "core length penalty: 1 from this many written tokens on (MemBuilder Eq. 7, theta_max = 400); "
                 "segment rows write far less per call, see train_cpu_adrpo.yaml"})
+    copy_penalty: float = field(default=0.0, metadata={
+        "help": "mu in [0, 1]: R x (1 - mu * CP), CP the share of the core output's words in a copy_ngram-word run "
+                "copied verbatim from the transcript (rewards.copying; memgym's correction, 0 = MemBuilder's reward)"})
+    copy_ngram: int = field(default=6, metadata={"help": "n-gram length in words of the copy rate (>= 2)"})
     attribution_on: str = field(default="all", metadata={"help": "all | correct questions count for h(m)"})
     retrieval_top_k: int = field(default=10, metadata={
         "help": "entries retrieved per question (SessionRewardConfig.top_k; TRL's top_k is the sampling top-k)"})
@@ -177,7 +183,7 @@ class ADRPOConfig(GRPOConfig):
         for name, ok, need in checks:
             if not ok:
                 raise ADRPOConfigError(f"ADRPOConfig.{name} must be {need}, got {getattr(self, name)!r}")
-        self.reward_config()  # validates judge, lam, core_lp_lo/hi, attribution_on, retrieval_top_k, correct_threshold
+        self.reward_config()  # validates judge, lam, core_lp_lo/hi, copy_*, attribution_on, retrieval_top_k, correct_threshold
         if self.weighting == "unclipped":  # the Eq. 12 loss's limits, checked before any model loads
             check_eq12_support(self)
 
@@ -188,7 +194,8 @@ class ADRPOConfig(GRPOConfig):
             return SessionRewardConfig(mode=self.mode, judge=self.judge, lam=self.lam, alpha=self.alpha,
                                        attribution_on=self.attribution_on, top_k=self.retrieval_top_k,
                                        core_lp_lo=self.core_lp_lo, core_lp_hi=self.core_lp_hi,
-                                       correct_threshold=self.correct_threshold)
+                                       correct_threshold=self.correct_threshold, copy_penalty=self.copy_penalty,
+                                       copy_ngram=self.copy_ngram)
         except ValueError as e:
             msg = str(e).replace("SessionRewardConfig.top_k", "retrieval_top_k")
             raise ADRPOConfigError(msg.replace("SessionRewardConfig.", "ADRPOConfig.")) from None

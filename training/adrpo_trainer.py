@@ -14,7 +14,7 @@ Source: ``DESIGN.md`` § "Dense session reward and ADRPO" (step 7) and § "Train
 - Reward: :class:`rewards.session_reward.SessionReward`, called once per generation batch by
   :class:`SessionRewardFunction`, which stashes every completion's :class:`RewardBreakdown`.
 - Logs (``state.log_history``): ``reward_parts/{reward,gate,acc,lp,weight,format_error,
-  frac_correct}`` means, ``dominant/{episodic,semantic,procedural,none}`` counts per
+  frac_correct,copy}`` means, ``dominant/{episodic,semantic,procedural,none}`` counts per
   generation batch, ``adrpo/weight_mean``, ``frac_reward_zero_std/<mode>`` beside TRL's own
   ``frac_reward_zero_std``, and everything TRL logs.
 """
@@ -30,7 +30,7 @@ from training.adrpo_config import ADRPOConfig, ADRPOConfigError
 from training.adrpo_data import build_dataset, sample_table, session_block_sampler
 
 PART_NAMES = ("episodic", "semantic", "procedural", "none")
-LOGGED_PARTS = ("reward", "gate", "acc", "lp", "weight", "format_error", "frac_correct")
+LOGGED_PARTS = ("reward", "gate", "acc", "lp", "weight", "format_error", "frac_correct", "copy")
 
 
 def _completion_text(completion) -> str:

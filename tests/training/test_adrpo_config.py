@@ -79,3 +79,15 @@ def test_core_length_thresholds_reach_the_reward(tmp_path):
         assert b.lp == pytest.approx(lp) and b.reward == pytest.approx(1.0 - 0.8 * lp)
     with pytest.raises(ADRPOConfigError, match=r"ADRPOConfig\.core_lp_lo must be 0 <= core_lp_lo < core_lp_hi"):
         _cfg(tmp_path, core_lp_lo=300, core_lp_hi=250)
+
+
+def test_copy_penalty_reaches_the_reward(tmp_path):
+    """copy_penalty / copy_ngram pass from the ADRPO recipe into the session reward (default off,
+    MemBuilder's reward); out of range names the ADRPO field."""
+    from training.adrpo_config import ADRPOConfigError
+
+    assert (_cfg(tmp_path).reward_config().copy_penalty, _cfg(tmp_path).reward_config().copy_ngram) == (0.0, 6)
+    rc = _cfg(tmp_path, copy_penalty=0.5, copy_ngram=8).reward_config()
+    assert (rc.copy_penalty, rc.copy_ngram) == (0.5, 8)
+    with pytest.raises(ADRPOConfigError, match=r"ADRPOConfig\.copy_penalty must be in \[0, 1\], got -0.1"):
+        _cfg(tmp_path, copy_penalty=-0.1)
