@@ -184,3 +184,42 @@ def do_nothing_reward(samples, reward) -> dict:
     return {"reward": mean_or_zero([b.reward for b in bds]),
             "by_manager": {m: mean_or_zero([b.reward for s, b in zip(samples, bds) if s.manager == m])
                            for m in MANAGERS if any(s.manager == m for s in samples)}}
+
+
+def core_copy_stats(outputs: dict[str, list[dict[str, str]]], convs, n: int = 6) -> dict:
+    """Verbatim-copy rate (:func:`rewards.copying.copy_rate`, n-gram length ``n``) of the core
+    outputs that write text, against the transcripts of the sessions they were built from.
+
+    ``outputs``: :func:`heldout_row`'s ``"outputs"`` (``{conversation id: [{manager: raw output}]}``,
+    one dict per construction step); ``convs``: the same :class:`memory_bank.schema.Conversation`
+    objects (cut to the sessions built). A core output counts when it parses
+    (:func:`memory_bank.actions.parse_core`) to an APPEND / REPLACE / REWRITE with text; failed
+    and NONE outputs write nothing and are left out. The source is every built session's
+    transcript of that conversation (a segment's text is a part of it) and the output's own
+    earlier words; the core block before the step is not replayed, so an APPEND that repeats it
+    is not counted (the training reward counts it, ``SessionReward._copy_rates``).
+
+    Returns ``{"mean", "max"}`` (in [0, 1], None when no output writes text) and ``"n"`` (writing
+    outputs). Raises KeyError when ``outputs`` names a conversation ``convs`` lacks.
+    Reference (measured, issue 17): the expert's conv-26 segment core writes 0.044.
+    """
+    from memory_bank.actions import parse_core
+    from memory_bank.errors import ManagerOutputError
+    from rewards.copying import copy_rate
+    from rewards.length import core_written_text
+
+    by_id = {c.id: c for c in convs}
+    rates = []
+    for cid, steps in outputs.items():
+        source = [s.transcript() for s in by_id[cid].sessions]
+        for step in steps:
+            text = step.get("core")
+            if not text:
+                continue
+            try:
+                written = core_written_text(parse_core(text))
+            except ManagerOutputError:
+                continue
+            if written.strip():
+                rates.append(copy_rate(written, source, n))
+    return {"mean": sum(rates) / len(rates) if rates else None, "max": max(rates) if rates else None, "n": len(rates)}

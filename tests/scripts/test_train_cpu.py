@@ -26,3 +26,25 @@ def test_program_table_rows_and_failed_outputs(tmp_path):
     assert lines[-2] == "| turns (`turns`) | 0.609 | 0.808 | - | - | - | 0.375 | 38 | - | 2 |"
     # 8 segments x 4 managers = 32 manager outputs, 3 of them failed
     assert lines[-1] == "| sft (`hf:runs/train_cpu/sft`) | 0.250 | 0.500 | - | - | - | - | 9 | 3 / 32 | 8 |"
+
+
+def test_report_heldout_row_has_the_core_copy_rate(tmp_path):
+    """A held-out measurement -> its report row, with the core copy rate of its stored outputs
+    (an APPEND of turn D1:1 of conv-26, 11/11 words copied, and a novel one, 0/7: mean 0.50 over 2)."""
+    from scripts.train_cpu import main
+
+    append = '{{"operation": "APPEND", "content": "{}"}}'.format
+    outputs = {"conv-26": [{"core": append("Caroline: Hey Mel! Good to see you! How have you been?"),
+                            "episodic": '{"operations": []}'},
+                           {"core": append("Caroline is a transgender woman who paints.")}]}
+    rate = {"core": 0.0, "episodic": 0.0, "semantic": None, "procedural": None}
+    (tmp_path / "measure").mkdir()
+    (tmp_path / "measure" / "sft.json").write_text(json.dumps({"label": "sft", "spec": "hf:x", "heldout": {
+        "format_failure_rate": rate, "format_failure_overall": 0.0, "bank": {"conv-26": {"core_chars": 90}},
+        "bank_entries": 0, "answer_recall": 0.25, "f1": 0.1, "n_qa": 4, "segment_tokens": 200, "sessions": 1,
+        "outputs": outputs}}))
+    assert main(["report", "--out", str(tmp_path), "--table", "sft"]) == 0
+    text = (tmp_path / "report.md").read_text()
+    assert ("| sft, segments of 200 (`hf:x`) | 0.00 | 0.00 | - | - | 0.00 | 0 | 90 | 0.50 (2) | 0.250 | 0.100 | 4 |"
+            in text)
+    assert (tmp_path / "curves.png").is_file()

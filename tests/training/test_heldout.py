@@ -169,3 +169,25 @@ def test_do_nothing_reward_scores_the_empty_outputs_against_the_experts_other_pa
                            tokenizer=WordTokenizer())
     got = do_nothing_reward(samples, reward)
     assert got == {"reward": 0.5, "by_manager": {"core": 1.0, "episodic": 0.0}}
+
+
+def test_core_copy_stats_on_hand_written_core_outputs():
+    """Copy rate of core outputs against conv-26 session 1 (hand-counted): an APPEND of turn
+    D1:1's words 11/11, a novel profile line 0/7, 'Melanie has kids.' + 9 words of D1:2 9/12;
+    NONE, prose and a step without a core output write nothing and are left out."""
+    from data_synth.datasets import load_conversations
+    from training.heldout import core_copy_stats
+
+    conv = load_conversations("locomo", None, ids=["conv-26"], n_sessions=1)[0]
+    append = '{{"operation": "APPEND", "content": "{}"}}'.format
+    outputs = {"conv-26": [{"core": append("Caroline: Hey Mel! Good to see you! How have you been?")},
+                           {"core": append("Caroline is a transgender woman who paints.")},
+                           {"core": append("Melanie has kids. Hey Caroline! Good to see you! I'm swamped")},
+                           {"core": GOOD_CORE_NONE}, {"core": PROSE}, {"episodic": GOOD_EPISODIC}]}
+    stats = core_copy_stats(outputs, [conv])
+    assert stats["n"] == 3
+    assert stats["mean"] == pytest.approx((1.0 + 0.0 + 9 / 12) / 3)
+    assert stats["max"] == 1.0
+    assert core_copy_stats({"conv-26": [{"core": GOOD_CORE_NONE}]}, [conv]) == {"mean": None, "max": None, "n": 0}
+    with pytest.raises(KeyError):
+        core_copy_stats({"conv-99": []}, [conv])
