@@ -21,8 +21,9 @@ CP in [0, 1]; 0 for an empty text and for texts shorter than ``n`` words (a shor
 with μ = ``SessionRewardConfig.copy_penalty`` (0 = off, MemBuilder's reward exactly).
 Measured (200-token segments, SmolLM2 tokenizer, n = 6, transcript only): the expert's core
 writes of conv-26 CP 0.044 on average (20 writes, max 0.26); SmolLM2 after SFT on held-out
-conv-41/42 0.45, after ADRPO 0.34-0.56, e.g. ``"Nate: I love action and sci-fi movies, the
-effects are so cool! What about you, what's your favorite genre?"`` pasted from the dialogue.
+conv-41/42 0.54, after ADRPO 0.44-0.72 (:func:`training.heldout.core_copy_stats`), e.g.
+``"Nate: I love action and sci-fi movies, the effects are so cool! What about you, what's your
+favorite genre?"`` pasted from the dialogue.
 The n-gram overlap is the unit of the copy-rate measures of extractive-summary evaluation
 (the "novel n-gram" share of See et al. 2017, "Get To The Point", and the extractive
 "coverage" of Grusky et al. 2018, Newsroom).
