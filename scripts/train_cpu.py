@@ -28,6 +28,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -120,14 +121,20 @@ def _peak_rss(log: Path) -> str:
     return (f"{int(m.group(1)) / 1024 / 1024:.1f} GiB" if m else "-") + (f", wall {w.group(1)}" if w else "")
 
 
+@functools.cache
+def _locomo(ids: tuple[str, ...], n_sessions: int) -> tuple:
+    """LoCoMo conversations ``ids`` cut to their first ``n_sessions`` sessions, loaded once per report."""
+    from data_synth.datasets import load_conversations
+
+    return tuple(load_conversations("locomo", None, ids=list(ids), n_sessions=n_sessions))
+
+
 def _heldout_copy(h: dict) -> dict:
     """:func:`training.heldout.core_copy_stats` of a held-out measurement (its conversations,
     first ``h["sessions"]`` sessions, 1 for measurements made before that field existed)."""
-    from data_synth.datasets import load_conversations
     from training.heldout import core_copy_stats
 
-    convs = load_conversations("locomo", None, ids=list(h["outputs"]), n_sessions=h.get("sessions", 1))
-    return core_copy_stats(h["outputs"], convs)
+    return core_copy_stats(h["outputs"], _locomo(tuple(sorted(h["outputs"])), h.get("sessions", 1)))
 
 
 def plot_curves(sft: list[dict], fmt_steps: list[tuple[int, dict]], adrpo: list[dict], path: Path,
