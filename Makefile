@@ -8,7 +8,7 @@ MEMGYM  := $(VENV)/bin/memgym
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test test-fast bench clean
+.PHONY: install demo test test-fast clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,9 +35,6 @@ test: install
 test-fast: install
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -m "not slow" tests
 
-bench: install
-	$(MEMGYM) bench retrieval
-
 clean:
 	rm -rf runs .pytest_cache
 
@@ -62,21 +59,25 @@ demo-evolve: install
 	if [ -f runs/demo_evolve/recipe.json ]; then $(MEMGYM) evolve --resume runs/demo_evolve; \
 	else $(MEMGYM) evolve --config launch/recipes/demo_evolve.yaml --out runs/demo_evolve; fi
 
-## ADRPO weighting comparison (issue 17 item 3): the content-only SFT (train_cpu_sft.yaml without
-## no-change targets, 2 epochs; its episodic/semantic rollouts vary), a screen of its episodic /
-## semantic segment rows, then advantage / unclipped / none x seeds 0, 1 on the rows it selected
-## (train_cpu_adrpo_weighting.yaml) -> runs/adrpo_weighting/weighting.md + weighting.png (training
-## reward curves side by side, mean w(m) per step, adapter hashes). Restartable.
+## ADRPO weighting comparison (scripts/experiments/adrpo-weighting/README.md): content-only SFT init,
+## a screen of its rows, advantage / unclipped / none x seeds 0, 1, report. Restartable.
 .PHONY: adrpo-weighting
 adrpo-weighting: install
-	export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; set -e; W=launch/recipes/train_cpu_adrpo_weighting.yaml; \
+	export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; set -e; X=scripts/experiments/adrpo-weighting; \
 	[ -f runs/sft_content/sft/checkpoint-104/model.safetensors ] || $(MEMGYM) train sft \
 	    --config launch/recipes/train_cpu_sft.yaml --max_empty_per_manager 0 --num_train_epochs 2 \
 	    --output_dir runs/sft_content/sft --save_steps 52 --eval_steps 1000; \
-	$(PY) scripts/adrpo_weighting.py screen --config $$W --spec hf:runs/sft_content/sft/checkpoint-104 --weighted-only; \
-	$(PY) scripts/adrpo_weighting.py run --config $$W --sft runs/sft_content/sft/checkpoint-104 \
-	    --parallel $${PARALLEL:-1} --row-keys-from runs/adrpo_weighting/screen.json --no-validate; \
-	$(PY) scripts/adrpo_weighting.py report --config $$W --sft-measure ""
+	$(PY) $$X/run.py screen --spec hf:runs/sft_content/sft/checkpoint-104 --weighted-only; \
+	for w in advantage unclipped none; do for s in 0 1; do O=runs/adrpo_weighting/$$w-s$$s; \
+	  [ -f $$O/adapter_model.safetensors ] || $(MEMGYM) train adrpo --config $$X/train_cpu_adrpo_weighting.yaml \
+	      --init_from runs/sft_content/sft/checkpoint-104 --weighting $$w --seed $$s --output_dir $$O \
+	      $$(ls -d $$O/checkpoint-* >/dev/null 2>&1 && echo --resume_from_checkpoint true); done; done; \
+	$(PY) $$X/run.py report
+
+## The benchmarks of scripts/experiments/<name>/ by name: make experiment-sandbox-cost,
+## experiment-constrained-decoding, experiment-cold-chat, experiment-compact-cases, experiment-official-scoring.
+experiment-%: install
+	$(PY) scripts/experiments/$*/run.py
 
 ## The CPU training recipe (README § Training): SFT (full fine-tuning, checkpointed) -> ADRPO (LoRA)
 ## -> base / SFT / SFT+ADRPO measured on held-out LoCoMo conv-41 + conv-42 and on conv-30's

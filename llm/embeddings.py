@@ -125,8 +125,6 @@ class EmbeddingCache:
                 self._conn = None
 
 
-BACKENDS = ("torch", "onnx", "onnx-int8")
-BACKEND_ENV = "MEMGYM_EMBED_BACKEND"
 BATCH_ENV = "MEMGYM_EMBED_BATCH"
 THREADS_ENV = "MEMGYM_EMBED_THREADS"
 # Mini-batch of the model's forward pass. 8, not sentence-transformers' 64: measured on 100 evenly sampled BEAM-1M-3
@@ -151,19 +149,6 @@ def _env_int(name: str, default: int | None) -> int | None:
     return value
 
 
-def embed_backend(spec_backend: str | None = None) -> str:
-    """The embedding backend: ``spec_backend`` (from a ``minilm+<backend>`` spec) if given, else
-    ``$MEMGYM_EMBED_BACKEND`` when set and non-empty, else ``torch``. ``ValueError`` names the
-    source of an unknown value."""
-    if spec_backend is not None:
-        value, where = spec_backend, "embedder spec suffix"
-    else:
-        value, where = os.environ.get(BACKEND_ENV, "").strip() or "torch", f"${BACKEND_ENV}"
-    if value not in BACKENDS:
-        raise ValueError(f"{where}: embedding backend must be one of {', '.join(BACKENDS)}, got {value!r}")
-    return value
-
-
 class STEmbedder:
     """A sentence-transformers :class:`llm.base.Embedder`.
 
@@ -178,19 +163,13 @@ class STEmbedder:
     ``threads``: intra-op threads of the forward pass (default ``$MEMGYM_EMBED_THREADS``, else
     the process's torch threads as before); for torch it is set around each encode call only.
 
-    ``backend`` (see :data:`BACKENDS`): ``torch`` (default) runs the model in PyTorch;
-    ``onnx`` runs its transformer in onnxruntime, fp32, from an export of the same weights
-    (:mod:`llm.embed_onnx`; vectors within ~2e-7 of torch's); ``onnx-int8`` is the same export
-    with int8 weights (faster, but the vectors and rankings change: an opt-in switch). A
-    non-torch backend appends ``+<backend>`` to ``model_id``, so its vectors never mix with
-    torch's in a cache. Raises ``TypeError`` for non-str input, ``FileNotFoundError`` for a
-    missing dir, ``ValueError`` for an unknown backend, ``ImportError`` when onnxruntime is
-    missing for an onnx backend.
+    Raises ``TypeError`` for non-str input, ``FileNotFoundError`` for a missing dir,
+    ``ValueError`` for a batch size or thread count below 1.
     """
 
     def __init__(self, model_dir: str | Path | None = None, batch_size: int | None = None,
                  cache: EmbeddingCache | None = None, device: str = "cpu", progress: bool = False,
-                 backend: str = "torch", threads: int | None = None):
+                 threads: int | None = None):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
 
@@ -205,24 +184,9 @@ class STEmbedder:
             raise ValueError(f"STEmbedder batch_size must be >= 1, got {batch_size}")
         if threads is not None and threads < 1:
             raise ValueError(f"STEmbedder threads must be >= 1, got {threads}")
-        if backend not in BACKENDS:
-            raise ValueError(f"STEmbedder backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         self.model = SentenceTransformer(str(path), device=device, local_files_only=True)
         self.dim = int(self.model.get_embedding_dimension())
-        fp = dir_fingerprint(path)
-        self.model_id = f"st:{path.parent.name}/{path.name}@{fp}" + ("" if backend == "torch" else f"+{backend}")
-        self.backend = backend
-        self._onnx = None
-        if backend != "torch":
-            from llm import embed_onnx
-            from llm.paths import cache_dir
-
-            embed_onnx.require_onnxruntime()
-            base = cache_dir() / "onnx" / f"{path.name}-{fp[:16]}"
-            onnx_path = embed_onnx.export_transformer(self.model, base.with_name(base.name + "-eager.onnx"))
-            if backend == "onnx-int8":
-                onnx_path = embed_onnx.quantize_int8(onnx_path, base.with_name(base.name + "-eager-int8.onnx"))
-            self._onnx = embed_onnx.OnnxEncoder(self.model, onnx_path, threads=threads)
+        self.model_id = f"st:{path.parent.name}/{path.name}@{dir_fingerprint(path)}"
         self.batch_size = batch_size
         self.threads = threads
         self.cache = cache
@@ -239,12 +203,9 @@ class STEmbedder:
         found = self.cache.get_many(keys, self.dim) if self.cache is not None else {}
         todo = list(dict.fromkeys(t for t, k in zip(texts, keys) if k not in found))
         if todo:
-            if self._onnx is not None:
-                vecs = self._onnx.encode(todo, self.batch_size)
-            else:
-                with _torch_threads(self.threads):
-                    vecs = self.model.encode(todo, batch_size=self.batch_size, convert_to_numpy=True,
-                                             normalize_embeddings=True, show_progress_bar=self.progress)
+            with _torch_threads(self.threads):
+                vecs = self.model.encode(todo, batch_size=self.batch_size, convert_to_numpy=True,
+                                         normalize_embeddings=True, show_progress_bar=self.progress)
             self.calls += 1
             fresh = {embedding_key(self.model_id, t): np.asarray(v, dtype=np.float32) for t, v in zip(todo, vecs)}
             if self.cache is not None:
@@ -314,23 +275,41 @@ class HashEmbedder:
         return out
 
 
-def load_embedder(spec: str, hash_dim: int = 64, cache: EmbeddingCache | None = None):
-    """The one embedder factory. ``minilm``: the embedded all-MiniLM-L6-v2
-    (:class:`STEmbedder` with ``cache``, default the persistent ``$MEMGYM_CACHE/embeddings.sqlite``);
-    ``hash``: :class:`HashEmbedder` of ``hash_dim`` buckets (tests and stub runs only);
-    ``none``: None (callers that can go without); else a sentence-transformers model dir
-    (cached the same way). A ``+<backend>`` suffix (``minilm+onnx``, ``minilm+onnx-int8``)
-    picks the :class:`STEmbedder` backend; without one, ``$MEMGYM_EMBED_BACKEND`` does (default
-    ``torch``; :func:`embed_backend`). Raises ValueError for an empty spec or unknown backend."""
-    if not spec:
-        raise ValueError("embedder spec is empty; expected minilm, hash, none or a model dir")
+#: The embedder vocabulary, the same for every command and recipe (``embedder:`` / ``--embedder``).
+EMBEDDER_HELP = ("minilm (the embedded all-MiniLM-L6-v2) | hash:<dim> (model-free bag of words: tests and stub runs "
+                 "only) | none (no ranking) | a sentence-transformers model dir")
+
+
+def check_embedder_spec(spec: str, *, allow_none: bool = True) -> str:
+    """``spec`` unchanged when it is in the vocabulary of :func:`load_embedder` (a model dir must
+    exist); ``ValueError`` naming the spec and the vocabulary otherwise, or for ``none`` when
+    ``allow_none`` is False (a consumer that must rank by vectors). Loads nothing."""
+    if spec == "none" and not allow_none:
+        raise ValueError("embedder 'none' is not possible here: this step ranks by vectors (minilm, hash:<dim> or a "
+                         "model dir)")
+    if spec in ("minilm", "none"):
+        return spec
+    if spec == "hash" or spec.startswith("hash:"):
+        if spec[5:].isdigit() and int(spec[5:]) >= 1:
+            return spec
+        raise ValueError(f"embedder {spec!r}: the hash embedder is written hash:<dim>, dim >= 1 (e.g. hash:64)")
+    if not spec or not Path(spec).is_dir():
+        raise ValueError(f"embedder {spec!r} is not one of: {EMBEDDER_HELP} (no such directory)")
+    return spec
+
+
+def load_embedder(spec: str, cache: EmbeddingCache | None = None):
+    """The one embedder factory, over the vocabulary of :func:`check_embedder_spec`.
+    ``minilm``: the embedded all-MiniLM-L6-v2 (:class:`STEmbedder` with ``cache``, default the
+    persistent ``$MEMGYM_CACHE/embeddings.sqlite``); ``hash:<dim>``: :class:`HashEmbedder` of
+    ``dim`` buckets (tests and stub runs only); ``none``: None (callers that can go without);
+    else a sentence-transformers model dir (cached the same way). Raises ValueError for a spec
+    outside the vocabulary."""
+    check_embedder_spec(spec)
     if spec == "none":
         return None
-    if spec == "hash":
-        return HashEmbedder(hash_dim)
+    if spec.startswith("hash:"):
+        return HashEmbedder(int(spec[5:]))
     from llm.paths import cache_dir
 
-    name, plus, suffix = spec.rpartition("+") if spec.rpartition("+")[2] in BACKENDS else (spec, "", "")
-    backend = embed_backend(suffix if plus else None)
-    return STEmbedder(None if name == "minilm" else name, cache=cache or EmbeddingCache(cache_dir() / "embeddings.sqlite"),
-                      backend=backend)
+    return STEmbedder(None if spec == "minilm" else spec, cache=cache or EmbeddingCache(cache_dir() / "embeddings.sqlite"))

@@ -108,10 +108,6 @@ class Runtime:
             self._backends[spec] = load_backend(spec, cache=self.cache, **load_kw)
         return RoleBackend(self._backends[spec], role, self)
 
-    def has_backend(self, spec: str) -> bool:
-        """True when ``spec`` has already been loaded (or registered) in this runtime."""
-        return spec in self._backends
-
     def register(self, spec: str, backend: Backend) -> None:
         """Use an already-built backend for ``spec`` (tests, in-process models)."""
         self._backends[spec] = backend

@@ -22,10 +22,6 @@ class Capability(str, enum.Enum):
     MULTI_SESSION = "M"
     ADVERSARIAL = "A"
 
-    @property
-    def long_name(self) -> str:
-        return CAPABILITY_NAMES[self.value]
-
 
 #: Display names of the capability letters (report tables): the one F/T/P/M/A table.
 CAPABILITY_NAMES: dict[str, str] = {"F": "factual", "T": "temporal", "P": "preference", "M": "multi-session",

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import trl
 from trl import GRPOConfig
 
+from llm.embeddings import EMBEDDER_HELP, check_embedder_spec
 from llm.errors import MemgymError
 from llm.recipes import check_fields, require
 from rewards.session_reward import MODES, SessionRewardConfig
@@ -117,7 +118,7 @@ class ADRPOConfig(GRPOConfig):
     reward_cache: str | None = field(default=None, metadata={
         "help": "sqlite response cache of the answer/judge models (default under $MEMGYM_CACHE; 'none' disables)"})
     embedder: str = field(default="minilm", metadata={
-        "help": "retrieval embedder: minilm (embedded all-MiniLM-L6-v2) | hash (model-free, tests) | <dir>"})
+        "help": f"retrieval embedder: {EMBEDDER_HELP}"})
     # data
     train_trajectories: list[str] = field(default_factory=lambda: ["conv-26"], metadata={
         "help": "expert trajectory files, or names looked up in $MEMGYM_DATA/expert (conv-26)"})
@@ -177,12 +178,15 @@ class ADRPOConfig(GRPOConfig):
             ("weighting", self.weighting in WEIGHTINGS, f"one of {WEIGHTINGS}"),
             ("alpha", self.alpha > 0, "> 0"),
             ("mode", self.mode in MODES, f"one of {MODES}"),
-            ("embedder", bool(self.embedder), "minilm, hash or a model dir"),
             ("train_trajectories", bool(self.train_trajectories), "a non-empty list"),
         ]
         for name, ok, need in checks:
             if not ok:
                 raise ADRPOConfigError(f"ADRPOConfig.{name} must be {need}, got {getattr(self, name)!r}")
+        try:
+            check_embedder_spec(self.embedder, allow_none=False)
+        except ValueError as e:
+            raise ADRPOConfigError(f"ADRPOConfig.embedder: {e}") from None
         self.reward_config()  # validates judge, lam, core_lp_lo/hi, copy_*, attribution_on, retrieval_top_k, correct_threshold
         if self.weighting == "unclipped":  # the Eq. 12 loss's limits, checked before any model loads
             check_eq12_support(self)

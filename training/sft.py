@@ -32,11 +32,11 @@ from data_synth.errors import DataFormatError
 from data_synth.expert import TrajectoryError
 from llm.recipes import check_fields
 from memory_bank.actions import MANAGERS
+from llm.embeddings import EMBEDDER_HELP, check_embedder_spec
 from training.common import PolicyModelConfig, load_policy, parse_training_args, resume_arg
 from training.sft_data import (ExampleLengthError, TrainingDataError, check_managers, drop_overlong,
                            sft_examples)
 
-EMBEDDERS = ("minilm", "none")
 PROG = "memgym train sft"
 
 
@@ -67,8 +67,8 @@ class SFTScriptArguments:
     managers: list[str] = field(default_factory=lambda: list(MANAGERS),
                                 metadata={"help": f"managers to train, from {MANAGERS}"})
     embedder: str = field(default="minilm", metadata={
-        "help": "ranks the <=20 entries a prompt shows, as at inference: 'minilm' (all-MiniLM-L6-v2, the eval "
-                "default) or 'none' (the 20 most recently updated)"})
+        "help": f"ranks the <=20 entries a prompt shows, as at inference ('none': the 20 most recently updated): "
+                f"{EMBEDDER_HELP}"})
     max_examples: int | None = field(default=None, metadata={
         "help": "train on a random subset (seeded by --seed) of at most this many examples, after dropping "
                 "over-long ones"})
@@ -85,8 +85,7 @@ class SFTScriptArguments:
         check_fields(self)  # string -> one-element list, counts (llm.recipes)
         if self.dataset not in DATASETS:
             raise ValueError(f"dataset must be one of {DATASETS}, got {self.dataset!r}")
-        if self.embedder not in EMBEDDERS:
-            raise ValueError(f"embedder must be one of {EMBEDDERS}, got {self.embedder!r}")
+        check_embedder_spec(self.embedder)
         if not self.train_trajectories:
             raise ValueError("train_trajectories is empty")
         for name in ("max_examples", "max_eval_examples"):

@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass, field
 
 from data_synth.splits import LOCOMO_SPLITS
+from llm.embeddings import EMBEDDER_HELP, check_embedder_spec
 from rewards.scoring.selection import BenchmarkFields, context_tokenizer_field
 
 ABLATIONS = ("none", "holistic", "round_robin", "random_cases", "no_integration")
@@ -120,8 +121,7 @@ class EvolveConfig(BenchmarkFields):
         "help": "seconds per request to an openai: server (default $MEMGYM_REQUEST_TIMEOUT_S or 60)"})
     request_retries: int | None = field(default=None, metadata={
         "help": "retries of a failed openai: request (default $MEMGYM_REQUEST_RETRIES or 5)"})
-    embedder: str = field(default="minilm", metadata={"help": "minilm (all-MiniLM-L6-v2, the default) | hash:<dim> "
-                                                                "(model-free bag of words: tests and stub runs only)"})
+    embedder: str = field(default="minilm", metadata={"help": EMBEDDER_HELP})
     cache: str | None = field(default=None, metadata={"help": "response cache (default <out>/responses.sqlite; "
                                                               "'none' disables)"})
     out: str = field(default="runs/evolve", metadata={"help": "run directory"})
@@ -149,9 +149,7 @@ class EvolveConfig(BenchmarkFields):
         for name in ("rounds_cold", "rounds_refine", "rounds_integrate"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.embedder != "minilm" and not (self.embedder.startswith("hash:") and
-                                              self.embedder[5:].isdigit()):
-            raise ValueError(f"embedder must be minilm or hash:<dim>, got {self.embedder!r}")
+        check_embedder_spec(self.embedder, allow_none=False)
         if self.cases < 1 or self.case_budget < 200:
             raise ValueError(f"cases must be >= 1 and case_budget >= 200, got {self.cases}, {self.case_budget}")
         if isinstance(self.baselines, str):

@@ -73,9 +73,9 @@ class Experiment:
             cache = cfg.cache or str(self.root / "responses.sqlite")
             rt = Runtime.from_config(cache=cache, batch_size=cfg.batch_size, request_timeout_s=cfg.request_timeout_s,
                                      request_retries=cfg.request_retries)
-            if self.cfg.embedder.startswith("hash:"):  # as Evolution does: model-free, tests only
-                from llm.embeddings import HashEmbedder
-                rt = Runtime(cache=rt.cache, embedder=HashEmbedder(int(self.cfg.embedder[5:])),
+            if self.cfg.embedder != "minilm":  # as Evolution does
+                from llm.embeddings import load_embedder
+                rt = Runtime(cache=rt.cache, embedder=load_embedder(self.cfg.embedder),
                              batch_size=self.cfg.batch_size)
             self._rt = rt
         return self._rt

@@ -110,9 +110,9 @@ class Evolution:
             cache = cfg.cache or str(self.state.dir.root / "responses.sqlite")
             rt = Runtime.from_config(cache=cache, batch_size=cfg.batch_size, request_timeout_s=cfg.request_timeout_s,
                                      request_retries=cfg.request_retries)
-            if cfg.embedder.startswith("hash:"):
-                from llm.embeddings import HashEmbedder
-                rt = Runtime(cache=rt.cache, embedder=HashEmbedder(int(cfg.embedder[5:])), batch_size=cfg.batch_size,
+            if cfg.embedder != "minilm":
+                from llm.embeddings import load_embedder
+                rt = Runtime(cache=rt.cache, embedder=load_embedder(cfg.embedder), batch_size=cfg.batch_size,
                              request_timeout_s=cfg.request_timeout_s, request_retries=cfg.request_retries)
         self.rt = rt
         self.target_policy = target_policy or DependencyAwareTarget()
