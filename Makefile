@@ -12,7 +12,6 @@ export TOKENIZERS_PARALLELISM := false
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
 	# DS_BUILD_OPS=0: deepspeed (dev extra, for the ZeRO-2 test) installs without compiling CUDA ops.
 	DS_BUILD_OPS=0 $(PIP) install -q -e ".[dev]"
@@ -26,14 +25,15 @@ demo: install
 	$(MEMGYM) models prepare
 	$(MEMGYM) eval --config launch/recipes/demo_locomo.yaml
 
-## The whole suite (slow-marked SmolLM2 tests included). One torch thread by default: on this
-## idle 2-core machine the suite (746 tests) took 13.1 min of pytest with one thread and
-## 15.2 min with torch's default two threads; OMP_NUM_THREADS=N overrides.
+## The whole suite (slow-marked SmolLM2 tests included), on every core (pytest-xdist, -n auto; N=2 etc.
+## overrides; a file's tests share a worker and so its module fixtures), one torch thread per worker
+## by default (OMP_NUM_THREADS=N overrides).
+N ?= auto
 test: install
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -p no:cacheprovider tests
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -p no:cacheprovider -n $(N) --dist loadfile tests
 
 test-fast: install
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -m "not slow" tests
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -p no:cacheprovider -n $(N) --dist loadfile -m "not slow" tests
 
 clean:
 	rm -rf runs .pytest_cache
