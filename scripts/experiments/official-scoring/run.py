@@ -1,4 +1,4 @@
-"""Independent check of memgym's official scoring (issue 16).
+"""The official-scoring experiment: an independent check of memgym's official scoring.
 
 A second implementation of each benchmark's official scoring, written from the benchmarks' code
 semantics (LongMemEval ``evaluate_qa.py`` + ``print_qa_metrics.py``; BEAM ``compute_metrics.py``
