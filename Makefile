@@ -59,11 +59,11 @@ demo-evolve: install
 	if [ -f runs/demo_evolve/recipe.json ]; then $(MEMGYM) evolve --resume runs/demo_evolve; \
 	else $(MEMGYM) evolve --config launch/recipes/demo_evolve.yaml --out runs/demo_evolve; fi
 
-## ADRPO weighting comparison (scripts/experiments/adrpo-weighting/README.md): content-only SFT init,
+## ADRPO weighting comparison (scripts/experiments/adrpo_weighting/README.md): content-only SFT init,
 ## a screen of its rows, advantage / unclipped / none x seeds 0, 1, report. Restartable.
 .PHONY: adrpo-weighting
 adrpo-weighting: install
-	export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; set -e; X=scripts/experiments/adrpo-weighting; \
+	export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; set -e; X=scripts/experiments/adrpo_weighting; \
 	[ -f runs/sft_content/sft/checkpoint-104/model.safetensors ] || $(MEMGYM) train sft \
 	    --config launch/recipes/train_cpu_sft.yaml --max_empty_per_manager 0 --num_train_epochs 2 \
 	    --output_dir runs/sft_content/sft --save_steps 52 --eval_steps 1000; \
@@ -74,8 +74,8 @@ adrpo-weighting: install
 	      $$(ls -d $$O/checkpoint-* >/dev/null 2>&1 && echo --resume_from_checkpoint true); done; done; \
 	$(PY) $$X/run.py report
 
-## The benchmarks of scripts/experiments/<name>/ by name: make experiment-sandbox-cost,
-## experiment-constrained-decoding, experiment-cold-chat, experiment-compact-cases, experiment-official-scoring.
+## The benchmarks of scripts/experiments/<name>/ by name: make experiment-sandbox_cost,
+## experiment-constrained_decoding, experiment-cold_chat, experiment-compact_cases, experiment-official_scoring.
 experiment-%: install
 	$(PY) scripts/experiments/$*/run.py
 

@@ -1,11 +1,11 @@
-"""scripts/experiments/adrpo-weighting/run.py: the population std of a group and the seed-spread
+"""scripts/experiments/adrpo_weighting/run.py: the population std of a group and the seed-spread
 summary."""
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
 
-_path = Path(__file__).resolve().parents[2] / "scripts" / "experiments" / "adrpo-weighting" / "run.py"
+_path = Path(__file__).resolve().parents[2] / "scripts" / "experiments" / "adrpo_weighting" / "run.py"
 _spec = importlib.util.spec_from_file_location("adrpo_weighting", _path)
 _mod = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_mod)

@@ -1,4 +1,4 @@
-"""The stages of ``scripts/experiments/gpu-check/gpu_check.sh`` (read its header first): SFT + LoRA of SmolLM2 in bf16,
+"""The stages of ``scripts/experiments/gpu_check/gpu_check.sh`` (read its header first): SFT + LoRA of SmolLM2 in bf16,
 two ADRPO steps with HF generation, and one accelerate + DeepSpeed ZeRO-2 step; each reports
 tokens/s and peak GPU memory.
 

@@ -10,7 +10,7 @@ memgym's side runs ``rewards.scoring.score_predictions`` with the same judge. Th
 is a function of the exact request text (a hash), so any difference in a prompt changes the
 numbers.
 
-Usage: ``python scripts/experiments/official-scoring/run.py [--n 40]``; prints both results side by side
+Usage: ``python scripts/experiments/official_scoring/run.py [--n 40]``; prints both results side by side
 and exits 1 on any difference (|a - b| > 1e-12 or NaN vs number).
 """
 from __future__ import annotations
