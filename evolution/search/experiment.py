@@ -5,7 +5,7 @@ Source: issue 9 § 3; PrisMem Table 4 (ablations), Table 12 (routing baseline), 
 full,holistic,round_robin,random_cases,no_integration --seeds 3`` runs, for seeds
 ``recipe.seed + 0 .. n-1`` (outer loop) and each variant (inner loop), one evolution run
 with the same recipe, proposer and budget; the variant only sets the recipe's ``ablation``
-(``full`` = ``none``; see :mod:`evolution.search.ablations`).
+(``full`` = ``none``; see :mod:`evolution.search.strategies`).
 
 Layout of the experiment directory ``OUT`` (the recipe's ``out``)::
 

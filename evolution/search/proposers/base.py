@@ -13,7 +13,6 @@ unloadable backend spec).
 """
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 
 from evolution.search.edits import Edit
