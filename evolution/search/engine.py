@@ -42,7 +42,7 @@ from evolution.execution.runner import ProgramRunError
 from evolution.execution.validate import ValidationLimits, validate_program
 from evolution.search.archive import CAPABILITIES, Archive, Candidate, program_key
 from evolution.search.evaluator import Evaluator, book_final, split_scores
-from evolution.search.journal import (FinalRecord, OutcomeRecord, ProposalRecord, ValidationRecord, load_final,
+from evolution.search.journal import (FinalRecord, HistoryRow, OutcomeRecord, ProposalRecord, ValidationRecord, load_final,
                                       load_record, rng_from_json, rng_to_json)
 from evolution.search.ledger import BudgetExhausted
 from evolution.search.proposers.base import ProposalInput
@@ -104,10 +104,9 @@ class Engine:
         accepted = "base + all specialists"
         if not self.strategy.specialists:
             state.archive.specialists, cand.roles, accepted = {}, ["base"], "base"
-        state.history.append({"round": 0, "stage": "seed", "target": None, "parent": None, "candidate": "seed",
-                              "proposal": "seed program", "verdict": "ok", "status": "evaluated",
-                              "accepted": accepted, "valid": cand.valid.scores(),
-                              "tokens": state.ledger.round_tokens(0)})
+        state.history.append(HistoryRow(round=0, stage="seed", target=None, parent=None, candidate="seed",
+                                        proposal="seed program", verdict="ok", status="evaluated", accepted=accepted,
+                                        valid=cand.valid.scores(), tokens=state.ledger.round_tokens(0)))
         state.emit(OutcomeRecord("seed", 0, "evaluated", "", accepted, list(cand.roles), cand.valid.scores(),
                                  cand.train.scores()))
 

@@ -54,6 +54,7 @@ from evolution.search.archive import CAPABILITIES, Candidate, program_key
 from evolution.search.condition import CONDITION_RULES, QuestionReader, condition_merge, condition_plan
 from evolution.search.integration_rules import (DEFAULT_DELTA, blame, blame_elements, common_ancestor,
                                                 integration_verdict, paired_case, paired_cases, worst_drop)
+from evolution.search.journal import HistoryRow
 from evolution.search.merge import Contender, MergeError, component_merge, element_key
 from evolution.search.proposers.base import ProposalInput, ProposalResult
 from evolution.search.protocols import RoundSteps
@@ -166,10 +167,9 @@ class TraceGuidedIntegrator:
     def run_round(self, state, steps: RoundSteps, round_no: int, rng: random.Random) -> None:
         arch = state.archive
         base = self.anchor(state)
-        row = {"round": round_no, "stage": "integrate", "target": None, "parent": base.id, "anchor": base.id,
-               "candidate": "-",
-               "status": "-", "verdict": "-", "valid": None, "integrated": False, "merged_from": [], "paired": {},
-               "conflicts": [], "kind": "-"}
+        row = HistoryRow(round=round_no, stage="integrate", target=None, parent=base.id, anchor=base.id, candidate="-",
+                         status="-", verdict="-", valid=None, integrated=False, merged_from=[], paired={}, conflicts=[],
+                         kind="-")
         onto_merge = any(h.get("integrated") for h in self.rows(state))
         specs = self.specialists(state)
         if not specs:

@@ -27,11 +27,58 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, TypedDict
 
 from evolution.search.archive import SplitScores
 from evolution.search.proposers.base import ProposalResult
 from evolution.search.rundir import read_json
+
+
+class HistoryRow(TypedDict, total=False):
+    """One row of the run's history (``state.json`` ``history``; report.md prints one per
+    round). Every row: ``round``, ``stage`` (seed | cold | refine | integrate | holistic),
+    ``target`` (letter or None), ``parent`` and ``candidate`` ids (``-`` for an integration
+    round that made no candidate), ``proposal`` (one line), ``status``, ``verdict`` (``ok`` |
+    ``level N`` | ``-``), ``accepted`` (what the candidate became, or ``no: <reason>`` /
+    ``skipped: ...``), ``valid`` (SCORES or None), ``tokens`` (the round's, all roles). Rounds
+    booked by :meth:`EvolutionState.record_round` add ``specialists`` ({letter: valid score of
+    its specialist}), ``base``, ``base_overall`` and, after a parent fallback,
+    ``fallback_from``. Integration rows (:mod:`evolution.search.integrate`) add ``kind``
+    (merge | condition | coder | -), ``anchor``, ``integrated``, ``merged_from``, ``paired``,
+    ``conflicts``, ``components``, ``contributor_caps``, ``excluded``, ``drops``, ``blamed``,
+    ``blamed_step``, ``left_out``, ``stuck``, ``merged_side``, ``condition``."""
+
+    round: int
+    stage: str
+    target: str | None
+    parent: str | None
+    candidate: str
+    proposal: str
+    status: str
+    verdict: str
+    accepted: str
+    valid: dict | None
+    tokens: int
+    specialists: dict
+    base: str
+    base_overall: float
+    fallback_from: str
+    kind: str
+    anchor: str
+    integrated: bool
+    merged_from: list
+    paired: dict
+    conflicts: list
+    components: dict
+    contributor_caps: str
+    excluded: list
+    drops: dict
+    blamed: str | None
+    blamed_step: str
+    left_out: list
+    stuck: bool
+    merged_side: str
+    condition: dict
 
 
 def rng_to_json(state) -> list:
@@ -162,7 +209,7 @@ class IntegrationAttempt:
     specialists merged, paired cases, conflicts, verdict and acceptance)."""
 
     round: int
-    row: dict
+    row: HistoryRow
     kind: ClassVar[str] = "integration"
     step: ClassVar[None] = None
 

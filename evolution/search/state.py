@@ -19,7 +19,7 @@ import time
 
 from evolution.search.archive import Archive, Candidate
 from evolution.search.config import EvolveConfig
-from evolution.search.journal import IntegrationAttempt, OutcomeRecord, load_record, rng_from_json, rng_to_json
+from evolution.search.journal import HistoryRow, IntegrationAttempt, OutcomeRecord, load_record, rng_from_json, rng_to_json
 from evolution.search.ledger import Ledger
 from evolution.search.proposers.base import LineageEntry
 from evolution.search.rundir import (RunDir, RunStateError, atomic_write_json, check_recipe, check_state, read_json,
@@ -63,7 +63,7 @@ class EvolutionState:
         self.tasks = {t.id: t for t in infos}
         self.archive = Archive()
         self.ledger = Ledger(budgets=cfg.budgets())
-        self.history: list[dict] = []
+        self.history: list[HistoryRow] = []
         self.rng = random.Random(cfg.seed)
         self.next_round = 1
         self.elapsed_s = 0.0
@@ -194,19 +194,17 @@ class EvolutionState:
         self.emit(OutcomeRecord(cand.id, round_no, cand.status, cand.reason, accepted, list(cand.roles),
                                 cand.valid.scores() if cand.valid else None,
                                 cand.train.scores() if cand.train else None))
-        self.history.append({"round": round_no, "stage": stage, "target": target, "parent": parent.id,
-                             "candidate": cand.id, "proposal": cand.description, "status": cand.status,
-                             "verdict": "ok" if cand.validation and cand.validation["ok"] else
-                             (f"level {cand.validation['level']}" if cand.validation else "-"),
-                             "accepted": accepted or f"no: {cand.reason}",
-                             "valid": cand.valid.scores() if cand.valid else None,
-                             "specialists": {c: self.archive.specialist(c).valid.by_capability.get(c)
-                                             for c in self.archive.specialists},
-                             "base": self.archive.base,
-                             "base_overall": self.archive.get(self.archive.base).valid.overall,
-                             "tokens": self.ledger.round_tokens(round_no)})
+        self.history.append(HistoryRow(
+            round=round_no, stage=stage, target=target, parent=parent.id, candidate=cand.id,
+            proposal=cand.description, status=cand.status,
+            verdict="ok" if cand.validation and cand.validation["ok"] else
+            (f"level {cand.validation['level']}" if cand.validation else "-"),
+            accepted=accepted or f"no: {cand.reason}", valid=cand.valid.scores() if cand.valid else None,
+            specialists={c: self.archive.specialist(c).valid.by_capability.get(c) for c in self.archive.specialists},
+            base=self.archive.base, base_overall=self.archive.get(self.archive.base).valid.overall,
+            tokens=self.ledger.round_tokens(round_no)))
 
-    def log_integration(self, row: dict) -> None:
+    def log_integration(self, row: HistoryRow) -> None:
         """Book an integration attempt's history row (appended unless it is already the last
         row) and emit it as an :class:`IntegrationAttempt`."""
         if not self.history or self.history[-1] is not row:
