@@ -58,7 +58,7 @@ from evolution.search.archive import CAPABILITIES, Archive, Candidate, SplitScor
 from evolution.search.config import EvolveConfig
 from evolution.search.evaluator import Evaluator, book_final, split_scores
 from evolution.search.integrate import RoundSteps
-from evolution.search.ledger import BudgetExhausted
+from evolution.search.ledger import BudgetExhausted, usage_from_eval
 from evolution.search.proposers.base import ProposalInput, ProposalResult
 from evolution.search.rundir import atomic_write_json, atomic_write_text, read_json, run_lock
 from evolution.search.select import (CapabilityAcceptance, DependencyAwareTarget, HistoryGuidedCases,
@@ -328,13 +328,15 @@ class Evolution:
         if fin is None:
             fin = {"final": final_id, "seed_test": None, "final_test": None, "usage": {}}
             if self.state.splits["test"]:
-                for key, cid in (("seed_test", "seed"), ("final_test", final_id)):
-                    if key == "final_test" and cid == "seed":
-                        fin[key] = fin["seed_test"]
+                for key, cid in (("final_test", final_id), ("seed_test", "seed")):  # frozen first: whole cost
+                    if key == "seed_test" and cid == final_id:
+                        fin[key] = fin["final_test"]
                         continue
                     ev, _ = self.evaluate(self.state.source_of(cid), "test")
                     fin[key] = split_scores(ev).__dict__
                     book_final(self.state.ledger, ev)
+                    if key == "final_test":
+                        fin["final_test_usage"] = usage_from_eval(ev)
                 if self.cfg.test_specialists:  # report rows and the oracle-label router baseline
                     fin["specialists_test"] = {}
                     for cid in dict.fromkeys(self.state.archive.specialists.values()):
