@@ -45,7 +45,8 @@ def _annotate(args) -> int:
               "completion": sum(x.completion_tokens for x in labels.values())}
     title = f"Agreement with the native mapping: {args.dataset} {args.split}, annotator {ann.model}"
     text = render_agreement(a, title) + (f"\n{len(labels)} labels for {n_q} questions in {args.out}; annotator calls "
-                                         f"this run {ann.calls}; tokens of these labels {tokens['prompt']:,} prompt + "
+                                         f"this run {rt.calls['annotator']} ({ann.calls - rt.calls['annotator']} "
+                                         f"replies from the response cache); tokens of these labels {tokens['prompt']:,} prompt + "
                                          f"{tokens['completion']:,} completion (cache hits cost 0)\n")
     stem = Path(args.out).with_suffix("")
     Path(f"{stem}.{args.split}.agreement.md").write_text(text, encoding="utf-8")
