@@ -280,7 +280,8 @@ def load_labels(path: str | Path) -> dict[str, AnnotatedLabel]:
 
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"capability label file not found: {p}")
+        raise FileNotFoundError(f"capability label file not found: {p} (make it once per split with: memgym annotate "
+                                f"--dataset D --split train|valid --annotator SPEC --out {p})")
     out = {}
     for no, raw in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
         if not raw.strip():
