@@ -48,3 +48,20 @@ def test_label_usage_books_the_labels_of_the_runs_train_and_valid_questions(tmp_
     assert label_usage(str(path), {"train": [conv], "valid": [], "test": []}) == \
         {"annotator": {"calls": 3, "prompt": 470, "completion": 13}}
     assert label_usage("native", {"train": [conv]}) == {}
+
+
+def test_a_state_with_a_skipped_integration_round_is_a_valid_run_state(tmp_path):
+    """An integration round with nothing to merge books candidate "-" in the history; --resume must
+    accept that state (it refused it as naming a missing candidate)."""
+    from evolution.search.archive import Archive
+    from evolution.search.rundir import RunStateError, check_state
+
+    arch = Archive()
+    st = {"archive": {**arch.to_json(), "candidates": [{"id": "seed"}], "base": "seed", "specialists": {}},
+          "ledger": {"rounds": {}, "budgets": {}}, "rng": [3, [0] * 625, None], "next_round": 11, "elapsed_s": 1.0,
+          "history": [{"round": 0, "candidate": "seed"}, {"round": 9, "stage": "integrate", "candidate": "-"}]}
+    assert check_state(st, tmp_path / "state.json") is st
+    st["history"].append({"round": 10, "candidate": "r10"})
+    import pytest
+    with pytest.raises(RunStateError, match="does not hold: r10"):
+        check_state(st, tmp_path / "state.json")
