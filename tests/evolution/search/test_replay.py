@@ -14,7 +14,7 @@ import pytest
 
 from evolution.search.archive import Archive
 from evolution.search.config import EvolveConfig
-from evolution.search.loop import Evolution
+from evolution.search.api import evolve
 from evolution.search.proposers.facts import run_facts
 from evolution.search.proposers.replay import ReplayMismatchError, load_recording
 from tests.evolution.search.competent_coder import serve_coder
@@ -98,7 +98,7 @@ def test_a_request_that_does_not_match_the_recording_names_the_round(recorded, t
     p.write_text(json.dumps(prop))
     cfg = EvolveConfig(**SMALL, proposer="replay", replay_from=str(bad), out=str(tmp_path / "r"))
     with pytest.raises(ReplayMismatchError) as e:
-        Evolution(cfg).run()
+        evolve(cfg)
     assert e.value.round == 2 and str(e.value).startswith("round 2, turn 1: the request does not match")
     assert "first extra line" in str(e.value)
     # another recipe renders other facts: the first request already differs, one line on stderr, exit 2
