@@ -79,7 +79,6 @@ def cmd_experiment(argv: list[str]) -> int:
                 raise ValueError(f"--resume takes no other arguments (the recipe is stored in {resume})")
             exp = Experiment.from_dir(resume)
         else:
-            rest = _replay_args(rest)
             (cfg,) = parse_recipe(
                 [EvolveConfig], rest, "memgym evolve experiment",
                 "Every ablation variant x every seed under one recipe (PrisMem Table 4): memgym evolve experiment "
@@ -149,6 +148,7 @@ def cmd_evolve(argv: list[str]) -> int:
             if shown:
                 cfg.progress = display[shown[-1]]
         else:
+            rest = _replay_args(rest)
             (cfg,) = parse_recipe(
                 [EvolveConfig], rest, "memgym evolve",
                 "Capability-driven evolution of a memory program (PrisMem): cold start, capability refinement, "
