@@ -131,7 +131,7 @@ THREADS_ENV = "MEMGYM_EMBED_THREADS"
 # lines (1 thread, CPU seconds, best of 2 on the shared 2-core box): bs64 4.6-5.0 s, bs16 3.8, bs8 3.4-3.5, bs4 3.3,
 # bs1 3.7. Length-sorted batches of 64 pad 14-25% of the positions of a BEAM-1M session and their (64, 12, 256, 256)
 # attention scores and (64, 256, 1536) activations leave the caches; batches of 8 do neither. Same vectors within
-# float rounding (max |diff| 1.5e-7), the same top-10 (memgym bench embed).
+# float rounding (max |diff| 1.5e-7), the same top-10.
 DEFAULT_BATCH = 8
 
 

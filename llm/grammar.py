@@ -93,7 +93,7 @@ class SchemaLogitsProcessor(LogitsProcessor):
     the tokenizer's vocabulary (model embedding padding) are masked on constrained rows.
     Raises :class:`GrammarError` when a matcher rejects a token the mask allowed (an engine bug,
     never silently ignored). ``seconds`` accumulates the wall time spent in this processor
-    (the whole cost of constraint per step, for ``memgym bench constrained``).
+    (the whole cost of constraint per step, for scripts/experiments/constrained_decoding).
     """
 
     def __init__(self, matchers: list, prompt_len: int, vocab_size: int):
