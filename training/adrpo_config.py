@@ -131,7 +131,7 @@ class ADRPOConfig(GRPOConfig):
     sessions: list[int] | None = field(default=None, metadata={"help": "only these session indices"})
     row_keys: list[str] | None = field(default=None, metadata={
         "help": "only the rows with these keys (conv-26/s2/semantic), e.g. those a pre-screen found with reward "
-                "variance (scripts/adrpo_weighting.py screen); null: every row"})
+                "variance (scripts/experiments/adrpo_weighting/run.py screen); null: every row"})
     max_prompt_tokens: int | None = field(default=None, metadata={
         "help": "drop rows whose chat prompt is longer (policy tokens); TRL 1.16 has no prompt cap"})
     segment_tokens: int | None = field(default=None, metadata={

@@ -49,7 +49,7 @@ def select_samples(samples: Sequence[RewardSample], *, sessions: Sequence[int] |
     """Filter samples, keeping their order.
 
     - ``keys``: keep only the samples with these keys (``conv-26/s2/semantic``), e.g. the rows
-      whose sampled rollouts got different rewards in a pre-screen (``scripts/adrpo_weighting.py
+      whose sampled rollouts got different rewards in a pre-screen (``scripts/experiments/adrpo_weighting/run.py
       screen``); a key no sample has raises :class:`ADRPODataError` naming it.
     - ``sessions``: keep only these session indices (1-based).
     - ``max_prompt_tokens``: drop samples whose rendered prompt (see :func:`prompt_tokens`,

@@ -337,7 +337,9 @@ def test_recipes_parse_and_pass_trl_fields_through(name, expect):
 
     from training.adrpo import parse_args
 
-    recipe = Path(__file__).resolve().parents[2] / "launch" / "recipes" / f"{name}.yaml"
+    repo = Path(__file__).resolve().parents[2]
+    recipe = next(p for p in (repo / "launch" / "recipes" / f"{name}.yaml",
+                              repo / "scripts" / "experiments" / "adrpo_weighting" / f"{name}.yaml") if p.is_file())
     cfg, model_args = parse_args(["--config", str(recipe)])
     for field_name, value in expect.items():
         assert getattr(model_args if hasattr(model_args, field_name) else cfg, field_name) == value, field_name
