@@ -8,7 +8,7 @@ import pytest
 
 from launch.cli import main as memgym
 from llm.errors import ConfigError, OutputPathError
-from rewards.scoring.evaluate import EvalConfig
+from evolution.execution.eval_job import EvalConfig
 
 
 def test_models_prepare_refuses_a_folder_holding_a_file(tmp_path, capsys):
