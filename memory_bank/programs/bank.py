@@ -17,8 +17,9 @@ appended, a deleted id is dropped, ``core`` replaces the core block. ``turns`` o
 
 Retrieval: every live entry's text is embedded in one ``toolkit.embed`` call (in part order
 episodic, semantic, procedural, then bank order), the question in another; cosine = inner
-product of the L2-normalised float32 vectors; top TOP_K by score (ties: the stable order of
-``numpy.argsort`` over ``numpy.argpartition``, as ``memory_bank.retrieval.VectorIndex``).
+product of the L2-normalised float32 vectors (summed in float64); top TOP_K by score (ties: the stable order of
+``numpy.argsort`` over ``numpy.argpartition``, as ``memory_bank.retrieval.VectorIndex``; both
+score one question at a time as ``(n, d) @ (d,)`` in float64, so the rankings agree exactly).
 Rendered as ``# Core memory`` / core / blank / ``# Retrieved memories`` / ``[id] (part) text``
 lines, then cut to CONTEXT_CHARS characters as ``rewards.scoring.answer.truncate_context``
 cuts the answer model's memory (at the last newline in the kept second half).
@@ -123,8 +124,8 @@ class Memory:
         n = len(self.items)
         if n == 0:
             return []
-        q = np.asarray(self.toolkit.embed([text]), dtype=np.float32)
-        sims = q @ self.matrix.T
+        q = np.asarray(self.toolkit.embed([text]), dtype=np.float32)[0]
+        sims = (self.matrix.astype(np.float64) @ q.astype(np.float64))[None, :]
         k = min(TOP_K, n)
         if k < n:
             part = np.argpartition(-sims, k - 1, axis=1)[:, :k]
