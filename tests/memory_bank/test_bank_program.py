@@ -15,7 +15,7 @@ from memory_bank.bank import MemoryBank
 from memory_bank.construct import construct
 from memory_bank.program import session_entries, units_from_entries
 from memory_bank.programs import bank_program_path, read_program_source
-from memory_bank.retrieval import BankRetriever
+from memory_bank.retrieval import BankRetriever, program_vectors
 from rewards.scoring.answer import truncate_context
 
 
@@ -43,7 +43,7 @@ class _Toolkit:
         self.embedder = embedder
 
     def embed(self, texts):
-        return self.embedder.encode(list(texts)).tolist()
+        return program_vectors(self.embedder.encode(list(texts))).tolist()  # as the sandbox hands them over
 
 
 def test_bank_program_replays_merges_deletions_and_core_rewrites():
