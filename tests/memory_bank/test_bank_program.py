@@ -65,8 +65,13 @@ def test_bank_program_replays_merges_deletions_and_core_rewrites():
     bank.apply_text("semantic", '{"operations": [{"action": "UPDATE", "id": "S1", "memory": "Bob liked cycling"}]}', 2)
     snap2 = bank.to_json()
     assert [e.id for e in bank.entries("episodic")] == ["E1", "E4"]
-    ns: dict = {}
-    exec(compile(read_program_source(bank_program_path()), "bank.py", "exec"), ns)  # noqa: S102 - shipped program
+    import sys
+    import types
+
+    module = types.ModuleType("memgym_bank_program")
+    sys.modules[module.__name__] = module  # typing.get_type_hints looks the annotations up there
+    exec(compile(read_program_source(bank_program_path()), "bank.py", "exec"), module.__dict__)  # noqa: S102
+    ns = module.__dict__
     mem = ns["Memory"](_Toolkit(emb))
     for i, (before, after) in enumerate(((None, snap1), (snap1, snap2)), start=1):
         entries = session_entries(before, after, i, None, deletions=True)
