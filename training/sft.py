@@ -319,7 +319,7 @@ def run(script_args: SFTScriptArguments, training_args, model_args: PolicyModelC
         "model": policy.path, "use_peft": bool(policy.peft_config is not None or policy.is_adapter),
         "train_trajectories": list(script_args.train_trajectories),
         "eval_trajectories": list(script_args.eval_trajectories),
-        "max_length": training_args.max_length, "lengths": data.lengths,
+        "max_length": training_args.max_length, "segment_tokens": script_args.segment_tokens, "lengths": data.lengths,
         "examples": {"train": len(data.train), "train_probe": len(data.train_probe),
                      "valid": 0 if data.valid is None else len(data.valid)},
         "distributed_type": str(trainer.accelerator.distributed_type.value),
