@@ -74,7 +74,7 @@ def build_trainer(args: ADRPOConfig, model_args: PolicyModelConfig | None = None
     ``model_args``, default :class:`PolicyModelConfig`), build the reward samples from
     ``train_trajectories`` (screened for reward spread when ``screen_rows`` is set), the reward,
     the in-trainer measurement (``memory_eval_*`` fields: :mod:`training.callbacks`; its
-    validation rows are the trainer's eval set) and the trainer."""
+    validation rows of the trained managers are the trainer's eval set, for TRL's eval rollouts) and the trainer."""
     from llm.embeddings import load_embedder
     from llm.runtime import Runtime
     from training.adrpo_data import select_samples
@@ -100,7 +100,7 @@ def build_trainer(args: ADRPOConfig, model_args: PolicyModelConfig | None = None
     callbacks = [*(callbacks or []), *([callback] if callback is not None else [])]
     return trainer_class(args)(policy.model, args=args, samples=samples, reward=reward,
                                processing_class=policy.tokenizer, peft_config=policy.peft_config, callbacks=callbacks,
-                               eval_samples=eval_rows or None)
+                               eval_samples=[r for r in eval_rows if r.manager in args.managers] or None)
 
 
 def screen(args: ADRPOConfig, policy, samples: list, reward) -> list:
