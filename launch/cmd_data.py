@@ -63,3 +63,33 @@ def register(subparsers) -> None:
                    help="LongMemEval splits.json (default: longmemeval/splits.json under the "
                         "data root)")
     s.set_defaults(func=_stats)
+    c = sub.add_parser(
+        "check", help="check that every dataset, expert trajectory and judge protocol loads",
+        description="Load every file memgym reads from $MEMGYM_DATA (default ../shared/data) with the loaders "
+                    "the commands use and print its counts. Exit 1 when any item is missing or its counts differ "
+                    "from $MEMGYM_DATA/README.md.",
+    )
+    c.set_defaults(func=_check)
+
+
+def _check(args: argparse.Namespace) -> int:
+    """Print one line per data item and per judge protocol file; exit 1 when any is missing or wrong."""
+    from data_synth.check import DataCheck, check_data
+    from data_synth.paths import data_root
+    from rewards.scoring.protocols import JudgeProtocolError, judges_dir, load_judge_file
+
+    print(f"data root: {data_root()}  (set MEMGYM_DATA to move it)")
+    checks = check_data()
+    for dataset in ("locomo", "longmemeval", "beam"):
+        try:
+            load_judge_file(dataset)
+            checks.append(DataCheck(f"judge protocol {dataset}", judges_dir(), True, "loads"))
+        except JudgeProtocolError as e:
+            checks.append(DataCheck(f"judge protocol {dataset}", judges_dir(), False, str(e)))
+    for c in checks:
+        print(f"{'ok ' if c.ok else 'BAD'}  {c.name:<26} {c.detail}" + ("" if c.ok or str(c.path) in c.detail else f"  [{c.path}]"))
+    bad = [c.name for c in checks if not c.ok]
+    if bad:
+        print(f"memgym data check: {len(bad)} of {len(checks)} items missing or wrong: {', '.join(bad)}",
+              file=sys.stderr)
+    return 1 if bad else 0

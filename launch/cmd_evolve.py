@@ -98,49 +98,12 @@ def cmd_experiment(argv: list[str]) -> int:
     return 0
 
 
-def _fresh_dir_problem(out: Path) -> str:
-    """Why ``out`` cannot take a new run ("" when it can): it holds a run, or other files."""
-    if (out / "state.json").exists() or (out / "recipe.json").exists():
-        return f"{out} already holds a run; continue it with: memgym evolve --resume {out}"
-    if out.exists() and not out.is_dir():
-        return f"--out {out} is a file, not a folder"
-    if out.is_dir():
-        from evolution.search.rundir import LOCK_NAME
-
-        others = sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME)
-        if others:
-            shown = ", ".join(others[:5]) + (f" (+{len(others) - 5} more)" if len(others) > 5 else "")
-            return (f"{out} holds files but no memgym evolve run ({shown}); a run would overwrite report.md, best.py, "
-                    "summary.json and others there: choose a new or empty folder")
-    return ""
-
-
-def _remove_new(out: Path, before: set[str], existed: bool) -> None:
-    """Remove what a failed fresh start created in ``out`` (recipe.json, sqlite files, seed.py, ...)."""
-    import shutil
-
-    if not out.is_dir():
-        return
-    for p in out.iterdir():
-        if p.name not in before:
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                p.unlink(missing_ok=True)
-    if not existed:
-        try:
-            out.rmdir()
-        except OSError:
-            pass
-
-
 def cmd_evolve(argv: list[str]) -> int:
     import sqlite3
 
     from evolution.execution.runner import ProgramRunError
-    from evolution.search.ablations import build_evolution
+    from evolution.search import api
     from evolution.search.config import EvolveConfig
-    from evolution.search.rundir import atomic_write_json, run_lock
     from evolution.search.stops import EndpointUnreachable
     from llm.base import LLMError
     from llm.recipes import parse_recipe
@@ -148,7 +111,7 @@ def cmd_evolve(argv: list[str]) -> int:
     rest = list(argv)
     if rest and rest[0] == "experiment":
         return cmd_experiment(rest[1:])
-    resume = cfg = None
+    resume = None
     if "--resume" in rest:
         i = rest.index("--resume")
         if i + 1 >= len(rest) or rest[i + 1].startswith("--"):
@@ -156,8 +119,6 @@ def cmd_evolve(argv: list[str]) -> int:
             return 2
         resume = rest[i + 1]
         del rest[i: i + 2]
-    before: set[str] | None = None  # a fresh start: the folder's entries before it
-    existed = False
     try:
         if resume is not None:
             display = {"--no_progress": False, "--progress": True}  # display only: the run state is unchanged
@@ -180,36 +141,17 @@ def cmd_evolve(argv: list[str]) -> int:
                 help_only=[("--resume", "DIR", "continue the run in DIR with the recipe stored there (no other "
                                                "arguments but --no_progress); a resumed run ends in the same "
                                                "state as an uninterrupted one")])
-            out = Path(cfg.out)
-            problem = _fresh_dir_problem(out)
-            if problem:
-                print(f"memgym evolve: {problem}", file=sys.stderr)
-                return 2
-            existed = out.is_dir()
-            before = {p.name for p in out.iterdir()} if existed else set()
-        with run_lock(cfg.out):
-            if before is not None:
-                if _fresh_dir_problem(Path(cfg.out)):  # another process started one meanwhile
-                    before = None
-                    raise FileExistsError(_fresh_dir_problem(Path(cfg.out)))
-                atomic_write_json(Path(cfg.out) / "recipe.json", dataclasses.asdict(cfg))
-            evo = build_evolution(cfg)
-            summary = evo.run(resume=resume is not None)
-    except BaseException as e:
-        if before is not None and cfg is not None and not (Path(cfg.out) / "state.json").exists():
-            _remove_new(Path(cfg.out), before, existed)  # nothing ran: leave nothing that would block the corrected command
-        if isinstance(e, (ValueError, FileNotFoundError, FileExistsError, sqlite3.Error)) or \
-                (isinstance(e, (LLMError, OSError)) and not isinstance(e, EndpointUnreachable)):
-            say_error("memgym evolve", e)
-            return 2
-        if isinstance(e, ProgramRunError):
-            say_error("memgym evolve", f"a program could not run: {e}")
-            return 1
-        if isinstance(e, EndpointUnreachable):
-            say_error("memgym evolve", e)
-            return 1
-        raise
-    _print(summary, cfg.out)
+        result = api.evolve(cfg, resume=resume is not None)
+    except (ValueError, FileNotFoundError, FileExistsError, sqlite3.Error, LLMError, OSError) as e:
+        say_error("memgym evolve", e)
+        return 2
+    except ProgramRunError as e:
+        say_error("memgym evolve", f"a program could not run: {e}")
+        return 1
+    except EndpointUnreachable as e:
+        say_error("memgym evolve", e)
+        return 1
+    _print(result.summary, cfg.out)
     return 0
 
 

@@ -21,7 +21,7 @@ from rewards.scoring.selection import BenchmarkFields, context_tokenizer_field
 
 ABLATIONS = ("none", "holistic", "round_robin", "random_cases", "no_integration")
 """DESIGN.md § "Capability-driven evolution" (ablations; PrisMem Table 4), see
-:mod:`evolution.search.ablations`."""
+:mod:`evolution.search.strategies`."""
 ROLE_BUDGETS = ("coder", "extract", "plan", "answer", "extractor", "judge")
 
 

@@ -1,5 +1,5 @@
 """Evaluation of programs for the evolution loop: a program on a split, a candidate's train +
-valid evaluation (``eval.json``), the proposer's diagnostics table, compact cases, the baselines.
+valid evaluation (its journal record), the proposer's diagnostics table, compact cases, the baselines.
 
 :class:`Evaluator` owns the two :class:`~evolution.execution.runner.ProgramRunner` s (with and
 without diagnostics) over one stage cache. The train evaluation of a candidate keeps its run
@@ -18,6 +18,7 @@ from evolution.execution.runner import ProgramRunError, ProgramRunner
 from evolution.search.archive import SplitScores
 from evolution.search.budget_cut import evidence_cut
 from evolution.search.cases import case_from_run, render_compact
+from evolution.search.journal import EvaluationRecord
 from evolution.search.ledger import Ledger, usage_from_eval
 from memory_bank.program import unit_text
 
@@ -80,30 +81,21 @@ class Evaluator:
         return evaluate_program(source, self.splits[split], runner, parent_source=parent_source,
                                 diagnostics=diagnostics)
 
-    def evaluate_candidate(self, run_dir, cid: str, source: str, parent_source: str | None,
-                           between=lambda: None) -> dict:
-        """Train (with diagnostics) then valid; stored as ``candidates/<cid>/eval.json``
-        (replayed on resume). ``between`` runs after the train evaluation (fault injection)."""
-        saved = run_dir.load_step(cid, "eval")
-        if saved is not None:
-            return saved
+    def evaluate_candidate(self, cid: str, round_no: int, source: str, parent_source: str | None) -> EvaluationRecord:
+        """Train (with diagnostics) then valid evaluation of candidate ``cid``, as its journal
+        record (the run directory's writer stores it as ``candidates/<cid>/eval.json``)."""
         usage = {}
         ev_tr, run_tr = self.evaluate(source, "train", parent_source=parent_source, diagnostics=True)
         self._keep(source, run_tr)
-        between()
         ev_va, _ = self.evaluate(source, "valid", parent_source=parent_source)
         for ev in (ev_tr, ev_va):
             for role, u in usage_from_eval(ev).items():
                 row = usage.setdefault(role, {"calls": 0, "prompt": 0, "completion": 0})
                 for k in row:
                     row[k] += u.get(k, 0)
-        out = {"train": split_scores(ev_tr).__dict__, "valid": split_scores(ev_va).__dict__,
-               "diagnostics": diag_table(ev_tr, evidence_cut(run_tr, self.runner_diag.context_budget)),
-               "usage": usage,
-               "stage_items": {"train": ev_tr.stage_items, "valid": ev_va.stage_items},
-               "reuse": ev_va.reuse}
-        run_dir.save_step(cid, "eval", out)
-        return out
+        return EvaluationRecord(cid, round_no, split_scores(ev_tr), split_scores(ev_va),
+                                diag_table(ev_tr, evidence_cut(run_tr, self.runner_diag.context_budget)), usage,
+                                {"train": ev_tr.stage_items, "valid": ev_va.stage_items}, ev_va.reuse)
 
     def _keep(self, source: str, run) -> None:
         self.train_runs[source] = run

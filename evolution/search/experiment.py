@@ -5,7 +5,7 @@ Source: issue 9 § 3; PrisMem Table 4 (ablations), Table 12 (routing baseline), 
 full,holistic,round_robin,random_cases,no_integration --seeds 3`` runs, for seeds
 ``recipe.seed + 0 .. n-1`` (outer loop) and each variant (inner loop), one evolution run
 with the same recipe, proposer and budget; the variant only sets the recipe's ``ablation``
-(``full`` = ``none``; see :mod:`evolution.search.ablations`).
+(``full`` = ``none``; see :mod:`evolution.search.strategies`).
 
 Layout of the experiment directory ``OUT`` (the recipe's ``out``)::
 
@@ -16,28 +16,25 @@ Layout of the experiment directory ``OUT`` (the recipe's ``out``)::
                                  same conversations are executed once in the whole experiment)
     OUT/experiment.json, experiment.md, boundary.png
 
-Resume: a run whose status is ``done`` (its summary.json written) is never started again; a
-run killed half-way continues with the loop's own resume; unstarted runs start. Metrics
-(:mod:`evolution.search.experiment_report`) are recomputed from the run directories.
-
-Fault injection for tests: ``MEMGYM_EXPERIMENT_FAULT=<variant>/seed<k>`` kills the process
-(SIGKILL) right after that run is recorded as done.
+Every run goes through :func:`evolution.search.api.evolve` with the experiment's runtime and
+a :class:`RunBook` callback that records the run as done in ``experiment_state.json`` when it
+ends. Resume: a run whose status is ``done`` (its summary.json written) is never started
+again; a run killed half-way continues with the engine's own resume; unstarted runs start.
+Metrics (:mod:`evolution.search.experiment_report`) are recomputed from the run directories.
 """
 from __future__ import annotations
 
 import dataclasses
-import os
-import signal
 import time
 from pathlib import Path
 
 from evolution.search.config import EvolveConfig
+from evolution.search.protocols import Callback
 from evolution.search.rundir import atomic_write_json, read_json
 
 VARIANTS = {"full": "none", "holistic": "holistic", "round_robin": "round_robin", "random_cases": "random_cases",
             "no_integration": "no_integration"}
 """Variant name → the recipe's ``ablation`` value."""
-FAULT_ENV = "MEMGYM_EXPERIMENT_FAULT"
 
 
 def parse_variants(text: str | list) -> list[str]:
@@ -67,17 +64,10 @@ class Experiment:
 
     @property
     def rt(self):
+        """The runtime every run shares (response cache in OUT unless the recipe names one)."""
         if self._rt is None:
-            from llm.runtime import Runtime
-            cfg = self.cfg
-            cache = cfg.cache or str(self.root / "responses.sqlite")
-            rt = Runtime.from_config(cache=cache, batch_size=cfg.batch_size, request_timeout_s=cfg.request_timeout_s,
-                                     request_retries=cfg.request_retries)
-            if self.cfg.embedder.startswith("hash:"):  # as Evolution does: model-free, tests only
-                from llm.embeddings import HashEmbedder
-                rt = Runtime(cache=rt.cache, embedder=HashEmbedder(int(self.cfg.embedder[5:])),
-                             batch_size=self.cfg.batch_size)
-            self._rt = rt
+            from evolution.search.api import build_runtime
+            self._rt = build_runtime(self.cfg, self.root)
         return self._rt
 
     @classmethod
@@ -114,7 +104,7 @@ class Experiment:
         ``resume`` is False."""
         from tqdm.auto import tqdm
 
-        from evolution.search.ablations import build_evolution
+        from evolution.search import api
         from evolution.search.experiment_report import write_experiment
 
         spec_path = self.root / "experiment_recipe.json"
@@ -136,23 +126,27 @@ class Experiment:
                 if row["status"] == "done" and (self.run_dir(variant, seed) / "summary.json").exists():
                     bar.update(1)
                     continue
-                rcfg = self.run_config(variant, seed)
                 rdir = self.run_dir(variant, seed)
-                rdir.mkdir(parents=True, exist_ok=True)
-                if not (rdir / "recipe.json").exists():
-                    atomic_write_json(rdir / "recipe.json", dataclasses.asdict(rcfg))
                 row["status"], row["starts"] = "running", row["starts"] + 1
                 self._save_state(st)
-                t = time.time()
-                evo = build_evolution(rcfg, rt=self.rt)
-                evo.run(resume=(rdir / "state.json").exists())
-                row["status"], row["wall_s"] = "done", row["wall_s"] + time.time() - t
-                self._save_state(st)
-                if os.environ.get(FAULT_ENV, "") == name:
-                    os.kill(os.getpid(), signal.SIGKILL)
+                api.evolve(self.run_config(variant, seed), rt=self.rt, resume=(rdir / "recipe.json").exists(),
+                           callbacks=[RunBook(self, st, name, time.time())])
                 bar.update(1)
         finally:
             bar.close()
         st["wall_s"] = st.get("wall_s", 0.0) + time.time() - t0
         self._save_state(st)
         return write_experiment(self)
+
+
+class RunBook(Callback):
+    """Records run ``name`` of ``experiment`` as done (with its wall time since ``t0``) in
+    ``experiment_state.json`` (``st``) when the run ends, after its reports are written."""
+
+    def __init__(self, experiment: Experiment, st: dict, name: str, t0: float):
+        self.experiment, self.st, self.name, self.t0 = experiment, st, name, t0
+
+    def on_run_end(self, state, result) -> None:
+        row = self.st["runs"][self.name]
+        row["status"], row["wall_s"] = "done", row["wall_s"] + time.time() - self.t0
+        self.experiment._save_state(self.st)

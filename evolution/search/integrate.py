@@ -49,16 +49,17 @@ from __future__ import annotations
 import difflib
 import random
 from dataclasses import dataclass
-from typing import Callable
 
 from evolution.search.archive import CAPABILITIES, Candidate, program_key
 from evolution.search.condition import CONDITION_RULES, QuestionReader, condition_merge, condition_plan
 from evolution.search.integration_rules import (DEFAULT_DELTA, blame, blame_elements, common_ancestor,
                                                 integration_verdict, paired_case, paired_cases, worst_drop)
+from evolution.search.journal import HistoryRow
 from evolution.search.merge import Contender, MergeError, component_merge, element_key
 from evolution.search.proposers.base import ProposalInput, ProposalResult
+from evolution.search.protocols import RoundSteps
 
-__all__ = ["DEFAULT_DELTA", "MergeProposer", "OFFLINE_PROPOSERS", "RoundSteps", "TraceGuidedIntegrator", "blame",
+__all__ = ["DEFAULT_DELTA", "MergeProposer", "OFFLINE_PROPOSERS", "TraceGuidedIntegrator", "blame",
            "blame_elements", "common_ancestor", "integration_verdict", "paired_case", "paired_cases", "unified_diff"]
 
 OFFLINE_PROPOSERS = ("params",)
@@ -92,19 +93,6 @@ def unified_diff(a: str, b: str, name_a: str, name_b: str, max_chars: int = 6000
 
 
 # ------------------------------------------------------------------ the integrator
-
-
-@dataclass(frozen=True)
-class RoundSteps:
-    """What the engine lends an integrator for one round (the integrator never sees the
-    engine): ``attempt(round_no, stage, parent, target, inp, cid, proposer=None) -> Candidate``
-    (propose → check → validate → evaluate, :meth:`evolution.search.loop.Evolution.attempt`),
-    ``case_texts(source, task_ids) -> [str]`` (compact train cases,
-    :meth:`evolution.search.evaluator.Evaluator.case_texts`) and the run proposer's name."""
-
-    attempt: Callable
-    case_texts: Callable
-    proposer_name: str
 
 
 class TraceGuidedIntegrator:
@@ -179,10 +167,9 @@ class TraceGuidedIntegrator:
     def run_round(self, state, steps: RoundSteps, round_no: int, rng: random.Random) -> None:
         arch = state.archive
         base = self.anchor(state)
-        row = {"round": round_no, "stage": "integrate", "target": None, "parent": base.id, "anchor": base.id,
-               "candidate": "-",
-               "status": "-", "verdict": "-", "valid": None, "integrated": False, "merged_from": [], "paired": {},
-               "conflicts": [], "kind": "-"}
+        row = HistoryRow(round=round_no, stage="integrate", target=None, parent=base.id, anchor=base.id, candidate="-",
+                         status="-", verdict="-", valid=None, integrated=False, merged_from=[], paired={}, conflicts=[],
+                         kind="-")
         onto_merge = any(h.get("integrated") for h in self.rows(state))
         specs = self.specialists(state)
         if not specs:
@@ -221,7 +208,7 @@ class TraceGuidedIntegrator:
 
     def _log(self, state, row: dict, proposal: str, accepted: str) -> None:
         row.update({"proposal": proposal, "accepted": accepted, "tokens": state.ledger.round_tokens(row["round"])})
-        state.history.append(row)
+        state.log_integration(row)
 
     def _cid(self, round_no: int) -> str:
         return f"r{round_no:02d}"
@@ -357,6 +344,7 @@ class TraceGuidedIntegrator:
             state.record_round(row["round"], "integrate", None, state.archive.get(row["parent"]), cand, accepted)
             extra = {k: v for k, v in row.items() if k not in state.history[-1] or k in ("kind", "integrated")}
             state.history[-1].update(extra)
+            state.log_integration(state.history[-1])
             return
         self._log(state, row, row.get("proposal", ""), accepted or f"no: {reason}")
 
@@ -398,7 +386,7 @@ class TraceGuidedIntegrator:
                        and not h.get("integrated")), None)
         parent = arch.get(failed["candidate"]) if failed else base
         text, cases, ids = self.material(state, steps, specs, caps_of, paired, failed)
-        diag = (state.dir.load_step(parent.id, "eval") or {}).get("diagnostics", {})
+        diag = state.diagnostics.get(parent.id, {})
         ancestors, failed_attempts = state.lineage(parent, None, "integrate")
         inp = ProposalInput(state.source_of(parent.id), parent.id, "integrate", None, diag, cases, ids, ancestors,
                             failed_attempts, frozenset(arch.keys()),

@@ -316,14 +316,13 @@ def plot_capabilities(state, path) -> None:
     plt.close(fig)
 
 
-def write_reports(state, fin: dict) -> dict:
-    """Write summary.json, report.md and capabilities.png; return the summary."""
-    summary = build_summary(state, fin)
+def write_reports(state, summary: dict) -> None:
+    """Write ``summary`` (:func:`build_summary`) as summary.json, report.md, capabilities.png
+    and boundary.png."""
     atomic_write_json(state.dir.root / "summary.json", summary)
     atomic_write_text(state.dir.root / "report.md", render_report(state, summary))
     plot_capabilities(state, state.dir.root / "capabilities.png")
     plot_boundary(summary, state.dir.root / "boundary.png")
-    return summary
 
 
 def integration_section(history: list[dict]) -> str:

@@ -5,10 +5,12 @@ Layout (DESIGN.md § "Run state")::
     DIR/recipe.json          the recipe as run (``--resume`` reads it)
     DIR/seed.py              the starting program
     DIR/state.json           archive, RNG state, ledger, history, next round (after every round)
-    DIR/candidates/<id>/     program.py, proposal.json (prompt/response transcript, edits,
-                             outcome, RNG state after it), validation.json, eval.json
-                             (train/valid scores, diagnostics, usage), revise.json,
+    DIR/candidates/<id>/     program.py and one file per journal record
+                             (:mod:`evolution.search.journal`): proposal.json (prompt/response
+                             transcript, edits, outcome, RNG state after it), validation.json,
+                             eval.json (train/valid scores, diagnostics, usage), revise.json,
                              outcome.json (status, reason, what it became)
+    DIR/final.json           the test runs of the final step
     DIR/stages.sqlite        stage-output cache;  DIR/responses.sqlite  LLM response cache
     DIR/report.md, capabilities.png, summary.json, best.py
 
@@ -199,16 +201,6 @@ class RunDir:
 
     def cand(self, cid: str) -> Path:
         return self.root / "candidates" / cid
-
-    def step(self, cid: str, name: str) -> Path:
-        """``candidates/<cid>/<name>.json``."""
-        return self.cand(cid) / f"{name}.json"
-
-    def load_step(self, cid: str, name: str):
-        return read_json(self.step(cid, name))
-
-    def save_step(self, cid: str, name: str, value) -> None:
-        atomic_write_json(self.step(cid, name), value)
 
     @property
     def state(self) -> Path:

@@ -1,9 +1,10 @@
 """Selection policies of the loop: which capability to target, which parent to refine, which
 train tasks to show as cases. Each policy is a small object with one method, so ablations
 (``round_robin`` targets, ``random_cases``, ``holistic`` parents/cases/acceptance) are
-alternative objects passed to :class:`evolution.search.loop.Evolution`. The protocols:
-:class:`TargetPolicy` (may return None: no target), :class:`ParentPolicy`,
-:class:`CasePolicy`, :class:`AcceptancePolicy`.
+alternative objects bundled in a :class:`evolution.search.protocols.Strategy`
+(:mod:`evolution.search.strategies`). The protocols (:mod:`evolution.search.protocols`):
+``TargetPolicy`` (may return None: no target), ``ParentPolicy``, ``CasePolicy``,
+``AcceptancePolicy``.
 
 Source: DESIGN.md § "Capability-driven evolution", step 2 (PrisMem Algorithm 1):
 
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Protocol
 
 from evolution.search.archive import CAPABILITIES, Archive, Candidate
 
@@ -72,40 +72,6 @@ def target_scores(archive: Archive, valid_tasks: list[TaskInfo]) -> dict[str, fl
         push = max([pressure(c, o, valid_tasks, base_scores) for o in present if o != c], default=0.0)
         out[c] = ((1.0 - s_c) + push) / (1 + archive.selections.get(c, 0))
     return out
-
-
-class TargetPolicy(Protocol):
-    """Chooses the capability a refinement round aims at."""
-
-    name: str
-
-    def choose(self, archive: Archive, valid_tasks: list[TaskInfo], round_no: int, rng: random.Random) -> str: ...
-
-
-class ParentPolicy(Protocol):
-    """Chooses the program a round refines."""
-
-    name: str
-
-    def choose(self, archive: Archive, target: str | None) -> Candidate: ...
-
-
-class CasePolicy(Protocol):
-    """Chooses the train task ids shown as compact cases (at most ``k``)."""
-
-    name: str
-
-    def choose(self, archive: Archive, parent: Candidate, target: str | None, train_tasks: list[TaskInfo], k: int,
-               rng: random.Random) -> list[str]: ...
-
-
-class AcceptancePolicy(Protocol):
-    """Decides what an evaluated child becomes; returns "" (nothing) or its new roles, and
-    updates the archive (base, specialists, ``roles``)."""
-
-    name: str
-
-    def accept(self, archive: Archive, cand: Candidate, stage: str, parent: Candidate) -> str: ...
 
 
 class CapabilityAcceptance:

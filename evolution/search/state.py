@@ -1,12 +1,16 @@
 """The state of one evolution run (the GEPA ``GEPAState`` split: the engine in
-:mod:`evolution.search.loop` changes it, the integrator and the reporter read and book on it).
+:mod:`evolution.search.engine` changes it, the integrator and the reporter read and book on it).
 
 :class:`EvolutionState` holds what ``--resume`` must restore and what the reports read: the
 recipe (``cfg``), the run directory (``dir``), the loaded splits and their tasks, the
 :class:`~evolution.search.archive.Archive`, the :class:`~evolution.search.ledger.Ledger`, the
-history rows, the RNG, the next round, the wall time spent and why the run stopped.
-:meth:`EvolutionState.save` writes ``state.json`` atomically; :meth:`EvolutionState.load`
-restores it (a damaged file or another recipe: :class:`~evolution.search.rundir.RunStateError`).
+history rows, the RNG, the next round, the wall time spent and why the run stopped; in memory
+also every archived program's source (``sources``), every evaluated program's diagnostics
+table (``diagnostics``) and this process's journal records (``journal``), sent to the
+``callbacks`` by :meth:`EvolutionState.emit`.
+:meth:`EvolutionState.save` writes ``state.json`` atomically (the run directory's writer calls
+it); :meth:`EvolutionState.load` restores it and replays the journal's sources and diagnostics
+(a damaged file or another recipe: :class:`~evolution.search.rundir.RunStateError`).
 """
 from __future__ import annotations
 
@@ -15,21 +19,12 @@ import time
 
 from evolution.search.archive import Archive, Candidate
 from evolution.search.config import EvolveConfig
+from evolution.search.journal import HistoryRow, IntegrationAttempt, OutcomeRecord, load_record, rng_from_json, rng_to_json
 from evolution.search.ledger import Ledger
 from evolution.search.proposers.base import LineageEntry
 from evolution.search.rundir import (RunDir, RunStateError, atomic_write_json, check_recipe, check_state, read_json,
                                      recipe_fields)
 from evolution.search.select import TaskInfo, freeze_choice
-
-
-def rng_to_json(state) -> list:
-    """``random.Random.getstate()`` as JSON (a list)."""
-    return [state[0], list(state[1]), state[2]]
-
-
-def rng_from_json(v) -> tuple:
-    """The inverse of :func:`rng_to_json`."""
-    return (v[0], tuple(v[1]), v[2])
 
 
 def load_splits(cfg: EvolveConfig) -> dict:
@@ -56,8 +51,9 @@ def load_splits(cfg: EvolveConfig) -> dict:
 class EvolutionState:
     """Archive, ledger, history, RNG and run directory of one run in ``cfg.out``."""
 
-    def __init__(self, cfg: EvolveConfig):
+    def __init__(self, cfg: EvolveConfig, callbacks=()):
         self.cfg = cfg
+        self.callbacks = list(callbacks)
         self.dir = RunDir(cfg.out)
         self.dir.root.mkdir(parents=True, exist_ok=True)
         self.splits = load_splits(cfg)
@@ -67,27 +63,47 @@ class EvolutionState:
         self.tasks = {t.id: t for t in infos}
         self.archive = Archive()
         self.ledger = Ledger(budgets=cfg.budgets())
-        self.history: list[dict] = []
+        self.history: list[HistoryRow] = []
         self.rng = random.Random(cfg.seed)
         self.next_round = 1
         self.elapsed_s = 0.0
         self.stopped: str | None = None
+        self.sources: dict[str, str] = {}
+        self.diagnostics: dict[str, dict] = {}
+        self.journal: list = []
         self._t0 = time.time()
+
+    def emit(self, record) -> None:
+        """Append a journal record and send it to every callback's ``on_record``."""
+        self.journal.append(record)
+        self.notify("on_record", record)
+
+    def notify(self, event: str, *args) -> None:
+        """Call ``event(self, *args)`` on every callback that has it, in order."""
+        for cb in self.callbacks:
+            fn = getattr(cb, event, None)
+            if fn is not None:
+                fn(self, *args)
 
     def split_tasks(self, split: str) -> list[TaskInfo]:
         return [t for t in self.tasks.values() if t.split == split]
 
     def source_of(self, cid: str) -> str:
-        """The program text of archived candidate ``cid``."""
-        return (self.dir.root / self.archive.get(cid).program).read_text(encoding="utf-8")
+        """The program text of archived candidate ``cid`` (KeyError when it has none)."""
+        self.archive.get(cid)
+        return self.sources[cid]
 
     # ------------------------------------------------------------------ state.json
 
-    def save(self) -> None:
-        """Write ``state.json`` atomically."""
+    def tick(self) -> None:
+        """Bring the wall time spent (``elapsed_s``) up to date."""
         now = time.time()
         self.elapsed_s += now - self._t0
         self._t0 = now
+
+    def save(self) -> None:
+        """Write ``state.json`` atomically (the wall time spent is brought up to date)."""
+        self.tick()
         atomic_write_json(self.dir.state, {
             "archive": self.archive.to_json(), "ledger": self.ledger.to_json(), "history": self.history,
             "rng": rng_to_json(self.rng.getstate()), "next_round": self.next_round, "elapsed_s": self.elapsed_s,
@@ -111,8 +127,25 @@ class EvolutionState:
         self.next_round = st["next_round"]
         self.elapsed_s = st["elapsed_s"]
         self.stopped = st.get("stopped")
+        self._replay_journal()
         self._t0 = time.time()
         return True
+
+    def _replay_journal(self) -> None:
+        """The sources (``program.py``) and diagnostics (``eval`` records) of the restored
+        archive's candidates."""
+        for c in self.archive.candidates.values():
+            if c.program:
+                path = self.dir.root / c.program
+                try:
+                    self.sources[c.id] = path.read_text(encoding="utf-8")
+                except OSError as e:
+                    raise RunStateError(f"{path}: the program of archived candidate {c.id} cannot be read: "
+                                        f"{e.strerror}") from None
+            if c.status == "evaluated":
+                ev = load_record(self.dir.root, c.id, "eval")
+                if ev is not None:
+                    self.diagnostics[c.id] = ev.diagnostics
 
     # ------------------------------------------------------------------ reading the archive
 
@@ -158,17 +191,22 @@ class EvolutionState:
                                           else "no capability's valid score improved")
         if not accepted:
             self.archive.attempts.setdefault(target or stage, []).append(cand.id)
-        atomic_write_json(self.dir.step(cand.id, "outcome"), {
-            "status": cand.status, "reason": cand.reason, "accepted": accepted, "roles": cand.roles,
-            "valid": cand.valid.scores() if cand.valid else None, "train": cand.train.scores() if cand.train else None})
-        self.history.append({"round": round_no, "stage": stage, "target": target, "parent": parent.id,
-                             "candidate": cand.id, "proposal": cand.description, "status": cand.status,
-                             "verdict": "ok" if cand.validation and cand.validation["ok"] else
-                             (f"level {cand.validation['level']}" if cand.validation else "-"),
-                             "accepted": accepted or f"no: {cand.reason}",
-                             "valid": cand.valid.scores() if cand.valid else None,
-                             "specialists": {c: self.archive.specialist(c).valid.by_capability.get(c)
-                                             for c in self.archive.specialists},
-                             "base": self.archive.base,
-                             "base_overall": self.archive.get(self.archive.base).valid.overall,
-                             "tokens": self.ledger.round_tokens(round_no)})
+        self.emit(OutcomeRecord(cand.id, round_no, cand.status, cand.reason, accepted, list(cand.roles),
+                                cand.valid.scores() if cand.valid else None,
+                                cand.train.scores() if cand.train else None))
+        self.history.append(HistoryRow(
+            round=round_no, stage=stage, target=target, parent=parent.id, candidate=cand.id,
+            proposal=cand.description, status=cand.status,
+            verdict="ok" if cand.validation and cand.validation["ok"] else
+            (f"level {cand.validation['level']}" if cand.validation else "-"),
+            accepted=accepted or f"no: {cand.reason}", valid=cand.valid.scores() if cand.valid else None,
+            specialists={c: self.archive.specialist(c).valid.by_capability.get(c) for c in self.archive.specialists},
+            base=self.archive.base, base_overall=self.archive.get(self.archive.base).valid.overall,
+            tokens=self.ledger.round_tokens(round_no)))
+
+    def log_integration(self, row: HistoryRow) -> None:
+        """Book an integration attempt's history row (appended unless it is already the last
+        row) and emit it as an :class:`IntegrationAttempt`."""
+        if not self.history or self.history[-1] is not row:
+            self.history.append(row)
+        self.emit(IntegrationAttempt(row["round"], dict(row)))

@@ -88,7 +88,7 @@ def bench_round(*, train=("conv-26",), valid=("conv-30",), max_questions: int | 
     scripted coder with a retrieval-only edit) on a parent = seed + ``dense_ranking``, with
     and without the parent's stage outputs. Returns rows and reuse/full ratios."""
     from evolution.search.config import EvolveConfig
-    from evolution.search.loop import Evolution
+    from evolution.search.api import build_engine
     from evolution.search.proposers.library import variant
     from evolution.search.proposers.params import ParamsProposer
     from evolution.search.proposers.scripted import ScriptedProposer
@@ -114,18 +114,18 @@ def bench_round(*, train=("conv-26",), valid=("conv-30",), max_questions: int | 
                 cfg = EvolveConfig(train=list(train), valid=list(valid), max_questions=max_questions, extractor="turns",
                                    plan_mode=plan_mode, scorer="answer-recall", rounds_cold=1, rounds_refine=0,
                                    rounds_integrate=0, seed_program=str(parent), progress=progress, out=str(d))
-                evo = Evolution(cfg, rt=rt, proposer=make())
+                evo = build_engine(cfg, rt=rt, proposer=make())
                 evo.start()  # the parent, evaluated: warms the stage cache
                 evo.state.save()
                 if mode == "full":  # same archive, empty stage and embedding caches
-                    evo.cache.close()
+                    evo.evaluator.cache.close()
                     (d / "stages.sqlite").unlink()
                     for extra in ("stages.sqlite-wal", "stages.sqlite-shm"):
                         if (d / extra).exists():
                             (d / extra).unlink()
                     emb.cache = EmbeddingCache()
                     rt = Runtime(cache=None, embedder=emb)
-                    evo = Evolution(cfg, rt=rt, proposer=make())
+                    evo = build_engine(cfg, rt=rt, proposer=make())
                     evo.state.load()
                 e0, c0 = emb.calls, rt.calls_snapshot()
                 t = time.perf_counter()
@@ -133,7 +133,7 @@ def bench_round(*, train=("conv-26",), valid=("conv-30",), max_questions: int | 
                 wall = time.perf_counter() - t
                 cand = evo.state.archive.get("r01")
                 calls = rt.calls_since(c0)["calls"]
-                items = evo.state.dir.load_step("r01", "eval")["stage_items"] if cand.status == "evaluated" else {}
+                items = next((r.stage_items for r in evo.state.journal if r.kind == "evaluation"), {})
                 rows[mode] = {"wall_s": round(wall, 3), "embed_calls": emb.calls - e0,
                               "task_calls": calls.get("task", 0), "coder_calls": evo.state.ledger.totals().get(
                                   "coder", {}).get("calls", 0), "status": cand.status, "changed": cand.changed,

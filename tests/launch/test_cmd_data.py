@@ -80,3 +80,26 @@ def test_data_stats_on_the_s_subset_with_its_splits(capsys):
     assert main(["data", "stats", "--dataset", "longmemeval", "--path", str(lme / "longmemeval_s_subset.json"),
                  "--splits-path", str(lme / "s_splits.json"), "--split", "valid"]) == 0
     assert json.loads(capsys.readouterr().out)["questions"] == 47
+
+
+def test_check_loads_every_shipped_item_with_its_counts(capsys):
+    assert main(["data", "check"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("data root: ")
+    by_name = {ln[5:31].strip(): ln[31:].strip() for ln in lines[1:]}
+    assert all(ln.startswith("ok ") for ln in lines[1:]) and len(by_name) == 11
+    assert by_name["locomo"] == "10 conversations, 272 sessions, 1986 questions"
+    assert by_name["longmemeval (S)"] == "199 conversations, 9452 sessions, 199 questions"
+    assert by_name["beam"] == "26 conversations, 156 sessions, 520 questions"
+    assert by_name["expert conv-26"].startswith("19 sessions replay to 90 episodic, 63 semantic, 3 procedural")
+
+
+def test_check_names_what_is_missing(tmp_path, monkeypatch, capsys):
+    (tmp_path / "expert").mkdir()
+    (tmp_path / "expert" / "conv-26.jsonl").write_text("{not json\n")
+    monkeypatch.setenv("MEMGYM_DATA", str(tmp_path))
+    assert main(["data", "check"]) == 1
+    out, err = capsys.readouterr()
+    bad = [ln for ln in out.splitlines() if ln.startswith("BAD")]
+    assert len(bad) == 11 and "conv-26.jsonl" in out and str(tmp_path) in out
+    assert err.startswith("memgym data check: 11 of 11 items missing or wrong: locomo, ")

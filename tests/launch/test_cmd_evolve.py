@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from evolution.search.config import EvolveConfig
-from evolution.search.loop import Evolution
+from evolution.search.api import build_runtime
 from launch.cli import main, main as memgym
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,9 +129,9 @@ def test_f5_the_hash_embedder_runtime_keeps_the_request_settings(tmp_path):
     cfg = EvolveConfig(train=["conv-26"], valid=["conv-30"], test=[], n_sessions=1, extractor="turns",
                        plan_mode="question", scorer="answer-recall", embedder="hash:64", request_retries=1,
                        request_timeout_s=7.0, progress=False, out=str(tmp_path / "run"))
-    evo = Evolution(cfg)
-    assert evo.rt.request_options == {"timeout_s": 7.0, "max_retries": 1}
-    assert type(evo.rt.embedder).__name__ == "HashEmbedder" and evo.rt.embedder.dim == 64
+    rt = build_runtime(cfg, tmp_path / "run")
+    assert rt.request_options == {"timeout_s": 7.0, "max_retries": 1}
+    assert type(rt.embedder).__name__ == "HashEmbedder" and rt.embedder.dim == 64
 
 
 def test_f6_an_unreachable_coder_stops_the_run_non_zero_naming_the_url(tmp_path, capsys):

@@ -89,7 +89,7 @@ def test_baselines_retrieve_and_score_the_hand_count():
 def test_a_baseline_that_cannot_run_is_reported_not_fatal(tmp_path, monkeypatch):
     import memory_bank.programs as programs
     from evolution.search.config import EvolveConfig
-    from evolution.search.loop import Evolution
+    from evolution.search.api import evolve
 
     broken = tmp_path / "broken.py"
     broken.write_text("def (\n")
@@ -98,7 +98,7 @@ def test_a_baseline_that_cannot_run_is_reported_not_fatal(tmp_path, monkeypatch)
     cfg = EvolveConfig(train=["conv-26"], valid=["conv-30"], n_sessions=1, max_questions=3, extractor="turns",
                        plan_mode="question", scorer="answer-recall", rounds_cold=0, rounds_refine=0, rounds_integrate=0,
                        baselines=["full_history", "bm25"], embedder="hash:64", progress=False, out=str(tmp_path / "run"))
-    s = Evolution(cfg).run()
+    s = evolve(cfg).summary
     assert s["baselines"]["full_history"]["valid"] == s["seed"]["valid"]
     assert s["baselines"]["bm25"]["valid"] is None and "syntax error" in s["baselines"]["bm25"]["error"]
     line = next(x for x in (tmp_path / "run" / "report.md").read_text().splitlines() if "could not run" in x)

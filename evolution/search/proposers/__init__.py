@@ -1,10 +1,10 @@
 """Proposers: small interchangeable objects with one protocol
-(:class:`evolution.search.proposers.base.Proposer`): ``params`` (offline, library of component
+(:class:`evolution.search.protocols.Proposer`): ``params`` (offline, library of component
 variants + constant mutations), ``coder`` (an LLM writing SEARCH/REPLACE edits), ``scripted``
 (fixed answers through the coder's path, for tests)."""
 from __future__ import annotations
 
-from evolution.search.proposers.base import LineageEntry, ProposalInput, ProposalResult, Proposer  # noqa: F401
+from evolution.search.proposers.base import LineageEntry, ProposalInput, ProposalResult  # noqa: F401
 
 
 def make_proposer(cfg, rt):

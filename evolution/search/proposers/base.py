@@ -4,7 +4,8 @@ Source: DESIGN.md § "Capability-driven evolution" (proposers): every proposer s
 input (program, target, diagnostics, compact cases, lineage: ancestors with their score changes
 and the failed attempts for this target) and answers with edits. The loop owns everything
 else (duplicate/no-op checks, validation, evaluation, acceptance), so a new proposer only
-implements :meth:`Proposer.propose` (and optionally :meth:`Proposer.revise`).
+implements ``propose`` (and optionally ``revise``) of
+:class:`evolution.search.protocols.Proposer`.
 
 A proposer never raises for bad model output: it returns a :class:`ProposalResult` with
 ``ok=False`` and the reason. It may raise only for its own misconfiguration (e.g. an
@@ -12,9 +13,7 @@ unloadable backend spec).
 """
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from evolution.search.edits import Edit
 
@@ -100,22 +99,3 @@ class ProposalResult:
         return cls(d["ok"], d.get("source"), [Edit.from_dict(e) for e in d["edits"]], d["whole_file"],
                    d["description"], d["reason"], d["transcript"], d["turns"], d.get("prompt_tokens", 0),
                    d.get("completion_tokens", 0))
-
-
-class Proposer(Protocol):
-    """Proposes a child program from a :class:`ProposalInput`.
-
-    ``propose(inp, rng)``: one proposal; ``rng`` is the run's seeded generator (the only
-    source of randomness allowed, so runs replay exactly). ``revise(inp, result, verdict,
-    rng)``: called once when the child failed a validation level, with the verdict text;
-    returns a new result or None (no second try). ``needs_cases``: False lets the loop skip
-    rendering compact cases the proposer never reads (default True when absent).
-    """
-
-    name: str
-    needs_cases: bool
-
-    def propose(self, inp: ProposalInput, rng: random.Random) -> ProposalResult: ...
-
-    def revise(self, inp: ProposalInput, result: ProposalResult, verdict: str,
-               rng: random.Random) -> ProposalResult | None: ...

@@ -241,7 +241,7 @@ class ParamsProposer:
 
     def exhausted(self, inp: ProposalInput) -> bool:
         """True when no library variant or constant mutation gives a new program for ``inp``
-        (the loop then refines a fallback parent, :meth:`Evolution.fallback_parent`)."""
+        (the loop then refines a fallback parent, :meth:`evolution.search.engine.Engine.fallback_parent`)."""
         lib, mut = self.options(inp)
         return not lib and not mut
 

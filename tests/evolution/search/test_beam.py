@@ -16,7 +16,7 @@ import pytest
 
 from evolution.search.archive import Archive, Candidate, SplitScores
 from evolution.search.config import EvolveConfig
-from evolution.search.loop import FAULT_ENV, Evolution
+from evolution.search.api import build_engine
 from evolution.search.select import freeze_choice
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -82,9 +82,10 @@ def test_beam_evolution_ranking_wins_on_valid_and_resume_after_kill9_matches(tmp
     assert (ref / "boundary.png").stat().st_size > 5_000 and "## Performance boundary" in report
 
     # kill -9 during round 3's evaluation, then resume: the same archive
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", FAULT_ENV: "evaluation:3"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     run = tmp_path / "killed"
-    proc = subprocess.run([sys.executable, "-m", "launch.cli", "evolve", "--config", str(recipe), "--out", str(run)],
+    proc = subprocess.run([sys.executable, "-m", "tests.faults", "evaluation:3", "evolve", "--config", str(recipe),
+                           "--out", str(run)],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == -9, proc.stderr[-2000:]
     assert json.loads((run / "state.json").read_text())["next_round"] == 3 and not (run / "summary.json").exists()
@@ -110,7 +111,7 @@ def test_longmemeval_test_split_from_another_file(tmp_path):
     cfg = EvolveConfig(dataset="longmemeval", train=splits["train"][:1], valid=splits["valid"][:1], test=[tid],
                        test_path=str(tmp_path / "m.json"), embedder="hash:64", extractor="turns",
                        plan_mode="question", out=str(tmp_path / "run"), progress=False)
-    evo = Evolution(cfg)
+    evo = build_engine(cfg)
     (test_conv,) = evo.state.splits["test"]
     assert test_conv.id == tid and len(test_conv.sessions) == 2 * len(recs[tid]["haystack_sessions"])
     assert len(evo.state.splits["train"][0].sessions) == len(recs[splits["train"][0]]["haystack_sessions"])

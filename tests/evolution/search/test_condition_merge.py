@@ -126,6 +126,10 @@ class _State:
     def split_tasks(self, split):
         return [TaskInfo(f"c/{i}", "train", c) for i, (_, c) in enumerate(TRAIN_Q)]
 
+    def log_integration(self, row):
+        if not self.history or self.history[-1] is not row:
+            self.history.append(row)
+
     def record_round(self, round_no, stage, target, parent, cand, accepted):
         self.archive.add(cand)
         self.history.append({"round": round_no, "stage": stage, "parent": parent.id, "candidate": cand.id,

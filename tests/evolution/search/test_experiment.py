@@ -18,7 +18,6 @@ import pytest
 
 from evolution.search.archive import Archive
 from evolution.search.config import EvolveConfig
-from evolution.search.experiment import FAULT_ENV
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -41,8 +40,9 @@ def test_experiment_resumes_after_kill9_without_rerunning_finished_runs(tmp_path
     from launch.cli import main as memgym
 
     recipe, out = _recipe(tmp_path), tmp_path / "exp"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", FAULT_ENV: "full/seed0"}
-    proc = subprocess.run([sys.executable, "-m", "launch.cli", "evolve", "experiment", "--recipe", str(recipe),
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "tests.faults", "run_end:full/seed0", "evolve", "experiment",
+                           "--recipe", str(recipe),
                            "--variants", "full,holistic,no_integration", "--seeds", "1"], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == -9, proc.stderr[-2000:]
@@ -132,7 +132,7 @@ def test_trained_extractor_run_completes_with_integration_and_extracts_once_per_
     takes NOTE_A from one specialist and NOTE_B from the other (``onto: base``: both merged onto
     the seed; ``onto: best``: r02's NOTE_B merged onto r01, the best single program). This
     checks the plumbing of the end-to-end path, not the method's quality."""
-    from evolution.search.ablations import build_evolution
+    from evolution.search.api import evolve
 
     seed = tmp_path / "seed.py"
     seed.write_text(PROGRAM)
@@ -146,7 +146,7 @@ def test_trained_extractor_run_completes_with_integration_and_extracts_once_per_
                        rounds_cold=0, rounds_refine=2, rounds_integrate=2, cache="none", probe_units=200,
                        probe_batches=10, embedder="hash:256", progress=False, out=str(tmp_path / "run"),
                        integrate_onto=onto)
-    s = build_evolution(cfg).run()
+    s = evolve(cfg).summary
     st = _state(tmp_path / "run")
     arch = Archive.from_json(st["archive"])
     assert [h["target"] for h in st["history"][1:3]] == ["F", "T"]
@@ -172,7 +172,7 @@ def test_coder_integration_gets_diffs_and_paired_traces_and_a_failed_merge_goes_
     """Scripted coder, offline first try off: integration round 1 answers with a change that
     does not beat the base (rejected); round 2 gets that failed merge as its parent with its
     verdict and traces, and merges both specialists' notes (accepted)."""
-    from evolution.search.ablations import build_evolution
+    from evolution.search.api import evolve
 
     seed = tmp_path / "seed.py"
     seed.write_text(PROGRAM)
@@ -189,7 +189,7 @@ def test_coder_integration_gets_diffs_and_paired_traces_and_a_failed_merge_goes_
                        seed_program=str(seed), rounds_cold=0, rounds_refine=2, rounds_integrate=2,
                        integrate_offline_first=False, integrate_onto="base", probe_units=200, probe_batches=10, embedder="hash:256",
                        progress=False, out=str(tmp_path / "run"))
-    s = build_evolution(cfg).run()
+    s = evolve(cfg).summary
     run = tmp_path / "run"
     hist = _state(run)["history"]
     r3, r4 = hist[3], hist[4]
@@ -210,7 +210,6 @@ def test_coder_integration_gets_diffs_and_paired_traces_and_a_failed_merge_goes_
 
 
 def test_kill9_during_the_integration_evaluation_then_resume_matches(tmp_path):
-    from evolution.search.loop import FAULT_ENV as EVOLVE_FAULT
     from launch.cli import main as memgym
 
     (tmp_path / "seed.py").write_text(PROGRAM)
@@ -226,8 +225,9 @@ def test_kill9_during_the_integration_evaluation_then_resume_matches(tmp_path):
         "progress: false"]) + "\n")
     ref, run = tmp_path / "ref", tmp_path / "killed"
     assert memgym(["evolve", "--recipe", str(recipe), "--out", str(ref)]) == 0
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", EVOLVE_FAULT: "evaluation:3"}
-    proc = subprocess.run([sys.executable, "-m", "launch.cli", "evolve", "--recipe", str(recipe), "--out", str(run)],
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "tests.faults", "evaluation:3", "evolve", "--recipe", str(recipe),
+                           "--out", str(run)],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == -9, proc.stderr[-2000:]
     assert (run / "candidates/r03/proposal.json").exists() and not (run / "candidates/r03/eval.json").exists()

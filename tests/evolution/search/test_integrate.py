@@ -8,8 +8,7 @@ import random
 
 import pytest
 
-from evolution.search.ablations import (BestOverallParent, HolisticEvolution, LowestScoreCases, build_evolution,
-                                        effective_config)
+from evolution.search.api import build_engine
 from evolution.search.archive import Archive, Candidate, SplitScores
 from evolution.search.config import EvolveConfig
 from evolution.search.edits import apply_edits
@@ -18,6 +17,7 @@ from evolution.search.merge import Contender, MergeError, component_merge, eleme
 from evolution.search.proposers.library import variant
 from evolution.search.proposers.params import constant_mutations
 from evolution.search.select import RandomCases, RoundRobinTarget, TaskInfo
+from evolution.search.strategies import BestOverallParent, LowestScoreCases, strategy_for
 from memory_bank.programs import read_program_source, seed_program_path
 
 SEED = read_program_source(seed_program_path())
@@ -205,21 +205,25 @@ def test_holistic_parent_and_cases_use_overall_scores_only():
 def test_ablation_configs_and_classes(tmp_path):
     base = dict(train=["conv-26"], valid=["conv-30"], rounds_cold=2, rounds_refine=3, rounds_integrate=2,
                 progress=False, out=str(tmp_path / "r"))
-    hol = effective_config(EvolveConfig(**base, ablation="holistic"))
+    hol = strategy_for("holistic").run_config(EvolveConfig(**base, ablation="holistic"))
     assert (hol.rounds_cold, hol.rounds_refine, hol.rounds_integrate) == (7, 0, 0)
-    noi = effective_config(EvolveConfig(**base, ablation="no_integration"))
+    noi = strategy_for("no_integration").run_config(EvolveConfig(**base, ablation="no_integration"))
     assert (noi.rounds_cold, noi.rounds_refine, noi.rounds_integrate) == (2, 3, 0)
     with pytest.raises(ValueError, match="--ablation: 'greedy' is not one of none, holistic, round_robin"):
         EvolveConfig(**base, ablation="greedy")
+    with pytest.raises(ValueError, match="unknown ablation 'greedy'; choose from none, holistic"):
+        strategy_for("greedy")
     with pytest.raises(ValueError, match="delta must be in"):
         EvolveConfig(**base, delta=1.5)
-    evo = build_evolution(EvolveConfig(**base, ablation="holistic"))
-    assert isinstance(evo, HolisticEvolution) and evo.integrator is None
-    assert evo.stage_of(1) == evo.stage_of(7) == "holistic"
-    assert type(evo.parent_policy).__name__ == "BestOverallParent"
-    evo = build_evolution(EvolveConfig(**{**base, "out": str(tmp_path / "r2")}, ablation="round_robin"))
-    assert type(evo.target_policy).__name__ == "RoundRobinTarget" and evo.integrator is not None
-    evo = build_evolution(EvolveConfig(**{**base, "out": str(tmp_path / "r3")}, ablation="random_cases"))
-    assert type(evo.case_policy).__name__ == "RandomCases" and evo.integrator.random_cases
-    evo = build_evolution(EvolveConfig(**{**base, "out": str(tmp_path / "r4")}, ablation="no_integration"))
+    evo = build_engine(EvolveConfig(**base, ablation="holistic"))
+    assert evo.integrator is None and not evo.strategy.specialists
+    assert evo.stage_of(1) == evo.stage_of(7) == "holistic" and evo.cfg.total_rounds == 7
+    assert type(evo.strategy.parent).__name__ == "BestOverallParent"
+    assert type(evo.strategy.acceptance).__name__ == "OverallAcceptance"
+    evo = build_engine(EvolveConfig(**{**base, "out": str(tmp_path / "r2")}, ablation="round_robin"))
+    assert type(evo.strategy.target).__name__ == "RoundRobinTarget" and evo.integrator is not None
+    assert [evo.stage_of(r) for r in range(1, 8)] == ["cold"] * 2 + ["refine"] * 3 + ["integrate"] * 2
+    evo = build_engine(EvolveConfig(**{**base, "out": str(tmp_path / "r3")}, ablation="random_cases"))
+    assert type(evo.strategy.cases).__name__ == "RandomCases" and evo.integrator.random_cases
+    evo = build_engine(EvolveConfig(**{**base, "out": str(tmp_path / "r4")}, ablation="no_integration"))
     assert evo.integrator is None and evo.cfg.total_rounds == 5

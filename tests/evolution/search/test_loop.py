@@ -14,7 +14,7 @@ from pathlib import Path
 
 from evolution.search.archive import Archive
 from evolution.search.config import EvolveConfig
-from evolution.search.loop import FAULT_ENV, Evolution
+from evolution.search.api import build_engine, evolve
 from memory_bank.programs import read_program_source, seed_program_path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -62,7 +62,7 @@ def test_hostile_and_malformed_coder_output_is_rejected_and_contained(tmp_path):
     before = _tree(tmp_path, out)
     cfg = EvolveConfig(**SMALL, proposer="scripted", script=str(tmp_path / "script.json"), rounds_cold=9,
                        rounds_refine=0, validate_timeout_s=20.0, out=str(out))  # generous: r08 must pass
-    summary = Evolution(cfg).run()
+    summary = evolve(cfg).summary
     arch = Archive.from_json(json.loads((out / "state.json").read_text())["archive"])
     c = {k: v for k, v in arch.candidates.items()}
     assert c["r01"].status == "failed" and "no usable program" in c["r01"].reason
@@ -130,7 +130,7 @@ def test_kill9_at_three_points_then_resume_matches_the_uninterrupted_run(tmp_pat
     first = ["evolve", "--recipe", str(recipe), "--out", str(run)]
     for args, point, done in ((first, "round_end:1", 1), (["evolve", "--resume", str(run)], "proposal:2", 1),
                               (["evolve", "--resume", str(run)], "evaluation:3", 2)):
-        proc = subprocess.run([sys.executable, "-m", "launch.cli", *args], env={**env, FAULT_ENV: point}, cwd=ROOT,
+        proc = subprocess.run([sys.executable, "-m", "tests.faults", point, *args], env=env, cwd=ROOT,
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == -9, proc.stderr[-2000:]
         state = json.loads((run / "state.json").read_text())
@@ -154,8 +154,8 @@ def test_offline_params_loop_raises_the_seeds_valid_answer_recall(tmp_path):
                        scorer="answer-recall", proposer="params", rounds_cold=3, rounds_refine=0, rounds_integrate=0,
                        seed=0,
                        probe_units=400, probe_batches=20, progress=False, out=str(tmp_path / "run"))
-    evo = Evolution(cfg)
-    s = evo.run()
+    evo = build_engine(cfg)
+    s = evo.run().summary
     seed, final = s["seed"]["valid"]["overall"], s["final"]["valid"]["overall"]
     assert final > seed + 0.05, (seed, final)
     # the seed returns the first 16,000 characters unranked; a ranking edit is in the final lineage and won
@@ -172,7 +172,7 @@ def test_a_spent_budget_stops_the_run_cleanly_with_a_report(tmp_path):
     (tmp_path / "s.json").write_text(json.dumps({"proposals": [_block(RET, '        return ""\n')]}))
     cfg = EvolveConfig(**SMALL, proposer="scripted", script=str(tmp_path / "s.json"), rounds_cold=3, rounds_refine=0,
                        budget_coder=10, out=str(tmp_path / "run"))
-    s = Evolution(cfg).run()
+    s = evolve(cfg).summary
     assert s["rounds"] == 1 and s["stopped"].startswith("budget of role 'coder' exhausted")
     assert s["tokens"]["coder"]["prompt"] > 10 and (tmp_path / "run" / "report.md").read_text().count("stopped") == 1
     outcome = json.loads((tmp_path / "run" / "candidates" / "r01" / "outcome.json").read_text())
@@ -183,7 +183,7 @@ def test_compact_cases_come_from_the_kept_train_run_and_equal_the_stage_cache_re
     import evolution.search.evaluator as E
 
     cfg = EvolveConfig(**SMALL, proposer="params", rounds_cold=1, rounds_refine=0, out=str(tmp_path / "run"))
-    evo = Evolution(cfg)
+    evo = build_engine(cfg)
     evo.start()  # evaluates the seed on train (diagnostics) and valid: the train run is kept
     assert list(evo.evaluator.train_runs) == [SEED]
     ids = [t.id for t in evo.state.split_tasks("train")][:3]

@@ -90,6 +90,10 @@ class _State:
     def split_tasks(self, split):
         return TRAIN
 
+    def log_integration(self, row):
+        if not self.history or self.history[-1] is not row:
+            self.history.append(row)
+
     def record_round(self, round_no, stage, target, parent, cand, accepted):
         self.history.append({"round": round_no, "parent": parent.id, "candidate": cand.id, "accepted": accepted})
 

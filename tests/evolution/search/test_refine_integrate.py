@@ -12,7 +12,7 @@ from evolution.search.archive import Archive, Candidate, SplitScores, program_ke
 from evolution.search.budget_cut import evidence_cut
 from evolution.search.edits import apply_edits
 from evolution.search.integrate import RoundSteps, TraceGuidedIntegrator, blame_elements
-from evolution.search.loop import Evolution
+from evolution.search.engine import Engine
 from evolution.search.proposers.base import ProposalInput
 from evolution.search.proposers.library import LIBRARY, variant
 from evolution.search.proposers.params import ParamsProposer, _variant_weight, constant_mutations
@@ -107,7 +107,8 @@ def _fallback_engine(arch, sources, known):
     def build_input(round_no, stage, parent, target, case_ids):
         return ProposalInput(sources[parent.id], parent.id, stage, target, {}, [], [], [], [], frozenset(known))
 
-    return SimpleNamespace(proposer=proposer, parent_policy=SpecialistParent(), state=SimpleNamespace(archive=arch),
+    return SimpleNamespace(proposer=proposer, strategy=SimpleNamespace(parent=SpecialistParent()),
+                           state=SimpleNamespace(archive=arch),
                            build_input=build_input)
 
 
@@ -126,16 +127,16 @@ def test_parent_fallback_refines_the_best_overall_program_when_the_specialist_is
     sources = {"seed": SEED, "r03": DENSE, "r05": TIMED}
     eng = _fallback_engine(arch, sources, _children(SEED))
     # A's specialist is the seed, and every child of the seed is archived: r05 (best overall) is refined
-    assert Evolution.fallback_parent(eng, arch.get("seed"), "A").id == "r05"
+    assert Engine.fallback_parent(eng, arch.get("seed"), "A").id == "r05"
     # r05 exhausted too: the next best overall, r03
     eng = _fallback_engine(arch, sources, _children(SEED) | _children(TIMED))
-    assert Evolution.fallback_parent(eng, arch.get("seed"), "A").id == "r03"
+    assert Engine.fallback_parent(eng, arch.get("seed"), "A").id == "r03"
     # the specialist still has options: it stays the parent
     eng = _fallback_engine(arch, sources, set())
-    assert Evolution.fallback_parent(eng, arch.get("seed"), "A").id == "seed"
+    assert Engine.fallback_parent(eng, arch.get("seed"), "A").id == "seed"
     # everything exhausted: the specialist (the proposer then says so)
     eng = _fallback_engine(arch, sources, _children(SEED) | _children(TIMED) | _children(DENSE))
-    assert Evolution.fallback_parent(eng, arch.get("seed"), "A").id == "seed"
+    assert Engine.fallback_parent(eng, arch.get("seed"), "A").id == "seed"
     assert [c.id for c in SpecialistParent().fallbacks(arch, "A")] == ["r05", "r03"]
     assert SpecialistParent().fallbacks(arch, None) == []
 
@@ -188,6 +189,10 @@ class _State:
 
     def split_tasks(self, split):
         return TRAIN
+
+    def log_integration(self, row):
+        if not self.history or self.history[-1] is not row:
+            self.history.append(row)
 
     def record_round(self, round_no, stage, target, parent, cand, accepted):
         self.history.append({"round": round_no, "stage": stage, "parent": parent.id, "candidate": cand.id,

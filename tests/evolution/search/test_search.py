@@ -11,7 +11,7 @@ from evolution.search.cases import (BUDGET, OMIT, CaseMaterial, EvidenceView, _S
                                     render_compact, render_full)
 from evolution.search.edits import Edit, EditError, apply_edits, parse_response
 from evolution.search.ledger import BudgetExhausted, Ledger
-from evolution.search.loop import precheck
+from evolution.search.engine import precheck
 from evolution.search.select import (DependencyAwareTarget, HistoryGuidedCases, RoundRobinTarget, TaskInfo, case_weight,
                                      pressure, record_cases, target_scores)
 from llm.embeddings import HashEmbedder

@@ -1,0 +1,133 @@
+"""The public entry point of evolution: :func:`evolve` (GEPA's ``optimize``), the one way from a
+recipe to a run for ``memgym evolve``, ``--resume``, ``memgym evolve experiment`` and users.
+
+:func:`build_engine` is the composition root: the runtime (:func:`build_runtime`), the
+strategy named by the recipe's ``ablation`` (:func:`evolution.search.strategies.strategy_for`),
+the proposer (:func:`evolution.search.proposers.make_proposer` unless one is given), the
+trace-guided integrator, the stage cache, the evaluator, the validation limits and the
+run state with its callbacks: :class:`~evolution.search.callbacks.RunDirWriter`,
+:class:`~evolution.search.callbacks.ProgressBar`, :class:`~evolution.search.callbacks.ReportWriter`,
+then the caller's.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from evolution.search.config import EvolveConfig
+from evolution.search.result import EvolveResult
+from evolution.search.rundir import LOCK_NAME, run_lock
+
+
+def build_runtime(cfg: EvolveConfig, root: str | Path):
+    """The :class:`llm.runtime.Runtime` of a recipe: response cache ``cfg.cache`` (default
+    ``root/responses.sqlite``); the embedder ``hash:<dim>`` (model-free) when the recipe says so."""
+    from llm.runtime import Runtime
+
+    cache = cfg.cache or str(Path(root) / "responses.sqlite")
+    rt = Runtime.from_config(cache=cache, batch_size=cfg.batch_size, request_timeout_s=cfg.request_timeout_s,
+                             request_retries=cfg.request_retries)
+    if cfg.embedder.startswith("hash:"):
+        from llm.embeddings import HashEmbedder
+        rt = Runtime(cache=rt.cache, embedder=HashEmbedder(int(cfg.embedder[5:])), batch_size=cfg.batch_size,
+                     request_timeout_s=cfg.request_timeout_s, request_retries=cfg.request_retries)
+    return rt
+
+
+def build_engine(config: EvolveConfig, *, proposer=None, callbacks=(), rt=None):
+    """The :class:`~evolution.search.engine.Engine` of recipe ``config`` with its collaborators
+    (module doc); ``rt``: a shared runtime (default :func:`build_runtime`). Loads the splits."""
+    from evolution.execution.sandbox import SandboxLimits
+    from evolution.execution.stages import StageCache
+    from evolution.execution.validate import ValidationLimits
+    from evolution.search.callbacks import ProgressBar, ReportWriter, RunDirWriter
+    from evolution.search.engine import Engine
+    from evolution.search.evaluator import Evaluator
+    from evolution.search.proposers import make_proposer
+    from evolution.search.state import EvolutionState
+    from evolution.search.strategies import strategy_for
+
+    strategy = strategy_for(config.ablation)
+    cfg = strategy.run_config(config)
+    state = EvolutionState(cfg, [RunDirWriter(config), ProgressBar(), ReportWriter(), *callbacks])
+    rt = rt if rt is not None else build_runtime(cfg, state.dir.root)
+    integrator = None
+    if cfg.rounds_integrate:
+        from evolution.search.integrate import TraceGuidedIntegrator
+        integrator = TraceGuidedIntegrator(cfg.delta, random_cases=strategy.random_paired,
+                                           offline_first=cfg.integrate_offline_first, onto=cfg.integrate_onto,
+                                           condition=cfg.integrate_condition)
+    cache = StageCache(cfg.stage_cache or state.dir.root / "stages.sqlite")
+    limits = ValidationLimits(
+        sandbox=SandboxLimits(call_timeout_s=cfg.validate_timeout_s, load_timeout_s=max(10.0, cfg.validate_timeout_s)),
+        probe_units=cfg.probe_units, probe_batches=cfg.probe_batches)
+    return Engine(state, strategy, proposer or make_proposer(cfg, rt), Evaluator(rt, cfg, cache, state.splits),
+                  limits, integrator)
+
+
+def fresh_dir_problem(out: Path) -> str:
+    """Why ``out`` cannot take a new run ("" when it can): it holds a run, or other files."""
+    if (out / "state.json").exists() or (out / "recipe.json").exists():
+        return f"{out} already holds a run; continue it with: memgym evolve --resume {out}"
+    if out.exists() and not out.is_dir():
+        return f"--out {out} is a file, not a folder"
+    if out.is_dir():
+        others = sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME)
+        if others:
+            shown = ", ".join(others[:5]) + (f" (+{len(others) - 5} more)" if len(others) > 5 else "")
+            return (f"{out} holds files but no memgym evolve run ({shown}); a run would overwrite report.md, best.py, "
+                    "summary.json and others there: choose a new or empty folder")
+    return ""
+
+
+def _remove_new(out: Path, before: set[str], existed: bool) -> None:
+    """Remove what a failed fresh start created in ``out`` (recipe.json, sqlite files, seed.py, ...)."""
+    if not out.is_dir():
+        return
+    for p in out.iterdir():
+        if p.name not in before:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+    if not existed:
+        try:
+            out.rmdir()
+        except OSError:
+            pass
+
+
+def evolve(config: EvolveConfig, *, proposer=None, callbacks=(), resume: bool = False, rt=None) -> EvolveResult:
+    """Run the evolution of recipe ``config`` in ``config.out`` and return its :class:`EvolveResult`
+    (the run directory holds report.md, summary.json, best.py, ...).
+
+    ``proposer``: any :class:`~evolution.search.protocols.Proposer` (default the recipe's);
+    ``callbacks``: :class:`~evolution.search.protocols.Callback` objects, told after the run
+    directory's writer; ``resume``: continue the run stored in ``config.out`` (replaying its
+    journal) instead of starting one; ``rt``: a shared runtime. Holds the run directory's lock
+    throughout. Raises FileExistsError when a fresh start finds a run or other files in
+    ``config.out`` (a failed fresh start leaves nothing behind there), FileNotFoundError when
+    there is nothing to resume, :class:`~evolution.search.rundir.RunLockedError` when another
+    process works there, :class:`~evolution.search.rundir.RunStateError` for a damaged or
+    mismatched run state, :class:`evolution.search.stops.EndpointUnreachable` (state saved)
+    when the coder's endpoint keeps failing, ValueError when the seed program fails validation.
+    """
+    out = Path(config.out)
+    before, existed = None, False
+    if not resume:
+        problem = fresh_dir_problem(out)
+        if problem:
+            raise FileExistsError(problem)
+        existed = out.is_dir()
+        before = {p.name for p in out.iterdir()} if existed else set()
+    try:
+        with run_lock(out):
+            if before is not None and fresh_dir_problem(out):  # another process started one meanwhile
+                problem, before = fresh_dir_problem(out), None
+                raise FileExistsError(problem)
+            engine = build_engine(config, proposer=proposer, callbacks=callbacks, rt=rt)
+            return engine.run(resume=resume)
+    except BaseException:
+        if before is not None and not (out / "state.json").exists():
+            _remove_new(out, before, existed)  # nothing ran: leave nothing that would block the corrected command
+        raise

@@ -1,0 +1,282 @@
+"""The run journal: one typed record per finished step of a round (GEPA-style events).
+
+The engine (:mod:`evolution.search.engine`) makes a record when a step finishes, appends it
+to the run's :class:`~evolution.search.state.EvolutionState` and sends it to the callbacks
+(:meth:`EvolutionState.emit`); the run directory's writer
+(:class:`evolution.search.callbacks.RunDirWriter`) stores each as
+``candidates/<id>/<step>.json`` and ``--resume`` replays the interrupted round from those
+files (:func:`load_record`), so nothing is proposed, validated or evaluated twice.
+
+Records (each with one JSON form, ``to_json`` / ``from_json``; ``candidate`` and ``round``
+name the attempt):
+
+- :class:`ProposalRecord` (step ``proposal``, or ``revise`` for the one validation revise):
+  the proposer's :class:`~evolution.search.proposers.base.ProposalResult` and the RNG state
+  after it (so a replayed round continues with the same random draws), the case ids and
+  rendered cases shown;
+- :class:`ValidationRecord` (``validation``, ``validation2`` after a revise): the 4-level
+  verdict ``{"ok", "level", "reason"}``;
+- :class:`EvaluationRecord` (``eval``): train and valid scores, the train diagnostics table
+  the next proposal sees, model usage per role, stage items run/cached, reuse counts;
+- :class:`OutcomeRecord` (``outcome``): status, reason, what the candidate became, scores;
+- :class:`IntegrationAttempt`: one stage-III history row (stored in ``state.json``'s history).
+- :class:`FinalRecord` (``final.json``): the test runs of the frozen program, the seed, the
+  specialists and the baselines.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, TypedDict
+
+from evolution.search.archive import SplitScores
+from evolution.search.proposers.base import ProposalResult
+from evolution.search.rundir import read_json
+
+
+class HistoryRow(TypedDict, total=False):
+    """One row of the run's history (``state.json`` ``history``; report.md prints one per
+    round). Every row: ``round``, ``stage`` (seed | cold | refine | integrate | holistic),
+    ``target`` (letter or None), ``parent`` and ``candidate`` ids (``-`` for an integration
+    round that made no candidate), ``proposal`` (one line), ``status``, ``verdict`` (``ok`` |
+    ``level N`` | ``-``), ``accepted`` (what the candidate became, or ``no: <reason>`` /
+    ``skipped: ...``), ``valid`` (SCORES or None), ``tokens`` (the round's, all roles). Rounds
+    booked by :meth:`EvolutionState.record_round` add ``specialists`` ({letter: valid score of
+    its specialist}), ``base``, ``base_overall`` and, after a parent fallback,
+    ``fallback_from``. Integration rows (:mod:`evolution.search.integrate`) add ``kind``
+    (merge | condition | coder | -), ``anchor``, ``integrated``, ``merged_from``, ``paired``,
+    ``conflicts``, ``components``, ``contributor_caps``, ``excluded``, ``drops``, ``blamed``,
+    ``blamed_step``, ``left_out``, ``stuck``, ``merged_side``, ``condition``."""
+
+    round: int
+    stage: str
+    target: str | None
+    parent: str | None
+    candidate: str
+    proposal: str
+    status: str
+    verdict: str
+    accepted: str
+    valid: dict | None
+    tokens: int
+    specialists: dict
+    base: str
+    base_overall: float
+    fallback_from: str
+    kind: str
+    anchor: str
+    integrated: bool
+    merged_from: list
+    paired: dict
+    conflicts: list
+    components: dict
+    contributor_caps: str
+    excluded: list
+    drops: dict
+    blamed: str | None
+    blamed_step: str
+    left_out: list
+    stuck: bool
+    merged_side: str
+    condition: dict
+
+
+def rng_to_json(state) -> list:
+    """``random.Random.getstate()`` as JSON (a list)."""
+    return [state[0], list(state[1]), state[2]]
+
+
+def rng_from_json(v) -> tuple:
+    """The inverse of :func:`rng_to_json`."""
+    return (v[0], tuple(v[1]), v[2])
+
+
+@dataclass
+class ProposalRecord:
+    """A proposal (or, ``revise`` True, its one revise; ``result`` None = the proposer had no
+    second try). ``rng``: the run RNG's state after it (:func:`rng_to_json`)."""
+
+    candidate: str
+    round: int
+    result: ProposalResult | None
+    rng: list
+    case_ids: list = field(default_factory=list)
+    cases: list = field(default_factory=list)
+    revise: bool = False
+    kind: ClassVar[str] = "proposal"
+
+    @property
+    def step(self) -> str:
+        return "revise" if self.revise else "proposal"
+
+    def to_json(self) -> dict:
+        d = {"candidate": self.candidate, "round": self.round,
+             "result": self.result.to_dict() if self.result is not None else None, "rng": self.rng}
+        if not self.revise:
+            d.update(case_ids=self.case_ids, cases=self.cases)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict, revise: bool = False) -> "ProposalRecord":
+        res = ProposalResult.from_dict(d["result"]) if d["result"] is not None else None
+        return cls(d["candidate"], d["round"], res, d["rng"], d.get("case_ids", []), d.get("cases", []), revise)
+
+
+@dataclass
+class ValidationRecord:
+    """The 4-level validation verdict of a candidate's program (``second``: after the revise)."""
+
+    candidate: str
+    round: int
+    verdict: dict
+    second: bool = False
+    kind: ClassVar[str] = "validation"
+
+    @property
+    def step(self) -> str:
+        return "validation2" if self.second else "validation"
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.verdict["ok"])
+
+    def to_json(self) -> dict:
+        return {"candidate": self.candidate, "round": self.round, **self.verdict}
+
+    @classmethod
+    def from_json(cls, d: dict, second: bool = False) -> "ValidationRecord":
+        return cls(d["candidate"], d["round"], {k: v for k, v in d.items() if k not in ("candidate", "round")}, second)
+
+
+@dataclass
+class EvaluationRecord:
+    """Train (with diagnostics) and valid evaluation of a candidate. ``diagnostics``: the
+    proposer's table (:func:`evolution.search.evaluator.diag_table`); ``usage``: ``{role:
+    {"calls", "prompt", "completion"}}``; ``stage_items``: ``{split: {stage: {"run",
+    "cached"}}}``; ``reuse``: the valid run's reuse counts."""
+
+    candidate: str
+    round: int
+    train: SplitScores
+    valid: SplitScores
+    diagnostics: dict
+    usage: dict
+    stage_items: dict
+    reuse: dict | None = None
+    kind: ClassVar[str] = "evaluation"
+    step: ClassVar[str] = "eval"
+
+    def to_json(self) -> dict:
+        return {"candidate": self.candidate, "round": self.round, "train": self.train.__dict__,
+                "valid": self.valid.__dict__, "diagnostics": self.diagnostics, "usage": self.usage,
+                "stage_items": self.stage_items, "reuse": self.reuse}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "EvaluationRecord":
+        return cls(d["candidate"], d["round"], SplitScores(**d["train"]), SplitScores(**d["valid"]),
+                   d["diagnostics"], d["usage"], d["stage_items"], d.get("reuse"))
+
+
+@dataclass
+class OutcomeRecord:
+    """What a finished attempt became: ``status`` (evaluated | rejected | failed), ``reason``,
+    ``accepted`` ("" = not accepted), ``roles``, valid and train SCORES (None unevaluated)."""
+
+    candidate: str
+    round: int
+    status: str
+    reason: str
+    accepted: str
+    roles: list
+    valid: dict | None
+    train: dict | None
+    kind: ClassVar[str] = "outcome"
+    step: ClassVar[str] = "outcome"
+
+    def to_json(self) -> dict:
+        return {"candidate": self.candidate, "round": self.round, "status": self.status, "reason": self.reason,
+                "accepted": self.accepted, "roles": self.roles, "valid": self.valid, "train": self.train}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "OutcomeRecord":
+        return cls(d["candidate"], d["round"], d["status"], d["reason"], d["accepted"], d["roles"], d["valid"],
+                   d["train"])
+
+
+@dataclass
+class IntegrationAttempt:
+    """One stage-III attempt as booked in the history (``row``: the history row, with the
+    specialists merged, paired cases, conflicts, verdict and acceptance)."""
+
+    round: int
+    row: HistoryRow
+    kind: ClassVar[str] = "integration"
+    step: ClassVar[None] = None
+
+    @property
+    def candidate(self) -> str | None:
+        return self.row.get("candidate")
+
+    def to_json(self) -> dict:
+        return {"round": self.round, "row": self.row}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "IntegrationAttempt":
+        return cls(d["round"], d["row"])
+
+
+_STEPS = {"proposal": lambda d: ProposalRecord.from_json(d), "revise": lambda d: ProposalRecord.from_json(d, True),
+          "validation": lambda d: ValidationRecord.from_json(d),
+          "validation2": lambda d: ValidationRecord.from_json(d, True),
+          "eval": EvaluationRecord.from_json, "outcome": OutcomeRecord.from_json}
+
+
+def record_path(root: str | Path, cid: str, step: str) -> Path:
+    """``root/candidates/<cid>/<step>.json``."""
+    return Path(root) / "candidates" / cid / f"{step}.json"
+
+
+def load_record(root: str | Path, cid: str, step: str):
+    """The stored record of ``step`` (``proposal`` | ``revise`` | ``validation`` |
+    ``validation2`` | ``eval`` | ``outcome``) of candidate ``cid``, None when absent; a damaged
+    file raises :class:`~evolution.search.rundir.RunStateError` naming it."""
+    from evolution.search.rundir import RunStateError
+
+    path = record_path(root, cid, step)
+    d = read_json(path)
+    if d is None:
+        return None
+    try:
+        return _STEPS[step](d)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise RunStateError(f"{path}: damaged {step} record: {type(e).__name__}: {e}") from None
+
+
+@dataclass
+class FinalRecord:
+    """The final step's runs (``final.json``): ``{"final": id, "seed_test", "final_test",
+    "specialists_test", "baselines", "usage", "ledger_final"}`` (test SCORES with per-task
+    scores, None without a test split)."""
+
+    runs: dict
+    kind: ClassVar[str] = "final"
+    step: ClassVar[str] = "final"
+    candidate: ClassVar[None] = None
+
+    def to_json(self) -> dict:
+        return self.runs
+
+    @classmethod
+    def from_json(cls, d: dict) -> "FinalRecord":
+        return cls(d)
+
+
+def final_path(root: str | Path) -> Path:
+    """``root/final.json``."""
+    return Path(root) / "final.json"
+
+
+def load_final(root: str | Path) -> FinalRecord | None:
+    """The stored :class:`FinalRecord`, None when absent."""
+    d = read_json(final_path(root))
+    return None if d is None else FinalRecord.from_json(d)

@@ -1,0 +1,180 @@
+"""The contracts of the evolution engine's plug-ins, in one place (GEPA's adapter + callback
+split): the engine (:mod:`evolution.search.engine`) imports these types, the plug-ins implement
+them, so the engine never depends on a plug-in module.
+
+- :class:`Proposer`: proposes a child program from a
+  :class:`~evolution.search.proposers.base.ProposalInput`;
+- :class:`TargetPolicy`, :class:`ParentPolicy`, :class:`CasePolicy`, :class:`AcceptancePolicy`:
+  which capability to target, which parent to refine, which train tasks to show, what a
+  child becomes (:mod:`evolution.search.select`, :mod:`evolution.search.strategies`);
+- :class:`Strategy`: the four policies plus the stage schedule, chosen by the recipe's
+  ``ablation`` name (:func:`evolution.search.strategies.strategy_for`);
+- :class:`Integrator` and :class:`RoundSteps`: stage III and what the engine lends it;
+- :class:`Callback`: what the engine tells observers (run-directory persistence, progress
+  bars, reports, the experiment harness, a user's tracker).
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Protocol
+
+if TYPE_CHECKING:
+    from evolution.search.archive import Archive, Candidate
+    from evolution.search.config import EvolveConfig
+    from evolution.search.proposers.base import ProposalInput, ProposalResult
+    from evolution.search.select import TaskInfo
+
+
+class Proposer(Protocol):
+    """Proposes a child program from a :class:`ProposalInput`.
+
+    ``propose(inp, rng)``: one proposal; ``rng`` is the run's seeded generator (the only
+    source of randomness allowed, so runs replay exactly). ``revise(inp, result, verdict,
+    rng)``: called once when the child failed a validation level, with the verdict text;
+    returns a new result or None (no second try). ``needs_cases``: False lets the engine skip
+    rendering compact cases the proposer never reads (default True when absent). Optional
+    ``exhausted(inp) -> bool``: nothing left to try on that parent (the engine then refines
+    the parent policy's next fallback).
+    """
+
+    name: str
+    needs_cases: bool
+
+    def propose(self, inp: ProposalInput, rng: random.Random) -> ProposalResult: ...
+
+    def revise(self, inp: ProposalInput, result: ProposalResult, verdict: str,
+               rng: random.Random) -> ProposalResult | None: ...
+
+
+class TargetPolicy(Protocol):
+    """Which capability a refinement round targets (None: no target)."""
+
+    name: str
+
+    def choose(self, archive: Archive, valid_tasks: list[TaskInfo], round_no: int,
+               rng: random.Random) -> str | None: ...
+
+
+class ParentPolicy(Protocol):
+    """Which archived program a round refines (optional ``fallbacks(archive, target)``: the
+    next parents to try when the proposer is exhausted on the first)."""
+
+    name: str
+
+    def choose(self, archive: Archive, target: str | None) -> Candidate: ...
+
+
+class CasePolicy(Protocol):
+    """Which ``k`` train task ids a proposal is shown as compact cases."""
+
+    name: str
+
+    def choose(self, archive: Archive, parent: Candidate, target: str | None, train_tasks: list[TaskInfo], k: int,
+               rng: random.Random) -> list[str]: ...
+
+
+class AcceptancePolicy(Protocol):
+    """What an evaluated child becomes: updates the archive's roles and returns a description
+    ("" = not accepted)."""
+
+    name: str
+
+    def accept(self, archive: Archive, cand: Candidate, stage: str, parent: Candidate) -> str: ...
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One search strategy (PrisMem Table 4: the full method or an ablation), chosen by name.
+
+    ``target``/``parent``/``cases``/``acceptance``: the policies; ``one_stage``: every round
+    is this stage (``holistic``: cold + refine + integrate rounds folded into one stage, no
+    specialists kept, no integration), None = the staged schedule cold → refine → integrate;
+    ``integrate``: stage III runs (False: ``rounds_integrate`` taken as 0); ``random_paired``:
+    the integration's paired cases are drawn at random (``random_cases``).
+    """
+
+    name: str
+    target: TargetPolicy
+    parent: ParentPolicy
+    cases: CasePolicy
+    acceptance: AcceptancePolicy
+    one_stage: str | None = None
+    integrate: bool = True
+    random_paired: bool = False
+
+    @property
+    def specialists(self) -> bool:
+        """Whether the run keeps capability specialists (False for a one-stage strategy)."""
+        return self.one_stage is None
+
+    def run_config(self, cfg: EvolveConfig) -> EvolveConfig:
+        """The recipe as this strategy runs it (same number of proposals as the full method):
+        a one-stage strategy folds every round into ``rounds_cold``; without integration
+        ``rounds_integrate`` is 0; otherwise ``cfg`` unchanged."""
+        if self.one_stage is not None:
+            return dataclasses.replace(cfg, rounds_cold=cfg.total_rounds, rounds_refine=0, rounds_integrate=0)
+        if not self.integrate:
+            return dataclasses.replace(cfg, rounds_integrate=0)
+        return cfg
+
+    def stage_of(self, round_no: int, cfg: EvolveConfig) -> str:
+        """The stage of round ``round_no`` (1-based) under the run config ``cfg``."""
+        if self.one_stage is not None:
+            return self.one_stage
+        c, r = cfg.rounds_cold, cfg.rounds_refine
+        return "cold" if round_no <= c else "refine" if round_no <= c + r else "integrate"
+
+
+@dataclass(frozen=True)
+class RoundSteps:
+    """What the engine lends an integrator for one round (the integrator never sees the
+    engine): ``attempt(round_no, stage, parent, target, inp, cid, proposer=None) -> Candidate``
+    (propose → check → validate → evaluate, :meth:`evolution.search.engine.Engine.attempt`),
+    ``case_texts(source, task_ids) -> [str]`` (compact train cases,
+    :meth:`evolution.search.evaluator.Evaluator.case_texts`) and the run proposer's name."""
+
+    attempt: Callable
+    case_texts: Callable
+    proposer_name: str
+
+
+class Integrator(Protocol):
+    """Stage III: ``run_round(state, steps, round_no, rng)`` makes and books one integration
+    attempt on the :class:`~evolution.search.state.EvolutionState` (through
+    ``state.record_round`` / ``state.log_row``); ``final(state)``: the integration's program id."""
+
+    name: str
+
+    def run_round(self, state, steps: RoundSteps, round_no: int, rng: random.Random) -> None: ...
+
+    def final(self, state) -> str: ...
+
+
+class Callback:
+    """Observer of a run; subclass and override what you need (every method is a no-op).
+    Called in list order; the run directory's own writer comes first, so a callback sees
+    the files of everything it is told about.
+
+    - ``on_run_start(state, resumed)``: the state is built (restored when ``resumed``);
+    - ``on_round_start(state, round_no)`` / ``on_round_end(state, round_no)`` (round 0: the
+      seed); ``on_loop_end(state)``: the rounds are over (also when one raised);
+    - ``on_record(state, record)``: a new journal record
+      (:mod:`evolution.search.journal`: proposal, validation, evaluation, outcome,
+      integration attempt); records replayed on resume are not re-sent;
+    - ``on_run_end(state, result)``: the finished run's
+      :class:`~evolution.search.api.EvolveResult`.
+    """
+
+    def on_run_start(self, state, resumed: bool) -> None: ...
+
+    def on_round_start(self, state, round_no: int) -> None: ...
+
+    def on_record(self, state, record) -> None: ...
+
+    def on_round_end(self, state, round_no: int) -> None: ...
+
+    def on_loop_end(self, state) -> None: ...
+
+    def on_run_end(self, state, result) -> None: ...
