@@ -4,6 +4,8 @@
   (the recipe and seed program are stored there);
 - ``memgym evolve --resume DIR`` continues the run in DIR with the recipe stored there; a
   resumed run ends in the same state as an uninterrupted one;
+- ``memgym evolve --proposer replay --from RUN --out DIR`` reruns a recorded coder run with no
+  server (RUN's recipe unless ``--config`` is given; :mod:`evolution.search.proposers.replay`);
 - ``memgym evolve experiment --config R.yaml --variants full,holistic,... --seeds 3 [--out DIR]``
   runs every ablation variant with every seed (:mod:`evolution.search.experiment`);
   ``memgym evolve experiment --resume DIR`` continues one without re-running finished runs.
@@ -98,6 +100,20 @@ def cmd_experiment(argv: list[str]) -> int:
     return 0
 
 
+def _replay_args(rest: list[str]) -> list[str]:
+    """``--from RUN`` → ``--replay_from RUN`` (and ``--proposer replay`` unless given); without
+    ``--config`` the recipe is RUN's ``recipe.json`` (JSON is YAML), flags after it override it."""
+    src = _take(rest, "--from")
+    if src is None:
+        return rest
+    if not (Path(src) / "recipe.json").is_file():
+        raise FileNotFoundError(f"--from {src}: no recorded run there ({Path(src) / 'recipe.json'} is missing)")
+    head = [] if any(a in ("--config", "--recipe") or a.startswith(("--config=", "--recipe="))
+                     for a in rest) else ["--config", str(Path(src) / "recipe.json")]
+    tail = [] if any(a == "--proposer" or a.startswith("--proposer=") for a in rest) else ["--proposer", "replay"]
+    return head + rest + tail + ["--replay_from", src]
+
+
 def cmd_evolve(argv: list[str]) -> int:
     import sqlite3
 
@@ -132,6 +148,7 @@ def cmd_evolve(argv: list[str]) -> int:
             if shown:
                 cfg.progress = display[shown[-1]]
         else:
+            rest = _replay_args(rest)
             (cfg,) = parse_recipe(
                 [EvolveConfig], rest, "memgym evolve",
                 "Capability-driven evolution of a memory program (PrisMem): cold start, capability refinement, "
@@ -140,7 +157,11 @@ def cmd_evolve(argv: list[str]) -> int:
                 "experiment --config R.yaml --variants ... --seeds N runs the ablations.", cpu_defaults=False,
                 help_only=[("--resume", "DIR", "continue the run in DIR with the recipe stored there (no other "
                                                "arguments but --no_progress); a resumed run ends in the same "
-                                               "state as an uninterrupted one")])
+                                               "state as an uninterrupted one"),
+                           ("--from", "RUN", "replay the recorded coder run RUN with no server (proposer replay; "
+                                             "RUN's recipe.json unless --config is given)")])
+            if cfg.replay_from and Path(cfg.out).resolve() == Path(cfg.replay_from).resolve():
+                raise ValueError(f"--from {cfg.replay_from}: give the replayed run its own --out DIR")
         result = api.evolve(cfg, resume=resume is not None)
     except (ValueError, FileNotFoundError, FileExistsError, sqlite3.Error, LLMError, OSError) as e:
         say_error("memgym evolve", e)

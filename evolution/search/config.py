@@ -40,7 +40,7 @@ class EvolveConfig(BenchmarkFields):
               "extractor": {"spec": "extractor", "words": ("instruction", "turns")}, "task_model": {"spec": "backend"},
               "judge_model": {"spec": "backend"}, "coder_model": {"spec": "backend"}, "out": {"out_dir": True},
               "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0},
-              "dataset": {"choices": ("locomo", "longmemeval", "beam")}, "proposer": {"choices": ("params", "coder", "scripted")},
+              "dataset": {"choices": ("locomo", "longmemeval", "beam")}, "proposer": {"choices": ("params", "coder", "replay", "scripted")},
               "scorer": {"choices": ("answer-recall", "rubric-recall", "f1", "llm")}, "plan_mode": {"choices": ("llm", "question")},
               "ablation": {"choices": ABLATIONS}, "integrate_onto": {"choices": ("best", "base")},
               "integrate_condition": {"choices": ("none", "specialist", "dropped")}, "delta": {"min": 0.0}, "extractor_max_new_tokens": {"min": 1}}
@@ -61,7 +61,10 @@ class EvolveConfig(BenchmarkFields):
     scorer: str = field(default="answer-recall", metadata={"help": "answer-recall | rubric-recall (beam) | f1 | llm "
                                                                    "(the dataset's official judge)"})
     judge_model: str | None = field(default=None, metadata={"help": "judge spec for scorer llm"})
-    proposer: str = field(default="params", metadata={"help": "params | coder | scripted"})
+    proposer: str = field(default="params", metadata={"help": "params | coder | replay (answers from replay_from's "
+                                                                 "recorded coder run, no server) | scripted"})
+    replay_from: str | None = field(default=None, metadata={"help": "proposer replay: the recorded run directory "
+                                                                    "(memgym evolve --from RUN)"})
     coder_model: str | None = field(default=None, metadata={"help": "coder backend spec (proposer coder), e.g. "
                                                                     "openai:http://host:8000/v1#Qwen3-Coder"})
     coder_max_new_tokens: int = field(default=4096, metadata={"help": "tokens per coder answer"})
@@ -135,8 +138,10 @@ class EvolveConfig(BenchmarkFields):
             raise ValueError(f"dataset must be locomo, longmemeval or beam, got {self.dataset!r}")
         if self.scorer == "rubric-recall" and self.dataset != "beam":
             raise ValueError("scorer rubric-recall needs dataset beam (it scores BEAM rubrics)")
-        if self.proposer not in ("params", "coder", "scripted"):
-            raise ValueError(f"proposer must be params, coder or scripted, got {self.proposer!r}")
+        if self.proposer not in ("params", "coder", "replay", "scripted"):
+            raise ValueError(f"proposer must be params, coder, replay or scripted, got {self.proposer!r}")
+        if self.proposer == "replay" and not self.replay_from:
+            raise ValueError("proposer replay needs replay_from (memgym evolve --proposer replay --from RUN)")
         if self.proposer == "coder" and not self.coder_model:
             raise ValueError("proposer coder needs coder_model (a backend spec)")
         if self.proposer == "scripted" and not self.script:
