@@ -85,3 +85,29 @@ def test_screen_rows_keeps_the_first_rows_whose_rollouts_differ():
     with pytest.raises(ADRPODataError, match="none of the 2 rows"):
         screen_rows([rows[0], rows[2]], reward, _Backend(), n=1, num_generations=4, max_new_tokens=8,
                     temperature=0.8, top_p=0.9, seed=0)
+
+
+def test_sft_trainer_state_holds_the_measurement_at_every_evaluation(tiny_model_dir, tmp_path):
+    """training.sft.main with memory_eval_* fields: evaluations at step 0 (eval_on_start), step 2
+    (eval_steps) and after training each append one memory_eval row; trainer_state.json (saved by
+    the run) holds the validation reward and every manager's format-failure rate at each."""
+    import json
+
+    from training.sft import main
+
+    out = tmp_path / "sft"
+    rc = main(["--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out),
+               "--train_trajectories", "conv-26", "--eval_trajectories", "conv-30", "--max_examples", "2",
+               "--max_eval_examples", "1", "--segment_tokens", "200", "--embedder", "none", "--max_length", "2048",
+               "--max_steps", "2", "--per_device_train_batch_size", "1", "--learning_rate", "1e-3",
+               "--use_peft", "false", "--activation_checkpointing", "false", "--logging_steps", "1",
+               "--save_strategy", "no", "--eval_strategy", "steps", "--eval_steps", "2", "--report_to", "none",
+               "--disable_tqdm", "true", "--memory_eval_trajectories", "conv-30", "--memory_eval_sessions", "1",
+               "--memory_eval_rows", "4", "--memory_eval_max_new_tokens", "4"])
+    assert rc == 0
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    rows = [h for h in history if f"{PREFIX}/validation_reward" in h]
+    assert [h["step"] for h in rows] == [0, 2]  # the final evaluate() is at step 2 again: measured once
+    for h in rows:
+        assert [h[f"{PREFIX}/format_failure/{m}"] for m in MANAGERS] == [1.0] * 4  # 4 tokens hold no JSON
+        assert h[f"{PREFIX}/validation_reward"] == 0.0 and h[f"{PREFIX}/validation_rows"] == 4.0
