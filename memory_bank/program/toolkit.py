@@ -62,6 +62,14 @@ class BackendToolkitHost:
             return self._get(self._backend).generate([[{"role": "user", "content": prompt}]], params)[0].text
 
 
+def unit_rows(arr: np.ndarray) -> np.ndarray:
+    """``arr`` (n, dim) float32 with each nonzero row divided by its L2 norm (zero rows kept):
+    the vectors a program's ``toolkit.embed`` returns, and those
+    :class:`memory_bank.retrieval.BankRetriever` ranks with, so the two agree to the bit."""
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    return arr / np.where(norms > 0, norms, 1.0)
+
+
 class Toolkit:
     """What a memory program may use inside ``Memory`` (``toolkit`` in ``__init__``).
 
@@ -113,8 +121,7 @@ class Toolkit:
         arr = np.asarray(self._host.embed(texts), dtype=np.float32)
         if arr.ndim != 2 or arr.shape[0] != len(texts) or not np.isfinite(arr).all():
             raise ToolkitError(f"embedder returned shape {arr.shape} for {len(texts)} texts (or non-finite values)")
-        norms = np.linalg.norm(arr, axis=1, keepdims=True)
-        arr = arr / np.where(norms > 0, norms, 1.0)
+        arr = unit_rows(arr)
         if self._embed_left is not None:
             self._embed_left -= 1
         self.calls["embed"] += 1

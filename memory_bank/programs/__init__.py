@@ -1,5 +1,7 @@
 """Built-in memory programs, shipped as source files that are loaded by path.
 
+- ``bank.py``: MemBuilder's four-part memory bank (a trained extractor's entries; the core block
+  plus the top-10 entries by cosine), the program ``memgym eval`` runs.
 - ``seed.py``: the PrisMem seed program (appends units in input order; retrieve returns their
   concatenation truncated to ``OUT_CHAR_BUDGET``; no query-dependent ranking).
 - ``reference.py``: a dense-retrieval reference (dated units, an embedding index, a planned
@@ -48,3 +50,8 @@ def read_program_source(path: str | Path) -> str:
     if not p.is_file():
         raise FileNotFoundError(f"memory program not found: {p}")
     return p.read_text(encoding="utf-8")
+
+
+def bank_program_path() -> Path:
+    """Absolute path of ``bank.py``: MemBuilder's four-part bank as a program (``memgym eval``'s default)."""
+    return PROGRAMS_DIR / "bank.py"
