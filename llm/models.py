@@ -133,8 +133,19 @@ def check_model_out(out: Path, force: bool) -> None:
         f"it is left untouched. Give a new or empty directory{' (--force only replaces a memgym model folder)' if force else ''}")
 
 
-def _write_marker(tmp: Path, source: Path) -> None:
-    (tmp / MARKER).write_text(json.dumps({"source": str(source), "prepared_at": time.time()}) + "\n")
+def _build(out: Path, source: Path, force: bool, write) -> bool:
+    """``write(tmp)`` into a temporary sibling of ``out``, then the marker (last), then
+    :func:`_publish`; the temporary dir never outlives the call."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        write(tmp)
+        (tmp / MARKER).write_text(json.dumps({"source": str(source), "prepared_at": time.time()}) + "\n")
+        return _publish(tmp, out, force)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
 
 
 def _save_model(model, out: Path) -> None:
@@ -164,9 +175,7 @@ def ensure_smollm2(out_dir: Path | None = None, force: bool = False) -> Prepared
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoModelForCausalLM
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    try:
+    def write(tmp: Path) -> None:
         tok = _load_tokenizer_from_gguf(gguf)
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         if getattr(model, "hf_quantizer", None) is not None:
@@ -174,12 +183,8 @@ def ensure_smollm2(out_dir: Path | None = None, force: bool = False) -> Prepared
         model.generation_config.pad_token_id = tok.pad_token_id
         _save_model(model, tmp)
         tok.save_pretrained(str(tmp))
-        _write_marker(tmp, gguf)
-        created = _publish(tmp, out, force)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return PreparedModel(out, created)
+
+    return PreparedModel(out, _build(out, gguf, force, write))
 
 
 def prepare_smollm2(out_dir: Path | None = None, force: bool = False) -> Path:
@@ -190,7 +195,6 @@ def prepare_smollm2(out_dir: Path | None = None, force: bool = False) -> Path:
 def prepare_smollm2_tokenizer(out_dir: Path | None = None, force: bool = False) -> Path:
     """A dir with SmolLM2's tokenizer only (vocab 49,152, ChatML), written like the model; the
     full model dir when already prepared (default ``out_dir``)."""
-
     if out_dir is None:
         full = cache_dir() / "models" / SMOLLM2_DIRNAME
         if not force and is_complete(full):
@@ -202,13 +206,5 @@ def prepare_smollm2_tokenizer(out_dir: Path | None = None, force: bool = False) 
     if not force and is_complete(out, weights=False):
         return out
     gguf = smollm2_gguf()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    try:
-        _load_tokenizer_from_gguf(gguf).save_pretrained(str(tmp))
-        _write_marker(tmp, gguf)
-        _publish(tmp, out, force)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    _build(out, gguf, force, lambda tmp: _load_tokenizer_from_gguf(gguf).save_pretrained(str(tmp)))
     return out
