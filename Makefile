@@ -66,7 +66,7 @@ demo-evolve: install
 adrpo-weighting: install
 	export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; set -e; X=scripts/experiments/adrpo_weighting; \
 	[ -f runs/sft_content/sft/checkpoint-104/model.safetensors ] || $(MEMGYM) train sft \
-	    --config launch/recipes/train_cpu_sft.yaml --max_empty_per_manager 0 --num_train_epochs 2 \
+	    --config scripts/experiments/train_cpu/sft.yaml --max_empty_per_manager 0 --num_train_epochs 2 \
 	    --output_dir runs/sft_content/sft --save_steps 52 --eval_steps 1000; \
 	$(PY) $$X/run.py screen --spec hf:runs/sft_content/sft/checkpoint-104 --weighted-only; \
 	for w in advantage unclipped none; do for s in 0 1; do O=runs/adrpo_weighting/$$w-s$$s; \
@@ -80,34 +80,19 @@ adrpo-weighting: install
 experiment-%: install
 	$(PY) scripts/experiments/$*/run.py
 
-## The CPU training recipe (README § Training): SFT (full fine-tuning, checkpointed) -> ADRPO (LoRA)
-## -> base / SFT / SFT+ADRPO measured on held-out LoCoMo conv-41 + conv-42 and on conv-30's
-## validation sessions -> runs/train_cpu/report.md + curves.png. A second call resumes each stage
-## from its last checkpoint; finished measurements are never redone.
+## The CPU training recipe (README § Training): SFT (full fine-tuning, checkpointed) -> ADRPO (LoRA),
+## each measured inside the trainer at every evaluation (validation reward on conv-30's segment rows,
+## per-manager format failures, held-out conv-41 + conv-42 answer recall: trainer_state.json), then
+## runs/train_cpu/report.md + reward_curve.png from those log histories. A second call resumes each stage
+## from its last checkpoint. The trained extractor inside an evolved program:
+## memgym eval --program runs/demo_evolve/best.py --extractor hf:runs/train_cpu/sft --compare hf:smollm2 ...
 .PHONY: train-cpu
 train-cpu: install
 	$(MEMGYM) models prepare
 	export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; set -e; \
 	R=""; ls -d runs/train_cpu/sft/checkpoint-* >/dev/null 2>&1 && R="--resume_from_checkpoint true"; \
-	[ -f runs/train_cpu/sft/model.safetensors ] || $(MEMGYM) train sft --config launch/recipes/train_cpu_sft.yaml $$R; \
+	[ -f runs/train_cpu/sft/model.safetensors ] || $(MEMGYM) train sft --config scripts/experiments/train_cpu/sft.yaml $$R; \
 	R=""; ls -d runs/train_cpu/adrpo/checkpoint-* >/dev/null 2>&1 && R="--resume_from_checkpoint true"; \
 	[ -f runs/train_cpu/adrpo/adapter_model.safetensors ] || $(MEMGYM) train adrpo \
-	    --config launch/recipes/train_cpu_adrpo.yaml --init_from runs/train_cpu/sft $$R; \
-	$(PY) scripts/train_cpu.py measure base hf:smollm2 --segment-tokens 200; \
-	$(PY) scripts/train_cpu.py measure sft hf:runs/train_cpu/sft --segment-tokens 200; \
-	$(PY) scripts/train_cpu.py measure adrpo hf:runs/train_cpu/adrpo --segment-tokens 200; \
-	$(PY) scripts/train_cpu.py report --steps base=0 sft=68 --adrpo-steps sft=0 adrpo=12
-
-## The trained extractor inside an evolved program (issue 17 item 4; after train-cpu): make demo-evolve's frozen
-## runs/demo_evolve/best.py on LoCoMo's valid first sessions with turns / base / SFT / SFT+ADRPO extraction
-## (launch/recipes/program_trained_locomo.yaml) -> runs/train_cpu/program/<label>/, then the train-cpu report
-## with its program table. A finished evaluation is not redone.
-.PHONY: train-cpu-program
-train-cpu-program: install
-	export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; set -e; P=launch/recipes/program_trained_locomo.yaml; \
-	[ -f runs/demo_evolve/best.py ] || $(MEMGYM) evolve --config launch/recipes/demo_evolve.yaml --out runs/demo_evolve; \
-	for x in turns=turns base=hf:smollm2 sft=hf:runs/train_cpu/sft adrpo=hf:runs/train_cpu/adrpo; do \
-	  L=$${x%%=*}; S=$${x#*=}; [ -f runs/train_cpu/program/$$L/report.json ] || \
-	  $(MEMGYM) program eval runs/demo_evolve/best.py --config $$P --extractor $$S \
-	      --out runs/train_cpu/program/$$L --no_progress; done; \
-	$(PY) scripts/train_cpu.py report --steps base=0 sft=68 --adrpo-steps sft=0 adrpo=12
+	    --config scripts/experiments/train_cpu/adrpo.yaml --init_from runs/train_cpu/sft $$R; \
+	$(PY) scripts/demo_train.py --out runs/train_cpu --report-only

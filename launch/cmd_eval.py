@@ -11,9 +11,9 @@ PROG = "memgym eval"
 
 
 def run(argv: list[str]) -> int:
-    """Parse the recipe (:class:`rewards.scoring.evaluate.EvalConfig`), run it, print the tables.
+    """Parse the recipe (:class:`evolution.execution.eval_job.EvalConfig`), run it, print the tables.
     Returns 0, or 2 for a bad recipe, field or data file (the message names it)."""
-    from rewards.scoring.evaluate import EvalConfig, run_eval
+    from evolution.execution.eval_job import EvalConfig, run_eval
     from rewards.scoring.report import format_failure_table, side_by_side
     from llm.recipes import parse_recipe
 

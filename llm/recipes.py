@@ -1,29 +1,14 @@
-"""Recipes: the one TrlParser recipe parser (:func:`parse_recipe`: ``--config R.yaml`` plus
-CLI overrides, for ``memgym train``, ``eval``, ``program eval`` and ``evolve``) and the
-parse-time checks shared by the recipe dataclasses (``EvalConfig``, ``ProgramEvalConfig``,
-``ADRPOConfig``, ``SFTScriptArguments``) and, through :func:`at_least`, by the argparse
-commands (``synth``, ``reward audit``, ``bench``), so a bad value fails before any model loads,
-with a message naming the field, the value and what is allowed.
+"""Recipes: the one TrlParser recipe parser (:func:`parse_recipe`: ``--config R.yaml`` plus CLI
+overrides) and the parse-time field checks of the recipe dataclasses (and :func:`at_least` for
+argparse commands), raising :class:`ConfigError` naming field, value and what is allowed.
 
-A config declares its rules in a class attribute ``CHECKS = {field: {rule: value}}`` (not in
-``field(metadata=...)``: ``HfArgumentParser`` hands every metadata key to argparse) and calls
-:func:`check_fields` from ``__post_init__`` (``trl.TrlParser`` builds the dataclass, so the
-checks run at parse time for recipes and CLI overrides alike). Rules:
-
-- ``"min": m``: a number >= ``m`` (``None`` only when the field's default is ``None``);
-  counts use ``min: 1``, so 0 and negatives never silently mean "all" or "all but one";
-- ``"choices": (...)``: one of these values (also read from the field's metadata, where
-  argparse checks it for CLI values; a YAML value skips argparse, so it is checked here);
-- ``"spec": "backend"``: a backend spec (``hf:``/``openai:``/``vllm:``, :func:`check_spec`);
-  ``"spec": "extractor"``: a backend spec, ``expert:<file or conv-NN>[,...]`` or one of
-  the rule ``"words"`` (e.g. ``("instruction",)``); on a ``list[str]`` field every item is checked;
-  a rule ``"options": (...)`` allows one of these words after the spec, separated by a space
-  (eval columns: ``"hf:smollm2 constrained"``); the spec before it is checked;
-- ``"out_dir": True``: an output directory: must not be an existing file.
-
-A ``list[...]`` field given a single string (``conversations: conv-30`` in YAML) becomes a
-one-element list instead of being split into characters. Cross-field rules go through
-:func:`require`. Errors are :class:`ConfigError` (a ``ValueError``).
+A config declares ``CHECKS = {field: {rule: value}}`` (a class attribute: ``HfArgumentParser``
+hands field metadata to argparse) and calls :func:`check_fields` from ``__post_init__``. Rules:
+``"min": m`` (a number >= m; None only when the default is None); ``"choices": (...)`` (also
+read from field metadata); ``"spec": "backend" | "extractor"`` (:func:`check_spec`, with
+``"words"`` and, after a space, ``"options"``; every item of a list field); ``"out_dir": True``
+(not an existing file). A single string on a ``list`` field becomes a one-element list.
+Cross-field rules: :func:`require`.
 """
 from __future__ import annotations
 
@@ -41,9 +26,7 @@ def _flag(name: str) -> str:
 
 
 def _admits_none(f: dataclasses.Field) -> bool:
-    # ``HfArgumentParser`` rewrites ``int | None`` field types to ``int`` in place, so the
-    # default tells: a field whose default is None may stay None ("not set")
-    return f.default is None
+    return f.default is None  # HfArgumentParser rewrites ``int | None`` to ``int`` in place
 
 
 def _is_list(f: dataclasses.Field) -> bool:
@@ -52,8 +35,7 @@ def _is_list(f: dataclasses.Field) -> bool:
 
 
 def at_least(lo: float, kind: type = int):
-    """An argparse ``type=`` for the commands that are not dataclass recipes: parses ``kind``
-    and rejects values below ``lo`` at parse time (``--n-sessions 0`` is an error, never "all")."""
+    """An argparse ``type=`` parsing ``kind`` and rejecting values below ``lo``."""
     import argparse
 
     def parse(text: str):
@@ -79,9 +61,8 @@ def check_out_dir(path: str | Path, field: str = "out") -> None:
 
 
 def check_fields(obj) -> None:
-    """Apply the ``CHECKS`` rules (module docstring) to every field of the dataclass ``obj``,
-    in field order; a single string on a list field becomes a one-element list (in place).
-    Raises :class:`ConfigError` naming the first bad field."""
+    """Apply the ``CHECKS`` rules to the dataclass ``obj`` in field order (in place);
+    :class:`ConfigError` names the first bad field."""
     rules = getattr(type(obj), "CHECKS", {})
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
@@ -112,8 +93,7 @@ def check_fields(obj) -> None:
 
 
 def require(obj, field: str, value, needs: str, why: str = "") -> None:
-    """Cross-field rule: when ``obj.<field> == value``, ``obj.<needs>`` must be set.
-    Raises :class:`ConfigError` naming both flags (e.g. ``--scorer llm needs --judge_model``)."""
+    """:class:`ConfigError` naming both flags when ``obj.<field> == value`` and ``obj.<needs>`` is unset."""
     if getattr(obj, field) == value and not getattr(obj, needs):
         raise ConfigError(f"{_flag(field)} {value} needs {_flag(needs)}{' ' + why if why else ''}")
 
@@ -126,18 +106,14 @@ def cuda_available() -> bool:
 
 
 def device_default_args(cuda: bool | None = None) -> list[str]:
-    """CLI flags to put *before* the user's arguments so that a TRL config runs on a machine
-    without CUDA: ``--use_cpu true --bf16 false --fp16 false`` (TRL 1.16 defaults ``bf16``
-    to True). They override the recipe YAML, and any later flag on the command line overrides
-    them. With CUDA (``cuda=None`` asks torch) the list is empty."""
+    """Flags put before the user's so a TRL config runs without CUDA (``--use_cpu true --bf16
+    false --fp16 false``); empty with CUDA (``cuda=None`` asks torch)."""
     cuda = cuda_available() if cuda is None else cuda
     return [] if cuda else ["--use_cpu", "true", "--bf16", "false", "--fp16", "false"]
 
 
 def config_argv(argv: Sequence[str]) -> list[str]:
-    """Normalise the recipe flag for ``TrlParser``: ``--recipe R`` / ``--recipe=R`` /
-    ``--config=R`` all become ``--config R``. Raises ValueError when the flag has no value
-    or is given twice."""
+    """``--recipe R`` / ``--recipe=R`` / ``--config=R`` -> ``--config R``; ValueError when valueless or repeated."""
     out: list[str] = []
     it = iter(argv)
     n = 0
@@ -162,17 +138,12 @@ def config_argv(argv: Sequence[str]) -> list[str]:
 def parse_recipe(dataclass_types: Sequence[type], argv: Sequence[str] | None, prog: str,
                         description: str, cpu_defaults: bool = True,
                         help_only: Sequence[tuple[str, str, str]] = ()) -> tuple:
-    """The one recipe parser of memgym's TrlParser-configured commands (trainers, ``memgym
-    eval``, ``memgym program eval``, ``memgym evolve``): parse ``argv`` (default ``sys.argv[1:]``) with
-    ``trl.TrlParser`` into one instance per dataclass, in order. Values come from ``--config
-    R.yaml`` (alias ``--recipe``; its ``env:`` mapping is exported), then from CLI flags. On a
-    machine without CUDA, :func:`device_default_args` are applied between the two when
-    ``cpu_defaults``. A dataclass's ``_argument_group_name`` heads its fields in ``--help``.
-    ``help_only``: ``(flag, metavar, help)`` rows listed in ``--help`` for options the command
-    takes out of ``argv`` before calling this (e.g. ``memgym evolve --resume DIR``).
-    Raises ValueError for an unknown YAML key (TRL's check) or a repeated/empty ``--config``,
-    FileNotFoundError for a missing recipe, IsADirectoryError for a directory; argparse exits (status 2) on a bad flag and
-    (status 0) after ``--help``."""
+    """Parse ``argv`` (default ``sys.argv[1:]``) with ``trl.TrlParser`` into one instance per
+    dataclass: ``--config R.yaml`` (alias ``--recipe``; its ``env:`` is exported), then
+    :func:`device_default_args` without CUDA when ``cpu_defaults``, then CLI flags.
+    ``help_only``: ``(flag, metavar, help)`` rows for ``--help`` only. Raises ValueError for an
+    unknown key or a repeated/empty ``--config``, FileNotFoundError / IsADirectoryError for the
+    recipe; argparse exits on a bad flag and after ``--help``."""
     import argparse
 
     from trl import TrlParser
@@ -202,8 +173,8 @@ def parse_recipe(dataclass_types: Sequence[type], argv: Sequence[str] | None, pr
 
 
 def unknown_flags_message(parser, args: Sequence[str]) -> str:
-    """One line naming every ``--flag`` in ``args`` that ``parser`` does not define, each with
-    its closest known flag (``difflib``, cutoff 0.6) when there is one."""
+    """One line naming each ``--flag`` of ``args`` unknown to ``parser``, with its closest match."""
+
     import difflib
 
     known = sorted({o for a in parser._actions for o in a.option_strings})

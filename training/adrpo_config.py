@@ -16,6 +16,7 @@ from llm.embeddings import EMBEDDER_HELP, check_embedder_spec
 from llm.errors import MemgymError
 from llm.recipes import check_fields, require
 from rewards.session_reward import MODES, SessionRewardConfig
+from training.callbacks import MemoryEvalFields
 
 #: ``advantage``: the corrected weighting, stock TRL loss with each completion's advantage × w(m);
 #: ``unclipped``: the paper's Eq. 12 (ablation, :mod:`training.adrpo_eq12`); ``none``: stock GRPO.
@@ -51,7 +52,7 @@ def check_eq12_support(args, *, is_vlm: bool = False, aux_loss: bool = False) ->
 
 
 @dataclass
-class ADRPOConfig(GRPOConfig):
+class ADRPOConfig(MemoryEvalFields, GRPOConfig):
     """TRL's ``GRPOConfig`` plus the ADRPO fields. Every TRL field (``use_vllm``, ``vllm_mode``
     colocate|server, ``loss_type``, ``beta``, ``epsilon``, ``entropy_coef``, ...) passes
     through to ``GRPOTrainer`` unchanged; with ``weighting: advantage`` every TRL loss type
@@ -83,7 +84,8 @@ class ADRPOConfig(GRPOConfig):
                             "(https://huggingface.co/docs/trl/main/en/grpo_trainer#trl.GRPOConfig), then the ADRPO "
                             "fields from --init_from on")
 
-    CHECKS = {"retrieval_top_k": {"min": 1}, "answer_max_new_tokens": {"min": 1}, "max_prompt_tokens": {"min": 1},
+    CHECKS = {"screen_rows": {"min": 1}, "memory_eval_rows": {"min": 1}, "memory_eval_heldout_turns": {"min": 1},
+              "memory_eval_max_new_tokens": {"min": 1}, "retrieval_top_k": {"min": 1}, "answer_max_new_tokens": {"min": 1}, "max_prompt_tokens": {"min": 1},
               "segment_tokens": {"min": 1}, "answer_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}}
 
     init_from: str | None = field(default=None, metadata={
@@ -102,7 +104,7 @@ class ADRPOConfig(GRPOConfig):
                 "whole session)"})
     core_lp_hi: int = field(default=400, metadata={
         "help": "core length penalty: 1 from this many written tokens on (MemBuilder Eq. 7, theta_max = 400); "
-                "segment rows write far less per call, see train_cpu_adrpo.yaml"})
+                "segment rows write far less per call, see scripts/experiments/train_cpu/adrpo.yaml"})
     copy_penalty: float = field(default=0.0, metadata={
         "help": "mu in [0, 1]: R x (1 - mu * CP), CP the share of the core output's words in a copy_ngram-word run "
                 "copied verbatim from the transcript (rewards.copying; memgym's correction, 0 = MemBuilder's reward)"})
@@ -134,6 +136,9 @@ class ADRPOConfig(GRPOConfig):
                 "variance (scripts/experiments/adrpo_weighting/run.py screen); null: every row"})
     max_prompt_tokens: int | None = field(default=None, metadata={
         "help": "drop rows whose chat prompt is longer (policy tokens); TRL 1.16 has no prompt cap"})
+    screen_rows: int | None = field(default=None, metadata={
+        "help": "data preparation: train on the first N rows (after the filters above) whose num_generations rollouts "
+                "from the initial policy get different rewards (training.adrpo_data.screen_rows); null: every row"})
     segment_tokens: int | None = field(default=None, metadata={
         "help": "one row per session SEGMENT of whole turns of <= this many transcript tokens, with the QA the "
                 "segment completes (training.segment_samples; the cut of segmented SFT's segment_tokens); "

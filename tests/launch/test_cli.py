@@ -9,7 +9,7 @@ import pytest
 
 from launch.cli import main as memgym, passive_openmp
 from llm.errors import ConfigError, OutputPathError
-from rewards.scoring.evaluate import EvalConfig
+from evolution.execution.eval_job import EvalConfig
 
 
 def test_models_prepare_refuses_a_folder_holding_a_file(tmp_path, capsys):
@@ -76,7 +76,7 @@ def test_out_that_is_a_file_fails_at_parse_time(tmp_path):
 
 
 @pytest.mark.parametrize("recipe,needle", [
-    ("top_k: null\n", "--top_k: expected a number >= 1, got null"),
+    ("batch_size: null\n", "--batch_size: expected a number >= 1, got null"),  # top_k is the program's now
     ("dataset: [locomo\n", "broken YAML"),
 ])
 def test_bad_recipes_are_one_line(recipe, needle, tmp_path, capsys):
@@ -135,7 +135,7 @@ def test_genuine_bugs_keep_their_traceback():
 
 def test_config_errors_are_config_errors():
     with pytest.raises(ConfigError):
-        EvalConfig(top_k=0)
+        EvalConfig(batch_size=0)
 
 
 @pytest.mark.parametrize("argv", [

@@ -152,7 +152,7 @@ def test_eval_and_evolve_recipes_parse_without_importing_training():
     code = (
         "import sys\n"
         "from llm.recipes import parse_recipe\n"
-        "from rewards.scoring.evaluate import EvalConfig\n"
+        "from evolution.execution.eval_job import EvalConfig\n"
         "from evolution.execution.program_eval import ProgramEvalConfig\n"
         "from evolution.search.config import EvolveConfig\n"
         "for cls, recipe in ((EvalConfig, 'demo_locomo'), (ProgramEvalConfig, 'program_locomo'),\n"
