@@ -78,6 +78,7 @@ def _sft_argv(model_dir: Path, traj: Path, out: Path) -> list[str]:
     return ["--model_name_or_path", str(model_dir), "--use_peft", "false", "--output_dir", str(out),
             "--train_trajectories", str(traj), "--eval_trajectories", str(traj),
             "--managers", "core", "procedural", "--embedder", "none", "--max_length", "1100",
+            "--max_eval_examples", "1",  # the before/after loss probes (not asserted here): 1 row each
             "--max_steps", "4", "--num_train_epochs", "4", "--per_device_train_batch_size", "1",
             "--learning_rate", "3e-3", "--lr_scheduler_type", "linear", "--warmup_steps", "1",
             "--activation_checkpointing", "false", "--logging_steps", "1", "--eval_strategy", "no",
