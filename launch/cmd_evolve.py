@@ -38,8 +38,7 @@ def _config_from_dir(run_dir: str):
     d = read_json(path)
     if not isinstance(d, dict):
         raise RunStateError(f"{path}: damaged recipe: a JSON object expected, got {type(d).__name__}")
-    known = {f.name for f in dataclasses.fields(EvolveConfig)}
-    cfg = EvolveConfig(**{k: v for k, v in d.items() if k in known})
+    cfg = EvolveConfig.from_record(d)
     cfg.out = str(run_dir)
     return cfg
 

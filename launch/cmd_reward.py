@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from llm.recipes import at_least
+from llm.checks import at_least
 
 
 def load_policy_tokenizer(spec: str):

@@ -13,7 +13,7 @@ import trl
 from trl import GRPOConfig
 
 from llm.errors import MemgymError
-from llm.recipes import check_fields, require
+from llm.checks import check_fields, require
 from rewards.session_reward import MODES, SessionRewardConfig
 
 #: ``advantage``: the corrected weighting, stock TRL loss with each completion's advantage × w(m);

@@ -61,7 +61,7 @@ class PolicyModelConfig(ModelConfig):
     CHECKS = {"lora_r": {"min": 1}, "lora_alpha": {"min": 1}}
 
     def __post_init__(self):
-        from llm.recipes import check_fields
+        from llm.checks import check_fields
 
         check_fields(self)  # string -> one-element list, counts (llm.recipes)
         targets = self.lora_target_modules

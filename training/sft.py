@@ -30,7 +30,7 @@ from trl import SFTConfig
 from data_synth.datasets import DATASETS
 from data_synth.errors import DataFormatError
 from data_synth.expert import TrajectoryError
-from llm.recipes import check_fields
+from llm.checks import check_fields
 from memory_bank.actions import MANAGERS
 from training.common import PolicyModelConfig, load_policy, parse_training_args, resume_arg
 from training.sft_data import (ExampleLengthError, TrainingDataError, check_managers, drop_overlong,

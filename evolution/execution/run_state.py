@@ -60,7 +60,7 @@ class RunState(ExtractStage):
         questions = list(conv.questions)
         plans = self._plan(questions, info)
         results = self._retrieve(conv.id, index_key, [p["query"] for p in plans], info, memory, "questions")
-        if self.settings.diagnostics:
+        if self.runner.diagnostics:
             index = conv.turn_index
             turns = list(dict.fromkeys(e for q in questions for e in q.evidence if e in index))
             probe_queries = [text_query(info.query_fields, index[t][1].text or index[t][1].image_caption or "")
@@ -158,7 +158,7 @@ class RunState(ExtractStage):
         if not self.scorer.needs_prediction:
             return [None] * len(questions)
         s = self.settings
-        ident = (self._identity("task"), s.answer_max_new_tokens)
+        ident = (self._identity("task"), s.answer_tokens)
         keys = [stable_hash("answer", self.stage_hash["answer"], ident, q.question, q.question_date, r)
                 for q, r in zip(questions, retrieved)]
         cached = [self.cache.get_json("answer", k) for k in keys]
@@ -167,7 +167,7 @@ class RunState(ExtractStage):
         if todo:
             batch = [answer_messages(info.answer_instruction, questions[i].question, retrieved[i],
                                      questions[i].question_date) for i in todo]
-            comps = self._generate("answer", batch, GenerationParams(max_new_tokens=s.answer_max_new_tokens), "answer")
+            comps = self._generate("answer", batch, GenerationParams(max_new_tokens=s.answer_tokens), "answer")
             for i, comp in zip(todo, comps):
                 cached[i] = clean_answer(comp.text)
                 self.cache.put_json("answer", keys[i], cached[i])

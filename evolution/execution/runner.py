@@ -61,9 +61,12 @@ class ProgramRunner:
     :attr:`model_lock`, so backends see one batch at a time.
     """
 
-    def __init__(self, rt: Runtime, settings: RunnerSettings | None = None, cache: StageCache | None = None):
+    def __init__(self, rt: Runtime, settings: RunnerSettings | None = None, cache: StageCache | None = None,
+                 diagnostics: bool | None = None):
         self.rt = rt
         self.settings = settings or RunnerSettings()
+        #: also retrieve with each evidence turn as the query (d_idx); default ``settings.diagnostics``
+        self.diagnostics = self.settings.diagnostics if diagnostics is None else diagnostics
         self.cache = cache if cache is not None else StageCache()
         self._task = None
         self._scorer = None

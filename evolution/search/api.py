@@ -22,16 +22,11 @@ from evolution.search.rundir import LOCK_NAME, run_lock
 def build_runtime(cfg: EvolveConfig, root: str | Path):
     """The :class:`llm.runtime.Runtime` of a recipe: response cache ``cfg.cache`` (default
     ``root/responses.sqlite``); the embedder ``hash:<dim>`` (model-free) when the recipe says so."""
-    from llm.runtime import Runtime
-
-    cache = cfg.cache or str(Path(root) / "responses.sqlite")
-    rt = Runtime.from_config(cache=cache, batch_size=cfg.batch_size, request_timeout_s=cfg.request_timeout_s,
-                             request_retries=cfg.request_retries)
+    embedder = None
     if cfg.embedder.startswith("hash:"):
         from llm.embeddings import HashEmbedder
-        rt = Runtime(cache=rt.cache, embedder=HashEmbedder(int(cfg.embedder[5:])), batch_size=cfg.batch_size,
-                     request_timeout_s=cfg.request_timeout_s, request_retries=cfg.request_retries)
-    return rt
+        embedder = HashEmbedder(int(cfg.embedder[5:]))
+    return cfg.runtime(cache=str(Path(root) / "responses.sqlite"), embedder=embedder)
 
 
 def build_engine(config: EvolveConfig, *, proposer=None, callbacks=(), rt=None):

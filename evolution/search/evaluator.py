@@ -70,8 +70,8 @@ class Evaluator:
 
     def __init__(self, rt, cfg, cache, splits: dict, *, keep_runs: int = 8):
         self.rt, self.cfg, self.cache, self.splits = rt, cfg, cache, splits
-        self.runner_diag = ProgramRunner(rt, cfg.runner_settings(diagnostics=True), cache)
-        self.runner = ProgramRunner(rt, cfg.runner_settings(diagnostics=False), cache)
+        self.runner_diag = ProgramRunner(rt, cfg, cache, diagnostics=True)
+        self.runner = ProgramRunner(rt, cfg, cache, diagnostics=False)
         self.keep_runs = keep_runs
         self.train_runs: OrderedDict[str, object] = OrderedDict()
 

@@ -62,7 +62,7 @@ class EvolutionState:
                  for split, convs in self.splits.items() for c in convs for q in c.questions]
         self.tasks = {t.id: t for t in infos}
         self.archive = Archive()
-        self.ledger = Ledger(budgets=cfg.budgets())
+        self.ledger = Ledger(budgets=cfg.role_budgets())
         self.history: list[HistoryRow] = []
         self.rng = random.Random(cfg.seed)
         self.next_round = 1
@@ -122,7 +122,7 @@ class EvolutionState:
             self.rng.setstate(rng_from_json(st["rng"]))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise RunStateError(f"{self.dir.state}: damaged run state: {type(e).__name__}: {e}") from None
-        self.ledger.budgets = self.cfg.budgets()
+        self.ledger.budgets = self.cfg.role_budgets()
         self.history = st["history"]
         self.next_round = st["next_round"]
         self.elapsed_s = st["elapsed_s"]

@@ -25,7 +25,7 @@ from data_synth.datasets import check_selection
 from data_synth.expert import ExpertExtractor
 from data_synth.extractors import make_extractor
 from llm.base import GenerationParams
-from llm.recipes import check_fields, require
+from llm.checks import require
 from llm.runtime import Runtime
 from memory_bank.actions import MANAGERS
 from memory_bank.construct import construct
@@ -42,7 +42,7 @@ from rewards.scoring.summary import QuestionResult, score_questions, summarise
 class EvalConfig(QuestionSelection):
     """A ``memgym eval`` recipe. Every field can be overridden on the command line."""
 
-    CHECKS = {**QuestionSelection.CHECKS, "top_k": {"min": 1},
+    CHECKS = { "top_k": {"min": 1},
               "extractor_max_new_tokens": {"min": 1}, "extractor_context_tokens": {"min": 2},
               "extractor_segment_tokens": {"min": 1},
               "answer_max_new_tokens": {"min": 1}, "batch_size": {"min": 1},
@@ -96,9 +96,8 @@ class EvalConfig(QuestionSelection):
         self.compare = [c for c in self.compare if c.lower() not in ("none", "")]
         for c in [self.extractor, *self.compare]:
             parse_column(c, self.constrained)  # a bad option word fails before any model loads
-        check_fields(self)
+        super().__post_init__()  # the sections' defaults and checks
         require(self, "scorer", "llm", "judge_model", "(a backend spec of the LLM judge)")
-        self.check_protocol()
         check_selection(self.dataset, self.path, self.conversations, self.split, self.scorer)
 
 
