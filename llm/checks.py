@@ -142,3 +142,20 @@ class Section:
 
     def check(self) -> None:
         """Cross-field rules (none here); raises :class:`ConfigError` naming the flags."""
+
+
+def unknown_names_message(names: Sequence[str], known: Sequence[str], renamed: dict | None = None,
+                          prefix: str = "--") -> str:
+    """One line naming every unknown field in ``names``, each with the field that replaced it
+    (``renamed``) or its closest known field (``difflib``, cutoff 0.6)."""
+    import difflib
+
+    parts = []
+    for n in names:
+        bare = n.lstrip("-").split("=", 1)[0]
+        if bare in (renamed or {}):
+            parts.append(f"{prefix}{bare} (now {prefix}{renamed[bare]})")
+            continue
+        close = difflib.get_close_matches(bare, list(known), n=1, cutoff=0.6)
+        parts.append(f"{prefix}{bare}" + (f" (did you mean {prefix}{close[0]}?)" if close else ""))
+    return "unknown field(s): " + ", ".join(parts) + "; --help lists every field"

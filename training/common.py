@@ -1,7 +1,8 @@
 """Helpers both trainers (SFT and ADRPO) use: loading the policy model with an optional LoRA
 config or an existing adapter. The recipe parser (``--config R.yaml`` plus CLI overrides,
-CPU-safe TRL defaults) is :func:`llm.recipes.parse_recipe`, shared with ``memgym eval`` and
-``memgym evolve``; the model path rules are :func:`llm.specs.resolve_model_path`.
+CPU-safe TRL defaults) is :func:`parse_training_args` (``python -m training.<stage>``; ``memgym
+train`` registers the same parsers in its command tree, :mod:`launch.registry`); the model path
+rules are :func:`llm.specs.resolve_model_path`.
 
 Sources: ``DESIGN.md`` § "Training stack" (configs are dataclasses parsed by
 ``trl.TrlParser``; CPU facts for TRL 1.16: pass ``bf16=False`` and ``use_cpu=True``) and
@@ -17,8 +18,49 @@ from pathlib import Path
 
 from trl import ModelConfig
 
-from llm.recipes import cuda_available, parse_recipe as parse_training_args  # noqa: F401 - the trainers' parser
 from llm.specs import EMBEDDED_MODEL as EMBEDDED_POLICY, resolve_model_path
+
+def cuda_available() -> bool:
+    """True when torch sees at least one CUDA device."""
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def device_defaults(cuda: bool | None = None) -> dict:
+    """Field values that let a TRL config run on a machine without CUDA: ``use_cpu`` True,
+    ``bf16``/``fp16`` False (TRL 1.16 defaults ``bf16`` to True). They override the recipe
+    YAML; a flag on the command line overrides them. With CUDA (``cuda=None`` asks torch): none."""
+    cuda = cuda_available() if cuda is None else cuda
+    return {} if cuda else {"use_cpu": True, "bf16": False, "fp16": False}
+
+
+def device_default_args(cuda: bool | None = None) -> list[str]:
+    """:func:`device_defaults` as flags to put before the user's arguments."""
+    return [x for k, v in device_defaults(cuda).items() for x in (f"--{k}", str(v).lower())]
+
+
+def parse_training_args(parser, argv: list[str] | None = None) -> tuple:
+    """Parse ``argv`` (default ``sys.argv[1:]``) with the trainer's ``trl.TrlParser``
+    (``--config R.yaml``, then flags; :func:`device_defaults` between the two): one instance per
+    dataclass. Raises ConfigError naming a YAML key or flag no field has."""
+    import argparse
+    import sys
+
+    from llm.checks import unknown_names_message
+    from llm.errors import ConfigError
+
+    args = device_default_args() + list(sys.argv[1:] if argv is None else argv)
+    try:
+        out = parser.parse_args_and_config(args=args)
+    except ValueError as e:
+        if "not used by the HfArgumentParser" not in str(e) and "Unknown arguments from config" not in str(e):
+            raise
+        known = sorted({a.dest for a in parser._actions if a.option_strings})
+        flags = [a.lstrip("-").split("=", 1)[0] for a in args if a.startswith("--")]
+        raise ConfigError(unknown_names_message([f for f in flags if f not in known] or ["?"], known)) from None
+    return tuple(o for o in out if not isinstance(o, argparse.Namespace))
+
 
 #: Attention projections of Llama/Qwen-style models; the default LoRA targets.
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")

@@ -104,13 +104,28 @@ class SFTTrainingConfig(SFTConfig):
                             "https://huggingface.co/docs/trl/main/en/sft_trainer#trl.SFTConfig)")
 
 
+HELP = "supervised fine-tuning on expert trajectories (TRL SFTTrainer, LoRA or full)"
+DESCRIPTION = ("Fine-tune a memory manager on expert trajectories (TRL SFTTrainer). Use --config R.yaml for a "
+               "recipe; any field below overrides it.")
+
+
+def make_parser(subparsers=None, prog: str | None = None):
+    """The ``trl.TrlParser`` of ``(SFTScriptArguments, SFTTrainingConfig, PolicyModelConfig)``,
+    as TRL's scripts make theirs: added to ``subparsers`` as ``sft`` (``memgym train sft``), or
+    standalone (``python -m training.sft``)."""
+    from trl import TrlParser
+
+    types = (SFTScriptArguments, SFTTrainingConfig, PolicyModelConfig)
+    if subparsers is not None:
+        return subparsers.add_parser("sft", dataclass_types=types, help=HELP, description=DESCRIPTION)
+    return TrlParser(types, prog=prog or PROG, description=DESCRIPTION)
+
+
 def parse_args(argv: list[str] | None = None):
     """``(SFTScriptArguments, SFTTrainingConfig, PolicyModelConfig)`` from ``--config R.yaml`` +
     CLI overrides, with CPU-safe defaults on machines without CUDA
-    (:func:`training.common.device_default_args`)."""
-    return parse_training_args([SFTScriptArguments, SFTTrainingConfig, PolicyModelConfig], argv, PROG,
-                               "Fine-tune a memory manager on expert trajectories (TRL SFTTrainer). Use "
-                               "--config R.yaml for a recipe; any field below overrides it.")
+    (:func:`training.common.parse_training_args`)."""
+    return parse_training_args(make_parser(), argv)
 
 
 def _subset(ds, n: int | None, seed: int):
@@ -321,20 +336,17 @@ def run(script_args: SFTScriptArguments, training_args, model_args: PolicyModelC
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry (``memgym train sft`` / ``python -m training.sft``). Returns 0 on success, 2
-    for a bad recipe, flag or data file (the message names it)."""
+    """``python -m training.sft`` (what ``memgym launch`` runs in each process): parse, then
+    :func:`train_and_report`. Errors are raised (``memgym train sft`` maps them to one line and an
+    exit status, :func:`launch.cli.run_command`)."""
+    return train_and_report(*parse_args(argv))
+
+
+def train_and_report(script_args, training_args, model_args) -> int:
+    """Run :func:`run` and print the summary lines; returns 0."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:
-        script_args, training_args, model_args = parse_args(argv)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"{PROG}: {e}", file=sys.stderr)
-        return 2
-    try:
-        metrics = run(script_args, training_args, model_args)
-    except (TrainingDataError, ExampleLengthError, TrajectoryError, DataFormatError, FileNotFoundError) as e:
-        print(f"{PROG}: {e}", file=sys.stderr)
-        return 2
+    metrics = run(script_args, training_args, model_args)
     if not metrics["is_main_process"]:
         return 0
 

@@ -32,6 +32,7 @@ from evolution.execution.results import ProgramEvaluation
 from evolution.execution.runner import ProgramRun, ProgramRunner, dump_units
 from evolution.execution.settings import OutputSection, RunnerSettings
 from evolution.execution.stages import StageCache
+from llm.errors import ConfigError
 from llm.runtime import Runtime
 from memory_bank.schema import CAPABILITY_NAMES
 from rewards.scoring.selection import CapabilityLabels, QuestionSelection, load_selected
@@ -214,15 +215,15 @@ def run_program_eval(cfg: ProgramEvalConfig, rt: Runtime | None = None,
 
     t0 = time.time()
     if not cfg.program:
-        raise ValueError("no program file given")
+        raise ConfigError("give the program file: memgym program eval FILE.py --config R.yaml")
     prog = Path(cfg.program)
     if not prog.is_file():
-        raise FileNotFoundError(f"memory program not found: {prog}")
+        raise ConfigError(f"memory program not found: {prog}")
     source = prog.read_text(encoding="utf-8")
     parent_source = None
     if cfg.parent:
         if not Path(cfg.parent).is_file():
-            raise FileNotFoundError(f"parent program not found: {cfg.parent}")
+            raise ConfigError(f"parent program not found: {cfg.parent}")
         parent_source = Path(cfg.parent).read_text(encoding="utf-8")
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)

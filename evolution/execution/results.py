@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evolution.execution.component_diff import STAGES, ComponentDiff
+from llm.errors import MemgymError
 from memory_bank.program import ProgramInfo
 from memory_bank.schema import Conversation, QAItem
 
@@ -160,7 +161,7 @@ class ProgramEvaluation:
             d.pop("tasks")
         return d
 
-class ProgramRunError(RuntimeError):
+class ProgramRunError(MemgymError, RuntimeError):
     """A program could not be evaluated: a broken contract, a dead/timed-out sandbox, or an
     extraction that cannot be mapped to the program's units. ``stage`` names the stage,
     ``conversation`` the conversation (or "")."""

@@ -11,6 +11,8 @@ then the caller's.
 """
 from __future__ import annotations
 
+from llm.errors import OutputPathError
+
 import shutil
 from pathlib import Path
 
@@ -112,14 +114,14 @@ def evolve(config: EvolveConfig, *, proposer=None, callbacks=(), resume: bool = 
     if not resume:
         problem = fresh_dir_problem(out)
         if problem:
-            raise FileExistsError(problem)
+            raise OutputPathError(problem)
         existed = out.is_dir()
         before = {p.name for p in out.iterdir()} if existed else set()
     try:
         with run_lock(out):
             if before is not None and fresh_dir_problem(out):  # another process started one meanwhile
                 problem, before = fresh_dir_problem(out), None
-                raise FileExistsError(problem)
+                raise OutputPathError(problem)
             engine = build_engine(config, proposer=proposer, callbacks=callbacks, rt=rt)
             return engine.run(resume=resume)
     except BaseException:

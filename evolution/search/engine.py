@@ -36,6 +36,8 @@ evaluated twice (an evaluation killed half-way reuses the stage cache).
 """
 from __future__ import annotations
 
+from llm.errors import ConfigError, OutputPathError
+
 from pathlib import Path
 
 from evolution.execution.runner import ProgramRunError
@@ -91,7 +93,7 @@ class Engine:
         source = read_program_source(src_path)
         res = validate_program(source, None, self.limits)
         if not res.ok:
-            raise ValueError(f"the seed program fails validation level {res.level}: {res.reason}")
+            raise ConfigError(f"the seed program fails validation level {res.level}: {res.reason}")
         cand = Candidate("seed", None, 0, "seed", None, "seed", key=program_key(source),
                          program="candidates/seed/program.py", description="seed program",
                          validation=res.to_dict())
@@ -307,9 +309,9 @@ class Engine:
 
         state = self.state
         if resume and not state.load() and not state.dir.recipe.exists():
-            raise FileNotFoundError(f"nothing to resume in {state.dir.root}: no state.json or recipe.json")
+            raise ConfigError(f"nothing to resume in {state.dir.root}: no state.json or recipe.json")
         if not resume and state.dir.state.exists():
-            raise FileExistsError(f"{state.dir.root} already holds a run; use --resume {state.dir.root}")
+            raise OutputPathError(f"{state.dir.root} already holds a run; use --resume {state.dir.root}")
         self.replay = resume
         state.notify("on_run_start", resume)
         if not state.archive.candidates:

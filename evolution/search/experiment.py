@@ -24,6 +24,8 @@ Metrics (:mod:`evolution.search.experiment_report`) are recomputed from the run 
 """
 from __future__ import annotations
 
+from llm.errors import ConfigError, OutputPathError
+
 import dataclasses
 import time
 from pathlib import Path
@@ -43,9 +45,9 @@ def parse_variants(text: str | list) -> list[str]:
     names = [v.strip() for v in (text.split(",") if isinstance(text, str) else text) if v.strip()]
     bad = [v for v in names if v not in VARIANTS]
     if bad or not names:
-        raise ValueError(f"unknown variant(s) {bad or '(none given)'}; choose from {', '.join(VARIANTS)}")
+        raise ConfigError(f"--variants: unknown variant(s) {bad or '(none given)'}; choose from {', '.join(VARIANTS)}")
     if len(set(names)) != len(names):
-        raise ValueError(f"a variant is listed twice: {names}")
+        raise ConfigError(f"--variants: a variant is listed twice: {names}")
     return names
 
 
@@ -56,7 +58,7 @@ class Experiment:
 
     def __init__(self, cfg: EvolveConfig, variants: list[str], seeds: int, rt=None):
         if seeds < 1:
-            raise ValueError(f"seeds must be >= 1, got {seeds}")
+            raise ConfigError(f"--seeds must be >= 1, got {seeds}")
         self.cfg, self.variants, self.n_seeds = cfg, parse_variants(variants), seeds
         self.root = Path(cfg.out)
         self.seeds = [cfg.seed + i for i in range(seeds)]
@@ -75,9 +77,8 @@ class Experiment:
         """The experiment stored in ``root`` (FileNotFoundError when there is none)."""
         spec = read_json(Path(root) / "experiment_recipe.json")
         if spec is None:
-            raise FileNotFoundError(f"no experiment to resume in {root}: experiment_recipe.json is missing")
-        known = {f.name for f in dataclasses.fields(EvolveConfig)}
-        cfg = EvolveConfig(**{k: v for k, v in spec["recipe"].items() if k in known})
+            raise ConfigError(f"no experiment to resume in {root}: experiment_recipe.json is missing")
+        cfg = EvolveConfig.from_record(spec["recipe"])
         cfg.out = str(root)
         return cls(cfg, spec["variants"], spec["seeds"], rt=rt)
 
@@ -109,7 +110,7 @@ class Experiment:
 
         spec_path = self.root / "experiment_recipe.json"
         if spec_path.exists() and not resume:
-            raise FileExistsError(f"{self.root} already holds an experiment; continue it with: memgym evolve "
+            raise OutputPathError(f"{self.root} already holds an experiment; continue it with: memgym evolve "
                                   f"experiment --resume {self.root}")
         self.root.mkdir(parents=True, exist_ok=True)
         if not spec_path.exists():

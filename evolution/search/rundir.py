@@ -31,17 +31,21 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
+from llm.errors import ConfigError, MemgymError
+
 LOCK_NAME = ".lock"
 # recipe fields that only change the display: a --resume may differ in them
 DISPLAY_FIELDS = frozenset({"out", "progress"})
 
 
-class RunStateError(ValueError):
+class RunStateError(ConfigError):
     """A run file is unreadable or does not fit the run (the message names the file)."""
 
 
-class RunLockedError(FileExistsError):
-    """Another process holds the run directory's lock."""
+class RunLockedError(MemgymError, FileExistsError):
+    """Another process holds the run directory's lock (a usage error: exit status 2)."""
+
+    kind = "usage"
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
