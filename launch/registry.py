@@ -141,11 +141,14 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
     """Parse ``argv`` with the ``memgym`` tree. For a recipe command the recipe's keys become the
     defaults and ``argv`` is parsed again (flags override the recipe); a flag no field has is a
     ConfigError. Other commands keep argparse's own errors (exit status 2)."""
-    _, leaf = chosen(parser, argv)
+    words, leaf = chosen(parser, argv)
     if leaf.get_default("recipe_parser") is not leaf:
         return parser.parse_args(argv)
+    rest, i = list(argv), 0
+    for w in words:  # the arguments after the command words
+        i = rest.index(w, i) + 1
     options = {o for a in leaf._actions for o in a.option_strings}
-    unknown = [a for a in argv if a.startswith("--") and a.split("=", 1)[0] not in options]
+    unknown = [a for a in rest[i:] if a.startswith("--") and a.split("=", 1)[0] not in options]
     if unknown:
         raise ConfigError(unknown_names_message(unknown, _known(leaf), _renamed(leaf)))
     args, extra = parser.parse_known_args(argv)

@@ -184,18 +184,12 @@ def test_sft_run_trains_lora_and_loss_falls(session1_file, tiny_model_dir, tmp_p
 def test_common_cli_helpers():
     from trl import get_peft_config
 
-    from llm.recipes import config_argv, device_default_args
     from llm.specs import resolve_model_path
-    from training.common import PolicyModelConfig
+    from training.common import PolicyModelConfig, device_default_args, device_defaults
 
     assert device_default_args(cuda=False) == ["--use_cpu", "true", "--bf16", "false", "--fp16", "false"]
-    assert device_default_args(cuda=True) == []
-    assert config_argv(["--recipe", "a.yaml", "--x", "1"]) == ["--config", "a.yaml", "--x", "1"]
-    assert config_argv(["--x", "1", "--config=a.yaml"]) == ["--x", "1", "--config", "a.yaml"]
-    with pytest.raises(ValueError, match="more than once"):
-        config_argv(["--config", "a.yaml", "--recipe", "b.yaml"])
-    with pytest.raises(ValueError, match="needs a YAML file path"):
-        config_argv(["--config", "--max_steps", "2"])
+    assert device_defaults(cuda=False) == {"use_cpu": True, "bf16": False, "fp16": False}
+    assert device_default_args(cuda=True) == [] and device_defaults(cuda=True) == {}
     with pytest.raises(FileNotFoundError, match="does not exist"):
         resolve_model_path("./no/such/model")
     assert resolve_model_path("Qwen/Qwen3-4B-Instruct-2507") == "Qwen/Qwen3-4B-Instruct-2507"
