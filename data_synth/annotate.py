@@ -124,11 +124,13 @@ class AnnotatedLabel:
     attempts: int
     model: str
     error: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
     def to_json(self) -> dict:
         return {"qid": self.qid, "primary": self.primary.value, "secondary": [c.value for c in self.secondary],
                 "source": self.source, "fallback": self.fallback, "attempts": self.attempts, "model": self.model,
-                "error": self.error}
+                "error": self.error, "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens}
 
     @classmethod
     def from_json(cls, d: dict, file="<labels>", line: int = 0) -> "AnnotatedLabel":
@@ -144,7 +146,7 @@ class AnnotatedLabel:
                 raise DataFormatError(file, rec, k, f"expected a str, got {type(d.get(k)).__name__}")
         return cls(d["qid"], Capability(label.primary), tuple(Capability(c) for c in label.secondary),
                    str(d.get("source", "annotator")), bool(d.get("fallback", False)), int(d.get("attempts", 0)),
-                   d["model"], d.get("error"))
+                   d["model"], d.get("error"), int(d.get("prompt_tokens", 0)), int(d.get("completion_tokens", 0)))
 
 
 def annotation_messages(conv: Conversation, qa: QAItem) -> list[dict]:
@@ -157,8 +159,8 @@ def annotation_messages(conv: Conversation, qa: QAItem) -> list[dict]:
 
 
 def refuse_test(dataset: str, conversations: list[Conversation], split: str) -> None:
-    """Raise ValueError when ``split`` is the test split, or when any conversation (LoCoMo)
-    or question id (LongMemEval) belongs to the test split: test tasks keep native labels."""
+    """Raise ValueError when ``split`` is the test split, or when any conversation (LoCoMo,
+    BEAM) or question id (LongMemEval) belongs to the test split: test tasks keep native labels."""
     ds = dataset.strip().lower()
     if split == "test":
         raise ValueError(f"the annotator refuses the {ds} test split: test questions use the native mapping")
@@ -168,6 +170,9 @@ def refuse_test(dataset: str, conversations: list[Conversation], split: str) -> 
     elif ds == "longmemeval":
         test = set(split_ids("longmemeval", "test"))
         bad = sorted(q.id for c in conversations for q in c.questions if q.id in test)
+    elif ds == "beam":
+        test = set(split_ids("beam", "test"))
+        bad = sorted(c.id for c in conversations if c.id in test)
     else:
         raise ValueError(f"no splits known for dataset {dataset!r}; cannot check that it is not a test split")
     if bad:
@@ -183,9 +188,12 @@ class CapabilityAnnotator:
     """
 
     def __init__(self, backend: Backend, label_file: str | Path | None = None, *, max_retries: int = 2,
-                 params: GenerationParams = GenerationParams(max_new_tokens=64, temperature=0.0)):
+                 params: GenerationParams = GenerationParams(max_new_tokens=64, temperature=0.0), chunk: int = 32):
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        if chunk < 1:
+            raise ValueError(f"chunk must be >= 1, got {chunk}")
+        self.chunk = chunk
         self.backend, self.max_retries, self.params = backend, max_retries, params
         self.label_file = None if label_file is None else Path(label_file)
         self.model = str(getattr(backend, "model_id", "?"))
@@ -209,49 +217,60 @@ class CapabilityAnnotator:
                     if r["model"] == self.model:
                         out[r["qid"]] = AnnotatedLabel.from_json(r, self.label_file, no)
             todo = [(c, q) for c, q in tasks if q.id not in out]
-            msgs = {q.id: annotation_messages(c, q) for c, q in todo}
-            conv_of = {q.id: c for c, q in todo}
-            errors: dict[str, str] = {}
-            attempts = {q.id: 0 for _, q in todo}
-            pending = [q for _, q in todo]
-            for _ in range(self.max_retries + 1):
-                if not pending:
-                    break
-                comps = self.backend.generate([msgs[q.id] for q in pending], self.params)
-                if len(comps) != len(pending):
-                    raise LLMError(f"annotator backend {self.model} returned {len(comps)} completions for "
-                                   f"{len(pending)} prompts")
-                self.calls += len(pending)
-                still = []
-                for q, c in zip(pending, comps):
-                    attempts[q.id] += 1
-                    try:
-                        lab = parse_label(c.text)
-                    except LabelValidationError as e:
-                        errors[q.id] = e.reason
-                        msgs[q.id] = msgs[q.id] + [
-                            {"role": "assistant", "content": c.text},
-                            {"role": "user", "content": f"That reply is invalid ({e.reason}). Reply again with only "
-                                                        'the JSON object {"primary": ..., "secondary": [...]}.'}]
-                        still.append(q)
-                        continue
-                    out[q.id] = AnnotatedLabel(q.id, Capability(lab.primary), tuple(Capability(x) for x in lab.secondary),
-                                               "annotator", False, attempts[q.id], self.model)
-                    if store is not None:
-                        store.append(out[q.id].to_json())
-                pending = still
-            for q in pending:  # every attempt failed: native mapping, flagged
-                conv = conv_of[q.id]
-                n_sess = len(conv.evidence_sessions(q))
-                out[q.id] = AnnotatedLabel(q.id, capability_for(dataset, q.category, q.id),
-                                           secondary_for(dataset, q.category, q.id, n_sess), "native", True,
-                                           attempts[q.id], self.model, errors.get(q.id))
-                if store is not None:
-                    store.append(out[q.id].to_json())
+            for start in range(0, len(todo), self.chunk):
+                self._annotate_chunk(dataset, todo[start:start + self.chunk], out, store)
         finally:
             if store is not None:
                 store.close()
         return out
+
+
+    def _annotate_chunk(self, dataset: str, todo: list, out: dict, store) -> None:
+        """Annotate ``todo`` ((conversation, question) pairs) with retries; add to ``out`` and
+        append to ``store``."""
+        msgs = {q.id: annotation_messages(c, q) for c, q in todo}
+        conv_of = {q.id: c for c, q in todo}
+        errors: dict[str, str] = {}
+        attempts = {q.id: 0 for _, q in todo}
+        cost = {q.id: [0, 0] for _, q in todo}
+        pending = [q for _, q in todo]
+        for _ in range(self.max_retries + 1):
+            if not pending:
+                break
+            comps = self.backend.generate([msgs[q.id] for q in pending], self.params)
+            if len(comps) != len(pending):
+                raise LLMError(f"annotator backend {self.model} returned {len(comps)} completions for "
+                               f"{len(pending)} prompts")
+            self.calls += len(pending)
+            still = []
+            for q, c in zip(pending, comps):
+                attempts[q.id] += 1
+                if not c.cached:
+                    cost[q.id][0] += c.prompt_tokens
+                    cost[q.id][1] += c.completion_tokens
+                try:
+                    lab = parse_label(c.text)
+                except LabelValidationError as e:
+                    errors[q.id] = e.reason
+                    msgs[q.id] = msgs[q.id] + [
+                        {"role": "assistant", "content": c.text},
+                        {"role": "user", "content": f"That reply is invalid ({e.reason}). Reply again with only "
+                                                    'the JSON object {"primary": ..., "secondary": [...]}.'}]
+                    still.append(q)
+                    continue
+                out[q.id] = AnnotatedLabel(q.id, Capability(lab.primary), tuple(Capability(x) for x in lab.secondary),
+                                           "annotator", False, attempts[q.id], self.model, None, *cost[q.id])
+                if store is not None:
+                    store.append(out[q.id].to_json())
+            pending = still
+        for q in pending:  # every attempt failed: native mapping, flagged
+            conv = conv_of[q.id]
+            n_sess = len(conv.evidence_sessions(q))
+            out[q.id] = AnnotatedLabel(q.id, capability_for(dataset, q.category, q.id),
+                                       secondary_for(dataset, q.category, q.id, n_sess), "native", True,
+                                       attempts[q.id], self.model, errors.get(q.id), *cost[q.id])
+            if store is not None:
+                store.append(out[q.id].to_json())
 
 
 def load_labels(path: str | Path) -> dict[str, AnnotatedLabel]:
@@ -261,7 +280,8 @@ def load_labels(path: str | Path) -> dict[str, AnnotatedLabel]:
 
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"capability label file not found: {p}")
+        raise FileNotFoundError(f"capability label file not found: {p} (make it once per split with: memgym annotate "
+                                f"--dataset D --split train|valid --annotator SPEC --out {p})")
     out = {}
     for no, raw in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
         if not raw.strip():

@@ -4,6 +4,8 @@
   (the recipe and seed program are stored there);
 - ``memgym evolve --resume DIR`` continues the run in DIR with the recipe stored there; a
   resumed run ends in the same state as an uninterrupted one;
+- ``memgym evolve --from RUN --out DIR`` reruns a recorded coder run with no server (proposer
+  replay; RUN's recipe unless ``--config`` is given; :mod:`evolution.search.proposers.replay`);
 - ``memgym evolve experiment --config R.yaml --variants full,holistic,... --seeds 3 [--out DIR]``
   runs every ablation variant with every seed (:mod:`evolution.search.experiment`);
   ``memgym evolve experiment --resume DIR`` continues one without re-running finished runs.
@@ -78,6 +80,8 @@ def cmd_evolve(args) -> int:
         cfg.progress = args.progress  # display only: the run state is unchanged
     else:
         (cfg,) = recipe_configs(args)
+        if cfg.replay_from and Path(cfg.out).resolve() == Path(cfg.replay_from).resolve():
+            raise ConfigError(f"--from {cfg.replay_from}: give the replayed run its own --out DIR")
     result = api.evolve(cfg, resume=args.resume is not None)
     _print(result.summary, cfg.out)
     return 0
@@ -93,6 +97,23 @@ def _print(s: dict, out: str) -> None:
     label = current_label()
     if not label.startswith("kernel:"):
         print(f"sandbox: {label}")
+
+
+def _from_run(args) -> dict:
+    """``--from RUN``: RUN's stored recipe (unless ``--config`` is given) with proposer replay of
+    RUN, as defaults that flags override; ``{}`` without ``--from``."""
+    import dataclasses
+
+    from evolution.search.config import EvolveConfig
+
+    src = args.replay_source
+    if src is None:
+        return {}
+    if not (Path(src) / "recipe.json").is_file():
+        raise ConfigError(f"--from {src}: no recorded run there ({Path(src) / 'recipe.json'} is missing)")
+    recipe = {} if args.config else dataclasses.asdict(_config_from_dir(src))
+    recipe.pop("out", None)
+    return {**recipe, "proposer": "replay", "replay_from": src}
 
 
 def _positive_int(text: str) -> int:
@@ -113,7 +134,10 @@ def make_parser(subparsers):
     from launch.registry import add_recipe_args
 
     p = subparsers.add_parser("evolve", dataclass_types=[EvolveConfig], help=HELP, description=DESCRIPTION)
-    add_recipe_args(p)
+    add_recipe_args(p, defaults=_from_run)
+    p.add_argument("--from", dest="replay_source", metavar="RUN", default=None,
+                   help="replay the recorded coder run RUN with no server (proposer replay; RUN's recipe.json unless "
+                        "--config is given)")
     p.add_argument("--resume", metavar="DIR", default=None,
                    help="continue the run in DIR with the recipe stored there (no other arguments but "
                         "--no_progress); a resumed run ends in the same state as an uninterrupted one")
@@ -126,6 +150,7 @@ def make_parser(subparsers):
                                    "[--out DIR] [--<field> value ...]; memgym evolve experiment --resume DIR "
                                    "continues one. Writes DIR/experiment.md, experiment.json, boundary.png.")
     add_recipe_args(e)
+    e.set_defaults(replay_source=None)
     e.add_argument("--variants", metavar="V,V,...", default=None,
                    help=f"comma-separated variants (default: all of {','.join(VARIANTS)})")
     e.add_argument("--seeds", type=_positive_int, metavar="N", default=None, help="seeds per variant (default 3)")

@@ -26,7 +26,7 @@ def _stage_parser(stage: str):
 
         mod = importlib.import_module(STAGES[stage][0])
         p = mod.make_parser(subparsers)
-        add_recipe_args(p, defaults=device_defaults)
+        add_recipe_args(p, defaults=lambda _args: device_defaults())
         p.set_defaults(func=lambda args: mod.train_and_report(*recipe_configs(args)))
         return p
     return make

@@ -92,10 +92,11 @@ def _trl_parser():
     return TrlParser
 
 
-def add_recipe_args(parser, *, defaults: Callable[[], dict] | None = None) -> None:
+def add_recipe_args(parser, *, defaults: Callable[[argparse.Namespace], dict] | None = None) -> None:
     """Mark ``parser`` (a ``TrlParser`` in the tree) as a recipe command: ``--config R.yaml``
-    (alias ``--recipe``), whose YAML keys become the field defaults. ``defaults()``: values
-    applied over the recipe's and under the flags (the trainers' CPU settings)."""
+    (alias ``--recipe``), whose YAML keys become the field defaults. ``defaults(args)``: values
+    applied over the recipe's and under the flags (the trainers' CPU settings; ``evolve
+    --from RUN``'s recipe), given the arguments as first parsed."""
     parser.add_argument("--config", "--recipe", dest="config", metavar="R.yaml", default=None,
                         help="YAML recipe whose keys set the fields below; flags given after it override it")
     parser.set_defaults(recipe_parser=parser, recipe_defaults=defaults)
@@ -155,7 +156,7 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
     if args.config:
         load_recipe(leaf, args.config)
     if args.recipe_defaults:
-        leaf.set_defaults(**args.recipe_defaults())
+        leaf.set_defaults(**args.recipe_defaults(args))
     if args.config or args.recipe_defaults:
         args, extra = parser.parse_known_args(argv)
     if extra:

@@ -26,7 +26,7 @@ ABLATIONS = ("none", "holistic", "round_robin", "random_cases", "no_integration"
 """DESIGN.md § "Capability-driven evolution" (ablations; PrisMem Table 4), see
 :mod:`evolution.search.strategies`."""
 ROLE_BUDGETS = ("coder", "extract", "plan", "answer", "extractor", "judge")
-PROPOSERS = ("params", "coder", "scripted")
+PROPOSERS = ("params", "coder", "replay", "scripted")
 
 
 class Budgets(dict):
@@ -78,7 +78,10 @@ class SearchSettings(Section):
     """Old field names -> the field that replaced them (named by the unknown-field message)."""
 
     seed_program: str | None = field(default=None, metadata={"help": "starting program (default: the shipped seed)"})
-    proposer: str = field(default="params", metadata={"help": "params | coder | scripted"})
+    proposer: str = field(default="params", metadata={"help": "params | coder | replay (answers from replay_from's "
+                                                                 "recorded coder run, no server) | scripted"})
+    replay_from: str | None = field(default=None, metadata={"help": "proposer replay: the recorded run directory "
+                                                                    "(memgym evolve --from RUN)"})
     coder_model: str | None = field(default=None, metadata={"help": "coder backend spec (proposer coder), e.g. "
                                                                     "openai:http://host:8000/v1#Qwen3-Coder"})
     coder_max_new_tokens: int = field(default=4096, metadata={"help": "tokens per coder answer"})
@@ -120,6 +123,8 @@ class SearchSettings(Section):
 
     def check(self) -> None:
         super().check()
+        if self.proposer == "replay" and not self.replay_from:
+            raise ConfigError("--proposer replay needs --replay_from (memgym evolve --proposer replay --from RUN)")
         if self.proposer == "coder" and not self.coder_model:
             raise ConfigError("--proposer coder needs --coder_model (a backend spec)")
         if self.proposer == "scripted" and not self.script:

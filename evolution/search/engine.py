@@ -46,7 +46,7 @@ from evolution.search.archive import CAPABILITIES, Archive, Candidate, program_k
 from evolution.search.evaluator import Evaluator, book_final, split_scores
 from evolution.search.journal import (FinalRecord, HistoryRow, OutcomeRecord, ProposalRecord, ValidationRecord, load_final,
                                       load_record, rng_from_json, rng_to_json)
-from evolution.search.ledger import BudgetExhausted
+from evolution.search.ledger import BudgetExhausted, usage_from_eval
 from evolution.search.proposers.base import ProposalInput
 from evolution.search.protocols import Integrator, Proposer, RoundSteps, Strategy
 from evolution.search.select import record_cases
@@ -279,13 +279,15 @@ class Engine:
         final_id = state.final_program()
         fin = {"final": final_id, "seed_test": None, "final_test": None, "usage": {}}
         if state.splits["test"]:
-            for key, cid in (("seed_test", "seed"), ("final_test", final_id)):
-                if key == "final_test" and cid == "seed":
-                    fin[key] = fin["seed_test"]
+            for key, cid in (("final_test", final_id), ("seed_test", "seed")):  # frozen first: whole cost
+                if key == "seed_test" and cid == final_id:
+                    fin[key] = fin["final_test"]
                     continue
                 ev, _ = self.evaluator.evaluate(state.source_of(cid), "test")
                 fin[key] = split_scores(ev).__dict__
                 book_final(state.ledger, ev)
+                if key == "final_test":
+                    fin["final_test_usage"] = usage_from_eval(ev)
             if self.cfg.test_specialists:  # report rows and the oracle-label router baseline
                 fin["specialists_test"] = {}
                 for cid in dict.fromkeys(state.archive.specialists.values()):

@@ -255,7 +255,7 @@ def load_record(root: str | Path, cid: str, step: str):
 @dataclass
 class FinalRecord:
     """The final step's runs (``final.json``): ``{"final": id, "seed_test", "final_test",
-    "specialists_test", "baselines", "usage", "ledger_final"}`` (test SCORES with per-task
+    "specialists_test", "baselines", "usage", "ledger_final", "final_test_usage"}`` (test SCORES with per-task
     scores, None without a test split)."""
 
     runs: dict

@@ -8,13 +8,24 @@ runner's stages, by stage), ``extractor`` (a trained extractor), ``judge`` and `
 (embedding batches that reached the model). Tokens are those of the respective model
 (prompt and completion); embed has calls only. Cache hits are not calls and cost nothing.
 A budget is a cap on a role's total tokens (prompt + completion; calls for ``embed``).
+
+Cost as the field reports it (PrisMem, ``shared/seeds/000_0e559b88b400976a.txt``: tokens per
+20-round run, 73.7 M, against M*'s 76.5 M; task tokens per BEAM-1M test question, 100.59 K):
+:func:`tokens_by_round` (tokens per role per round and per run, the report's table) and
+:func:`per_question` (the frozen program's test-run tokens per test question). ``task`` is the
+task model's three stages together (extract + plan + answer); ``annotator`` tokens are those
+the capability labels of train and valid cost (``memgym annotate``), booked on round "0".
 """
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-ROLES = ("coder", "extract", "plan", "answer", "extractor", "judge", "embed")
+ROLES = ("coder", "extract", "plan", "answer", "extractor", "judge", "annotator", "embed")
+TASK_STAGES = ("extract", "plan", "answer")
+TABLE_ROLES = ("coder", "task", "extractor", "judge", "annotator")
+"""Columns of the per-round table: the coder, the task model (its stages summed), a trained
+extractor, the judge, the annotator."""
 
 
 class BudgetExhausted(RuntimeError):
@@ -102,3 +113,51 @@ def usage_from_eval(ev) -> dict:
     if ev.model_calls.get("embed"):
         out["embed"] = {"calls": ev.model_calls["embed"], "prompt": 0, "completion": 0}
     return out
+
+
+def _tok(u: dict) -> int:
+    return int(u.get("prompt", 0)) + int(u.get("completion", 0))
+
+
+def role_tokens(usage: dict) -> dict:
+    """``{column: tokens}`` over :data:`TABLE_ROLES` (+ ``total``) of one usage dict
+    ``{role: {"calls", "prompt", "completion"}}``; ``task`` sums the task model's stages."""
+    out = {r: _tok(usage.get(r, {})) for r in TABLE_ROLES if r != "task"}
+    out["task"] = sum(_tok(usage.get(s, {})) for s in TASK_STAGES)
+    out = {r: out[r] for r in TABLE_ROLES}
+    out["total"] = sum(out.values())
+    return out
+
+
+def tokens_by_round(ledger: Ledger) -> dict:
+    """``{"rounds": {round: {column: tokens, "total"}}, "run": {column: tokens, "total"}}``:
+    rounds in order ("0" = seed and labels, 1..N, "final" = the test runs), the run = their sum."""
+    def order(k):
+        return (0, int(k)) if str(k).isdigit() else (1, 0)
+
+    rounds = {k: role_tokens(ledger.rounds[k]) for k in sorted(ledger.rounds, key=order)}
+    run = {c: sum(r[c] for r in rounds.values()) for c in (*TABLE_ROLES, "total")}
+    return {"rounds": rounds, "run": run}
+
+
+def per_question(usage: dict, n_questions: int) -> dict:
+    """Tokens per test question of one evaluation's usage (``{column: float}``, columns as
+    :func:`role_tokens`); {} when ``n_questions`` is 0."""
+    if not n_questions:
+        return {}
+    return {k: v / n_questions for k, v in role_tokens(usage).items()}
+
+
+def label_usage(labels: str, splits: dict) -> dict:
+    """The ``annotator`` usage of a run's capability labels: the tokens (and calls: attempts)
+    recorded in the label file ``labels`` for the train and valid questions of ``splits``
+    (``{split: [Conversation]}``); {} for ``native``. Booked on round "0"."""
+    if labels == "native":
+        return {}
+    from data_synth.annotate import load_labels
+
+    got = load_labels(labels)
+    qids = {q.id for s in ("train", "valid") for c in splits.get(s, []) for q in c.questions}
+    used = [got[q] for q in sorted(qids) if q in got]
+    return {"annotator": {"calls": sum(x.attempts for x in used), "prompt": sum(x.prompt_tokens for x in used),
+                          "completion": sum(x.completion_tokens for x in used)}}

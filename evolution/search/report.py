@@ -18,8 +18,11 @@ plus ``candidates_rejected`` (a program that failed checks or validation), ``fin
 baseline programs), ``frozen`` (:func:`evolution.search.select.freeze_choice`: which program was frozen, why, the
 runner-up and the pool), ``integrated`` (the frozen program is an accepted merge),
 ``stopped`` (why the run stopped early, else null), ``ledger`` (per round and role), ``scorer``,
-``judge_protocol`` (issue 16: which protocol produced every score) and ``sandbox`` (the sandbox's mode label:
-``kernel:...`` or the UNCONFINED switch the user set).
+``judge_protocol`` (which protocol produced every score), ``sandbox`` (the sandbox's mode label:
+``kernel:...`` or the UNCONFINED switch the user set) and the cost as the field reports it
+(:func:`cost_summary`): ``tokens_by_round`` (``{"rounds": {round: {role: tokens, "total"}}, "run":
+{...}}``, roles coder, task, extractor, judge, annotator), ``test_tokens_per_question`` (the frozen
+program's test run per test question, ``{role: float}``; {} without a test run) and ``budgets``.
 ``candidates_evaluated`` excludes the seed; ``proposals_failed`` counts every proposal that
 was not evaluated (no program, or a program rejected before evaluation).
 
@@ -32,6 +35,7 @@ import json
 
 from evolution.execution.confine import current_label
 from evolution.search.archive import CAPABILITIES
+from evolution.search.ledger import TABLE_ROLES, per_question, tokens_by_round
 from evolution.search.rundir import atomic_write_json, atomic_write_text
 from memory_bank.schema import CAPABILITY_NAMES
 
@@ -87,6 +91,7 @@ def build_summary(state, fin: dict) -> dict:
         "frozen": state.freeze(),
         "final_id": final.id, "dataset": state.cfg.dataset, "stopped": state.stopped, "ledger": state.ledger.rounds,
         "scorer": state.cfg.scorer, "judge_protocol": state.cfg.judge_protocol, "sandbox": current_label(),
+        **cost_summary(state, fin),
     }
 
 
@@ -243,7 +248,7 @@ def render_report(state, summary: dict) -> str:
     if section:
         out += ["", section.rstrip("\n")]
     out += ["", "## Cost", "", f"- model calls per role: `{json.dumps(summary['model_calls'])}`",
-            f"- tokens per role: `{json.dumps(summary['tokens'])}`", "",
+            f"- tokens per role: `{json.dumps(summary['tokens'])}`", ""] + cost_section(summary) + ["",
             "Files: `best.py` (the frozen program), `capabilities.png`, `summary.json`, `candidates/<id>/` "
             "(program, proposal transcript, validation, scores)."]
     return "\n".join(out) + "\n"
@@ -345,3 +350,45 @@ def integration_section(history: list[dict]) -> str:
                    f"{paired} | {conf.replace('|', '/')} | {h.get('candidate') or '-'} | {f(v.get('overall'))} | "
                    + "".join(f"{f(bc.get(c))} | " for c in caps) + f"{str(h.get('accepted')).replace('|', '/')} |")
     return "\n".join(out) + "\n"
+
+
+def cost_summary(state, fin: dict) -> dict:
+    """The summary's cost keys (module doc): tokens per role per round and per run, the frozen
+    program's test tokens per test question, the role budgets."""
+    final_test = fin.get("final_test") or {}
+    n = len(final_test.get("tasks") or {})
+    return {"tokens_by_round": tokens_by_round(state.ledger),
+            "test_tokens_per_question": per_question(fin.get("final_test_usage") or {}, n),
+            "test_questions": n, "budgets": {r: b for r, b in state.ledger.budgets.items() if b is not None}}
+
+
+def _k(v) -> str:
+    """Tokens for a table: 1234 -> "1,234"; 12_345_678 -> "12.35M"; floats to 0.1."""
+    if isinstance(v, float):
+        return f"{v:,.1f}"
+    return f"{v / 1e6:.2f}M" if v >= 10_000_000 else f"{v:,}"
+
+
+def cost_section(summary: dict) -> list[str]:
+    """report.md's token table: one row per round (0 = seed and labels, final = test runs),
+    the run's total, the frozen program's test tokens per test question; then the budgets and
+    whether one stopped the run."""
+    tb = summary.get("tokens_by_round")
+    if not tb:
+        return []
+    out = ["### Tokens per role per round (prompt + completion; cache hits cost 0)", "",
+           "| round | " + " | ".join(TABLE_ROLES) + " | total |", "|" + "---|" * (len(TABLE_ROLES) + 2)]
+    for r, row in tb["rounds"].items():
+        out.append(f"| {r} | " + " | ".join(_k(row[c]) for c in TABLE_ROLES) + f" | {_k(row['total'])} |")
+    out.append("| **run** | " + " | ".join(f"**{_k(tb['run'][c])}**" for c in TABLE_ROLES)
+               + f" | **{_k(tb['run']['total'])}** |")
+    pq = summary.get("test_tokens_per_question") or {}
+    if pq:
+        out.append(f"| per test question (frozen program, {summary['test_questions']} questions) | "
+                   + " | ".join(_k(pq[c]) for c in TABLE_ROLES) + f" | {_k(pq['total'])} |")
+    out += ["", "`task` = the task model's extract + plan + answer calls; PrisMem reports 73.7M tokens per "
+                "20-round BEAM run (M* 76.5M) and 100.59K task tokens per BEAM-1M test question."]
+    budgets = summary.get("budgets") or {}
+    out.append("- budgets: " + (", ".join(f"{r} {b:,} tokens" for r, b in budgets.items()) if budgets else "none")
+               + (f"; **the run ended early: {summary['stopped']}**" if summary.get("stopped") else ""))
+    return out

@@ -123,7 +123,8 @@ def check_state(st, path: str | Path) -> dict:
         ids.add(c["id"])
     named = {arch["base"], *arch["specialists"].values()}
     named |= {i for v in arch["attempts"].values() if isinstance(v, list) for i in v}
-    named |= {row.get("candidate") for row in st["history"] if isinstance(row, dict) and row.get("candidate")}
+    named |= {row.get("candidate") for row in st["history"]  # "-": an integration round that had nothing to merge
+              if isinstance(row, dict) and row.get("candidate") not in (None, "", "-")}
     if not all(isinstance(row, dict) for row in st["history"]):
         raise RunStateError(f"{path}: damaged run state: a 'history' row is not an object")
     missing = sorted(named - ids, key=str)

@@ -20,7 +20,7 @@ import time
 from evolution.search.archive import Archive, Candidate
 from evolution.search.config import EvolveConfig
 from evolution.search.journal import HistoryRow, IntegrationAttempt, OutcomeRecord, load_record, rng_from_json, rng_to_json
-from evolution.search.ledger import Ledger
+from evolution.search.ledger import Ledger, label_usage
 from evolution.search.proposers.base import LineageEntry
 from evolution.search.rundir import (RunDir, RunStateError, atomic_write_json, check_recipe, check_state, read_json,
                                      recipe_fields)
@@ -63,6 +63,7 @@ class EvolutionState:
         self.tasks = {t.id: t for t in infos}
         self.archive = Archive()
         self.ledger = Ledger(budgets=cfg.role_budgets())
+        self.ledger.add_usage(0, label_usage(cfg.labels, self.splits))  # what the labels cost (annotate)
         self.history: list[HistoryRow] = []
         self.rng = random.Random(cfg.seed)
         self.next_round = 1

@@ -1,16 +1,18 @@
 """Proposers: small interchangeable objects with one protocol
 (:class:`evolution.search.protocols.Proposer`): ``params`` (offline, library of component
-variants + constant mutations), ``coder`` (an LLM writing SEARCH/REPLACE edits), ``scripted``
-(fixed answers through the coder's path, for tests)."""
+variants + constant mutations), ``coder`` (an LLM writing SEARCH/REPLACE edits), ``replay``
+(a recorded coder run's answers, no server), ``scripted`` (fixed answers through the coder's
+path, for tests)."""
 from __future__ import annotations
 
 from evolution.search.proposers.base import LineageEntry, ProposalInput, ProposalResult  # noqa: F401
 
 
 def make_proposer(cfg, rt):
-    """The proposer a recipe names (``cfg.proposer``): params | coder | scripted. The coder's
-    backend is loaded from ``cfg.coder_model`` with role ``coder`` (calls and tokens booked
-    to it in the runtime)."""
+    """The proposer a recipe names (``cfg.proposer``): params | coder | replay | scripted. The
+    coder's backend is loaded from ``cfg.coder_model`` with role ``coder`` (calls and tokens
+    booked to it in the runtime); coder and replay state the run's facts
+    (:func:`evolution.search.proposers.facts.facts_for`); replay reads ``cfg.replay_from``."""
     if cfg.proposer == "params":
         from evolution.search.proposers.params import ParamsProposer
         return ParamsProposer()
@@ -19,6 +21,13 @@ def make_proposer(cfg, rt):
         return ScriptedProposer(load_script(cfg.script))
     if cfg.proposer == "coder":
         from evolution.search.proposers.coder import CoderProposer, backend_chat
+        from evolution.search.proposers.facts import facts_for
         backend = rt.backend(cfg.coder_model, role="coder")
-        return CoderProposer(backend_chat(backend, cfg.coder_max_new_tokens, cfg.coder_temperature))
-    raise ValueError(f"unknown proposer {cfg.proposer!r}; expected params, coder or scripted")
+        return CoderProposer(backend_chat(backend, cfg.coder_max_new_tokens, cfg.coder_temperature),
+                             facts=facts_for(cfg))
+    if cfg.proposer == "replay":
+        from evolution.search.proposers.facts import facts_for
+        from evolution.search.proposers.replay import ReplayProposer, load_recording
+        return ReplayProposer(load_recording(cfg.replay_from), facts_for(cfg), source=f"the recording in "
+                                                                                       f"{cfg.replay_from}")
+    raise ValueError(f"unknown proposer {cfg.proposer!r}; expected params, coder, replay or scripted")

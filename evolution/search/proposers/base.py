@@ -16,6 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from evolution.search.edits import Edit
+from llm.errors import MemgymError
+
+
+class ProposerError(MemgymError, ValueError):
+    """A proposer cannot go on for a reason of its own, not of the model's output: it is
+    misconfigured, or (``replay``) the request does not match its recording. The run stops;
+    the message names the round."""
+
+    kind = "usage"
 
 
 @dataclass
@@ -75,7 +84,10 @@ class ProposalResult:
     ``whole_file`` True). ``description``: one line about the change. ``transcript``: every
     prompt/response exchanged (``[{"role", "content"}]`` per turn), for the run directory.
     ``turns``: model calls made (0 for offline proposers); ``prompt_tokens`` /
-    ``completion_tokens``: what they cost (cache hits cost 0)."""
+    ``completion_tokens``: what they cost (cache hits cost 0). A model turn is two transcript
+    entries: ``{"role": "request", "messages": [...]}`` (every message sent, system included)
+    and ``{"role": "response", "content", "prompt_tokens", "completion_tokens"}``, or
+    ``{"role": "error", "content": reason}`` when the call failed."""
 
     ok: bool
     source: str | None = None

@@ -20,7 +20,7 @@ import random
 from typing import Callable
 
 from evolution.search.edits import EditError, Proposal, apply_edits, parse_response
-from evolution.search.proposers.base import ProposalInput, ProposalResult
+from evolution.search.proposers.base import ProposalInput, ProposalResult, ProposerError
 
 INTERFACE = """A memory program is ONE Python module that defines:
 - dataclasses `MemoryUnit` and `Query` with JSON-compatible fields (str, int, float, bool, list[str], Optional);
@@ -63,15 +63,16 @@ def _diag_table(diag: dict) -> str:
     return "\n".join(rows)
 
 
-def build_prompt(inp: ProposalInput) -> list[dict]:
-    """The chat messages of a proposal (system: role + interface + format; user: the rest)."""
+def build_prompt(inp: ProposalInput, facts: str = "") -> list[dict]:
+    """The chat messages of a proposal (system: role + interface + the run's ``facts``
+    (:func:`evolution.search.proposers.facts.run_facts`) + format; user: the rest)."""
     goal = inp.extra.get("goal") or (
         "Improve the program's overall score (cold start: any component may be the bottleneck)."
         if inp.target is None else
         f"Improve capability {inp.target} (refinement from its specialist) without hurting the others.")
     parts = [f"# Goal\n{goal}", f"# Diagnostics of the parent (train split)\n{_diag_table(inp.diagnostics)}\n"
              "d_ext: evidence kept in units; d_idx: found when the evidence itself is the query; d_ret: found for "
-             "the real question (cosine, 0..1).",
+             "the real question (cosine maxima, 0..1, not rates).",
              "# Parent program\n```python\n" + numbered(inp.source) + "\n```"]
     if inp.ancestors:
         parts.append("# Lineage (oldest first)\n" + "\n".join(a.render() for a in inp.ancestors))
@@ -83,30 +84,38 @@ def build_prompt(inp: ProposalInput) -> list[dict]:
     if inp.cases:
         parts.append("# Diagnostic cases (compact)\n" + "\n\n".join(inp.cases))
     system = ("You improve memory programs for long-term conversational memory.\n\n" + (inp.interface or INTERFACE)
-              + "\n\n" + FORMAT)
+              + "\n\n" + (facts + "\n\n" if facts else "") + FORMAT)
     return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
 class CoderProposer:
     """LLM proposer. ``chat``: the model call (see :data:`Chat`); the loop builds it from the
-    ``coder_model`` backend spec (:func:`backend_chat`)."""
+    ``coder_model`` backend spec (:func:`backend_chat`). ``facts``: the run's section of the
+    system message (what scores the program, :func:`evolution.search.proposers.facts.run_facts`).
+    ``chat`` raising :class:`ProposerError` stops the run; any other exception fails the proposal."""
 
     name = "coder"
 
-    def __init__(self, chat: Chat, max_file_chars: int = 60_000):
+    def __init__(self, chat: Chat, max_file_chars: int = 60_000, facts: str = ""):
         self.chat = chat
         self.max_file_chars = max_file_chars
+        self.facts = facts
 
     def _turn(self, messages: list[dict], result: ProposalResult) -> str:
+        """One model call; the request (every message) and the reply go into the transcript."""
         try:
             text, p, c = self.chat(messages)
+        except ProposerError:
+            raise
         except Exception as e:  # noqa: BLE001 - a dead server fails the proposal, not the run
-            raise _Stop(f"coder call failed: {type(e).__name__}: {e}") from None
+            reason = str(e) if isinstance(e, CallFailed) else f"coder call failed: {type(e).__name__}: {e}"
+            result.transcript += [{"role": "request", "messages": messages}, {"role": "error", "content": reason}]
+            raise CallFailed(reason) from None
         result.turns += 1
         result.prompt_tokens += p
         result.completion_tokens += c
-        result.transcript.append({"role": "prompt", "content": messages[-1]["content"]})
-        result.transcript.append({"role": "response", "content": text})
+        result.transcript += [{"role": "request", "messages": messages},
+                              {"role": "response", "content": text, "prompt_tokens": p, "completion_tokens": c}]
         return text
 
     def _apply(self, base: str, text: str) -> tuple[str | None, str, Proposal | None]:
@@ -146,7 +155,7 @@ class CoderProposer:
                         result.ok = False
                         result.reason = f"no usable program after repair and whole-file turns: {err3 or 'not a file'}"
                         return result
-        except _Stop as e:
+        except CallFailed as e:
             result.ok, result.reason = False, str(e)
             return result
         result.ok, result.source = True, child
@@ -157,11 +166,11 @@ class CoderProposer:
         return result
 
     def propose(self, inp: ProposalInput, rng: random.Random) -> ProposalResult:
-        return self._run(inp.source, build_prompt(inp), ProposalResult(False))
+        return self._run(inp.source, build_prompt(inp, self.facts), ProposalResult(False))
 
     def revise(self, inp: ProposalInput, result: ProposalResult, verdict: str,
                rng: random.Random) -> ProposalResult | None:
-        messages = [build_prompt(inp)[0], {"role": "user", "content": (
+        messages = [build_prompt(inp, self.facts)[0], {"role": "user", "content": (
             f"This program failed validation: {verdict}\n\n```python\n{numbered(result.source)}\n```\n\n"
             f"Fix it with edit blocks against THIS program.\n{FORMAT}")}]
         again = self._run(result.source, messages, ProposalResult(False))
@@ -172,8 +181,9 @@ class CoderProposer:
         return again
 
 
-class _Stop(Exception):
-    pass
+class CallFailed(Exception):
+    """A failed model call: the proposal fails with ``str(self)`` as its reason (a chat may
+    raise it to fail a proposal with an exact reason, as :mod:`.replay` does)."""
 
 
 def backend_chat(backend, max_new_tokens: int = 4096, temperature: float = 0.7) -> Chat:

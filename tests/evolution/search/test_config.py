@@ -31,6 +31,10 @@ def test_offline_recipe_has_the_design_splits_and_runs_without_models():
 def test_coder_recipes_name_servers_and_the_judge():
     lo = _parse("evolve_locomo_coder.yaml")
     assert lo.proposer == "coder" and lo.coder_model.startswith("openai:") and lo.scorer == "llm"
+    for name, ds in (("evolve_locomo_coder.yaml", "locomo"), ("evolve_longmemeval_coder.yaml", "longmemeval"),
+                     ("evolve_beam_coder.yaml", "beam")):  # annotator labels, made by the header's memgym annotate
+        assert _parse(name).labels == f"runs/labels_{ds}.jsonl"
+        assert f"memgym annotate --dataset {ds} --split valid" in (RECIPES / name).read_text()
     lme = _parse("evolve_longmemeval_coder.yaml")
     assert (len(lme.train), len(lme.valid), len(lme.test)) == (52, 47, 100)
     assert lme.data_path().endswith("longmemeval_s_subset.json")

@@ -197,12 +197,12 @@ def test_coder_integration_gets_diffs_and_paired_traces_and_a_failed_merge_goes_
     assert r3["accepted"].startswith("no: valid overall") and "does not beat the base's" in r3["accepted"]
     assert r4["kind"] == "coder" and r4["parent"] == "r03" and r4["integrated"]
     assert s["final_id"] == "r04" and s["integrated"]
-    p3 = json.loads((run / "candidates/r03/proposal.json").read_text())["result"]["transcript"][0]["content"]
+    p3 = json.loads((run / "candidates/r03/proposal.json").read_text())["result"]["transcript"][0]["messages"][-1]["content"]
     assert "# Integration material" in p3 and "## Specialist r01 for F" in p3 and "## Specialist r02 for T" in p3
     assert "+NOTE_A = 'by dancing." in p3 and "+NOTE_B = '19 January, 2023'" in p3  # the diffs against the base
     assert "Paired differential case for T: conv-26/conv-26/q" in p3
     assert "trace of base seed" in p3 and "trace of specialist T r02" in p3 and "Integrate the capability" in p3
-    p4 = json.loads((run / "candidates/r04/proposal.json").read_text())["result"]["transcript"][0]["content"]
+    p4 = json.loads((run / "candidates/r04/proposal.json").read_text())["result"]["transcript"][0]["messages"][-1]["content"]
     assert "The previous merge r03 was not accepted: no: valid overall" in p4 and "trace of failed merge r03" in p4
     assert "Answer briefly from the memory below." in p4  # the failed implementation is the program shown
     report = (run / "report.md").read_text()

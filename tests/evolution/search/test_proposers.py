@@ -115,13 +115,13 @@ def test_coder_protocol_repair_then_whole_file_then_failure():
     # a miss → one repair turn with the closest region → fixed
     fixed = ScriptedProposer([[MISS, GOOD]]).propose(_inp(), random.Random(0))
     assert fixed.ok and fixed.turns == 2
-    assert "closest region" in fixed.transcript[2]["content"] and "def retrieve(self, query):" in \
-        fixed.transcript[2]["content"]
+    assert "closest region" in fixed.transcript[2]["messages"][-1]["content"] and "def retrieve(self, query):" in \
+        fixed.transcript[2]["messages"][-1]["content"]
     # miss, miss → whole-file request → a file
     whole = ScriptedProposer([[MISS, MISS, "```python\n" + SEED.replace("self.lines = []", "self.lines = list()")
                                + "```"]]).propose(_inp(), random.Random(0))
     assert whole.ok and whole.whole_file and whole.turns == 3 and "list()" in whole.source
-    assert "COMPLETE new program" in whole.transcript[4]["content"]
+    assert "COMPLETE new program" in whole.transcript[4]["messages"][-1]["content"]
     # prose all the way → fails with its reason after three turns
     prose = ScriptedProposer(["I would improve retrieval."]).propose(_inp(), random.Random(0))
     assert not prose.ok and prose.turns == 3 and "no usable program" in prose.reason
