@@ -154,7 +154,7 @@ class ADRPOConfig(GRPOConfig):
                 f"gradient_accumulation_steps) = {self.generation_batch_size} completions per generation batch, "
                 f"not a multiple of num_generations ({self.num_generations}); change --per_device_train_batch_size, "
                 "--gradient_accumulation_steps (or --steps_per_generation) or --num_generations") from None
-        try:  # string -> one-element list for the list fields, counts and specs (llm.recipes)
+        try:  # string -> one-element list for the list fields, counts and specs (llm.checks)
             check_fields(self)
             require(self, "judge", "f1", "answer_model", "(the model whose answers F1 scores)")
             require(self, "judge", "llm", "answer_model", "(the model whose answers the judge grades)")

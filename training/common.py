@@ -105,7 +105,7 @@ class PolicyModelConfig(ModelConfig):
     def __post_init__(self):
         from llm.checks import check_fields
 
-        check_fields(self)  # string -> one-element list, counts (llm.recipes)
+        check_fields(self)  # string -> one-element list, counts (llm.checks)
         targets = self.lora_target_modules
         super().__post_init__()
         if isinstance(targets, list) and targets != ["all-linear"]:

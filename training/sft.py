@@ -82,7 +82,7 @@ class SFTScriptArguments:
                 "empty operation list), a seeded choice after the length filter; unset = keep all"})
 
     def __post_init__(self):
-        check_fields(self)  # string -> one-element list, counts (llm.recipes)
+        check_fields(self)  # string -> one-element list, counts (llm.checks)
         if self.dataset not in DATASETS:
             raise ValueError(f"dataset must be one of {DATASETS}, got {self.dataset!r}")
         if self.embedder not in EMBEDDERS:
