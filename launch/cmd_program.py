@@ -72,7 +72,7 @@ def cmd_eval(args) -> int:
     rep = run_program_eval(cfg)
     if not rep.ok:
         v = rep.validation
-        raise ProgramRunError(f"validation failed at level {v['level']}: {v['reason']}")
+        raise ProgramRunError(f"validation failed at level {v['level']}: {v['reason']}", stage="validate")
     rep = rep.to_dict()
     _print_summary(rep, cfg.out)
     return _report_problems(rep)

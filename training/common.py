@@ -54,11 +54,16 @@ def parse_training_args(parser, argv: list[str] | None = None) -> tuple:
     try:
         out = parser.parse_args_and_config(args=args)
     except ValueError as e:
-        if "not used by the HfArgumentParser" not in str(e) and "Unknown arguments from config" not in str(e):
-            raise
+        import re
+
         known = sorted({a.dest for a in parser._actions if a.option_strings})
-        flags = [a.lstrip("-").split("=", 1)[0] for a in args if a.startswith("--")]
-        raise ConfigError(unknown_names_message([f for f in flags if f not in known] or ["?"], known)) from None
+        if "Unknown arguments from config" in str(e):  # TRL names the recipe's keys as --key
+            names = re.findall(r"'--([^']+)'", str(e))
+        elif "not used by the HfArgumentParser" in str(e):
+            names = [a.lstrip("-").split("=", 1)[0] for a in args if a.startswith("--") and a != "--config"]
+        else:
+            raise
+        raise ConfigError(unknown_names_message([n for n in names if n not in known] or ["?"], known)) from None
     return tuple(o for o in out if not isinstance(o, argparse.Namespace))
 
 

@@ -214,12 +214,21 @@ def test_cli_config_and_errors(tmp_path, capsys):
     assert s.train_trajectories == [str(CONV26)] and s.eval_trajectories == [str(CONV30)]
     bad = tmp_path / "bad.yaml"
     bad.write_text("output_dir: x\nnot_a_field: 3\n")
-    assert main(["--config", str(bad)]) == 2
-    assert "not_a_field" in capsys.readouterr().err
-    assert main(["--config", str(tmp_path / "missing.yaml")]) == 2
+    from launch.cli import main as memgym
+    from llm.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown field.*not_a_field"):
+        main(["--config", str(bad)])
+    with pytest.raises(FileNotFoundError):
+        main(["--config", str(tmp_path / "missing.yaml")])
+    with pytest.raises(ValueError, match="unknown manager"):
+        main(["--output_dir", str(tmp_path), "--managers", "index"])
+    # through memgym train: one line, exit status 2 (launch.cli.run_command)
+    assert memgym(["train", "sft", "--config", str(bad)]) == 2
+    assert capsys.readouterr().err.strip() == (f"memgym train sft: recipe {bad}: unknown field(s): not_a_field; "
+                                               "--help lists every field")
+    assert memgym(["train", "sft", "--config", str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml not found" in capsys.readouterr().err
-    assert main(["--output_dir", str(tmp_path), "--managers", "index"]) == 2
-    assert "unknown manager" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
         main(["--help"])
     assert e.value.code == 0

@@ -38,7 +38,7 @@ def test_beam_default_splits_and_scorer_checks():
     # a CLI list given as one comma-joined value: --test 1M-3,1M-31
     assert EvolveConfig(dataset="beam", scorer="rubric-recall", test=["1M-3,1M-31"], embedder="hash:64").test == \
         ["1M-3", "1M-31"]
-    with pytest.raises(ValueError, match="rubric-recall needs dataset beam"):
+    with pytest.raises(ValueError, match="rubric-recall needs --dataset beam"):
         EvolveConfig(dataset="locomo", scorer="rubric-recall")
 
 
