@@ -8,11 +8,10 @@ MEMGYM  := $(VENV)/bin/memgym
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test test-fast bench clean
+.PHONY: install demo test test-fast clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
 	# DS_BUILD_OPS=0: deepspeed (dev extra, for the ZeRO-2 test) installs without compiling CUDA ops.
 	DS_BUILD_OPS=0 $(PIP) install -q -e ".[dev]"
@@ -26,17 +25,15 @@ demo: install
 	$(MEMGYM) models prepare
 	$(MEMGYM) eval --config launch/recipes/demo_locomo.yaml
 
-## The whole suite (slow-marked SmolLM2 tests included). One torch thread by default: on this
-## idle 2-core machine the suite (746 tests) took 13.1 min of pytest with one thread and
-## 15.2 min with torch's default two threads; OMP_NUM_THREADS=N overrides.
+## The whole suite (slow-marked SmolLM2 tests included), on every core (pytest-xdist, -n auto; N=2 etc.
+## overrides; a file's tests share a worker and so its module fixtures), one torch thread per worker
+## by default (OMP_NUM_THREADS=N overrides).
+N ?= auto
 test: install
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -p no:cacheprovider tests
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -p no:cacheprovider -n $(N) --dist loadfile tests
 
 test-fast: install
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -m "not slow" tests
-
-bench: install
-	$(MEMGYM) bench retrieval
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -p no:cacheprovider -n $(N) --dist loadfile -m "not slow" tests
 
 clean:
 	rm -rf runs .pytest_cache
@@ -62,26 +59,32 @@ demo-evolve: install
 	if [ -f runs/demo_evolve/recipe.json ]; then $(MEMGYM) evolve --resume runs/demo_evolve; \
 	else $(MEMGYM) evolve --config launch/recipes/demo_evolve.yaml --out runs/demo_evolve; fi
 
-## ADRPO weighting comparison (issue 17 item 3): the content-only SFT (train_cpu_sft.yaml without
-## no-change targets, 2 epochs; its episodic/semantic rollouts vary), a screen of its episodic /
-## semantic segment rows, then advantage / unclipped / none x seeds 0, 1 on the rows it selected
-## (train_cpu_adrpo_weighting.yaml) -> runs/adrpo_weighting/weighting.md + weighting.png (training
-## reward curves side by side, mean w(m) per step, adapter hashes). Restartable.
+## ADRPO weighting comparison (scripts/experiments/adrpo_weighting/README.md): content-only SFT init,
+## a screen of its rows, advantage / unclipped / none x seeds 0, 1, report. Restartable.
 .PHONY: adrpo-weighting
 adrpo-weighting: install
-	export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; set -e; W=launch/recipes/train_cpu_adrpo_weighting.yaml; \
+	export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; set -e; X=scripts/experiments/adrpo_weighting; \
 	[ -f runs/sft_content/sft/checkpoint-104/model.safetensors ] || $(MEMGYM) train sft \
 	    --config launch/recipes/train_cpu_sft.yaml --max_empty_per_manager 0 --num_train_epochs 2 \
 	    --output_dir runs/sft_content/sft --save_steps 52 --eval_steps 1000; \
-	$(PY) scripts/adrpo_weighting.py screen --config $$W --spec hf:runs/sft_content/sft/checkpoint-104 --weighted-only; \
-	$(PY) scripts/adrpo_weighting.py run --config $$W --sft runs/sft_content/sft/checkpoint-104 \
-	    --parallel $${PARALLEL:-1} --row-keys-from runs/adrpo_weighting/screen.json --no-validate; \
-	$(PY) scripts/adrpo_weighting.py report --config $$W --sft-measure ""
+	$(PY) $$X/run.py screen --spec hf:runs/sft_content/sft/checkpoint-104 --weighted-only; \
+	for w in advantage unclipped none; do for s in 0 1; do O=runs/adrpo_weighting/$$w-s$$s; \
+	  [ -f $$O/adapter_model.safetensors ] || $(MEMGYM) train adrpo --config $$X/train_cpu_adrpo_weighting.yaml \
+	      --init_from runs/sft_content/sft/checkpoint-104 --weighting $$w --seed $$s --output_dir $$O \
+	      $$(ls -d $$O/checkpoint-* >/dev/null 2>&1 && echo --resume_from_checkpoint true); done; done; \
+	$(PY) $$X/run.py report
 
-## The CPU training recipe (README § Training): SFT (full fine-tuning, checkpointed) -> ADRPO (LoRA)
-## -> base / SFT / SFT+ADRPO measured on held-out LoCoMo conv-41 + conv-42 and on conv-30's
-## validation sessions -> runs/train_cpu/report.md + curves.png. A second call resumes each stage
-## from its last checkpoint; finished measurements are never redone.
+## The benchmarks of scripts/experiments/<name>/ by name: make experiment-sandbox_cost,
+## experiment-constrained_decoding, experiment-cold_chat, experiment-compact_cases, experiment-official_scoring.
+experiment-%: install
+	$(PY) scripts/experiments/$*/run.py
+
+## The CPU training recipe (README § Training): SFT (full fine-tuning, checkpointed) -> ADRPO (LoRA),
+## each measured inside the trainer at every evaluation (validation reward on conv-30's segment rows,
+## per-manager format failures, held-out conv-41 + conv-42 answer recall: trainer_state.json), then
+## runs/train_cpu/report.md + reward_curve.png from those log histories. A second call resumes each stage
+## from its last checkpoint. The trained extractor inside an evolved program:
+## memgym eval --program runs/demo_evolve/best.py --extractor hf:runs/train_cpu/sft --compare hf:smollm2 ...
 .PHONY: train-cpu
 train-cpu: install
 	$(MEMGYM) models prepare
@@ -91,21 +94,4 @@ train-cpu: install
 	R=""; ls -d runs/train_cpu/adrpo/checkpoint-* >/dev/null 2>&1 && R="--resume_from_checkpoint true"; \
 	[ -f runs/train_cpu/adrpo/adapter_model.safetensors ] || $(MEMGYM) train adrpo \
 	    --config launch/recipes/train_cpu_adrpo.yaml --init_from runs/train_cpu/sft $$R; \
-	$(PY) scripts/train_cpu.py measure base hf:smollm2 --segment-tokens 200; \
-	$(PY) scripts/train_cpu.py measure sft hf:runs/train_cpu/sft --segment-tokens 200; \
-	$(PY) scripts/train_cpu.py measure adrpo hf:runs/train_cpu/adrpo --segment-tokens 200; \
-	$(PY) scripts/train_cpu.py report --steps base=0 sft=68 --adrpo-steps sft=0 adrpo=12
-
-## The trained extractor inside an evolved program (issue 17 item 4; after train-cpu): make demo-evolve's frozen
-## runs/demo_evolve/best.py on LoCoMo's valid first sessions with turns / base / SFT / SFT+ADRPO extraction
-## (launch/recipes/program_trained_locomo.yaml) -> runs/train_cpu/program/<label>/, then the train-cpu report
-## with its program table. A finished evaluation is not redone.
-.PHONY: train-cpu-program
-train-cpu-program: install
-	export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; set -e; P=launch/recipes/program_trained_locomo.yaml; \
-	[ -f runs/demo_evolve/best.py ] || $(MEMGYM) evolve --config launch/recipes/demo_evolve.yaml --out runs/demo_evolve; \
-	for x in turns=turns base=hf:smollm2 sft=hf:runs/train_cpu/sft adrpo=hf:runs/train_cpu/adrpo; do \
-	  L=$${x%%=*}; S=$${x#*=}; [ -f runs/train_cpu/program/$$L/report.json ] || \
-	  $(MEMGYM) program eval runs/demo_evolve/best.py --config $$P --extractor $$S \
-	      --out runs/train_cpu/program/$$L --no_progress; done; \
-	$(PY) scripts/train_cpu.py report --steps base=0 sft=68 --adrpo-steps sft=0 adrpo=12
+	$(PY) scripts/demo_train.py --out runs/train_cpu --report-only

@@ -1,20 +1,11 @@
 """LLM capability annotator for training and validation tasks (never the test split).
 
-Source: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``) § "capabilities": tasks of the
-training and validation sets are annotated offline by an LLM with one primary capability
-ℓ(x) ∈ C and up to two secondary capabilities σ(x) ⊆ C \\ {ℓ(x)}; test questions use the
-native mapping (:mod:`data_synth.capabilities`). Labels organise evolution and are never shown
-to the memory program. C = {F, T, P, M, A} (DESIGN.md § "Data model").
-
-The annotator sees the question, the reference answer and the evidence turns (``[id]
-speaker: text``). Its reply must be one JSON object ``{"primary": "T", "secondary": ["M"]}``,
-parsed with ``json_repair`` and validated with pydantic (:class:`CapabilityLabel`): an unknown
-letter, a duplicate, more than two secondaries or the primary among the secondaries is
-rejected. A rejected reply is retried (the bad reply and the reason are shown back to the
-model) up to ``max_retries`` times; after that the native mapping is used and the label is
-flagged ``fallback=True``. Results are cached twice: the backend's response cache (if the
-backend is a :class:`llm.cache.CachedBackend`) and a resumable JSONL label file keyed by
-(question id, annotator model id).
+Source: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``) § "capabilities": train/validation
+tasks get one primary capability ℓ(x) ∈ C and up to two secondaries σ(x) ⊆ C \\ {ℓ(x)} from an
+LLM; test questions use the native mapping (:mod:`data_synth.capabilities`). The reply
+``{"primary": "T", "secondary": ["M"]}`` is validated by :class:`CapabilityLabel`; a rejected
+reply is retried up to ``max_retries`` times, then the native label is used (``fallback=True``).
+Labels are cached in a resumable JSONL file keyed by (question id, annotator model id).
 """
 from __future__ import annotations
 
@@ -180,12 +171,8 @@ def refuse_test(dataset: str, conversations: list[Conversation], split: str) -> 
 
 
 class CapabilityAnnotator:
-    """Annotates training/validation tasks with an LLM (see the module docstring).
-
-    ``backend``: any :class:`llm.base.Backend` (role "annotator"); ``label_file``: JSONL cache
-    (None = no file); ``max_retries``: extra attempts after an invalid reply (>= 0);
-    ``params``: greedy, 64 new tokens by default. ``calls`` counts backend prompts sent.
-    """
+    """Annotates training/validation tasks with ``backend``; ``label_file``: JSONL cache (None:
+    none); ``max_retries`` >= 0; ``calls`` counts prompts sent."""
 
     def __init__(self, backend: Backend, label_file: str | Path | None = None, *, max_retries: int = 2,
                  params: GenerationParams = GenerationParams(max_new_tokens=64, temperature=0.0), chunk: int = 32):
@@ -200,13 +187,8 @@ class CapabilityAnnotator:
         self.calls = 0
 
     def annotate(self, dataset: str, conversations: list[Conversation], split: str) -> dict[str, AnnotatedLabel]:
-        """Labels for every question of ``conversations`` ({question id: label}).
-
-        Refuses the test split (:func:`refuse_test`, before any call). Labels already in the
-        label file for this model are reused without a call; the others are annotated in
-        batched rounds (one ``generate`` per round) and appended to the file.
-        Raises ValueError (test split), :class:`llm.base.LLMError` (wrong completion count).
-        """
+        """``{question id: label}`` for every question (label-file hits reused, the rest annotated
+        in batched rounds and appended). ValueError for the test split (:func:`refuse_test`)."""
         refuse_test(dataset, conversations, split)
         tasks = [(c, q) for c in conversations for q in c.questions]
         out: dict[str, AnnotatedLabel] = {}

@@ -1,35 +1,12 @@
-"""Loader for BEAM (Tavakoli et al., 2026; mohammadtavakoli78/BEAM, CC BY-SA 4.0).
-
-Schema and quirks: ``../shared/data/beam/README.md``. One chat folder (``<size>/<n>/`` with
-``chat.json``, ``probing_questions/probing_questions.json`` and sometimes
-``chat_trunecated.json``) becomes one :class:`Conversation`:
-
-- ``id`` = ``"<size>-<n>"`` (e.g. ``"100K-3"``, ``"1M-31"``); speakers ``("user", "assistant")``.
-- A batch is a session: ``Session.index`` = 1-based batch position, ``Session.id`` =
-  ``"batch-<batch_number>"``, the date = the ``time_anchor`` of the batch's first user message
-  (``%B-%d-%Y``, e.g. ``March-15-2024``; ``date_text`` keeps the raw text).
-- A message is a turn: ``Turn.id`` = ``str(message id)`` (ints contiguous over the chat, the
-  ids evidence refers to), ``Turn.speaker`` = its role.
-- ``chat_trunecated.json`` (sic) is read when present, as the official answer pipeline does;
-  ``truncated=False`` reads ``chat.json``.
-- The ``" ->-> b,k"`` plan markers (generation residue, also ``b,N/A`` and ``b,`` forms, a
-  few mid-text, a few on assistant messages) are stripped; ``strip_markers=False`` keeps the text as is.
-- The 20 probing questions become :class:`QAItem` s with ``id`` =
-  ``"<chat id>:<ability>:<k>"`` (k 1-based within the ability), ``category`` = the ability,
-  ``answer`` = the ability's reference field (``ideal_response``, ``ideal_answer``,
-  ``answer``, ``expected_compliance`` or ``ideal_summary``), ``rubric`` kept,
-  ``evidence`` = every message id in ``source_chat_ids`` flattened (lists, nested lists,
-  dicts), and the capability by DESIGN.md's mapping (:data:`data_synth.capabilities.BEAM_MAP`).
-
-Quirks (missing ``source_chat_ids``, odd ``difficulty`` spellings, evidence ids beyond the
-loaded chat, a rubric-less question) go into ONE :class:`DataQuirkWarning` per load.
-The ``index`` field of main questions is dirty free text and is ignored.
-Broken files raise :class:`DataFormatError` naming the file, the record (``batch N``,
-``message <id>`` or ``<ability>[k]``) and the field.
-
-Loading is linear in the text: each file is parsed once and its strings are referenced, not
-copied, by the turns (apart from marker stripping), so a 1M chat (~4 MB of JSON) loads in well
-under a second.
+"""Loader for BEAM (Tavakoli et al.; mohammadtavakoli78/BEAM, CC BY-SA 4.0); schema and quirks:
+``../shared/data/beam/README.md``. A chat folder ``<size>/<n>/`` becomes one :class:`Conversation`
+(id ``"<size>-<n>"``, speakers user/assistant); a batch is a session (``"batch-<number>"``, dated by
+its first user message's ``time_anchor``); a message is a turn (id = message id). ``chat_trunecated.json``
+(sic) is read when present, as the official pipeline does. ``" ->-> b,k"`` plan markers are stripped.
+The probing questions become :class:`QAItem` s (id ``"<chat>:<ability>:<k>"``, the ability's
+reference answer, rubric, evidence = every id in ``source_chat_ids``, capability by
+:data:`data_synth.capabilities.BEAM_MAP`). Quirks go into one :class:`DataQuirkWarning` per load;
+broken files raise :class:`DataFormatError` naming file, record and field.
 """
 from __future__ import annotations
 
@@ -79,11 +56,7 @@ def beam_root() -> Path:
 
 
 def strip_plan_markers(text: str) -> str:
-    """Remove the ``->-> b,k`` plan markers of BEAM messages.
-
-    A marker at the end is dropped with the spaces before it; one in mid-text is replaced by
-    one space when text follows it directly. Example: ``"Hi? ->-> 1,2"`` -> ``"Hi?"``.
-    """
+    """Remove the ``->-> b,k`` plan markers (``"Hi? ->-> 1,2"`` -> ``"Hi?"``; mid-text: one space)."""
     if "->->" not in text:
         return text
 
@@ -101,11 +74,7 @@ def chat_id_of(folder: Path) -> str:
 
 
 def flatten_ids(value, file: Path, record: str, field: str) -> list[int]:
-    """Every int in ``value`` (an int, list, nested lists or dict of those), in order.
-
-    Raises:
-        DataFormatError: a value that is neither int, list nor dict (``bool`` is not an int).
-    """
+    """Every int in ``value`` (int, nested lists or dicts), in order; DataFormatError otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, list, dict)):
         raise DataFormatError(file, record, field, f"expected message ids (int, list or dict), got "
                                                    f"{type(value).__name__} {str(value)[:40]!r}")
@@ -226,23 +195,9 @@ def _parse_questions(file: Path, data, cid: str, sessions: tuple[Session, ...],
 
 def load_beam_chat(folder: Path | str, *, truncated: bool = True, strip_markers: bool = True,
                    quirks: QuirkLog | None = None) -> Conversation:
-    """Load one BEAM chat folder as a :class:`Conversation` (see the module docstring).
-
-    Args:
-        folder: ``.../beam/<size>/<n>``.
-        truncated: read ``chat_trunecated.json`` when the folder has one (the official
-            pipeline's choice); False reads ``chat.json``.
-        strip_markers: remove the ``->-> b,k`` plan markers from messages.
-        quirks: a log shared across chats; ``None`` emits this chat's own summary warning.
-
-    Returns:
-        E.g. 100K chat 3: 3 sessions, 194 turns, 20 questions (2 per ability);
-        1M chat 3: 10 sessions, 1,556 turns.
-
-    Raises:
-        DataFileNotFoundError: ``chat.json`` or the probing questions are absent.
-        DataFormatError: bad JSON or a broken record (names file, record, field).
-    """
+    """Load one BEAM chat folder ``.../beam/<size>/<n>`` as a :class:`Conversation`.
+    ``truncated=False`` reads ``chat.json``; ``quirks``: a shared log (None: warn for this chat).
+    Raises DataFileNotFoundError for absent files, DataFormatError for a broken record."""
     folder = Path(folder)
     cid = chat_id_of(folder)
     own = quirks is None
@@ -264,13 +219,8 @@ def _chat_key(folder: Path):
 
 
 def find_chats(path: Path | str | None = None) -> list[Path]:
-    """Chat folders under ``path``: a chat folder itself (has ``chat.json``), a size folder
-    (``100K``/``1M``) or the BEAM root (default :func:`beam_root`), sorted by size then number.
-
-    Raises:
-        DataFileNotFoundError: ``path`` does not exist.
-        DataFormatError: no chat folder found under ``path``.
-    """
+    """Chat folders under ``path`` (a chat, size or root folder; default :func:`beam_root`), by
+    size then number. DataFileNotFoundError for a missing path, DataFormatError when none found."""
     p = require(Path(path) if path is not None else beam_root(), "BEAM data folder")
     if (p / CHAT_FILE).is_file():
         return [p]
@@ -282,22 +232,8 @@ def find_chats(path: Path | str | None = None) -> list[Path]:
 
 def load_beam(path: Path | str | None = None, ids: list[str] | None = None, *, truncated: bool = True,
               strip_markers: bool = True, progress: bool = False) -> list[Conversation]:
-    """Load BEAM chats as Conversations, 100K chats first, then 1M, each in numeric order.
-
-    Args:
-        path: a chat folder, a size folder or the BEAM root (default ``$MEMGYM_DATA/beam``).
-        ids: keep only these chat ids (``"100K-3"``); ``None`` = all found. Unselected
-            folders are not read.
-        truncated, strip_markers: see :func:`load_beam_chat`.
-        progress: a tqdm bar over chats.
-
-    Returns:
-        The shipped data: 26 chats (18 of 100K, 8 of 1M), 520 questions.
-
-    Raises:
-        DataFileNotFoundError, DataFormatError: see :func:`find_chats` / :func:`load_beam_chat`.
-        ValueError: an id in ``ids`` is not among the chats found (all missing ids listed).
-    """
+    """BEAM chats under ``path`` (:func:`find_chats`), 100K first, then 1M, in numeric order;
+    ``ids`` keeps only those (unselected folders are not read; ValueError lists missing ids)."""
     folders = find_chats(path)
     by_id = {chat_id_of(f): f for f in folders}
     if ids is not None:

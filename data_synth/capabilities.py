@@ -1,20 +1,7 @@
-"""Native benchmark labels -> PrisMem capabilities (F, T, P, M, A).
-
-Source: ``DESIGN.md`` § "Data model" (mapping tables below are copied from it):
-
-- LoCoMo: 4 single-hop -> F, 2 temporal -> T, 1 multi-hop -> M, 3 open-domain -> P,
-  5 adversarial -> A.
-- LongMemEval: single-session-user/assistant -> F, temporal-reasoning -> T,
-  single-session-preference -> P, multi-session -> M, knowledge-update -> T; a question id
-  ending in ``_abs`` -> A (abstention), whatever its type.
-- BEAM: information extraction -> F; temporal reasoning, event ordering, knowledge update -> T;
-  preference following, instruction following -> P; multi-session reasoning, summarization
-  -> M; abstention, contradiction resolution -> A.
-
-Secondary capabilities (memgym's rule, used by the evolution scheduler's "pressure" term):
-an abstention item keeps its question type's capability as secondary (LongMemEval ``_abs``),
-and any item whose evidence spans two or more sessions gets M as secondary unless M is
-already its primary.
+"""Native benchmark labels -> PrisMem capabilities (F, T, P, M, A): the tables below are
+``DESIGN.md`` § "Data model"'s (a LongMemEval id ending in ``_abs`` is A whatever its type).
+Secondary capabilities (memgym's rule, for the scheduler's "pressure" term): an abstention item
+keeps its type's capability; evidence spanning >= 2 sessions adds M unless M is primary.
 """
 from __future__ import annotations
 
@@ -70,17 +57,9 @@ def is_abstention_id(qid: str | None) -> bool:
 
 
 def native_capability(dataset: str, category: str | int) -> Capability:
-    """The capability of a native label, ignoring abstention ids.
-
-    Args:
-        dataset: ``"locomo"``, ``"longmemeval"`` or ``"beam"`` (case-insensitive).
-        category: LoCoMo 1..5 (int or digit string); a LongMemEval ``question_type``; a BEAM
-            ability name (spaces, hyphens and underscores are equivalent, case-insensitive).
-
-    Raises:
-        ValueError: unknown dataset, or a label that dataset does not define (the message
-            lists the known labels).
-    """
+    """The capability of ``dataset``'s label ``category`` (LoCoMo 1..5, a LongMemEval
+    ``question_type``, a BEAM ability in any case/separator), ignoring abstention ids.
+    ValueError (listing the known labels) for an unknown dataset or label."""
     ds = str(dataset).strip().lower()
     if ds == "locomo":
         key, table = str(category).strip(), LOCOMO_MAP
@@ -99,11 +78,7 @@ def native_capability(dataset: str, category: str | int) -> Capability:
 
 
 def capability_for(dataset: str, category: str | int, qid: str | None = None) -> Capability:
-    """Primary capability of a question (see the module docstring for the tables).
-
-    For LongMemEval an id ending in ``_abs`` gives A regardless of ``category`` (the category
-    is still validated). Raises ``ValueError`` like :func:`native_capability`.
-    """
+    """Primary capability of a question (LongMemEval ``_abs`` ids: A); ValueError as :func:`native_capability`."""
     cap = native_capability(dataset, category)
     if str(dataset).strip().lower() == "longmemeval" and is_abstention_id(qid):
         return A
@@ -113,19 +88,8 @@ def capability_for(dataset: str, category: str | int, qid: str | None = None) ->
 def secondary_for(
     dataset: str, category: str | int, qid: str | None = None, n_evidence_sessions: int = 0
 ) -> tuple[Capability, ...]:
-    """Secondary capabilities (memgym rule, see module docstring), in ``CAPABILITY_ORDER``.
-
-    Args:
-        n_evidence_sessions: number of distinct sessions holding the item's evidence turns.
-
-    Returns:
-        A tuple without duplicates that never contains the primary capability; e.g. a
-        LongMemEval ``multi-session`` ``_abs`` item -> ``(M,)``, a LoCoMo category-2 item with
-        evidence in 2 sessions -> ``(M,)``, a single-session category-4 item -> ``()``.
-
-    Raises:
-        ValueError: unknown dataset / category, or ``n_evidence_sessions < 0``.
-    """
+    """Secondary capabilities (module rule) in ``CAPABILITY_ORDER``, never the primary;
+    ``n_evidence_sessions``: distinct sessions of the evidence. ValueError for bad input."""
     if n_evidence_sessions < 0:
         raise ValueError(f"n_evidence_sessions must be >= 0, got {n_evidence_sessions}")
     primary = capability_for(dataset, category, qid)
@@ -140,11 +104,7 @@ def secondary_for(
 
 
 def by_capability(questions: Iterable[QAItem]) -> dict[Capability, list[QAItem]]:
-    """Group questions by primary capability.
-
-    Returns a dict with all five capabilities as keys in ``CAPABILITY_ORDER`` (empty lists
-    included), each list in input order. Items whose ``capability`` is ``None`` are skipped.
-    """
+    """Questions by primary capability: all five keys in ``CAPABILITY_ORDER``, input order kept."""
     out: dict[Capability, list[QAItem]] = {c: [] for c in CAPABILITY_ORDER}
     for q in questions:
         if q.capability is not None:
@@ -153,6 +113,5 @@ def by_capability(questions: Iterable[QAItem]) -> dict[Capability, list[QAItem]]
 
 
 def count_by_capability(questions: Iterable[QAItem]) -> dict[str, int]:
-    """``{"F": n, "T": n, "P": n, "M": n, "A": n}`` (letters in ``CAPABILITY_ORDER``, zeros
-    kept); items without a capability are not counted."""
+    """``{"F": n, "T": n, "P": n, "M": n, "A": n}`` (zeros kept)."""
     return {c.value: len(v) for c, v in by_capability(questions).items()}

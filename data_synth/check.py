@@ -1,11 +1,5 @@
 """What ``memgym data check`` verifies: every file memgym reads from ``$MEMGYM_DATA``, loaded by
-the same loaders the commands use, with its counts.
-
-Expected counts are those stated in ``$MEMGYM_DATA/README.md`` (LoCoMo 10 conversations and 1,986
-QA; LongMemEval oracle 500 questions; LongMemEval-S 199 records; BEAM 26 chats with 20 questions
-each; two expert trajectories). A file that loads but disagrees with them is reported, not
-fixed: the data folder is read-only.
-"""
+the commands' loaders, against the counts ``$MEMGYM_DATA/README.md`` states (reported, not fixed)."""
 from __future__ import annotations
 
 import warnings
@@ -73,9 +67,8 @@ def _expert(conv: str) -> DataCheck:
 
 
 def check_data() -> list[DataCheck]:
-    """Every dataset, both expert trajectories and the LongMemEval split files under
-    :func:`data_synth.paths.data_root`, in that order. Never raises for a missing or broken
-    file: each becomes a ``DataCheck`` with ``ok=False`` and the loader's message."""
+    """Checks of every dataset, expert trajectory and LongMemEval split file; a broken file is
+        a ``DataCheck`` with ``ok=False`` and the loader's message, never an exception."""
     checks = [_dataset(name, *args, n_conv, n_q) for name, args, n_conv, n_q in _DATASETS]
     checks += [_file("longmemeval splits", data_root() / "longmemeval" / "splits.json"),
                _file("longmemeval S splits", data_root() / "longmemeval" / "s_splits.json")]

@@ -1,9 +1,4 @@
-"""Load a benchmark's conversations by dataset name, ids and split: the one dispatch from a
-dataset name to its loader (``memgym data stats``, the eval job, training data, reward samples
-and the program evaluator all call :func:`load_conversations`).
-
-Source: ``DESIGN.md`` § "Data model" (loaders, splits).
-"""
+"""The one dispatch from a dataset name, ids and split to its loader (:func:`load_conversations`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -21,30 +16,19 @@ def load_conversations(dataset: str, path: Path | str | None = None, *, ids: Seq
                        split: str | None = None, splits_path: Path | str | None = None,
                        n_sessions: int | None = None, max_questions: int | None = None,
                        beam_truncated: bool = True, beam_strip_markers: bool = True) -> list[Conversation]:
-    """The conversations of ``dataset`` in file order (BEAM: 100K chats, then 1M, by number).
+    """The conversations of ``dataset`` in file order (BEAM: 100K, then 1M, by number).
 
-    Args:
-        dataset: one of :data:`DATASETS`.
-        path: the data file; default the dataset's file under ``$MEMGYM_DATA``. BEAM: a chat
-            folder, a size folder or the BEAM root (default ``$MEMGYM_DATA/beam``); with a
-            ``split``, only the split's chats found under ``path`` are kept.
-        ids: keep only these ids (LoCoMo ``sample_id``, LongMemEval ``question_id``, BEAM chat
-            id such as ``100K-3``; duplicates are dropped); ``None`` = all, or the split's when
-            ``split`` is given.
-        split: a split name of :func:`data_synth.splits.split_names` (LongMemEval splits come
-            from ``splits_path``, default ``longmemeval/splits.json``); with ``ids`` too, an id
-            must be in both.
-        n_sessions: keep the first N sessions and the QA they can answer
-            (:func:`data_synth.views.restrict`).
-        max_questions: keep the first N questions of each conversation.
-        beam_truncated, beam_strip_markers: :func:`data_synth.beam.load_beam`'s switches
-            (read ``chat_trunecated.json`` where present; strip the ``->-> b,k`` plan markers).
+        Args:
+            path: the data file (BEAM: a chat, size or root folder); default under ``$MEMGYM_DATA``.
+            ids: keep only these ids (deduplicated); with ``split`` an id must be in both.
+            split: one of :func:`data_synth.splits.split_names` (LongMemEval: from ``splits_path``).
+            n_sessions: first N sessions and the QA they answer (:func:`data_synth.views.restrict`).
+            max_questions: first N questions per conversation.
+            beam_truncated, beam_strip_markers: see :func:`data_synth.beam.load_beam`.
 
-    Raises:
-        ValueError: an unknown dataset or split, an id absent from the file or outside
-            ``split``, ``n_sessions`` < 1 or ``max_questions`` < 0;
-        DataFileNotFoundError / DataFormatError: from the loaders (naming file, record, field).
-    """
+        Raises ValueError (unknown dataset/split, an id absent or outside ``split``, bad counts) and
+        the loaders' DataFileNotFoundError / DataFormatError.
+        """
     if dataset not in DATASETS:
         raise ConfigError(f"unknown dataset {dataset!r}; expected one of {', '.join(DATASETS)}")
     if max_questions is not None and max_questions < 0:
@@ -97,14 +81,11 @@ DEFAULT_SELECTIONS: tuple[tuple[str, ...], ...] = (("conv-30",), ("conv-26", "co
 
 
 def check_selection(dataset: str, path, conversations, split: str | None, scorer: str) -> None:
-    """Parse-time checks of a recipe's data selection, shared by ``memgym eval`` and ``memgym
-    program eval``: ``rubric-recall`` only on BEAM; ``split`` one of the dataset's split names,
-    not combined with explicit ``conversations`` (the split would silently override them) and,
-    for a BEAM folder, holding at least one chat found there; without a split, a non-empty
-    selection and every BEAM chat id in ``conversations`` found under ``path``. On BEAM the
-    LoCoMo default ids (:data:`DEFAULT_SELECTIONS`) mean "every chat under ``path``":
-    ``conversations`` (a list) is then replaced IN PLACE by those chat ids.
-    Raises :class:`llm.errors.ConfigError` naming the flag."""
+    """Parse-time checks of a recipe's data selection (``memgym eval`` / ``program eval``):
+        ``rubric-recall`` only on BEAM; ``split`` a known name, not with explicit ``conversations``,
+        non-empty on a BEAM folder; else every BEAM id found under ``path``. On BEAM the LoCoMo default
+        ids (:data:`DEFAULT_SELECTIONS`) are replaced IN PLACE by every chat under ``path``.
+        Raises :class:`llm.errors.ConfigError` naming the flag."""
     from llm.errors import ConfigError
 
     if scorer == "rubric-recall" and dataset != "beam":

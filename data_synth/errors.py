@@ -1,9 +1,5 @@
-"""Typed errors and warnings raised by the benchmark loaders of :mod:`data_synth`.
-
-Source: ``DESIGN.md`` § "Data model": broken input (bad JSON, a missing required key) raises
-one error naming the file, the record and the field; real-file quirks (int answers, malformed
-evidence ids, ...) produce a :class:`DataQuirkWarning` and never a crash.
-"""
+"""Typed errors and warnings of the benchmark loaders: broken input raises one error naming
+file, record and field; real-file quirks give a :class:`DataQuirkWarning`, never a crash."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,19 +8,10 @@ from llm.errors import MemgymError
 
 
 class DataFormatError(MemgymError, ValueError):
-    """A benchmark file is broken (not JSON, wrong type, missing a required key).
-
-    Attributes:
-        file: path of the offending file (``str``).
-        record: the record that is broken: its id (``sample_id`` / ``question_id``) when the
-            record has one, else ``"#<index>"`` (0-based position in the file), or ``"-"``
-            when the whole file is unreadable.
-        field: the field path inside the record, e.g. ``"conversation.session_3[2].dia_id"``,
-            or ``"-"`` for whole-file errors.
-        reason: the human-readable cause.
-
-    The message reads ``"file F, record R, field X: reason"``.
-    """
+    """A benchmark file is broken: ``"file F, record R, field X: reason"``. ``record`` is the
+        record's id, else ``"#<index>"`` (0-based), ``"-"`` for the whole file; ``field`` a path such as
+        ``"conversation.session_3[2].dia_id"`` or ``"-"``.
+        """
 
     kind = "data"
 
@@ -40,11 +27,7 @@ class DataFormatError(MemgymError, ValueError):
 
 
 class DataFileNotFoundError(FileNotFoundError):
-    """A data file memgym needs is absent.
-
-    The message says where the file was expected and how to point memgym at the data
-    (``MEMGYM_DATA`` or an explicit ``--path``). Attribute ``path`` holds the expected path.
-    """
+    """A data file memgym needs is absent (``path``); the message says how to point at the data."""
 
     def __init__(self, message: str, path: str | Path):
         self.path = str(path)
@@ -63,15 +46,9 @@ class DataQuirkWarning(UserWarning):
 
 
 def get_field(obj, key: str, types, file, record: str, field: str, *, optional: bool = False):
-    """``obj[key]`` checked against ``types`` (a type or tuple of types), for loaders.
-
-    ``field`` is the full field path used in the error (e.g. ``"qa[3].question"``). With
-    ``optional=True`` a missing key (or JSON ``null``) returns ``None``.
-
-    Raises:
-        DataFormatError: ``obj`` is not a JSON object, the key is missing, or the value has
-            the wrong type (``bool`` never counts as ``int``).
-    """
+    """``obj[key]`` checked against ``types`` (``bool`` is never ``int``); ``field``: the path in
+        errors; ``optional``: missing or null gives None. DataFormatError otherwise.
+        """
     if not isinstance(obj, dict):
         parent = field.rsplit(".", 1)[0] if "." in field else "-"
         raise DataFormatError(file, record, parent, f"expected a JSON object, got "
@@ -90,9 +67,7 @@ def get_field(obj, key: str, types, file, record: str, field: str, *, optional: 
 
 
 class QuirkLog:
-    """Counts repaired/dropped quirks of one record (or file) and emits ONE
-    :class:`DataQuirkWarning` summarising them, e.g.
-    ``"locomo10.json, conv-49: 3 evidence strings split (e.g. 'D9:1 D4:4 D4:6')"``."""
+    """Counts a record's (or file's) repaired/dropped quirks and emits ONE :class:`DataQuirkWarning`."""
 
     def __init__(self, where: str, max_examples: int = 3):
         self.where = where
@@ -128,9 +103,7 @@ class QuirkLog:
 
 
 def record_id(file, i: int, rec, key: str) -> str:
-    """The id ``rec[key]`` (a str) of the ``i``-th record of ``file`` (LoCoMo ``sample_id``,
-    LongMemEval ``question_id``). Raises :class:`DataFormatError` naming the file and ``#i``
-    when the record is not a JSON object or its id is missing or not a str."""
+    """The str id ``rec[key]`` of the ``i``-th record of ``file``; :class:`DataFormatError` otherwise."""
     if not isinstance(rec, dict):
         raise DataFormatError(file, f"#{i}", "-", f"expected a JSON object, got {type(rec).__name__}")
     return get_field(rec, key, str, file, f"#{i}", key)

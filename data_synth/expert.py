@@ -1,11 +1,6 @@
-"""Expert memory-construction trajectories: loading, validation by replay, and an extractor
-that replays them so a strong model's bank sits in the same eval table.
-
-Format (``DESIGN.md`` § "The memory bank and its action space"), JSONL, one line per session::
-
-    {conversation_id, session, date, core, episodic, semantic, procedural,
-     qa: [5 x {question, answer, evidence, kind}]}
-"""
+"""Expert memory-construction trajectories (JSONL, one line per session: ``{conversation_id,
+session, date, core, episodic, semantic, procedural, qa}``): loading, validation by replay, and
+an extractor that replays them."""
 from __future__ import annotations
 
 import json
@@ -112,9 +107,7 @@ def banks_before_sessions(steps: list[TrajectoryStep]) -> dict[tuple[str, int], 
 
 
 class ExpertExtractor:
-    """Replays expert outputs as if a model produced them (``expert:<file.jsonl>``).
-
-    Raises KeyError naming the (conversation, session) when the file has no such line."""
+    """Replays expert outputs as a model's (``expert:<file.jsonl>``); KeyError for a missing session."""
 
     def __init__(self, *paths):
         self.steps: dict[tuple[str, int], TrajectoryStep] = {}

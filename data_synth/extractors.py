@@ -1,11 +1,6 @@
-"""Extractor specs: the one parser of what builds a memory bank, for the eval job, the
-program runner and training.
-
-A spec is ``instruction`` (the program's EXTRACTION_INSTRUCTION, the runner only), ``turns``
-(no model: every dialogue turn is a unit, the runner only), ``expert:<file or conv-NN>[,...]`` (replay expert trajectories) or a backend spec of a trained
-extractor (``hf:<dir>``, ``openai:<url>#<model>``, ``vllm:<dir>``; :mod:`llm.specs`).
-Source: ``DESIGN.md`` § "Memory programs" (extraction modes).
-"""
+"""Extractor specs, the one parser of what builds a memory bank: ``instruction`` and ``turns``
+(program runner only), ``expert:<file or conv-NN>[,...]`` (replay) or a backend spec
+(:mod:`llm.specs`) of a trained extractor."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -78,17 +73,11 @@ def expert_paths(spec: str) -> list[Path]:
 def make_extractor(spec: str, rt, max_new_tokens: int = 512, *, constrained: bool = False,
                    max_chars: int | None = None, max_items: int | None = None, context_tokens: int | None = None,
                    conversations=None, segment_tokens: int | None = None):
-    """``expert:<file>[,...]`` → :class:`ExpertExtractor`; a backend spec →
-    :class:`memory_bank.construct.ModelExtractor` on ``rt.backend(spec, role="extractor")``
-    (``rt`` a :class:`llm.runtime.Runtime`), writing at most ``max_new_tokens`` tokens per
-    manager output; ``constrained`` / ``max_chars`` / ``max_items``: structured outputs (see
-    :class:`ModelExtractor`; ignored for expert replays); ``context_tokens`` is the model's
-    context window (None: what the backend reports), beyond which sessions are built in
-    segments; ``segment_tokens`` cuts every session into segments of at most that many
-    transcript tokens (the cut of segmented SFT; see :class:`ModelExtractor`). ``conversations``: the conversations it will build; an expert replay that lacks
-    any of their sessions raises :class:`ExtractorCoverageError` here, before any work. Raises
-    ValueError for ``instruction`` (no bank to build) or an empty spec, FileNotFoundError for a
-    missing trajectory file, BackendSpecError for a bad backend spec."""
+    """``expert:...`` -> :class:`ExpertExtractor`; a backend spec ->
+        :class:`memory_bank.construct.ModelExtractor` on ``rt.backend(spec, role="extractor")`` (the
+        other arguments are its own; ignored for replays). An expert replay lacking a session of
+        ``conversations`` raises :class:`ExtractorCoverageError` before any work. ValueError for
+        ``instruction`` or an empty spec, FileNotFoundError, BackendSpecError."""
     kind = extractor_kind(spec)
     if kind == "expert":
         ext = ExpertExtractor(*expert_paths(spec))

@@ -1,18 +1,8 @@
-"""Resumable, append-only JSONL files for long generation runs (synthetic QA, trajectories).
-
-A run writes one line per finished unit (e.g. one session) and nothing else, so a re-run
-after a crash — including ``kill -9`` in the middle of a write — resumes exactly:
-
-- on open, every complete line is read and its key recorded as done; a re-run skips those;
-- a process killed mid-write leaves at most one *torn* last line (bytes without the final
-  newline); it is detected and cut off (the unit is redone), so nothing is duplicated or lost;
-- each line goes out in ONE ``os.write`` on an ``O_APPEND`` descriptor followed by
-  ``os.fsync``, so a finished line survives a crash of the process or the machine;
-- an exclusive ``flock`` on the file stops two runs from writing the same file at once (the
-  kernel drops the lock when its process dies, even by SIGKILL).
-
-A complete line (one that ends with a newline) that is not valid JSON cannot come from a torn
-write; it is corruption and raises :class:`JsonlCorruptError` instead of being dropped.
+"""Resumable, append-only JSONL files for long generation runs: one line per finished unit,
+so a re-run after a crash (``kill -9`` mid-write included) resumes exactly. Complete lines mark
+their keys done; a torn last line (no newline) is cut off and its unit redone; each line is one
+``os.write`` on ``O_APPEND`` plus ``fsync``; an exclusive ``flock`` keeps out a second writer.
+A complete line that is not JSON is corruption: :class:`JsonlCorruptError`.
 """
 from __future__ import annotations
 
@@ -41,18 +31,10 @@ class JsonlLockedError(MemgymError, RuntimeError):
 
 
 class ResumableJsonl:
-    """An append-only JSONL file keyed by ``key(record)``.
-
-    Args:
-        path: the file (created with its parent folders if absent).
-        key: maps a record (a dict) to a hashable key, e.g. ``(conversation_id, session)``.
-
-    Attributes after opening: ``records`` (the existing records, in file order), ``done``
-    (their keys), ``repaired_bytes`` (bytes of a torn last line that were cut off, 0 if none).
-
-    Raises JsonlCorruptError (a broken complete line or a repeated key), JsonlLockedError
-    (another process is writing the file). Use as a context manager or call :meth:`close`.
-    """
+    """An append-only JSONL file at ``path`` (created) keyed by ``key(record)``. After opening:
+        ``records`` (file order), ``done`` (their keys), ``repaired_bytes`` (torn tail cut off).
+        Raises JsonlCorruptError (broken line, repeated key), JsonlLockedError (another writer).
+        """
 
     def __init__(self, path, key: Callable[[dict], Hashable]):
         self.path = Path(path)
@@ -98,10 +80,7 @@ class ResumableJsonl:
         return torn
 
     def append(self, record: dict) -> None:
-        """Write ``record`` as one line (one ``os.write``) and fsync it.
-
-        Raises ValueError when its key is already done (a caller bug that would duplicate a
-        unit) or when the record is not JSON-serialisable; nothing is written then."""
+        """Write ``record`` as one fsynced line; ValueError (nothing written) for a done key or non-JSON."""
         k = self.key(record)
         if k in self.done:
             raise ValueError(f"{self.path}: key {k!r} is already written")
@@ -115,11 +94,9 @@ class ResumableJsonl:
         self.records.append(record)
 
     def drop(self, keys) -> int:
-        """Remove the records of ``keys`` so that their units are redone (e.g. sessions that
-        came back empty). The file is rewritten crash-safely: the kept lines go to a temporary
-        file that is fsynced and renamed over ``path``; the lock moves to the new file.
-        Returns the number of records dropped. Raises JsonlLockedError if another process
-        took the renamed file's lock first."""
+        """Remove the records of ``keys`` (their units are redone): the kept lines are written to a
+                fsynced temporary file renamed over ``path``, the lock moving with it. Returns the count
+                dropped; JsonlLockedError if another process took the new file's lock first."""
         keys = set(keys)
         kept = [r for r in self.records if self.key(r) not in keys]
         n = len(self.records) - len(kept)
@@ -158,13 +135,9 @@ class ResumableJsonl:
 
 def read_jsonl(path, error: Callable[[Path, int, str, str], Exception], *, what: str,
                allow_torn_tail: bool = False) -> list[tuple[int, object]]:
-    """``(line number, decoded value)`` of every non-blank line of a JSONL file, 1-based.
-
-    ``error(path, line, field, reason)`` builds the error raised for a file that is not UTF-8
-    (line 0, field ``<file>``) or a line that is not JSON (field ``<json>``). With
-    ``allow_torn_tail`` a last line without a newline that is not JSON (a writer killed
-    mid-line) is skipped. Raises FileNotFoundError ``"<what> not found: <path>"``.
-    """
+    """``(line number, value)`` of every non-blank line, 1-based; ``error(path, line, field, reason)``
+        builds the error for non-UTF-8 or non-JSON lines; ``allow_torn_tail`` skips a torn last line.
+        FileNotFoundError ``"<what> not found: <path>"``."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{what} not found: {path}")

@@ -1,12 +1,7 @@
-"""Agreement of capability labels with the native benchmark-type mapping.
-
-Source: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``) reports that question-only
-annotation agrees with the benchmark-type mapping for 48.14% of 700 BEAM-1M questions; this
-module measures the same for a label file: per native benchmark type (LoCoMo category, BEAM
-ability, LongMemEval question type) the share of questions whose annotated primary capability
-equals the native mapping's (:func:`data_synth.capabilities.capability_for`), and the
-confusion table native primary (rows) x annotated primary (columns), in counts.
-"""
+"""Agreement of capability labels with the native benchmark-type mapping, as PrisMem
+(``shared/seeds/000_0e559b88b400976a.txt``) reports for BEAM-1M: per native type, the share of
+annotated primaries equal to :func:`data_synth.capabilities.capability_for`'s, and the confusion
+table native (rows) x annotated (columns)."""
 from __future__ import annotations
 
 from data_synth.capabilities import LOCOMO_CATEGORY_NAMES, capability_for

@@ -1,26 +1,12 @@
-"""Loader for LoCoMo (``locomo10.json``, snap-research/LoCoMo, Maharana et al., ACL 2024).
+"""Loader for LoCoMo (``locomo10.json``, snap-research/LoCoMo, Maharana et al., ACL 2024); schema:
+``../shared/data/README.md`` § "LoCoMo schema". Only ``sample_id``, ``conversation`` and ``qa`` are
+read (the summaries/observations are model-made and never memory).
 
-Schema (``../shared/data/README.md`` § "LoCoMo schema"): a list of records
-``{sample_id, conversation, qa, observation, session_summary, event_summary}``. Only
-``sample_id``, ``conversation`` and ``qa`` are read: ``observation``, ``session_summary`` and
-``event_summary`` are model-made annotations and must not be used as memory.
-
-Quirks of the real file, repaired with one :class:`DataQuirkWarning` per conversation that
-summarises the counts (never a crash):
-
-- int answers (6 in conv-26) become strings, as the official scorer does (``str(answer)``);
-- evidence strings holding several ids (``"D8:6; D9:17"``, ``"D9:1 D4:4 D4:6"``) are split;
-- malformed ids are repaired when unambiguous (``"D:11:26"`` -> ``"D11:26"``,
-  ``"D30:05"`` -> ``"D30:5"``);
-- ids absent from the conversation (``"D10:19"``, ``"D"``) are dropped; items with empty
-  evidence are kept with ``evidence=()``;
-- a session date that does not parse gives ``date=None`` (``date_text`` keeps the raw text).
-
-Category 5 (adversarial): the official scorer (``task_eval/evaluation.py``) ignores the gold
-text and scores 1 iff the prediction says "no information available" or "not mentioned"; the
-file's ``adversarial_answer`` is the *distractor* offered against "Not mentioned in the
-conversation" in the multiple-choice prompt. So every category-5 item gets
-``answer = LOCOMO_ABSTAIN_ANSWER`` (``adversarial_answer``/``answer`` are not gold).
+Quirks are repaired with one :class:`DataQuirkWarning` per conversation: int answers become
+strings (as the official scorer does), multi-id evidence strings are split, malformed ids repaired
+when unambiguous, unknown ids dropped; an unparsable session date gives ``date=None``.
+Category 5 (adversarial): the official scorer (``task_eval/evaluation.py``) scores 1 iff the
+prediction abstains, so every such item gets ``answer = LOCOMO_ABSTAIN_ANSWER``.
 """
 from __future__ import annotations
 
@@ -45,10 +31,7 @@ _EVIDENCE_SPLIT = re.compile(r"[;,\s]+")
 
 
 def parse_locomo_date(text: str) -> datetime | None:
-    """Parse ``"1:56 pm on 8 May, 2023"`` (minute precision, naive local time).
-
-    Returns ``None`` when the text does not match :data:`LOCOMO_DATE_FORMAT` (surrounding
-    whitespace and repeated spaces are tolerated)."""
+    """``"1:56 pm on 8 May, 2023"`` -> naive datetime (whitespace tolerated); None when it does not parse."""
     cleaned = " ".join(str(text).split())
     try:
         return datetime.strptime(cleaned, LOCOMO_DATE_FORMAT)
@@ -57,18 +40,8 @@ def parse_locomo_date(text: str) -> datetime | None:
 
 
 def normalise_evidence(raw: list, known: set[str], quirks: QuirkLog, where: str) -> tuple[str, ...]:
-    """Turn LoCoMo's raw evidence list into known turn ids (order kept, duplicates removed).
-
-    Args:
-        raw: the ``evidence`` list as found in the file (strings expected).
-        known: the conversation's ``dia_id`` set.
-        quirks: receives one entry per split string, repaired id and dropped id.
-        where: the item id, used in quirk examples.
-
-    Returns:
-        The valid ids. Splits on ``;``, ``,`` and whitespace; repairs ``D:11:26``-style and
-        zero-padded ids via the pattern ``D<N>:<k>``; drops non-strings and unknown ids.
-    """
+    """The ids of ``raw`` evidence found in ``known`` (order kept, deduplicated): strings split on
+    ``;``/``,``/whitespace, ids repaired to ``D<N>:<k>``, others dropped; each fix logged in ``quirks``."""
     out: list[str] = []
     for item in raw:
         if not isinstance(item, str):
@@ -173,21 +146,9 @@ def _parse_qa(file: Path, rid: str, qa_raw: list, sessions: list[Session],
 
 
 def parse_locomo_record(file: Path | str, i: int, rec) -> Conversation:
-    """Convert one LoCoMo record (the ``i``-th of ``file``) to a :class:`Conversation`.
-
-    Speakers are ``(speaker_a, speaker_b)``; sessions come from the ``session_N`` keys in
-    numeric order with ``Session.index = N`` and ``Session.id = "session_N"``; turn ids are
-    the ``dia_id`` values; image turns carry ``blip_caption`` as ``image_caption``. QA ids
-    are ``"<sample_id>/q<i>"`` (0-based position in ``qa``), ``category`` is "1".."5",
-    ``question_date`` is ``None``. Emits at most one :class:`DataQuirkWarning`.
-
-    Raises:
-        DataFormatError: a required key is missing or has the wrong type (``sample_id``,
-            ``conversation``, ``speaker_a``/``speaker_b``, ``session_N``, a turn's
-            ``dia_id``/``speaker``/``text``, ``qa``, a QA item's ``question``/``category``/
-            ``evidence``, ``answer`` for categories 1-4), a category outside 1..5, or a
-            duplicate ``dia_id``. Nothing is returned half-parsed.
-    """
+    """The ``i``-th record of ``file`` as a :class:`Conversation`: sessions ``session_N`` (index N),
+    turn ids the ``dia_id`` s (images: ``blip_caption``), QA ids ``"<sample_id>/q<i>"``, category
+    "1".."5". DataFormatError for a missing/mistyped field, a bad category or a duplicate ``dia_id``."""
     file = Path(file)
     rid = record_id(file, i, rec, "sample_id")
     conv = get_field(rec, "conversation", dict, file, rid, "conversation")
@@ -203,24 +164,9 @@ def parse_locomo_record(file: Path | str, i: int, rec) -> Conversation:
 
 
 def load_locomo(path: Path | str | None = None, ids: list[str] | None = None) -> list[Conversation]:
-    """Load LoCoMo conversations in file order.
-
-    Args:
-        path: the ``locomo10.json`` file; default :func:`data_synth.paths.locomo_path`.
-        ids: keep only these ``sample_id`` values (e.g. ``["conv-26"]``); ``None`` = all.
-            Records not selected are only checked for a valid ``sample_id``.
-
-    Returns:
-        One :class:`Conversation` per selected record. The shipped file gives 10
-        conversations, 272 sessions, 5,882 turns and 1,986 QA (categories 1:282, 2:321,
-        3:96, 4:841, 5:446).
-
-    Raises:
-        DataFileNotFoundError: the file is absent (message says where it was expected).
-        DataFormatError: bad JSON, a top level that is not a list, or a broken record (see
-            :func:`parse_locomo_record`); the error names file, record and field.
-        ValueError: an id in ``ids`` is not in the file (all missing ids are listed).
-    """
+    """LoCoMo conversations of ``path`` (default :func:`data_synth.paths.locomo_path`) in file
+    order; ``ids`` keeps only those ``sample_id`` s (ValueError lists missing ones). Raises
+    DataFileNotFoundError, DataFormatError (file, record, field)."""
     p = Path(path) if path is not None else locomo_path()
     data = read_json(p, "LoCoMo file")
     if not isinstance(data, list):

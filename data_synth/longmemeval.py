@@ -1,30 +1,12 @@
-"""Loader for LongMemEval (Wu et al., ICLR 2025; xiaowu0162/LongMemEval).
+"""Loader for LongMemEval (Wu et al., ICLR 2025; xiaowu0162/LongMemEval), oracle and S/M files
+(schema: ``../shared/data/README.md`` § "LongMemEval schema"). Each record becomes one
+:class:`Conversation` (id = ``question_id``, speakers user/assistant) with one :class:`QAItem`:
 
-Works for the oracle file and the S/M haystack files, which share one schema
-(``../shared/data/README.md`` § "LongMemEval schema"): a list of records
-``{question_id, question_type, question, answer, question_date, haystack_session_ids,
-haystack_dates, haystack_sessions, answer_session_ids}``, each session a list of
-``{role: user|assistant, content, has_answer?}``.
-
-Every record becomes one :class:`Conversation` (``id = question_id``, speakers
-``("user", "assistant")``) holding one :class:`QAItem` with the same id. Choices:
-
-- Sessions are ordered by their date string, stable, as the official generation script
-  does ("sort sessions by their dates" in ``src/generation/run_generation.py``; the
-  ``YYYY/MM/DD (Day) HH:MM`` text sorts chronologically). 34 oracle records are not in
-  date order in the file. ``Session.index`` is the 1-based position after sorting,
-  ``Session.id`` the haystack session id.
-- Turn ids are ``<session_id>:<k>`` with ``k`` 1-based (the official corpus ids use the
-  same 1-based turn number).
-- Evidence = ids of turns with ``has_answer: true``; when a record has none (21 oracle
-  records, including most abstention ones) it falls back to every turn of its
-  ``answer_session_ids`` sessions.
-- ``answer`` is always a string (32 oracle answers are ints, converted), ``category`` is the
-  ``question_type``, ``question_date`` the raw text, ``capability``/``secondary`` from
-  :mod:`data_synth.capabilities` (``_abs`` ids -> A, with the type's capability secondary).
-
-Quirks are summarised in ONE :class:`DataQuirkWarning` per file. Work is linear in the
-number of turns, so ~500-session S/M haystacks load fine.
+- sessions sorted by date string, stable, as the official ``src/generation/run_generation.py``
+  does; ``Session.id`` the haystack id; turn ids ``<session_id>:<k>``, k 1-based;
+- evidence = turns with ``has_answer: true``, else every turn of ``answer_session_ids``;
+- ``answer`` a string, ``category`` the ``question_type``, capabilities from
+  :mod:`data_synth.capabilities` (``_abs`` ids -> A). Quirks: one :class:`DataQuirkWarning` per file.
 """
 from __future__ import annotations
 
@@ -63,15 +45,8 @@ def _str_list(rec: dict, key: str, file: Path, rid: str) -> list[str]:
 
 
 def parse_longmemeval_record(file: Path | str, i: int, rec, quirks: QuirkLog) -> Conversation:
-    """Convert one LongMemEval record (the ``i``-th of ``file``) to a :class:`Conversation`
-    (see the module docstring for ids, ordering and evidence). Quirks go to ``quirks``.
-
-    Raises:
-        DataFormatError: a required key missing or of the wrong type, an unknown
-            ``question_type``, ``haystack_session_ids``/``haystack_dates``/
-            ``haystack_sessions`` of different lengths, a turn whose ``role`` is not
-            user/assistant, or whose ``content`` is not a string.
-    """
+    """The ``i``-th record of ``file`` as a :class:`Conversation`. DataFormatError for a missing or
+    mistyped field, an unknown ``question_type``, haystack lists of different lengths or a bad turn."""
     file = Path(file)
     rid = record_id(file, i, rec, "question_id")
     qtype = get_field(rec, "question_type", str, file, rid, "question_type")
@@ -148,26 +123,9 @@ def parse_longmemeval_record(file: Path | str, i: int, rec, quirks: QuirkLog) ->
 
 def load_longmemeval(path: Path | str | None = None, question_ids: list[str] | None = None,
                      progress: bool = False) -> list[Conversation]:
-    """Load LongMemEval questions (oracle, S or M file), one Conversation each, in file order.
-
-    Args:
-        path: the JSON file; default :func:`data_synth.paths.longmemeval_oracle_path`.
-        question_ids: keep only these ``question_id`` values; ``None`` = all. Records not
-            selected are only checked for a valid ``question_id``.
-        progress: show a tqdm bar over records (useful for the ~500-session S/M files).
-
-    Returns:
-        The shipped oracle file gives 500 conversations with 948 sessions, 10,960 turns,
-        500 questions (30 ``_abs``); types single-session-user 70, single-session-assistant
-        56, single-session-preference 30, multi-session 133, temporal-reasoning 133,
-        knowledge-update 78.
-
-    Raises:
-        DataFileNotFoundError: the file is absent (message says where it was expected).
-        DataFormatError: bad JSON, a non-list top level, a duplicate ``question_id``, or a
-            broken record (see :func:`parse_longmemeval_record`); names file, record, field.
-        ValueError: an id in ``question_ids`` is not in the file (all missing ids listed).
-    """
+    """LongMemEval questions of ``path`` (default :func:`data_synth.paths.longmemeval_oracle_path`),
+    one Conversation each, in file order; ``question_ids`` keeps only those (ValueError lists
+    missing ones). Raises DataFileNotFoundError, DataFormatError (incl. a duplicate id)."""
     p = Path(path) if path is not None else longmemeval_oracle_path()
     data = read_json(p, "LongMemEval file")
     if not isinstance(data, list):

@@ -1,9 +1,5 @@
-"""Where memgym finds its read-only data (``../shared/data`` by default).
-
-Source: ``../shared/data/README.md``: code finds the data through ``MEMGYM_DATA`` (default
-``../shared/data``) or a path given on the command line, and a missing file must fail with a
-message saying where it is expected.
-"""
+"""Where memgym finds its read-only data: ``$MEMGYM_DATA`` or ``../shared/data``; a missing file
+fails with a message saying where it is expected."""
 from __future__ import annotations
 
 import os
@@ -20,10 +16,8 @@ def _candidates() -> list[Path]:
 
 
 def data_root() -> Path:
-    """The data folder: ``$MEMGYM_DATA`` if set (returned as given, even if absent, so that a
-    later :func:`require` names it), else the first existing of ``<cwd>/../shared/data`` and
-    ``<repo root>/../shared/data``; if neither exists, the repo-relative one (so error messages
-    name a concrete place). The result is resolved to an absolute path."""
+    """``$MEMGYM_DATA`` as given (absent too), else the first existing of ``<cwd>/../shared/data``
+        and ``<repo>/../shared/data``, else the latter; absolute."""
     env = os.environ.get(ENV_VAR)
     if env:
         return Path(env).expanduser().resolve()
@@ -35,12 +29,7 @@ def data_root() -> Path:
 
 
 def require(path: Path | str, what: str) -> Path:
-    """Return ``path`` if it is an existing file or folder.
-
-    Raises:
-        DataFileNotFoundError: naming ``what`` (e.g. "LoCoMo file"), the expected path and how
-            to set ``MEMGYM_DATA`` / pass ``--path``.
-    """
+    """``path`` if it exists, else DataFileNotFoundError naming ``what``, the path and ``MEMGYM_DATA``."""
     p = Path(path)
     if p.exists():
         return p
@@ -72,15 +61,8 @@ def expert_dir() -> Path:
 
 
 def read_json(path: Path | str, what: str):
-    """Load a whole JSON file after :func:`require`.
-
-    Returns the parsed JSON value (any type; callers check the shape).
-
-    Raises:
-        DataFileNotFoundError: the file is absent (see :func:`require`).
-        DataFormatError: the file is not UTF-8 JSON; ``record`` and ``field`` are ``"-"`` and
-            the reason gives the line and column of the JSON error.
-    """
+    """The parsed JSON value of a file (after :func:`require`); DataFormatError (line, column)
+        when it is not UTF-8 JSON."""
     import json
 
     from data_synth.errors import DataFormatError

@@ -1,15 +1,8 @@
-"""The session-QA line format shared by ``memgym synth qa``, expert trajectories and the
-session reward.
-
-Source: ``DESIGN.md`` § "Dense session reward and ADRPO" (J = 5 synthetic QA per session,
-about 50% single-session, 30% multi-session, 20% temporal, with evidence turn ids) and the
-trajectory format (``qa: [5 × {question, answer, evidence, kind}]``).
-
-A session-QA file is JSONL, one line per session::
+"""The session-QA line format shared by ``memgym synth qa``, expert trajectories and the session
+reward (``DESIGN.md`` § "Dense session reward and ADRPO"). JSONL, one line per session::
 
     {"conversation_id": str, "session": int (1-based), "date": str,
-     "qa": [{"question": str, "answer": str, "evidence": [turn id, ...], "kind": str}, ...],
-     ...extra keys (source, tries, missing) are allowed}
+     "qa": [{"question": str, "answer": str, "evidence": [turn id, ...], "kind": str}, ...], ...}
 """
 from __future__ import annotations
 
@@ -37,15 +30,10 @@ class SessionQAError(MemgymError, ValueError):
 
 def qa_item_from_json(obj: dict, conversation_id: str, session: int, j: int, date: str | None = None,
                       file="<memory>", line: int = 0) -> QAItem:
-    """Convert one ``{question, answer, evidence, kind}`` object (a trajectory's or a
-    session-QA file's) into a :class:`QAItem` with id ``<conv>/s<session>/q<j>``.
-
-    ``kind`` becomes ``category``; the capability follows :data:`KIND_CAPABILITY` (a
-    benchmark category such as LoCoMo "4" keeps ``capability=None`` unless the item carries
-    ``capability``). ``question_date`` = ``date`` (the session's date text). An int answer is
-    converted to str. Raises :class:`SessionQAError` naming the field for a missing or
-    wrongly typed question/answer/evidence.
-    """
+    """One ``{question, answer, evidence, kind}`` object as a :class:`QAItem` with id
+        ``<conv>/s<session>/q<j>``: ``kind`` -> category, capability by :data:`KIND_CAPABILITY` (or
+        the item's own), ``question_date`` = ``date``. :class:`SessionQAError` names a bad field.
+        """
     where = f"qa[{j}]"
     if not isinstance(obj, dict):
         raise SessionQAError(file, line, where, f"expected an object, got {type(obj).__name__}")
@@ -72,13 +60,9 @@ def qa_item_from_json(obj: dict, conversation_id: str, session: int, j: int, dat
 
 
 def load_session_qa(path) -> dict[tuple[str, int], list[QAItem]]:
-    """Read a session-QA JSONL file into ``{(conversation_id, session): [QAItem, ...]}``.
-
-    A torn last line (no trailing newline and not valid JSON, left by a killed writer) is
-    skipped; any other broken line raises :class:`SessionQAError` naming it. A session that
-    appears twice raises (files written by memgym never repeat a session).
-    Raises FileNotFoundError naming the path when it is absent.
-    """
+    """``{(conversation_id, session): [QAItem, ...]}`` of a session-QA file (a torn last line is
+        skipped). :class:`SessionQAError` for a broken line or a repeated session; FileNotFoundError.
+        """
     path = Path(path)
     out: dict[tuple[str, int], list[QAItem]] = {}
     for i, obj in read_jsonl(path, SessionQAError, what="session-QA file", allow_torn_tail=True):

@@ -1,11 +1,7 @@
-"""Train/valid/test splits of the benchmarks. Nothing tunes on a test split.
-
-Source: ``DESIGN.md`` § "Data model" (Splits). LoCoMo: train conv-26, conv-30 (expert
-trajectories exist for both); valid conv-41, conv-42; test conv-43, conv-44, conv-47, conv-48,
-conv-49, conv-50. LongMemEval: ``longmemeval/splits.json``, the MemBuilder paper's question-id
-split ``{sft: 50, rl: 50, test: 400}``. BEAM (``beam/README.md``, the PrisMem protocol: evolve
-on 100K, test on 1M): train = 100K chats 3-10, valid = 100K chats 11-16, test = every 1M chat
-(3, 4, 6, 7, 8, 9, 10, 31); 100K chats 17-20 are spare (in no split).
+"""Train/valid/test splits of the benchmarks (``DESIGN.md`` § "Data model"); nothing tunes on a
+test split. LoCoMo: train conv-26, conv-30; valid conv-41, conv-42; test conv-43, 44, 47-50.
+LongMemEval: ``longmemeval/splits.json`` (MemBuilder's ``{sft: 50, rl: 50, test: 400}``). BEAM
+(PrisMem protocol, ``beam/README.md``): train 100K chats 3-10, valid 11-16, test every 1M chat.
 """
 from __future__ import annotations
 
@@ -31,12 +27,9 @@ TEST_SPLIT = "test"
 
 
 def split_names(dataset: str) -> tuple[str, ...]:
-    """``("train", "valid", "test")`` for locomo and beam; for longmemeval ``("sft", "rl", "test",
-    "train", "valid")``: ``splits.json`` has sft/rl/test, ``s_splits.json`` train/valid/test.
-
-    Raises:
-        ValueError: a dataset without splits (the message names the known ones).
-    """
+    """``("train", "valid", "test")``; longmemeval ``("sft", "rl", "test", "train", "valid")``
+        (``splits.json`` / ``s_splits.json``). ValueError for a dataset without splits.
+        """
     ds = str(dataset).strip().lower()
     if ds == "locomo":
         return tuple(LOCOMO_SPLITS)
@@ -55,15 +48,10 @@ def _check_split(dataset: str, split: str) -> str:
 
 
 def longmemeval_splits(path: Path | str | None = None) -> dict[str, list[str]]:
-    """Read ``splits.json`` (``{"sft": [...], "rl": [...], "test": [...]}``) or ``s_splits.json``
-    (``{"train": [...], "valid": [...], "test": [...]}``): question ids per split.
-
-    Raises:
-        DataFileNotFoundError: the file is absent.
-        DataFormatError: bad JSON, not an object with exactly the keys sft/rl/test, a value
-            that is not a list of strings, or an id listed in two splits (``record`` is the
-            split name, ``field`` the index).
-    """
+    """Question ids per split of ``splits.json`` (sft/rl/test) or ``s_splits.json`` (train/valid/
+        test). DataFileNotFoundError; DataFormatError (record = split, field = index) for bad
+        content or an id in two splits.
+        """
     p = Path(path) if path is not None else longmemeval_splits_path()
     data = read_json(p, "LongMemEval splits file")
     if not isinstance(data, dict):
@@ -90,18 +78,9 @@ def longmemeval_splits(path: Path | str | None = None) -> dict[str, list[str]]:
 
 
 def split_ids(dataset: str, split: str, path: Path | str | None = None) -> list[str]:
-    """Conversation ids (LoCoMo ``sample_id``, BEAM chat id ``"100K-3"``) or question ids
-    (LongMemEval) of a split.
-
-    Args:
-        dataset: ``"locomo"``, ``"longmemeval"`` or ``"beam"``.
-        split: one of :func:`split_names` for that dataset.
-        path: LongMemEval ``splits.json`` (default from :mod:`data_synth.paths`); ignored for
-            LoCoMo and BEAM, whose splits are fixed by DESIGN.md / ``beam/README.md``.
-
-    Raises:
-        ValueError: unknown dataset or split; plus the errors of :func:`longmemeval_splits`.
-    """
+    """Conversation ids (LoCoMo, BEAM) or question ids (LongMemEval; ``path`` default from
+        :mod:`data_synth.paths`) of ``split``. ValueError for an unknown dataset or split.
+        """
     _check_split(dataset, split)
     if str(dataset).strip().lower() == "locomo":
         return list(LOCOMO_SPLITS[split])
@@ -116,9 +95,5 @@ def split_ids(dataset: str, split: str, path: Path | str | None = None) -> list[
 
 
 def is_test_split(dataset: str, split: str) -> bool:
-    """True iff ``split`` is the held-out test split of ``dataset`` (only "test" is).
-
-    Raises:
-        ValueError: unknown dataset or split name.
-    """
+    """True iff ``split`` is ``dataset``'s held-out test split; ValueError for unknown names."""
     return _check_split(dataset, split) == TEST_SPLIT

@@ -16,19 +16,11 @@ def _category_key(cat: str):
 
 
 def dataset_stats(convs: Sequence[Conversation], dataset: str, with_ids: bool = False) -> dict:
-    """Summary counts of ``convs``.
-
-    Returns a JSON-ready dict: ``conversations``, ``sessions``, ``turns``, ``questions``
-    (ints); ``by_category`` (native label -> count, numeric labels in numeric order, others
-    alphabetical); ``by_capability`` (``{"F","T","P","M","A"}`` -> count, zeros kept); for
-    ``longmemeval`` also ``abstention``, the number of ``_abs`` question ids; for ``beam``
-    also ``rubric_items`` (total) and ``chats`` (chat id -> {sessions, turns, questions}).
-    With ``with_ids``, ``ids`` lists every question id in load order (the ids ``memgym score``
-    expects in a predictions file).
-
-    Raises:
-        ValueError: ``dataset`` is not one of :data:`STATS_DATASETS`.
-    """
+    """JSON-ready counts of ``convs``: ``conversations``, ``sessions``, ``turns``, ``questions``,
+        ``by_category`` (numeric labels first), ``by_capability``; longmemeval ``abstention``; beam
+        ``rubric_items`` and ``chats``; ``with_ids``: every question id in load order.
+        ValueError for a dataset outside :data:`STATS_DATASETS`.
+        """
     if dataset not in STATS_DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; expected one of {', '.join(STATS_DATASETS)}")
     questions = [q for c in convs for q in c.questions]

@@ -1,25 +1,11 @@
-"""Synthetic session QA (``memgym synth qa``): J questions per session written by an expert
-model, validated, and appended to a resumable JSONL file; or the benchmark's own QA bucketed
-by the session of its evidence.
+"""Synthetic session QA (``memgym synth qa``): J questions per session written by an expert model,
+validated and appended to a resumable JSONL file; or the benchmark's own QA bucketed by session.
 
-Source: ``DESIGN.md`` § "Dense session reward and ADRPO" (J = 5, about 50% single-session,
-30% multi-session, 20% temporal, with evidence turn ids; for training splits the benchmark's
-own QA bucketed by session) and MemBuilder (arXiv 2601.05488, §3.4.1 and Fig. 14: the expert
-writes questions about the current session and its links to retrieved history). The prompt
-wording is memgym's own.
-
-Validation rejects, and counts by reason, per generated item:
-``unparsable`` (no JSON object/list could be recovered, or an item is not an object),
-``empty_question``, ``empty_answer``, ``bad_kind`` (not one of :data:`KINDS`),
-``missing_evidence`` (no turn id), ``unknown_evidence`` (an id not in the conversation),
-``future_evidence`` (an id from a later session: not known at session t),
-``no_current_evidence`` (nothing from session t: it would not score session t's memory),
-``kind_mismatch`` (a single-session item citing other sessions, or a multi-session item
-citing only one), ``near_duplicate`` (cosine > 0.9 to a question already kept for the
-session, by the embedder). Items beyond a kind's quota are counted as ``surplus`` (valid, not
-rejected). A session short of J is asked again, with the reasons, up to ``max_tries`` times;
-whatever it holds then is written (``missing`` says how many are short). The prompt, schema and
-validation are :mod:`data_synth.synth_qa_prompt`.
+Source: ``DESIGN.md`` § "Dense session reward and ADRPO" (J = 5: ~50% single-session, 30%
+multi-session, 20% temporal, with evidence turn ids) and MemBuilder (arXiv 2601.05488, §3.4.1,
+Fig. 14). Prompt, schema and validation (rejects counted by reason; items beyond a kind's quota
+are ``surplus``): :mod:`data_synth.synth_qa_prompt`. A session short of J is asked again with the
+reasons, up to ``max_tries`` times; ``missing`` counts what is still short.
 """
 from __future__ import annotations
 
@@ -39,12 +25,8 @@ __all__ = ["bucket_benchmark_qa", "SynthQAStats", "synth_qa"]
 
 
 def bucket_benchmark_qa(conv: Conversation, n_sessions: int | None = None) -> tuple[dict[int, list[dict]], int]:
-    """The benchmark's own QA bucketed by the session of its latest evidence turn.
-
-    Returns ``({session index: [item, ...]}, dropped)`` over the first ``n_sessions``
-    sessions; an item with no valid evidence, or with evidence beyond ``n_sessions``, is
-    dropped and counted. Items keep their benchmark id, category (as ``kind``) and
-    capability."""
+    """``({session index: [item, ...]}, dropped)``: the benchmark's QA by the session of its latest
+    evidence turn, over the first ``n_sessions``; items without valid evidence there are dropped."""
     limit = n_sessions or len(conv.sessions)
     kept_sessions = {s.index for s in conv.sessions[:limit]}
     out: dict[int, list[dict]] = {s: [] for s in sorted(kept_sessions)}
@@ -98,9 +80,7 @@ def _session_key(rec: dict):
 
 
 def run_settings(source: str, backend, j: int) -> dict:
-    """The settings a ``synth qa`` line records and a resume must match: ``source``, the
-    ``expert`` model id (expert source) and ``j`` (expert source; benchmark lines hold the
-    benchmark's own QA, whatever j is)."""
+    """The settings a line records and a resume must match: ``source``, ``expert`` id and ``j``."""
     if source == "benchmark":
         return {"source": "benchmark", "expert": None, "j": None}
     return {"source": "expert", "expert": getattr(backend, "model_id", "?"), "j": j}
@@ -116,9 +96,7 @@ def _line_settings(rec: dict) -> dict:
 
 
 def check_resume_settings(records: list[dict], want: dict, out_path) -> None:
-    """Refuse to resume a file written with other settings (its old lines would be mixed with
-    new ones while the summary reports only the new settings). Raises ValueError naming the
-    file, the first differing line's settings and the requested ones."""
+    """ValueError naming the first line of ``records`` written with settings other than ``want``."""
     for no, rec in enumerate(records, 1):
         have = _line_settings(rec)
         if have != want:
@@ -130,19 +108,14 @@ def check_resume_settings(records: list[dict], want: dict, out_path) -> None:
 def synth_qa(convs: list[Conversation], out_path, *, source: str = "expert", backend=None, embedder=None,
              j: int = 5, max_tries: int = 3, concurrency: int = 8, n_sessions: int | None = None,
              params: GenerationParams | None = None, progress: bool = True, constrained: bool = False) -> SynthQAStats:
-    """Write one line per session of ``convs`` to ``out_path`` (resumable; see
-    :mod:`data_synth.jsonl`), skipping sessions already there.
+    """Write one line per session of ``convs`` to ``out_path`` (resumable, :mod:`data_synth.jsonl`).
 
-    source "expert": ``backend`` writes ``j`` questions per session; the sessions of a
-    conversation go to the backend ``concurrency`` at a time in one ``generate`` call per
-    attempt (the backend runs them concurrently); ``embedder`` retrieves earlier excerpts and
-    finds near-duplicates. source "benchmark": :func:`bucket_benchmark_qa` (no model; the
-    caller must refuse test splits). ``params`` default: greedy, 1024 new tokens.
-    ``constrained``: decode the expert's replies under :data:`QA_SCHEMA` (structured outputs).
-    Resume: every line records its settings (:func:`run_settings`); a file written with other
-    settings is refused, and expert sessions that came back with no question are redone.
-    Raises ValueError for a bad source / j / max_tries / concurrency, a missing backend, or
-    a resume with other settings.
+    source "expert": ``backend`` writes ``j`` questions per session, ``concurrency`` sessions per
+    ``generate``; ``embedder`` retrieves earlier excerpts and finds near-duplicates;
+    ``constrained`` decodes under :data:`QA_SCHEMA`; ``params`` default greedy, 1024 tokens.
+    source "benchmark": :func:`bucket_benchmark_qa` (callers refuse test splits). A resume with
+    other settings is refused; expert sessions with no question are redone. ValueError for bad
+    arguments.
     """
     if source not in ("expert", "benchmark"):
         raise ValueError(f"source must be expert or benchmark, got {source!r}")

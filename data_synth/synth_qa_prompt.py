@@ -1,9 +1,6 @@
-"""What ``memgym synth qa`` asks the expert and how its answer is checked: the per-session
-kind quota, the prompt (current session plus the earlier turns nearest to it), the reply
-schema, and :func:`validate_output`, which keeps the valid items and counts the others by
-reason (the reasons and their rules: :mod:`data_synth.synth_qa`). The prompt wording is
-memgym's own.
-"""
+"""What ``memgym synth qa`` asks the expert and how the reply is checked: the kind quota, the
+prompt (current session plus the nearest earlier turns), the reply schema and
+:func:`validate_output`. The prompt wording is memgym's own."""
 from __future__ import annotations
 
 from collections import Counter
@@ -74,9 +71,8 @@ KIND_RULES = {
 
 
 def kind_quota(j: int, has_history: bool) -> dict[str, int]:
-    """Questions per kind for one session: multi = ⌊0.3·j⌋, temporal = ⌊0.2·j⌋, the rest
-    single-session (j = 5 → 3/1/1, j = 10 → 5/3/2). Without earlier sessions (session 1) the
-    multi-session share goes to single-session. Raises ValueError for j < 1."""
+    """Questions per kind: multi ⌊0.3·j⌋, temporal ⌊0.2·j⌋, the rest single (j = 5 -> 3/1/1);
+        session 1's multi share goes to single. ValueError for j < 1."""
     if j < 1:
         raise ValueError(f"questions per session must be >= 1, got {j}")
     multi = int(0.3 * j) if has_history else 0
@@ -92,10 +88,8 @@ def _turn_line(turn: Turn, session: Session | None = None) -> str:
 
 
 def earlier_excerpts(conv: Conversation, session: Session, embedder, k: int = 16) -> list[tuple[Session, Turn]]:
-    """The ``k`` earlier turns most similar to the current session, in conversation order.
-
-    A turn's score is its highest cosine to any turn of ``session`` (``embedder`` vectors are
-    L2-normalised; one ``encode`` call). Returns [] for the first session."""
+    """The ``k`` earlier turns with the highest cosine to any turn of ``session``, in conversation
+        order (one ``encode`` call); [] for the first session."""
     earlier = [(s, t) for s in conv.sessions if s.index < session.index for t in s.turns]
     if not earlier or not session.turns:
         return []
@@ -108,11 +102,8 @@ def earlier_excerpts(conv: Conversation, session: Session, embedder, k: int = 16
 
 def build_qa_messages(conv: Conversation, session: Session, quota: dict[str, int],
                       excerpts: list[tuple[Session, Turn]], kept: list[dict], feedback: str = "") -> list[dict]:
-    """Chat messages asking for ``quota`` more questions about ``session``.
-
-    ``kept``: questions already accepted (not to be repeated); ``feedback``: which attempt
-    was rejected and why (numbered, so every retry is a different prompt and a cached
-    greedy answer is not simply replayed)."""
+    """Chat messages asking for ``quota`` more questions about ``session``, listing ``kept`` and
+        the numbered ``feedback`` of rejected attempts (so a retry is a new prompt)."""
     lines = [f"Conversation between {' and '.join(conv.speakers)}.", ""]
     if excerpts:
         lines.append("## Excerpts from earlier sessions")
@@ -171,12 +162,11 @@ def _evidence(raw) -> list[str]:
 
 def validate_output(text: str, conv: Conversation, session: Session, quota: dict[str, int], kept: list[dict],
                     embedder, turn_index: dict | None = None) -> tuple[list[dict], Counter]:
-    """Validate one expert output against the rules in the module docstring.
-
-    Returns ``(new_items, counts)``: the accepted items ``{question, answer, evidence, kind,
-    capability}`` within ``quota`` (which is not modified), and a Counter of rejection
-    reasons plus ``surplus``. ``kept`` (already accepted questions of this session) is used
-    for the near-duplicate test; one ``embedder.encode`` call per output."""
+    """``(new_items, counts)``: the valid items of one expert output within ``quota``, and a
+        Counter of rejections: ``unparsable``, ``empty_question``, ``empty_answer``, ``bad_kind``,
+        ``missing_evidence``, ``unknown_evidence``, ``future_evidence`` (a later session),
+        ``no_current_evidence``, ``kind_mismatch``, ``near_duplicate`` (cosine > 0.9 to ``kept``),
+        plus ``surplus`` (valid, beyond quota)."""
     idx = turn_index if turn_index is not None else conv.turn_index
     counts: Counter = Counter()
     items = _items(text)

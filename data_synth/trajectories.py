@@ -1,29 +1,13 @@
-"""Expert memory-construction trajectories (``memgym synth trajectories``).
+"""Expert memory-construction trajectories (``memgym synth trajectories``); format and "replay
+reproduces the bank": ``DESIGN.md`` § "The memory bank and its action space".
 
-Source: ``DESIGN.md`` § "The memory bank and its action space" (trajectory format, replay
-reproduces the bank exactly) and § "Dense session reward and ADRPO" (SFT targets and the
-expert bank behind every reward sample).
-
-For each conversation, session by session, the four managers' prompts are built from the
-expert's own bank so far (:func:`memory_bank.prompts.build_prompt`, the prompts used at
-inference and in training) and sent to the expert in one batch. Each output is parsed,
-validated and applied to a copy of the bank. An invalid output is retried up to
-``max_tries`` attempts in all, each retry showing the expert its previous output and the
-error. Rules beyond the action space:
-
-- the core block may not grow past :data:`memory_bank.bank.CORE_LIMIT_CHARS` characters:
-  such an output is invalid (``core_over_limit``) and the retry asks for a REWRITE to at most
-  :data:`~memory_bank.bank.CORE_TARGET_CHARS`. Replay applies no compressor, so a
-  compression step that is not itself in the file would break "replay reproduces the bank";
-- a session whose managers still fail after ``max_tries`` is recorded as failed in the
-  summary and the run stops that conversation there (later sessions would be built on a
-  bank that lacks it); a re-run retries it.
-
-Each line is written in canonical form (``ops_to_json``) and validated by replay — parsed by
-:func:`data_synth.expert.parse_step` and applied to the bank with
-:func:`~data_synth.expert.apply_step` — before it is appended. The file is resumable like
-``synth qa`` (:mod:`data_synth.jsonl`): a re-run replays the lines already written to
-rebuild each bank and continues after the last finished session.
+Per session, the four managers' prompts (:func:`memory_bank.prompts.build_prompt`) are built from
+the expert's own bank and sent in one batch; each output is parsed and applied, an invalid one
+retried (up to ``max_tries`` attempts, shown its previous output and error). A core output past
+:data:`memory_bank.bank.CORE_LIMIT_CHARS` is invalid (``core_over_limit``: replay runs no
+compressor). A session still failing stops its conversation (recorded; a re-run retries it).
+Each line is validated by replay (:func:`data_synth.expert.parse_step` / ``apply_step``) before
+it is appended; the file resumes like :mod:`data_synth.jsonl`.
 """
 from __future__ import annotations
 
@@ -65,8 +49,7 @@ class SynthTrajectoryStats(CallTally):
 
 
 class CoreOverLimitError(ManagerOutputError):
-    """A core output that would grow the block past the character limit (no compressor runs
-    while writing trajectories; see the module docstring)."""
+    """A core output that would grow the block past the character limit."""
 
     error_type = "core_over_limit"
 
@@ -87,12 +70,9 @@ def _check_output(manager: str, text: str, bank: MemoryBank, session: int, finis
 def expert_session(backend, bank: MemoryBank, session: Session, embedder, params: GenerationParams,
                    max_tries: int, stats: SynthTrajectoryStats, constrained: bool = False
                    ) -> tuple[dict[str, dict], dict[str, str]]:
-    """Run the four managers on one session with retries (``constrained``: each output decoded
-    under its manager schema, ids narrowed to the shown ids; see :mod:`memory_bank.action_schemas`).
-
-    Returns ``(outputs, errors)``: ``outputs[manager]`` = canonical JSON object of each valid
-    output; ``errors[manager]`` = the last error of each manager that never produced one.
-    ``bank`` is not modified."""
+    """``(outputs, errors)`` of the four managers on one session, with retries: each valid
+    output's canonical JSON, each failing manager's last error (``constrained``: decoded under
+    :mod:`memory_bank.action_schemas`). ``bank`` is not modified."""
     prompts = {m: build_prompt(m, bank, session, embedder) for m in MANAGERS}
     messages = {m: prompts[m].messages for m in MANAGERS}
     outputs: dict[str, dict] = {}
@@ -144,15 +124,9 @@ def synth_trajectories(convs: list[Conversation], out_path, *, backend, embedder
                        qa: dict[tuple[str, int], list[dict]] | None = None, max_tries: int = 3,
                        n_sessions: int | None = None, params: GenerationParams | None = None,
                        progress: bool = True, constrained: bool = False) -> SynthTrajectoryStats:
-    """Write expert trajectory lines for ``convs`` to ``out_path`` (resumable).
-
-    backend: the expert (:class:`llm.base.Backend`); embedder: ranks the entries each prompt
-    shows (as at inference); qa: ``{(conversation_id, session): [{question, answer, evidence,
-    kind}, ...]}`` copied into each line (``[]`` when absent); n_sessions: first N sessions
-    only; params: default greedy with 1024 new tokens. Returns the run's stats (failed
-    sessions are listed there, see the module docstring). Raises ValueError for
-    ``max_tries < 1`` and TrajectoryError when the existing file does not replay.
-    """
+    """Write expert trajectory lines for ``convs`` to ``out_path`` (resumable); ``qa``:
+    ``{(conversation_id, session): [item, ...]}`` copied into each line; ``params`` default greedy,
+    1024 tokens. ValueError for ``max_tries < 1``, TrajectoryError when the file does not replay."""
     if max_tries < 1:
         raise ValueError(f"max_tries must be >= 1, got {max_tries}")
     params = params or GenerationParams(max_new_tokens=1024, temperature=0.0)

@@ -16,13 +16,13 @@ import argparse
 import os
 import sys
 
-from launch import (cmd_annotate, cmd_bank, cmd_bench, cmd_data, cmd_eval, cmd_evolve, cmd_launch, cmd_models,
+from launch import (cmd_annotate, cmd_bank, cmd_data, cmd_eval, cmd_evolve, cmd_launch, cmd_models,
                     cmd_program, cmd_reward, cmd_score, cmd_serve, cmd_synth, cmd_train)
 from launch.errors import debug_requested, exit_status, one_line
 from launch.registry import Commands, chosen, parse
 
 #: Command groups in ``memgym --help`` order; each defines ``register(subparsers)``.
-COMMAND_MODULES = (cmd_models, cmd_data, cmd_bank, cmd_eval, cmd_score, cmd_bench, cmd_program, cmd_annotate, cmd_evolve,
+COMMAND_MODULES = (cmd_models, cmd_data, cmd_bank, cmd_eval, cmd_score, cmd_program, cmd_annotate, cmd_evolve,
                    cmd_synth, cmd_reward, cmd_train, cmd_launch, cmd_serve)
 
 
@@ -90,8 +90,8 @@ def _show_data_warnings_plainly() -> None:
     warnings.showwarning = show
 
 
-#: Commands whose time is mostly the embedder's forward pass (program eval, evolve, eval, bench).
-PASSIVE_OMP_COMMANDS = ("program", "evolve", "eval", "bench")
+#: Commands whose time is mostly the embedder's forward pass (program eval, evolve, eval).
+PASSIVE_OMP_COMMANDS = ("program", "evolve", "eval")
 
 
 def passive_openmp(command: str) -> bool:

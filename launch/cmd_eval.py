@@ -9,11 +9,11 @@ PROG = "memgym eval"
 
 
 def run(args) -> int:
-    """Run the parsed recipe (:class:`rewards.scoring.evaluate.EvalConfig`), print the tables.
+    """Run the parsed recipe (:class:`evolution.execution.eval_job.EvalConfig`), print the tables.
     Returns 0, or 1 when a column scored no question; errors are raised (the message names the
     field or file) and mapped by :func:`launch.cli.run_command`."""
     from launch.registry import recipe_configs
-    from rewards.scoring.evaluate import run_eval
+    from evolution.execution.eval_job import run_eval
     from rewards.scoring.report import format_failure_table, side_by_side
 
     (cfg,) = recipe_configs(args)
@@ -60,9 +60,9 @@ HELP = "build memory, answer QA from it, score, report (the main job)"
 
 
 def make_parser(subparsers):
-    """Add ``memgym eval`` (a ``trl.TrlParser`` of :class:`rewards.scoring.evaluate.EvalConfig`)."""
+    """Add ``memgym eval`` (a ``trl.TrlParser`` of :class:`evolution.execution.eval_job.EvalConfig`)."""
     from launch.registry import add_recipe_args
-    from rewards.scoring.evaluate import EvalConfig
+    from evolution.execution.eval_job import EvalConfig
 
     p = subparsers.add_parser("eval", dataclass_types=[EvalConfig], help=HELP,
                               description=(EvalConfig.__doc__ or "").strip() + " memgym eval --config R.yaml "

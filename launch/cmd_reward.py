@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from launch.cmd_synth import embedder_arg
 from llm.checks import at_least
 
 
@@ -42,7 +43,7 @@ def make_session_reward(args, rt):
 
 
 def add_reward_flags(p) -> None:
-    """Flags shared by ``reward audit`` and ``bench reward``."""
+    """The session-reward flags of ``reward audit``."""
     p.add_argument("--judge", choices=["answer-recall", "f1", "llm"], default="answer-recall",
                    help="answer-recall (offline, no model), f1 (LoCoMo F1 of --answer-model's answer), llm (judge)")
     p.add_argument("--mode", choices=["counterfactual", "isolated"], default="counterfactual",
@@ -50,7 +51,8 @@ def add_reward_flags(p) -> None:
     p.add_argument("--answer-model", default="hf:smollm2", metavar="SPEC", help="answer model for f1/llm")
     p.add_argument("--judge-model", default=None, metavar="SPEC", help="judge model for llm (default: answer model)")
     p.add_argument("--tokenizer", default="smollm2", help="policy tokenizer: smollm2 or a local model dir")
-    p.add_argument("--embedder", choices=["minilm", "hash"], default="minilm", help="minilm (default) or hash (tests)")
+    p.add_argument("--embedder", type=embedder_arg(allow_none=False), default="minilm",
+                   help="retrieval embedder: minilm (default) | hash:<dim> (tests only) | a model dir")
     p.add_argument("--top-k", type=at_least(1), default=10, help="entries retrieved per question (default 10)")
     p.add_argument("--lam", type=float, default=0.8, help="λ of the length penalty (default 0.8)")
     p.add_argument("--alpha", type=float, default=4.0, help="α, weight of the dominant part (default 4)")

@@ -15,7 +15,6 @@ from data_synth.splits import LOCOMO_SPLITS
 from llm.errors import MemgymError
 from llm.checks import at_least
 
-EMBEDDERS = ("minilm", "hash")
 
 
 class UsageError(MemgymError, ValueError):
@@ -34,14 +33,29 @@ def load_role_backend(rt, spec: str, role: str, concurrency: int = 8):
     return rt.backend(spec, role, **kw)
 
 
+def embedder_arg(allow_none: bool = True):
+    """An argparse ``type=``: an embedder spec (:data:`llm.embeddings.EMBEDDER_HELP`);
+    ``none`` only when ``allow_none``."""
+    def parse(text: str) -> str:
+        from llm.embeddings import check_embedder_spec
+
+        try:
+            return check_embedder_spec(text, allow_none=allow_none)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = "embedder"
+    return parse
+
+
 def make_embedder(name: str, rt):
-    """``minilm``: the cached all-MiniLM-L6-v2 of the runtime; ``hash``: the model-free
-    :class:`llm.embeddings.HashEmbedder` (tests and stub runs only)."""
+    """``minilm``: the cached all-MiniLM-L6-v2 of the runtime; any other spec:
+    :func:`llm.embeddings.load_embedder`."""
     if name == "minilm":
         return rt.embedder
     from llm.embeddings import load_embedder
 
-    return load_embedder(name, hash_dim=256)
+    return load_embedder(name)
 
 
 def test_ids(dataset: str) -> set[str]:
@@ -168,8 +182,8 @@ def _common(p: argparse.ArgumentParser, expert_required: bool) -> None:
     p.add_argument("--max-new-tokens", type=at_least(1), default=1024, help="expert tokens per output (default 1024)")
     p.add_argument("--temperature", type=at_least(0.0, float), default=0.0, help="expert sampling temperature (default 0: greedy)")
     p.add_argument("--seed", type=int, default=None, help="sampling seed (makes sampled outputs cacheable)")
-    p.add_argument("--embedder", choices=EMBEDDERS, default="minilm",
-                   help="minilm (default) or hash (model-free, for tests only)")
+    p.add_argument("--embedder", type=embedder_arg(), default="minilm",
+                   help="ranks the entries a prompt shows: minilm (default) | hash:<dim> (tests only) | none | a model dir")
     p.add_argument("--cache", default=None, help="sqlite response cache (default under $MEMGYM_CACHE); 'none' disables")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--constrained", type=_yes_no, nargs="?", const=True, default=False, metavar="true|false",

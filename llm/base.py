@@ -1,9 +1,5 @@
-"""The one backend protocol through which memgym talks to language models.
-
-Source: ``DESIGN.md`` § "LLM backends". Every role (policy, task, expert, judge, coder,
-annotator) is served by an object implementing :class:`Backend`.
-Token counts are in the backend model's own tokenizer tokens.
-"""
+"""The one backend protocol (:class:`Backend`) serving every language-model role; token counts
+are in the backend model's own tokenizer."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -34,12 +30,8 @@ class BackendSpecError(LLMError, ValueError):
 
 
 class TruncatedOutputError(MemgymError, ValueError):
-    """A model output that was cut off before it finished: the completion stopped on the
-    token limit (``finish_reason == "length"``) or its text ends inside an unterminated JSON
-    string, object or array. ``error_type`` is always ``"truncated"``: the one error kind
-    every caller (manager-output parsing, judges, program records, structured outputs) uses
-    for cut-off outputs, so reports and format gates count them the same way.
-    Raise it from a completion with :func:`require_complete`."""
+    """A model output cut off on the token limit or inside unterminated JSON; ``error_type``
+    ``"truncated"`` for every caller."""
 
     kind = "truncated"
 
@@ -47,9 +39,7 @@ class TruncatedOutputError(MemgymError, ValueError):
 
 
 def require_complete(completion: "Completion", what: str = "output") -> str:
-    """``completion.text`` when the completion finished on its own; raises
-    :class:`TruncatedOutputError` (naming ``what`` and the token count) when it stopped on
-    the length limit."""
+    """``completion.text``, or :class:`TruncatedOutputError` when it stopped on the length limit."""
     if completion.truncated:
         raise TruncatedOutputError(
             f"{what} was cut off by the token limit after {completion.completion_tokens} tokens "
@@ -59,19 +49,14 @@ def require_complete(completion: "Completion", what: str = "output") -> str:
 
 @dataclass(frozen=True)
 class GenerationParams:
-    """Sampling parameters. ``temperature == 0`` means greedy decoding.
-
-    max_new_tokens: completion budget in tokens (>= 1). top_p in (0, 1]. ``seed`` makes
-    sampling reproducible where the backend supports it.
-    """
+    """Sampling parameters: max_new_tokens >= 1, temperature >= 0 (0 = greedy), top_p in (0, 1],
+    ``seed`` for reproducible sampling where supported."""
 
     max_new_tokens: int = 256
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None
-    #: Part of the response-cache key only (never sent to a model): e.g. a judge protocol's name,
-    #: so replies obtained under one protocol are never replayed under another. None = no tag
-    #: (and the key is what it was before the field existed, so old caches stay valid).
+    #: Part of the response-cache key only (never sent), e.g. a judge protocol's name.
     cache_tag: str | None = None
 
     def __post_init__(self):
@@ -87,7 +72,7 @@ class GenerationParams:
         return self.temperature == 0
 
     def to_dict(self) -> dict:
-        """The fields as a dict; ``cache_tag`` only when set (see the field)."""
+        """The fields as a dict; ``cache_tag`` only when set."""
         d = asdict(self)
         if d["cache_tag"] is None:
             del d["cache_tag"]
@@ -96,9 +81,7 @@ class GenerationParams:
 
 @dataclass(frozen=True)
 class Completion:
-    """One generated answer. ``cached`` is True when it came from the response cache.
-    ``finish_reason``: ``"stop"`` (the model ended it) or ``"length"`` (cut off at
-    ``max_new_tokens``; see :attr:`truncated`)."""
+    """One generated answer; ``finish_reason`` ``"stop"`` or ``"length"``; ``cached``: from the cache."""
 
     text: str
     prompt_tokens: int = 0
@@ -114,11 +97,8 @@ class Completion:
 
 @runtime_checkable
 class Backend(Protocol):
-    """``generate`` returns one :class:`Completion` per input conversation, in order.
-
-    ``model_id`` names the model for cache keys and reports; ``calls`` counts model
-    calls actually made (a cache hit is not a call).
-    """
+    """``generate`` returns one :class:`Completion` per conversation, in order; ``model_id`` keys
+    caches and reports; ``calls`` counts model calls made (not cache hits)."""
 
     model_id: str
     calls: int
@@ -128,9 +108,7 @@ class Backend(Protocol):
 
 @runtime_checkable
 class Embedder(Protocol):
-    """Sentence embedder. ``encode`` returns a float32 array of shape (len(texts), dim),
-    each row L2-normalised (so a dot product is a cosine). ``calls`` counts encode
-    batches that reached the model (cache hits excluded)."""
+    """``encode`` returns float32 (len(texts), dim), rows L2-normalised; ``calls`` counts model batches."""
 
     dim: int
     calls: int
@@ -140,8 +118,8 @@ class Embedder(Protocol):
 
 @dataclass
 class CallTally:
-    """Model-call accounting of a run: completions served by the model vs by the response
-    cache, and the tokens the model calls cost (cache hits cost none)."""
+    """Completions served by the model vs the cache, and the model calls' tokens."""
+
 
     model_calls: int = 0
     cached_completions: int = 0

@@ -1,8 +1,5 @@
-"""Persistent response cache (sqlite) and the :class:`CachedBackend` wrapper.
-
-Source: ``DESIGN.md`` § "LLM backends": a persistent response cache keyed by model, messages
-and sampling params, so a crashed or repeated run pays for nothing twice.
-"""
+"""Persistent sqlite response cache keyed by model, messages and sampling params, and the
+:class:`CachedBackend` wrapper."""
 from __future__ import annotations
 
 import hashlib
@@ -28,9 +25,7 @@ class CacheError(LLMError):
 
 
 class CacheCorruptError(CacheError):
-    """A sqlite cache file is not a database or fails sqlite's integrity check. The message
-    names the file and the recovery: move it aside (a cache only saves recomputation), or
-    run without it."""
+    """A sqlite cache file is not a database or fails the integrity check (message: file, recovery)."""
 
 
 def corrupt_message(path, what: str, err, without: str) -> str:
@@ -39,13 +34,9 @@ def corrupt_message(path, what: str, err, without: str) -> str:
 
 
 def open_cache_db(path: str, schema: str, what: str, without: str = "with --cache none") -> sqlite3.Connection:
-    """Open (creating if needed) a sqlite cache with WAL journaling, create its table and run
-    ``PRAGMA quick_check``, so a corrupt file is found at open, before any model loads.
-
-    ``what`` names the cache in messages (``response``, ``embedding``, ``stage``); ``without``
-    says how to run without it. Raises :class:`CacheCorruptError` (naming the file and the
-    recovery) for a file that is not a database or fails the check, :class:`CacheError` when
-    it cannot be opened (permissions, a locked or missing folder)."""
+    """Open (creating) a WAL sqlite cache, create its table, run ``PRAGMA quick_check``.
+    ``what`` names the cache in messages, ``without`` how to run without it. Raises
+    :class:`CacheCorruptError` for a corrupt file, :class:`CacheError` when it cannot be opened."""
     conn = None
     try:
         conn = sqlite3.connect(path, check_same_thread=False, timeout=30.0, isolation_level=None)
@@ -69,24 +60,31 @@ def open_cache_db(path: str, schema: str, what: str, without: str = "with --cach
 
 
 def fail_soft(obj, what: str, err: Exception) -> None:
-    """A cache file that breaks mid-run: warn once naming the file, stop using the file and
-    keep the run going (results are then only not cached)."""
+    """A cache file broke mid-run: warn once naming it; the run goes on uncached. Re-raises an
+    ``OperationalError`` that is not corruption (a lock, a full disk)."""
+    if isinstance(err, sqlite3.OperationalError) and "malformed" not in str(err):
+        raise err
     if not getattr(obj, "_broken", None):
         obj._broken = str(err)
         warnings.warn(f"{corrupt_message(obj.path, what, err, 'with --cache none')}; continuing without it", stacklevel=3)
 
 
-def cache_key(model_id: str, messages: Messages, params: GenerationParams, occurrence: int = 0,
+def write_rows(conn: sqlite3.Connection, sql: str, rows: list) -> None:
+    """``executemany(sql, rows)`` in one ``BEGIN IMMEDIATE`` transaction, rolled back on error."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.executemany(sql, rows)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def cache_key(
+model_id: str, messages: Messages, params: GenerationParams, occurrence: int = 0,
               schema: JsonSchema | None = None) -> str:
-    """sha256 hex of the canonical JSON of ``{model, messages, params[, occurrence][, schema]}``.
-
-    ``schema`` (a constrained request's :class:`llm.structured.JsonSchema`) adds its name and
-    digest, so constrained and free responses never share a key; free keys are unchanged.
-
-    Canonical = ``json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=False)``.
-    ``occurrence`` (k-th copy of the same prompt within one sampled batch) is included only
-    when > 0, so the first copy shares its key with a lone request.
-    """
+    """sha256 hex of the sorted compact JSON of ``{model, messages, params[, occurrence][, schema]}``;
+    ``occurrence`` (k-th copy in a sampled batch) only when > 0, ``schema`` as ``[name, digest]``."""
     payload = {"model": model_id, "messages": messages, "params": params.to_dict()}
     if occurrence:
         payload["occurrence"] = occurrence
@@ -97,16 +95,10 @@ def cache_key(model_id: str, messages: Messages, params: GenerationParams, occur
 
 
 class ResponseCache:
-    """A sqlite-backed map from :func:`cache_key` to :class:`Completion`.
-
-    ``path``: the database file (parents created) or ``":memory:"``. Uses WAL journaling so
-    several processes can share one file; within a process one connection is shared under a
-    lock, so the object is thread-safe. ``put_many`` writes all rows in one transaction (all
-    or nothing). A row that cannot be decoded is treated as a miss (with a warning) and is
-    overwritten by the next ``put``. A corrupt file raises :class:`CacheCorruptError` at open
-    (see :func:`open_cache_db`); one that breaks mid-run is dropped with a warning and the
-    run goes on uncached. Completions with no text are never stored (an empty answer from a
-    misbehaving server would otherwise be served for good).
+    """A thread-safe sqlite map (file or ``":memory:"``, WAL, shareable across processes) from
+    :func:`cache_key` to :class:`Completion`. Writes are one transaction each; an undecodable row
+    is a miss (warned); blank completions are never stored. Corruption: see :func:`open_cache_db`
+    and :func:`fail_soft`.
     """
 
     def __init__(self, path: str | Path):
@@ -129,8 +121,6 @@ class ResponseCache:
                     q = f"SELECT key, value FROM responses WHERE key IN ({','.join('?' * len(part))})"
                     rows.extend(self._conn.execute(q, part).fetchall())
             except sqlite3.DatabaseError as e:
-                if isinstance(e, sqlite3.OperationalError) and "malformed" not in str(e):
-                    raise
                 fail_soft(self, "response", e)
                 rows = []
         for key, value in rows:
@@ -148,30 +138,13 @@ class ResponseCache:
         return self.get_many([key]).get(key)
 
     def put_many(self, items: list[tuple[str, str, Completion]]) -> None:
-        """Store ``(key, model_id, completion)`` rows in one transaction (replacing old rows).
-        Completions whose text is empty or blank are skipped: they are asked again next time."""
+        """Store ``(key, model_id, completion)`` rows (replacing; blank texts skipped)."""
         now = time.time()
         rows = [(k, m, json.dumps({"text": c.text, "prompt_tokens": c.prompt_tokens,
                                    "completion_tokens": c.completion_tokens,
                                    "finish_reason": c.finish_reason}, ensure_ascii=False), now)
                 for k, m, c in items if c.text and c.text.strip()]
-        if not rows:
-            return
-        with self._lock:
-            if self._broken:
-                return
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-                try:
-                    self._conn.executemany("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?)", rows)
-                except BaseException:
-                    self._conn.execute("ROLLBACK")
-                    raise
-                self._conn.execute("COMMIT")
-            except sqlite3.DatabaseError as e:
-                if isinstance(e, sqlite3.OperationalError) and "malformed" not in str(e):
-                    raise
-                fail_soft(self, "response", e)
+        self._write("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?)", rows)
 
     def put(self, key: str, model_id: str, completion: Completion) -> None:
         """Store one row; see :meth:`put_many`."""
@@ -179,18 +152,17 @@ class ResponseCache:
 
     def delete_many(self, keys: list[str]) -> None:
         """Remove the rows of ``keys`` (absent keys are ignored), in one transaction."""
-        if not keys:
+        self._write("DELETE FROM responses WHERE key = ?", [(k,) for k in keys])
+
+    def _write(self, sql: str, rows: list) -> None:
+        if not rows:
             return
         with self._lock:
             if self._broken:
                 return
             try:
-                self._conn.execute("BEGIN IMMEDIATE")
-                self._conn.executemany("DELETE FROM responses WHERE key = ?", [(k,) for k in keys])
-                self._conn.execute("COMMIT")
+                write_rows(self._conn, sql, rows)
             except sqlite3.DatabaseError as e:
-                if isinstance(e, sqlite3.OperationalError) and "malformed" not in str(e):
-                    raise
                 fail_soft(self, "response", e)
 
     def __len__(self) -> int:
@@ -212,19 +184,10 @@ class ResponseCache:
 class CachedBackend:
     """A :class:`Backend` that answers from a :class:`ResponseCache` when it can.
 
-    - Cache hits return ``Completion(cached=True)`` and make no model call.
-    - All misses of one ``generate`` call go to the inner backend in ONE ``generate`` call,
-      and are stored (all in one transaction) before returning.
-    - Greedy requests (``temperature == 0``) are always cacheable; identical prompts in one
-      batch are generated once.
-    - Sampled requests (``temperature > 0``) are cached only when ``params.seed`` is set: a
-      seeded sample is a reproducible function of its inputs, while an unseeded one must be a
-      fresh draw each time (e.g. GRPO groups), so unseeded sampled batches bypass the cache
-      entirely (counted in ``bypassed``). The k-th copy of a prompt within one seeded sampled
-      batch has its own key, so G copies still give G (cached) samples.
-
-    Counters: ``calls`` = the inner backend's ``calls``; ``hits`` / ``misses`` count prompts
-    answered from / not found in the cache; ``bypassed`` counts uncacheable prompts.
+    Hits return ``Completion(cached=True)``; all misses of a call go to the inner backend in one
+    ``generate`` and are stored before returning. Greedy requests are always cached (duplicates
+    generated once); sampled ones only with ``params.seed`` (the k-th copy in a batch has its own
+    key), else they bypass the cache. Counters: ``calls`` (inner), ``hits``, ``misses``, ``bypassed``.
     """
 
     def __init__(self, backend: Backend, cache: ResponseCache):
@@ -250,9 +213,8 @@ class CachedBackend:
 
     def generate(self, batch: list[Messages], params: GenerationParams,
                  schemas: list[JsonSchema | None] | None = None) -> list[Completion]:
-        """One :class:`Completion` per conversation, in order; see the class docstring.
-        ``schemas`` (one per conversation, see :mod:`llm.structured`) is passed to the inner
-        backend only when some entry is set, and is part of each cache key."""
+        """One :class:`Completion` per conversation, in order. ``schemas`` reach the inner backend
+        only when some entry is set, and are part of each cache key."""
         check_batch(batch)
         schemas = check_schemas(schemas, len(batch))
         if not batch:
@@ -291,8 +253,7 @@ class CachedBackend:
 
     def forget(self, batch: list[Messages], params: GenerationParams,
                schemas: list[JsonSchema | None] | None = None) -> None:
-        """Drop the cached responses of these requests (e.g. replies a judge could not read,
-        so that they are asked again instead of being replayed). Only greedy or seeded
-        first-copy keys are cached, so those are the keys removed."""
+        """Drop the cached (first-copy) responses of these requests so they are asked again."""
+
         schemas = check_schemas(schemas, len(batch))
         self.cache.delete_many([cache_key(self.model_id, m, params, schema=s) for m, s in zip(batch, schemas)])

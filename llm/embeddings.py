@@ -1,9 +1,5 @@
-"""Sentence embedders: sentence-transformers (default all-MiniLM-L6-v2 from its PyPI package)
-with a text-hash-keyed cache, and a model-free :class:`HashEmbedder` for tests and stub runs.
-
-Source: ``DESIGN.md`` § "LLM backends" (embeddings use sentence-transformers, with a cache
-keyed by text hash) and § "Embedded defaults".
-"""
+"""Sentence embedders: sentence-transformers (default all-MiniLM-L6-v2) with a text-hash-keyed
+cache, and a model-free :class:`HashEmbedder` for tests and stub runs."""
 from __future__ import annotations
 
 import contextlib
@@ -34,14 +30,9 @@ def embedding_key(model_id: str, text: str) -> str:
 
 
 class EmbeddingCache:
-    """Map from :func:`embedding_key` to a float32 vector: an in-memory dict, plus optional
-    sqlite persistence at ``path`` (vectors stored as raw float32 bytes, WAL journaling).
-
-    Thread-safe (one lock). ``put_many`` writes in one transaction. A stored vector whose
-    byte length does not match ``dim`` is ignored (treated as a miss). A corrupt file raises
-    :class:`llm.cache.CacheCorruptError` at open; one that breaks mid-run is dropped with a
-    warning (the in-memory part goes on).
-    """
+    """Thread-safe map from :func:`embedding_key` to a float32 vector, in memory plus optional
+    sqlite at ``path``. A stored vector of the wrong ``dim`` is a miss. A corrupt file raises
+    :class:`llm.cache.CacheCorruptError` at open; one that breaks mid-run is dropped with a warning."""
 
     def __init__(self, path: str | Path | None = None):
         self.path = None if path is None else str(path)
@@ -85,8 +76,6 @@ class EmbeddingCache:
         """The file broke mid-run: warn once, keep only the in-memory part, go on."""
         from llm.cache import fail_soft
 
-        if isinstance(err, sqlite3.OperationalError) and "malformed" not in str(err):
-            raise err
         fail_soft(self, "embedding", err)
         try:
             self._conn.close()
@@ -98,16 +87,13 @@ class EmbeddingCache:
         vecs = {k: np.ascontiguousarray(v, dtype=np.float32).reshape(-1) for k, v in items.items()}
         with self._lock:
             if self._conn is not None and vecs:
+                from llm.cache import write_rows
+
                 try:
-                    self._conn.execute("BEGIN IMMEDIATE")
-                    try:
-                        self._conn.executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?)",
-                                               [(k, v.shape[0], v.tobytes()) for k, v in vecs.items()])
-                    except BaseException:
-                        self._conn.execute("ROLLBACK")
-                        raise
-                    self._conn.execute("COMMIT")
+                    write_rows(self._conn, "INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?)",
+                               [(k, v.shape[0], v.tobytes()) for k, v in vecs.items()])
                 except sqlite3.DatabaseError as e:
+
                     self._drop_file(e)
             self._mem.update(vecs)
 
@@ -125,16 +111,9 @@ class EmbeddingCache:
                 self._conn = None
 
 
-BACKENDS = ("torch", "onnx", "onnx-int8")
-BACKEND_ENV = "MEMGYM_EMBED_BACKEND"
 BATCH_ENV = "MEMGYM_EMBED_BATCH"
 THREADS_ENV = "MEMGYM_EMBED_THREADS"
-# Mini-batch of the model's forward pass. 8, not sentence-transformers' 64: measured on 100 evenly sampled BEAM-1M-3
-# lines (1 thread, CPU seconds, best of 2 on the shared 2-core box): bs64 4.6-5.0 s, bs16 3.8, bs8 3.4-3.5, bs4 3.3,
-# bs1 3.7. Length-sorted batches of 64 pad 14-25% of the positions of a BEAM-1M session and their (64, 12, 256, 256)
-# attention scores and (64, 256, 1536) activations leave the caches; batches of 8 do neither. Same vectors within
-# float rounding (max |diff| 1.5e-7), the same top-10 (memgym bench embed).
-DEFAULT_BATCH = 8
+DEFAULT_BATCH = 8  # mini-batch of the forward pass (less padding, cache-resident activations on CPU)
 
 
 def _env_int(name: str, default: int | None) -> int | None:
@@ -151,46 +130,20 @@ def _env_int(name: str, default: int | None) -> int | None:
     return value
 
 
-def embed_backend(spec_backend: str | None = None) -> str:
-    """The embedding backend: ``spec_backend`` (from a ``minilm+<backend>`` spec) if given, else
-    ``$MEMGYM_EMBED_BACKEND`` when set and non-empty, else ``torch``. ``ValueError`` names the
-    source of an unknown value."""
-    if spec_backend is not None:
-        value, where = spec_backend, "embedder spec suffix"
-    else:
-        value, where = os.environ.get(BACKEND_ENV, "").strip() or "torch", f"${BACKEND_ENV}"
-    if value not in BACKENDS:
-        raise ValueError(f"{where}: embedding backend must be one of {', '.join(BACKENDS)}, got {value!r}")
-    return value
-
-
 class STEmbedder:
-    """A sentence-transformers :class:`llm.base.Embedder`.
+    """A sentence-transformers :class:`llm.base.Embedder` over a local model dir (default
+    :func:`llm.models.minilm_dir`: dim 384, texts truncated at 256 word pieces).
 
-    ``model_dir``: a local sentence-transformers dir (default :func:`llm.models.minilm_dir`,
-    all-MiniLM-L6-v2, dim 384, max 256 word pieces per text; longer texts are truncated by
-    the model). Loaded with ``HF_HUB_OFFLINE=1``. ``encode`` returns float32 (n, dim), rows
-    L2-normalised. Only texts missing from ``cache`` reach the model, de-duplicated, in one
-    ``SentenceTransformer.encode`` call (mini-batches of ``batch_size``, default
-    ``$MEMGYM_EMBED_BATCH`` or :data:`DEFAULT_BATCH` = 8, longest texts first); ``calls`` counts
-    such calls. ``model_id`` = ``st:<dir name>@<fingerprint>`` keys the cache (batch size and
-    threads change the vectors only by float rounding, ~1.5e-7, so they are not in the key).
-    ``threads``: intra-op threads of the forward pass (default ``$MEMGYM_EMBED_THREADS``, else
-    the process's torch threads as before); for torch it is set around each encode call only.
-
-    ``backend`` (see :data:`BACKENDS`): ``torch`` (default) runs the model in PyTorch;
-    ``onnx`` runs its transformer in onnxruntime, fp32, from an export of the same weights
-    (:mod:`llm.embed_onnx`; vectors within ~2e-7 of torch's); ``onnx-int8`` is the same export
-    with int8 weights (faster, but the vectors and rankings change: an opt-in switch). A
-    non-torch backend appends ``+<backend>`` to ``model_id``, so its vectors never mix with
-    torch's in a cache. Raises ``TypeError`` for non-str input, ``FileNotFoundError`` for a
-    missing dir, ``ValueError`` for an unknown backend, ``ImportError`` when onnxruntime is
-    missing for an onnx backend.
+    Only texts missing from ``cache`` reach the model, de-duplicated, in one encode call
+    (``calls`` counts them) in mini-batches of ``batch_size`` (default ``$MEMGYM_EMBED_BATCH`` or
+    8) on ``threads`` torch threads (default ``$MEMGYM_EMBED_THREADS``, else unchanged).
+    ``model_id`` = ``st:<dir>@<fingerprint>`` keys the cache. Raises TypeError for non-str
+    input, FileNotFoundError for a missing dir, ValueError for a batch size or threads < 1.
     """
 
     def __init__(self, model_dir: str | Path | None = None, batch_size: int | None = None,
                  cache: EmbeddingCache | None = None, device: str = "cpu", progress: bool = False,
-                 backend: str = "torch", threads: int | None = None):
+                 threads: int | None = None):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
 
@@ -205,24 +158,9 @@ class STEmbedder:
             raise ValueError(f"STEmbedder batch_size must be >= 1, got {batch_size}")
         if threads is not None and threads < 1:
             raise ValueError(f"STEmbedder threads must be >= 1, got {threads}")
-        if backend not in BACKENDS:
-            raise ValueError(f"STEmbedder backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         self.model = SentenceTransformer(str(path), device=device, local_files_only=True)
         self.dim = int(self.model.get_embedding_dimension())
-        fp = dir_fingerprint(path)
-        self.model_id = f"st:{path.parent.name}/{path.name}@{fp}" + ("" if backend == "torch" else f"+{backend}")
-        self.backend = backend
-        self._onnx = None
-        if backend != "torch":
-            from llm import embed_onnx
-            from llm.paths import cache_dir
-
-            embed_onnx.require_onnxruntime()
-            base = cache_dir() / "onnx" / f"{path.name}-{fp[:16]}"
-            onnx_path = embed_onnx.export_transformer(self.model, base.with_name(base.name + "-eager.onnx"))
-            if backend == "onnx-int8":
-                onnx_path = embed_onnx.quantize_int8(onnx_path, base.with_name(base.name + "-eager-int8.onnx"))
-            self._onnx = embed_onnx.OnnxEncoder(self.model, onnx_path, threads=threads)
+        self.model_id = f"st:{path.parent.name}/{path.name}@{dir_fingerprint(path)}"
         self.batch_size = batch_size
         self.threads = threads
         self.cache = cache
@@ -239,12 +177,9 @@ class STEmbedder:
         found = self.cache.get_many(keys, self.dim) if self.cache is not None else {}
         todo = list(dict.fromkeys(t for t, k in zip(texts, keys) if k not in found))
         if todo:
-            if self._onnx is not None:
-                vecs = self._onnx.encode(todo, self.batch_size)
-            else:
-                with _torch_threads(self.threads):
-                    vecs = self.model.encode(todo, batch_size=self.batch_size, convert_to_numpy=True,
-                                             normalize_embeddings=True, show_progress_bar=self.progress)
+            with _torch_threads(self.threads):
+                vecs = self.model.encode(todo, batch_size=self.batch_size, convert_to_numpy=True,
+                                         normalize_embeddings=True, show_progress_bar=self.progress)
             self.calls += 1
             fresh = {embedding_key(self.model_id, t): np.asarray(v, dtype=np.float32) for t, v in zip(todo, vecs)}
             if self.cache is not None:
@@ -277,12 +212,9 @@ _TOKEN = re.compile(r"\w+", re.UNICODE)
 class HashEmbedder:
     """A deterministic, model-free :class:`llm.base.Embedder` for tests and stub runs only.
 
-    Bag of words with the hashing trick (Weinberger et al. 2009, "Feature Hashing for Large
-    Scale Multitask Learning"), unsigned: each lower-cased ``\\w+`` token adds 1 to bucket
-    ``blake2b(token) mod dim``; rows are L2-normalised. A text with no tokens maps to the
-    bucket of the empty token. Texts sharing words get positive cosine; it knows nothing of
-    meaning, so never use it for real evaluation. ``calls`` counts ``encode`` calls with at
-    least one text.
+    Unsigned hashing trick (Weinberger et al. 2009, "Feature Hashing for Large Scale Multitask
+    Learning"): each lower-cased ``\\w+`` token (none: the empty token) adds 1 to bucket
+    ``blake2b(token) mod dim``; rows L2-normalised. ``calls`` counts non-empty ``encode`` calls.
     """
 
     def __init__(self, dim: int = 64):
@@ -314,23 +246,38 @@ class HashEmbedder:
         return out
 
 
-def load_embedder(spec: str, hash_dim: int = 64, cache: EmbeddingCache | None = None):
-    """The one embedder factory. ``minilm``: the embedded all-MiniLM-L6-v2
-    (:class:`STEmbedder` with ``cache``, default the persistent ``$MEMGYM_CACHE/embeddings.sqlite``);
-    ``hash``: :class:`HashEmbedder` of ``hash_dim`` buckets (tests and stub runs only);
-    ``none``: None (callers that can go without); else a sentence-transformers model dir
-    (cached the same way). A ``+<backend>`` suffix (``minilm+onnx``, ``minilm+onnx-int8``)
-    picks the :class:`STEmbedder` backend; without one, ``$MEMGYM_EMBED_BACKEND`` does (default
-    ``torch``; :func:`embed_backend`). Raises ValueError for an empty spec or unknown backend."""
-    if not spec:
-        raise ValueError("embedder spec is empty; expected minilm, hash, none or a model dir")
+#: The embedder vocabulary, the same for every command and recipe (``embedder:`` / ``--embedder``).
+EMBEDDER_HELP = ("minilm (the embedded all-MiniLM-L6-v2) | hash:<dim> (model-free bag of words: tests and stub runs "
+                 "only) | none (no ranking) | a sentence-transformers model dir")
+
+
+def check_embedder_spec(spec: str, *, allow_none: bool = True) -> str:
+    """``spec`` unchanged when in :data:`EMBEDDER_HELP`'s vocabulary (a model dir must exist), else
+    ValueError; ``none`` too when ``allow_none`` is False. Loads nothing."""
+    if spec == "none" and not allow_none:
+        raise ValueError("embedder 'none' is not possible here: this step ranks by vectors (minilm, hash:<dim> or a "
+                         "model dir)")
+    if spec in ("minilm", "none"):
+        return spec
+    if spec == "hash" or spec.startswith("hash:"):
+        if spec[5:].isdigit() and int(spec[5:]) >= 1:
+            return spec
+        raise ValueError(f"embedder {spec!r}: the hash embedder is written hash:<dim>, dim >= 1 (e.g. hash:64)")
+    if not spec or not Path(spec).is_dir():
+        raise ValueError(f"embedder {spec!r} is not one of: {EMBEDDER_HELP} (no such directory)")
+    return spec
+
+
+def load_embedder(spec: str, cache: EmbeddingCache | None = None):
+    """The embedder for ``spec`` (:func:`check_embedder_spec`): ``minilm`` or a model dir ->
+    :class:`STEmbedder` (``cache`` default ``$MEMGYM_CACHE/embeddings.sqlite``); ``hash:<dim>``
+    -> :class:`HashEmbedder`; ``none`` -> None."""
+
+    check_embedder_spec(spec)
     if spec == "none":
         return None
-    if spec == "hash":
-        return HashEmbedder(hash_dim)
+    if spec.startswith("hash:"):
+        return HashEmbedder(int(spec[5:]))
     from llm.paths import cache_dir
 
-    name, plus, suffix = spec.rpartition("+") if spec.rpartition("+")[2] in BACKENDS else (spec, "", "")
-    backend = embed_backend(suffix if plus else None)
-    return STEmbedder(None if name == "minilm" else name, cache=cache or EmbeddingCache(cache_dir() / "embeddings.sqlite"),
-                      backend=backend)
+    return STEmbedder(None if spec == "minilm" else spec, cache=cache or EmbeddingCache(cache_dir() / "embeddings.sqlite"))

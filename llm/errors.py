@@ -1,15 +1,11 @@
-"""The root of memgym's error hierarchy, :class:`MemgymError`, and the recipe errors (below
-every package, so any layer, the model helpers in :mod:`llm.models` included, can raise them
-without importing the recipe checks)."""
+"""The root of memgym's error hierarchy, :class:`MemgymError`, and the recipe errors."""
 from __future__ import annotations
 
 
 class MemgymError(Exception):
     """Base of every error that is the user's input or environment, not a bug in memgym: a bad
     recipe value, a missing or broken file, a dead server, a corrupt cache. ``memgym`` prints
-    one as ONE stderr line (``memgym <command>: <message>``) and exits with
-    :attr:`exit_status`. Each subclass keeps its stdlib base too (``ValueError``,
-    ``RuntimeError``), so ``except ValueError`` callers see no change.
+    one as one stderr line and exits with :attr:`exit_status`. Subclasses keep a stdlib base.
 
     ``kind`` says what went wrong: ``"usage"`` (a bad recipe value, flag or argument; exit
     status 2) or the part that failed (exit status 1): ``"backend"`` (a model server or spec),
@@ -26,12 +22,11 @@ class MemgymError(Exception):
 
 
 class ConfigError(MemgymError, ValueError):
-    """A recipe or command-line value is invalid. The message names the field (as the
-    ``--flag`` the user sets), the value given and what is allowed."""
+    """A recipe or command-line value is invalid (message: the ``--flag``, the value, what is allowed)."""
 
     kind = "usage"
 
 
 class OutputPathError(ConfigError):
-    """An output path that memgym refuses to write: an existing file where a directory is
-    expected, or a non-empty directory that memgym did not create."""
+    """An output path memgym refuses: a file where a directory is expected, or a foreign non-empty directory."""
+

@@ -1,16 +1,6 @@
-"""Schema-constrained sampling for the in-process ``hf`` backend, through llguidance.
-
-Source: ``DESIGN.md`` § "Structured outputs". llguidance (Microsoft; one of the two grammar
-engines behind vLLM's structured outputs, with xgrammar) compiles a JSON schema into a grammar
-over the model's tokenizer and computes, per decoding step, the bitmask of tokens that keep the
-output inside the schema. Why llguidance and not xgrammar: see the README ("Structured
-outputs"): a 3 MB wheel without dependencies against xgrammar's ~290 MB (it requires triton),
-and measured faster on this CPU.
-
-:class:`SchemaLogitsProcessor` is a ``transformers.LogitsProcessor``: it plugs into
-``model.generate`` unchanged, so batching, greedy and nucleus sampling keep working. Each row of
-a batch has its own matcher (or None: that row is free), so a batch may mix schemas.
-"""
+"""Schema-constrained sampling for the ``hf`` backend: llguidance compiles a JSON schema into a
+grammar over the tokenizer and gives, per step, the bitmask of tokens that stay inside it;
+:class:`SchemaLogitsProcessor` applies it inside ``model.generate``, one matcher per row."""
 from __future__ import annotations
 
 import functools
@@ -21,8 +11,7 @@ from transformers import LogitsProcessor
 from llm.base import LLMError
 from llm.structured import JsonSchema
 
-#: JSON layout the grammar allows: compact separators, no free whitespace. A small model cannot
-#: loop on blanks between tokens, and outputs match what ``json.dumps`` writes.
+#: JSON layout the grammar allows: ``json.dumps`` separators, no free whitespace.
 JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
@@ -41,12 +30,9 @@ def import_llguidance():
 
 
 class SchemaCompiler:
-    """Grammars for one tokenizer: the tokenizer is wrapped once (~1 s) and each schema is
-    compiled once per :attr:`JsonSchema.digest` (an LRU of 256 grammars). Thread-safe.
-
-    ``eos_ids``: the token ids that end a completion (the grammar allows them only once the
-    JSON value is complete). Raises :class:`GrammarError` for a slow (non-"fast") tokenizer.
-    """
+    """Grammars for one tokenizer, compiled once per :attr:`JsonSchema.digest` (LRU 256),
+    thread-safe. ``eos_ids`` end a completion once the value is complete. :class:`GrammarError`
+    for a slow tokenizer."""
 
     def __init__(self, tokenizer, eos_ids: list[int], vocab_size: int | None = None):
         llg = import_llguidance()
@@ -76,25 +62,20 @@ class SchemaCompiler:
         return m
 
     def accepts(self, schema: JsonSchema, text: str) -> bool:
-        """True iff constrained decoding under ``schema`` could write exactly ``text`` (a
-        complete JSON value in the layout of :data:`JSON_OPTIONS`, i.e. ``json.dumps``'s).
-        The text is tokenized by the wrapped tokenizer and fed to a fresh matcher."""
+        """True iff constrained decoding under ``schema`` could write exactly ``text``."""
         m = self.matcher(schema)
         return bool(m.consume_tokens(self.lltok.tokenize_str(text))) and m.is_accepting()
 
 
 class SchemaLogitsProcessor(LogitsProcessor):
-    """Masks, at every step, the tokens that would leave each row's JSON schema.
+    """Masks, each step, the tokens that would leave each row's JSON schema.
 
-    ``matchers[i]`` constrains batch row i (None leaves it free). ``prompt_len`` is the
-    (padded) prompt length, so the first call consumes nothing and later calls feed each
-    matcher the token sampled at the previous step. After a row's matcher accepts EOS it is
-    stopped and the row only receives padding, which is not fed to it. Logits of tokens beyond
-    the tokenizer's vocabulary (model embedding padding) are masked on constrained rows.
-    Raises :class:`GrammarError` when a matcher rejects a token the mask allowed (an engine bug,
-    never silently ignored). ``seconds`` accumulates the wall time spent in this processor
-    (the whole cost of constraint per step, for ``memgym bench constrained``).
+    ``matchers[i]`` constrains row i (None: free); ``prompt_len`` is the padded prompt length
+    (later steps feed each live matcher the last sampled token). Logits beyond the vocabulary are
+    masked on constrained rows. :class:`GrammarError` when a matcher rejects an allowed token.
+    ``seconds``: cumulative wall time in this processor.
     """
+
 
     def __init__(self, matchers: list, prompt_len: int, vocab_size: int):
         import torch

@@ -1,10 +1,5 @@
-"""In-process transformers backend (``hf:<path>``): batched chat generation on CPU or GPU.
-
-Source: ``DESIGN.md`` § "LLM backends" (``hf``: in-process transformers, batched).
-Prompts are rendered with the tokenizer's chat template (``add_generation_prompt=True``),
-left-padded and generated in chunks of ``batch_size``. All token counts are in the model's
-own tokenizer.
-"""
+"""In-process transformers backend (``hf:<path>``): chat-template prompts, left-padded, generated
+in chunks of ``batch_size``; token counts in the model's own tokenizer."""
 from __future__ import annotations
 
 import json
@@ -29,28 +24,14 @@ class HFBackend:
     """Chat generation with a local transformers causal LM (optionally a PEFT adapter).
 
     Args:
-        model_dir_or_model: a model dir (``config.json`` + weights + tokenizer), a PEFT adapter
-            dir (``adapter_config.json``), or an already loaded ``PreTrainedModel``/``PeftModel``
-            (then ``tokenizer`` is required).
-        tokenizer: overrides the tokenizer found in the dir.
-        base: for an adapter dir, the base model dir; defaults to the adapter's
-            ``base_model_name_or_path``, which must then be a local dir (no hub downloads).
-        device: torch device string ("cpu", "cuda", "cuda:1").
-        batch_size: prompts per ``model.generate`` call (>= 1).
-        dtype: torch dtype of the weights (default float32).
-        progress: show a tqdm bar over chunks.
-        model_id: name for cache keys/reports; default ``hf:<resolved dir>@<fingerprint>``
-            (see :func:`llm.paths.dir_fingerprint`), so retrained weights get a new id.
+        model_dir_or_model: a model dir, a PEFT adapter dir, or a loaded model (then ``tokenizer``
+            is required). base: an adapter's base dir (default its local ``base_model_name_or_path``).
+        device, batch_size (prompts per ``generate``, >= 1), dtype (default float32), progress.
+        model_id: default ``hf:<dir>@<fingerprint>`` (:func:`llm.paths.dir_fingerprint`).
 
-    Decoding: greedy when ``params.temperature == 0``; otherwise multinomial sampling with
-    ``temperature`` and nucleus ``top_p`` (Holtzman et al. 2020), no top-k. With
-    ``params.seed`` set, sampling is reproducible: the torch RNG is seeded with ``seed`` at the
-    start of each ``generate`` call inside ``torch.random.fork_rng`` (the global RNG is left
-    untouched). Outputs of a sampled call depend on how prompts are grouped into chunks.
-
-    Counters: ``calls`` counts prompts generated (one per conversation, not per chunk).
-    Raises :class:`BackendSpecError` for a missing dir or an adapter whose base is not local,
-    :class:`llm.messages.BatchError` for a malformed batch.
+    Decoding: greedy at temperature 0, else nucleus sampling (Holtzman et al. 2020), no top-k;
+    ``params.seed`` seeds a forked torch RNG per call. ``calls`` counts prompts. Raises
+    :class:`BackendSpecError` for a missing dir or non-local adapter base.
     """
 
     def __init__(self, model_dir_or_model, tokenizer=None, *, base: str | Path | None = None,
@@ -152,18 +133,10 @@ class HFBackend:
 
     def generate(self, batch: list[Messages], params: GenerationParams,
                  schemas: list[JsonSchema | None] | None = None) -> list[Completion]:
-        """One :class:`Completion` per conversation, in order.
+        """One :class:`Completion` per conversation, in order. ``schemas[i]`` constrains row i
+        through :class:`llm.grammar.SchemaLogitsProcessor`. ``completion_tokens`` counts up to and
+        including the first EOS (``"stop"``), else all ``max_new_tokens`` (``"length"``)."""
 
-        ``schemas[i]`` (optional) constrains conversation i to a JSON schema: sampling goes
-        through :class:`llm.grammar.SchemaLogitsProcessor` (llguidance), so the text is a
-        prefix of a schema-valid JSON value, and a complete one unless the token limit cut it
-        (then ``finish_reason == "length"``). Rows of one chunk may carry different schemas.
-
-        ``prompt_tokens`` = tokens of the rendered prompt (padding excluded);
-        ``completion_tokens`` = generated tokens up to and including the first EOS
-        (``finish_reason="stop"``), or all ``max_new_tokens`` (``"length"``). The returned
-        text excludes the EOS and special tokens.
-        """
         import torch
         from tqdm.auto import tqdm
 

@@ -1,9 +1,5 @@
-"""Validation of chat batches before they reach any backend.
+"""Validation of chat batches before they reach any backend."""
 
-A batch is ``list[messages]``; messages is a non-empty ``list[{"role": str, "content": str}]``
-with role in ``system | user | assistant | tool``. Bad input raises one :class:`BatchError`
-that says which conversation and which message is wrong, before any model call.
-"""
 from __future__ import annotations
 
 from llm.errors import MemgymError

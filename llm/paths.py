@@ -1,9 +1,4 @@
-"""Filesystem locations used by the ``llm`` package, and a cheap model-directory fingerprint.
-
-``cache_dir()`` is where prepared models, response caches and embedding caches live:
-``$MEMGYM_CACHE`` when set, else ``~/.cache/memgym``. Source: ``DESIGN.md`` § "Embedded
-defaults" (step 4, "save_pretrained once into a cache dir").
-"""
+"""memgym's cache directory and a cheap model-directory fingerprint."""
 from __future__ import annotations
 
 import hashlib
@@ -15,11 +10,7 @@ _FINGERPRINT_HEAD_BYTES = 1 << 20  # 1 MiB read from the start of each weights f
 
 
 def cache_dir() -> Path:
-    """Return memgym's cache directory, creating it (and parents) if needed.
-
-    ``$MEMGYM_CACHE`` wins when set and non-empty (made absolute); otherwise ``~/.cache/memgym``.
-    Raises ``NotADirectoryError`` when the path exists and is not a directory.
-    """
+    """``$MEMGYM_CACHE`` (absolute) or ``~/.cache/memgym``, created; NotADirectoryError for a file."""
     env = os.environ.get("MEMGYM_CACHE", "").strip()
     path = Path(os.path.abspath(Path(env).expanduser())) if env else Path.home() / ".cache" / "memgym"
     if path.exists() and not path.is_dir():
@@ -29,14 +20,9 @@ def cache_dir() -> Path:
 
 
 def dir_fingerprint(path: str | Path) -> str:
-    """A 12-hex-digit fingerprint of a model directory, for cache keys.
+    """12 hex of the sha256 over the top-level ``*.json`` files and each weights file's name, size
+    and first 1 MiB (cheap, and changed by retraining). FileNotFoundError for a missing dir."""
 
-    Hashes (sha256) the text of every ``*.json`` file at the top level of ``path`` and, for
-    each ``*.safetensors`` / ``*.bin`` / ``*.gguf`` file, its name, its size in bytes and its
-    first 1 MiB. Retraining into the same directory therefore changes the fingerprint
-    (the header and the first tensors change), while hashing stays cheap for multi-GB models.
-    Raises ``FileNotFoundError`` when ``path`` is not a directory.
-    """
     p = Path(path)
     if not p.is_dir():
         raise FileNotFoundError(f"model directory {p} does not exist")

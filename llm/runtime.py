@@ -1,9 +1,5 @@
-"""Shared model runtime for a run: one backend per spec (shared across roles), the response
-cache, the embedder, and per-role accounting of model calls and tokens.
-
-Roles (``DESIGN.md`` § "LLM backends"): policy/extractor, answer, judge, expert, coder,
-annotator. A cache hit is not a model call and costs no tokens.
-"""
+"""Shared model runtime of a run: one backend per spec (shared across roles), the response cache,
+the embedder, and per-role accounting of model calls and tokens (cache hits cost nothing)."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -28,8 +24,7 @@ class RoleBackend:
         return getattr(self.inner, "tokenizer", None)
 
     def generate(self, batch, params: GenerationParams, schemas=None):
-        """The inner backend's completions; ``schemas`` (see :mod:`llm.structured`) is passed
-        on only when some entry is set, so backends without structured outputs keep working."""
+        """The inner backend's completions (``schemas`` passed on only when some entry is set)."""
         if schemas is not None and any(s is not None for s in schemas):
             out = self.inner.generate(batch, params, schemas=schemas)
         else:
@@ -41,10 +36,8 @@ class RoleBackend:
                 self.ledger.tokens[self.role]["completion"] += c.completion_tokens
         return out
 
-
     def forget(self, batch, params: GenerationParams, schemas=None) -> None:
-        """Drop these requests' cached responses where the inner backend caches (see
-        :meth:`llm.cache.CachedBackend.forget`); a no-op otherwise."""
+        """:meth:`llm.cache.CachedBackend.forget` where the inner backend caches, else a no-op."""
         forget = getattr(self.inner, "forget", None)
         if callable(forget):
             forget(batch, params, schemas)
@@ -56,7 +49,7 @@ class Runtime:
     def __init__(self, cache=None, embedder=None, batch_size: int = 8, embedding_cache=None,
                  request_timeout_s: float | None = None, request_retries: int | None = None):
         self.cache = cache
-        # openai: backends only; None = $MEMGYM_REQUEST_TIMEOUT_S / $MEMGYM_REQUEST_RETRIES or 60 s / 5
+        # openai: backends only (None: llm.openai_backend.request_settings)
         self.request_options = {k: v for k, v in (("timeout_s", request_timeout_s), ("max_retries", request_retries))
                                 if v is not None}
         self._embedder = embedder
@@ -69,12 +62,9 @@ class Runtime:
     @classmethod
     def from_config(cls, cache: str | None = None, batch_size: int = 8, request_timeout_s: float | None = None,
                     request_retries: int | None = None) -> "Runtime":
-        """``cache``: sqlite path, ``None`` for the default under ``$MEMGYM_CACHE``, or
-        ``"none"`` to disable response caching. ``request_timeout_s`` / ``request_retries``:
-        per-request timeout and retry count of ``openai:`` backends (None: the environment's
-        ``MEMGYM_REQUEST_TIMEOUT_S`` / ``MEMGYM_REQUEST_RETRIES``, else 60 s and 5). Both cache files (responses, embeddings) are
-        opened here, before any model loads, so a corrupt one fails at once
-        (:class:`llm.cache.CacheCorruptError`, naming the file and the recovery)."""
+        """``cache``: sqlite path, None for ``$MEMGYM_CACHE/responses.sqlite``, ``"none"`` for no
+        response cache. ``request_*``: of ``openai:`` backends. Both caches open here, before any
+        model loads (:class:`llm.cache.CacheCorruptError`)."""
         from llm.cache import ResponseCache
         from llm.embeddings import EmbeddingCache
         from llm.paths import cache_dir
@@ -94,10 +84,8 @@ class Runtime:
         return self._embedder
 
     def backend(self, spec: str, role: str, **load_kw) -> RoleBackend:
-        """The backend of ``spec`` for ``role`` (e.g. ``hf:smollm2``, ``openai:<url>#<model>``).
+        """The backend of ``spec`` for ``role``, loaded once (``load_kw`` applies to the first load)."""
 
-        ``load_kw`` (e.g. ``max_concurrency`` for openai, ``batch_size`` for hf) applies when
-        this call is the first to load ``spec``; later calls share that instance."""
         if spec not in self._backends:
             from llm.specs import load_backend, parse_spec
 
@@ -107,10 +95,6 @@ class Runtime:
                     load_kw.setdefault(k, v)
             self._backends[spec] = load_backend(spec, cache=self.cache, **load_kw)
         return RoleBackend(self._backends[spec], role, self)
-
-    def has_backend(self, spec: str) -> bool:
-        """True when ``spec`` has already been loaded (or registered) in this runtime."""
-        return spec in self._backends
 
     def register(self, spec: str, backend: Backend) -> None:
         """Use an already-built backend for ``spec`` (tests, in-process models)."""

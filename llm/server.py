@@ -1,10 +1,6 @@
-"""A small OpenAI-compatible HTTP server over any :class:`llm.base.Backend` (stdlib only).
-
-Serves ``POST /v1/chat/completions`` (non-streaming, ``n == 1``) and ``GET /v1/models`` in
-the shapes of the OpenAI Chat Completions API reference, so ``OpenAIBackend`` and any
-OpenAI client can talk to a local transformers model. Used by ``memgym serve`` on CPU
-machines and by the tests of the ``openai`` backend (on 127.0.0.1, port 0).
-"""
+"""A small OpenAI-compatible HTTP server over any :class:`llm.base.Backend` (stdlib only):
+``POST /v1/chat/completions`` (non-streaming, ``n == 1``) and ``GET /v1/models`` in the OpenAI
+Chat Completions API shapes. Behind ``memgym serve`` on CPU and the ``openai`` backend's tests."""
 from __future__ import annotations
 
 import json
@@ -27,8 +23,7 @@ class _RequestError(Exception):
 
 
 def _params_from_body(body: dict) -> GenerationParams:
-    """Map OpenAI request fields to :class:`GenerationParams` (OpenAI defaults:
-    temperature 1, top_p 1); ``max_tokens`` or ``max_completion_tokens`` default to 256."""
+    """OpenAI request fields -> :class:`GenerationParams` (temperature/top_p 1, max tokens 256 by default)."""
     def pick(name: str, default):
         v = body.get(name)
         return default if v is None else v
@@ -45,9 +40,8 @@ def _params_from_body(body: dict) -> GenerationParams:
 
 
 def _schema_from_body(body: dict) -> JsonSchema | None:
-    """The :class:`JsonSchema` of an OpenAI ``response_format`` (None for absent or
-    ``{"type": "text"}``; ``json_object`` is the schema ``{"type": "object"}``).
-    Raises ``_RequestError`` (400) for a malformed one."""
+    """The :class:`JsonSchema` of ``response_format`` (None for absent/text; ``json_object`` is
+    ``{"type": "object"}``); ``_RequestError`` (400) for a malformed one."""
     rf = body.get("response_format")
     if rf is None:
         return None
@@ -68,25 +62,13 @@ def _schema_from_body(body: dict) -> JsonSchema | None:
 
 
 class BackendHTTPServer(ThreadingHTTPServer):
-    """Threading HTTP server answering chat completions with ``backend``.
+    """Threading HTTP server answering chat completions with ``backend`` (``generate`` calls
+    serialised by a lock). ``served_model_name`` (default ``backend.model_id``): another gets 404.
 
-    ``generate`` calls are serialised with a lock (one batch of 1 at a time), while requests
-    are accepted concurrently. ``served_model_name`` (default ``backend.model_id``) is what
-    ``/v1/models`` lists; a request naming another model gets 404.
-
-    Instrumentation, for tests and operators: ``requests_total`` (chat requests received),
-    ``in_flight`` / ``max_in_flight`` (concurrent chat requests, counted from receipt to
-    reply). Test knobs: the first ``fail_first`` chat requests are answered with HTTP
-    ``fail_status`` without touching the backend; ``delay_s`` seconds are slept per request
-    (outside the lock) so that overlapping requests can be observed.
-
-    Structured outputs: a ``response_format`` of type ``json_schema`` (or ``json_object``) is
-    honoured by passing its schema to ``backend.generate(..., schemas=[...])`` (the ``hf``
-    backend then decodes under the schema's grammar). ``response_formats`` records every
-    ``response_format`` received (None when absent), in arrival order, and each answer carries
-    it back in a ``memgym_response_format`` field (the schema's name, or None). With
-    ``structured_outputs=False`` the server refuses a schema with HTTP 400, as servers without
-    structured outputs do.
+    Counters: ``requests_total``, ``in_flight`` / ``max_in_flight``; ``response_formats`` records
+    each request's ``response_format``, whose schema goes to ``backend.generate(schemas=...)`` and
+    whose name comes back as ``memgym_response_format`` (``structured_outputs=False``: HTTP 400).
+    Test knobs: the first ``fail_first`` requests get HTTP ``fail_status``; ``delay_s`` per request.
     """
 
     daemon_threads = True
@@ -124,8 +106,7 @@ class BackendHTTPServer(ThreadingHTTPServer):
             self.in_flight -= 1
 
     def chat_completion(self, body: dict) -> dict:
-        """Answer one parsed request body with an OpenAI ``chat.completion`` object.
-        Raises ``_RequestError`` (status 400/404) for bad requests."""
+        """The ``chat.completion`` answer to a request body; ``_RequestError`` (400/404) for bad ones."""
         model = body.get("model")
         if model is not None and model != self.served_model_name:
             raise _RequestError(404, f"The model `{model}` does not exist; this server serves "
@@ -228,12 +209,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 def serve_backend(backend: Backend, host: str = "127.0.0.1", port: int = 0, **kw
                   ) -> tuple[BackendHTTPServer, threading.Thread, str]:
-    """Start a :class:`BackendHTTPServer` in a daemon thread.
+    """Start a :class:`BackendHTTPServer` (``kw``; ``port=0``: a free port) in a daemon thread.
+    Returns ``(server, thread, "http://<host>:<port>/v1")``; stop with ``shutdown(); server_close()``."""
 
-    ``port=0`` picks a free port. ``kw`` goes to the server (``served_model_name``,
-    ``fail_first``, ``fail_status``, ``delay_s``, ``structured_outputs``). Returns ``(server, thread, base_url)`` with
-    ``base_url = "http://<host>:<port>/v1"``; stop with ``server.shutdown(); server.server_close()``.
-    """
     server = BackendHTTPServer((host, port), backend, **kw)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=f"memgym-serve-{server.server_port}", daemon=True)
     thread.start()

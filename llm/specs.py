@@ -1,17 +1,10 @@
-"""Backend spec strings, one per role (policy, task, expert, judge, coder, annotator).
+"""Backend spec strings, one per role (policy, task, expert, judge, coder, annotator):
 
-Source: ``DESIGN.md`` § "LLM backends". Forms:
-
-- ``hf:<path>``: a local transformers model dir or PEFT adapter dir (:class:`HFBackend`);
-  ``hf:smollm2`` and ``hf:default`` mean the embedded SmolLM2-135M-Instruct
-  (:func:`llm.models.prepare_smollm2`).
-- ``openai:<base_url>#<model>``: an OpenAI-compatible server, e.g.
-  ``openai:http://127.0.0.1:8000/v1#Qwen3-32B`` (:class:`OpenAIBackend`); the API key comes
-  from ``$OPENAI_API_KEY`` or is ``"EMPTY"``. Several comma-separated base URLs
-  (``openai:http://h1:8000/v1,http://h2:8000/v1#Qwen3-32B``) are data-parallel replicas of one
-  model; requests are spread over them.
-- ``vllm:<path>``: an in-process vLLM engine (:class:`VLLMBackend`, GPU extra);
-  ``vllm:smollm2`` / ``vllm:default`` as for ``hf:``.
+- ``hf:<path>``: a local transformers model or PEFT adapter dir; ``hf:smollm2`` / ``hf:default``
+  is the embedded SmolLM2-135M-Instruct (:func:`llm.models.prepare_smollm2`).
+- ``openai:<base_url>[,<base_url>...]#<model>``: an OpenAI-compatible server (replicas);
+  API key ``$OPENAI_API_KEY`` or ``"EMPTY"``.
+- ``vllm:<path>``: an in-process vLLM engine (GPU extra); aliases as for ``hf:``.
 """
 from __future__ import annotations
 
@@ -42,8 +35,7 @@ class BackendSpec:
 
 
 def parse_spec(spec: str) -> BackendSpec:
-    """Parse (without loading anything) a spec string. Raises :class:`BackendSpecError`
-    naming the spec and the expected forms when it is malformed."""
+    """Parse a spec string (loads nothing); :class:`BackendSpecError` when malformed."""
     if not isinstance(spec, str) or ":" not in spec:
         raise BackendSpecError(f"backend spec {spec!r} is malformed: {EXPECTED}")
     kind, _, rest = spec.partition(":")
@@ -66,10 +58,8 @@ def parse_spec(spec: str) -> BackendSpec:
 
 
 def check_spec(spec: str, field: str = "model", *, kind: str = "backend", words: tuple[str, ...] = ()) -> None:
-    """Check the syntax of a backend spec (``kind="backend"``) or an extractor spec
-    (``kind="extractor"``: also ``expert:<x>[,...]`` and the bare ``words``). A local
-    ``hf:``/``vllm:`` path that does not exist is an error too, with the closest known name
-    (``hf:smolm2`` → did you mean ``hf:smollm2``?). Raises :class:`ConfigError`."""
+    """:class:`ConfigError` unless ``spec`` is a backend spec (``kind="extractor"``: also
+    ``expert:<x>[,...]`` or one of ``words``) whose local ``hf:``/``vllm:`` dir exists."""
     if not isinstance(spec, str) or not spec.strip():
         raise ConfigError(f"--{field}: expected a spec string, got {spec!r}")
     if kind == "extractor":
@@ -98,9 +88,7 @@ def check_spec(spec: str, field: str = "model", *, kind: str = "backend", words:
 
 
 def closest_alias(name: str, aliases: tuple[str, ...] = DEFAULT_ALIASES) -> str | None:
-    """The alias of the embedded model that ``name`` is a near-miss of (``difflib`` ratio
-    >= 0.7, case-insensitive: ``smolm2`` → ``smollm2``), else None. The one "did you mean
-    smollm2" rule of every model flag (backend specs, the trainers' ``--model_name_or_path``)."""
+    """The alias ``name`` is a near-miss of (``difflib`` ratio >= 0.7, case-insensitive), else None."""
     import difflib
 
     close = difflib.get_close_matches(name.lower(), aliases, n=1, cutoff=0.7)
@@ -108,20 +96,13 @@ def closest_alias(name: str, aliases: tuple[str, ...] = DEFAULT_ALIASES) -> str 
 
 
 def resolve_model_path(model: BackendSpec | str) -> Path | str:
-    """Where to load a local model from, for the two ways memgym names one:
+    """Where to load a local model from.
 
-    - a backend spec ``hf:<dir>`` / ``vllm:<dir>`` (or a :class:`BackendSpec`): the aliases
-      ``smollm2``/``default`` → the prepared SmolLM2 dir (:func:`llm.models.prepare_smollm2`),
-      else the dir, which must exist. Returns a :class:`~pathlib.Path`. Raises
-      :class:`BackendSpecError` for an ``openai:`` spec or a missing dir (with "did you mean
-      hf:smollm2?" for a near-miss).
-    - a bare ``model_name_or_path`` (the trainers' ``trl.ModelConfig`` field, no ``kind:``
-      prefix): ``"smollm2"`` → the prepared dir (made once, about 30 s); an existing local
-      path → its absolute form; anything else is returned as is (a hub id such as
-      ``Qwen/Qwen3-4B-Instruct-2507``, loaded from the local HF cache: ``HF_HUB_OFFLINE``
-      defaults to 1). Returns a ``str``. Raises ValueError for an empty name,
-      FileNotFoundError for a missing path (``./x``, ``/x``, ``~/x``) and
-      :class:`llm.errors.ConfigError` for a near-miss of ``smollm2`` (``smolm2``).
+    - a ``hf:``/``vllm:`` spec or :class:`BackendSpec` -> a Path (aliases: the prepared SmolLM2);
+      :class:`BackendSpecError` for ``openai:`` or a missing dir.
+    - a bare ``model_name_or_path`` -> str: ``smollm2`` the prepared dir, a local path its absolute
+      form, else unchanged (a hub id from the local cache). ValueError for an empty name,
+      FileNotFoundError for a missing path, :class:`ConfigError` for a near-miss of ``smollm2``.
     """
     if isinstance(model, BackendSpec) or (isinstance(model, str) and model.partition(":")[0].strip().lower() in KINDS):
         return _spec_model_dir(parse_spec(model) if isinstance(model, str) else model)
@@ -158,15 +139,10 @@ def _spec_model_dir(s: BackendSpec) -> Path:
 
 
 def load_backend(spec: str, *, cache: ResponseCache | None = None, **kw) -> Backend:
-    """Build the backend a spec names; wrap it in :class:`CachedBackend` when ``cache`` is given.
+    """The backend ``spec`` names (``kw`` to its constructor; ``batch_size`` is dropped except for
+    hf), in a :class:`CachedBackend` when ``cache`` is given. :class:`BackendSpecError` for a bad
+    spec, a missing dir or vLLM missing."""
 
-    ``kw`` goes to the backend's constructor (e.g. ``batch_size``/``device`` for hf,
-    ``max_concurrency``/``timeout_s`` for openai, engine options for vllm). ``batch_size`` is
-    accepted for every kind so that callers can pass one setting to any spec: it is the
-    prompts per forward pass for hf and is dropped for openai (parallelism there is
-    ``max_concurrency``) and vllm (the engine schedules its own batches).
-    Raises :class:`BackendSpecError` for a malformed spec, a missing dir, or vLLM missing.
-    """
     s = parse_spec(spec)
     if s.kind != "hf":
         kw.pop("batch_size", None)

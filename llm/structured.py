@@ -1,13 +1,6 @@
-"""Structured outputs: JSON schemas that constrain a completion, shared by every backend.
-
-Source: ``DESIGN.md`` § "Structured outputs". A caller passes ``schemas=[JsonSchema | None, ...]``
-(one per conversation) to ``Backend.generate``; the ``hf`` backend decodes under the schema's
-grammar (llguidance), ``vllm`` uses its structured-output sampling parameters and ``openai``
-sends ``response_format={"type": "json_schema", ...}``. ``None`` leaves that conversation free.
-
-Constrained decoding is an inference option: it changes the sampling distribution, so it is not
-used for RL rollouts (the policy's own distribution must be kept).
-"""
+"""Structured outputs: ``Backend.generate(..., schemas=[JsonSchema | None, ...])`` constrains each
+conversation to a JSON schema (hf: llguidance grammar; vllm: structured-output sampling; openai:
+``response_format``). An inference option only, never for RL rollouts."""
 from __future__ import annotations
 
 import copy
@@ -23,22 +16,14 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 class ConstraintRefusedError(BackendRequestError):
-    """A server refused (or ignored) a JSON-schema ``response_format``. The message names the
-    server and how to turn constraint off; memgym never falls back to free generation silently."""
+    """A server refused a JSON-schema ``response_format`` (never a silent fallback to free generation)."""
 
 
 @dataclass(frozen=True, eq=False)
 class JsonSchema:
-    """A named JSON schema for one structured call.
-
-    ``name``: 1-64 characters of ``[A-Za-z0-9_-]`` (OpenAI's ``json_schema.name`` rule).
-    ``schema``: a JSON-serialisable JSON-schema dict (draft 2020-12 subset: objects, arrays,
-    strings, enums, ``anyOf``, ``$defs``/``$ref``, ``minLength``/``maxLength``,
-    ``minItems``/``maxItems``). ``canonical`` is its compact JSON, keys in the dict's order
-    (the order of ``properties`` is the order a grammar writes them, so it is part of the
-    schema), and ``digest`` the sha256 of that (16 hex digits): two schemas are equal iff
-    their digests are, and the response cache keys on the digest. Raises ValueError for a bad name or a non-dict schema.
-    """
+    """A named JSON schema: ``name`` 1-64 of ``[A-Za-z0-9_-]`` (OpenAI's rule); ``schema`` a dict;
+    ``canonical`` its compact JSON in key order (property order is part of the grammar) and
+    ``digest`` 16 hex of its sha256 (equality, cache keys). ValueError for a bad name or schema."""
 
     name: str
     schema: Mapping
@@ -70,14 +55,8 @@ class JsonSchema:
 
 
 def closed_schema(schema: dict) -> dict:
-    """A copy of a pydantic-generated JSON schema made fit for constrained decoding.
-
-    - every object gets ``additionalProperties: false`` (the grammar then emits only the declared
-      keys, and OpenAI's strict mode requires it);
-    - ``oneOf`` becomes ``anyOf`` (same language when the branches are disjoint, as tagged unions
-      are; ``oneOf`` is outside OpenAI's strict subset);
-    - pydantic's ``discriminator`` annotation (not a validation keyword) is dropped.
-    """
+    """A copy of a pydantic JSON schema fit for strict constrained decoding: objects get
+    ``additionalProperties: false``, ``oneOf`` becomes ``anyOf``, ``discriminator`` is dropped."""
     def walk(node):
         if isinstance(node, list):
             return [walk(x) for x in node]
@@ -96,10 +75,7 @@ def closed_schema(schema: dict) -> dict:
 
 
 def check_schemas(schemas, n: int) -> list:
-    """Validate a ``schemas`` argument of ``Backend.generate`` for a batch of ``n``.
-
-    Returns a list of ``n`` entries (``JsonSchema`` or None); ``None`` → all None.
-    Raises ValueError (wrong length) or TypeError (an entry of another type)."""
+    """``schemas`` of ``generate`` as ``n`` entries (None -> all None); ValueError / TypeError."""
     if schemas is None:
         return [None] * n
     schemas = list(schemas)
@@ -130,13 +106,9 @@ _BOUNDED: dict = {}
 
 
 def bounded(schema: JsonSchema, max_chars: int | None = None, max_items: int | None = None) -> JsonSchema:
-    """``schema`` with every free string capped at ``max_chars`` characters (``maxLength``) and
-    every array at ``max_items`` items (``maxItems``); None leaves that unbounded.
+    """``schema`` with free strings capped at ``max_chars`` and arrays at ``max_items`` (None:
+    unbounded), so constrained decoding always ends. Cached; ValueError for bounds < 1 or < minItems."""
 
-    A bounded schema has a longest document, so constrained decoding ends (EOS) within a
-    known number of tokens whatever the model does: a small or untrained model can otherwise
-    stay inside one string until the token limit cuts it (``finish_reason == "length"``).
-    Cached per (schema, bounds). Raises ValueError for bounds < 1 or below a ``minItems``."""
     if max_chars is None and max_items is None:
         return schema
     if (max_chars is not None and max_chars < 1) or (max_items is not None and max_items < 1):

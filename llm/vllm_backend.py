@@ -1,9 +1,4 @@
-"""In-process vLLM backend (``vllm:<path>``), the ``gpu`` extra (``pip install 'memgym[gpu]'``).
-
-Source: ``DESIGN.md`` § "LLM backends" (``vllm``: an in-process engine on GPU, an optional
-extra). Uses ``vllm.LLM`` + ``SamplingParams`` + ``LLM.chat`` (vLLM's offline inference API).
-Not exercised by the CPU test suite: vLLM needs a GPU.
-"""
+"""In-process vLLM backend (``vllm:<path>``, the ``gpu`` extra) over vLLM's offline ``LLM.chat``."""
 from __future__ import annotations
 
 import json
@@ -16,12 +11,9 @@ from llm.structured import JsonSchema, check_schemas
 
 
 def structured_params(vllm_module, schema: JsonSchema) -> dict:
-    """``SamplingParams`` keyword arguments that constrain one request to ``schema``.
-
-    vLLM >= 0.10.2: ``structured_outputs=StructuredOutputsParams(json=...)`` (the only form
-    from v0.12, which removed ``guided_decoding``); older releases:
-    ``guided_decoding=GuidedDecodingParams(json=...)``. Source: vLLM docs, "Structured Outputs"
-    (offline inference). Raises :class:`BackendSpecError` when this vLLM has neither."""
+    """``SamplingParams`` kwargs constraining a request to ``schema``: ``structured_outputs``
+    (vLLM >= 0.10.2) or ``guided_decoding`` (older); vLLM docs, "Structured Outputs".
+    :class:`BackendSpecError` when this vLLM has neither."""
     sp_mod = getattr(vllm_module, "sampling_params", None)
     if sp_mod is None:
         import importlib
@@ -49,14 +41,9 @@ def import_vllm():
 class VLLMBackend:
     """Batched chat generation with an in-process vLLM engine.
 
-    ``model_path``: a local model dir, or a PEFT LoRA adapter dir (``adapter_config.json``),
-    served on its base (``base`` or the adapter's ``base_model_name_or_path``, which must be a
-    local dir) with ``enable_lora=True`` and a ``LoRARequest``. ``engine_kw`` goes to
-    ``vllm.LLM`` (``tensor_parallel_size``, ``gpu_memory_utilization``, ``max_model_len``,
-    ``dtype``, ...). Greedy when ``temperature == 0``; ``seed`` is passed per request.
-    Token counts are vLLM's: prompt token ids and generated token ids (the EOS included when
-    the model stopped on it). ``calls`` counts prompts generated.
-    Raises :class:`BackendSpecError` when vLLM is not installed or the paths are not dirs.
+    ``model_path``: a local model dir, or a LoRA adapter dir served on its local base (``base`` or
+    its ``base_model_name_or_path``). ``engine_kw`` goes to ``vllm.LLM``. ``calls`` counts prompts.
+    :class:`BackendSpecError` when vLLM is missing or a path is not a dir.
     """
 
     def __init__(self, model_path: str | Path, *, base: str | Path | None = None, progress: bool = False,
@@ -95,11 +82,9 @@ class VLLMBackend:
 
     def generate(self, batch: list[Messages], params: GenerationParams,
                  schemas: list[JsonSchema | None] | None = None) -> list[Completion]:
-        """One :class:`Completion` per conversation, in order (one ``LLM.chat`` call).
+        """One :class:`Completion` per conversation, in order (one ``LLM.chat`` call); ``schemas[i]``
+        constrains conversation i (:func:`structured_params`)."""
 
-        ``schemas[i]`` constrains conversation i through vLLM's structured outputs
-        (:func:`structured_params`); a batch with schemas sends one ``SamplingParams`` per
-        conversation."""
         check_batch(batch)
         schemas = check_schemas(schemas, len(batch))
         if not batch:

@@ -1,21 +1,10 @@
-"""JSON schemas of the four managers' outputs, derived from the pydantic action models.
-
-Source: ``DESIGN.md`` § "Structured outputs" and § "The memory bank and its action space". The
-schema of a manager is the JSON schema pydantic generates for its action model
-(:data:`memory_bank.actions.CoreOp` for core, :class:`memory_bank.actions.PartOutput` for the
-other parts), closed (:func:`llm.structured.closed_schema`) and, for a part, narrowed to the
-entry ids its prompt shows: ``UPDATE``/``DELETE`` ``id`` and every ``MERGE`` id become an
-``enum`` of the shown ids, so ``unknown_id`` of a *shown* bank cannot be decoded; with no shown
-id only ``ADD`` remains, and ``MERGE`` (two ids or more) needs two shown ids.
-
-For core, ``REPLACE``'s ``old_text`` is narrowed the same way to an ``enum`` of the lines of the
-core block its prompt shows (:func:`memory_bank.prompts.core_block_lines`), so a REPLACE of text
-that is not in the block (``ReplaceTextNotFoundError``) cannot be decoded; with an empty block
-``REPLACE`` is removed. (Issue 19: against a server that honours the schema, the demo's
-constrained column failed 0.33 of core outputs that way.)
-
-What a schema cannot say stays a validation matter: a ``MERGE`` repeating an id, or an operation
-on an id an earlier operation of the same output deleted.
+"""JSON schemas of the four managers' outputs (``DESIGN.md`` § "Structured outputs"): pydantic's
+schema of :data:`memory_bank.actions.CoreOp` / :class:`memory_bank.actions.PartOutput`, closed
+(:func:`llm.structured.closed_schema`) and narrowed to what the prompt shows: a part's
+``UPDATE``/``DELETE``/``MERGE`` ids become an ``enum`` of the shown ids (none shown: only ``ADD``;
+``MERGE`` needs two), and core ``REPLACE``'s ``old_text`` an ``enum`` of the shown core lines
+(:func:`memory_bank.prompts.core_block_lines`; empty block: no ``REPLACE``). A ``MERGE`` repeating
+an id, or an operation on an id deleted earlier in the output, stays a validation matter.
 """
 from __future__ import annotations
 
@@ -71,14 +60,10 @@ def _narrow_core(schema: dict, lines: tuple[str, ...]) -> dict:
 def manager_schema(manager: str, ids: tuple[str, ...] | None = None,
                    core_lines: tuple[str, ...] | None = None) -> JsonSchema:
     """The :class:`llm.structured.JsonSchema` of ``manager``'s output (cached per shape).
-
-    ``ids``: for episodic/semantic/procedural, the entry ids the prompt shows (a tuple, e.g.
-    ``("E1", "E3")``; ``()`` = none shown, so only ADD); ``None`` leaves ids unrestricted
-    (any string). Must be None for core. ``core_lines``: for core, the lines of the core block
-    the prompt shows (``()`` = empty block, so no REPLACE); ``None`` leaves ``old_text`` free.
-    Raises ValueError for an unknown manager, ids for core, core_lines for a part, or an id
-    without the part's prefix (``E``/``S``/``P`` + digits).
-    """
+        ``ids``: a part's shown entry ids (``()``: only ADD; None: any string; None for core);
+        ``core_lines``: core's shown lines (``()``: no REPLACE; None: free). ValueError for an unknown
+        manager, a misplaced argument or an id without the part's prefix.
+        """
     if manager not in MANAGERS:
         raise ValueError(f"unknown manager {manager!r}; expected one of {MANAGERS}")
     schema = copy.deepcopy(_base(manager))

@@ -101,14 +101,10 @@ def _value_start(text: str) -> int:
 
 
 def unterminated_json(text: str) -> str | None:
-    """Where ``text`` ends inside its JSON value: ``"string"``, ``"object"`` or ``"array"``,
-    or None when the value closes (or there is none).
-
-    The value starts at the first ``{`` (or a ``[`` opening a list of objects); prose before
-    it is skipped and the scan stops when it closes, so prose after it does not count. Inside,
-    double-quoted strings with backslash escapes are tracked, and a closer that does not match
-    the innermost opener closes the nearest matching one (small damage, not a cut). Used to
-    tell a truncated output (cut off mid-value) from one that only needs repair."""
+    """Where ``text`` ends inside its JSON value (``"string"``, ``"object"``, ``"array"``), or None
+        when it closes or there is none. The value starts at the first ``{`` (or ``[`` of objects);
+        escapes are tracked and a mismatched closer closes the nearest matching opener. Tells a cut-off
+        output from one that only needs repair."""
     start = _value_start(text)
     if start < 0:
         return None
@@ -147,10 +143,8 @@ def _check_finished(manager: str, finish_reason: str | None) -> None:
 
 
 def _recover_object(text: str, manager: str) -> dict:
-    """Recover one JSON object from model text: code fences, prose around the object and
-    small damage (trailing commas, a missing comma, single quotes) are repaired by
-    ``json_repair``. Text that ends inside an unterminated string, object or array was cut
-    off: :class:`OutputTruncatedError` (error type ``truncated``)."""
+    """One JSON object recovered from model text by ``json_repair``; :class:`OutputTruncatedError`
+        when the text ends inside an unterminated value."""
     if not isinstance(text, str):
         raise OutputParseError(f"expected text, got {type(text).__name__}", manager=manager)
     if len(text) > MAX_OUTPUT_CHARS:
@@ -191,12 +185,8 @@ def _schema_error(e: ValidationError, manager: str) -> OutputSchemaError:
 
 
 def parse_core(text: str, finish_reason: str | None = None) -> CoreAppend | CoreReplace | CoreRewrite | CoreNone:
-    """Parse the core manager's output into one core operation.
-
-    ``finish_reason``: the completion's (``"length"`` = cut off by the token limit), when known.
-    Raises OutputTruncatedError (cut off: finish_reason ``length`` or an unterminated JSON
-    value), OutputParseError (no object), WrongPartError (a part-style ``operations`` list),
-    OutputSchemaError (missing field, unknown operation)."""
+    """The core manager's output as one core operation (``finish_reason`` ``"length"``: cut off).
+        Raises OutputTruncatedError, OutputParseError, WrongPartError, OutputSchemaError."""
     _check_finished("core", finish_reason)
     obj = _recover_object(text, "core")
     if "operation" not in obj and "operations" in obj:
@@ -210,11 +200,8 @@ def parse_core(text: str, finish_reason: str | None = None) -> CoreAppend | Core
 
 
 def parse_part(text: str, part: str, finish_reason: str | None = None) -> list[Add | Update | Merge | Delete]:
-    """Parse an episodic/semantic/procedural manager's output into its operations.
-
-    Ids must carry the part's prefix (E/S/P); ``[]`` means no change. ``finish_reason`` as in
-    :func:`parse_core`. Raises OutputTruncatedError, OutputParseError, OutputSchemaError,
-    WrongPartError (a core-style object or an id of another part)."""
+    """A part manager's operations (ids with the part's prefix; ``[]``: no change). Raises
+        OutputTruncatedError, OutputParseError, OutputSchemaError, WrongPartError."""
     if part not in PARTS:
         raise ValueError(f"unknown part {part!r}; expected one of {PARTS}")
     _check_finished(part, finish_reason)

@@ -1,19 +1,9 @@
-"""Memory construction: run the four managers session by session and snapshot the bank.
-
-Source: ``DESIGN.md`` § "The memory bank and its action space"; MemBuilder (arXiv 2601.05488
-§3.1). Per session the four prompts are built from the bank *before* the session and sent as
-one batch; the outputs are then applied in the order core, episodic, semantic, procedural. An
-output that fails to parse, validate or apply is a format failure: it is counted and skipped,
-and the bank is left as it was.
-
-Sessions beyond the extractor's context (BEAM sessions run to tens of thousands of tokens) are
-never truncated: a session whose largest manager prompt plus the output budget does not fit the
-extractor's context window is split into consecutive segments of whole turns, each one
-manager step over the bank as it stands (a single turn too long on its own is split into
-consecutive parts of its text, marked ``(part i/k)``). :attr:`ConstructionResult.segments`
-counts the segments of every session. An extractor with ``segment_tokens`` (a model trained on
-segmented sessions, ``training.sft_segments``) has every session cut into segments of at most
-that many transcript tokens first (:func:`split_session`).
+"""Memory construction (MemBuilder, arXiv 2601.05488 §3.1): per session the four managers'
+prompts are built from the bank *before* the session, sent as one batch and applied in the order
+core, episodic, semantic, procedural; an output that fails is a counted format failure and leaves
+the bank as it was. A session that does not fit the extractor's context is never truncated: it
+is built in segments of whole turns (a too-long turn in ``(part i/k)`` pieces); an extractor with
+``segment_tokens`` cuts every session so (:func:`split_session`).
 """
 from __future__ import annotations
 
@@ -34,15 +24,10 @@ from memory_bank.schema import Conversation, Session, Turn
 
 
 class Extractor(Protocol):
-    """Produces the raw text of each manager's output for one session.
-
-    ``extract`` gets the four :class:`ManagerPrompt` (order of :data:`MANAGERS`) and returns
-    four outputs in the same order: strings, or :class:`llm.base.Completion` objects whose
-    ``finish_reason`` then tells a cut-off output (``truncated``) from a finished one.
-    ``compress(core, target_chars)`` may shorten the core block; return None from
-    :meth:`compressor` to disable compression. An extractor with a finite context also has
-    ``prompt_budget()`` (tokens a prompt may take, or None) and ``prompt_tokens(messages)``;
-    :func:`construct` then segments sessions that do not fit."""
+    """Produces the raw text of each manager's output for one session: ``extract`` maps the four
+        :class:`ManagerPrompt` (order of :data:`MANAGERS`) to four strings or
+        :class:`llm.base.Completion` s. ``compressor()`` may return a core compressor (or None). With a
+        finite context it also has ``prompt_budget()`` and ``prompt_tokens(messages)``."""
 
     name: str
 
@@ -52,9 +37,8 @@ class Extractor(Protocol):
 
 
 def backend_context_tokens(backend) -> int | None:
-    """The context window (tokens) a backend reports: its ``context_tokens`` attribute, or its
-    transformers model's ``config.max_position_embeddings``, looking through wrappers
-    (role / cache wrappers expose ``inner`` or ``backend``). None when nothing says."""
+    """A backend's context window in tokens (``context_tokens`` or the model's
+        ``max_position_embeddings``, through ``inner``/``backend`` wrappers), else None."""
     seen = 0
     while backend is not None and seen < 5:
         n = getattr(backend, "context_tokens", None)
@@ -72,20 +56,12 @@ def backend_context_tokens(backend) -> int | None:
 class ModelExtractor:
     """An LLM (any :class:`llm.base.Backend`) as the memory-construction model.
 
-    ``params`` defaults to greedy decoding with 768 new tokens per manager output.
-    ``constrained=True`` decodes each manager output under its JSON schema
-    (:func:`memory_bank.action_schemas.prompt_schema`: ids narrowed to the ids its prompt
-    shows); the core compression call stays free text. ``max_chars`` / ``max_items`` bound
-    every string / list of those schemas (:func:`llm.structured.bounded`; None = unbounded).
-    ``context_tokens``: the model's context window in tokens (default
-    :func:`backend_context_tokens`; None = unknown, sessions are then never segmented).
-    ``segment_tokens``: when set, every session is built in segments of whole turns of at most
-    this many transcript tokens (:func:`split_session`), whether or not it fits the context:
-    the cut of segmented SFT (``training.sft_segments``), so a model trained on segments is run
-    on the same kind of prompt (None = whole sessions while they fit). Raises ValueError when
-    it is < 1 or ``context_tokens`` does not exceed the output budget.
-    Prompt lengths are counted with the backend's tokenizer (its chat template), or as
-    characters / 3 (a conservative estimate) when it has none."""
+        ``params``: default greedy, 768 new tokens. ``constrained``: each manager output decoded under
+        :func:`memory_bank.action_schemas.prompt_schema`, strings/lists bounded by ``max_chars`` /
+        ``max_items``. ``context_tokens``: default :func:`backend_context_tokens` (None: never
+        segmented). ``segment_tokens``: cut every session as segmented SFT does
+        (``training.sft_segments``). ValueError when it is < 1 or the context does not exceed the
+        output budget. Prompts are measured with the backend's tokenizer, else characters / 3."""
 
     def __init__(self, backend: Backend, params: GenerationParams | None = None, name: str | None = None,
                  constrained: bool = False, max_chars: int | None = None, max_items: int | None = None,
@@ -153,10 +129,8 @@ class FormatFailure:
 
 @dataclass
 class ConstructionResult:
-    """``snapshots[i]`` is the bank JSON after the i-th processed session; ``attempts`` and
-    ``failures`` count manager outputs (per manager) for the format-failure rate;
-    ``segments[session index]`` is the number of manager steps the session took (1 when it
-    fit the extractor's context); ``outputs`` has one entry per step."""
+    """``snapshots[i]``: the bank JSON after the i-th session; ``attempts`` / ``failures`` per
+        manager; ``segments[session index]``: manager steps taken; ``outputs``: one per step."""
 
     bank: MemoryBank
     snapshots: list[dict] = field(default_factory=list)
@@ -181,12 +155,8 @@ class ConstructionResult:
 
 def construct(conversation: Conversation, extractor: Extractor, *, n_sessions: int | None = None,
               embedder=None, bank: MemoryBank | None = None, progress: bool = False) -> ConstructionResult:
-    """Build the bank of ``conversation`` session by session.
-
-    ``n_sessions`` limits the run to the first N sessions; ``embedder`` (optional) ranks the
-    20 entries each manager is shown. A session that does not fit the extractor's context is
-    built in segments (module docstring). Returns a :class:`ConstructionResult` with one bank
-    snapshot per session and the segment count of each."""
+    """Build the bank of ``conversation`` over its first ``n_sessions`` (``embedder`` ranks the 20
+        entries each manager sees); segments sessions that do not fit."""
     bank = bank if bank is not None else MemoryBank()
     if bank.compressor is None:
         bank.compressor = extractor.compressor()
@@ -201,10 +171,8 @@ def construct(conversation: Conversation, extractor: Extractor, *, n_sessions: i
 
 
 def split_session(session: Session, turn_tokens: Sequence[int], segment_tokens: int) -> list[Session]:
-    """``session`` cut into consecutive segments of whole turns, each holding at most
-    ``segment_tokens`` tokens (``turn_tokens[i]``: tokens of turn i's transcript line); a turn
-    longer than that on its own is its own segment. One segment (the session) when it fits.
-    Raises ValueError when ``segment_tokens`` < 1 or the lengths do not match the turns."""
+    """``session`` in consecutive segments of whole turns of at most ``segment_tokens``
+        (``turn_tokens[i]`` per turn; a longer turn is its own segment). ValueError for bad input."""
     if segment_tokens < 1:
         raise ValueError(f"segment_tokens must be >= 1, got {segment_tokens}")
     if len(turn_tokens) != len(session.turns):
@@ -224,9 +192,8 @@ def split_session(session: Session, turn_tokens: Sequence[int], segment_tokens: 
 
 
 def fixed_segments(session: Session, extractor) -> list[Session]:
-    """The session cut by the extractor's ``segment_tokens`` (:func:`split_session`, one turn
-    = its transcript line's tokens + 1 for the newline, as ``training.sft_segments`` counts),
-    or ``[session]`` when the extractor has none or the session has no turns."""
+    """The session cut by the extractor's ``segment_tokens`` (a turn counts its line's tokens + 1,
+        as ``training.sft_segments`` does), else ``[session]``."""
     n = getattr(extractor, "segment_tokens", None)
     if not n or not session.turns:
         return [session]
@@ -249,14 +216,10 @@ def _split_turn(turn: Turn, parts: int) -> list[Turn]:
 
 def step_session_segmented(bank: MemoryBank, conversation_id: str, session: Session, extractor,
                            result: ConstructionResult, embedder=None) -> int:
-    """Run the managers on ``session``, in consecutive segments when its prompts do not fit
-    the extractor's :meth:`prompt_budget`; returns the number of segments (>= 1).
-
-    Each segment holds as many whole turns as fit with the bank as it stands before that
-    segment (the prompt of every manager is measured); a turn that does not fit alone is split
-    into parts of its text. Raises ValueError when an empty segment's prompt (the bank shown to
-    the managers) leaves fewer than :data:`MIN_SEGMENT_TOKENS` tokens of the budget.
-    """
+    """Run the managers on ``session`` in segments that fit :meth:`prompt_budget` with the bank
+        as it stands; returns the segment count. ValueError when the bank alone leaves fewer than
+        :data:`MIN_SEGMENT_TOKENS` tokens.
+        """
     budget = extractor.prompt_budget() if hasattr(extractor, "prompt_budget") else None
     if budget is None or _max_prompt_tokens(extractor, bank, session, embedder) <= budget:
         step_session(bank, conversation_id, session, extractor, result, embedder)
@@ -294,9 +257,8 @@ def step_session_segmented(bank: MemoryBank, conversation_id: str, session: Sess
 
 def step_session(bank: MemoryBank, conversation_id: str, session: Session, extractor: Extractor,
                  result: ConstructionResult, embedder=None) -> None:
-    """Run the four managers on one session and apply their outputs (in place). A session
-    with no turns costs no model call: it is recorded in ``result.empty_sessions`` (with a
-    warning) and the bank is left as it was."""
+    """Run the four managers on one session and apply their outputs in place (no turns: no call,
+        recorded in ``result.empty_sessions`` with a warning)."""
     if not session.turns:
         warnings.warn(f"{conversation_id} session {session.index} ({session.id}) has no turns; skipped (no "
                       "extractor call)", stacklevel=2)

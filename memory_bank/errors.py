@@ -1,9 +1,5 @@
-"""Typed errors for manager outputs. Each carries ``error_type``: a stable short name that
-``memgym bank check`` prints and the reward's format gate logs.
-
-Source: ``DESIGN.md`` § "The memory bank and its action space" (the error list: unknown id,
-REPLACE text not found, missing field, wrong action for the part).
-"""
+"""Typed errors for manager outputs, each with ``error_type``: the stable short name ``memgym bank
+check`` prints and the reward's format gate logs."""
 from __future__ import annotations
 
 from llm.base import TruncatedOutputError
@@ -35,9 +31,7 @@ class OutputParseError(ManagerOutputError):
 
 
 class OutputTruncatedError(OutputParseError, TruncatedOutputError):
-    """The output was cut off: the completion stopped on the token limit, or the text ends
-    inside an unterminated JSON string, object or array. Applying what was recovered would
-    write half-finished memory, so it is a format failure like any other."""
+    """The output was cut off (token limit or unterminated JSON): a format failure."""
 
     error_type = "truncated"
 
@@ -89,11 +83,9 @@ class ContractError(ProgramError):
 
 
 class StructuredOutputError(ProgramError, ValueError):
-    """A structured model output (or host data) does not fit a program's dataclass schema.
-
-    ``schema`` names the dataclass, ``field`` the offending field (None when the whole output is
-    wrong, e.g. not JSON), ``index`` the list position for list outputs (else None).
-    """
+    """A structured output (or host data) does not fit a program's dataclass ``schema``; ``field``
+        and ``index`` locate it (None: the whole output).
+        """
 
     def __init__(self, message: str, *, schema: str, field: str | None = None, index: int | None = None):
         where = schema + (f"[{index}]" if index is not None else "") + (f".{field}" if field else "")

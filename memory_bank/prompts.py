@@ -1,10 +1,6 @@
-"""Manager prompts (our own wording). The same builder serves inference, SFT examples and
-ADRPO rollouts, so a model is trained on exactly the prompts it sees at test time.
-
-Source: ``DESIGN.md`` § "The memory bank and its action space": each manager sees the session
-date and transcript, the core block, and up to 20 existing entries of its own part, the most
-similar to the session, shown as ``[E3] text``.
-"""
+"""Manager prompts (our own wording), the same for inference, SFT and ADRPO rollouts: each
+manager sees the session date and transcript, the core block and up to 20 of its part's entries
+most similar to the session, as ``[E3] text``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -88,9 +84,7 @@ class ManagerPrompt:
 
 
 def build_prompt(manager: str, bank: MemoryBank, session: Session, embedder=None) -> ManagerPrompt:
-    """Chat messages (system + user) for ``manager`` given the bank *before* ``session``.
-
-    Raises ValueError for an unknown manager."""
+    """Chat messages for ``manager`` given the bank *before* ``session``; ValueError for an unknown manager."""
     if manager not in MANAGERS:
         raise ValueError(f"unknown manager {manager!r}; expected one of {MANAGERS}")
     transcript = session.transcript()

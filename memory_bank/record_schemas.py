@@ -1,20 +1,7 @@
-"""JSON schemas of a memory program's records, for constrained instruction extraction and planning.
-
-Source: ``DESIGN.md`` § "Structured outputs" (instruction extraction into the program's
-MemoryUnit, planning into its Query) and § "Memory programs". The schemas are derived from the
-program's own dataclasses, as :func:`memory_bank.program.describe_dataclass` reports them
-(:class:`memory_bank.program.FieldSpec`: kinds str, int, float, bool, list[str], each maybe
-Optional):
-
-- ``str`` → ``{"type": "string"}``, ``int`` → ``integer``, ``float`` → ``number``, ``bool`` →
-  ``boolean``, ``list[str]`` → an array of strings; Optional adds ``null`` (``anyOf``);
-- every field is listed in ``required`` (OpenAI's strict mode needs it; a field with a default
-  is simply always written) and no other key is allowed;
-- instruction extraction answers ``{"units": [MemoryUnit, ...]}`` (a root object, as OpenAI
-  requires; :func:`memory_bank.program.parse_structured` unwraps the one list), planning
-  answers one Query object.
-
-Schemas are built once per field list (an LRU keyed by the fields' JSON).
+"""JSON schemas of a memory program's records for constrained instruction extraction
+(``{"units": [MemoryUnit, ...]}``) and planning (one Query), from the program's dataclasses
+(:func:`memory_bank.program.describe_dataclass`): str/int/float/bool/list[str], Optional adding
+``null``; every field required and no other key (OpenAI strict mode). Cached per field list.
 """
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 with per-part counts (the reward's attribution needs them).
 
 Source: ``DESIGN.md`` § "Retrieval for QA" (MemBuilder §3.3: k = 10 by default).
-Embeddings are L2-normalised, so scores are cosines in [-1, 1].
+Embeddings are L2-normalised (again, in float32, as a program's ``toolkit.embed`` returns them:
+:func:`program_vectors`), so scores are cosines in [-1, 1].
 """
 from __future__ import annotations
 
@@ -12,15 +13,29 @@ import numpy as np
 
 from memory_bank.actions import PARTS
 from memory_bank.bank import MemoryBank
+from memory_bank.program.toolkit import unit_rows
 
 DEFAULT_K = 10
+
+
+def program_vectors(vectors) -> np.ndarray:
+    """``vectors`` (n, dim) as a memory program's ``toolkit.embed`` hands them over: float32,
+    rows L2-normalised by the host's toolkit and again by the sandbox child's
+    (:func:`memory_bank.program.toolkit.unit_rows` twice; each pass moves a unit vector by at
+    most an ulp). Ranking these makes :class:`BankRetriever` and ``memory_bank/programs/bank.py``
+    agree to the bit."""
+    return unit_rows(unit_rows(np.asarray(vectors, dtype=np.float32)))
 
 
 class VectorIndex:
     """Append-only matrix of normalised vectors with exact top-k by inner product.
 
     Storage grows geometrically, so ``add`` is amortised O(rows); ``search`` is one matmul
-    (``(n, d) @ (d, q)``) plus ``np.argpartition``: O(n·d) per query.
+    plus ``np.argpartition``: O(n·d) per query. Each query is scored alone, ``(n, d) @ (d,)`` in
+    float64 (the float32 products are exact there), so its scores do not depend on how many
+    queries share the call (a batched GEMM rounds differently from one GEMV, by ~1e-8 in
+    float32, enough to swap two near-tied entries); ``memory_bank/programs/bank.py`` scores one
+    query at a time the same way and so ranks exactly as this index does.
     """
 
     def __init__(self, dim: int):
@@ -53,7 +68,8 @@ class VectorIndex:
         k = min(k, self._n)
         if k <= 0:
             return np.zeros((len(q), 0), dtype=np.int64), np.zeros((len(q), 0), dtype=np.float32)
-        sims = q @ self._mat[: self._n].T  # (q, n)
+        mat = self._mat[: self._n].astype(np.float64)
+        sims = np.stack([mat @ row for row in q.astype(np.float64)])  # (q, n), one GEMV per query
         if k < self._n:
             part = np.argpartition(-sims, k - 1, axis=1)[:, :k]
         else:
@@ -61,7 +77,7 @@ class VectorIndex:
         top_scores = np.take_along_axis(sims, part, axis=1)
         order = np.argsort(-top_scores, axis=1, kind="stable")
         idx = np.take_along_axis(part, order, axis=1)
-        return idx, np.take_along_axis(top_scores, order, axis=1)
+        return idx, np.take_along_axis(top_scores, order, axis=1).astype(np.float32)
 
 
 @dataclass
@@ -103,7 +119,7 @@ class BankRetriever:
         self.items = [(p, e.id, e.text) for p in PARTS for e in bank.entries(p)]
         self.index = VectorIndex(embedder.dim)
         if self.items:
-            self.index.add(embedder.encode([t for _, _, t in self.items]))
+            self.index.add(program_vectors(embedder.encode([t for _, _, t in self.items])))
 
     def retrieve(self, questions: list[str]) -> list[Retrieved]:
         """One :class:`Retrieved` per question (one batched embedding call)."""
@@ -111,7 +127,8 @@ class BankRetriever:
             return []
         if not self.items:
             return [Retrieved(self.bank.core) for _ in questions]
-        idx, scores = self.index.search(self.embedder.encode(list(questions)), self.k)
+        queries = program_vectors(self.embedder.encode(list(questions)))
+        idx, scores = self.index.search(queries, self.k)
         return [
             Retrieved(self.bank.core, [(*self.items[i], float(s)) for i, s in zip(row, srow)])
             for row, srow in zip(idx, scores)

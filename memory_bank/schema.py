@@ -1,7 +1,4 @@
-"""Conversation / QA data model shared by every memgym package.
-
-Source: ``DESIGN.md`` § "Data model". All text lengths in this module are in characters.
-"""
+"""Conversation / QA data model shared by every memgym package; lengths in characters."""
 from __future__ import annotations
 
 import enum
@@ -10,21 +7,14 @@ from datetime import datetime
 
 
 class Capability(str, enum.Enum):
-    """The five PrisMem capabilities a QA item can test.
-
-    F factual retrieval, T temporal tracking, P preference extraction,
-    M multi-session synthesis, A adversarial (abstention, contradiction, false premise).
-    """
+    """The five PrisMem capabilities: F factual, T temporal, P preference, M multi-session,
+        A adversarial (abstention, contradiction, false premise)."""
 
     FACTUAL = "F"
     TEMPORAL = "T"
     PREFERENCE = "P"
     MULTI_SESSION = "M"
     ADVERSARIAL = "A"
-
-    @property
-    def long_name(self) -> str:
-        return CAPABILITY_NAMES[self.value]
 
 
 #: Display names of the capability letters (report tables): the one F/T/P/M/A table.
@@ -65,12 +55,8 @@ class Session:
 
 @dataclass(frozen=True)
 class QAItem:
-    """A benchmark or synthetic question.
-
-    ``evidence`` holds turn ids; ``category`` the native label as a string ("1".."5" for
-    LoCoMo, the question type for LongMemEval, the ability for BEAM); ``capability`` the
-    primary capability; ``rubric`` what a good answer must state (BEAM; empty elsewhere).
-    """
+    """A benchmark or synthetic question: ``evidence`` turn ids, ``category`` the native label,
+        ``capability`` the primary one, ``rubric`` (BEAM) what a good answer must state."""
 
     id: str
     question: str

@@ -11,7 +11,8 @@ Source: ``DESIGN.md`` § "Dense session reward and ADRPO" (MemBuilder, arXiv 260
    filtered out of retrieval (public code once did, and questions about session t-1 became
    unanswerable).
 3. acc = mean over the J questions of judge(answer(q_j, retrieve(bank, q_j)), a_j), with
-   top-k retrieval over episodic ∪ semantic ∪ procedural plus the core block.
+   top-k retrieval over episodic ∪ semantic ∪ procedural plus the core block, answered and
+   scored by the one measure step (:func:`rewards.scoring.measure.measure`).
 4. LP in policy-tokenizer tokens (:mod:`rewards.length`).
 5. R = g · acc · (1 − λ·LP) · (1 − μ·CP), with μ = ``copy_penalty`` (default 0: MemBuilder's
    R = g · acc · (1 − λ·LP) exactly) and CP the core output's verbatim-copy rate against the
@@ -44,8 +45,7 @@ from rewards.copying import copy_rate, prompt_transcript
 from rewards.length import core_length_penalty, core_written_text, count_tokens, part_length_penalty
 from rewards.reward_types import MODES, RewardBreakdown, RewardDataError, SessionRewardConfig
 from rewards.samples import RewardSample
-from rewards.scoring.answer import answer_questions
-from rewards.scoring.judge import ScoreItem
+from rewards.scoring.measure import measure
 from rewards.scoring.scorers import make_scorer
 
 #: The reward's public names: the computation and statistic defined here, and the settings,
@@ -258,17 +258,12 @@ class SessionReward:
         retrieved = [BankRetriever(bank, lookup, self.config.top_k).retrieve([q.question for q in s.qa])
                      for bank, s in jobs]
         flat = [(s, q, r) for (_, s), rs in zip(jobs, retrieved) for q, r in zip(s.qa, rs)]
-        contexts = [r.render() for _, _, r in flat]
-        preds = [""] * len(flat)
-        if self.scorer.needs_prediction and flat:
-            preds = answer_questions(self.answer_backend, [(q.question, c, q.question_date)
-                                                           for (_, q, _), c in zip(flat, contexts)],
-                                     self.answer_params)
+        unparsable0 = getattr(self.scorer, "parse_failures", 0)
+        measured = measure(self.scorer, [q for _, q, _ in flat], [r.render() for _, _, r in flat],
+                           answerer=self.answer_backend, params=self.answer_params)
+        preds, scores = measured.predictions, measured.scores
         self.last_stats["answer_prompts"] = len(flat) if self.scorer.needs_prediction else 0
         self.last_stats["judge_prompts"] = len(flat) if self.config.judge == "llm" else 0
-        unparsable0 = getattr(self.scorer, "parse_failures", 0)
-        scores = self.scorer.score([ScoreItem(q.question, q.answer, p, c, q.category or None)
-                                    for (_, q, _), p, c in zip(flat, preds, contexts)]) if flat else []
         # answers that came back empty and judge replies with no CORRECT/WRONG label both score 0
         self.last_stats["empty_answers"] = sum(1 for p in preds if not p.strip()) if self.scorer.needs_prediction else 0
         self.last_stats["judge_unparsable"] = getattr(self.scorer, "parse_failures", 0) - unparsable0

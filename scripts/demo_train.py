@@ -3,16 +3,19 @@
 1. SFT (TRL ``SFTTrainer``, full fine-tuning) of the embedded SmolLM2-135M-Instruct for 16
    steps on 200-token segments of LoCoMo conv-26's expert trajectory
    (``launch/recipes/demo_train_sft.yaml``, the cut of ``train_cpu_sft.yaml``).
-2. ADRPO (LoRA over the SFT model) for one step on a segment row, dense session reward with the
-   offline answer-recall judge (``launch/recipes/demo_train_adrpo.yaml``).
-3. Held-out measurement (:func:`training.heldout.heldout_row`) on a conversation NOT trained on
-   (LoCoMo conv-41, its first session and the QA whose evidence lies in it), with the base
-   SmolLM2 and the trained model as extractors side by side, both building the session on the
-   SFT recipe's segments (its ``segment_tokens``, from :func:`run_sft`): per-manager format-failure rate, bank
-   size, answer-recall of the retrieved memory, LoCoMo F1 (same answer model).
+2. ADRPO (LoRA over the SFT model) for two steps on a core segment row whose sampled rollouts
+   get different rewards (``screen_rows``), dense session reward with the offline answer-recall
+   judge (``launch/recipes/demo_train_adrpo.yaml``).
 
-Writes ``<out>/`` (default ``runs/demo_train``): ``sft/`` and ``adrpo/`` (models, logs),
-``heldout.json``, ``reward_curve.png``, ``summary.json`` and ``report.md``. Usage::
+Both trainers measure themselves at every evaluation (:mod:`training.callbacks`): the greedy
+validation session reward on conv-30's first segment rows with per-manager format failures,
+and the answer-recall of the bank the model builds over the first turns of held-out LoCoMo
+conv-41. The report's tables and curve are read from the two ``trainer_state.json`` files'
+``log_history``: base = the SFT run's first evaluation (step 0), SFT = its last, SFT+ADRPO =
+the ADRPO run's last.
+
+Writes ``<out>/`` (default ``runs/demo_train``): ``sft/`` and ``adrpo/`` (models,
+``trainer_state.json``), ``reward_curve.png``, ``summary.json`` and ``report.md``. Usage::
 
     python scripts/demo_train.py [--out runs/demo_train] [--sft-steps N] [--adrpo-steps N]
 """
@@ -57,8 +60,8 @@ def run_sft(out: Path, steps: int | None) -> tuple[dict, int | None]:
 
 
 def run_adrpo(out: Path, steps: int | None) -> list[dict]:
-    """Stage 2: ADRPO from the SFT adapter; returns the trainer's log history (also written
-    to ``adrpo/log_history.json``)."""
+    """Stage 2: ADRPO from the SFT model; returns the trainer's log history (also in
+    ``adrpo/trainer_state.json``)."""
     from training.adrpo import build_trainer, parse_args, train
 
     argv = ["--config", str(RECIPES / "demo_train_adrpo.yaml"), "--init_from", str(out / "sft"),
@@ -67,30 +70,17 @@ def run_adrpo(out: Path, steps: int | None) -> list[dict]:
         argv += ["--max_steps", str(steps)]
     args, model_args = parse_args(argv)
     trainer = train(args, build_trainer(args, model_args))
-    history = trainer.state.log_history
-    (out / "adrpo" / "log_history.json").write_text(json.dumps(history, indent=2) + "\n")
+    history = trainer.state.log_history  # also in adrpo/trainer_state.json
     del trainer
     gc.collect()
     return history
 
 
-def run_heldout(out: Path, trained: str, conversations=("conv-41",), n_sessions: int = 1,
-                max_new_tokens: int = 512, segment_tokens: int | None = None) -> dict:
-    """Stage 3: :func:`training.heldout.heldout_row` for the base SmolLM2 and ``trained`` on the
-    held-out conversations, both building every session in segments of ``segment_tokens``
-    transcript tokens (the SFT recipe's cut; None = whole sessions); returns ``{"base": row,
-    "trained": row}`` (also ``heldout.json``)."""
-    from data_synth.datasets import load_conversations
-    from llm.runtime import Runtime
-    from training.heldout import heldout_row
+def measurements(history: list[dict]) -> list[dict]:
+    """The in-trainer measurements of a ``log_history`` (:mod:`training.callbacks`), in step order."""
+    from training.callbacks import PREFIX
 
-    rt = Runtime.from_config()
-    convs = load_conversations("locomo", None, ids=list(conversations), n_sessions=n_sessions)
-    rows = {name: heldout_row(spec, convs, rt, max_new_tokens=max_new_tokens, progress=True,
-                              segment_tokens=segment_tokens)
-            for name, spec in (("base", "hf:smollm2"), ("trained", trained))}
-    (out / "heldout.json").write_text(json.dumps(rows, indent=2) + "\n")
-    return rows
+    return [h for h in history if f"{PREFIX}/validation_reward" in h]
 
 
 def step_rows(history: list[dict]) -> list[dict]:
@@ -101,7 +91,7 @@ def step_rows(history: list[dict]) -> list[dict]:
             continue
         row = {"step": h["step"], **{p: h.get(f"reward_parts/{p}") for p in PARTS}}
         row.update(reward_std=h.get("reward_std"), frac_zero_std=h.get("frac_reward_zero_std"), kl=h.get("kl"),
-                   loss=h.get("loss"), dominant={p: h.get(f"dominant/{p}") for p in
+                   loss=h.get("loss"), grad_norm=h.get("grad_norm"), dominant={p: h.get(f"dominant/{p}") for p in
                                                  ("episodic", "semantic", "procedural", "none")})
         rows.append(row)
     return rows
@@ -133,49 +123,55 @@ def _f(x, nd=3):
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
 
 
-def heldout_table(rows: dict) -> list[str]:
-    """Markdown lines: one row per extractor with the per-manager format-failure rates, bank
-    entries, answer recall and LoCoMo F1."""
-    ms = ("core", "episodic", "semantic", "procedural")
-    lines = ["| extractor | " + " | ".join(f"{m} format failures" for m in ms) + " | bank entries (E+S+P) | "
-             "answer recall | LoCoMo F1 | QA |", "|---" * (len(ms) + 5) + "|"]
-    for name, r in rows.items():
-        ffr = r["format_failure_rate"]
-        lines.append(f"| {name} (`{r['extractor']}`) | " + " | ".join(_f(ffr[m], 2) for m in ms) +
-                     f" | {r['bank_entries']} | {_f(r['answer_recall'])} | {_f(r['f1'])} | {r['n_qa']} |")
+def measure_table(rows: dict[str, dict]) -> list[str]:
+    """Markdown lines: one row per model state (a ``log_history`` measurement) with the
+    validation reward, the per-manager format-failure rates of the validation outputs, and the
+    held-out bank's entries and answer recall."""
+    from memory_bank.actions import MANAGERS
+    from training.callbacks import PREFIX
+
+    lines = ["| model | step | validation reward | " + " | ".join(f"{m} format failures" for m in MANAGERS)
+             + " | held-out bank entries | held-out answer recall | held-out QA |", "|---" * (len(MANAGERS) + 6) + "|"]
+    for name, h in rows.items():
+        lines.append(f"| {name} | {h['step']} | {_f(h.get(f'{PREFIX}/validation_reward'))} | "
+                     + " | ".join(_f(h.get(f"{PREFIX}/format_failure/{m}"), 2) for m in MANAGERS)
+                     + f" | {int(h.get(f'{PREFIX}/heldout_entries', 0))} | {_f(h.get(f'{PREFIX}/heldout_answer_recall'))}"
+                     f" | {int(h.get(f'{PREFIX}/heldout_qa', 0))} |")
     return lines
 
 
-def write_report(out: Path, sft: dict, rows: list[dict], heldout: dict, timings: dict, threads: int | None,
-                 conversations, n_sessions: int, segment_tokens: int | None = None) -> None:
-    """``report.md``: SFT losses, the ADRPO step table and curve, the held-out table."""
-    cut = (f"sessions built in segments of <= {segment_tokens} transcript tokens, the cut the SFT trained on"
-           if segment_tokens else "whole sessions")
-    lines = ["# memgym demo-train: SFT → ADRPO → held-out conversation", "",
-             f"Wall time: SFT {timings['sft_s']:.0f} s, ADRPO {timings['adrpo_s']:.0f} s, held-out measurement "
-             f"{timings['heldout_s']:.0f} s (total {sum(timings.values()):.0f} s on {os.cpu_count()} cores, torch "
-             f"threads {threads or 'default'}, 1-min load average at the end {os.getloadavg()[0]:.1f}).", "",
+def write_report(out: Path, sft: dict, rows: list[dict], measured: dict[str, dict], timings: dict,
+                 threads: int | None, segment_tokens: int | None = None) -> None:
+    """``report.md``: SFT losses, the ADRPO step table and curve, the measurement table."""
+    lines = ["# memgym demo-train: SFT → ADRPO, measured inside the trainers", "",
+             f"Wall time: SFT {timings['sft_s']:.0f} s, ADRPO {timings['adrpo_s']:.0f} s (total "
+             f"{sum(timings.values()):.0f} s on {os.cpu_count()} cores, torch threads {threads or 'default'}, 1-min load "
+             f"average at the end {os.getloadavg()[0]:.1f}); each includes its evaluations.", "",
              f"## 1. SFT (full fine-tuning, conv-26 expert trajectory, "
              f"{f'{segment_tokens}-token segments' if segment_tokens else 'whole sessions'})", "",
              f"{sft['global_step']} steps on {sft['examples']['train']} examples. Loss on the train probe "
              f"{_f(sft.get('train_loss_start'))} → {_f(sft.get('train_loss_end'))}; on conv-30 (validation) "
              f"{_f(sft.get('eval_loss_start'))} → {_f(sft.get('eval_loss_end'))}.", "",
              "## 2. ADRPO from the SFT model (LoRA; answer-recall reward, counterfactual banks, corrected weighting)",
-             "", "![reward curve](reward_curve.png)", "",
-             "| step | reward | gate | acc | LP | weight | reward std | frac zero-std groups | kl | dominant E/S/P/none |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "", "Rows: `adrpo/screen.json` (the rewards of each tried row's sampled rollouts).", "",
+             "![reward curve](reward_curve.png)", "",
+             "| step | reward | gate | acc | LP | weight | reward std | frac zero-std groups | kl | loss | grad norm "
+             "| dominant E/S/P/none |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         d = r["dominant"]
         lines.append(f"| {r['step']} | {_f(r['reward'])} | {_f(r['gate'])} | {_f(r['acc'])} | {_f(r['lp'])} | "
                      f"{_f(r['weight'], 2)} | {_f(r['reward_std'])} | {_f(r['frac_zero_std'], 2)} | "
-                     f"{_f(r['kl'], 4)} | {'/'.join(str(int(d[p] or 0)) for p in d)} |")
-    lines += ["", f"## 3. Held-out: {', '.join(conversations)} (never trained on), first {n_sessions} session(s), "
-                  f"free greedy decoding, {cut}", "",
-              "Same answer model (`hf:smollm2`), retriever (all-MiniLM-L6-v2, top 10) and scorer (LoCoMo's official "
-              "token F1) for both rows. A format failure is a manager output the bank rejects (not JSON, wrong "
-              "schema, unknown id, cut off at the token limit).", ""] + heldout_table(heldout)
+                     f"{_f(r['kl'], 4)} | {_f(r['loss'], 4)} | {_f(r['grad_norm'], 4)} | "
+                     f"{'/'.join(str(int(d[p] or 0)) for p in d)} |")
+    lines += ["", "## 3. Measured at each evaluation (training/callbacks.py, from trainer_state.json)", "",
+              "Greedy decoding, 192 tokens per output. Validation: conv-30's first session-1 segment rows (one per "
+              "manager), session reward with the answer-recall judge over the counterfactual bank; a format failure is "
+              "an output the bank rejects (not JSON, wrong schema, unknown id, cut off at the token limit). Held-out: "
+              "the bank the model builds over the first turns of conv-41 (never trained on), "
+              f"{f'{segment_tokens}-token segments' if segment_tokens else 'whole sessions'}, top-10 retrieval "
+              "(all-MiniLM-L6-v2), answer recall of the retrieved memory.", ""] + measure_table(measured)
     lines += ["", "A few CPU steps on one conversation: the format is what they can teach; the full recipe "
-                  "(`launch/recipes/train_cpu_*.yaml`, `scripts/train_cpu.py`) measures more."]
+                  "(`launch/recipes/train_cpu_*.yaml`) measures more."]
     (out / "report.md").write_text("\n".join(lines) + "\n")
 
 
@@ -184,12 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/demo_train", help="output dir (default runs/demo_train)")
     p.add_argument("--sft-steps", type=int, default=None, help="override the SFT recipe's max_steps")
     p.add_argument("--adrpo-steps", type=int, default=None, help="override the ADRPO recipe's max_steps")
+    p.add_argument("--report-only", action="store_true",
+                   help="write the report of the runs already in --out (sft/ and adrpo/ trainer_state.json, "
+                        "sft/metrics.json), e.g. make train-cpu's; trains nothing")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: 1 when the 1-minute load average exceeds the core count, "
                         "else torch's default; on a shared CPU, 1 thread ran generation 8x faster than 2 here)")
-    p.add_argument("--conversations", nargs="+", default=["conv-41"], help="held-out LoCoMo conversations")
-    p.add_argument("--sessions", type=int, default=1, help="their first N sessions (default 1)")
-    p.add_argument("--max-new-tokens", type=int, default=512, help="tokens per manager output (default 512)")
     a = p.parse_args(argv)
     threads = choose_threads(a.threads)
     if threads is not None:
@@ -203,27 +199,31 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     timings = {}
-    t = time.time()
-    print("== 1/3 SFT", flush=True)
-    sft, segment_tokens = run_sft(out, a.sft_steps)
-    timings["sft_s"] = time.time() - t
-    gc.collect()
-    t = time.time()
-    print("== 2/3 ADRPO", flush=True)
-    rows = step_rows(run_adrpo(out, a.adrpo_steps))
-    timings["adrpo_s"] = time.time() - t
+    if a.report_only:
+        sft = json.loads((out / "sft" / "metrics.json").read_text())
+        segment_tokens = sft.get("segment_tokens")
+        history = json.loads((out / "adrpo" / "trainer_state.json").read_text())["log_history"]
+        timings = {"sft_s": sft.get("wall_s", 0.0), "adrpo_s": 0.0}
+    else:
+        t = time.time()
+        print("== 1/2 SFT", flush=True)
+        sft, segment_tokens = run_sft(out, a.sft_steps)
+        timings["sft_s"] = time.time() - t
+        gc.collect()
+        t = time.time()
+        print("== 2/2 ADRPO", flush=True)
+        history = run_adrpo(out, a.adrpo_steps)
+        timings["adrpo_s"] = time.time() - t
+    rows = step_rows(history)
     plot_reward_curve(rows, out / "reward_curve.png")
-    t = time.time()
-    print("== 3/3 held-out measurement (base vs trained)", flush=True)
-    heldout = run_heldout(out, f"hf:{out / 'adrpo'}", a.conversations, a.sessions, a.max_new_tokens, segment_tokens)
-    timings["heldout_s"] = time.time() - t
-    write_report(out, sft, rows, heldout, timings, threads, a.conversations, a.sessions, segment_tokens)
+    sft_m = measurements(json.loads((out / "sft" / "trainer_state.json").read_text())["log_history"])
+    adrpo_m = measurements(history)
+    measured = {"base (hf:smollm2)": sft_m[0], "SFT": sft_m[-1], "SFT+ADRPO": adrpo_m[-1]}
+    write_report(out, sft, rows, measured, timings, threads, segment_tokens)
     summary = {"timings_s": {k: round(v, 1) for k, v in timings.items()}, "torch_threads": threads,
                "sft": {k: sft.get(k) for k in ("global_step", "train_loss_start", "train_loss_end",
                                                "eval_loss_start", "eval_loss_end")},
-               "adrpo_steps": rows,
-               "heldout": {name: {k: r[k] for k in ("extractor", "format_failure_rate", "bank_entries", "answer_recall",
-                                                    "f1", "n_qa")} for name, r in heldout.items()}}
+               "adrpo_steps": rows, "measured": measured}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print((out / "report.md").read_text())
     print(f"demo-train: wrote {out}/report.md, reward_curve.png, summary.json")

@@ -9,6 +9,7 @@ or ``memgym train adrpo --config ...``. Config: :mod:`training.adrpo_config`; tr
 """
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import os
@@ -16,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from memory_bank.actions import MANAGERS
 from rewards.session_reward import SessionReward
 from training.adrpo_config import ADRPOConfig
 from training.adrpo_trainer import ADRPOTrainer
@@ -70,10 +72,13 @@ def reward_rows(args: ADRPOConfig, paths, *, tokenizer, embedder) -> list:
 def build_trainer(args: ADRPOConfig, model_args: PolicyModelConfig | None = None, callbacks=None) -> ADRPOTrainer:
     """Load the policy (``init_from`` or ``model_args.model_name_or_path``; LoRA per
     ``model_args``, default :class:`PolicyModelConfig`), build the reward samples from
-    ``train_trajectories``, the reward, and the trainer."""
+    ``train_trajectories`` (screened for reward spread when ``screen_rows`` is set), the reward,
+    the in-trainer measurement (``memory_eval_*`` fields: :mod:`training.callbacks`; its
+    validation rows of the trained managers are the trainer's eval set, for TRL's eval rollouts) and the trainer."""
     from llm.embeddings import load_embedder
     from llm.runtime import Runtime
     from training.adrpo_data import select_samples
+    from training.callbacks import build_memory_eval
     from training.common import load_policy
 
     # files and caches first: a missing trajectory or a corrupt cache fails before the policy loads
@@ -85,10 +90,38 @@ def build_trainer(args: ADRPOConfig, model_args: PolicyModelConfig | None = None
     samples = select_samples(samples, sessions=args.sessions, max_prompt_tokens=args.max_prompt_tokens,
                              tokenizer=policy.tokenizer, whole_sessions=args.mode == "joint",
                              keys=args.row_keys)
-    logger.info("ADRPO: %d rows from %s", len(samples), args.train_trajectories)
     reward = build_reward(args, policy.tokenizer, embedder, rt)
+    if args.screen_rows:
+        samples = screen(args, policy, samples, reward)
+    logger.info("ADRPO: %d rows from %s", len(samples), args.train_trajectories)
+    callback, eval_rows = build_memory_eval(args, policy.tokenizer, embedder, reward, managers=MANAGERS,
+                                            segment_tokens=args.segment_tokens,
+                                            max_prompt_tokens=args.max_prompt_tokens)
+    callbacks = [*(callbacks or []), *([callback] if callback is not None else [])]
     return trainer_class(args)(policy.model, args=args, samples=samples, reward=reward,
-                               processing_class=policy.tokenizer, peft_config=policy.peft_config, callbacks=callbacks)
+                               processing_class=policy.tokenizer, peft_config=policy.peft_config, callbacks=callbacks,
+                               eval_samples=[r for r in eval_rows if r.manager in args.managers] or None)
+
+
+def screen(args: ADRPOConfig, policy, samples: list, reward) -> list:
+    """``args.screen_rows`` rows with reward spread (:func:`training.adrpo_data.screen_rows`),
+    sampled from the initial policy as training samples it; the screen is written to
+    ``<output_dir>/screen.json``."""
+    import json
+
+    from llm.hf_backend import HFBackend
+    from training.adrpo_data import screen_rows
+
+    backend = HFBackend(policy.model, copy.deepcopy(policy.tokenizer), device=str(policy.model.device),
+                        batch_size=args.num_generations, model_id="adrpo-screen")
+    chosen, report = screen_rows(samples, reward, backend, n=args.screen_rows, num_generations=args.num_generations,
+                                 max_new_tokens=args.max_completion_length, temperature=args.temperature,
+                                 top_p=args.top_p, seed=args.seed)
+    policy.model.train()
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "screen.json").write_text(json.dumps({"chosen": [s.key for s in chosen], "tried": report}, indent=2) + "\n")
+    return chosen
 
 
 def train(args: ADRPOConfig, trainer: ADRPOTrainer | None = None) -> ADRPOTrainer:
@@ -100,6 +133,7 @@ def train(args: ADRPOConfig, trainer: ADRPOTrainer | None = None) -> ADRPOTraine
     trainer.save_model(args.output_dir)
     if trainer.accelerator.is_main_process:
         trainer.processing_class.save_pretrained(args.output_dir)
+        trainer.save_state()  # trainer_state.json: log_history with every evaluation's measurement
     return trainer
 
 

@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 import trl
 from trl import GRPOConfig
 
+from llm.embeddings import EMBEDDER_HELP, check_embedder_spec
 from llm.errors import MemgymError
 from llm.checks import check_fields, require
 from rewards.session_reward import MODES, SessionRewardConfig
+from training.callbacks import MemoryEvalFields
 
 #: ``advantage``: the corrected weighting, stock TRL loss with each completion's advantage × w(m);
 #: ``unclipped``: the paper's Eq. 12 (ablation, :mod:`training.adrpo_eq12`); ``none``: stock GRPO.
@@ -50,7 +52,7 @@ def check_eq12_support(args, *, is_vlm: bool = False, aux_loss: bool = False) ->
 
 
 @dataclass
-class ADRPOConfig(GRPOConfig):
+class ADRPOConfig(MemoryEvalFields, GRPOConfig):
     """TRL's ``GRPOConfig`` plus the ADRPO fields. Every TRL field (``use_vllm``, ``vllm_mode``
     colocate|server, ``loss_type``, ``beta``, ``epsilon``, ``entropy_coef``, ...) passes
     through to ``GRPOTrainer`` unchanged; with ``weighting: advantage`` every TRL loss type
@@ -82,7 +84,8 @@ class ADRPOConfig(GRPOConfig):
                             "(https://huggingface.co/docs/trl/main/en/grpo_trainer#trl.GRPOConfig), then the ADRPO "
                             "fields from --init_from on")
 
-    CHECKS = {"retrieval_top_k": {"min": 1}, "answer_max_new_tokens": {"min": 1}, "max_prompt_tokens": {"min": 1},
+    CHECKS = {"screen_rows": {"min": 1}, "memory_eval_rows": {"min": 1}, "memory_eval_heldout_turns": {"min": 1},
+              "memory_eval_max_new_tokens": {"min": 1}, "retrieval_top_k": {"min": 1}, "answer_max_new_tokens": {"min": 1}, "max_prompt_tokens": {"min": 1},
               "segment_tokens": {"min": 1}, "answer_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}}
 
     init_from: str | None = field(default=None, metadata={
@@ -117,7 +120,7 @@ class ADRPOConfig(GRPOConfig):
     reward_cache: str | None = field(default=None, metadata={
         "help": "sqlite response cache of the answer/judge models (default under $MEMGYM_CACHE; 'none' disables)"})
     embedder: str = field(default="minilm", metadata={
-        "help": "retrieval embedder: minilm (embedded all-MiniLM-L6-v2) | hash (model-free, tests) | <dir>"})
+        "help": f"retrieval embedder: {EMBEDDER_HELP}"})
     # data
     train_trajectories: list[str] = field(default_factory=lambda: ["conv-26"], metadata={
         "help": "expert trajectory files, or names looked up in $MEMGYM_DATA/expert (conv-26)"})
@@ -130,9 +133,12 @@ class ADRPOConfig(GRPOConfig):
     sessions: list[int] | None = field(default=None, metadata={"help": "only these session indices"})
     row_keys: list[str] | None = field(default=None, metadata={
         "help": "only the rows with these keys (conv-26/s2/semantic), e.g. those a pre-screen found with reward "
-                "variance (scripts/adrpo_weighting.py screen); null: every row"})
+                "variance (scripts/experiments/adrpo_weighting/run.py screen); null: every row"})
     max_prompt_tokens: int | None = field(default=None, metadata={
         "help": "drop rows whose chat prompt is longer (policy tokens); TRL 1.16 has no prompt cap"})
+    screen_rows: int | None = field(default=None, metadata={
+        "help": "data preparation: train on the first N rows (after the filters above) whose num_generations rollouts "
+                "from the initial policy get different rewards (training.adrpo_data.screen_rows); null: every row"})
     segment_tokens: int | None = field(default=None, metadata={
         "help": "one row per session SEGMENT of whole turns of <= this many transcript tokens, with the QA the "
                 "segment completes (training.segment_samples; the cut of segmented SFT's segment_tokens); "
@@ -177,12 +183,15 @@ class ADRPOConfig(GRPOConfig):
             ("weighting", self.weighting in WEIGHTINGS, f"one of {WEIGHTINGS}"),
             ("alpha", self.alpha > 0, "> 0"),
             ("mode", self.mode in MODES, f"one of {MODES}"),
-            ("embedder", bool(self.embedder), "minilm, hash or a model dir"),
             ("train_trajectories", bool(self.train_trajectories), "a non-empty list"),
         ]
         for name, ok, need in checks:
             if not ok:
                 raise ADRPOConfigError(f"ADRPOConfig.{name} must be {need}, got {getattr(self, name)!r}")
+        try:
+            check_embedder_spec(self.embedder, allow_none=False)
+        except ValueError as e:
+            raise ADRPOConfigError(f"ADRPOConfig.embedder: {e}") from None
         self.reward_config()  # validates judge, lam, core_lp_lo/hi, copy_*, attribution_on, retrieval_top_k, correct_threshold
         if self.weighting == "unclipped":  # the Eq. 12 loss's limits, checked before any model loads
             check_eq12_support(self)

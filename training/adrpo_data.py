@@ -9,11 +9,14 @@ the session's QA, which stay in the trainer's key → RewardSample table.
 """
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Sequence
 
 from llm.errors import MemgymError
 from rewards.samples import RewardSample
+
+logger = logging.getLogger(__name__)
 
 ROW_COLUMNS = ("prompt", "key", "conversation_id", "session", "manager")
 
@@ -49,7 +52,7 @@ def select_samples(samples: Sequence[RewardSample], *, sessions: Sequence[int] |
     """Filter samples, keeping their order.
 
     - ``keys``: keep only the samples with these keys (``conv-26/s2/semantic``), e.g. the rows
-      whose sampled rollouts got different rewards in a pre-screen (``scripts/adrpo_weighting.py
+      whose sampled rollouts got different rewards in a pre-screen (``scripts/experiments/adrpo_weighting/run.py
       screen``); a key no sample has raises :class:`ADRPODataError` naming it.
     - ``sessions``: keep only these session indices (1-based).
     - ``max_prompt_tokens``: drop samples whose rendered prompt (see :func:`prompt_tokens`,
@@ -144,3 +147,37 @@ def session_block_sampler(dataset, *, block: int, mini_repeat_count: int, batch_
 
     return _SessionBlockSampler(dataset, mini_repeat_count=mini_repeat_count, batch_size=batch_size,
                                 repeat_count=repeat_count, shuffle=shuffle, seed=seed)
+
+
+def screen_rows(rows: Sequence[RewardSample], reward, backend, *, n: int, num_generations: int, max_new_tokens: int,
+                temperature: float, top_p: float, seed: int) -> tuple[list[RewardSample], list[dict]]:
+    """Data preparation for GRPO: the first ``n`` of ``rows`` (in order) whose ``num_generations``
+    sampled rollouts from ``backend`` (the policy before training, e.g. an
+    :class:`llm.hf_backend.HFBackend` over it; ``temperature`` / ``top_p`` / ``seed`` as in
+    training) get rewards of nonzero spread (std > 0, as TRL's ``frac_reward_zero_std`` tests
+    with ``torch.isclose``): a group whose rewards are all equal has advantage 0 everywhere and
+    moves no weight (Shao et al. 2024, GRPO, Eq. 3). One generation call and one reward call
+    per row, stopping as soon as ``n`` rows are found. Returns ``(chosen rows, screen)``, the
+    screen one ``{"key", "rewards"}`` per row tried. Raises :class:`ADRPODataError` when no
+    row has spread."""
+    import numpy as np
+
+    from llm.base import GenerationParams
+
+    chosen, screen = [], []
+    params = GenerationParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
+    for s in rows:
+        comps = backend.generate([s.messages] * num_generations, params)
+        bds = reward([s] * num_generations, [c.text for c in comps], finish_reasons=[c.finish_reason for c in comps])
+        rewards = [round(float(b.reward), 6) for b in bds]
+        screen.append({"key": s.key, "rewards": rewards})
+        logger.info("ADRPO screen %s: rewards %s", s.key, rewards)
+        if not np.isclose(np.std(rewards), 0.0):
+            chosen.append(s)
+            if len(chosen) >= n:
+                break
+    if not chosen:
+        raise ADRPODataError(f"ADRPO screen_rows: none of the {len(screen)} rows tried got rollouts with different "
+                             f"rewards ({num_generations} each); widen the rows (sessions, managers) or raise "
+                             "temperature")
+    return chosen, screen

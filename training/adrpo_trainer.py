@@ -122,12 +122,14 @@ class ADRPOTrainer(GRPOTrainer):
         reward: the session reward callable (a :class:`SessionReward`; see
             :func:`training.adrpo.build_trainer`).
         processing_class, peft_config, callbacks: as for ``GRPOTrainer``.
+        eval_samples: validation rows, the eval set (``eval_strategy``; TRL's eval rollouts and
+            the :class:`training.callbacks.MemoryEvalCallback` measurement); None = no eval set.
     Raises :class:`ADRPOConfigError` for ``weighting: unclipped`` or (joint mode) per-process
     batches that would split a session.
     """
 
     def __init__(self, model, *, args: ADRPOConfig, samples: Sequence[RewardSample], reward,
-                 processing_class=None, peft_config=None, callbacks=None):
+                 processing_class=None, peft_config=None, callbacks=None, eval_samples: Sequence[RewardSample] | None = None):
         if not isinstance(args, ADRPOConfig):
             raise ADRPOConfigError(f"ADRPOTrainer needs an ADRPOConfig, got {type(args).__name__}")
         if args.weighting == "unclipped" and type(self)._compute_loss is GRPOTrainer._compute_loss:
@@ -139,9 +141,10 @@ class ADRPOTrainer(GRPOTrainer):
                 raise ADRPOConfigError(
                     f"joint mode: each process scores {per_process} completions per generation batch, not a multiple "
                     f"of 4 managers x {args.num_generations} generations, so a session would be split")
-        self.table = sample_table(samples)
+        self.table = sample_table([*samples, *(eval_samples or [])])
         self.reward_fn = SessionRewardFunction(reward, self.table, args.num_generations)
         super().__init__(model, reward_funcs=[self.reward_fn], args=args, train_dataset=build_dataset(samples),
+                         eval_dataset=build_dataset(eval_samples) if eval_samples else None,
                          processing_class=processing_class, peft_config=peft_config, callbacks=callbacks)
         pad = getattr(self._tokenizer, "pad_token_id", None)
         self.reward_fn.stop_token_ids = {int(t) for t in self.eos_token_ids} | ({int(pad)} if pad is not None else set())

@@ -32,11 +32,12 @@ from data_synth.errors import DataFormatError
 from data_synth.expert import TrajectoryError
 from llm.checks import check_fields
 from memory_bank.actions import MANAGERS
+from llm.embeddings import EMBEDDER_HELP, check_embedder_spec
+from training.callbacks import MemoryEvalFields
 from training.common import PolicyModelConfig, load_policy, parse_training_args, resume_arg
 from training.sft_data import (ExampleLengthError, TrainingDataError, check_managers, drop_overlong,
                            sft_examples)
 
-EMBEDDERS = ("minilm", "none")
 PROG = "memgym train sft"
 
 
@@ -47,12 +48,13 @@ def _expert(name: str) -> list[str]:
 
 
 @dataclass
-class SFTScriptArguments:
+class SFTScriptArguments(MemoryEvalFields):
     """memgym SFT: fine-tune a memory manager on expert trajectories (TRL SFTTrainer)."""
 
     _argument_group_name = "memgym SFT: the expert trajectories and the examples built from them"
     CHECKS = {"max_examples": {"min": 1}, "max_eval_examples": {"min": 1}, "segment_tokens": {"min": 1},
-              "max_empty_per_manager": {"min": 0}}
+              "max_empty_per_manager": {"min": 0}, "memory_eval_rows": {"min": 1},
+              "memory_eval_heldout_turns": {"min": 1}, "memory_eval_max_new_tokens": {"min": 1}}
 
     train_trajectories: list[str] = field(
         default_factory=lambda: _expert("conv-26.jsonl"),
@@ -67,8 +69,8 @@ class SFTScriptArguments:
     managers: list[str] = field(default_factory=lambda: list(MANAGERS),
                                 metadata={"help": f"managers to train, from {MANAGERS}"})
     embedder: str = field(default="minilm", metadata={
-        "help": "ranks the <=20 entries a prompt shows, as at inference: 'minilm' (all-MiniLM-L6-v2, the eval "
-                "default) or 'none' (the 20 most recently updated)"})
+        "help": f"ranks the <=20 entries a prompt shows, as at inference ('none': the 20 most recently updated): "
+                f"{EMBEDDER_HELP}"})
     max_examples: int | None = field(default=None, metadata={
         "help": "train on a random subset (seeded by --seed) of at most this many examples, after dropping "
                 "over-long ones"})
@@ -85,8 +87,7 @@ class SFTScriptArguments:
         check_fields(self)  # string -> one-element list, counts (llm.checks)
         if self.dataset not in DATASETS:
             raise ValueError(f"dataset must be one of {DATASETS}, got {self.dataset!r}")
-        if self.embedder not in EMBEDDERS:
-            raise ValueError(f"embedder must be one of {EMBEDDERS}, got {self.embedder!r}")
+        check_embedder_spec(self.embedder)
         if not self.train_trajectories:
             raise ValueError("train_trajectories is empty")
         for name in ("max_examples", "max_eval_examples"):
@@ -285,6 +286,23 @@ def write_report(out: Path, metrics: dict) -> None:
     (out / "report.md").write_text("\n".join(lines))
 
 
+def memory_eval(script_args: SFTScriptArguments, policy) -> list:
+    """The in-trainer measurement the ``memory_eval_*`` fields ask for
+    (:func:`training.callbacks.build_memory_eval`; validation rows scored by the session reward
+    with the offline answer-recall judge and the counterfactual bank), as a callback list."""
+    if not script_args.memory_eval_on():
+        return []
+    from llm.embeddings import load_embedder
+    from rewards.session_reward import SessionReward, SessionRewardConfig
+    from training.callbacks import build_memory_eval
+
+    embedder = load_embedder("minilm" if script_args.embedder == "none" else script_args.embedder)
+    reward = SessionReward(SessionRewardConfig(judge="answer-recall"), embedder=embedder, tokenizer=policy.tokenizer)
+    cb, _ = build_memory_eval(script_args, policy.tokenizer, embedder, reward, managers=MANAGERS,
+                              segment_tokens=script_args.segment_tokens)
+    return [cb]
+
+
 def run(script_args: SFTScriptArguments, training_args, model_args: PolicyModelConfig | None = None,
         callbacks=None) -> dict:
     """Build data, train, evaluate before and after, save model + tokenizer + report files to
@@ -302,17 +320,20 @@ def run(script_args: SFTScriptArguments, training_args, model_args: PolicyModelC
     # The "before" losses come from eval_on_start, i.e. inside train() once the model is wrapped:
     # evaluating before train() fails under DeepSpeed ZeRO-2 (HF only allows ZeRO-3 inference).
     training_args.eval_on_start = True
+    callbacks = [*(callbacks or []), *memory_eval(script_args, policy)]
     trainer = build_trainer(script_args, training_args, data, policy, callbacks)
     result = trainer.train(resume_from_checkpoint=resume_arg(training_args.resume_from_checkpoint))
     start = _first_eval_losses(trainer.state.log_history)
     end = _losses(trainer.evaluate())
     out = Path(training_args.output_dir)
     trainer.save_model(str(out))
+    if trainer.is_world_process_zero():
+        trainer.save_state()  # trainer_state.json: log_history with every evaluation's measurement
     metrics = {
         "model": policy.path, "use_peft": bool(policy.peft_config is not None or policy.is_adapter),
         "train_trajectories": list(script_args.train_trajectories),
         "eval_trajectories": list(script_args.eval_trajectories),
-        "max_length": training_args.max_length, "lengths": data.lengths,
+        "max_length": training_args.max_length, "segment_tokens": script_args.segment_tokens, "lengths": data.lengths,
         "examples": {"train": len(data.train), "train_probe": len(data.train_probe),
                      "valid": 0 if data.valid is None else len(data.valid)},
         "distributed_type": str(trainer.accelerator.distributed_type.value),

@@ -29,7 +29,7 @@ candidate's first line runs, and irrevocable once applied:
    folder.
 
 Why Landlock + seccomp and not namespaces/bubblewrap: both are unprivileged, need no system
-package, cost well under a millisecond per start (``memgym bench sandbox`` measures it), and
+package, cost well under a millisecond per start (scripts/experiments/sandbox_cost measures it), and
 survive in CI containers where user namespaces are often disabled. A kernel without Landlock
 gets no silent fallback: :func:`resolve` raises unless ``MEMGYM_ALLOW_UNCONFINED_SANDBOX=1``
 is set, and the mode string every report prints then says ``UNCONFINED``.

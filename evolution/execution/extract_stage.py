@@ -18,6 +18,7 @@ from llm.base import GenerationParams, TruncatedOutputError, require_complete
 from llm.structured import bounded
 from memory_bank.program import (ProgramInfo, StructuredOutputError, parse_structured, session_entries,
                                  turn_entries, units_from_entries)
+from memory_bank.actions import MANAGERS
 from memory_bank.record_schemas import units_schema
 from memory_bank.schema import Conversation
 
@@ -50,6 +51,8 @@ class ExtractStage(StageContext):
             keys = [stable_hash("extract", self.stage_hash["extract"], construct_key, unit_fields, x.index)
                     for x in sessions]
         cached = [self.cache.get_json("extract", k) for k in keys]
+        if s.extraction_mode not in ("instruction", "turns"):  # values cached before attempts were recorded
+            cached = [c if c is None or "attempts" in c else None for c in cached]
         todo = [i for i, c in enumerate(cached) if c is None]
         self._count("extract", run=len(todo), reused=len(sessions) - len(todo))
         if todo:
@@ -79,6 +82,17 @@ class ExtractStage(StageContext):
             for m in c.get("failed_managers", []):
                 stats["manager_failures"][m] = stats["manager_failures"].get(m, 0) + 1
                 stats["failed_manager_outputs"] += 1
+            for m, n in c.get("attempts", {}).items():
+                stats.setdefault("manager_attempts", {})[m] = stats.setdefault("manager_attempts", {}).get(m, 0) + n
+            for t in c.get("failure_types", []):
+                stats.setdefault("failure_types", {})[t] = stats.setdefault("failure_types", {}).get(t, 0) + 1
+        if any("attempts" in c for c in cached):  # a trained extractor's bank: what the eval report shows
+            stats.setdefault("empty_sessions", []).extend(
+                f"{trace.conversation.id}/{x.index}" for x, c in zip(sessions, cached) if c.get("empty"))
+            stats.setdefault("segments_by_conversation", {})[trace.conversation.id] = {
+                "sessions": len(sessions), "segments": sum(c.get("segments", 1) for c in cached),
+                "split_sessions": {str(x.index): c["segments"] for x, c in zip(sessions, cached)
+                                   if c.get("segments", 1) > 1}}
 
     def _extract_turns(self, conv, info: ProgramInfo, sessions) -> list[dict]:
         """``turns`` mode: every dialogue turn is one unit (no model call), mapped onto the
@@ -115,22 +129,27 @@ class ExtractStage(StageContext):
         """Extractor/expert mode: build the bank once per conversation (cached under
         ``construct_key``), then map each session's new/updated entries to units."""
         snaps = self.cache.get_json("construct", construct_key)
-        if snaps is None:
+        if snaps is None or "attempts" not in snaps:  # a value cached before attempts were recorded is rebuilt
             snaps = self._construct(conv)
             self.cache.put_json("construct", construct_key, snaps)
         by_index = {x.index: i for i, x in enumerate(conv.sessions)}
+        deletions = any(f.name == "deleted" for f in info.unit_fields)
         out = []
         for x in sessions:
             i = by_index[x.index]
             before = snaps["banks"][i - 1] if i > 0 else None
-            entries = session_entries(before, snaps["banks"][i], x.index, x.date.date().isoformat() if x.date else None)
+            entries = session_entries(before, snaps["banks"][i], x.index, x.date.date().isoformat() if x.date else None,
+                                      deletions=deletions)
             try:
                 units = units_from_entries(entries, info.unit_class())
             except StructuredOutputError as e:
                 raise ProgramRunError(f"bank entries do not fit the program's MemoryUnit: {e}", stage="extract",
                                       conversation=conv.id) from None
-            failed = [m for si, m in snaps["failures"] if si == x.index]
+            failed = [f[1] for f in snaps["failures"] if f[0] == x.index]
             out.append({"units": [dataclasses.asdict(u) for u in units], "error": None, "failed_managers": failed,
+                        "failure_types": [f[2] for f in snaps["failures"] if f[0] == x.index],
+                        "attempts": snaps["attempts"].get(str(x.index), {}),
+                        "empty": x.index in snaps.get("empty_sessions", []),
                         "segments": snaps.get("segments", {}).get(str(x.index), 1)})
         return out
 
@@ -151,5 +170,9 @@ class ExtractStage(StageContext):
             calls0 = self.rt.calls_snapshot()
             built = construct(conv, extractor, embedder=self.rt.embedder, progress=self.settings.progress)
         self._add_calls("extract", self.rt.calls_since(calls0)["calls"].get("extractor", 0))
-        return {"banks": built.snapshots, "failures": [[f.session, f.manager] for f in built.failures],
+        return {"banks": built.snapshots, "failures": [[f.session, f.manager, f.error_type] for f in built.failures],
+                # every manager speaks once per segment of a session with turns
+                "attempts": {str(k): {m: 0 if k in built.empty_sessions else v for m in MANAGERS}
+                             for k, v in built.segments.items()},
+                "empty_sessions": list(built.empty_sessions),
                 "segments": {str(k): v for k, v in built.segments.items()}}

@@ -1,7 +1,7 @@
 """``memgym program eval``: evaluate one memory program on a benchmark and report scores,
 diagnostics, stage reuse and cost.
 
-Config + runner pair in the TRL style (like :mod:`rewards.scoring.evaluate`): :class:`ProgramEvalConfig`
+Config + runner pair in the TRL style (like :mod:`evolution.execution.eval_job`): :class:`ProgramEvalConfig`
 is parsed by ``trl.TrlParser`` from a YAML recipe plus CLI overrides; :func:`run_program_eval`
 validates the program (:func:`evolution.execution.validate.validate_program`), runs it with
 :class:`evolution.execution.runner.ProgramRunner`, computes :mod:`evolution.execution.diagnostics` and writes
@@ -65,15 +65,6 @@ def open_stage_cache(spec: str | None) -> StageCache:
         from llm.paths import cache_dir
         return StageCache(cache_dir() / "stages.sqlite")
     return StageCache(spec)
-
-
-def load_tasks(cfg: ProgramEvalConfig):
-    """The recipe's conversations (with QA), relabelled from ``cfg.labels`` when it is a file."""
-    convs = load_selected(cfg)
-    if cfg.labels != "native":
-        from data_synth.annotate import apply_labels, load_labels
-        convs = apply_labels(convs, load_labels(cfg.labels))
-    return convs
 
 
 def run_dataset(run: ProgramRun) -> str | None:
@@ -244,7 +235,7 @@ def run_program_eval(cfg: ProgramEvalConfig, rt: Runtime | None = None,
     cache = cache if cache is not None else open_stage_cache(cfg.stage_cache)
     try:
         runner = ProgramRunner(rt, cfg, cache)
-        convs = load_tasks(cfg)
+        convs = load_selected(cfg)
         ev, run = evaluate_program(source, convs, runner, parent_source=parent_source,
                                    diagnostics=cfg.diagnostics)
     finally:

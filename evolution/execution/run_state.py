@@ -12,15 +12,14 @@ from tqdm.auto import tqdm
 from evolution.execution.extract_stage import ExtractStage
 from evolution.execution.results import ConversationTrace, ProgramRunError, TaskResult
 from evolution.execution.sandbox import ProgramRaised, SandboxedProgram, SandboxError
-from evolution.execution.stages import answer_messages, planning_messages, stable_hash
+from evolution.execution.stages import planning_messages, stable_hash
 from llm.base import GenerationParams, TruncatedOutputError, require_complete
 from llm.structured import bounded
 from memory_bank.program import (OUT_CHAR_BUDGET, ProgramInfo, SessionInfo, StructuredOutputError, parse_structured,
                                  text_query)
 from memory_bank.record_schemas import query_schema
 from memory_bank.schema import Conversation, QAItem
-from rewards.scoring.answer import clean_answer
-from rewards.scoring.judge import ScoreItem
+from rewards.scoring.measure import answer_items, score_items
 
 
 class RunState(ExtractStage):
@@ -165,11 +164,16 @@ class RunState(ExtractStage):
         todo = [i for i, c in enumerate(cached) if c is None]
         self._count("answer", run=len(todo), reused=len(questions) - len(todo))
         if todo:
-            batch = [answer_messages(info.answer_instruction, questions[i].question, retrieved[i],
-                                     questions[i].question_date) for i in todo]
-            comps = self._generate("answer", batch, GenerationParams(max_new_tokens=s.answer_tokens), "answer")
-            for i, comp in zip(todo, comps):
-                cached[i] = clean_answer(comp.text)
+            with self.runner.model_lock:
+                calls0 = self.rt.calls_snapshot()
+                answers = answer_items(self.task, [(questions[i].question, retrieved[i], questions[i].question_date)
+                                                   for i in todo],
+                                       GenerationParams(max_new_tokens=s.answer_tokens),
+                                       system_prompt=info.answer_instruction, max_context_chars=OUT_CHAR_BUDGET,
+                                       batch_size=max(1, self.rt.batch_size))
+                self._add_calls("answer", sum(self.rt.calls_since(calls0)["calls"].values()))
+            for i, a in zip(todo, answers):
+                cached[i] = a
                 self.cache.put_json("answer", keys[i], cached[i])
         return cached
 
@@ -186,12 +190,10 @@ class RunState(ExtractStage):
         todo = [i for i, c in enumerate(cached) if c is None]
         self._count("score", run=len(todo), reused=len(questions) - len(todo))
         if todo:
-            items = [ScoreItem(questions[i].question, questions[i].answer, preds[i] or "", retrieved[i],
-                               questions[i].category, questions[i].id, questions[i].rubric) for i in todo]
             with self.runner.model_lock:
                 calls0 = self.rt.calls_snapshot()
-                values = self.scorer.score(items)
-                last = list(getattr(self.scorer, "last", None) or [])
+                values, last = score_items(self.scorer, [questions[i] for i in todo], [retrieved[i] for i in todo],
+                                           [preds[i] for i in todo])
                 judged = self.rt.calls_since(calls0)["calls"].get("judge", 0)
             if len(last) != len(todo):
                 last = [None] * len(todo)

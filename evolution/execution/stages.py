@@ -1,6 +1,8 @@
 """Building blocks of the stage-cached program runner: the stage output cache, cache keys and
-the host-side prompts of the three LLM stages (the rules that turn units and texts into
-strings/queries live with the records, :mod:`memory_bank.program.records`).
+the host-side prompts of the extract and plan stages (the answer prompt is
+:func:`rewards.scoring.answer.build_answer_messages`, through :mod:`rewards.scoring.measure`; the
+rules that turn units and texts into strings/queries live with the records,
+:mod:`memory_bank.program.records`).
 
 Sources: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``), appendix "memory interface"
 (extract → index → plan → retrieve → answer) and "revision-aware execution reuse" (outputs
@@ -135,17 +137,6 @@ def planning_messages(instruction: str, question: str, question_date: str | None
     user = (f"{date}Question: {question}\n\nAnswer with one JSON object with the fields "
             f"{schema_hint(query_fields)}.")
     return [{"role": "system", "content": instruction}, {"role": "user", "content": user}]
-
-
-def answer_messages(instruction: str, question: str, retrieved: str, question_date: str | None) -> list[dict]:
-    """Answer prompt: system = ``ANSWER_INSTRUCTION``; user = the retrieved memory (at most
-    16,000 characters, as the contract bounds it), the question date when known, the
-    question and ``Short answer:``."""
-    parts = [f"Memory:\n{retrieved.strip() or '(empty)'}", ""]
-    if question_date:
-        parts.append(f"Current date: {question_date}")
-    parts += [f"Question: {question}", "Short answer:"]
-    return [{"role": "system", "content": instruction}, {"role": "user", "content": "\n".join(parts)}]
 
 
 # --------------------------------------------------------------------------- cache identities

@@ -23,11 +23,11 @@ from evolution.search.rundir import LOCK_NAME, run_lock
 
 def build_runtime(cfg: EvolveConfig, root: str | Path):
     """The :class:`llm.runtime.Runtime` of a recipe: response cache ``cfg.cache`` (default
-    ``root/responses.sqlite``); the embedder ``hash:<dim>`` (model-free) when the recipe says so."""
+    ``root/responses.sqlite``); any embedder other than ``minilm`` from :func:`llm.embeddings.load_embedder`."""
     embedder = None
-    if cfg.embedder.startswith("hash:"):
-        from llm.embeddings import HashEmbedder
-        embedder = HashEmbedder(int(cfg.embedder[5:]))
+    if cfg.embedder != "minilm":
+        from llm.embeddings import load_embedder
+        embedder = load_embedder(cfg.embedder)
     return cfg.runtime(cache=str(Path(root) / "responses.sqlite"), embedder=embedder)
 
 

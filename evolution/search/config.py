@@ -21,6 +21,7 @@ from evolution.execution.settings import OutputSection, RunnerSettings
 from llm.checks import Section
 from llm.errors import ConfigError
 from rewards.scoring.selection import CapabilityLabels
+from llm.embeddings import EMBEDDER_HELP, check_embedder_spec
 
 ABLATIONS = ("none", "holistic", "round_robin", "random_cases", "no_integration")
 """DESIGN.md § "Capability-driven evolution" (ablations; PrisMem Table 4), see
@@ -118,8 +119,7 @@ class SearchSettings(Section):
     budgets: Budgets = field(default_factory=Budgets, metadata={
         "help": f"token budgets by role, a mapping ({', '.join(ROLE_BUDGETS)}: tokens; a role not named is "
                 "unlimited); on the command line role=tokens[,role=tokens...]"})
-    embedder: str = field(default="minilm", metadata={"help": "minilm (all-MiniLM-L6-v2, the default) | hash:<dim> "
-                                                                "(model-free bag of words: tests and stub runs only)"})
+    embedder: str = field(default="minilm", metadata={"help": EMBEDDER_HELP})
 
     def check(self) -> None:
         super().check()
@@ -131,8 +131,10 @@ class SearchSettings(Section):
             raise ConfigError("--proposer scripted needs --script (a JSON file)")
         if not 0.0 <= self.delta <= 1.0:
             raise ConfigError(f"--delta must be in [0, 1], got {self.delta}")
-        if self.embedder != "minilm" and not (self.embedder.startswith("hash:") and self.embedder[5:].isdigit()):
-            raise ConfigError(f"--embedder must be minilm or hash:<dim>, got {self.embedder!r}")
+        try:
+            check_embedder_spec(self.embedder, allow_none=False)
+        except ValueError as e:
+            raise ConfigError(f"--embedder: {e}") from None
         if isinstance(self.baselines, str):
             self.baselines = [x.strip() for x in self.baselines.split(",") if x.strip()]
         from memory_bank.programs import BASELINES

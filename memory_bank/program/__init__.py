@@ -1,10 +1,7 @@
-"""The memory-program interface, in three parts: :mod:`.contract` (the names a program
-defines, module checks, session metadata), :mod:`.records` (MemoryUnit/Query field kinds,
-structured-output parsing, unit mapping) and :mod:`.toolkit` (what a program may call).
-Everything is re-exported here: ``from memory_bank.program import X`` works for each name.
-
-Candidate programs may only import an allow-listed set of modules, so this package is never
-imported BY programs; the sandbox child imports it to build the toolkit it hands them.
+"""The memory-program interface: :mod:`.contract` (the names a program defines, module checks,
+session metadata), :mod:`.records` (record field kinds, structured-output parsing) and
+:mod:`.toolkit` (what a program may call), all re-exported here. Programs never import this
+package; the sandbox child does, to build their toolkit.
 """
 from memory_bank.errors import (BudgetExceededError, ContractError, ProgramError, StructuredOutputError,
                                 ToolkitError)

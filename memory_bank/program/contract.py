@@ -1,20 +1,11 @@
-"""The memory-program contract: the names a program defines, the checks of a loaded module
-against them, and the session metadata ``index`` receives.
-
-Source: ``DESIGN.md`` § "Memory programs and capability-driven evolution" and PrisMem
-(``shared/seeds/000_0e559b88b400976a.txt``, appendix "memory interface" and "execution
-checks"). A memory program is ONE Python module defining:
-
-- dataclasses ``MemoryUnit`` and ``Query`` whose fields are JSON-compatible
-  (:data:`memory_bank.program.records.FIELD_KINDS`);
-- non-empty strings ``EXTRACTION_INSTRUCTION``, ``PLANNING_INSTRUCTION``, ``ANSWER_INSTRUCTION``;
-- ``class Memory`` with ``__init__(self, toolkit)``, ``index(self, units, session) -> None`` and
-  ``retrieve(self, query) -> str`` returning at most :data:`OUT_CHAR_BUDGET` characters.
-
-``session`` (the second argument of ``index``) is a **plain dict** ``{"index": int, "id": str,
-"date": ISO-8601 str | None, "date_text": str}`` built by :meth:`SessionInfo.to_dict`, identical
-in-process and across the sandbox's JSON pipe. :func:`describe_module` runs in the sandbox child;
-the host judges its report with :func:`contract_from_report` and never imports candidate code.
+"""The memory-program contract (PrisMem, ``shared/seeds/000_0e559b88b400976a.txt``, appendix
+"memory interface"): ONE module defining dataclasses ``MemoryUnit`` and ``Query`` with
+JSON-compatible fields (:data:`memory_bank.program.records.FIELD_KINDS`); non-empty strings
+``EXTRACTION_INSTRUCTION``, ``PLANNING_INSTRUCTION``, ``ANSWER_INSTRUCTION``; and ``class Memory``
+with ``__init__(self, toolkit)``, ``index(self, units, session) -> None`` and ``retrieve(self,
+query) -> str`` of at most :data:`OUT_CHAR_BUDGET` characters. ``session`` is the plain dict of
+:meth:`SessionInfo.to_dict`. :func:`describe_module` runs in the sandbox child; the host judges its
+report with :func:`contract_from_report` and never imports candidate code.
 """
 from __future__ import annotations
 
@@ -38,11 +29,9 @@ METHOD_PARAMS = {"__init__": ("toolkit",), "index": ("units", "session"), "retri
 
 @dataclass(frozen=True)
 class SessionInfo:
-    """The session metadata a program's ``index`` receives (as ``to_dict()``).
-
-    index: 1-based session index; id: session id; date: ISO-8601 date-time string or None;
-    date_text: the benchmark's own date text ("1:56 pm on 8 May, 2023"), possibly "".
-    """
+    """The session metadata ``index`` receives: ``index`` (1-based), ``id``, ``date`` (ISO-8601 or
+        None), ``date_text`` (the benchmark's own, possibly "").
+        """
 
     index: int
     id: str
@@ -73,13 +62,10 @@ def _signature(fn: Any) -> dict:
 
 
 def describe_module(module: Any) -> dict:
-    """A JSON-compatible report of a loaded program module's contract surface.
-
-    Keys: ``missing`` (required names absent), ``instructions`` {name: {"type", "value"}},
-    ``schemas`` {"MemoryUnit"/"Query": {"fields": [FieldSpec dict]} or {"error": str}},
-    ``memory`` {"is_class": bool, "methods": {name: signature report or None}}. Runs in the
-    sandbox child; judge it with :func:`contract_from_report`.
-    """
+    """JSON report of a loaded program module's contract surface: ``missing``, ``instructions``,
+        ``schemas`` (fields or error), ``memory`` (class and method signatures). Runs in the sandbox
+        child; judged by :func:`contract_from_report`.
+        """
     ns = vars(module)
     rep: dict = {"missing": [n for n in REQUIRED_NAMES if n not in ns], "instructions": {}, "schemas": {}, "memory": {}}
     for n in INSTRUCTION_NAMES:

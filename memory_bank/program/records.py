@@ -197,15 +197,17 @@ def parse_structured(text: str | Any, cls: type, *, many: bool | None = None) ->
 
 # entry key -> unit field names that can carry it, in preference order
 _ENTRY_FIELDS = {"text": ("content", "text"), "part": ("part",), "id": ("entry_id", "id"),
-                 "date": ("date",), "session": ("session",)}
+                 "date": ("date",), "session": ("session",), "deleted": ("deleted",)}
 
 
 def units_from_entries(entries: list[dict], unit_cls: type) -> list:
     """Turn a trained extractor's bank entries into program units (``extractor`` extraction).
 
-    Each entry is ``{"part": str, "id": str, "text": str, "date": str|None, "session": int}``;
-    ``text`` is required, the rest optional. Values go to the unit fields that exist:
-    text -> ``content`` (else ``text``), id -> ``entry_id`` (else ``id``), part, date, session.
+    Each entry is ``{"part": str, "id": str, "text": str, "date": str|None, "session": int}``
+    (plus ``"deleted": True`` for an entry removed in the session); ``text`` is required, the rest
+    optional. Values go to the unit fields that exist: text -> ``content`` (else ``text``), id ->
+    ``entry_id`` (else ``id``), part, date, session, deleted. A deleted entry is dropped for a unit
+    without a ``deleted`` field (such a program never learns of removals).
     Raises :class:`StructuredOutputError` naming the entry index and field when an entry is
     not a dict, lacks ``text``, or a value does not fit the field's type, or when the unit has
     a required field no entry key maps to.
@@ -215,6 +217,8 @@ def units_from_entries(entries: list[dict], unit_cls: type) -> list:
     for i, e in enumerate(entries):
         if not isinstance(e, dict):
             raise StructuredOutputError(f"entry must be a dict, got {type(e).__name__}", schema="entry", index=i)
+        if e.get("deleted") and "deleted" not in names:
+            continue
         if not isinstance(e.get("text"), str):
             raise StructuredOutputError("missing or non-string 'text'", schema="entry", field="text", index=i)
         rec = {}
@@ -291,7 +295,8 @@ def text_query(fields: tuple[FieldSpec, ...] | list[FieldSpec], text: str) -> di
 _LEADING_DATE = re.compile(r"^\s*(\d{4}(?:-\d{2}(?:-\d{2})?)?)\s*:")
 
 
-def session_entries(before: dict | None, after: dict, session_index: int, session_date: str | None) -> list[dict]:
+def session_entries(before: dict | None, after: dict, session_index: int, session_date: str | None,
+                    *, deletions: bool = False) -> list[dict]:
     """The bank entries a trained extractor wrote in one session, as
     :func:`memory_bank.program.units_from_entries` input.
 
@@ -302,6 +307,9 @@ def session_entries(before: dict | None, after: dict, session_index: int, sessio
     ``{"part": "core", "id": "core"}`` when its text changed and is non-empty. ``date``: an
     episodic entry's leading ``YYYY[-MM[-DD]]:`` date when it has one, else ``session_date``
     (ISO ``YYYY-MM-DD`` or None). Returns ``[{"part", "id", "text", "date", "session"}]``.
+    ``deletions``: also list, after them, the entries of ``before`` that ``after`` lacks (DELETE,
+    MERGE) and a core block emptied in the session, as ``{..., "text": "", "deleted": True}``, so
+    that a program can replay the bank exactly (``memory_bank/programs/bank.py``).
     """
     from memory_bank.actions import PARTS  # host side only: keeps pydantic out of the sandbox child's imports
 
@@ -317,6 +325,14 @@ def session_entries(before: dict | None, after: dict, session_index: int, sessio
             m = _LEADING_DATE.match(e["text"]) if part == "episodic" else None
             out.append({"part": part, "id": e["id"], "text": e["text"], "date": m.group(1) if m else session_date,
                         "session": session_index})
+    if deletions:
+        if old_core and not after.get("core", ""):
+            out.append({"part": "core", "id": "core", "text": "", "date": session_date, "session": session_index,
+                        "deleted": True})
+        for part in PARTS:
+            live = {e["id"] for e in after.get(part, [])}
+            out += [{"part": part, "id": e["id"], "text": "", "date": session_date, "session": session_index,
+                     "deleted": True} for e in (before or {}).get(part, []) if e["id"] not in live]
     return out
 
 

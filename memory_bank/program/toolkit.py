@@ -1,10 +1,6 @@
-"""The toolkit a memory program gets in ``Memory.__init__``: the task LLM and the embedder
-behind call budgets and argument limits, plus pure helpers; and the one adapter from memgym's
-backends to the host interface that serves it.
-
-Source: ``DESIGN.md`` § "Memory programs" (the toolkit gives the task LLM, the embedder and the
-call budgets) and PrisMem's memory interface (``shared/seeds/000_0e559b88b400976a.txt``).
-"""
+"""The toolkit a memory program gets in ``Memory.__init__`` (the task LLM and the embedder behind
+call budgets and argument limits, plus pure helpers; PrisMem's memory interface,
+``shared/seeds/000_0e559b88b400976a.txt``) and the adapter from memgym's backends to its host."""
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
@@ -18,11 +14,9 @@ from memory_bank.program.contract import OUT_CHAR_BUDGET
 
 @runtime_checkable
 class ToolkitHost(Protocol):
-    """What serves a program's toolkit calls (host side; in the sandbox it is proxied).
-
-    ``embed(texts)`` returns an array-like of shape (len(texts), dim), rows L2-normalised;
-    ``llm(prompt, max_tokens)`` returns the task LLM's completion text (max_tokens in tokens).
-    """
+    """What serves a program's toolkit calls (proxied in the sandbox): ``embed(texts)`` -> (n, dim)
+        L2-normalised rows; ``llm(prompt, max_tokens)`` -> the task LLM's completion text.
+        """
 
     def embed(self, texts: list[str]) -> Any: ...
 
@@ -30,17 +24,10 @@ class ToolkitHost(Protocol):
 
 
 class BackendToolkitHost:
-    """The one adapter from memgym's ``llm.base`` Backend + Embedder to :class:`ToolkitHost`
-    (the program runner's sandboxes are served by it, see
-    :meth:`evolution.execution.runner.ProgramRunner.sandbox`).
-
-    ``backend`` / ``embedder``: the objects, or zero-argument callables that return them, called
-    on first use (so a task LLM that a program never calls is never loaded). ``lock``: a context
-    manager (e.g. the runner's model ``threading.RLock``) held around every model call,
-    resolving a lazy backend included, for backends that are not thread-safe; default none.
-    ``llm`` sends one user message with ``max_new_tokens=max_tokens`` (greedy) and returns the
-    completion text; ``embed`` returns the embedder's (len(texts), dim) array.
-    """
+    """The adapter from an ``llm.base`` Backend + Embedder to :class:`ToolkitHost`. ``backend`` /
+        ``embedder``: the objects or zero-argument callables resolved on first use; ``lock``: a context
+        manager held around every model call (default none). ``llm`` sends one user message, greedy.
+        """
 
     def __init__(self, backend, embedder, *, lock: AbstractContextManager | None = None):
         self._backend, self._embedder = backend, embedder
@@ -62,19 +49,22 @@ class BackendToolkitHost:
             return self._get(self._backend).generate([[{"role": "user", "content": prompt}]], params)[0].text
 
 
+def unit_rows(arr: np.ndarray) -> np.ndarray:
+    """``arr`` (n, dim) float32 with each nonzero row divided by its L2 norm (zero rows kept):
+    the vectors a program's ``toolkit.embed`` returns, and those
+    :class:`memory_bank.retrieval.BankRetriever` ranks with, so the two agree to the bit."""
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    return arr / np.where(norms > 0, norms, 1.0)
+
+
 class Toolkit:
-    """What a memory program may use inside ``Memory`` (``toolkit`` in ``__init__``).
-
-    - ``embed(texts) -> list[list[float]]``: one vector per text, L2-normalised, (n, dim);
-    - ``llm(prompt, max_tokens=256) -> str``: the task LLM; each call spends one unit of
-      ``budget``; exceeding it raises :class:`BudgetExceededError`;
-    - ``budget``: remaining llm calls; ``embed_budget``: remaining embed calls (None = no cap);
-    - pure helpers :meth:`cosine_topk` and :meth:`truncate`; ``OUT_CHAR_BUDGET``.
-
-    Argument limits (``max_embed_texts`` texts per call, ``max_text_chars`` characters per text
-    or prompt, ``max_llm_tokens`` tokens) raise :class:`ToolkitError`. ``calls`` counts
-    successful calls: {"llm": n, "embed": n, "embed_texts": n, "refused": n}.
-    """
+    """What a memory program may use inside ``Memory``: ``embed(texts)`` (n, dim) normalised
+        vectors; ``llm(prompt, max_tokens=256)`` spending one unit of ``budget``
+        (:class:`BudgetExceededError` past it); ``embed_budget`` (None: no cap); :meth:`cosine_topk`,
+        :meth:`truncate`, ``OUT_CHAR_BUDGET``. Argument limits (``max_embed_texts``,
+        ``max_text_chars``, ``max_llm_tokens``) raise :class:`ToolkitError`. ``calls`` counts
+        {"llm", "embed", "embed_texts", "refused"}.
+        """
 
     OUT_CHAR_BUDGET = OUT_CHAR_BUDGET
 
@@ -113,8 +103,7 @@ class Toolkit:
         arr = np.asarray(self._host.embed(texts), dtype=np.float32)
         if arr.ndim != 2 or arr.shape[0] != len(texts) or not np.isfinite(arr).all():
             raise ToolkitError(f"embedder returned shape {arr.shape} for {len(texts)} texts (or non-finite values)")
-        norms = np.linalg.norm(arr, axis=1, keepdims=True)
-        arr = arr / np.where(norms > 0, norms, 1.0)
+        arr = unit_rows(arr)
         if self._embed_left is not None:
             self._embed_left -= 1
         self.calls["embed"] += 1
@@ -145,12 +134,10 @@ class Toolkit:
 
     @staticmethod
     def cosine_topk(query_vec: Any, matrix: Any, k: int) -> list[tuple[int, float]]:
-        """Top-``k`` rows of ``matrix`` (n, dim) by cosine with ``query_vec`` (dim,).
-
-        Returns ``[(row_index, cosine), ...]`` best first (ties by lower index), at most
-        ``min(k, n)`` pairs; cosines in [-1, 1]. Zero vectors score 0. A dimension mismatch
-        raises :class:`ToolkitError`.
-        """
+        """``[(row, cosine), ...]``: the top ``min(k, n)`` rows of ``matrix`` (n, dim) by cosine with
+                ``query_vec``, best first (ties: lower index; zero vectors score 0). :class:`ToolkitError`
+                for a dimension mismatch.
+                """
         q = np.asarray(query_vec, dtype=np.float32).reshape(-1)
         m = np.asarray(matrix, dtype=np.float32)
         if m.size == 0 or k <= 0:

@@ -1,16 +1,9 @@
-"""Built-in memory programs, shipped as source files that are loaded by path.
-
-- ``seed.py``: the PrisMem seed program (appends units in input order; retrieve returns their
-  concatenation truncated to ``OUT_CHAR_BUDGET``; no query-dependent ranking).
-- ``reference.py``: a dense-retrieval reference (dated units, an embedding index, a planned
-  search text with an optional time hint, cosine top-k and greedy budget packing).
-- static retrieval baselines (issue 20), programs like any evolved one: ``bm25.py`` (BM25 over
-  the rendered units), ``dense_topk.py`` (cosine top-k), ``hybrid_rrf.py`` (BM25 + dense fused
-  by reciprocal rank). :data:`BASELINES` names them with the seed (full-history truncation)
-  and the reference program.
-
-Both follow the contract in :mod:`memory_bank.program` and import only allow-listed modules,
-so they run unchanged inside ``evolution.execution.sandbox``.
+"""Built-in memory programs, shipped as source files loaded by path: ``bank.py`` (MemBuilder's
+four-part bank: the core block plus the top-10 entries by cosine; what ``memgym eval`` runs),
+``seed.py`` (PrisMem's seed: units in input order, truncated, unranked), ``reference.py`` (dense
+retrieval with planning) and the static retrieval baselines ``bm25.py``, ``dense_topk.py``,
+``hybrid_rrf.py`` (:data:`BASELINES`). All follow :mod:`memory_bank.program`'s contract and run
+unchanged in ``evolution.execution.sandbox``.
 """
 from __future__ import annotations
 
@@ -50,3 +43,8 @@ def read_program_source(path: str | Path) -> str:
     if not p.is_file():
         raise ConfigError(f"memory program not found: {p}")
     return p.read_text(encoding="utf-8")
+
+
+def bank_program_path() -> Path:
+    """Absolute path of ``bank.py``: MemBuilder's four-part bank as a program (``memgym eval``'s default)."""
+    return PROGRAMS_DIR / "bank.py"

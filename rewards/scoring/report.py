@@ -118,7 +118,7 @@ def render_markdown(report: dict) -> str:
     ds = report.get("dataset", cfg.get("dataset"))
     out = [f"# memgym eval: {', '.join(cfg.get('conversations', []))}", "",
            f"- dataset: {ds}, sessions: {cfg.get('n_sessions') or 'all'}, "
-           f"answer model: `{report['answer_model']}`, top-k: {cfg.get('top_k')}",
+           f"answer model: `{report['answer_model']}`, program: `{cfg.get('program', '-')}`",
            *protocol_lines(report),
            f"- wall time: {report['wall_s']:.1f} s", "",
            f"## {ds} headline ({report['scorer']}, {report.get('judge_protocol', 'official')})", "",

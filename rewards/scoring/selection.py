@@ -100,9 +100,16 @@ class QuestionSelection(BenchmarkFields):
 
 
 def load_selected(cfg: QuestionSelection):
-    """The recipe's conversations (``dataset``, ``path``, ``conversations``, or the ids of
-    ``split`` when set), restricted to the first ``n_sessions`` sessions and ``max_questions``
-    QA, with BEAM's switches."""
-    return load_conversations(cfg.dataset, cfg.path, ids=None if cfg.split else cfg.conversations, split=cfg.split,
-                              n_sessions=cfg.n_sessions, max_questions=cfg.max_questions,
-                              beam_truncated=not cfg.beam_full_chat, beam_strip_markers=not cfg.beam_keep_markers)
+    """The one loader of a recipe's conversations (``memgym eval``, ``memgym program eval``):
+    ``dataset``, ``path``, ``conversations``, or the ids of ``split`` when set, restricted to the
+    first ``n_sessions`` sessions and ``max_questions`` QA, with BEAM's switches; relabelled
+    from ``cfg.labels`` when the recipe has that field and it names an annotator label file
+    (:mod:`data_synth.annotate`; labels group questions, they never reach a program)."""
+    convs = load_conversations(cfg.dataset, cfg.path, ids=None if cfg.split else cfg.conversations, split=cfg.split,
+                               n_sessions=cfg.n_sessions, max_questions=cfg.max_questions,
+                               beam_truncated=not cfg.beam_full_chat, beam_strip_markers=not cfg.beam_keep_markers)
+    labels = getattr(cfg, "labels", "native")
+    if labels != "native":
+        from data_synth.annotate import apply_labels, load_labels
+        convs = apply_labels(convs, load_labels(labels))
+    return convs

@@ -35,7 +35,7 @@ def test_synth_qa_sigkill_then_rerun_resumes_exactly(tmp_path):
     out = tmp_path / "qa.jsonl"
     cmd = [sys.executable, "-m", "launch.cli", "synth", "qa", "--expert", f"openai:{url}#fake",
            "--conversations", "conv-26", "--n-sessions", str(N_SESSIONS), "--concurrency", "1",
-           "--embedder", "hash", "--cache", "none", "--out", str(out), "--quiet"]
+           "--embedder", "hash:256", "--cache", "none", "--out", str(out), "--quiet"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OPENAI_API_KEY": "EMPTY"}
     try:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

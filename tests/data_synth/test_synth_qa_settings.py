@@ -56,5 +56,5 @@ def test_cli_exits_nonzero_when_every_session_is_empty(tmp_path, capsys, monkeyp
                         lambda rt, spec, role, c=8: ScriptedBackend(lambda m, p: "{}", model_id="x"))
     out = tmp_path / "e.jsonl"
     rc = main(["synth", "qa", "--expert", "hf:smollm2", "--conversations", "conv-26", "--n-sessions", "2",
-               "--max-tries", "1", "--embedder", "hash", "--cache", "none", "--out", str(out), "--quiet"])
+               "--max-tries", "1", "--embedder", "hash:256", "--cache", "none", "--out", str(out), "--quiet"])
     assert rc == 1 and "came back with no question" in capsys.readouterr().err

@@ -101,7 +101,7 @@ def test_cli_trajectories_over_an_openai_server(tmp_path, capsys):
     out = tmp_path / "t.jsonl"
     try:
         rc = main(["synth", "trajectories", "--expert", f"openai:{url}#fake", "--conversations", "conv-30",
-                   "--n-sessions", "2", "--embedder", "hash", "--cache", "none", "--out", str(out), "--quiet"])
+                   "--n-sessions", "2", "--embedder", "hash:256", "--cache", "none", "--out", str(out), "--quiet"])
         assert main(["synth", "trajectories", "--expert", f"openai:{url}#fake", "--split", "test",
                      "--out", str(out)]) == 2
     finally:

@@ -3,12 +3,13 @@ tracebacks, and no data loss (issue 12, findings 1, 2, 3, 5, 6)."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
-from launch.cli import main as memgym
+from launch.cli import main as memgym, passive_openmp
 from llm.errors import ConfigError, OutputPathError
-from rewards.scoring.evaluate import EvalConfig
+from evolution.execution.eval_job import EvalConfig
 
 
 def test_models_prepare_refuses_a_folder_holding_a_file(tmp_path, capsys):
@@ -76,7 +77,7 @@ def test_out_that_is_a_file_fails_at_parse_time(tmp_path):
 
 
 @pytest.mark.parametrize("recipe,needle", [
-    ("top_k: null\n", "--top_k: expected a number >= 1, got null"),
+    ("batch_size: null\n", "--batch_size: expected a number >= 1, got null"),  # top_k is the program's now
     ("dataset: [locomo\n", "broken YAML"),
 ])
 def test_bad_recipes_are_one_line(recipe, needle, tmp_path, capsys):
@@ -134,7 +135,7 @@ def test_genuine_bugs_keep_their_traceback():
 
 def test_config_errors_are_config_errors():
     with pytest.raises(ConfigError):
-        EvalConfig(top_k=0)
+        EvalConfig(batch_size=0)
 
 
 @pytest.mark.parametrize("argv", [
@@ -161,7 +162,7 @@ def test_audit_with_a_qa_file_matching_nothing_says_so(tmp_path, capsys):
     qa = tmp_path / "qa.jsonl"
     qa.write_text(json.dumps({"conversation_id": "conv-99", "session": 1, "qa": []}) + "\n")
     rc = memgym(["reward", "audit", "--trajectories", str(expert_dir() / "conv-30.jsonl"), "--qa", str(qa),
-                 "--embedder", "hash", "--quiet"])
+                 "--embedder", "hash:256", "--quiet"])
     err = capsys.readouterr().err
     assert rc == 2 and f"QA file {qa}: no QA for any of the" in err and "no samples" not in err
 
@@ -179,14 +180,6 @@ def test_serve_on_a_busy_port_is_one_line_before_loading(capsys):
     with pytest.raises(SystemExit):
         memgym(["serve", "--model", "hf:smollm2", "--port", "70000"])
     assert "must be in [0, 65535]" in capsys.readouterr().err
-
-
-def test_bench_retrieval_bad_sizes(capsys):
-    with pytest.raises(SystemExit):
-        memgym(["bench", "retrieval", "--k", "0"])
-    assert "must be >= 1" in capsys.readouterr().err
-    assert memgym(["bench", "retrieval", "--sizes", "5", "--k", "10"]) == 2
-    assert "memgym bench retrieval: --k 10 is larger than the smallest --sizes entry 5" in capsys.readouterr().err
 
 
 def test_bank_replay_out_dir_is_refused_before_replaying(tmp_path, capsys):
@@ -268,3 +261,12 @@ def test_user_errors_share_one_base_whose_kind_sets_the_exit_status():
         assert exit_status(exc) == (2 if cls in usage else 1), cls
     assert issubclass(ConfigError, ValueError) and issubclass(LLMError, RuntimeError)  # stdlib bases kept
     assert exit_status(FileNotFoundError("x")) == 1 and exit_status(KeyError("bug")) is None
+
+
+def test_passive_openmp_only_for_embedding_commands_and_never_over_the_user(monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delitem(sys.modules, "torch", raising=False)  # as in a fresh `memgym` process
+    assert passive_openmp("train") is False and "OMP_WAIT_POLICY" not in __import__("os").environ
+    assert passive_openmp("program") is True and __import__("os").environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert passive_openmp("evolve") is False and __import__("os").environ["OMP_WAIT_POLICY"] == "ACTIVE"

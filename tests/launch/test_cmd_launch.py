@@ -127,18 +127,18 @@ def test_deepspeed_zero2_one_process(tiny_model_dir, session1_file, tmp_path):
 
 
 def test_gpu_check_dry_run_builds_every_stage(tmp_path):
-    """scripts/gpu_check.sh --dry-run: the three stages' configs come from the real recipe
+    """scripts/experiments/gpu_check/gpu_check.sh --dry-run: the three stages' configs come from the real recipe
     parsers (no model, no GPU) and the ZeRO-2 stage is one process under deepspeed_zero2."""
-    proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--dry-run", "--out", str(tmp_path)],
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "experiments" / "gpu_check" / "gpu_check.sh"), "--dry-run", "--out", str(tmp_path)],
                           env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
     assert (plan["sft"]["max_steps"], plan["sft"]["use_peft"], plan["sft"]["lora_r"]) == (20, True, 16)
     assert (plan["adrpo"]["max_steps"], plan["adrpo"]["num_generations"], plan["adrpo"]["use_vllm"],
-            plan["adrpo"]["embedder"]) == (2, 4, False, "hash")
+            plan["adrpo"]["embedder"]) == (2, 4, False, "hash:64")
     cmd = plan["zero2"]["command"]
     assert "deepspeed_zero2.yaml --num_processes 1" in cmd and "--stage sft --steps 1" in cmd
-    bad = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--nope"], capture_output=True, text=True)
+    bad = subprocess.run(["bash", str(REPO / "scripts" / "experiments" / "gpu_check" / "gpu_check.sh"), "--nope"], capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown argument --nope" in bad.stderr
 
 

@@ -1,11 +1,12 @@
-"""STEmbedder (real all-MiniLM-L6-v2 from its PyPI package), EmbeddingCache, HashEmbedder."""
+"""STEmbedder (real all-MiniLM-L6-v2 from its PyPI package; batch size and thread settings),
+EmbeddingCache, HashEmbedder, and the one embedder vocabulary of load_embedder."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from llm.base import Embedder
-from llm.embeddings import EmbeddingCache, HashEmbedder, STEmbedder, embedding_key
+from llm.embeddings import DEFAULT_BATCH, EmbeddingCache, HashEmbedder, STEmbedder, _env_int, embedding_key
 
 TEXTS = ["Caroline adopted a dog named Max.", "Melanie painted a sunrise.", "The weather is nice today."]
 
@@ -72,57 +73,72 @@ def test_hash_embedder_is_deterministic_and_counts_tokens():
     assert float(v[0] @ v[1]) == pytest.approx(2 / np.sqrt(5), abs=1e-6)
 
 
-LONG = [("word " * 600).strip(), "x" * 5000, "Caroline adopted a dog named Max. " * 20] + TEXTS
+def test_one_vocabulary_of_embedder_specs(tmp_path):
+    from llm.embeddings import check_embedder_spec, load_embedder
 
-
-def test_onnx_backend_matches_torch_and_keys_its_own_cache(minilm, tmp_path, monkeypatch):
-    pytest.importorskip("onnxruntime")
-    monkeypatch.setenv("MEMGYM_CACHE", str(tmp_path / "cache"))
-    cache = EmbeddingCache()
-    e = STEmbedder(backend="onnx", cache=cache, batch_size=2)
-    assert e.model_id == minilm.model_id + "+onnx"
-    assert (tmp_path / "cache" / "onnx").is_dir() and len(list((tmp_path / "cache" / "onnx").glob("*.onnx"))) == 1
-    ref = minilm.encode(LONG)
-    got = e.encode(LONG)
-    assert got.shape == (6, 384) and got.dtype == np.float32
-    # the same model: texts over 256 word pieces are truncated the same way, batching/padding included
-    np.testing.assert_allclose(got, ref, atol=2e-5)
-    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
-    # its vectors never land under the torch model's keys
-    assert cache.get_many([embedding_key(minilm.model_id, LONG[0])], 384) == {}
-    assert len(cache.get_many([embedding_key(e.model_id, t) for t in LONG], 384)) == 6
-    # the export is reused: a second embedder loads it without exporting again
-    mtime = next((tmp_path / "cache" / "onnx").glob("*.onnx")).stat().st_mtime_ns
-    e2 = STEmbedder(backend="onnx")
-    np.testing.assert_allclose(e2.encode(TEXTS), ref[3:], atol=2e-5)
-    assert next((tmp_path / "cache" / "onnx").glob("*.onnx")).stat().st_mtime_ns == mtime
-
-
-def test_onnx_int8_changes_vectors_but_keeps_meaning(minilm, tmp_path, monkeypatch):
-    pytest.importorskip("onnxruntime")
-    monkeypatch.setenv("MEMGYM_CACHE", str(tmp_path / "cache"))
-    e = STEmbedder(backend="onnx-int8")
-    assert e.model_id == minilm.model_id + "+onnx-int8"
-    v, ref = e.encode(TEXTS), minilm.encode(TEXTS)
-    cos = (v * ref).sum(1)
-    assert cos.min() > 0.9 and np.abs(v - ref).max() > 1e-4  # close, but not the same vectors
-    assert int(np.argmax(v @ e.encode(["Who has a pet dog?"])[0])) == 0
-
-
-def test_backend_switch_spec_and_environment(monkeypatch, tmp_path):
-    from llm.embeddings import embed_backend, load_embedder
-
-    monkeypatch.delenv("MEMGYM_EMBED_BACKEND", raising=False)
-    assert embed_backend() == "torch"
-    monkeypatch.setenv("MEMGYM_EMBED_BACKEND", "onnx-int8")
-    assert embed_backend() == "onnx-int8" and embed_backend("onnx") == "onnx"
-    monkeypatch.setenv("MEMGYM_EMBED_BACKEND", "tensorrt")
-    with pytest.raises(ValueError, match=r"\$MEMGYM_EMBED_BACKEND.*tensorrt"):
-        load_embedder("minilm")
-    with pytest.raises(ValueError, match="spec suffix.*'cuda'"):
-        embed_backend("cuda")
-    with pytest.raises(ValueError, match="backend must be one of"):
-        STEmbedder(backend="fp16")
-    monkeypatch.setenv("MEMGYM_EMBED_BACKEND", "torch")
+    for ok in ("minilm", "none", "hash:1", "hash:256", str(tmp_path)):
+        assert check_embedder_spec(ok) == ok
+    assert load_embedder("none") is None
+    h = load_embedder("hash:256")
+    assert isinstance(h, HashEmbedder) and h.dim == 256
     e = load_embedder("minilm", cache=EmbeddingCache())
-    assert e.backend == "torch" and not e.model_id.endswith("+onnx")
+    assert isinstance(e, STEmbedder) and e.dim == 384
+    for bad in ("hash", "hash:", "hash:0", "hash:x"):
+        with pytest.raises(ValueError, match="hash:<dim>"):
+            load_embedder(bad)
+    for bad in ("", "minlm", str(tmp_path / "missing"), "minilm+onnx"):
+        with pytest.raises(ValueError, match="is not one of: minilm .* hash:<dim> .* none"):
+            check_embedder_spec(bad)
+
+
+# lengths from 2 to 256+ word pieces, so that batches of 1, 3 and 64 pad differently
+SPEED_TEXTS = ["Caroline adopted a dog named Max.", "ok", ("word " * 600).strip(),
+               "Melanie painted a sunrise over the lake last summer. " * 6, "The weather is nice today.",
+               "x" * 5000, "Who has a pet dog?"]
+
+
+def test_batch_and_thread_defaults_and_environment(monkeypatch, minilm):
+    monkeypatch.delenv("MEMGYM_EMBED_BATCH", raising=False)
+    monkeypatch.delenv("MEMGYM_EMBED_THREADS", raising=False)
+    assert DEFAULT_BATCH == 8 and minilm.batch_size == 8 and minilm.threads is None
+    assert _env_int("MEMGYM_EMBED_BATCH", 8) == 8
+    monkeypatch.setenv("MEMGYM_EMBED_BATCH", "64")
+    monkeypatch.setenv("MEMGYM_EMBED_THREADS", "1")
+    e = STEmbedder()
+    assert e.batch_size == 64 and e.threads == 1
+    assert STEmbedder(batch_size=3, threads=2).batch_size == 3  # arguments win over the environment
+    for bad in ("0", "eight", "-2"):
+        monkeypatch.setenv("MEMGYM_EMBED_BATCH", bad)
+        with pytest.raises(ValueError, match=rf"\$MEMGYM_EMBED_BATCH must be an integer >= 1, got '{bad}'"):
+            STEmbedder()
+    monkeypatch.delenv("MEMGYM_EMBED_BATCH")
+    with pytest.raises(ValueError, match="threads must be >= 1, got 0"):
+        STEmbedder(threads=0)
+
+
+def test_batch_size_changes_vectors_only_by_rounding(minilm):
+    ref = STEmbedder(batch_size=64, cache=EmbeddingCache()).encode(SPEED_TEXTS)  # sentence-transformers' batch (before)
+    for bs in (1, 3, 8):
+        got = STEmbedder(batch_size=bs, cache=EmbeddingCache()).encode(SPEED_TEXTS)
+        assert got.shape == (7, 384)
+        np.testing.assert_allclose(got, ref, atol=1e-6)
+        # the same ranking of every text against every other one
+        assert (np.argsort(-(got @ got.T), axis=1) == np.argsort(-(ref @ ref.T), axis=1)).all()
+
+
+def test_threads_are_set_for_the_call_and_restored(minilm):
+    import torch
+
+    before = torch.get_num_threads()
+    seen = []
+    e = STEmbedder(threads=1, cache=EmbeddingCache())
+    inner = e.model.encode
+
+    def spy(*a, **k):
+        seen.append(torch.get_num_threads())
+        return inner(*a, **k)
+
+    e.model.encode = spy
+    v = e.encode(SPEED_TEXTS[:2])
+    assert seen == [1] and torch.get_num_threads() == before
+    np.testing.assert_allclose(v, minilm.encode(SPEED_TEXTS[:2]), atol=1e-6)

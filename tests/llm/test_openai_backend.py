@@ -14,7 +14,7 @@ from llm.hf_backend import HFBackend
 from llm.openai_backend import OpenAIBackend, backoff_delay, request_settings
 from llm.runtime import Runtime
 from llm.server import serve_backend
-from rewards.scoring.evaluate import EvalConfig
+from evolution.execution.eval_job import EvalConfig
 from tests.helpers import ScriptedBackend
 
 BATCH = [

@@ -57,10 +57,10 @@ def test_audit_means_by_hand():
 
 def test_cli_audit_on_conv30_separates_expert_from_empty(capsys):
     rc = main(["reward", "audit", "--trajectories", str(CONV30), "--judge", "answer-recall", "--control", "empty",
-               "--mode", "isolated", "--embedder", "hash", "--quiet", "--cache", "none"])
+               "--mode", "isolated", "--embedder", "hash:256", "--quiet", "--cache", "none"])
     assert rc == 0
     rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rep["n"] == 76 and set(rep["by_manager"]) == {"core", "episodic", "semantic", "procedural"}
     assert rep["expert_mean"] > rep["control_mean"] + 0.2
-    assert main(["reward", "audit", "--trajectories", "missing.jsonl", "--embedder", "hash", "--quiet"]) == 2
+    assert main(["reward", "audit", "--trajectories", "missing.jsonl", "--embedder", "hash:256", "--quiet"]) == 2
     assert "missing.jsonl" in capsys.readouterr().err

@@ -44,7 +44,7 @@ def test_coder_recipes_name_servers_and_the_judge():
     (dict(proposer="coder"), "needs --coder_model"), (dict(proposer="scripted"), "needs --script"),
     (dict(dataset="mmlu"), "--dataset: 'mmlu' is not one of locomo, longmemeval, beam"),
     (dict(rounds_cold=-1), "--rounds_cold: must be >= 0, got -1"),
-    (dict(train=["conv-26"], valid=["conv-26"]), "splits overlap"), (dict(embedder="bert"), "minilm or hash"),
+    (dict(train=["conv-26"], valid=["conv-26"]), "splits overlap"), (dict(embedder="bert"), "is not one of: minilm"),
     (dict(extractor=""), "--extractor: expected a spec string"), (dict(workers=0), "--workers: must be >= 1, got 0"),
     (dict(task_model="gguf:/x"), "--task_model"),
 ])

@@ -10,7 +10,7 @@ import pytest
 from launch.cli import main as memgym
 from llm.embeddings import HashEmbedder
 from llm.runtime import Runtime
-from rewards.scoring.evaluate import EvalConfig, run_eval
+from evolution.execution.eval_job import EvalConfig, run_eval
 from tests.helpers import ScriptedBackend
 
 
@@ -18,8 +18,9 @@ def _recipe(tmp_path, extractor, **extra):
     lines = [
         "dataset: locomo", "conversations: [conv-30]", "n_sessions: 2",
         f"extractor: {extractor}", f"answer_model: {extra.pop('answer_model', extractor)}",
-        "scorer: f1", "top_k: 5", "extractor_max_new_tokens: 24", "answer_max_new_tokens: 8",
+        "scorer: f1", "extractor_max_new_tokens: 24", "answer_max_new_tokens: 8",
         "batch_size: 4", f"cache: {tmp_path / 'responses.sqlite'}", "progress: false",
+        f"stage_cache: {tmp_path / 'stages.sqlite'}",
     ] + [f"{k}: {v}" for k, v in extra.items()]
     p = tmp_path / "recipe.yaml"
     p.write_text("# test recipe\n" + "\n".join(lines) + "\n")
@@ -104,7 +105,8 @@ def test_unparsable_judge_replies_and_empty_answers_are_counted(tmp_path):
         return "" if n["k"] % 2 else "Paris"
 
     cfg = EvalConfig(extractor="expert:conv-30", conversations=["conv-30"], n_sessions=2, max_questions=4,
-                     answer_model=ANS, scorer="llm", judge_model=JUDGE, out=str(tmp_path / "o"), progress=False)
+                     answer_model=ANS, scorer="llm", judge_model=JUDGE, out=str(tmp_path / "o"), progress=False,
+                     stage_cache="none")
     rep = run_eval(cfg, _runtime(answer, lambda m, p: "no verdict here"))  # MemBuilder's rule reads no label
     assert rep["n"] == 4 and rep["empty_answers"] == 2 and rep["judge_unparsable"] == 4 and rep["overall"] == 0.0
     md = (tmp_path / "o" / "report.md").read_text()
@@ -112,18 +114,19 @@ def test_unparsable_judge_replies_and_empty_answers_are_counted(tmp_path):
 
 
 def test_eval_console_names_them_and_an_empty_run_exits_1(tmp_path, capsys, monkeypatch):
-    import rewards.scoring.evaluate as ev
+    import evolution.execution.eval_job as ev
 
     monkeypatch.setattr(ev.Runtime, "from_config",
                         classmethod(lambda cls, **kw: _runtime(lambda m, p: "", lambda m, p: "")))
     base = ["eval", "--extractor", "expert:conv-30", "--conversations", "conv-30", "--n_sessions", "2",
-            "--answer_model", ANS, "--scorer", "llm", "--judge_model", JUDGE, "--no_progress"]
+            "--answer_model", ANS, "--scorer", "llm", "--judge_model", JUDGE, "--no_progress",
+            "--stage_cache", "none"]  # scripted backends share a spec across tests: no stage reuse between them
     assert memgym([*base, "--max_questions", "3", "--out", str(tmp_path / "a")]) == 0
     err = capsys.readouterr().err
     assert "3 judge replies were unreadable by the protocol's rule" in err and "3 answers were empty" in err
     rep_dir = tmp_path / "b"
-    orig = ev.load_eval_conversations
-    monkeypatch.setattr(ev, "load_eval_conversations",
+    orig = ev.load_selected
+    monkeypatch.setattr(ev, "load_selected",
                         lambda cfg: [dataclasses.replace(c, questions=()) for c in orig(cfg)])
     assert memgym([*base, "--out", str(rep_dir)]) == 1
     assert "0 questions were scored" in capsys.readouterr().err

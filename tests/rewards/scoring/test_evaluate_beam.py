@@ -9,7 +9,7 @@ import warnings
 from data_synth.errors import DataQuirkWarning
 from llm.embeddings import HashEmbedder
 from llm.runtime import Runtime
-from rewards.scoring.evaluate import EvalConfig, run_eval
+from evolution.execution.eval_job import EvalConfig, run_eval
 from tests.helpers import ScriptedBackend
 
 EX, ANS, JUDGE = (f"openai:http://stub.invalid/v1#{r}" for r in ("extractor", "answer", "judge"))

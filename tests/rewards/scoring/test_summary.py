@@ -53,7 +53,7 @@ def test_same_beam_predictions_same_numbers_through_eval_program_eval_and_score(
     from evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
     from evolution.execution.stages import StageCache
     from memory_bank.programs import reference_program_path
-    from rewards.scoring.evaluate import EvalConfig, run_eval
+    from evolution.execution.eval_job import EvalConfig, run_eval
     from rewards.scoring.scorers import make_scorer
     from rewards.scoring.predictions import score_predictions
 
@@ -117,7 +117,7 @@ def test_dataset_and_protocol_reach_the_scorer_in_evolve():
 def test_recipes_share_the_data_fields():
     from evolution.execution.program_eval import ProgramEvalConfig
     from evolution.search.config import EvolveConfig
-    from rewards.scoring.evaluate import EvalConfig
+    from evolution.execution.eval_job import EvalConfig
     from rewards.scoring.selection import BenchmarkFields, QuestionSelection
 
     assert issubclass(EvalConfig, QuestionSelection) and issubclass(ProgramEvalConfig, QuestionSelection)

@@ -1,4 +1,4 @@
-"""``memgym bench sandbox``: what the kernel confinement (Landlock + seccomp + reaper, see
+"""The sandbox-cost experiment: what the kernel confinement (Landlock + seccomp + reaper, see
 :mod:`evolution.execution.confine`) costs, per sandbox start and per evaluation, against the
 Python-checks-only sandbox of before, side by side in one run.
 
@@ -92,13 +92,13 @@ def _run(args) -> int:
 
     ks = confine.probe()
     if ks.landlock_abi < 1:
-        print(f"memgym bench sandbox: nothing to compare: {ks.reason}", file=sys.stderr)
+        print(f"sandbox-cost: nothing to compare: {ks.reason}", file=sys.stderr)
         return 2
     try:
         s = bench_starts(args.starts)
         e = bench_evals(args.rounds, args.sessions)
     except (ValueError, FileNotFoundError) as err:
-        print(f"memgym bench sandbox: {err}", file=sys.stderr)
+        print(f"sandbox-cost: {err}", file=sys.stderr)
         return 2
     print(f"confinement: {s['confinement']}")
     print("| what | confined s | unconfined s | ratio |")
@@ -112,15 +112,17 @@ def _run(args) -> int:
     return 0
 
 
-def register_bench(s) -> None:
-    """Add ``sandbox`` to the ``memgym bench`` subcommands."""
-    p = s.add_parser("sandbox", help="cost of the kernel confinement per sandbox start and per evaluation",
-                     description="Times sandbox starts and program evaluations with the kernel confinement (Landlock + "
-                                 "seccomp) and without it (the Python-level checks only), alternating, "
-                                 "and prints the medians and their ratios.")
-    from launch.bench.args import int_range
+def main(argv: list[str] | None = None) -> int:
+    import argparse
 
-    p.add_argument("--starts", type=int_range(1, 10_000), default=20, help="starts per side (default 20)")
-    p.add_argument("--rounds", type=int_range(1, 1000), default=3, help="evaluations per side (default 3)")
-    p.add_argument("--sessions", type=int_range(1, 19), default=3, help="conv-26 sessions per evaluation (default 3)")
-    p.set_defaults(func=_run)
+    from llm.checks import at_least
+
+    p = argparse.ArgumentParser(prog="sandbox-cost", description=__doc__.split("\n\n")[0])
+    p.add_argument("--starts", type=at_least(1), default=20, help="starts per side (default 20)")
+    p.add_argument("--rounds", type=at_least(1), default=3, help="evaluations per side (default 3)")
+    p.add_argument("--sessions", type=at_least(1), default=3, help="conv-26 sessions per evaluation (default 3)")
+    return _run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

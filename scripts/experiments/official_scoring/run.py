@@ -1,4 +1,4 @@
-"""Independent check of memgym's official scoring (issue 16).
+"""The official-scoring experiment: an independent check of memgym's official scoring.
 
 A second implementation of each benchmark's official scoring, written from the benchmarks' code
 semantics (LongMemEval ``evaluate_qa.py`` + ``print_qa_metrics.py``; BEAM ``compute_metrics.py``
@@ -10,7 +10,7 @@ memgym's side runs ``rewards.scoring.score_predictions`` with the same judge. Th
 is a function of the exact request text (a hash), so any difference in a prompt changes the
 numbers.
 
-Usage: ``python scripts/check_official_scoring.py [--n 40]``; prints both results side by side
+Usage: ``python scripts/experiments/official_scoring/run.py [--n 40]``; prints both results side by side
 and exits 1 on any difference (|a - b| > 1e-12 or NaN vs number).
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 
 # ------------------------------------------------------------------ the fake judge (shared by both sides)

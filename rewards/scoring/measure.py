@@ -1,0 +1,82 @@
+"""The one measure step of memgym: answer each question from the memory retrieved for it, then
+score the answers, under one scorer. Every measurement of a built memory goes through it: the
+program runner's answer and score stages (``evolution.execution.run_state``, which caches each
+half per question), the dense session reward over its counterfactual banks
+(:mod:`rewards.session_reward`) and the training callback's held-out measurement
+(``training.callbacks``).
+
+Source: DESIGN.md § "Dense session reward" step 3 (acc = judge(answer(q, retrieve(bank, q)), a));
+MemBuilder (arXiv 2601.05488) §3.3-3.4. Retrieval is the memory's own (a program's
+``Memory.retrieve``, or :class:`memory_bank.retrieval.BankRetriever` for a ``MemoryBank``):
+these functions take the retrieved text. Budgets: ``max_new_tokens`` in answer-model tokens,
+``max_context_chars`` in characters.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from llm.base import Backend, GenerationParams
+from memory_bank.schema import QAItem
+from rewards.scoring.answer import ANSWER_SYSTEM_PROMPT, DEFAULT_CONTEXT_CHARS, answer_questions
+from rewards.scoring.judge import Scorer, ScoreItem
+
+__all__ = ["Measured", "answer_items", "score_items", "measure"]
+
+
+@dataclass
+class Measured:
+    """One :func:`measure` call: ``predictions`` (one cleaned answer per question; "" when the
+    scorer reads only the context and no answer was made), ``scores`` (in [0, 1]) and
+    ``judged`` (the scorer's per-item record, its ``last``, when it keeps one, else [])."""
+
+    predictions: list[str]
+    scores: list[float]
+    judged: list = field(default_factory=list)
+
+
+def answer_items(backend: Backend, items: Sequence[tuple[str, str, str | None]], params: GenerationParams, *,
+                 system_prompt: str = ANSWER_SYSTEM_PROMPT, max_context_chars: int = DEFAULT_CONTEXT_CHARS,
+                 batch_size: int | None = None) -> list[str]:
+    """Answers to ``items`` = ``[(question, retrieved text, question date or None)]`` from
+    ``backend`` (:func:`rewards.scoring.answer.answer_questions`), in chunks of ``batch_size``
+    prompts (None: one call). Returns one cleaned answer per item, in order."""
+    items = list(items)
+    bs = batch_size or max(1, len(items))
+    out: list[str] = []
+    for i in range(0, len(items), bs):
+        out += answer_questions(backend, items[i: i + bs], params, max_context_chars, system_prompt)
+    return out
+
+
+def score_items(scorer: Scorer, questions: Sequence[QAItem], contexts: Sequence[str],
+                predictions: Sequence[str | None]) -> tuple[list[float], list]:
+    """``scorer``'s scores of each question's prediction (None reads as "") over its retrieved
+    text, in one ``score`` call, and the scorer's per-item records (``last``; [] when it keeps
+    none or they do not line up)."""
+    items = [ScoreItem(q.question, q.answer, p or "", c, q.category or None, q.id, q.rubric)
+             for q, c, p in zip(questions, contexts, predictions)]
+    if not items:
+        return [], []
+    scores = [float(x) for x in scorer.score(items)]
+    last = list(getattr(scorer, "last", None) or [])
+    return scores, last if len(last) == len(items) else []
+
+
+def measure(scorer: Scorer, questions: Sequence[QAItem], contexts: Sequence[str], *, answerer: Backend | None = None,
+            params: GenerationParams | None = None, system_prompt: str = ANSWER_SYSTEM_PROMPT,
+            max_context_chars: int = DEFAULT_CONTEXT_CHARS, batch_size: int | None = None) -> Measured:
+    """Answer (when ``scorer.needs_prediction``; ``answerer`` then required, ValueError
+    otherwise) and score every question over its retrieved text ``contexts[i]``.
+    ``params`` default: greedy, 48 new tokens."""
+    if len(questions) != len(contexts):
+        raise ValueError(f"measure: {len(questions)} questions but {len(contexts)} contexts")
+    preds = [""] * len(questions)
+    if scorer.needs_prediction and questions:
+        if answerer is None:
+            raise ValueError(f"scorer {getattr(scorer, 'name', '?')!r} scores an answer: pass answerer")
+        preds = answer_items(answerer, [(q.question, c, q.question_date) for q, c in zip(questions, contexts)],
+                             params or GenerationParams(max_new_tokens=48, temperature=0),
+                             system_prompt=system_prompt, max_context_chars=max_context_chars, batch_size=batch_size)
+    scores, last = score_items(scorer, questions, contexts, preds)
+    return Measured(preds, scores, last)

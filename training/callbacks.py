@@ -1,0 +1,194 @@
+"""Training measured inside the trainer: :class:`MemoryEvalCallback`, a ``transformers``
+``TrainerCallback`` for SFT (``trl.SFTTrainer``) and ADRPO (``ADRPOTrainer``) alike.
+
+At each evaluation (``on_evaluate``: ``eval_on_start``, every ``eval_steps``, a final
+``trainer.evaluate()``) the callback decodes with the model being trained, in the same
+process, greedily (temperature 0), and appends one row to ``state.log_history`` (saved in
+``trainer_state.json``):
+
+- ``memory_eval/validation_reward``: the mean dense session reward (MemBuilder arXiv
+  2601.05488 §3.4, R = g · acc · (1 − λ·LP), :class:`rewards.session_reward.SessionReward`) of
+  the model's output for each validation row (the prompt over the expert bank before the
+  session, the counterfactual bank, the session's QA), with ``…/gate``, ``…/acc``, ``…/lp``;
+- ``memory_eval/format_failure/<manager>``: the share of the validation outputs of each manager
+  that :meth:`memory_bank.bank.MemoryBank.apply_text` rejects (not JSON, not the manager's
+  schema, an id the bank lacks, cut off by the token limit), in [0, 1];
+- when held-out conversations are given: the bank the model builds over them
+  (:func:`memory_bank.construct.construct`), its per-manager ``memory_eval/heldout_format_failure/<m>``,
+  ``memory_eval/heldout_entries`` and ``memory_eval/heldout_answer_recall`` (the top-k retrieved
+  memory, :class:`memory_bank.retrieval.BankRetriever`, measured by the one measure step
+  :func:`rewards.scoring.measure.measure` with the answer-recall scorer: the share of each gold
+  answer's normalised tokens found in the retrieved text, mean over the QA).
+
+Cost per evaluation: one batched greedy generation of ``len(rows)`` prompts and, per held-out
+conversation, four manager outputs per segment, all of at most ``max_new_tokens`` tokens.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from transformers import TrainerCallback
+
+from memory_bank.actions import MANAGERS
+from memory_bank.schema import Conversation
+from training.heldout import FormatTally
+
+PREFIX = "memory_eval"
+
+
+def first_turns(conv: Conversation, n_turns: int) -> Conversation:
+    """``conv`` cut to its first session's first ``n_turns`` turns, with the QA whose evidence
+    lies wholly in them (a held-out set small enough to build at every evaluation)."""
+    s = conv.sessions[0]
+    kept = dataclasses.replace(s, turns=s.turns[:n_turns])
+    ids = {t.id for t in kept.turns}
+    qa = tuple(q for q in conv.questions if q.evidence and set(q.evidence) <= ids)
+    return dataclasses.replace(conv, sessions=(kept,), questions=qa)
+
+
+class MemoryEvalCallback(TrainerCallback):
+    """Logs the validation session reward, per-manager format failures and held-out
+    answer-recall at every evaluation (module docstring).
+
+    ``rows``: validation :class:`rewards.samples.RewardSample` rows; ``reward``: the
+    :class:`rewards.session_reward.SessionReward` that scores them; ``tokenizer``: the policy's
+    (copied: generation pads on the left); ``embedder``: for the held-out bank (the manager
+    prompts' entry ranking and retrieval); ``heldout``: conversations to build (e.g.
+    :func:`first_turns` of LoCoMo conv-41); ``segment_tokens``: build them in segments of at most
+    that many transcript tokens (the cut the model trains on); ``max_new_tokens``: per output;
+    ``top_k``: entries retrieved per question. Raises ValueError when there is nothing to
+    measure (no rows and no held-out conversation)."""
+
+    def __init__(self, rows: Sequence, reward, tokenizer, *, embedder, heldout: Sequence[Conversation] = (),
+                 segment_tokens: int | None = None, max_new_tokens: int = 192, top_k: int = 10,
+                 batch_size: int = 8):
+        if not rows and not heldout:
+            raise ValueError("MemoryEvalCallback: no validation rows and no held-out conversation to measure")
+        self.rows, self.reward, self.embedder = list(rows), reward, embedder
+        self.tokenizer = copy.deepcopy(tokenizer)
+        self.heldout, self.segment_tokens = list(heldout), segment_tokens
+        self.max_new_tokens, self.top_k, self.batch_size = max_new_tokens, top_k, batch_size
+        self._measured: set[int] = set()
+
+    def measure(self, model, step: int) -> dict[str, float]:
+        """The logged values for ``model`` as it is now (keys under ``memory_eval/``)."""
+        from llm.base import GenerationParams
+        from llm.hf_backend import HFBackend
+
+        was_training = model.training
+        backend = HFBackend(model, self.tokenizer, device=str(model.device), batch_size=self.batch_size,
+                            model_id=f"training-step-{step}")
+        params = GenerationParams(max_new_tokens=self.max_new_tokens, temperature=0)
+        try:
+            out = self._validation(backend, params) if self.rows else {}
+            if self.heldout:
+                out.update(self._heldout(backend, params))
+        finally:
+            model.train(was_training)
+        return out
+
+    def _validation(self, backend, params) -> dict[str, float]:
+        comps = backend.generate([s.messages for s in self.rows], params)
+        bds = self.reward(self.rows, [c.text for c in comps], finish_reasons=[c.finish_reason for c in comps])
+        tally = FormatTally()
+        for s, c in zip(self.rows, comps):
+            tally.add(s.manager, c.text, bank=s.bank_before, session=s.session, finish_reason=c.finish_reason)
+        n = len(bds)
+        out = {f"{PREFIX}/validation_reward": sum(b.reward for b in bds) / n,
+               f"{PREFIX}/validation_gate": sum(b.gate for b in bds) / n,
+               f"{PREFIX}/validation_acc": sum(b.acc for b in bds) / n,
+               f"{PREFIX}/validation_lp": sum(b.lp for b in bds) / n, f"{PREFIX}/validation_rows": float(n)}
+        out.update({f"{PREFIX}/format_failure/{m}": r for m, r in tally.rate().items() if r is not None})
+        return out
+
+    def _heldout(self, backend, params) -> dict[str, float]:
+        from memory_bank.construct import ModelExtractor, construct
+        from memory_bank.retrieval import retrieve
+        from rewards.scoring.measure import measure
+        from rewards.scoring.scorers import make_scorer
+
+        extractor = ModelExtractor(backend, params, name=backend.model_id, segment_tokens=self.segment_tokens)
+        scorer = make_scorer("answer-recall")
+        tally, recalls, entries = FormatTally(), [], 0
+        for conv in self.heldout:
+            built = construct(conv, extractor, embedder=self.embedder)
+            tally.add_construction(built)
+            entries += sum(built.bank.counts().values())
+            if conv.questions:
+                contexts = [r.render() for r in retrieve(built.bank, [q.question for q in conv.questions],
+                                                         self.embedder, self.top_k)]
+                recalls += measure(scorer, list(conv.questions), contexts).scores
+        out = {f"{PREFIX}/heldout_format_failure/{m}": r for m, r in tally.rate().items() if r is not None}
+        out[f"{PREFIX}/heldout_entries"] = float(entries)
+        out[f"{PREFIX}/heldout_qa"] = float(len(recalls))
+        out[f"{PREFIX}/heldout_answer_recall"] = sum(recalls) / len(recalls) if recalls else 0.0
+        return out
+
+    def on_evaluate(self, args, state, control, model=None, **kwargs):
+        # one measurement per evaluation step (a trainer with several eval splits calls this once per split)
+        if model is None or not state.is_world_process_zero or state.global_step in self._measured:
+            return
+        self._measured.add(state.global_step)
+        values = self.measure(model, state.global_step)
+        state.log_history.append({**{k: round(float(v), 6) for k, v in values.items()}, "step": state.global_step})
+        print(f"[{PREFIX} step {state.global_step}] " + ", ".join(
+            f"{k.split('/', 1)[1]} {v:.3f}" for k, v in values.items()), flush=True)
+
+
+def format_failure_keys() -> list[str]:
+    """The per-manager format-failure keys :class:`MemoryEvalCallback` logs for validation rows."""
+    return [f"{PREFIX}/format_failure/{m}" for m in MANAGERS]
+
+
+@dataclass
+class MemoryEvalFields:
+    """Recipe fields of the in-trainer measurement, shared by the SFT and ADRPO recipes."""
+
+    memory_eval_trajectories: list[str] = field(default_factory=list, metadata={
+        "help": "validation reward rows from these expert trajectories (files or names in $MEMGYM_DATA/expert, e.g. "
+                "conv-30), measured at every evaluation (training.callbacks); empty = no validation reward"})
+    memory_eval_sessions: list[int] | None = field(default=None, metadata={
+        "help": "validation rows of these session indices only (null: all)"})
+    memory_eval_rows: int | None = field(default=None, metadata={
+        "help": "the first N validation rows (in trajectory order; null: all)"})
+    memory_eval_heldout: list[str] = field(default_factory=list, metadata={
+        "help": "LoCoMo conversations the model builds a bank over at every evaluation (held-out answer-recall); "
+                "empty = none"})
+    memory_eval_heldout_turns: int | None = field(default=None, metadata={
+        "help": "build only the first N turns of the held-out conversations' first session, with the QA whose "
+                "evidence lies in them (null: the whole first session)"})
+    memory_eval_max_new_tokens: int = field(default=192, metadata={
+        "help": "tokens per greedy manager output of the measurement"})
+
+    def memory_eval_on(self) -> bool:
+        return bool(self.memory_eval_trajectories or self.memory_eval_heldout)
+
+
+def build_memory_eval(cfg: MemoryEvalFields, tokenizer, embedder, reward, *, managers: Sequence[str],
+                      segment_tokens: int | None, max_prompt_tokens: int | None = None):
+    """``(callback, rows)``: the :class:`MemoryEvalCallback` the recipe's ``memory_eval_*``
+    fields ask for and its validation rows (``training.heldout.validation_samples`` of
+    ``managers`` on ``segment_tokens`` segments, as ADRPO builds its rows); ``(None, [])`` when
+    they ask for nothing. ``reward``: the session reward that scores the rows."""
+    from data_synth.datasets import load_conversations
+    from training.heldout import validation_samples
+
+    if not cfg.memory_eval_on():
+        return None, []
+    rows = []
+    if cfg.memory_eval_trajectories:
+        rows = validation_samples(cfg.memory_eval_trajectories, sessions=cfg.memory_eval_sessions,
+                                  max_prompt_tokens=max_prompt_tokens, tokenizer=tokenizer, embedder=embedder,
+                                  managers=managers, segment_tokens=segment_tokens)
+        rows = rows[: cfg.memory_eval_rows] if cfg.memory_eval_rows else rows
+    heldout = []
+    if cfg.memory_eval_heldout:
+        heldout = load_conversations("locomo", None, ids=list(cfg.memory_eval_heldout), n_sessions=1)
+        if cfg.memory_eval_heldout_turns:
+            heldout = [first_turns(c, cfg.memory_eval_heldout_turns) for c in heldout]
+    cb = MemoryEvalCallback(rows, reward, tokenizer, embedder=embedder, heldout=heldout,
+                            segment_tokens=segment_tokens, max_new_tokens=cfg.memory_eval_max_new_tokens)
+    return cb, rows
