@@ -1,15 +1,6 @@
-"""The recipe fields that say which benchmark data is scored and under which judge protocol,
-declared once and shared by every recipe (``memgym eval``, ``memgym program eval``,
-``memgym evolve``) by inheritance, so that no recipe declares or copies them on its own.
-
-- :class:`BenchmarkFields`: ``dataset``, ``path``, the BEAM switches, ``n_sessions``,
-  ``max_questions``, ``judge_protocol``.
-- :class:`QuestionSelection`: adds ``conversations`` and ``split`` (eval, program eval; evolve
-  names its ids per split instead: ``train`` / ``valid`` / ``test``).
-
-:func:`load_selected` loads what a recipe selects (:func:`data_synth.datasets.load_conversations`).
-:func:`extractor_segment_tokens_field` and :func:`context_tokenizer_field` declare two fields that
-several recipes carry beside these, with one help text each.
+"""The recipe fields that select benchmark data and judge protocol, shared by every recipe by
+inheritance: :class:`BenchmarkFields`, :class:`QuestionSelection` (adds ``conversations``,
+``split``), :func:`load_selected` and two shared field declarations.
 """
 from __future__ import annotations
 
@@ -91,11 +82,9 @@ class QuestionSelection(BenchmarkFields):
 
 
 def load_selected(cfg: QuestionSelection):
-    """The one loader of a recipe's conversations (``memgym eval``, ``memgym program eval``):
-    ``dataset``, ``path``, ``conversations``, or the ids of ``split`` when set, restricted to the
-    first ``n_sessions`` sessions and ``max_questions`` QA, with BEAM's switches; relabelled
-    from ``cfg.labels`` when the recipe has that field and it names an annotator label file
-    (:mod:`data_synth.annotate`; labels group questions, they never reach a program)."""
+    """The conversations a recipe selects (ids, or the ``split``'s), cut to ``n_sessions`` and
+    ``max_questions``, relabelled from ``cfg.labels`` when set.
+    """
     convs = load_conversations(cfg.dataset, cfg.path, ids=None if cfg.split else cfg.conversations, split=cfg.split,
                                n_sessions=cfg.n_sessions, max_questions=cfg.max_questions,
                                beam_truncated=not cfg.beam_full_chat, beam_strip_markers=not cfg.beam_keep_markers)
