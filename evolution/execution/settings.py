@@ -1,7 +1,6 @@
-"""How the program runner executes a program: :class:`RunnerSettings` (the extraction mode,
-the task and judge models, plan mode, scorer, token budgets, constrained decoding, sandbox
-limits, concurrency and the scoring context budget). Every field that changes a stage's output
-is part of that stage's cache key (:mod:`evolution.execution.run_state`)."""
+""":class:`RunnerSettings`, how the program runner executes a program. Every field that changes
+a stage's output is part of that stage's cache key.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,28 +13,14 @@ from evolution.execution.sandbox import SandboxLimits
 class RunnerSettings:
     """How the runner executes a program.
 
-    extractor: ``instruction`` (the task LLM with EXTRACTION_INSTRUCTION), ``turns`` (no
-    model: every dialogue turn is a unit, :func:`turn_entries`), ``expert:<file or
-    conv-NN>[,...]`` (replay), or a trained extractor's backend spec ``hf:<dir>`` /
-    ``openai:<url>#<model>``. task_model: backend spec of the task LLM (plan, answer,
-    instruction extraction, program toolkit.llm). plan_mode: ``llm`` (the task LLM with
-    PLANNING_INSTRUCTION) or ``question`` (no LLM call: the question text goes into the
-    Query by :func:`memory_bank.program.text_query`; an offline/ablation setting).
-    scorer: ``answer-recall`` | ``f1`` | ``rubric-recall`` (BEAM) | ``llm`` (then ``judge_model``: the
-    official judge of ``dataset``, see :func:`rewards.scoring.scorers.make_scorer`). Token budgets are in
-    tokens of the respective model. program_llm_calls: toolkit.llm budget per conversation's
-    sandbox. diagnostics: also retrieve with each evidence turn as the query (d_idx).
-    workers: conversations of one evaluation run concurrently (one sandbox each).
-    constrained: decode instruction extraction under the program's MemoryUnit-list schema, plans
-    under its Query schema, and a trained extractor's manager outputs under theirs
-    (:mod:`memory_bank.record_schemas`, :mod:`memory_bank.action_schemas`); judge_constrained:
-    the judge's verdicts under theirs (memgym's own judge only, ``dataset`` None); judge_protocol:
-    ``official`` | ``corrected`` (BEAM), :mod:`rewards.scoring.protocols`. constrained_max_chars / constrained_max_items bound every
-    string / list of the extraction and plan schemas (:func:`llm.structured.bounded`). All are
-    part of the stage-cache keys. context_tokens: the context budget (None = none): each
-    retrieved text is cut to this many tokens of ``context_tokenizer`` before the answer and
-    score stages (:class:`evolution.execution.context_budget.ContextBudget`), the same for
-    every program; the cut text is what the task results and diagnostics report.
+    extractor: ``instruction`` | ``turns`` | ``expert:<file or conv-NN>[,...]`` | a trained
+    extractor's backend spec. task_model: the task LLM's spec. plan_mode: ``llm`` | ``question``.
+    scorer: ``answer-recall`` | ``f1`` | ``rubric-recall`` | ``llm`` (with ``judge_model``;
+    :func:`rewards.scoring.scorers.make_scorer`). Token budgets in the model's tokens.
+    program_llm_calls: toolkit.llm budget per sandbox. diagnostics: also probe with evidence
+    (d_idx). workers: concurrent conversations. constrained / judge_constrained /
+    constrained_max_chars / constrained_max_items: structured decoding. judge_protocol:
+    ``official`` | ``corrected``. context_tokens: the :class:`ContextBudget` (None = none).
     """
 
     extractor: str = "instruction"
