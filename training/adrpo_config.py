@@ -84,7 +84,7 @@ class ADRPOConfig(MemoryEvalFields, GRPOConfig):
                 "whole session)"})
     core_lp_hi: int = field(default=400, metadata={
         "help": "core length penalty: 1 from this many written tokens on (MemBuilder Eq. 7, theta_max = 400); "
-                "segment rows write far less per call, see train_cpu_adrpo.yaml"})
+                "segment rows write far less per call, see scripts/experiments/train_cpu/adrpo.yaml"})
     copy_penalty: float = field(default=0.0, metadata={
         "help": "mu in [0, 1]: R x (1 - mu * CP), CP the share of the core output's words in a copy_ngram-word run "
                 "copied verbatim from the transcript (rewards.copying; memgym's correction, 0 = MemBuilder's reward)"})

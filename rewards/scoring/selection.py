@@ -28,7 +28,7 @@ def extractor_segment_tokens_field():
     segments of at most this many transcript tokens (``ModelExtractor(segment_tokens=)``)."""
     return field(default=None, metadata={
         "help": "trained extractor: build every session in segments of at most this many transcript tokens (whole "
-                "turns; the cut of segmented SFT, e.g. 200 for launch/recipes/train_cpu_sft.yaml; default: whole "
+                "turns; the cut of segmented SFT, e.g. 200 for scripts/experiments/train_cpu/sft.yaml; default: whole "
                 "sessions)"})
 
 
