@@ -26,14 +26,15 @@ demo: install
 	$(MEMGYM) eval --config launch/recipes/demo_locomo.yaml
 
 ## The whole suite (slow-marked SmolLM2 tests included), on every core (pytest-xdist, -n auto; N=2 etc.
-## overrides; a file's tests share a worker and so its module fixtures), one torch thread per worker
+## overrides; a file's tests share a worker and so its module fixtures; files in collection order, the
+## longest first: tests/conftest.py SLOW_FIRST), one torch thread per worker
 ## by default (OMP_NUM_THREADS=N overrides).
 N ?= auto
 test: install
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -p no:cacheprovider -n $(N) --dist loadfile tests
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -p no:cacheprovider -n $(N) --dist loadfile --no-loadscope-reorder tests
 
 test-fast: install
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -p no:cacheprovider -n $(N) --dist loadfile -m "not slow" tests
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -p no:cacheprovider -n $(N) --dist loadfile --no-loadscope-reorder -m "not slow" tests
 
 clean:
 	rm -rf runs .pytest_cache
