@@ -126,8 +126,6 @@ class Archive:
     combo_usage: dict[str, int] = field(default_factory=dict)
     attempts: dict[str, list] = field(default_factory=dict)
 
-    # ------------------------------------------------------------------ queries
-
     def get(self, cid: str) -> Candidate:
         """The candidate ``cid`` (KeyError naming it when absent)."""
         if cid not in self.candidates:
@@ -154,8 +152,6 @@ class Archive:
             out.append(c)
             cur = c.parent
         return out[::-1]
-
-    # ------------------------------------------------------------------ updates
 
     def add(self, cand: Candidate) -> None:
         """Store a candidate (ValueError on a duplicate id)."""

@@ -80,8 +80,6 @@ class Engine:
     def _replayed(self, cid: str, step: str):
         return load_record(self.state.dir.root, cid, step) if self.replay else None
 
-    # ------------------------------------------------------------------ seed
-
     def start(self) -> None:
         """Archive and evaluate the seed program (once)."""
         from memory_bank.programs import read_program_source, seed_program_path
@@ -109,8 +107,6 @@ class Engine:
                                         valid=cand.valid.scores(), tokens=state.ledger.round_tokens(0)))
         state.emit(OutcomeRecord("seed", 0, "evaluated", "", accepted, list(cand.roles), cand.valid.scores(),
                                  cand.train.scores()))
-
-    # ------------------------------------------------------------------ one attempt
 
     def build_input(self, round_no: int, stage: str, parent: Candidate, target: str | None,
                     case_ids: list[str]) -> ProposalInput:
@@ -217,8 +213,6 @@ class Engine:
         cand.train, cand.valid = ev.train, ev.valid
         return ev
 
-    # ------------------------------------------------------------------ one round
-
     def stage_of(self, round_no: int) -> str:
         return self.strategy.stage_of(round_no, self.cfg)
 
@@ -262,8 +256,6 @@ class Engine:
             if not exhausted(self.build_input(0, "refine", cand, target, [])):
                 return cand
         return parent
-
-    # ------------------------------------------------------------------ the run
 
     def final_runs(self) -> dict:
         """The final step (once; replayed on resume): the frozen program and the seed on test,

@@ -18,8 +18,6 @@ DEFAULT_DELTA = 0.02
 _EPS = 1e-9
 
 
-# ------------------------------------------------------------------ pure rules
-
 
 def paired_case(archive: Archive, cap: str, train_tasks: list[TaskInfo],
                 base_id: str | None = None) -> tuple[str, float] | None:

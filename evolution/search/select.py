@@ -198,8 +198,6 @@ def record_cases(archive: Archive, case_ids: list[str], tasks: dict[str, TaskInf
         archive.combo_usage[combo] = archive.combo_usage.get(combo, 0) + 1
 
 
-# ------------------------------------------------------------------ the frozen program
-
 
 def freeze_choice(archive, accepted_merges=()) -> dict:
     """Which program is frozen and run on test (DESIGN.md § "Tasks and splits"; PrisMem: "after

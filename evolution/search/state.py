@@ -94,8 +94,6 @@ class EvolutionState:
         self.archive.get(cid)
         return self.sources[cid]
 
-    # ------------------------------------------------------------------ state.json
-
     def tick(self) -> None:
         """Bring the wall time spent (``elapsed_s``) up to date."""
         now = time.time()
@@ -148,8 +146,6 @@ class EvolutionState:
                 if ev is not None:
                     self.diagnostics[c.id] = ev.diagnostics
 
-    # ------------------------------------------------------------------ reading the archive
-
     def lineage(self, parent: Candidate, target: str | None, stage: str = "cold") -> tuple[list, list]:
         """(ancestors, the last 5 failed attempts for ``target``, or for ``stage`` without a
         target) as :class:`LineageEntry` lists."""
@@ -179,8 +175,6 @@ class EvolutionState:
         """The frozen program's id: the best valid overall among the base, every specialist
         and every accepted merge (ties: the later one), :meth:`freeze`."""
         return self.freeze()["frozen"]
-
-    # ------------------------------------------------------------------ booking
 
     def record_round(self, round_no: int, stage: str, target: str | None, parent: Candidate, cand: Candidate,
                      accepted: str) -> None:
