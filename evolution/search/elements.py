@@ -2,7 +2,7 @@
 (:mod:`evolution.search.merge`) and of the element key that recognises a merge as an archived
 program up to statement order.
 
-Source: DESIGN.md § "Capability-driven evolution" (trace-guided integration), issue 9. A
+Source: DESIGN.md § "Capability-driven evolution" (trace-guided integration). A
 program's components (:mod:`evolution.execution.component_diff`: extraction, indexing,
 planning, retrieval, answer, shared) are made of **elements**, each one top-level statement or
 one member of ``class Memory``:
