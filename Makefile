@@ -26,14 +26,15 @@ demo: install
 	$(MEMGYM) eval --config launch/recipes/demo_locomo.yaml
 
 ## The whole suite (slow-marked SmolLM2 tests included), on every core (pytest-xdist, -n auto; N=2 etc.
-## overrides; a file's tests share a worker and so its module fixtures), one torch thread per worker
+## overrides; a file's tests share a worker and so its module fixtures; files in collection order, the
+## longest first: tests/conftest.py SLOW_FIRST), one torch thread per worker
 ## by default (OMP_NUM_THREADS=N overrides).
 N ?= auto
 test: install
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -p no:cacheprovider -n $(N) --dist loadfile tests
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -p no:cacheprovider -n $(N) --dist loadfile --no-loadscope-reorder tests
 
 test-fast: install
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -p no:cacheprovider -n $(N) --dist loadfile -m "not slow" tests
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -p no:cacheprovider -n $(N) --dist loadfile --no-loadscope-reorder -m "not slow" tests
 
 clean:
 	rm -rf runs .pytest_cache
@@ -65,7 +66,7 @@ demo-evolve: install
 adrpo-weighting: install
 	export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; set -e; X=scripts/experiments/adrpo_weighting; \
 	[ -f runs/sft_content/sft/checkpoint-104/model.safetensors ] || $(MEMGYM) train sft \
-	    --config launch/recipes/train_cpu_sft.yaml --max_empty_per_manager 0 --num_train_epochs 2 \
+	    --config scripts/experiments/train_cpu/sft.yaml --max_empty_per_manager 0 --num_train_epochs 2 \
 	    --output_dir runs/sft_content/sft --save_steps 52 --eval_steps 1000; \
 	$(PY) $$X/run.py screen --spec hf:runs/sft_content/sft/checkpoint-104 --weighted-only; \
 	for w in advantage unclipped none; do for s in 0 1; do O=runs/adrpo_weighting/$$w-s$$s; \
@@ -90,8 +91,8 @@ train-cpu: install
 	$(MEMGYM) models prepare
 	export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; set -e; \
 	R=""; ls -d runs/train_cpu/sft/checkpoint-* >/dev/null 2>&1 && R="--resume_from_checkpoint true"; \
-	[ -f runs/train_cpu/sft/model.safetensors ] || $(MEMGYM) train sft --config launch/recipes/train_cpu_sft.yaml $$R; \
+	[ -f runs/train_cpu/sft/model.safetensors ] || $(MEMGYM) train sft --config scripts/experiments/train_cpu/sft.yaml $$R; \
 	R=""; ls -d runs/train_cpu/adrpo/checkpoint-* >/dev/null 2>&1 && R="--resume_from_checkpoint true"; \
 	[ -f runs/train_cpu/adrpo/adapter_model.safetensors ] || $(MEMGYM) train adrpo \
-	    --config launch/recipes/train_cpu_adrpo.yaml --init_from runs/train_cpu/sft $$R; \
+	    --config scripts/experiments/train_cpu/adrpo.yaml --init_from runs/train_cpu/sft $$R; \
 	$(PY) scripts/demo_train.py --out runs/train_cpu --report-only

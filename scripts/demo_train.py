@@ -2,7 +2,7 @@
 
 1. SFT (TRL ``SFTTrainer``, full fine-tuning) of the embedded SmolLM2-135M-Instruct for 16
    steps on 200-token segments of LoCoMo conv-26's expert trajectory
-   (``launch/recipes/demo_train_sft.yaml``, the cut of ``train_cpu_sft.yaml``).
+   (``launch/recipes/demo_train_sft.yaml``, the cut of ``scripts/experiments/train_cpu/sft.yaml``).
 2. ADRPO (LoRA over the SFT model) for two steps on a core segment row whose sampled rollouts
    get different rewards (``screen_rows``), dense session reward with the offline answer-recall
    judge (``launch/recipes/demo_train_adrpo.yaml``).

@@ -12,7 +12,12 @@ Fixtures:
   49,152) with the real SmolLM2 tokenizer and chat template, saved with ``save_pretrained``.
   Seeded (0), so its weights are identical in every run.
 - ``smollm2_dir`` (session): the real SmolLM2-135M-Instruct dir from ``prepare_smollm2()``
-  (about 30 s the first time); use in tests marked ``@pytest.mark.slow``.
+  (about 30 s the first time, under a file lock so that pytest-xdist workers convert it once);
+  use in tests marked ``@pytest.mark.slow``.
+
+Order: the files in ``SLOW_FIRST`` (minutes each) are collected first, each file's tests in their
+own order, so that ``-n auto --dist loadfile`` starts the longest files at once and the short ones
+fill the other workers (longest-processing-time-first scheduling); no test depends on file order.
 - ``stub_backend``: factory for :class:`tests.helpers.ScriptedBackend`.
 """
 from __future__ import annotations
@@ -41,6 +46,19 @@ TINY_CONFIG = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, n
                    initializer_range=0.3)  # larger than the 0.02 default so greedy outputs vary by prompt
 
 
+#: Files whose tests take minutes, longest first (``pytest --durations``).
+SLOW_FIRST = ["tests/evolution/execution/test_extract_stage.py", "tests/launch/test_cmd_launch.py",
+              "tests/training/test_heldout.py", "tests/evolution/search/test_loop.py",
+              "tests/evolution/search/test_beam.py", "tests/evolution/search/test_experiment.py",
+              "tests/training/test_adrpo.py", "tests/rewards/scoring/test_evaluate.py",
+              "tests/llm/test_structured.py", "tests/llm/test_models.py", "tests/launch/test_cmd_bank.py"]
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {f: i for i, f in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(Path(str(item.path)).relative_to(REPO).as_posix(), len(rank)))
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """Dir of a seeded random-weight tiny Llama with SmolLM2's real tokenizer."""
@@ -66,9 +84,14 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
     """The prepared SmolLM2-135M-Instruct transformers dir (cached under $MEMGYM_CACHE)."""
-    from llm.models import prepare_smollm2
+    import fcntl
 
-    return prepare_smollm2()
+    from llm.models import prepare_smollm2
+    from llm.paths import cache_dir
+
+    with open(cache_dir() / ".smollm2-prepare.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released on close; a second worker then finds the dir complete
+        return prepare_smollm2()
 
 
 @pytest.fixture

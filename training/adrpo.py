@@ -1,11 +1,6 @@
 """The ADRPO entry point (TRL's ``scripts/grpo.py`` shape): parse ``ADRPOConfig`` +
-``PolicyModelConfig`` (``trl.ModelConfig``) from a recipe and CLI overrides, build the policy,
-reward samples, session reward and trainer, train, save.
-
-Run: ``python -m training.adrpo --config launch/recipes/adrpo_cpu.yaml [--field value ...]``
-or ``memgym train adrpo --config ...``. Config: :mod:`training.adrpo_config`; trainer:
-:mod:`training.adrpo_trainer` (``weighting: advantage | none``) and
-:mod:`training.adrpo_eq12` (``weighting: unclipped``, the paper's Eq. 12 ablation).
+``PolicyModelConfig`` from a recipe and CLI overrides, build policy, reward samples, session
+reward and trainer, train, save. Run: ``memgym train adrpo --config R.yaml [--field value ...]``.
 """
 from __future__ import annotations
 
@@ -70,11 +65,10 @@ def reward_rows(args: ADRPOConfig, paths, *, tokenizer, embedder) -> list:
 
 
 def build_trainer(args: ADRPOConfig, model_args: PolicyModelConfig | None = None, callbacks=None) -> ADRPOTrainer:
-    """Load the policy (``init_from`` or ``model_args.model_name_or_path``; LoRA per
-    ``model_args``, default :class:`PolicyModelConfig`), build the reward samples from
-    ``train_trajectories`` (screened for reward spread when ``screen_rows`` is set), the reward,
-    the in-trainer measurement (``memory_eval_*`` fields: :mod:`training.callbacks`; its
-    validation rows of the trained managers are the trainer's eval set, for TRL's eval rollouts) and the trainer."""
+    """Load the policy (``init_from`` or ``model_name_or_path``; LoRA per ``model_args``), build
+    the reward samples, the reward, the in-trainer measurement (:mod:`training.callbacks`, whose
+    validation rows are the eval set) and the trainer.
+    """
     from llm.embeddings import load_embedder
     from llm.runtime import Runtime
     from training.adrpo_data import select_samples

@@ -1,9 +1,6 @@
 """``ADRPOConfig``: TRL's ``GRPOConfig`` plus the ADRPO fields (weighting, dense session reward,
-data). Model and LoRA fields come from :class:`training.common.PolicyModelConfig`
-(``trl.ModelConfig``), parsed beside it.
-
-Source: ``DESIGN.md`` § "Dense session reward and ADRPO"; MemBuilder (arXiv 2601.05488 §3.4)
-and its review (``../shared/seeds/004_2e899ffbe394021e.txt``, Eq. 12).
+data). Source: MemBuilder (arXiv 2601.05488) §3.4 and its review
+(``../shared/seeds/004_2e899ffbe394021e.txt``, Eq. 12).
 """
 from __future__ import annotations
 
@@ -53,31 +50,14 @@ def check_eq12_support(args, *, is_vlm: bool = False, aux_loss: bool = False) ->
 
 @dataclass
 class ADRPOConfig(MemoryEvalFields, GRPOConfig):
-    """TRL's ``GRPOConfig`` plus the ADRPO fields. Every TRL field (``use_vllm``, ``vllm_mode``
-    colocate|server, ``loss_type``, ``beta``, ``epsilon``, ``entropy_coef``, ...) passes
-    through to ``GRPOTrainer`` unchanged; with ``weighting: advantage`` every TRL loss type
-    works, since the loss is TRL's own.
+    """TRL's ``GRPOConfig`` (every field passes through to ``GRPOTrainer``) plus the ADRPO fields:
+    ``init_from`` (SFT model or adapter dir), ``weighting`` (:data:`WEIGHTINGS`), ``alpha`` (> 0),
+    the :class:`rewards.session_reward.SessionRewardConfig` fields, the reward's models and the
+    rollout-row selection (``segment_tokens``: rows on session segments).
 
-    Parameters (beyond ``GRPOConfig``):
-        init_from: an SFT checkpoint dir (full model) or LoRA adapter dir to start from;
-            overrides ``model_name_or_path``.
-        weighting: one of :data:`WEIGHTINGS`.
-        alpha: w(m) of the dominant part (> 0); the other parts get 1.
-        mode, judge, lam, core_lp_lo, core_lp_hi, attribution_on, retrieval_top_k,
-            correct_threshold: the :class:`rewards.session_reward.SessionRewardConfig` fields
-            (core_lp_lo / core_lp_hi: the core length penalty's thresholds in policy tokens,
-            MemBuilder Eq. 7; defaults 150 / 400, the paper's whole-session values).
-        copy_penalty, copy_ngram: memgym's verbatim-copy penalty of core outputs
-            (:mod:`rewards.copying`; 0 = off, MemBuilder's reward).
-        answer_model, judge_model, answer_max_new_tokens, reward_cache, embedder: the reward's
-            models.
-        train_trajectories, qa_path, dataset, data_path, managers, sessions, row_keys,
-            max_prompt_tokens, segment_tokens: the rollout rows (``segment_tokens``: rows on
-            session segments, ``training.segment_samples``; not with ``qa_path`` or joint mode).
-
-    Raises :class:`ADRPOConfigError` naming the field for an unknown weighting/mode/judge or an
-    out-of-range reward setting (``alpha <= 0``, ``lam`` outside [0, 1], ...), or a setting
-    outside the limits of ``weighting: unclipped`` (:func:`check_eq12_support`).
+    Raises :class:`ADRPOConfigError` naming the field for an unknown weighting/mode/judge, an
+    out-of-range reward setting, or a setting ``weighting: unclipped`` does not support
+    (:func:`check_eq12_support`).
     """
 
     _argument_group_name = ("ADRPOConfig: every trl.GRPOConfig field "
@@ -104,7 +84,7 @@ class ADRPOConfig(MemoryEvalFields, GRPOConfig):
                 "whole session)"})
     core_lp_hi: int = field(default=400, metadata={
         "help": "core length penalty: 1 from this many written tokens on (MemBuilder Eq. 7, theta_max = 400); "
-                "segment rows write far less per call, see train_cpu_adrpo.yaml"})
+                "segment rows write far less per call, see scripts/experiments/train_cpu/adrpo.yaml"})
     copy_penalty: float = field(default=0.0, metadata={
         "help": "mu in [0, 1]: R x (1 - mu * CP), CP the share of the core output's words in a copy_ngram-word run "
                 "copied verbatim from the transcript (rewards.copying; memgym's correction, 0 = MemBuilder's reward)"})

@@ -73,10 +73,9 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 def resume_arg(value):
-    """``resume_from_checkpoint`` as ``Trainer.train`` takes it: None/""/"false" → None (a fresh
-    run), "true"/"last" → True (the last ``checkpoint-N`` in ``output_dir``), else the value (a
-    checkpoint dir). The TRL parser reads the field as a string, so ``--resume_from_checkpoint
-    true`` arrives as ``"true"``, which ``Trainer`` would take for a path."""
+    """``resume_from_checkpoint`` for ``Trainer.train``: None/""/"false" → None, "true"/"last" →
+    True, else the value (a checkpoint dir).
+    """
     if value is None or str(value).lower() in ("", "false", "none", "no"):
         return None
     return True if str(value).lower() in ("true", "last", "yes") else value
@@ -89,11 +88,10 @@ def is_adapter_dir(path: str | Path) -> bool:
 
 @dataclass
 class PolicyModelConfig(ModelConfig):
-    """``trl.ModelConfig`` (model and LoRA fields, parsed by ``TrlParser`` beside the trainer's
-    config, as TRL's own scripts do) with memgym's defaults: the embedded SmolLM2, float32,
-    LoRA on the attention projections. The LoRA config is TRL's ``get_peft_config`` of these
-    fields. Raises ValueError naming the field for an empty model name, ``lora_r`` < 1,
-    ``lora_alpha`` <= 0, ``lora_dropout`` outside [0, 1) or an empty target list."""
+    """``trl.ModelConfig`` with memgym's defaults (embedded SmolLM2, float32, LoRA on the attention
+    projections). Raises ValueError naming the field for an empty model name, ``lora_r`` < 1,
+    ``lora_alpha`` <= 0, ``lora_dropout`` outside [0, 1) or no targets.
+    """
 
     _argument_group_name = ("model and LoRA: trl.ModelConfig fields, memgym defaults "
                             "(https://huggingface.co/docs/trl/main/en/script_utils#trl.ModelConfig)")
@@ -161,10 +159,9 @@ def load_tokenizer(path: str | Path):
 
 @dataclass
 class Policy:
-    """A loaded policy. ``model`` is a ``PreTrainedModel``, or a trainable ``PeftModel`` when
-    loaded from an adapter dir; ``peft_config`` is the ``LoraConfig`` a trainer should apply
-    (None for full fine-tuning or when the adapter is already attached); ``path`` is where the
-    weights came from and ``base_path`` the base model of an adapter (else equal to ``path``)."""
+    """A loaded policy: ``model`` (``PreTrainedModel`` or trainable ``PeftModel``), ``peft_config``
+    (the ``LoraConfig`` to apply, or None), ``path`` and ``base_path``.
+    """
 
     model: object
     tokenizer: object
@@ -178,18 +175,10 @@ class Policy:
 
 
 def load_policy(model_args: ModelConfig, init_from: str | None = None) -> Policy:
-    """Load the policy to train.
-
-    - The weights: ``init_from`` when given, else ``model_args.model_name_or_path``:
-      ``"smollm2"``, a local model dir, a hub id (see :func:`resolve_model_path`), or a PEFT
-      adapter dir (e.g. an SFT output); an adapter is attached to its base
-      (``base_model_name_or_path`` in ``adapter_config.json``) as a *trainable* ``PeftModel``
-      so training continues it, and ``use_peft`` is then ignored.
-    - ``use_peft``: the ``LoraConfig`` of ``trl.get_peft_config(model_args)`` for the trainer
-      to apply (TRL's ``peft_config=``); False means full fine-tuning.
-    - ``dtype``: one of :data:`DTYPES`; ``auto`` = bfloat16 on a bf16-capable GPU else float32.
-    Raises FileNotFoundError / ValueError for a bad path, and what ``from_pretrained`` raises
-    for a broken model dir.
+    """Load the policy to train from ``init_from`` or ``model_args.model_name_or_path`` (a model
+    spec, dir, hub id, or adapter dir, attached trainable to its base; ``use_peft`` is then
+    ignored). ``dtype``: one of :data:`DTYPES` (``auto``: bf16 on a capable GPU, else float32).
+    Raises FileNotFoundError / ValueError for a bad path.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoModelForCausalLM

@@ -1,20 +1,8 @@
-"""Supervised fine-tuning of a memory manager on expert trajectories (TRL ``SFTTrainer``).
+"""Supervised fine-tuning of a memory manager on expert trajectories (TRL ``SFTTrainer``,
+conversational prompt-completion, completion-only loss; LoRA or full).
 
-Source: ``DESIGN.md`` § "Training stack" and issue 4 § 1.
-
-- Examples: one per manager per session (:func:`training.sft_data.sft_examples`); the prompt is
-  built by the inference prompt builder over the replayed expert bank before that session,
-  the completion is the expert's JSON.
-- Trainer: TRL ``SFTTrainer`` on the conversational prompt-completion format, so the chat
-  template renders the messages and prompt tokens get label -100 (``completion_only_loss``).
-  PEFT LoRA (``use_peft``) or full fine-tuning.
-- Split: the train trajectories (LoCoMo conv-26) train, the eval trajectories (conv-30)
-  validate; the loss on both is measured before and after training.
-- Outputs in ``output_dir``: the model (full) or adapter (LoRA) + tokenizer, ``metrics.json``,
-  ``loss.png`` and ``report.md``.
-
-Run: ``memgym train sft --config launch/recipes/sft_cpu.yaml [--field value ...]``, or
-``python -m training.sft --config ...``, or under ``accelerate launch -m training.sft``.
+Outputs in ``output_dir``: the model or adapter + tokenizer, ``metrics.json``, ``loss.png``
+and ``report.md``. Run: ``memgym train sft --config R.yaml [--field value ...]``.
 """
 from __future__ import annotations
 
@@ -149,10 +137,9 @@ class SFTData:
 
 def build_data(script_args: SFTScriptArguments, tokenizer, max_length: int | None, seed: int,
                progress: bool = True) -> SFTData:
-    """Build, length-filter and subsample the SFT splits (see :class:`SFTData`).
-
-    Raises what :func:`training.sft_data.sft_examples` raises, and ValueError when every example
-    of a split is longer than ``max_length`` tokens."""
+    """The SFT splits, length-filtered and subsampled. Raises what
+    :func:`training.sft_data.sft_examples` raises, ValueError when a split has no example that fits.
+    """
     from llm.embeddings import load_embedder
 
     emb = load_embedder(script_args.embedder)
@@ -305,15 +292,10 @@ def memory_eval(script_args: SFTScriptArguments, policy) -> list:
 
 def run(script_args: SFTScriptArguments, training_args, model_args: PolicyModelConfig | None = None,
         callbacks=None) -> dict:
-    """Build data, train, evaluate before and after, save model + tokenizer + report files to
-    ``training_args.output_dir``. Returns the metrics dict written to ``metrics.json``:
-    ``train_loss`` (mean training loss), ``eval_loss`` (validation, after), ``train_loss_start``
-    / ``train_loss_end`` (train probe, before/after), ``eval_loss_start`` / ``eval_loss_end``
-    (validation, before/after; None without validation), counts and timings. Every process
-    of a distributed run trains; only the main one (``is_main_process``) writes files.
-    ``resume_from_checkpoint``: a checkpoint dir, or ``true`` / ``last`` for the last
-    ``checkpoint-N`` in ``output_dir`` (:func:`training.common.resume_arg`): the weights, optimizer,
-    scheduler, RNG states and data position come back, so only the remaining steps run."""
+    """Build data, train, evaluate before and after, save to ``output_dir`` (main process only).
+    Returns the ``metrics.json`` dict (``train_loss``, ``eval_loss``, ``*_loss_start`` /
+    ``*_loss_end``, counts, timings). ``resume_from_checkpoint``: a dir, or ``true`` / ``last``.
+    """
     t0 = time.time()
     policy = load_policy(model_args or PolicyModelConfig())
     data = build_data(script_args, policy.tokenizer, training_args.max_length, training_args.seed)

@@ -1,22 +1,9 @@
-"""``memgym program eval``: evaluate one memory program on a benchmark and report scores,
-diagnostics, stage reuse and cost.
-
-Config + runner pair in the TRL style (like :mod:`evolution.execution.eval_job`): :class:`ProgramEvalConfig`
-is parsed by ``trl.TrlParser`` from a YAML recipe plus CLI overrides; :func:`run_program_eval`
-validates the program (:func:`evolution.execution.validate.validate_program`), runs it with
-:class:`evolution.execution.runner.ProgramRunner`, computes :mod:`evolution.execution.diagnostics` and writes
-``report.json``, ``report.md``, ``tasks.jsonl`` (one line per question) and ``units.jsonl``.
-
-Scores are in [0, 1]: ``answer-recall`` (default, offline: the share of the gold answer's
-normalised tokens found in the retrieved text; no answer call), ``rubric-recall`` (BEAM's
-offline proxy over the retrieved text), ``f1`` (LoCoMo F1 of the task model's answer) or
-``llm`` (the dataset's official judge under ``judge_protocol``). Every number is
-:func:`rewards.scoring.summary.summarise` of the run's questions, the same summary ``memgym eval`` and
-``memgym score`` give; the report tables come from the shared renderer (:mod:`rewards.scoring.report`).
-The recipe is composed of the settings sections (:mod:`evolution.execution.settings`) and
-is itself the runner's settings. Capability labels: the native mapping (default),
-or an annotator label file (:mod:`data_synth.annotate`); they are used for grouping only and
-never reach the program.
+"""``memgym program eval``: validate one memory program, run it with the stage-cached runner,
+compute diagnostics and write ``report.json``, ``report.md``, ``tasks.jsonl`` and
+``units.jsonl``. Scores in [0, 1] are :func:`rewards.scoring.summary.summarise` of the run's
+questions; capability labels group questions and never reach the program. The recipe is
+composed of the settings sections (:mod:`evolution.execution.settings`) and is itself the
+runner's settings.
 """
 from __future__ import annotations
 
@@ -195,12 +182,9 @@ def render_markdown(rep: dict) -> str:
 
 def run_program_eval(cfg: ProgramEvalConfig, rt: Runtime | None = None,
                      cache: StageCache | None = None) -> ProgramEvaluation:
-    """Validate and evaluate ``cfg.program``; write the report files under ``cfg.out``.
-
-    Returns the :class:`ProgramEvaluation` (``tasks`` included). When validation fails it has
-    ``ok`` False, ``validation`` with the verdict, and no scores; nothing else runs.
-    Raises FileNotFoundError naming a missing program/parent file, ValueError for a bad
-    recipe and :class:`evolution.execution.runner.ProgramRunError` when the program breaks mid-run.
+    """Validate and evaluate ``cfg.program``, write the report files; returns the
+    :class:`ProgramEvaluation` (``ok`` False and no scores when validation fails). Raises
+    FileNotFoundError, ValueError for a bad recipe, :class:`ProgramRunError` mid-run.
     """
     from evolution.execution.validate import ValidationLimits, validate_program
 

@@ -1,8 +1,6 @@
-"""The stages of one program evaluation after extraction: :class:`RunState` runs one
-conversation (index in the sandbox, then plan → retrieve → answer → score), each stage through
-the stage cache (keys: the stage's cumulative component hash and its actual inputs; see
-:mod:`evolution.execution.runner`). Extraction is :class:`~evolution.execution.extract_stage.ExtractStage`,
-the shared counters and resources :class:`~evolution.execution.stage_context.StageContext`."""
+""":class:`RunState`: the stages after extraction for one conversation (index in the sandbox,
+then plan → retrieve → answer → score), each through the stage cache.
+"""
 from __future__ import annotations
 
 import dataclasses

@@ -1,11 +1,8 @@
 """The ablation experiment: every variant × every seed under one recipe, resumable.
 
-Source: issue 9 § 3; PrisMem Table 4 (ablations), Table 12 (routing baseline), Fig. 3b
-(performance boundary). ``memgym evolve experiment --config R.yaml --variants
-full,holistic,round_robin,random_cases,no_integration --seeds 3`` runs, for seeds
-``recipe.seed + 0 .. n-1`` (outer loop) and each variant (inner loop), one evolution run
-with the same recipe, proposer and budget; the variant only sets the recipe's ``ablation``
-(``full`` = ``none``; see :mod:`evolution.search.strategies`).
+Source: PrisMem Table 4 (ablations), Table 12 (routing baseline), Fig. 3b (performance boundary).
+For seeds ``recipe.seed + 0 .. n-1`` (outer) and each variant (inner), one evolution run with the
+same recipe, proposer and budget; the variant only sets ``ablation`` (``full`` = ``none``).
 
 Layout of the experiment directory ``OUT`` (the recipe's ``out``)::
 
@@ -16,11 +13,9 @@ Layout of the experiment directory ``OUT`` (the recipe's ``out``)::
                                  same conversations are executed once in the whole experiment)
     OUT/experiment.json, experiment.md, boundary.png
 
-Every run goes through :func:`evolution.search.api.evolve` with the experiment's runtime and
-a :class:`RunBook` callback that records the run as done in ``experiment_state.json`` when it
-ends. Resume: a run whose status is ``done`` (its summary.json written) is never started
-again; a run killed half-way continues with the engine's own resume; unstarted runs start.
-Metrics (:mod:`evolution.search.experiment_report`) are recomputed from the run directories.
+Every run goes through :func:`evolution.search.api.evolve`; a :class:`RunBook` callback marks it
+done when it ends. Resume: done runs are never started again, a killed run resumes, unstarted
+runs start. Metrics (:mod:`evolution.search.experiment_report`) come from the run directories.
 """
 from __future__ import annotations
 

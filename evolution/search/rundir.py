@@ -141,9 +141,8 @@ def recipe_fields(cfg) -> dict:
 
 
 def check_recipe(stored: dict | None, cfg, recipe_path: str | Path, state_path: str | Path) -> None:
-    """Refuse a recipe that differs from the one the stored run state was made with (a
-    ``recipe.json`` edited before ``--resume`` would silently relabel the old results).
-    ``stored`` None (a state from before this check): nothing to compare."""
+    """Refuse a recipe that differs from the one the stored state was made with (``stored`` None:
+    nothing to compare)."""
     if stored is None:
         return
     if not isinstance(stored, dict):

@@ -38,7 +38,7 @@ def extractor_segment_tokens_field():
     segments of at most this many transcript tokens (``ModelExtractor(segment_tokens=)``)."""
     return field(default=None, metadata={
         "help": "trained extractor: build every session in segments of at most this many transcript tokens (whole "
-                "turns; the cut of segmented SFT, e.g. 200 for launch/recipes/train_cpu_sft.yaml; default: whole "
+                "turns; the cut of segmented SFT, e.g. 200 for scripts/experiments/train_cpu/sft.yaml; default: whole "
                 "sessions)"})
 
 
@@ -100,11 +100,9 @@ class QuestionSelection(BenchmarkFields):
 
 
 def load_selected(cfg: QuestionSelection):
-    """The one loader of a recipe's conversations (``memgym eval``, ``memgym program eval``):
-    ``dataset``, ``path``, ``conversations``, or the ids of ``split`` when set, restricted to the
-    first ``n_sessions`` sessions and ``max_questions`` QA, with BEAM's switches; relabelled
-    from ``cfg.labels`` when the recipe has that field and it names an annotator label file
-    (:mod:`data_synth.annotate`; labels group questions, they never reach a program)."""
+    """The conversations a recipe selects (ids, or the ``split``'s), cut to ``n_sessions`` and
+    ``max_questions``, relabelled from ``cfg.labels`` when set.
+    """
     convs = load_conversations(cfg.dataset, cfg.path, ids=None if cfg.split else cfg.conversations, split=cfg.split,
                                n_sessions=cfg.n_sessions, max_questions=cfg.max_questions,
                                beam_truncated=not cfg.beam_full_chat, beam_strip_markers=not cfg.beam_keep_markers)

@@ -83,7 +83,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(config: str, tiny_model_dir: Path, traj: Path, out: Path, extra: list[str], threads: str) -> dict:
+def _launch(config: str, tiny_model_dir: Path, traj: Path, out: Path, extra: list[str], threads: str,
+            env: dict | None = None) -> dict:
     cmd = [sys.executable, "-m", "launch.cli", "launch", "--accelerate-config", config,
            "--main-process-port", str(_free_port()), "train", "sft",
            "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out),
@@ -92,7 +93,7 @@ def _launch(config: str, tiny_model_dir: Path, traj: Path, out: Path, extra: lis
            "--max_eval_examples", "1", "--per_device_train_batch_size", "1", "--per_device_eval_batch_size", "1",
            "--activation_checkpointing", "false", "--logging_steps", "1", "--save_strategy", "no",
            "--report_to", "none", "--disable_tqdm", "true", *extra]
-    env = dict(os.environ, OMP_NUM_THREADS=threads, HF_HUB_OFFLINE="1")
+    env = dict(os.environ, OMP_NUM_THREADS=threads, HF_HUB_OFFLINE="1", **(env or {}))
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=400)
     assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-5000:])
     assert res.stdout.splitlines()[0].startswith(f"accelerate launch --config_file launch/accelerate/{config}.yaml")
@@ -117,9 +118,12 @@ def test_cpu_ddp_two_processes(tiny_model_dir, session1_file, tmp_path):
 
 
 def test_deepspeed_zero2_one_process(tiny_model_dir, session1_file, tmp_path):
+    """One ZeRO-2 optimizer step (2 micro-batches) under DeepSpeed's engine, without DeepSpeed's
+    shared-memory comm op (tests/launch/no_shm_op: one process has no peer; saves its ~3 min C++ build)."""
     pytest.importorskip("deepspeed", reason="deepspeed is not installed (DS_BUILD_OPS=0 pip install deepspeed)")
+    no_shm = os.pathsep.join(filter(None, [str(Path(__file__).parent / "no_shm_op"), os.environ.get("PYTHONPATH")]))
     m = _launch("cpu_deepspeed_zero2", tiny_model_dir, session1_file, tmp_path / "ds",
-                ["--max_steps", "1", "--gradient_accumulation_steps", "2"], threads="2")
+                ["--max_steps", "1", "--gradient_accumulation_steps", "2"], threads="2", env={"PYTHONPATH": no_shm})
     assert (m["distributed_type"], m["num_processes"]) == ("DEEPSPEED", 1)
     assert m["global_step"] == 1
     assert [h["epoch"] for h in m["log_history"] if "loss" in h] == [1.0]

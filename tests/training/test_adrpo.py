@@ -320,13 +320,13 @@ def test_init_from_an_adapter_continues_it(trained, short_samples, tmp_path):
                                    num_generations=8, temperature=0.8, top_p=0.9, learning_rate=1e-6, beta=0.02,
                                    answer_model="openai:http://127.0.0.1:8001/v1#Qwen/Qwen3-4B-Instruct-2507")),
     ("demo_train_adrpo", dict(sessions=[1], max_prompt_tokens=1000, num_generations=4, generation_batch_size=4,
-                              managers=["core"], max_completion_length=192, max_steps=1, segment_tokens=200,
-                              row_keys=["conv-26/s1.1/core"])),
-    ("train_cpu_adrpo", dict(managers=["core", "episodic", "semantic"], sessions=[1, 2, 3], max_prompt_tokens=1500,
+                              managers=["core"], max_completion_length=192, max_steps=2, segment_tokens=200,
+                              screen_rows=1, row_keys=None)),
+    ("train_cpu/adrpo", dict(managers=["core", "episodic", "semantic"], sessions=[1, 2, 3], max_prompt_tokens=1500,
                              segment_tokens=200, num_generations=8, generation_batch_size=8, max_completion_length=512,
                              save_steps=2, use_peft=True, top_p=1.0, max_steps=12, learning_rate=1e-3,
                              core_lp_lo=100, core_lp_hi=267, copy_penalty=1.0, copy_ngram=6)),
-    ("train_cpu_adrpo_weighting", dict(managers=["episodic", "semantic"], sessions=[1, 2, 3], segment_tokens=200,
+    ("adrpo_weighting/train_cpu_adrpo_weighting", dict(managers=["episodic", "semantic"], sessions=[1, 2, 3], segment_tokens=200,
                                        num_generations=4, generation_batch_size=4, max_steps=3, save_steps=1,
                                        row_keys=["conv-26/s1.2/episodic", "conv-26/s2.1/episodic",
                                                  "conv-26/s2.1/semantic", "conv-26/s2.2/semantic",
@@ -339,7 +339,7 @@ def test_recipes_parse_and_pass_trl_fields_through(name, expect):
 
     repo = Path(__file__).resolve().parents[2]
     recipe = next(p for p in (repo / "launch" / "recipes" / f"{name}.yaml",
-                              repo / "scripts" / "experiments" / "adrpo_weighting" / f"{name}.yaml") if p.is_file())
+                              repo / "scripts" / "experiments" / f"{name}.yaml") if p.is_file())
     cfg, model_args = parse_args(["--config", str(recipe)])
     for field_name, value in expect.items():
         assert getattr(model_args if hasattr(model_args, field_name) else cfg, field_name) == value, field_name

@@ -137,7 +137,7 @@ def test_sft_killed_after_a_checkpoint_resumes_to_the_same_weights(tiny_model_di
 
 
 @pytest.mark.parametrize("name,expect", [
-    ("train_cpu_sft", dict(use_peft=False, max_length=2048, learning_rate=1e-4, save_steps=17, num_train_epochs=1,
+    ("train_cpu/sft", dict(use_peft=False, max_length=2048, learning_rate=1e-4, save_steps=17, num_train_epochs=1,
                            eval_steps=34, segment_tokens=200, max_empty_per_manager=4)),
     ("demo_train_sft", dict(use_peft=False, max_length=2048, learning_rate=1e-4, max_steps=16, seed=0,
                             segment_tokens=200, max_empty_per_manager=4)),
@@ -146,7 +146,9 @@ def test_sft_recipes_parse(name, expect):
     """The SFT recipes parse; both train on 200-token segments (demo_train_sft: the first 16 steps)."""
     from training.sft import parse_args
 
-    recipe = Path(__file__).resolve().parents[2] / "launch" / "recipes" / f"{name}.yaml"
+    repo = Path(__file__).resolve().parents[2]
+    recipe = next(p for p in (repo / "launch" / "recipes" / f"{name}.yaml",
+                              repo / "scripts" / "experiments" / f"{name}.yaml") if p.is_file())
     script_args, training_args, model_args = parse_args(["--config", str(recipe)])
     for field_name, value in expect.items():
         obj = next(o for o in (model_args, training_args, script_args) if hasattr(o, field_name))
