@@ -20,6 +20,7 @@ from data_synth.capabilities import BEAM_MAP, capability_for, secondary_for
 from data_synth.errors import DataFormatError, QuirkLog, get_field
 from data_synth.paths import data_root, read_json, require
 from memory_bank.schema import Conversation, QAItem, Session, Turn
+from llm.errors import ConfigError
 
 BEAM_SIZES: tuple[str, ...] = ("100K", "1M")
 BEAM_SPEAKERS = ("user", "assistant")
@@ -238,7 +239,7 @@ def load_beam(path: Path | str | None = None, ids: list[str] | None = None, *, t
     if ids is not None:
         missing = [i for i in dict.fromkeys(ids) if i not in by_id]
         if missing:
-            raise ValueError(f"BEAM chat ids not found under {path or beam_root()}: {', '.join(missing)} "
+            raise ConfigError(f"BEAM chat ids not found under {path or beam_root()}: {', '.join(missing)} "
                              f"(known: {', '.join(by_id)})")
         folders = [by_id[i] for i in dict.fromkeys(ids)]
     quirks = QuirkLog("BEAM")

@@ -6,6 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from memory_bank.schema import Conversation
+from llm.errors import ConfigError
 
 #: Datasets with a loader, in the order ``--help`` lists them.
 DATASETS: tuple[str, ...] = ("locomo", "longmemeval", "beam")
@@ -29,7 +30,7 @@ def load_conversations(dataset: str, path: Path | str | None = None, *, ids: Seq
         the loaders' DataFileNotFoundError / DataFormatError.
         """
     if dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {dataset!r}; expected one of {', '.join(DATASETS)}")
+        raise ConfigError(f"unknown dataset {dataset!r}; expected one of {', '.join(DATASETS)}")
     if max_questions is not None and max_questions < 0:
         raise ValueError(f"max_questions must be >= 0, got {max_questions}")
     wanted = None if ids is None else list(dict.fromkeys(ids))
@@ -47,7 +48,7 @@ def load_conversations(dataset: str, path: Path | str | None = None, *, ids: Seq
         else:
             outside = [i for i in wanted if i not in set(in_split)]
             if outside:
-                raise ValueError(f"{dataset} ids not in split {split!r}: {', '.join(outside)}")
+                raise ConfigError(f"{dataset} ids not in split {split!r}: {', '.join(outside)}")
     if dataset == "locomo":
         from data_synth.locomo import load_locomo
 

@@ -18,6 +18,7 @@ from data_synth.capabilities import capability_for, secondary_for
 from data_synth.errors import DataFormatError, QuirkLog, get_field, record_id
 from data_synth.paths import locomo_path, read_json
 from memory_bank.schema import Conversation, QAItem, Session, Turn
+from llm.errors import ConfigError
 
 #: Gold answer stored for every category-5 item (the official "option (a)" text).
 LOCOMO_ABSTAIN_ANSWER = "Not mentioned in the conversation"
@@ -177,7 +178,7 @@ def load_locomo(path: Path | str | None = None, ids: list[str] | None = None) ->
         present = set(rids)
         missing = [x for x in wanted if x not in present]
         if missing:
-            raise ValueError(f"LoCoMo ids not in {p}: {', '.join(missing)}")
+            raise ConfigError(f"LoCoMo ids not in {p}: {', '.join(missing)}")
     keep = None if wanted is None else set(wanted)
     out: list[Conversation] = []
     for i, (rid, rec) in enumerate(zip(rids, data)):  # a plain loop: warnings point at caller

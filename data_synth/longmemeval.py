@@ -19,6 +19,7 @@ from data_synth.capabilities import LONGMEMEVAL_MAP, capability_for, secondary_f
 from data_synth.errors import DataFormatError, QuirkLog, get_field, record_id
 from data_synth.paths import longmemeval_oracle_path, read_json
 from memory_bank.schema import Conversation, QAItem, Session, Turn
+from llm.errors import ConfigError
 
 #: ``haystack_dates`` / ``question_date`` format, e.g. "2023/05/30 (Tue) 23:40".
 LONGMEMEVAL_DATE_FORMAT = "%Y/%m/%d (%a) %H:%M"
@@ -141,7 +142,7 @@ def load_longmemeval(path: Path | str | None = None, question_ids: list[str] | N
         keep = set(question_ids)
         missing = [q for q in dict.fromkeys(question_ids) if q not in seen]
         if missing:
-            raise ValueError(f"LongMemEval question ids not in {p}: {', '.join(missing)}")
+            raise ConfigError(f"LongMemEval question ids not in {p}: {', '.join(missing)}")
     quirks = QuirkLog(p.name)
     out = [parse_longmemeval_record(p, i, rec, quirks)
            for i, (rid, rec) in enumerate(tqdm(list(zip(rids, data)), desc="LongMemEval",

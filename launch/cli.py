@@ -1,7 +1,7 @@
 """The ``memgym`` command line. Each command group lives in its own ``launch/cmd_*.py``
-module exposing ``register(subparsers)``; this file only wires them together. Commands
-configured by ``trl.TrlParser`` (train, eval, program eval, evolve) take their arguments verbatim
-(:mod:`launch.passthrough`).
+module exposing ``register(subparsers)``; this file wires them into one argparse tree
+(:mod:`launch.registry`: recipe commands are ``trl.TrlParser`` parsers in the tree, built when
+chosen) and maps errors to exit statuses, here and nowhere else.
 
 Errors: an ordinary mistake (a bad recipe value, a missing or unreadable file, broken YAML or
 data, a dead or misbehaving server, a corrupt cache: a :class:`llm.errors.MemgymError`, or one
@@ -19,6 +19,7 @@ import sys
 from launch import (cmd_annotate, cmd_bank, cmd_data, cmd_eval, cmd_evolve, cmd_launch, cmd_models,
                     cmd_program, cmd_reward, cmd_score, cmd_serve, cmd_synth, cmd_train)
 from launch.errors import debug_requested, exit_status, one_line
+from launch.registry import Commands, chosen, parse
 
 #: Command groups in ``memgym --help`` order; each defines ``register(subparsers)``.
 COMMAND_MODULES = (cmd_models, cmd_data, cmd_bank, cmd_eval, cmd_score, cmd_program, cmd_annotate, cmd_evolve,
@@ -29,35 +30,40 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="memgym",
         description="memgym: train memory-construction LLMs (SFT + ADRPO) and evolve memory programs. "
-                    "Recipe-driven commands (train, eval, program eval) take --config R.yaml (alias --recipe) "
-                    "and --<field> value overrides; `memgym COMMAND --help` lists them.",
+                    "Recipe-driven commands (train, eval, program eval, evolve) take --config R.yaml (alias "
+                    "--recipe) and --<field> value overrides; `memgym COMMAND --help` lists them.",
     )
     p.add_argument("--debug", action="store_true",
                    help="show the full traceback of every error (also: MEMGYM_DEBUG=1)")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", action=Commands)
     sub.required = True
     for mod in COMMAND_MODULES:
         mod.register(sub)
     return p
 
 
-def run_command(args, command: str) -> int:
-    """Run ``args.func(args)``; a user error becomes one stderr line and exit status 2 or 1
-    (see the module docstring); ``--debug``/``MEMGYM_DEBUG=1`` re-raises it."""
+def run_command(args, command) -> int:
+    """Run ``args.func(args)`` (``args`` may also be a callable that parses and returns the
+    namespace); a user error becomes one stderr line and exit status 2 or 1 (see the module
+    docstring); ``--debug``/``MEMGYM_DEBUG=1`` re-raises it. ``command``: the command's name
+    for the message, or a callable returning it."""
     before = os.environ.get("MEMGYM_DEBUG")
-    if getattr(args, "debug", False):
-        os.environ["MEMGYM_DEBUG"] = "1"  # the commands that print their own one-line errors read it too
     debug = debug_requested()
     try:
+        if callable(args) and not hasattr(args, "func"):
+            args = args()
+        if getattr(args, "debug", False):
+            os.environ["MEMGYM_DEBUG"] = "1"
+            debug = True
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        print(f"memgym {command}: interrupted", file=sys.stderr)
+        print(f"memgym {command() if callable(command) else command}: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # noqa: BLE001 - classified below; bugs are re-raised
         status = exit_status(e)
         if debug or status is None:
             raise
-        print(f"memgym {command}: {one_line(e)}", file=sys.stderr)
+        print(f"memgym {command() if callable(command) else command}: {one_line(e)}", file=sys.stderr)
         return status
     finally:
         if before is None:
@@ -102,12 +108,27 @@ def passive_openmp(command: str) -> bool:
     return True
 
 
+def command_name(parser: argparse.ArgumentParser, argv: list[str]) -> str:
+    """The command words of ``argv`` (``program eval``, ``evolve experiment``)."""
+    return " ".join(chosen(parser, argv)[0]) or "?"
+
+
 def main(argv: list[str] | None = None) -> int:
     _show_data_warnings_plainly()
-    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    passive_openmp(args.command)
-    sub_command = getattr(args, f"{args.command}_command", None)  # e.g. bank_command = "replay"
-    return run_command(args, " ".join([args.command] + ([sub_command] if sub_command else [])))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    words = [a for a in argv if not a.startswith("-")]
+    passive_openmp(words[0] if words else "")
+    before = os.environ.get("MEMGYM_DEBUG")
+    if "--debug" in argv[: argv.index(words[0]) if words else len(argv)]:
+        os.environ["MEMGYM_DEBUG"] = "1"  # errors while parsing show their traceback too
+    try:
+        return run_command(lambda: parse(parser, argv), lambda: command_name(parser, argv))
+    finally:
+        if before is None:
+            os.environ.pop("MEMGYM_DEBUG", None)
+        else:
+            os.environ["MEMGYM_DEBUG"] = before
 
 
 if __name__ == "__main__":

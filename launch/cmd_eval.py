@@ -4,34 +4,20 @@ from __future__ import annotations
 
 import sys
 
-from launch.errors import say_error
-from launch.passthrough import add_recipe_command
 
 PROG = "memgym eval"
 
 
-def run(argv: list[str]) -> int:
-    """Parse the recipe (:class:`evolution.execution.eval_job.EvalConfig`), run it, print the tables.
-    Returns 0, or 2 for a bad recipe, field or data file (the message names it)."""
-    from evolution.execution.eval_job import EvalConfig, run_eval
+def run(args) -> int:
+    """Run the parsed recipe (:class:`evolution.execution.eval_job.EvalConfig`), print the tables.
+    Returns 0, or 1 when a column scored no question; errors are raised (the message names the
+    field or file) and mapped by :func:`launch.cli.run_command`."""
+    from launch.registry import recipe_configs
+    from evolution.execution.eval_job import run_eval
     from rewards.scoring.report import format_failure_table, side_by_side
-    from llm.recipes import parse_recipe
 
-    try:
-        (cfg,) = parse_recipe([EvalConfig], argv, PROG, (EvalConfig.__doc__ or "").strip() + " Use --config "
-                                     "R.yaml for a recipe; any field below overrides it.", cpu_defaults=False)
-    except (ValueError, FileNotFoundError) as e:
-        say_error(PROG, e)
-        return 2
-    try:
-        report = run_eval(cfg)
-    except (ValueError, FileNotFoundError) as e:  # e.g. an expert file of another conversation
-        from launch.errors import exit_status
-
-        if exit_status(e) is not None:
-            raise  # the CLI's own classes keep their exit status (broken data: 1)
-        say_error(PROG, e)
-        return 2
+    (cfg,) = recipe_configs(args)
+    report = run_eval(cfg)
     print(f"\nScore by category ({report['scorer']}, judge_protocol {report['judge_protocol']}); rows = native "
           "categories, columns = extractors\n")
     print(side_by_side(report, "by_category"))
@@ -70,7 +56,22 @@ def report_problems(prog: str, reports: list[dict]) -> int:
     return rc
 
 
+HELP = "build memory, answer QA from it, score, report (the main job)"
+
+
+def make_parser(subparsers):
+    """Add ``memgym eval`` (a ``trl.TrlParser`` of :class:`evolution.execution.eval_job.EvalConfig`)."""
+    from launch.registry import add_recipe_args
+    from evolution.execution.eval_job import EvalConfig
+
+    p = subparsers.add_parser("eval", dataclass_types=[EvalConfig], help=HELP,
+                              description=(EvalConfig.__doc__ or "").strip() + " memgym eval --config R.yaml "
+                                          "[--<field> value ...]; any field below overrides the recipe.")
+    add_recipe_args(p)
+    p.set_defaults(func=run)
+    return p
+
+
 def register(sub) -> None:
-    add_recipe_command(sub, "eval", help="build memory, answer QA from it, score, report (the main job)",
-                       description="memgym eval --config R.yaml [--extractor SPEC] [--out DIR] (--help lists "
-                                   "every recipe field)", run=run)
+    """Add ``memgym eval`` (built when chosen)."""
+    sub.add_lazy("eval", make_parser, help=HELP)

@@ -4,15 +4,16 @@
   (the recipe and seed program are stored there);
 - ``memgym evolve --resume DIR`` continues the run in DIR with the recipe stored there; a
   resumed run ends in the same state as an uninterrupted one;
-- ``memgym evolve --proposer replay --from RUN --out DIR`` reruns a recorded coder run with no
-  server (RUN's recipe unless ``--config`` is given; :mod:`evolution.search.proposers.replay`);
+- ``memgym evolve --from RUN --out DIR`` reruns a recorded coder run with no server (proposer
+  replay; RUN's recipe unless ``--config`` is given; :mod:`evolution.search.proposers.replay`);
 - ``memgym evolve experiment --config R.yaml --variants full,holistic,... --seeds 3 [--out DIR]``
   runs every ablation variant with every seed (:mod:`evolution.search.experiment`);
   ``memgym evolve experiment --resume DIR`` continues one without re-running finished runs.
 
-Writes DIR/report.md, capabilities.png, summary.json and best.py (see
-:mod:`evolution.search.report`). Exit 0 on success (also when a budget stopped the run
-early: the report says so), 2 for a bad recipe, a missing file, a damaged run state, a
+Every path goes through :func:`evolution.search.api.evolve`. Writes DIR/report.md,
+capabilities.png, summary.json and best.py (see :mod:`evolution.search.report`). Exit 0 on
+success (also when a budget stopped the run early: the report says so); errors are raised and
+mapped by :func:`launch.cli.run_command`: 2 for a bad recipe or argument, a damaged run state, a
 recipe.json that no longer matches the stored run, a DIR that already holds a run or other
 files, or a DIR another process is working in; 1 when the seed program itself cannot run or
 the coder's endpoint failed 3 rounds in a row (state saved: ``--resume`` continues). A fresh
@@ -20,158 +21,68 @@ start that fails leaves nothing behind in DIR.
 """
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import sys
 from pathlib import Path
 
-from launch.errors import say_error
-from launch.passthrough import add_recipe_command
+from llm.errors import ConfigError
+
+DESCRIPTION = ("Capability-driven evolution of a memory program (PrisMem): cold start, capability refinement, "
+               "trace-guided integration, frozen final program on the test split. memgym evolve --config R.yaml "
+               "[--out DIR] [--<field> value ...]; memgym evolve --resume DIR continues a run; memgym evolve "
+               "experiment --config R.yaml --variants ... --seeds N runs the ablations.")
 
 
 def _config_from_dir(run_dir: str):
     from evolution.search.config import EvolveConfig
+    from evolution.search.rundir import RunStateError, read_json
 
     path = Path(run_dir) / "recipe.json"
     if not path.is_file():
-        raise FileNotFoundError(f"no run to resume in {run_dir}: {path} is missing")
-    from evolution.search.rundir import RunStateError, read_json
-
+        raise ConfigError(f"no run to resume in {run_dir}: {path} is missing")
     d = read_json(path)
     if not isinstance(d, dict):
         raise RunStateError(f"{path}: damaged recipe: a JSON object expected, got {type(d).__name__}")
-    known = {f.name for f in dataclasses.fields(EvolveConfig)}
-    cfg = EvolveConfig(**{k: v for k, v in d.items() if k in known})
+    cfg = EvolveConfig.from_record(d)
     cfg.out = str(run_dir)
     return cfg
 
 
-def _take(rest: list[str], flag: str) -> str | None:
-    """Remove ``flag VALUE`` (or ``flag=VALUE``) from ``rest``; the value, None when absent;
-    ValueError when the value is missing."""
-    for i, a in enumerate(rest):
-        if a == flag:
-            if i + 1 >= len(rest):
-                raise ValueError(f"{flag} needs a value")
-            v = rest[i + 1]
-            del rest[i: i + 2]
-            return v
-        if a.startswith(flag + "="):
-            del rest[i]
-            return a.split("=", 1)[1]
-    return None
-
-
-def cmd_experiment(argv: list[str]) -> int:
+def cmd_experiment(args) -> int:
     """``memgym evolve experiment`` (see :mod:`evolution.search.experiment`)."""
-    from evolution.execution.runner import ProgramRunError
-    from evolution.search.config import EvolveConfig
     from evolution.search.experiment import VARIANTS, Experiment
-    from llm.recipes import parse_recipe
+    from launch.registry import given_fields, recipe_configs
 
-    rest = list(argv)
-    try:
-        resume = _take(rest, "--resume")
-        variants = _take(rest, "--variants")
-        seeds = _take(rest, "--seeds")
-        if resume is not None:
-            if rest or variants or seeds:
-                raise ValueError(f"--resume takes no other arguments (the recipe is stored in {resume})")
-            exp = Experiment.from_dir(resume)
-        else:
-            (cfg,) = parse_recipe(
-                [EvolveConfig], rest, "memgym evolve experiment",
-                "Every ablation variant x every seed under one recipe (PrisMem Table 4): memgym evolve experiment "
-                f"--config R.yaml --variants {','.join(VARIANTS)} --seeds 3 [--out DIR] [--<field> value ...]; "
-                "memgym evolve experiment --resume DIR continues one. Writes DIR/experiment.md, experiment.json, "
-                "boundary.png.", cpu_defaults=False)
-            if seeds is not None and not seeds.isdigit():
-                raise ValueError(f"--seeds must be a positive integer, got {seeds!r}")
-            exp = Experiment(cfg, variants or ",".join(VARIANTS), int(seeds or 3))
-        data = exp.run(resume=resume is not None)
-    except (ValueError, FileNotFoundError, FileExistsError) as e:
-        say_error("memgym evolve experiment", e)
-        return 2
-    except ProgramRunError as e:
-        say_error("memgym evolve experiment", f"a program could not run: {e}")
-        return 1
+    if args.resume is not None:
+        other = given_fields(args) + (["--config"] if args.config else []) + \
+            [f for f, v in (("--variants", args.variants), ("--seeds", args.seeds)) if v is not None]
+        if other:
+            raise ConfigError(f"--resume takes no other arguments (the recipe is stored in {args.resume}); got "
+                              f"{' '.join(other)}")
+        exp = Experiment.from_dir(args.resume)
+    else:
+        (cfg,) = recipe_configs(args)
+        exp = Experiment(cfg, args.variants or ",".join(VARIANTS), args.seeds or 3)
+    data = exp.run(resume=args.resume is not None)
     print((exp.root / "experiment.md").read_text(encoding="utf-8"))
     print(f"{data['finished_runs']} runs; report: {exp.root}/experiment.md, boundary.png")
     return 0
 
 
-def _replay_args(rest: list[str]) -> list[str]:
-    """``--from RUN`` → ``--replay_from RUN`` (and ``--proposer replay`` unless given); without
-    ``--config`` the recipe is RUN's ``recipe.json`` (JSON is YAML), flags after it override it."""
-    src = _take(rest, "--from")
-    if src is None:
-        return rest
-    if not (Path(src) / "recipe.json").is_file():
-        raise FileNotFoundError(f"--from {src}: no recorded run there ({Path(src) / 'recipe.json'} is missing)")
-    head = [] if any(a in ("--config", "--recipe") or a.startswith(("--config=", "--recipe="))
-                     for a in rest) else ["--config", str(Path(src) / "recipe.json")]
-    tail = [] if any(a == "--proposer" or a.startswith("--proposer=") for a in rest) else ["--proposer", "replay"]
-    return head + rest + tail + ["--replay_from", src]
-
-
-def cmd_evolve(argv: list[str]) -> int:
-    import sqlite3
-
-    from evolution.execution.runner import ProgramRunError
+def cmd_evolve(args) -> int:
     from evolution.search import api
-    from evolution.search.config import EvolveConfig
-    from evolution.search.stops import EndpointUnreachable
-    from llm.base import LLMError
-    from llm.recipes import parse_recipe
+    from launch.registry import given_fields, recipe_configs
 
-    rest = list(argv)
-    if rest and rest[0] == "experiment":
-        return cmd_experiment(rest[1:])
-    resume = None
-    if "--resume" in rest:
-        i = rest.index("--resume")
-        if i + 1 >= len(rest) or rest[i + 1].startswith("--"):
-            print("memgym evolve: --resume needs the run directory: memgym evolve --resume DIR", file=sys.stderr)
-            return 2
-        resume = rest[i + 1]
-        del rest[i: i + 2]
-    try:
-        if resume is not None:
-            display = {"--no_progress": False, "--progress": True}  # display only: the run state is unchanged
-            shown = [a for a in rest if a in display]
-            rest = [a for a in rest if a not in display]
-            if rest:
-                print(f"memgym evolve: --resume takes no other arguments than --no_progress (the recipe is stored "
-                      f"in {resume}); got {' '.join(rest)}", file=sys.stderr)
-                return 2
-            cfg = _config_from_dir(resume)
-            if shown:
-                cfg.progress = display[shown[-1]]
-        else:
-            rest = _replay_args(rest)
-            (cfg,) = parse_recipe(
-                [EvolveConfig], rest, "memgym evolve",
-                "Capability-driven evolution of a memory program (PrisMem): cold start, capability refinement, "
-                "trace-guided integration, frozen final program on the test split. memgym evolve --config R.yaml "
-                "[--out DIR] [--<field> value ...]; memgym evolve --resume DIR continues a run; memgym evolve "
-                "experiment --config R.yaml --variants ... --seeds N runs the ablations.", cpu_defaults=False,
-                help_only=[("--resume", "DIR", "continue the run in DIR with the recipe stored there (no other "
-                                               "arguments but --no_progress); a resumed run ends in the same "
-                                               "state as an uninterrupted one"),
-                           ("--from", "RUN", "replay the recorded coder run RUN with no server (proposer replay; "
-                                             "RUN's recipe.json unless --config is given)")])
-            if cfg.replay_from and Path(cfg.out).resolve() == Path(cfg.replay_from).resolve():
-                raise ValueError(f"--from {cfg.replay_from}: give the replayed run its own --out DIR")
-        result = api.evolve(cfg, resume=resume is not None)
-    except (ValueError, FileNotFoundError, FileExistsError, sqlite3.Error, LLMError, OSError) as e:
-        say_error("memgym evolve", e)
-        return 2
-    except ProgramRunError as e:
-        say_error("memgym evolve", f"a program could not run: {e}")
-        return 1
-    except EndpointUnreachable as e:
-        say_error("memgym evolve", e)
-        return 1
+    if args.resume is not None:
+        other = given_fields(args, allowed=("progress",)) + (["--config"] if args.config else [])
+        if other:
+            raise ConfigError(f"--resume takes no other arguments than --no_progress (the recipe is stored in "
+                              f"{args.resume}); got {' '.join(other)}")
+        cfg = _config_from_dir(args.resume)
+        cfg.progress = args.progress  # display only: the run state is unchanged
+    else:
+        (cfg,) = recipe_configs(args)
+        if cfg.replay_from and Path(cfg.out).resolve() == Path(cfg.replay_from).resolve():
+            raise ConfigError(f"--from {cfg.replay_from}: give the replayed run its own --out DIR")
+    result = api.evolve(cfg, resume=args.resume is not None)
     _print(result.summary, cfg.out)
     return 0
 
@@ -188,11 +99,71 @@ def _print(s: dict, out: str) -> None:
         print(f"sandbox: {label}")
 
 
-def register(subparsers) -> argparse.ArgumentParser:
-    """Add ``memgym evolve``."""
-    return add_recipe_command(
-        subparsers, "evolve", help="evolve a memory program (cold start, capability refinement, integration; "
-                                   "resumable); `memgym evolve experiment` runs the ablations",
-        description="memgym evolve --config R.yaml [--out DIR] [--<field> value ...] | memgym evolve --resume DIR "
-                    "| memgym evolve experiment --config R.yaml --variants full,holistic,round_robin,random_cases,"
-                    "no_integration --seeds 3 (--help lists every recipe field)", run=cmd_evolve)
+def _from_run(args) -> dict:
+    """``--from RUN``: RUN's stored recipe (unless ``--config`` is given) with proposer replay of
+    RUN, as defaults that flags override; ``{}`` without ``--from``."""
+    import dataclasses
+
+    from evolution.search.config import EvolveConfig
+
+    src = args.replay_source
+    if src is None:
+        return {}
+    if not (Path(src) / "recipe.json").is_file():
+        raise ConfigError(f"--from {src}: no recorded run there ({Path(src) / 'recipe.json'} is missing)")
+    recipe = {} if args.config else dataclasses.asdict(_config_from_dir(src))
+    recipe.pop("out", None)
+    return {**recipe, "proposer": "replay", "replay_from": src}
+
+
+def _positive_int(text: str) -> int:
+    import argparse
+
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return int(text)
+
+
+def make_parser(subparsers):
+    """Add ``memgym evolve`` (and ``evolve experiment``) to ``subparsers``: ``trl.TrlParser``
+    parsers of :class:`evolution.search.config.EvolveConfig`."""
+    from trl import TrlParser
+
+    from evolution.search.config import EvolveConfig
+    from evolution.search.experiment import VARIANTS
+    from launch.registry import add_recipe_args
+
+    p = subparsers.add_parser("evolve", dataclass_types=[EvolveConfig], help=HELP, description=DESCRIPTION)
+    add_recipe_args(p, defaults=_from_run)
+    p.add_argument("--from", dest="replay_source", metavar="RUN", default=None,
+                   help="replay the recorded coder run RUN with no server (proposer replay; RUN's recipe.json unless "
+                        "--config is given)")
+    p.add_argument("--resume", metavar="DIR", default=None,
+                   help="continue the run in DIR with the recipe stored there (no other arguments but "
+                        "--no_progress); a resumed run ends in the same state as an uninterrupted one")
+    p.set_defaults(func=cmd_evolve)
+    sub = p.add_subparsers(dest="evolve_command", metavar="SUBCOMMAND", parser_class=TrlParser)
+    e = sub.add_parser("experiment", dataclass_types=[EvolveConfig],
+                       help="every ablation variant x every seed under one recipe (PrisMem Table 4)",
+                       description="Every ablation variant x every seed under one recipe (PrisMem Table 4): memgym "
+                                   f"evolve experiment --config R.yaml --variants {','.join(VARIANTS)} --seeds 3 "
+                                   "[--out DIR] [--<field> value ...]; memgym evolve experiment --resume DIR "
+                                   "continues one. Writes DIR/experiment.md, experiment.json, boundary.png.")
+    add_recipe_args(e)
+    e.set_defaults(replay_source=None)
+    e.add_argument("--variants", metavar="V,V,...", default=None,
+                   help=f"comma-separated variants (default: all of {','.join(VARIANTS)})")
+    e.add_argument("--seeds", type=_positive_int, metavar="N", default=None, help="seeds per variant (default 3)")
+    e.add_argument("--resume", metavar="DIR", default=None,
+                   help="continue the experiment in DIR (no other arguments) without re-running finished runs")
+    e.set_defaults(func=cmd_experiment)
+    return p
+
+
+HELP = "evolve a memory program (cold start, capability refinement, integration; resumable); " \
+       "`memgym evolve experiment` runs the ablations"
+
+
+def register(subparsers) -> None:
+    """Add ``memgym evolve`` (built when chosen)."""
+    subparsers.add_lazy("evolve", make_parser, help=HELP)

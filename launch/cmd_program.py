@@ -11,7 +11,8 @@
   ``report.json`` (overall, by_capability, by_category, diagnostics, stages_run/reused,
   model_calls, tokens, wall_s), ``report.md``, ``tasks.jsonl`` and ``units.jsonl``, and prints
   the capability table. Exit 0 on success, 1 when the program fails validation or breaks
-  mid-run, 2 for a bad recipe or a missing file.
+  mid-run or no question was scored, 2 for a bad recipe or a missing file (raised, mapped by
+  :func:`launch.cli.run_command`).
 """
 from __future__ import annotations
 
@@ -21,8 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-from launch.errors import say_error
-from launch.passthrough import add_recipe_command
+from launch.registry import Commands
 
 
 def _emit(payload: dict) -> None:
@@ -60,46 +60,19 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _eval_argv(rest: list[str]) -> list[str]:
-    """``FILE.py --config R ...`` → recipe arguments (``--program FILE.py --config R ...``)."""
-    rest = list(rest)
-    if rest and not rest[0].startswith("-"):
-        rest = ["--program", rest[0]] + rest[1:]
-    return rest
-
-
-def cmd_eval(argv: list[str]) -> int:
+def cmd_eval(args) -> int:
     """Evaluate one program file; print the capability table; write the reports."""
-    from evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
+    from evolution.execution.program_eval import run_program_eval
     from evolution.execution.runner import ProgramRunError
-    from llm.recipes import parse_recipe
+    from launch.registry import recipe_configs
 
-    try:
-        (cfg,) = parse_recipe(
-            [ProgramEvalConfig], _eval_argv(argv), "memgym program eval FILE.py",
-            "Evaluate a memory program: extract -> index -> plan -> retrieve -> answer -> score with stage caching, "
-            "plus d_ext/d_idx/d_ret diagnostics. Use --config R.yaml for a recipe; every field below overrides it. "
-            "--extractor: instruction | turns | expert:<file or conv-NN> | hf:<checkpoint or adapter dir> | "
-            "openai:<url>#<model>.", cpu_defaults=False)
-    except (ValueError, FileNotFoundError) as e:
-        say_error("memgym program eval", e)
-        return 2
-    if not cfg.program:
-        print("memgym program eval: give the program file: memgym program eval FILE.py --config R.yaml",
-              file=sys.stderr)
-        return 2
-    try:
-        rep = run_program_eval(cfg)
-    except (FileNotFoundError, ValueError) as e:
-        say_error("memgym program eval", e)
-        return 2
-    except ProgramRunError as e:
-        say_error("memgym program eval", f"the program failed: {e}")
-        return 1
+    if args.file:
+        args.program = args.file
+    (cfg,) = recipe_configs(args)
+    rep = run_program_eval(cfg)
     if not rep.ok:
         v = rep.validation
-        print(f"memgym program eval: validation failed at level {v['level']}: {v['reason']}", file=sys.stderr)
-        return 1
+        raise ProgramRunError(f"validation failed at level {v['level']}: {v['reason']}", stage="validate")
     rep = rep.to_dict()
     _print_summary(rep, cfg.out)
     return _report_problems(rep)
@@ -157,7 +130,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         "program", help="memory programs: validate (check) and evaluate (eval) candidates",
         description="Commands for PrisMem-style memory programs (one Python module defining MemoryUnit, Query, "
                     "Memory and the three instruction strings).")
-    sub = p.add_subparsers(dest="program_command", metavar="SUBCOMMAND")
+    sub = p.add_subparsers(dest="program_command", metavar="SUBCOMMAND", action=Commands)
     sub.required = True
     c = sub.add_parser(
         "check", help="run the 4 validation levels on a program file and print a JSON verdict",
@@ -172,7 +145,25 @@ def register(subparsers) -> argparse.ArgumentParser:
     c.add_argument("--timeout", type=_positive, metavar="S",
                    help="wall seconds allowed for loading and for each call (default 20)")
     c.set_defaults(func=cmd_check)
-    add_recipe_command(sub, "eval", help="evaluate a program on a benchmark: scores, diagnostics, stage reuse, cost",
-                       description="memgym program eval FILE.py --config R.yaml [--extractor SPEC] [--parent PARENT.py] "
-                                   "[--out DIR] (--help lists every recipe field)", run=cmd_eval)
+    sub.add_lazy("eval", make_eval_parser, help=EVAL_HELP)
+    return p
+
+
+EVAL_HELP = "evaluate a program on a benchmark: scores, diagnostics, stage reuse, cost"
+
+
+def make_eval_parser(subparsers):
+    """Add ``memgym program eval`` (a ``trl.TrlParser`` of
+    :class:`evolution.execution.program_eval.ProgramEvalConfig`) to ``subparsers``."""
+    from evolution.execution.program_eval import ProgramEvalConfig
+    from launch.registry import add_recipe_args
+
+    p = subparsers.add_parser(
+        "eval", dataclass_types=[ProgramEvalConfig], help=EVAL_HELP,
+        description="Evaluate a memory program: extract -> index -> plan -> retrieve -> answer -> score with stage "
+                    "caching, plus d_ext/d_idx/d_ret diagnostics. memgym program eval FILE.py --config R.yaml "
+                    "[--<field> value ...]; every field below overrides the recipe.")
+    p.add_argument("file", nargs="?", metavar="FILE.py", default=None, help="the memory program (= --program)")
+    add_recipe_args(p)
+    p.set_defaults(func=cmd_eval)
     return p

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from launch.cmd_synth import embedder_arg
-from llm.recipes import at_least
+from llm.checks import at_least
 
 
 def load_policy_tokenizer(spec: str):

@@ -28,7 +28,7 @@ def _run(args: argparse.Namespace) -> int:
     from data_synth.datasets import load_conversations
     from llm.base import LLMError
     from llm.errors import ConfigError
-    from llm.recipes import check_out_dir
+    from llm.checks import check_out_dir
     from rewards.scoring.scorers import make_scorer
     from rewards.scoring.predictions import OFFLINE_JUDGES, PredictionsError, read_predictions, score_predictions, write_scores
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from data_synth.splits import LOCOMO_SPLITS
 from llm.errors import MemgymError
-from llm.recipes import at_least
+from llm.checks import at_least
 
 
 

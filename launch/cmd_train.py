@@ -2,15 +2,15 @@
 process (one CPU or one GPU). For several processes, DeepSpeed or a multi-GPU box, wrap the same
 arguments with ``memgym launch`` (see ``launch/cmd_launch.py``).
 
-Each stage is a module ``training.<stage>`` with ``main(argv) -> int`` that parses its own
-TRL-style arguments (``trl.TrlParser``: a YAML recipe plus CLI overrides), so ``memgym train
-sft --help`` lists every recipe field."""
+Each stage is a module ``training.<stage>`` with TRL's ``make_parser(subparsers)`` (its
+``trl.TrlParser``, registered in the ``memgym`` tree when chosen, so ``memgym train sft
+--help`` lists every recipe field) and ``train_and_report(*configs)``. On a machine without CUDA
+``use_cpu true, bf16/fp16 false`` apply over the recipe (:func:`training.common.device_defaults`)."""
 from __future__ import annotations
 
 import importlib
-import sys
 
-from launch.passthrough import add_recipe_command
+from launch.registry import Commands
 
 #: stage -> (module, one-line help)
 STAGES = {
@@ -19,21 +19,17 @@ STAGES = {
 }
 
 
-def run_stage(stage: str, argv: list[str]) -> int:
-    """Import ``training.<stage>`` and return its ``main(argv)``. Returns 2 with a message
-    when the stage is unknown or its module is not installed."""
-    if stage not in STAGES:
-        print(f"memgym train: unknown stage {stage!r}; expected one of {sorted(STAGES)}", file=sys.stderr)
-        return 2
-    module = STAGES[stage][0]
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        if e.name == module:
-            print(f"memgym train {stage}: module {module} is not available in this install", file=sys.stderr)
-            return 2
-        raise
-    return int(mod.main(list(argv)) or 0)
+def _stage_parser(stage: str):
+    def make(subparsers):
+        from launch.registry import add_recipe_args, recipe_configs
+        from training.common import device_defaults
+
+        mod = importlib.import_module(STAGES[stage][0])
+        p = mod.make_parser(subparsers)
+        add_recipe_args(p, defaults=lambda _args: device_defaults())
+        p.set_defaults(func=lambda args: mod.train_and_report(*recipe_configs(args)))
+        return p
+    return make
 
 
 def register(sub) -> None:
@@ -42,10 +38,7 @@ def register(sub) -> None:
                                    "recipe (--config R.yaml, alias --recipe) and takes any recipe field as an "
                                    "override flag; `memgym train STAGE --help` lists them. For multi-process or "
                                    "DeepSpeed runs use `memgym launch`.")
-    stages = p.add_subparsers(dest="train_command", metavar="STAGE")
+    stages = p.add_subparsers(dest="train_command", metavar="STAGE", action=Commands)
     stages.required = True
-    for name, (module, help_) in STAGES.items():
-        add_recipe_command(stages, name, help=help_,
-                           description=f"memgym train {name} --config R.yaml [--<field> value ...] "
-                                       f"(runs {module}.main; --help lists the fields)",
-                           run=lambda argv, _s=name: run_stage(_s, argv))
+    for name, (_module, help_) in STAGES.items():
+        stages.add_lazy(name, _stage_parser(name), help=help_)

@@ -21,6 +21,10 @@ def exit_status(exc: BaseException) -> int | None:
         return 2
     if isinstance(exc, OSError):
         return 1
+    import sqlite3
+
+    if isinstance(exc, sqlite3.Error):  # a damaged cache or run database
+        return 1
     return None
 
 

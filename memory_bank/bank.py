@@ -1,9 +1,6 @@
-"""The four-part memory bank: core block plus episodic, semantic and procedural entries.
-
-Source: ``DESIGN.md`` § "The memory bank and its action space" (MemBuilder, arXiv 2601.05488
-§3.1). Lengths are in characters. Ids are ``E1..``, ``S1..``, ``P1..``, assigned in order per
-part and never reused; each entry keeps the history of its earlier texts with the session
-that changed each one. Applying a manager output is atomic: all of its operations or none.
+"""The four-part memory bank: core block plus episodic, semantic and procedural entries
+(MemBuilder, arXiv 2601.05488 §3.1). Lengths in characters; ids ``E1..``, ``S1..``, ``P1..``
+never reused; applying a manager output is atomic.
 """
 from __future__ import annotations
 

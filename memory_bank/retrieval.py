@@ -1,9 +1,5 @@
 """Retrieval for QA: top-k entries over episodic ∪ semantic ∪ procedural plus the core block,
-with per-part counts (the reward's attribution needs them).
-
-Source: ``DESIGN.md`` § "Retrieval for QA" (MemBuilder §3.3: k = 10 by default).
-Embeddings are L2-normalised (again, in float32, as a program's ``toolkit.embed`` returns them:
-:func:`program_vectors`), so scores are cosines in [-1, 1].
+with per-part counts (MemBuilder §3.3, k = 10). Scores are cosines in [-1, 1].
 """
 from __future__ import annotations
 
@@ -19,23 +15,15 @@ DEFAULT_K = 10
 
 
 def program_vectors(vectors) -> np.ndarray:
-    """``vectors`` (n, dim) as a memory program's ``toolkit.embed`` hands them over: float32,
-    rows L2-normalised by the host's toolkit and again by the sandbox child's
-    (:func:`memory_bank.program.toolkit.unit_rows` twice; each pass moves a unit vector by at
-    most an ulp). Ranking these makes :class:`BankRetriever` and ``memory_bank/programs/bank.py``
-    agree to the bit."""
+    """``vectors`` (n, dim) as a program's ``toolkit.embed`` hands them over (float32, normalised
+    twice), so :class:`BankRetriever` and ``memory_bank/programs/bank.py`` rank identically.
+    """
     return unit_rows(unit_rows(np.asarray(vectors, dtype=np.float32)))
 
 
 class VectorIndex:
-    """Append-only matrix of normalised vectors with exact top-k by inner product.
-
-    Storage grows geometrically, so ``add`` is amortised O(rows); ``search`` is one matmul
-    plus ``np.argpartition``: O(n·d) per query. Each query is scored alone, ``(n, d) @ (d,)`` in
-    float64 (the float32 products are exact there), so its scores do not depend on how many
-    queries share the call (a batched GEMM rounds differently from one GEMV, by ~1e-8 in
-    float32, enough to swap two near-tied entries); ``memory_bank/programs/bank.py`` scores one
-    query at a time the same way and so ranks exactly as this index does.
+    """Append-only matrix of normalised vectors with exact top-k by inner product; each query is
+    scored alone in float64 (O(n·d)), so rankings do not depend on batching.
     """
 
     def __init__(self, dim: int):

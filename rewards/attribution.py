@@ -1,12 +1,9 @@
 """Contribution attribution: which memory part the session's questions drew on.
 
-Source: ``DESIGN.md`` § "Dense session reward and ADRPO", step 6 (MemBuilder, arXiv
-2601.05488, Eqs. 9-10). ``h(m)`` is the number of retrieved entries of part ``m`` over the J
-questions of a session; the dominant part is ``argmax h`` over episodic, semantic and
-procedural; a tie (including all zeros) means no dominant part — the paper leaves ties
-undefined, and ``argmax``'s first-index rule would silently favour episodic. The weight is
-``w(m) = α`` for the dominant part and 1 otherwise; core is never dominant (it is not
-retrieved by ranking, it is always shown), so ``w(core) = 1``.
+Source: MemBuilder (arXiv 2601.05488) Eqs. 9-10; DESIGN.md § "Dense session reward and ADRPO"
+step 6. ``h(m)`` = retrieved entries of part m over the J questions; the dominant part is
+``argmax h`` over episodic/semantic/procedural, and a tie (incl. all zeros) means none.
+``w(m) = α`` for the dominant part, else 1; core is never dominant (always shown), w(core) = 1.
 """
 from __future__ import annotations
 
@@ -18,12 +15,8 @@ __all__ = ["part_counts", "dominant_part", "contribution_weight"]
 
 
 def part_counts(retrieved: Sequence, correct: Sequence[bool] | None = None) -> dict[str, int]:
-    """``h(m)`` for m in episodic/semantic/procedural: retrieved entries per part summed over
-    the questions.
-
-    ``retrieved``: one :class:`memory_bank.retrieval.Retrieved` (anything with a ``counts``
-    dict) per question. ``correct``: when given (``attribution_on: correct``), only the
-    questions whose flag is True count. Raises ValueError when the lengths differ.
+    """``h(m)`` per part from one ``Retrieved`` (anything with ``counts``) per question; with
+    ``correct`` only flagged questions count. Raises ValueError when the lengths differ.
     """
     if correct is not None and len(correct) != len(retrieved):
         raise ValueError(f"part_counts: {len(retrieved)} retrievals but {len(correct)} correctness flags")

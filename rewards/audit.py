@@ -1,15 +1,8 @@
-"""Reward audit: does the session reward separate the expert's memory from a control?
+"""Reward audit (``memgym reward audit``): score every (session, manager) of an expert trajectory
+with the expert's output and with a control output, and report both means.
 
-``memgym reward audit`` scores every (session, manager) of an expert trajectory file twice,
-with the expert's own output and with a control output, and reports both means. A reward
-that cannot tell the expert from an empty or misplaced output is not worth GPU hours.
-
-Controls:
-- ``shuffled``: the same manager's expert output from a different session of the same
-  conversation, by a deterministic derangement (a cyclic shift by one session: session t
-  gets session t+1's output, the last gets the first's). An output that names ids absent
-  from the bank fails the format gate and scores 0, as it would in training.
-- ``empty``: no change, ``{"operations": []}`` or ``{"operation": "NONE"}`` for core.
+Controls: ``shuffled`` = the same manager's output of session t+1 (cyclic, within the
+conversation); ``empty`` = no change (``{"operations": []}``, ``{"operation": "NONE"}`` for core).
 """
 from __future__ import annotations
 
@@ -28,10 +21,9 @@ EMPTY_OUTPUTS = {"core": '{"operation": "NONE"}', **{m: '{"operations": []}' for
 
 
 def control_outputs(samples: list[RewardSample], control: str) -> list[str]:
-    """One control completion per sample (see the module docstring).
-
-    Raises ValueError for an unknown control, or for ``shuffled`` when a conversation has a
-    single session (no derangement exists)."""
+    """One control completion per sample. Raises ValueError for an unknown control, or
+    ``shuffled`` on a single-session conversation.
+    """
     if control == "empty":
         return [EMPTY_OUTPUTS[s.manager] for s in samples]
     if control != "shuffled":
@@ -60,14 +52,10 @@ def _means(rows: list[tuple[str, float, float, int]]) -> dict:
 
 def run_audit(samples: list[RewardSample], reward, control: str = "shuffled", batch_size: int = 64,
               progress: bool = True) -> dict:
-    """Score ``samples`` with their expert outputs and with ``control`` outputs.
-
-    ``reward``: a :class:`rewards.session_reward.SessionReward` (isolated or counterfactual
-    mode; joint mode would need whole sessions per batch and is refused). Returns
-    ``{"expert_mean", "control_mean", "n", "by_manager": {m: {"expert_mean", "control_mean",
-    "n", "expert_acc_mean", "control_acc_mean", "control_gate_rate"}}, "expert_acc_mean",
-    "control_acc_mean", "control_gate_rate", "control", "mode", "judge"}``; means are of R in
-    [0, 1]. Raises ValueError for joint mode, an empty sample list or a bad control.
+    """Score ``samples`` with expert and ``control`` outputs under ``reward`` (isolated or
+    counterfactual mode). Returns overall and ``by_manager`` means (``expert_mean``,
+    ``control_mean``, ``n``, ``*_acc_mean``, ``control_gate_rate``) plus ``control``, ``mode``,
+    ``judge``; R in [0, 1]. Raises ValueError for joint mode, no samples or a bad control.
     """
     if reward.config.mode == "joint":
         raise ValueError("the audit scores one manager's output at a time: use counterfactual or isolated mode")

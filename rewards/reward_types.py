@@ -1,10 +1,7 @@
-"""The dense session reward's settings, result and error types: :class:`SessionRewardConfig`
-(the knobs, checked), :class:`RewardBreakdown` (every part of one reward, and its flat log
-form) and :class:`RewardDataError`; :data:`MODES`, the reward's bank modes.
-
-Source: ``DESIGN.md`` § "Dense session reward and ADRPO" (MemBuilder, arXiv 2601.05488, §3.4,
-Eqs. 5-10); the computation is :class:`rewards.session_reward.SessionReward`, whose module
-docstring gives the formula step by step (the bracketed numbers below)."""
+"""The dense session reward's settings (:class:`SessionRewardConfig`), result
+(:class:`RewardBreakdown`), error type and bank :data:`MODES`. Source: MemBuilder (arXiv
+2601.05488) §3.4, Eqs. 5-10; steps in brackets refer to :mod:`rewards.session_reward`.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -29,20 +26,14 @@ class RewardDataError(MemgymError, ValueError):
 
 @dataclass
 class SessionRewardConfig:
-    """Reward settings (DESIGN.md step numbers in brackets).
+    """Reward settings (steps in brackets).
 
     mode [2]: counterfactual | isolated | joint. judge [3]: answer-recall | f1 | llm.
-    lam [5]: λ in [0, 1]. alpha [6]: α > 0, weight of the dominant part.
-    attribution_on [6]: all | correct (count only questions scored >= correct_threshold).
-    top_k [3]: entries retrieved per question (>= 1).
-    core_lp_lo / core_lp_hi [4]: core LP thresholds, tokens. band_abs_tokens, band_lo,
-    band_hi, r_min, r_max [4]: the non-core length band (tokens / ratios).
-    correct_threshold: a question counts as correct when its score >= this, in [0, 1].
-    copy_penalty (memgym's correction, not MemBuilder's; 0 = off, the paper's reward): μ in
-    [0, 1], the weight of the core output's verbatim-copy rate CP against the transcript
-    (:mod:`rewards.copying`), R = g·acc·(1 − λ·LP)·(1 − μ·CP). copy_ngram: CP's n-gram
-    length in words (>= 2).
-    Raises ValueError naming the field for an out-of-range value.
+    lam [5]: λ in [0, 1]. alpha [6]: α > 0. attribution_on [6]: all | correct.
+    top_k [3]: entries retrieved per question (>= 1). core_lp_lo / core_lp_hi, band_abs_tokens,
+    band_lo, band_hi, r_min, r_max [4]: length thresholds (tokens / ratios).
+    correct_threshold in [0, 1]. copy_penalty: μ in [0, 1] (0 = MemBuilder's reward);
+    copy_ngram: CP's n-gram length (>= 2). Raises ValueError naming an out-of-range field.
     """
 
     mode: str = "counterfactual"
@@ -85,17 +76,11 @@ class SessionRewardConfig:
 
 @dataclass
 class RewardBreakdown:
-    """Every part of one reward. reward = gate · acc · (1 − λ·lp) · (1 − μ·copy), in [0, 1].
+    """Every part of one reward: reward = gate · acc · (1 − λ·lp) · (1 − μ·copy), in [0, 1].
 
-    gate: 1 or 0; acc: mean judge score over the J questions, in [0, 1]; lp: length penalty
-    in [0, 1]; length_tokens / expert_length_tokens: what LP measured, in policy tokens (core:
-    the written content; other parts: the whole output text; an invalid output: its raw
-    text, with LP 0); dominant: episodic | semantic | procedural | None; weight: w(m);
-    counts: retrieved entries per part over the counted questions; error_type: the format
-    error (e.g. "unknown_id") or None; correct: per question, score >= threshold; copy: the
-    core output's verbatim-copy rate in [0, 1] (:mod:`rewards.copying`; measured whenever the
-    core output is valid, 0 for other managers and invalid outputs, priced only when
-    ``copy_penalty`` > 0).
+    gate 0/1; acc, lp, copy in [0, 1]; length_tokens / expert_length_tokens in policy tokens;
+    dominant: episodic | semantic | procedural | None; weight: w(m); counts: retrieved entries
+    per part; error_type: the format error or None; correct: per question, score >= threshold.
     """
 
     reward: float

@@ -1,9 +1,6 @@
-"""Rollout samples of the dense session reward: one (conversation, session t, manager m).
-
-Source: ``DESIGN.md`` § "Dense session reward and ADRPO": a sample's prompt is built from
-the bank as it stands after the *expert's* session t-1; the QA of session t (J synthetic
-questions, or the benchmark's own QA bucketed by the session of its evidence) scores the
-completion.
+"""Rollout samples of the dense session reward, one per (conversation, session t, manager m):
+the prompt is built from the expert's bank after session t-1 and the QA of session t scores
+the completion (DESIGN.md § "Dense session reward and ADRPO").
 """
 from __future__ import annotations
 
@@ -32,15 +29,10 @@ def sample_key(conversation_id: str, session: int, manager: str) -> str:
 class RewardSample:
     """One rollout prompt of ADRPO and what its reward needs.
 
-    key: ``f"{conversation_id}/s{session}/{manager}"``; session: t, 1-based; manager: core |
-    episodic | semantic | procedural; messages: the manager prompt,
-    ``build_prompt(manager, bank_before, session t, embedder).messages``; expert_outputs: the
-    expert's session-t output JSON text for all four managers; bank_before: the expert bank
-    after session t-1 (shared between the four managers of a session: never mutate it, copy
-    before use); qa: the J questions of session t. segment: 0 for a whole session; k >= 1 for
-    the k-th segment of a session cut into segments (``training.segment_samples``: then the
-    prompt, the expert outputs, the bank and the QA are the segment's). :attr:`unit` is the
-    (conversation, session, segment) a reward caches its expert outputs and banks by.
+    key: ``f"{conversation_id}/s{session}/{manager}"``; session: t, 1-based; messages: the
+    manager prompt; expert_outputs: the expert's output JSON for all four managers; bank_before:
+    the expert bank after t-1 (shared, never mutate); qa: session t's questions; segment: 0 for a
+    whole session, k >= 1 for the k-th segment. :attr:`unit` keys the reward's caches.
     """
 
     key: str
@@ -63,18 +55,10 @@ def build_reward_samples(trajectory_paths, *, dataset: str = "locomo", data_path
                          embedder=None, managers: Sequence[str] = MANAGERS) -> list[RewardSample]:
     """One :class:`RewardSample` per (trajectory line, manager), in file order.
 
-    trajectory_paths: one path or a list of expert trajectory JSONL files (the format of
-    ``../shared/data/expert/``); the session transcripts come from the ``dataset`` loader
-    (``data_path`` overrides its default file) by conversation id. QA: each line's ``qa``
-    field by default; with ``qa_path`` (a ``memgym synth qa`` output) the QA of that file
-    instead. A session with no QA carries no reward signal: it is skipped with one warning
-    that counts the skipped sessions. ``embedder`` ranks the 20 entries each prompt shows
-    (None: the most recently updated ones), as at inference.
-
-    Raises TrajectoryError (a line that does not replay, a session the benchmark lacks),
-    ValueError for an unknown manager or a ``qa_path`` that holds QA for none of the
-    trajectories' sessions (a broken or mismatched file, never "no samples"),
-    FileNotFoundError for a missing file.
+    QA comes from each line's ``qa`` or from ``qa_path``; sessions without QA are skipped (one
+    warning). ``embedder`` ranks the entries each prompt shows (None: most recent). Raises
+    TrajectoryError, ValueError (unknown manager, a ``qa_path`` matching no session),
+    FileNotFoundError.
     """
     paths = [trajectory_paths] if isinstance(trajectory_paths, (str, Path)) else list(trajectory_paths)
     for m in managers:

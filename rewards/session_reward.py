@@ -1,32 +1,19 @@
-"""The dense session-level reward of ADRPO, with corrected contribution attribution.
+"""The dense session-level reward of ADRPO with corrected contribution attribution.
 
-Source: ``DESIGN.md`` § "Dense session reward and ADRPO" (MemBuilder, arXiv 2601.05488,
-§3.4, Eqs. 5-10). For a sample (conversation, session t, manager m) and completion y:
+Source: MemBuilder (arXiv 2601.05488) §3.4, Eqs. 5-10. For (conversation, session t,
+manager m) and completion y:
 
-1. Format gate g: 1 if y parses, validates and applies to the bank, else 0 (and R = 0).
-2. Bank: ``counterfactual`` (default) = the expert bank before t plus the expert's session-t
-   operations with m's replaced by y; ``isolated`` = the expert bank before t plus y only;
-   ``joint`` (MemBuilder's) = the expert bank before t plus the k-th rollouts of all four
-   managers. The expert bank before t is always there: prior-session memories are never
-   filtered out of retrieval (public code once did, and questions about session t-1 became
-   unanswerable).
-3. acc = mean over the J questions of judge(answer(q_j, retrieve(bank, q_j)), a_j), with
-   top-k retrieval over episodic ∪ semantic ∪ procedural plus the core block, answered and
-   scored by the one measure step (:func:`rewards.scoring.measure.measure`).
-4. LP in policy-tokenizer tokens (:mod:`rewards.length`).
-5. R = g · acc · (1 − λ·LP) · (1 − μ·CP), with μ = ``copy_penalty`` (default 0: MemBuilder's
-   R = g · acc · (1 − λ·LP) exactly) and CP the core output's verbatim-copy rate against the
-   session transcript (:mod:`rewards.copying`; memgym's correction, off unless set).
-6. Attribution (:mod:`rewards.attribution`): w(m) = α for the dominant part, else 1.
+1. Format gate g: 1 if y parses, validates and applies to the bank, else 0.
+2. Bank: ``counterfactual`` = expert bank before t + expert's session-t ops with m's replaced
+   by y; ``isolated`` = expert bank before t + y; ``joint`` = expert bank before t + the k-th
+   rollouts of all four managers.
+3. acc = mean_j judge(answer(q_j, retrieve(bank, q_j)), a_j) (:mod:`rewards.scoring.measure`).
+4. LP in policy tokens (:mod:`rewards.length`).
+5. R = g · acc · (1 − λ·LP) · (1 − μ·CP) (:mod:`rewards.copying`; μ = 0 is MemBuilder's).
+6. w(m) = α for the dominant part, else 1 (:mod:`rewards.attribution`).
 
-Settings, result and error types (:class:`SessionRewardConfig`, :class:`RewardBreakdown`,
-:class:`RewardDataError`) live in :mod:`rewards.reward_types` and are importable from here.
-
-Batching: a call embeds every question and every bank entry of the batch in ONE
-``embedder.encode`` call (pass a cached embedder so known entries cost nothing), sends all
-answer requests in ONE ``generate`` call and all judge requests in ONE more; identical
-(bank, session) pairs are scored once. With backends wrapped in
-:class:`llm.cache.CachedBackend`, a repeated reward makes no model call.
+A call makes one ``embedder.encode``, one answer ``generate`` and one judge ``generate``;
+identical (bank, session) pairs are scored once.
 """
 from __future__ import annotations
 
@@ -90,15 +77,10 @@ class _Row:
 class SessionReward:
     """Callable reward: ``reward(samples, completions, rollout_index=None) -> breakdowns``.
 
-    config: :class:`SessionRewardConfig`. embedder: an :class:`llm.base.Embedder` (use a
-    cached one). tokenizer: the POLICY's Hugging Face tokenizer; every length is counted in
-    its tokens. answer_backend: needed by the ``f1`` and ``llm`` judges (a local or served
-    answer model). judge_backend: needed by ``llm``. answer_params: answer sampling
-    (default greedy, 48 new tokens).
-
-    ``last_stats`` (after a call): ``embed_calls``, ``answer_prompts``, ``judge_prompts``,
-    ``unique_banks``, ``empty_answers`` and ``judge_unparsable`` (replies with no verdict,
-    scored 0) of that call. Raises ValueError for a missing backend.
+    ``tokenizer``: the policy's (lengths in its tokens). ``answer_backend`` is needed by ``f1``
+    and ``llm``, ``judge_backend`` by ``llm``. ``last_stats``: per-call counts of embeds,
+    prompts, unique banks, empty answers, unparsable judge replies. Raises ValueError for a
+    missing backend.
     """
 
     def __init__(self, config: SessionRewardConfig | None = None, *, embedder, tokenizer, answer_backend=None,
@@ -215,12 +197,10 @@ class SessionReward:
         return out
 
     def _copy_rates(self, rows: list[_Row]) -> list[float]:
-        """CP per row (:mod:`rewards.copying`): the written core text against the transcript in
-        the row's prompt (and, for APPEND / REPLACE, the core block before the session, which
-        they would duplicate) and against its own earlier words; 0.0 for other managers and
-        invalid outputs. A core prompt without a
-        transcript section scores 0.0 when the penalty is off and raises
-        :class:`RewardDataError` when it is on (the penalty cannot be priced)."""
+        """CP per row against the prompt's transcript (and, for APPEND / REPLACE, the core block) and
+        its own earlier words; 0.0 for other managers and invalid outputs. Raises
+        :class:`RewardDataError` for a core prompt without transcript when the penalty is on.
+        """
         cfg = self.config
         out = []
         for row in rows:
@@ -278,14 +258,10 @@ class SessionReward:
                  finish_reasons: list[str | None] | None = None) -> list[RewardBreakdown]:
         """Score ``completions[i]`` as ``samples[i].manager``'s output; one breakdown per row.
 
-        ``finish_reasons[i]`` (optional): the completion's finish reason; ``"length"`` (cut
-        off by the token limit) is a ``truncated`` format failure: gate 0, reward 0.
-
-        ``rollout_index[i]`` = k for the k-th rollout of its session; required in joint mode,
-        where the batch must hold the four managers' rows of each (session, k). Raises
-        ValueError for mismatched lengths, a sample without QA or an incomplete joint group;
-        :class:`RewardDataError` for expert data that does not apply. Never mutates a
-        sample's ``bank_before``.
+        ``finish_reasons[i] == "length"`` is a ``truncated`` format failure. ``rollout_index``
+        (required in joint mode) groups the four managers of each (session, k). Raises ValueError
+        for mismatched lengths, a sample without QA or an incomplete joint group;
+        :class:`RewardDataError` for expert data that does not apply.
         """
         if len(samples) != len(completions):
             raise ValueError(f"SessionReward: {len(samples)} samples but {len(completions)} completions")

@@ -1,11 +1,6 @@
 """The ADRPO entry point (TRL's ``scripts/grpo.py`` shape): parse ``ADRPOConfig`` +
-``PolicyModelConfig`` (``trl.ModelConfig``) from a recipe and CLI overrides, build the policy,
-reward samples, session reward and trainer, train, save.
-
-Run: ``python -m training.adrpo --config launch/recipes/adrpo_cpu.yaml [--field value ...]``
-or ``memgym train adrpo --config ...``. Config: :mod:`training.adrpo_config`; trainer:
-:mod:`training.adrpo_trainer` (``weighting: advantage | none``) and
-:mod:`training.adrpo_eq12` (``weighting: unclipped``, the paper's Eq. 12 ablation).
+``PolicyModelConfig`` from a recipe and CLI overrides, build policy, reward samples, session
+reward and trainer, train, save. Run: ``memgym train adrpo --config R.yaml [--field value ...]``.
 """
 from __future__ import annotations
 
@@ -70,11 +65,10 @@ def reward_rows(args: ADRPOConfig, paths, *, tokenizer, embedder) -> list:
 
 
 def build_trainer(args: ADRPOConfig, model_args: PolicyModelConfig | None = None, callbacks=None) -> ADRPOTrainer:
-    """Load the policy (``init_from`` or ``model_args.model_name_or_path``; LoRA per
-    ``model_args``, default :class:`PolicyModelConfig`), build the reward samples from
-    ``train_trajectories`` (screened for reward spread when ``screen_rows`` is set), the reward,
-    the in-trainer measurement (``memory_eval_*`` fields: :mod:`training.callbacks`; its
-    validation rows of the trained managers are the trainer's eval set, for TRL's eval rollouts) and the trainer."""
+    """Load the policy (``init_from`` or ``model_name_or_path``; LoRA per ``model_args``), build
+    the reward samples, the reward, the in-trainer measurement (:mod:`training.callbacks`, whose
+    validation rows are the eval set) and the trainer.
+    """
     from llm.embeddings import load_embedder
     from llm.runtime import Runtime
     from training.adrpo_data import select_samples
@@ -137,29 +131,41 @@ def train(args: ADRPOConfig, trainer: ADRPOTrainer | None = None) -> ADRPOTraine
     return trainer
 
 
+HELP = "ADRPO: GRPO with dense session rewards and contribution weighting"
+DESCRIPTION = "ADRPO: GRPO with dense session rewards and contribution-aware weighting (TRL GRPOTrainer subclass)."
+
+
+def make_parser(subparsers=None, prog: str | None = None):
+    """The ``trl.TrlParser`` of ``(ADRPOConfig, PolicyModelConfig)``, as TRL's
+    ``scripts/grpo.py`` makes its own: added to ``subparsers`` as ``adrpo`` (``memgym train
+    adrpo``), or standalone (``python -m training.adrpo``)."""
+    from trl import TrlParser
+
+    types = (ADRPOConfig, PolicyModelConfig)
+    if subparsers is not None:
+        return subparsers.add_parser("adrpo", dataclass_types=types, help=HELP, description=DESCRIPTION)
+    return TrlParser(types, prog=prog or PROG, description=DESCRIPTION)
+
+
 def parse_args(argv: list[str] | None = None) -> tuple[ADRPOConfig, PolicyModelConfig]:
     """``(ADRPOConfig, PolicyModelConfig)`` from ``--config R.yaml`` + CLI overrides
     (:func:`training.common.parse_training_args`)."""
     from training.common import parse_training_args
 
-    return parse_training_args([ADRPOConfig, PolicyModelConfig], argv, prog=PROG,
-                               description="ADRPO: GRPO with dense session rewards and contribution-aware "
-                                           "weighting (TRL GRPOTrainer subclass).")
+    return parse_training_args(make_parser(), argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m training.adrpo --config R.yaml [--field value ...]`` (``trl.TrlParser``: the
-    recipe, then CLI overrides; on a machine without CUDA ``use_cpu``/``bf16 false`` come
-    first). Returns 0, or 2 for a bad config or missing/broken data (the message names the
-    field or file); errors during training propagate."""
+    """``python -m training.adrpo --config R.yaml [--field value ...]`` (what ``memgym launch``
+    runs in each process): parse, then :func:`train_and_report`. Errors are raised."""
+    return train_and_report(*parse_args(argv))
+
+
+def train_and_report(args: ADRPOConfig, model_args: PolicyModelConfig) -> int:
+    """Build the trainer, train, print the last step's rewards; returns 0."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:
-        args, model_args = parse_args(argv)
-        trainer = build_trainer(args, model_args)
-    except (ValueError, FileNotFoundError) as e:  # bad field, missing file, TrajectoryError, ADRPODataError, ...
-        print(f"{PROG}: {e}", file=sys.stderr)
-        return 2
+    trainer = build_trainer(args, model_args)
     train(args, trainer)
     last = next((h for h in reversed(trainer.state.log_history) if "reward" in h), {})
     summary = {k: round(v, 4) for k, v in last.items() if isinstance(v, (int, float)) and math.isfinite(v)

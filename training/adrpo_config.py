@@ -1,9 +1,6 @@
 """``ADRPOConfig``: TRL's ``GRPOConfig`` plus the ADRPO fields (weighting, dense session reward,
-data). Model and LoRA fields come from :class:`training.common.PolicyModelConfig`
-(``trl.ModelConfig``), parsed beside it.
-
-Source: ``DESIGN.md`` § "Dense session reward and ADRPO"; MemBuilder (arXiv 2601.05488 §3.4)
-and its review (``../shared/seeds/004_2e899ffbe394021e.txt``, Eq. 12).
+data). Source: MemBuilder (arXiv 2601.05488) §3.4 and its review
+(``../shared/seeds/004_2e899ffbe394021e.txt``, Eq. 12).
 """
 from __future__ import annotations
 
@@ -14,7 +11,7 @@ from trl import GRPOConfig
 
 from llm.embeddings import EMBEDDER_HELP, check_embedder_spec
 from llm.errors import MemgymError
-from llm.recipes import check_fields, require
+from llm.checks import check_fields, require
 from rewards.session_reward import MODES, SessionRewardConfig
 from training.callbacks import MemoryEvalFields
 
@@ -53,31 +50,14 @@ def check_eq12_support(args, *, is_vlm: bool = False, aux_loss: bool = False) ->
 
 @dataclass
 class ADRPOConfig(MemoryEvalFields, GRPOConfig):
-    """TRL's ``GRPOConfig`` plus the ADRPO fields. Every TRL field (``use_vllm``, ``vllm_mode``
-    colocate|server, ``loss_type``, ``beta``, ``epsilon``, ``entropy_coef``, ...) passes
-    through to ``GRPOTrainer`` unchanged; with ``weighting: advantage`` every TRL loss type
-    works, since the loss is TRL's own.
+    """TRL's ``GRPOConfig`` (every field passes through to ``GRPOTrainer``) plus the ADRPO fields:
+    ``init_from`` (SFT model or adapter dir), ``weighting`` (:data:`WEIGHTINGS`), ``alpha`` (> 0),
+    the :class:`rewards.session_reward.SessionRewardConfig` fields, the reward's models and the
+    rollout-row selection (``segment_tokens``: rows on session segments).
 
-    Parameters (beyond ``GRPOConfig``):
-        init_from: an SFT checkpoint dir (full model) or LoRA adapter dir to start from;
-            overrides ``model_name_or_path``.
-        weighting: one of :data:`WEIGHTINGS`.
-        alpha: w(m) of the dominant part (> 0); the other parts get 1.
-        mode, judge, lam, core_lp_lo, core_lp_hi, attribution_on, retrieval_top_k,
-            correct_threshold: the :class:`rewards.session_reward.SessionRewardConfig` fields
-            (core_lp_lo / core_lp_hi: the core length penalty's thresholds in policy tokens,
-            MemBuilder Eq. 7; defaults 150 / 400, the paper's whole-session values).
-        copy_penalty, copy_ngram: memgym's verbatim-copy penalty of core outputs
-            (:mod:`rewards.copying`; 0 = off, MemBuilder's reward).
-        answer_model, judge_model, answer_max_new_tokens, reward_cache, embedder: the reward's
-            models.
-        train_trajectories, qa_path, dataset, data_path, managers, sessions, row_keys,
-            max_prompt_tokens, segment_tokens: the rollout rows (``segment_tokens``: rows on
-            session segments, ``training.segment_samples``; not with ``qa_path`` or joint mode).
-
-    Raises :class:`ADRPOConfigError` naming the field for an unknown weighting/mode/judge or an
-    out-of-range reward setting (``alpha <= 0``, ``lam`` outside [0, 1], ...), or a setting
-    outside the limits of ``weighting: unclipped`` (:func:`check_eq12_support`).
+    Raises :class:`ADRPOConfigError` naming the field for an unknown weighting/mode/judge, an
+    out-of-range reward setting, or a setting ``weighting: unclipped`` does not support
+    (:func:`check_eq12_support`).
     """
 
     _argument_group_name = ("ADRPOConfig: every trl.GRPOConfig field "
@@ -160,7 +140,7 @@ class ADRPOConfig(MemoryEvalFields, GRPOConfig):
                 f"gradient_accumulation_steps) = {self.generation_batch_size} completions per generation batch, "
                 f"not a multiple of num_generations ({self.num_generations}); change --per_device_train_batch_size, "
                 "--gradient_accumulation_steps (or --steps_per_generation) or --num_generations") from None
-        try:  # string -> one-element list for the list fields, counts and specs (llm.recipes)
+        try:  # string -> one-element list for the list fields, counts and specs (llm.checks)
             check_fields(self)
             require(self, "judge", "f1", "answer_model", "(the model whose answers F1 scores)")
             require(self, "judge", "llm", "answer_model", "(the model whose answers the judge grades)")

@@ -1,11 +1,5 @@
-"""ADRPO dataset rows: one per (conversation, session, manager), keyed to a
-:class:`rewards.samples.RewardSample`.
-
-Source: ``DESIGN.md`` § "Dense session reward and ADRPO" (a rollout sample is one
-(conversation, session t, manager m); its prompt is built from the expert bank after session
-t-1). The row carries only what TRL's ``GRPOTrainer`` needs (``prompt``: chat messages) plus
-the ``key`` the reward function uses to find the sample's expert bank before the session and
-the session's QA, which stay in the trainer's key → RewardSample table.
+"""ADRPO dataset rows: one per (conversation, session, manager), holding TRL's ``prompt`` and
+the ``key`` of its :class:`rewards.samples.RewardSample` in the trainer's table.
 """
 from __future__ import annotations
 
@@ -49,21 +43,11 @@ def prompt_tokens(tokenizer, messages: list[dict]) -> int:
 def select_samples(samples: Sequence[RewardSample], *, sessions: Sequence[int] | None = None,
                    max_prompt_tokens: int | None = None, tokenizer=None,
                    whole_sessions: bool = False, keys: Sequence[str] | None = None) -> list[RewardSample]:
-    """Filter samples, keeping their order.
-
-    - ``keys``: keep only the samples with these keys (``conv-26/s2/semantic``), e.g. the rows
-      whose sampled rollouts got different rewards in a pre-screen (``scripts/experiments/adrpo_weighting/run.py
-      screen``); a key no sample has raises :class:`ADRPODataError` naming it.
-    - ``sessions``: keep only these session indices (1-based).
-    - ``max_prompt_tokens``: drop samples whose rendered prompt (see :func:`prompt_tokens`,
-      policy tokenizer, needed then) is longer; a chat prompt cannot be truncated without
-      cutting the transcript or the instructions, so long rows are dropped, with one warning
-      that counts them. TRL 1.16's GRPOConfig has no prompt-length cap of its own.
-    - ``whole_sessions`` (joint mode): after filtering, drop every session that lost one of
-      its managers, since the joint bank needs the four rows of a session together.
-
-    Raises :class:`ADRPODataError` when nothing is left, ``ValueError`` when
-    ``max_prompt_tokens`` is given without a tokenizer.
+    """Filter samples, keeping their order: by ``keys`` (a key no sample has raises
+    :class:`ADRPODataError`), ``sessions`` (1-based), ``max_prompt_tokens`` (longer rendered
+    prompts are dropped, one warning; needs ``tokenizer``) and ``whole_sessions`` (joint mode:
+    drop sessions missing a manager). Raises :class:`ADRPODataError` when nothing is left,
+    ValueError for ``max_prompt_tokens`` without a tokenizer.
     """
     if keys is not None:
         have_keys = {s.key for s in samples}
@@ -113,15 +97,9 @@ def build_dataset(samples: Sequence[RewardSample]):
 
 def session_block_sampler(dataset, *, block: int, mini_repeat_count: int, batch_size: int, repeat_count: int,
                           shuffle: bool, seed: int | None):
-    """TRL's ``RepeatSampler`` shuffled by whole sessions, for the ``joint`` reward mode.
-
-    The dataset must list the ``block`` (= 4) manager rows of each session adjacently; the
-    sampler permutes sessions (not rows), keeps each session's rows together and in order, and
-    then repeats exactly like ``RepeatSampler`` (each index ``mini_repeat_count`` times in a row,
-    each chunk of ``batch_size`` unique rows ``repeat_count`` times). ``batch_size`` (unique
-    prompts per generation batch) must be a multiple of ``block``, so a chunk never splits a
-    session. Raises :class:`ADRPODataError` otherwise, or when ``len(dataset)`` is not a multiple
-    of ``block``.
+    """TRL's ``RepeatSampler`` shuffled by whole sessions (``block`` adjacent rows each), for joint
+    mode. Raises :class:`ADRPODataError` when ``batch_size`` or ``len(dataset)`` is not a
+    multiple of ``block``.
     """
     import torch
     from trl.trainer.utils import RepeatSampler
@@ -151,15 +129,11 @@ def session_block_sampler(dataset, *, block: int, mini_repeat_count: int, batch_
 
 def screen_rows(rows: Sequence[RewardSample], reward, backend, *, n: int, num_generations: int, max_new_tokens: int,
                 temperature: float, top_p: float, seed: int) -> tuple[list[RewardSample], list[dict]]:
-    """Data preparation for GRPO: the first ``n`` of ``rows`` (in order) whose ``num_generations``
-    sampled rollouts from ``backend`` (the policy before training, e.g. an
-    :class:`llm.hf_backend.HFBackend` over it; ``temperature`` / ``top_p`` / ``seed`` as in
-    training) get rewards of nonzero spread (std > 0, as TRL's ``frac_reward_zero_std`` tests
-    with ``torch.isclose``): a group whose rewards are all equal has advantage 0 everywhere and
-    moves no weight (Shao et al. 2024, GRPO, Eq. 3). One generation call and one reward call
-    per row, stopping as soon as ``n`` rows are found. Returns ``(chosen rows, screen)``, the
-    screen one ``{"key", "rewards"}`` per row tried. Raises :class:`ADRPODataError` when no
-    row has spread."""
+    """The first ``n`` of ``rows`` whose ``num_generations`` rollouts from ``backend`` get rewards
+    of nonzero spread (a zero-spread group has advantage 0: Shao et al. 2024, GRPO, Eq. 3).
+    Returns ``(chosen rows, screen)`` with one ``{"key", "rewards"}`` per row tried. Raises
+    :class:`ADRPODataError` when no row has spread.
+    """
     import numpy as np
 
     from llm.base import GenerationParams

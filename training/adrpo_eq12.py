@@ -1,31 +1,16 @@
-"""The paper's Eq. 12 (``weighting: unclipped``), kept for the ablation: the only ADRPO form
-that needs its own loss. Like TRL's experimental gmpo / gspo-token trainers, it copies the
-loss of the TRL version it was written against and swaps the per-token surrogate.
+"""The paper's Eq. 12 (``weighting: unclipped``) for the ablation: TRL 1.16's loss with the
+per-token surrogate swapped, as TRL's gmpo / gspo-token trainers do.
 
 Source: MemBuilder (arXiv 2601.05488) Eq. 12 and its review
-(``../shared/seeds/004_2e899ffbe394021e.txt``); ``DESIGN.md`` § "Dense session reward and
-ADRPO", step 7. With the importance ratio ρ = π_θ(y_t | ·) / π_old(y_t | ·) of a completion
-token, its group-normalised advantage Â and the weight w = w(m) of the completion's manager
-(α for the dominant part, else 1), :func:`weighted_clipped_objective` gives:
+(``../shared/seeds/004_2e899ffbe394021e.txt``). With ρ the token's importance ratio, Â its
+group-normalised advantage and w = w(m):
 
-- ``none`` (stock GRPO/PPO): ``L_tok = -min(ρÂ, clip(ρ, 1-ε_low, 1+ε_high)·Â)``;
-- ``advantage`` (the corrected form): ``-min(ρ·wÂ, clip(ρ)·wÂ)``, which is the stock loss
-  with Â·w, so :class:`training.adrpo_trainer.ADRPOTrainer` trains it by scaling TRL's
-  advantages and never needs this module;
-- ``unclipped`` (Eq. 12): ``-min(w·ρÂ, clip(ρ)·Â)``. For Â > 0 and ρ in [1-ε_low, 1+ε_high]
-  the min picks the clipped term, so w has no effect (the defect the review points out); for
-  Â > 0 and ρ < (1-ε_low)/w it is w times stock, and for (1-ε_low)/w <= ρ < 1-ε_low the
-  gradient is 0 where stock PPO's is not. For Â < 0 the min picks w·ρÂ whenever
-  w·ρ >= clip(ρ): gradients are w times stock inside the band and above it, and even below
-  1-ε_low down to ρ = (1-ε_low)/w, where stock PPO clips.
+- ``none``: ``-min(ρÂ, clip(ρ, 1-ε_low, 1+ε_high)·Â)``;
+- ``advantage``: ``-min(ρ·wÂ, clip(ρ)·wÂ)`` (trained by :class:`training.adrpo_trainer.ADRPOTrainer`);
+- ``unclipped`` (Eq. 12): ``-min(w·ρÂ, clip(ρ)·Â)``.
 
-Support limits of :class:`ADRPOEq12Trainer` (checked at construction, each with a ValueError
-naming the setting): TRL 1.16.x only (the loss below mirrors TRL 1.16's ``_compute_loss``);
-``loss_type`` grpo, bnpo, dr_grpo or dapo (the clipped surrogate); text-only models; no
-entropy bonus (``entropy_coef`` 0, no adaptive entropy); no router aux loss. KL (β), the
-off-policy mask, the entropy mask (``top_entropy_quantile``), two-sided clipping (``delta``)
-and vLLM importance-sampling correction are applied as TRL 1.16 applies them. Logged: TRL's
-``kl`` and ``entropy``; clip ratios are not logged.
+:class:`ADRPOEq12Trainer` raises ValueError at construction for anything but TRL 1.16.x,
+``loss_type`` grpo/bnpo/dr_grpo/dapo, text-only models, no entropy bonus, no router aux loss.
 """
 from __future__ import annotations
 
@@ -45,18 +30,18 @@ def _as_column(x: torch.Tensor, name: str, batch: int) -> torch.Tensor:
 def weighted_clipped_objective(ratio: torch.Tensor, advantages: torch.Tensor, weights: torch.Tensor | None, *,
                                epsilon_low: float, epsilon_high: float, weighting: str = "unclipped",
                                delta: float | None = None) -> torch.Tensor:
-    """Per-token loss (before masking, KL and aggregation) of the three weightings above.
+    """Per-token loss (before masking, KL and aggregation) of the three weightings.
 
     Args:
-        ratio: importance ratio ρ >= 0, (B, T) or (B, 1); carries the gradient.
-        advantages: Â, (B,), (B, 1) or (B, T); treated as constants.
-        weights: w(m) > 0 per completion, (B,) or (B, 1); ``None`` means all 1.
-        epsilon_low, epsilon_high: the clip range [1-ε_low, 1+ε_high], each >= 0.
+        ratio: ρ >= 0, (B, T) or (B, 1); carries the gradient.
+        advantages: Â, (B,), (B, 1) or (B, T); constants.
+        weights: w(m) > 0 per completion, (B,) or (B, 1); ``None`` = all 1.
+        epsilon_low, epsilon_high: clip range [1-ε_low, 1+ε_high], each >= 0.
         weighting: ``advantage`` | ``unclipped`` | ``none``.
-        delta: TRL's two-sided clipping (INTELLECT-2): ρ in the unclipped term is capped.
+        delta: TRL's two-sided clipping cap on ρ.
 
-    Returns the per-token loss, (B, T) or (B, 1). Raises ValueError for an unknown weighting,
-    bad shapes, negative epsilons or weights <= 0.
+    Returns the loss, (B, T) or (B, 1). Raises ValueError for an unknown weighting, bad shapes,
+    negative epsilons or weights <= 0.
     """
     if weighting not in WEIGHTINGS:
         raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")

@@ -1,22 +1,10 @@
-"""``ADRPOTrainer``: TRL's ``GRPOTrainer`` with the dense session reward and the corrected
-contribution-aware weighting, done the way TRL's MiniLLM trainer edits advantages: after
-``GRPOTrainer._generate_and_score_completions`` each completion's advantage is multiplied by
-its weight w(m), and TRL's own loss does the rest. Since w > 0 keeps the sign of Â and every
-TRL loss uses Â linearly or by its sign, the per-token loss is
-``-min(ρ·wÂ, clip(ρ)·wÂ)`` for the clipped loss types (the gradient of every unclipped token is
-w times stock, for both signs of Â), and every TRL ``loss_type``, the entropy bonus, vLLM
-generation and the rest of TRL's features work unchanged.
+"""``ADRPOTrainer``: TRL's ``GRPOTrainer`` with the dense session reward and contribution-aware
+weighting: each completion's advantage is multiplied by w(m) after
+``_generate_and_score_completions`` (as TRL's MiniLLM trainer edits advantages) and TRL's own
+loss does the rest. Source: MemBuilder (arXiv 2601.05488) §3.4; DESIGN.md step 7.
 
-Source: ``DESIGN.md`` § "Dense session reward and ADRPO" (step 7) and § "Training stack".
-
-- Rows: one per (conversation, session, manager) (:mod:`training.adrpo_data`); the trainer
-  keeps the key → :class:`rewards.samples.RewardSample` table.
-- Reward: :class:`rewards.session_reward.SessionReward`, called once per generation batch by
-  :class:`SessionRewardFunction`, which stashes every completion's :class:`RewardBreakdown`.
-- Logs (``state.log_history``): ``reward_parts/{reward,gate,acc,lp,weight,format_error,
-  frac_correct,copy}`` means, ``dominant/{episodic,semantic,procedural,none}`` counts per
-  generation batch, ``adrpo/weight_mean``, ``frac_reward_zero_std/<mode>`` beside TRL's own
-  ``frac_reward_zero_std``, and everything TRL logs.
+Logs ``reward_parts/*`` means, ``dominant/*`` counts, ``adrpo/weight_mean`` and
+``frac_reward_zero_std/<mode>`` beside TRL's own logs.
 """
 from __future__ import annotations
 
@@ -46,19 +34,11 @@ def _completion_text(completion) -> str:
 
 
 class SessionRewardFunction:
-    """The TRL reward function: looks rows up by their ``key`` column, calls the session reward
-    once per generation batch and returns one float reward in [0, 1] per completion.
-
-    ``reward``: a callable ``(samples, completions, rollout_index) -> list[RewardBreakdown]``
-    (a :class:`SessionReward`); ``table``: key → :class:`RewardSample`. ``rollout_offset`` is
-    set by the trainer before each batch: the global position of this process's first
-    completion, so ``rollout_index = (offset + i) mod num_generations`` is k, the rollout's
-    index within its group. ``breakdowns`` holds the last batch's breakdowns, in order.
-    ``stop_token_ids`` (set by the trainer: the EOS and pad ids): a completion whose last
-    token is none of them stopped on ``max_completion_length`` and is scored with
-    ``finish_reason="length"``, i.e. as a ``truncated`` format failure (gate 0), the same test
-    TRL's ``mask_truncated_completions`` uses.
-    Raises KeyError naming an unknown key, ValueError when the reward returns the wrong count.
+    """The TRL reward function: one session-reward call per generation batch, one float in [0, 1]
+    per completion (rows looked up by ``key`` in ``table``). ``rollout_offset`` (set by the
+    trainer) makes ``rollout_index = (offset + i) mod num_generations``; a completion not ending
+    in one of ``stop_token_ids`` is scored as ``truncated``; ``breakdowns`` holds the last batch's.
+    Raises KeyError for an unknown key, ValueError for a wrong reward count.
     """
 
     __name__ = "session_reward"
@@ -112,20 +92,10 @@ class SessionRewardFunction:
 class ADRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` with the session reward and contribution-aware weights.
 
-    Args:
-        model: a model dir / hub id, a ``PreTrainedModel`` or a ``PeftModel`` (e.g. from
-            :func:`training.common.load_policy`).
-        args: :class:`ADRPOConfig` with ``weighting`` advantage or none (``unclipped`` is
-            :class:`training.adrpo_eq12.ADRPOEq12Trainer`).
-        samples: the :class:`RewardSample` rows (one per conversation, session, manager); in
-            ``joint`` mode each session's four rows must be adjacent (the builder's order).
-        reward: the session reward callable (a :class:`SessionReward`; see
-            :func:`training.adrpo.build_trainer`).
-        processing_class, peft_config, callbacks: as for ``GRPOTrainer``.
-        eval_samples: validation rows, the eval set (``eval_strategy``; TRL's eval rollouts and
-            the :class:`training.callbacks.MemoryEvalCallback` measurement); None = no eval set.
-    Raises :class:`ADRPOConfigError` for ``weighting: unclipped`` or (joint mode) per-process
-    batches that would split a session.
+    ``args``: :class:`ADRPOConfig` with ``weighting`` advantage or none; ``samples``: the
+    :class:`RewardSample` rows (joint mode: each session's four rows adjacent); ``reward``: the
+    session reward; ``eval_samples``: the eval set (None: none). Raises :class:`ADRPOConfigError`
+    for ``weighting: unclipped`` or joint-mode batches that would split a session.
     """
 
     def __init__(self, model, *, args: ADRPOConfig, samples: Sequence[RewardSample], reward,

@@ -1,27 +1,11 @@
-"""Training measured inside the trainer: :class:`MemoryEvalCallback`, a ``transformers``
-``TrainerCallback`` for SFT (``trl.SFTTrainer``) and ADRPO (``ADRPOTrainer``) alike.
-
-At each evaluation (``on_evaluate``: ``eval_on_start``, every ``eval_steps``, a final
-``trainer.evaluate()``) the callback decodes with the model being trained, in the same
-process, greedily (temperature 0), and appends one row to ``state.log_history`` (saved in
-``trainer_state.json``):
-
-- ``memory_eval/validation_reward``: the mean dense session reward (MemBuilder arXiv
-  2601.05488 §3.4, R = g · acc · (1 − λ·LP), :class:`rewards.session_reward.SessionReward`) of
-  the model's output for each validation row (the prompt over the expert bank before the
-  session, the counterfactual bank, the session's QA), with ``…/gate``, ``…/acc``, ``…/lp``;
-- ``memory_eval/format_failure/<manager>``: the share of the validation outputs of each manager
-  that :meth:`memory_bank.bank.MemoryBank.apply_text` rejects (not JSON, not the manager's
-  schema, an id the bank lacks, cut off by the token limit), in [0, 1];
-- when held-out conversations are given: the bank the model builds over them
-  (:func:`memory_bank.construct.construct`), its per-manager ``memory_eval/heldout_format_failure/<m>``,
-  ``memory_eval/heldout_entries`` and ``memory_eval/heldout_answer_recall`` (the top-k retrieved
-  memory, :class:`memory_bank.retrieval.BankRetriever`, measured by the one measure step
-  :func:`rewards.scoring.measure.measure` with the answer-recall scorer: the share of each gold
-  answer's normalised tokens found in the retrieved text, mean over the QA).
-
-Cost per evaluation: one batched greedy generation of ``len(rows)`` prompts and, per held-out
-conversation, four manager outputs per segment, all of at most ``max_new_tokens`` tokens.
+""":class:`MemoryEvalCallback`, a ``TrainerCallback`` for SFT and ADRPO that measures the model
+being trained at each evaluation (greedy, same process) and appends one row to
+``state.log_history``: ``memory_eval/validation_reward`` (with ``/gate``, ``/acc``, ``/lp``;
+the dense session reward, MemBuilder arXiv 2601.05488 §3.4), ``memory_eval/format_failure/<m>``
+in [0, 1], and for held-out conversations ``memory_eval/heldout_format_failure/<m>``,
+``memory_eval/heldout_entries`` and ``memory_eval/heldout_answer_recall``.
+Cost per evaluation: one batched generation of ``len(rows)`` prompts plus four outputs per
+held-out segment, each at most ``max_new_tokens`` tokens.
 """
 from __future__ import annotations
 
@@ -50,17 +34,12 @@ def first_turns(conv: Conversation, n_turns: int) -> Conversation:
 
 
 class MemoryEvalCallback(TrainerCallback):
-    """Logs the validation session reward, per-manager format failures and held-out
-    answer-recall at every evaluation (module docstring).
+    """Logs the validation reward, format failures and held-out answer-recall at each evaluation.
 
-    ``rows``: validation :class:`rewards.samples.RewardSample` rows; ``reward``: the
-    :class:`rewards.session_reward.SessionReward` that scores them; ``tokenizer``: the policy's
-    (copied: generation pads on the left); ``embedder``: for the held-out bank (the manager
-    prompts' entry ranking and retrieval); ``heldout``: conversations to build (e.g.
-    :func:`first_turns` of LoCoMo conv-41); ``segment_tokens``: build them in segments of at most
-    that many transcript tokens (the cut the model trains on); ``max_new_tokens``: per output;
-    ``top_k``: entries retrieved per question. Raises ValueError when there is nothing to
-    measure (no rows and no held-out conversation)."""
+    ``tokenizer``: the policy's (copied, left padding); ``embedder``: for the held-out bank;
+    ``segment_tokens``: held-out build segment size; ``top_k``: entries retrieved per question.
+    Raises ValueError when there is nothing to measure.
+    """
 
     def __init__(self, rows: Sequence, reward, tokenizer, *, embedder, heldout: Sequence[Conversation] = (),
                  segment_tokens: int | None = None, max_new_tokens: int = 192, top_k: int = 10,
@@ -138,11 +117,6 @@ class MemoryEvalCallback(TrainerCallback):
             f"{k.split('/', 1)[1]} {v:.3f}" for k, v in values.items()), flush=True)
 
 
-def format_failure_keys() -> list[str]:
-    """The per-manager format-failure keys :class:`MemoryEvalCallback` logs for validation rows."""
-    return [f"{PREFIX}/format_failure/{m}" for m in MANAGERS]
-
-
 @dataclass
 class MemoryEvalFields:
     """Recipe fields of the in-trainer measurement, shared by the SFT and ADRPO recipes."""
@@ -169,10 +143,9 @@ class MemoryEvalFields:
 
 def build_memory_eval(cfg: MemoryEvalFields, tokenizer, embedder, reward, *, managers: Sequence[str],
                       segment_tokens: int | None, max_prompt_tokens: int | None = None):
-    """``(callback, rows)``: the :class:`MemoryEvalCallback` the recipe's ``memory_eval_*``
-    fields ask for and its validation rows (``training.heldout.validation_samples`` of
-    ``managers`` on ``segment_tokens`` segments, as ADRPO builds its rows); ``(None, [])`` when
-    they ask for nothing. ``reward``: the session reward that scores the rows."""
+    """``(callback, rows)`` for the recipe's ``memory_eval_*`` fields, ``(None, [])`` when they ask
+    for nothing.
+    """
     from data_synth.datasets import load_conversations
     from training.heldout import validation_samples
 

@@ -1,7 +1,8 @@
 """Helpers both trainers (SFT and ADRPO) use: loading the policy model with an optional LoRA
 config or an existing adapter. The recipe parser (``--config R.yaml`` plus CLI overrides,
-CPU-safe TRL defaults) is :func:`llm.recipes.parse_recipe`, shared with ``memgym eval`` and
-``memgym evolve``; the model path rules are :func:`llm.specs.resolve_model_path`.
+CPU-safe TRL defaults) is :func:`parse_training_args` (``python -m training.<stage>``; ``memgym
+train`` registers the same parsers in its command tree, :mod:`launch.registry`); the model path
+rules are :func:`llm.specs.resolve_model_path`.
 
 Sources: ``DESIGN.md`` § "Training stack" (configs are dataclasses parsed by
 ``trl.TrlParser``; CPU facts for TRL 1.16: pass ``bf16=False`` and ``use_cpu=True``) and
@@ -17,8 +18,54 @@ from pathlib import Path
 
 from trl import ModelConfig
 
-from llm.recipes import cuda_available, parse_recipe as parse_training_args  # noqa: F401 - the trainers' parser
 from llm.specs import EMBEDDED_MODEL as EMBEDDED_POLICY, resolve_model_path
+
+def cuda_available() -> bool:
+    """True when torch sees at least one CUDA device."""
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def device_defaults(cuda: bool | None = None) -> dict:
+    """Field values that let a TRL config run on a machine without CUDA: ``use_cpu`` True,
+    ``bf16``/``fp16`` False (TRL 1.16 defaults ``bf16`` to True). They override the recipe
+    YAML; a flag on the command line overrides them. With CUDA (``cuda=None`` asks torch): none."""
+    cuda = cuda_available() if cuda is None else cuda
+    return {} if cuda else {"use_cpu": True, "bf16": False, "fp16": False}
+
+
+def device_default_args(cuda: bool | None = None) -> list[str]:
+    """:func:`device_defaults` as flags to put before the user's arguments."""
+    return [x for k, v in device_defaults(cuda).items() for x in (f"--{k}", str(v).lower())]
+
+
+def parse_training_args(parser, argv: list[str] | None = None) -> tuple:
+    """Parse ``argv`` (default ``sys.argv[1:]``) with the trainer's ``trl.TrlParser``
+    (``--config R.yaml``, then flags; :func:`device_defaults` between the two): one instance per
+    dataclass. Raises ConfigError naming a YAML key or flag no field has."""
+    import argparse
+    import sys
+
+    from llm.checks import unknown_names_message
+    from llm.errors import ConfigError
+
+    args = device_default_args() + list(sys.argv[1:] if argv is None else argv)
+    try:
+        out = parser.parse_args_and_config(args=args)
+    except ValueError as e:
+        import re
+
+        known = sorted({a.dest for a in parser._actions if a.option_strings})
+        if "Unknown arguments from config" in str(e):  # TRL names the recipe's keys as --key
+            names = re.findall(r"'--([^']+)'", str(e))
+        elif "not used by the HfArgumentParser" in str(e):
+            names = [a.lstrip("-").split("=", 1)[0] for a in args if a.startswith("--") and a != "--config"]
+        else:
+            raise
+        raise ConfigError(unknown_names_message([n for n in names if n not in known] or ["?"], known)) from None
+    return tuple(o for o in out if not isinstance(o, argparse.Namespace))
+
 
 #: Attention projections of Llama/Qwen-style models; the default LoRA targets.
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -26,10 +73,9 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 def resume_arg(value):
-    """``resume_from_checkpoint`` as ``Trainer.train`` takes it: None/""/"false" → None (a fresh
-    run), "true"/"last" → True (the last ``checkpoint-N`` in ``output_dir``), else the value (a
-    checkpoint dir). The TRL parser reads the field as a string, so ``--resume_from_checkpoint
-    true`` arrives as ``"true"``, which ``Trainer`` would take for a path."""
+    """``resume_from_checkpoint`` for ``Trainer.train``: None/""/"false" → None, "true"/"last" →
+    True, else the value (a checkpoint dir).
+    """
     if value is None or str(value).lower() in ("", "false", "none", "no"):
         return None
     return True if str(value).lower() in ("true", "last", "yes") else value
@@ -42,11 +88,10 @@ def is_adapter_dir(path: str | Path) -> bool:
 
 @dataclass
 class PolicyModelConfig(ModelConfig):
-    """``trl.ModelConfig`` (model and LoRA fields, parsed by ``TrlParser`` beside the trainer's
-    config, as TRL's own scripts do) with memgym's defaults: the embedded SmolLM2, float32,
-    LoRA on the attention projections. The LoRA config is TRL's ``get_peft_config`` of these
-    fields. Raises ValueError naming the field for an empty model name, ``lora_r`` < 1,
-    ``lora_alpha`` <= 0, ``lora_dropout`` outside [0, 1) or an empty target list."""
+    """``trl.ModelConfig`` with memgym's defaults (embedded SmolLM2, float32, LoRA on the attention
+    projections). Raises ValueError naming the field for an empty model name, ``lora_r`` < 1,
+    ``lora_alpha`` <= 0, ``lora_dropout`` outside [0, 1) or no targets.
+    """
 
     _argument_group_name = ("model and LoRA: trl.ModelConfig fields, memgym defaults "
                             "(https://huggingface.co/docs/trl/main/en/script_utils#trl.ModelConfig)")
@@ -61,9 +106,9 @@ class PolicyModelConfig(ModelConfig):
     CHECKS = {"lora_r": {"min": 1}, "lora_alpha": {"min": 1}}
 
     def __post_init__(self):
-        from llm.recipes import check_fields
+        from llm.checks import check_fields
 
-        check_fields(self)  # string -> one-element list, counts (llm.recipes)
+        check_fields(self)  # string -> one-element list, counts (llm.checks)
         targets = self.lora_target_modules
         super().__post_init__()
         if isinstance(targets, list) and targets != ["all-linear"]:
@@ -114,10 +159,9 @@ def load_tokenizer(path: str | Path):
 
 @dataclass
 class Policy:
-    """A loaded policy. ``model`` is a ``PreTrainedModel``, or a trainable ``PeftModel`` when
-    loaded from an adapter dir; ``peft_config`` is the ``LoraConfig`` a trainer should apply
-    (None for full fine-tuning or when the adapter is already attached); ``path`` is where the
-    weights came from and ``base_path`` the base model of an adapter (else equal to ``path``)."""
+    """A loaded policy: ``model`` (``PreTrainedModel`` or trainable ``PeftModel``), ``peft_config``
+    (the ``LoraConfig`` to apply, or None), ``path`` and ``base_path``.
+    """
 
     model: object
     tokenizer: object
@@ -131,18 +175,10 @@ class Policy:
 
 
 def load_policy(model_args: ModelConfig, init_from: str | None = None) -> Policy:
-    """Load the policy to train.
-
-    - The weights: ``init_from`` when given, else ``model_args.model_name_or_path``:
-      ``"smollm2"``, a local model dir, a hub id (see :func:`resolve_model_path`), or a PEFT
-      adapter dir (e.g. an SFT output); an adapter is attached to its base
-      (``base_model_name_or_path`` in ``adapter_config.json``) as a *trainable* ``PeftModel``
-      so training continues it, and ``use_peft`` is then ignored.
-    - ``use_peft``: the ``LoraConfig`` of ``trl.get_peft_config(model_args)`` for the trainer
-      to apply (TRL's ``peft_config=``); False means full fine-tuning.
-    - ``dtype``: one of :data:`DTYPES`; ``auto`` = bfloat16 on a bf16-capable GPU else float32.
-    Raises FileNotFoundError / ValueError for a bad path, and what ``from_pretrained`` raises
-    for a broken model dir.
+    """Load the policy to train from ``init_from`` or ``model_args.model_name_or_path`` (a model
+    spec, dir, hub id, or adapter dir, attached trainable to its base; ``use_peft`` is then
+    ignored). ``dtype``: one of :data:`DTYPES` (``auto``: bf16 on a capable GPU, else float32).
+    Raises FileNotFoundError / ValueError for a bad path.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoModelForCausalLM

@@ -1,12 +1,6 @@
-"""What a trained memory extractor's outputs are worth, counted the same way wherever they are
-measured (:mod:`training.callbacks` inside the trainer, tests):
-
-- :class:`FormatTally`: one manager output is a format failure when
-  :meth:`memory_bank.bank.MemoryBank.apply_text` rejects it (not JSON, not the manager's schema,
-  an id the bank lacks, cut off by the token limit); the rate is failures / outputs;
-- :func:`bank_size`, :func:`validation_samples` (the validation reward rows, built as ADRPO
-  builds its rows), :func:`do_nothing_reward` (the reference a validation reward is read
-  against) and :func:`core_copy_stats` (verbatim copying of core writes).
+"""What a trained extractor's outputs are worth, counted one way everywhere: format failures
+(:class:`FormatTally`), bank size, validation reward rows, the do-nothing reference reward and
+the verbatim-copy rate of core writes.
 """
 from __future__ import annotations
 
@@ -20,10 +14,9 @@ from memory_bank.errors import ManagerOutputError
 
 @dataclass
 class FormatTally:
-    """Counts manager outputs and format failures, per manager and per error type.
-
-    ``attempts[m]`` / ``failures[m]``: outputs / rejected outputs of manager m; ``by_type``:
-    failures per ``ManagerOutputError.error_type`` (e.g. ``invalid_json``, ``truncated``)."""
+    """Manager outputs and format failures (rejected by ``MemoryBank.apply_text``) per manager
+    (``attempts``, ``failures``) and per error type (``by_type``).
+    """
 
     attempts: dict[str, int] = field(default_factory=lambda: {m: 0 for m in MANAGERS})
     failures: dict[str, int] = field(default_factory=lambda: {m: 0 for m in MANAGERS})
@@ -71,10 +64,7 @@ def bank_size(bank: MemoryBank) -> dict[str, int]:
 
 def validation_samples(trajectories: Sequence[str], *, sessions: Sequence[int] | None, max_prompt_tokens: int | None,
                        tokenizer, embedder, managers: Sequence[str] = MANAGERS, segment_tokens: int | None = None):
-    """The reward rows of the validation trajectories (``training.adrpo_data.select_samples``
-    over ``rewards.samples.build_reward_samples``, or over segment rows
-    ``training.segment_samples.segment_reward_samples`` when ``segment_tokens`` is set), as
-    ADRPO builds its training rows."""
+    """The validation trajectories' reward rows, built as ADRPO builds its training rows."""
     from training.adrpo import trajectory_paths
     from training.adrpo_data import select_samples
     from training.segment_samples import reward_rows
@@ -85,11 +75,9 @@ def validation_samples(trajectories: Sequence[str], *, sessions: Sequence[int] |
 
 
 def do_nothing_reward(samples, reward) -> dict:
-    """The reference a validation reward must be read against: the mean reward of the outputs
-    that change nothing (``rewards.audit.EMPTY_OUTPUTS``) on the same rows, ``{"reward", "by_manager"}``.
-    With the counterfactual bank the other parts are the expert's, so an empty output already
-    scores the questions those parts answer (e.g. 0.882 on conv-30's segment rows of sessions
-    1-2, vs 0.934 for the expert's own outputs)."""
+    """``{"reward", "by_manager"}``: the mean reward of outputs that change nothing
+    (``rewards.audit.EMPTY_OUTPUTS``) on ``rows``, the reference a validation reward is read against.
+    """
     from rewards.audit import EMPTY_OUTPUTS
     from rewards.scoring.metrics import mean_or_zero
 
@@ -100,21 +88,12 @@ def do_nothing_reward(samples, reward) -> dict:
 
 
 def core_copy_stats(outputs: dict[str, list[dict[str, str]]], convs, n: int = 6) -> dict:
-    """Verbatim-copy rate (:func:`rewards.copying.copy_rate`, n-gram length ``n``) of the core
-    outputs that write text, against the transcripts of the sessions they were built from.
+    """Copy rate (:func:`rewards.copying.copy_rate`) of the core outputs that write text, against
+    their conversation's built transcripts and their own earlier words.
 
-    ``outputs``: ``{conversation id: [{manager: raw output}]}`` (e.g. ``ConstructionResult.outputs``,
-    one dict per construction step); ``convs``: the same :class:`memory_bank.schema.Conversation`
-    objects (cut to the sessions built). A core output counts when it parses
-    (:func:`memory_bank.actions.parse_core`) to an APPEND / REPLACE / REWRITE with text; failed
-    and NONE outputs write nothing and are left out. The source is every built session's
-    transcript of that conversation (a segment's text is a part of it) and the output's own
-    earlier words; the core block before the step is not replayed, so an APPEND that repeats it
-    is not counted (the training reward counts it, ``SessionReward._copy_rates``).
-
-    Returns ``{"mean", "max"}`` (in [0, 1], None when no output writes text) and ``"n"`` (writing
-    outputs). Raises KeyError when ``outputs`` names a conversation ``convs`` lacks.
-    Reference (measured, issue 17): the expert's conv-26 segment core writes 0.044.
+    ``outputs``: ``{conversation id: [{manager: raw output}]}``; ``convs``: the conversations.
+    Returns ``{"mean", "max", "n"}`` (None means without writes). Raises KeyError for a
+    conversation ``convs`` lacks.
     """
     from memory_bank.actions import parse_core
     from memory_bank.errors import ManagerOutputError

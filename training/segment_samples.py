@@ -1,25 +1,10 @@
-"""ADRPO reward rows on session segments: the rollout unit of segmented SFT.
+"""ADRPO reward rows on session segments, the rollout unit of segmented SFT: one row per
+(conversation, session, segment, manager) from :func:`training.sft_segments.segment_steps`.
 
-Why: the CPU recipe's SFT trains on segments of whole turns (``training.sft_segments``,
-``segment_tokens`` transcript tokens each), and an extractor with ``segment_tokens`` builds
-banks the same way (``memory_bank.construct.split_session``). A whole-session ADRPO row is a
-prompt that policy never saw in SFT nor meets at inference (issue 17: the step-34 SFT policy
-sampled the empty output on 12 of 13 whole-session rows, so GRPO had no reward variance). Here
-one row is one (conversation, session, segment, manager), built from
-:func:`training.sft_segments.segment_steps`:
-
-- prompt: the inference prompt of the segment over the bank as it stands before it (the
-  expert bank before the session plus the expert's shares of the earlier segments);
-- expert outputs: the expert's share of the session's operations for this segment, for all
-  four managers (the counterfactual bank of the dense reward adds the other three);
-- QA: the session's questions whose evidence is complete by the end of this segment and was
-  not yet complete at the end of the previous one (a question goes to the segment holding the
-  latest of its evidence turns; a question with no evidence turn in the session goes to the
-  last segment). A segment with no question carries no reward signal and is skipped.
-
-The reward is then the same dense session reward (MemBuilder arXiv 2601.05488 §3.4, Eqs. 5-10:
-R = g · acc · (1 − λ·LP), the length penalty against the expert's share for the segment), at
-segment granularity. Row keys: ``"<conversation_id>/s<session>.<segment>/<manager>"``.
+The prompt is the segment's inference prompt over the bank before it; the expert outputs are
+the expert's share for the segment; the QA are the session's questions whose evidence
+completes within the segment (no evidence: the last segment); segments without QA are
+skipped. Keys: ``"<conversation_id>/s<session>.<segment>/<manager>"``.
 """
 from __future__ import annotations
 
@@ -53,14 +38,9 @@ def question_segments(evidence: Sequence[Sequence[str]], segment_turns: Sequence
 def segment_reward_samples(trajectory_paths: Sequence[str | Path], *, tokenizer, segment_tokens: int,
                            embedder=None, managers: Sequence[str] = MANAGERS, dataset: str = "locomo",
                            data_path=None, stats: SegmentStats | None = None) -> list[RewardSample]:
-    """One :class:`rewards.samples.RewardSample` per (session, segment with QA, manager), in
-    file and segment order (module docstring), with ``segment`` >= 1 and the key of
-    :func:`segment_key`. ``tokenizer`` counts transcript tokens (the policy's, as SFT did);
-    ``embedder`` ranks the 20 entries each prompt shows, as at inference.
-
-    Raises ValueError for an unknown manager or ``segment_tokens`` < 1, the errors of
-    :func:`training.sft_data.expert_session_states` for a bad trajectory file, SegmentError
-    for expert operations that do not apply once split, SessionQAError for a malformed QA item.
+    """One :class:`rewards.samples.RewardSample` per (session, segment with QA, manager), in file
+    and segment order. Raises ValueError (unknown manager, ``segment_tokens`` < 1), the
+    trajectory errors, SegmentError or SessionQAError.
     """
     ms = check_managers(managers)
     if segment_tokens < 1:
@@ -99,11 +79,9 @@ def segment_reward_samples(trajectory_paths: Sequence[str | Path], *, tokenizer,
 
 def reward_rows(paths: Sequence[str | Path], *, tokenizer, embedder, managers: Sequence[str] = MANAGERS,
                 segment_tokens: int | None = None, dataset: str = "locomo", data_path=None, qa_path=None) -> list:
-    """The candidate rollout rows of trajectory files ``paths`` before selection: whole-session
-    :func:`rewards.samples.build_reward_samples` (QA from ``qa_path`` or the trajectories), or
-    segment rows (:func:`segment_reward_samples`) when ``segment_tokens`` is set (then
-    ``qa_path`` must be None: ValueError). ADRPO's training rows, its screen and the validation
-    reward all take their rows from here."""
+    """The candidate rollout rows of ``paths``: whole-session samples, or segment rows when
+    ``segment_tokens`` is set (then ``qa_path`` must be None: ValueError).
+    """
     if segment_tokens is None:
         from rewards.samples import build_reward_samples
 

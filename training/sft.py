@@ -1,20 +1,8 @@
-"""Supervised fine-tuning of a memory manager on expert trajectories (TRL ``SFTTrainer``).
+"""Supervised fine-tuning of a memory manager on expert trajectories (TRL ``SFTTrainer``,
+conversational prompt-completion, completion-only loss; LoRA or full).
 
-Source: ``DESIGN.md`` § "Training stack" and issue 4 § 1.
-
-- Examples: one per manager per session (:func:`training.sft_data.sft_examples`); the prompt is
-  built by the inference prompt builder over the replayed expert bank before that session,
-  the completion is the expert's JSON.
-- Trainer: TRL ``SFTTrainer`` on the conversational prompt-completion format, so the chat
-  template renders the messages and prompt tokens get label -100 (``completion_only_loss``).
-  PEFT LoRA (``use_peft``) or full fine-tuning.
-- Split: the train trajectories (LoCoMo conv-26) train, the eval trajectories (conv-30)
-  validate; the loss on both is measured before and after training.
-- Outputs in ``output_dir``: the model (full) or adapter (LoRA) + tokenizer, ``metrics.json``,
-  ``loss.png`` and ``report.md``.
-
-Run: ``memgym train sft --config launch/recipes/sft_cpu.yaml [--field value ...]``, or
-``python -m training.sft --config ...``, or under ``accelerate launch -m training.sft``.
+Outputs in ``output_dir``: the model or adapter + tokenizer, ``metrics.json``, ``loss.png``
+and ``report.md``. Run: ``memgym train sft --config R.yaml [--field value ...]``.
 """
 from __future__ import annotations
 
@@ -30,7 +18,7 @@ from trl import SFTConfig
 from data_synth.datasets import DATASETS
 from data_synth.errors import DataFormatError
 from data_synth.expert import TrajectoryError
-from llm.recipes import check_fields
+from llm.checks import check_fields
 from memory_bank.actions import MANAGERS
 from llm.embeddings import EMBEDDER_HELP, check_embedder_spec
 from training.callbacks import MemoryEvalFields
@@ -84,7 +72,7 @@ class SFTScriptArguments(MemoryEvalFields):
                 "empty operation list), a seeded choice after the length filter; unset = keep all"})
 
     def __post_init__(self):
-        check_fields(self)  # string -> one-element list, counts (llm.recipes)
+        check_fields(self)  # string -> one-element list, counts (llm.checks)
         if self.dataset not in DATASETS:
             raise ValueError(f"dataset must be one of {DATASETS}, got {self.dataset!r}")
         check_embedder_spec(self.embedder)
@@ -105,13 +93,28 @@ class SFTTrainingConfig(SFTConfig):
                             "https://huggingface.co/docs/trl/main/en/sft_trainer#trl.SFTConfig)")
 
 
+HELP = "supervised fine-tuning on expert trajectories (TRL SFTTrainer, LoRA or full)"
+DESCRIPTION = ("Fine-tune a memory manager on expert trajectories (TRL SFTTrainer). Use --config R.yaml for a "
+               "recipe; any field below overrides it.")
+
+
+def make_parser(subparsers=None, prog: str | None = None):
+    """The ``trl.TrlParser`` of ``(SFTScriptArguments, SFTTrainingConfig, PolicyModelConfig)``,
+    as TRL's scripts make theirs: added to ``subparsers`` as ``sft`` (``memgym train sft``), or
+    standalone (``python -m training.sft``)."""
+    from trl import TrlParser
+
+    types = (SFTScriptArguments, SFTTrainingConfig, PolicyModelConfig)
+    if subparsers is not None:
+        return subparsers.add_parser("sft", dataclass_types=types, help=HELP, description=DESCRIPTION)
+    return TrlParser(types, prog=prog or PROG, description=DESCRIPTION)
+
+
 def parse_args(argv: list[str] | None = None):
     """``(SFTScriptArguments, SFTTrainingConfig, PolicyModelConfig)`` from ``--config R.yaml`` +
     CLI overrides, with CPU-safe defaults on machines without CUDA
-    (:func:`training.common.device_default_args`)."""
-    return parse_training_args([SFTScriptArguments, SFTTrainingConfig, PolicyModelConfig], argv, PROG,
-                               "Fine-tune a memory manager on expert trajectories (TRL SFTTrainer). Use "
-                               "--config R.yaml for a recipe; any field below overrides it.")
+    (:func:`training.common.parse_training_args`)."""
+    return parse_training_args(make_parser(), argv)
 
 
 def _subset(ds, n: int | None, seed: int):
@@ -134,10 +137,9 @@ class SFTData:
 
 def build_data(script_args: SFTScriptArguments, tokenizer, max_length: int | None, seed: int,
                progress: bool = True) -> SFTData:
-    """Build, length-filter and subsample the SFT splits (see :class:`SFTData`).
-
-    Raises what :func:`training.sft_data.sft_examples` raises, and ValueError when every example
-    of a split is longer than ``max_length`` tokens."""
+    """The SFT splits, length-filtered and subsampled. Raises what
+    :func:`training.sft_data.sft_examples` raises, ValueError when a split has no example that fits.
+    """
     from llm.embeddings import load_embedder
 
     emb = load_embedder(script_args.embedder)
@@ -290,15 +292,10 @@ def memory_eval(script_args: SFTScriptArguments, policy) -> list:
 
 def run(script_args: SFTScriptArguments, training_args, model_args: PolicyModelConfig | None = None,
         callbacks=None) -> dict:
-    """Build data, train, evaluate before and after, save model + tokenizer + report files to
-    ``training_args.output_dir``. Returns the metrics dict written to ``metrics.json``:
-    ``train_loss`` (mean training loss), ``eval_loss`` (validation, after), ``train_loss_start``
-    / ``train_loss_end`` (train probe, before/after), ``eval_loss_start`` / ``eval_loss_end``
-    (validation, before/after; None without validation), counts and timings. Every process
-    of a distributed run trains; only the main one (``is_main_process``) writes files.
-    ``resume_from_checkpoint``: a checkpoint dir, or ``true`` / ``last`` for the last
-    ``checkpoint-N`` in ``output_dir`` (:func:`training.common.resume_arg`): the weights, optimizer,
-    scheduler, RNG states and data position come back, so only the remaining steps run."""
+    """Build data, train, evaluate before and after, save to ``output_dir`` (main process only).
+    Returns the ``metrics.json`` dict (``train_loss``, ``eval_loss``, ``*_loss_start`` /
+    ``*_loss_end``, counts, timings). ``resume_from_checkpoint``: a dir, or ``true`` / ``last``.
+    """
     t0 = time.time()
     policy = load_policy(model_args or PolicyModelConfig())
     data = build_data(script_args, policy.tokenizer, training_args.max_length, training_args.seed)
@@ -342,20 +339,17 @@ def run(script_args: SFTScriptArguments, training_args, model_args: PolicyModelC
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry (``memgym train sft`` / ``python -m training.sft``). Returns 0 on success, 2
-    for a bad recipe, flag or data file (the message names it)."""
+    """``python -m training.sft`` (what ``memgym launch`` runs in each process): parse, then
+    :func:`train_and_report`. Errors are raised (``memgym train sft`` maps them to one line and an
+    exit status, :func:`launch.cli.run_command`)."""
+    return train_and_report(*parse_args(argv))
+
+
+def train_and_report(script_args, training_args, model_args) -> int:
+    """Run :func:`run` and print the summary lines; returns 0."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:
-        script_args, training_args, model_args = parse_args(argv)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"{PROG}: {e}", file=sys.stderr)
-        return 2
-    try:
-        metrics = run(script_args, training_args, model_args)
-    except (TrainingDataError, ExampleLengthError, TrajectoryError, DataFormatError, FileNotFoundError) as e:
-        print(f"{PROG}: {e}", file=sys.stderr)
-        return 2
+    metrics = run(script_args, training_args, model_args)
     if not metrics["is_main_process"]:
         return 0
 

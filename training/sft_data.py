@@ -1,21 +1,7 @@
-"""SFT examples built from expert trajectories (ADRPO's rollout rows are :mod:`training.adrpo_data`).
-
-Source: ``DESIGN.md`` § "Training stack" and issue 4 § 1: one example per manager per
-session; the prompt comes from :func:`memory_bank.prompts.build_prompt` (the builder used at
-inference) over the *replayed* expert bank as it stood before that session; the completion is
-the expert's JSON for that manager.
-
-The SFT dataset uses TRL's conversational prompt-completion format (``prompt`` = system + user
-messages, ``completion`` = one assistant message). With that format ``SFTTrainer`` sets
-``completion_only_loss`` and gives every prompt token the label -100 (TRL 1.16,
-``SFTTrainer._prepare_dataset``: ``completion_mask`` -> ``labels``).
-
-Length policy (:func:`drop_overlong`): TRL truncates to ``max_length`` either from the end
-(``keep_start``: the expert JSON loses its tail, so the model learns to stop mid-object) or
-from the start (``keep_end``: the system prompt with the output format is cut, so the model
-trains on a prompt it never sees at inference). Neither matches inference, so an example whose
-prompt + completion is longer than ``max_length`` tokens is dropped whole, and the drop is
-counted in the run's report.
+"""SFT examples from expert trajectories: one per manager per session, the prompt built by
+:func:`memory_bank.prompts.build_prompt` over the replayed expert bank before the session,
+the completion the expert's JSON (TRL conversational prompt-completion format). An example
+longer than ``max_length`` is dropped whole (:func:`drop_overlong`), never truncated.
 """
 from __future__ import annotations
 
@@ -72,10 +58,7 @@ class SessionState:
 
 
 def check_managers(managers: Iterable[str]) -> tuple[str, ...]:
-    """Validate a manager selection; returns it as a tuple in the given order.
-
-    Raises ValueError when it is empty, repeats a manager, or names one not in
-    :data:`memory_bank.actions.MANAGERS`."""
+    """The selection as a tuple, in order. Raises ValueError when empty, repeated or unknown."""
     ms = tuple(managers)
     if not ms:
         raise ValueError(f"managers is empty; choose from {MANAGERS}")
@@ -89,15 +72,9 @@ def check_managers(managers: Iterable[str]) -> tuple[str, ...]:
 
 def expert_session_states(trajectory_paths: Sequence[str | Path], *, dataset: str = "locomo",
                           data_path=None) -> list[SessionState]:
-    """Every session of the given expert trajectory files, in file order, each paired with its
-    conversation's :class:`Session` and the replayed expert bank before it.
-
-    Raises:
-        ValueError: ``trajectory_paths`` is empty, or ``dataset`` is unknown.
-        FileNotFoundError / ``data_synth.expert.TrajectoryError``: a missing or broken
-            trajectory file (including one that does not replay).
-        TrainingDataError: a trajectory line whose conversation has no such session, or a
-            (conversation, session) that appears twice across the files.
+    """Every session of the trajectory files, in order, with its :class:`Session` and the replayed
+    expert bank before it. Raises ValueError (no paths, unknown dataset), FileNotFoundError /
+    TrajectoryError, TrainingDataError (a missing or repeated session).
     """
     paths = [Path(p) for p in trajectory_paths]
     if not paths:
@@ -125,12 +102,9 @@ def expert_session_states(trajectory_paths: Sequence[str | Path], *, dataset: st
 
 def sft_rows(states: Sequence[SessionState], *, embedder=None, managers: Sequence[str] = MANAGERS,
              progress: bool = False) -> list[dict]:
-    """One row per (session, manager), sessions in the given order and managers in the given
-    order: ``prompt`` (system + user messages from :func:`build_prompt` on
-    ``state.bank_before``), ``completion`` ([one assistant message holding
-    ``json.dumps(expert_output, ensure_ascii=False)``]), ``conversation_id``, ``session``
-    (1-based index) and ``manager``. ``embedder`` ranks the shown entries as at inference
-    (``None``: the 20 most recently updated). Raises ValueError for a bad manager list."""
+    """One row per (session, manager): ``prompt``, ``completion`` (one assistant message of the
+    expert JSON), ``conversation_id``, ``session``, ``manager``. Raises ValueError for bad managers.
+    """
     ms = check_managers(managers)
     rows = []
     for st in tqdm(states, desc="SFT examples", unit="session", disable=not progress):
@@ -148,11 +122,9 @@ def sft_rows(states: Sequence[SessionState], *, embedder=None, managers: Sequenc
 
 def sft_examples(trajectory_paths: Sequence[str | Path], *, dataset: str = "locomo", data_path=None,
                  embedder=None, managers: Sequence[str] = MANAGERS, progress: bool = False):
-    """SFT examples from expert trajectories as a ``datasets.Dataset`` with columns
-    :data:`SFT_COLUMNS` (see :func:`sft_rows`): ``len = sessions x len(managers)``, e.g.
-    LoCoMo conv-26's 19 sessions x 4 managers = 76 rows.
-
-    Raises what :func:`expert_session_states` and :func:`check_managers` raise."""
+    """SFT examples as a ``datasets.Dataset`` with columns :data:`SFT_COLUMNS` (sessions ×
+    managers rows). Raises what :func:`expert_session_states` and :func:`check_managers` raise.
+    """
     from datasets import Dataset
 
     check_managers(managers)
@@ -184,12 +156,10 @@ class LengthReport:
 
 
 def drop_overlong(ds, tokenizer, max_length: int | None):
-    """Drop the rows whose chat-rendered prompt + completion exceeds ``max_length`` tokens
-    (see the module docstring for why rows are dropped rather than truncated).
-
-    Returns ``(kept_dataset, LengthReport)``; ``max_length=None`` keeps everything.
-    Raises ValueError when ``max_length`` < 1, and :class:`ExampleLengthError` when every row
-    would be dropped (naming the shortest length, so the limit can be raised)."""
+    """``(kept_dataset, LengthReport)`` without the rows whose rendered prompt + completion exceeds
+    ``max_length`` tokens (None keeps all). Raises ValueError for ``max_length`` < 1,
+    :class:`ExampleLengthError` when every row would be dropped.
+    """
     if max_length is not None and max_length < 1:
         raise ValueError(f"max_length must be >= 1 or None, got {max_length}")
     lengths = [len(chat_token_ids(tokenizer, r["prompt"] + r["completion"])) for r in ds]

@@ -1,39 +1,14 @@
-"""Segmented SFT examples: expert sessions cut into consecutive runs of whole turns, each with
-the expert operations that belong to it, so that short training sequences still carry content.
+"""Segmented SFT examples: expert sessions cut into runs of whole turns
+(:func:`memory_bank.construct.split_session`, as inference cuts them), each with its share of
+the expert's operations, in the inference prompt layout over the bank before the segment.
 
-Why (measured on the CPU recipe, issue 17): with ``max_length`` 2048 the whole-session examples
-of :func:`training.sft_data.sft_examples` keep only 23 of LoCoMo conv-26's 76 (core 10, episodic 2,
-semantic 2, procedural 9, mostly the empty list), and a model trained on them writes
-``{"operations": []}``. A segment of ~400 transcript tokens with its share of the expert's
-operations fits in 2K tokens for the early sessions, so the model sees many examples that
-ADD real memories, in the exact prompt layout of inference (:func:`memory_bank.prompts.build_prompt`
-over the bank as it stands before the segment, as :func:`memory_bank.construct.step_session_segmented`
-builds sessions that do not fit the extractor's context).
-
-Splitting (:func:`memory_bank.construct.split_session`, which inference uses too: an extractor
-with ``segment_tokens`` cuts each session the same way): consecutive whole turns, each segment at most
-``segment_tokens`` transcript tokens (one turn is ``turn.render()`` + its newline); a single turn
-longer than that is a segment on its own (never cut).
-
-Assigning the expert's operations of one session to its segments (:func:`assign_texts`): a
-text (an ADD / UPDATE / MERGE memory, a line of a core APPEND) goes to the segment it shares the
-most information with, score(text, s) = sum over the distinct words w of the text found in
-segment s of log(S / df(w)) (S segments, df(w) = segments holding w; an inverse document
-frequency weighting, Sparck Jones 1972, so words every segment holds, e.g. the speakers'
-names, weigh 0). A text scoring 0 everywhere stays at the session's last segment, where the
-expert wrote it. Words: lower-case runs of ``[a-z0-9]``, at least 3 characters.
-
-- core: an APPEND is split into its lines, each line assigned; a segment with lines gets
-  ``APPEND`` of them (in order), one without gets ``{"operation": "NONE"}``. REPLACE, REWRITE
-  and NONE go whole to the last segment (the others get NONE).
-- episodic / semantic / procedural: ADD, UPDATE and MERGE are assigned by their ``memory``;
-  DELETE goes to the last segment. An operation naming ids is moved to a later segment while
-  its segment's prompt does not show them (up to 20 entries are shown); one whose ids are not
-  shown even at the last segment is dropped and counted (``SegmentStats.unshown``).
-
-Each segment's outputs are applied to the working bank (order core, episodic, semantic,
-procedural) before the next segment's prompts are built; an output that does not apply raises
-:class:`SegmentError` (the expert trajectory is then inconsistent).
+Assignment (:func:`assign_texts`): a text (an ADD / UPDATE / MERGE memory, a core APPEND line)
+goes to the segment maximising sum over its distinct words w found there of log(S / df(w))
+(inverse document frequency, Sparck Jones 1972; words ``[a-z0-9]{3,}``); score 0 everywhere
+keeps it at the last segment. REPLACE, REWRITE, NONE and DELETE go to the last segment; an
+operation naming ids its segment's prompt does not show moves later, or is dropped and counted
+(``SegmentStats.unshown``). Outputs are applied in order core, episodic, semantic, procedural;
+one that does not apply raises :class:`SegmentError`.
 """
 from __future__ import annotations
 
@@ -130,11 +105,10 @@ def _part_plan(ops: list[dict], segment_texts: Sequence[str]) -> list[int]:
 
 @dataclass
 class SegmentStep:
-    """One segment of an expert session, as a manager step sees it: ``session`` holds the
-    segment's turns (index and date of the whole session), ``segment`` is 1-based of
-    ``segments``; ``bank_before`` is a private copy of the working bank before the segment;
-    ``prompts`` the four inference prompts over it; ``outputs`` the expert's share of the
-    session's operations for each manager (JSON text); ``state`` the session it came from."""
+    """One segment of an expert session: ``session`` (the segment's turns), ``segment`` (1-based of
+    ``segments``), ``bank_before`` (private copy), ``prompts``, ``outputs`` (the expert's share
+    per manager, JSON) and ``state``.
+    """
 
     state: SessionState
     session: Session
@@ -192,12 +166,10 @@ def segment_steps(states: Sequence[SessionState], *, tokenizer, segment_tokens: 
 
 def segment_rows(states: Sequence[SessionState], *, tokenizer, segment_tokens: int, embedder=None,
                  managers: Sequence[str] = MANAGERS) -> tuple[list[dict], SegmentStats]:
-    """One row per (session, segment, manager) in the columns of :func:`training.sft_data.sft_rows`
-    plus ``segment`` (1-based) and ``segments`` (the session's count); the prompt is the inference
-    prompt of the segment over the bank as it stands before it, the completion is the expert's
-    share of the session's operations (module docstring, :func:`segment_steps`). ``tokenizer``
-    counts transcript tokens. Returns ``(rows, SegmentStats)``. Raises :class:`SegmentError`
-    (see the module docstring) and ValueError for a bad manager list or ``segment_tokens``."""
+    """One row per (session, segment, manager) in :func:`training.sft_data.sft_rows`' columns plus
+    ``segment`` and ``segments``. Returns ``(rows, SegmentStats)``. Raises :class:`SegmentError`
+    and ValueError for bad managers or ``segment_tokens``.
+    """
     ms = check_managers(managers)
     stats = SegmentStats()
     rows: list[dict] = []

@@ -1,25 +1,13 @@
-"""Map a memory program's source to its five components (+ shared helpers), hash each one's
-normalised AST, and find the earliest pipeline stage a revision invalidates.
+"""A memory program's five components (+ shared helpers), each one's normalised-AST hash, and
+the earliest pipeline stage a revision invalidates.
 
 Source: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``), appendix "revision-aware
-execution reuse" (Table 6): the candidate's components are compared with its parent's and
-re-execution begins at the earliest affected stage; "changes to shared helpers invalidate
-indexing conservatively". DESIGN.md § "Memory programs and capability-driven evolution".
-
-Component of each top-level statement (module docstring ignored):
-
-- ``extraction``: ``EXTRACTION_INSTRUCTION`` and ``class MemoryUnit``;
-- ``indexing``: everything in ``class Memory`` except ``retrieve`` (``__init__``, ``index``,
-  any other method, class attributes, the class's decorators, bases and keywords);
-- ``planning``: ``PLANNING_INSTRUCTION`` and ``class Query``;
-- ``retrieval``: the ``retrieve`` method of ``class Memory``;
-- ``answer``: ``ANSWER_INSTRUCTION``;
-- ``shared``: any other module-level statement (helper functions and classes, constants,
-  imports).
-
-Each component's hash is the sha256 (hex) of the ``ast.dump`` (no attributes, docstrings
-removed) of its statements in source order, so comments, formatting and docstrings never
-count as a change.
+execution reuse" (Table 6): re-execution begins at the earliest affected stage; shared helpers
+invalidate indexing. Components: ``extraction`` (EXTRACTION_INSTRUCTION, MemoryUnit),
+``indexing`` (class Memory except ``retrieve``), ``planning`` (PLANNING_INSTRUCTION, Query),
+``retrieval`` (``Memory.retrieve``), ``answer`` (ANSWER_INSTRUCTION), ``shared`` (any other
+top-level statement). A hash is the sha256 of the ``ast.dump`` (docstrings removed) of the
+component's statements, so comments, formatting and docstrings never count as a change.
 """
 from __future__ import annotations
 
@@ -75,12 +63,8 @@ def _targets(stmt: ast.stmt) -> list[str]:
 
 
 def component_dumps(source: str) -> dict[str, list[str]]:
-    """The normalised AST dumps of each component's statements, in source order.
-
-    Returns ``{component: [dump, ...]}`` with every name of :data:`COMPONENTS` as a key (an
-    absent component has ``[]``). An assignment whose targets name one instruction is that
-    component's; one that also assigns other names counts as ``shared``. Raises
-    ``SyntaxError`` (with the parser's line number) when ``source`` does not parse.
+    """``{component: [dump, ...]}`` for every name of :data:`COMPONENTS`, in source order; an
+    assignment also naming other targets is ``shared``. Raises ``SyntaxError`` for bad source.
     """
     tree = ast.parse(source)
     _strip_docstring(tree)
@@ -114,13 +98,8 @@ def component_hashes(source: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class ComponentDiff:
-    """Result of :func:`diff_components`.
-
-    ``changed``: components whose hash differs, in :data:`COMPONENTS` order; ``start_stage``:
-    the earliest stage that must re-execute (``None`` when nothing changed, i.e. the two
-    programs are identical up to docstrings, comments and formatting); ``reused_stages``: the
-    stages before ``start_stage`` whose outputs the child can take from the parent
-    (all of :data:`STAGES` except ``score`` when nothing changed).
+    """``changed`` components (in :data:`COMPONENTS` order), ``start_stage`` (None when nothing
+    changed) and ``reused_stages`` (the stages before it; all but ``score`` when nothing changed).
     """
 
     changed: tuple[str, ...]
@@ -148,22 +127,15 @@ def start_stage_for(changed: list[str] | tuple[str, ...]) -> str | None:
 
 
 def diff_components(parent_source: str, child_source: str) -> ComponentDiff:
-    """Compare a child program with its parent component by component.
-
-    Raises ``SyntaxError`` when either source does not parse.
-    """
+    """Compare a child program with its parent. Raises ``SyntaxError`` when either does not parse."""
     a, b = component_hashes(parent_source), component_hashes(child_source)
     changed = tuple(c for c in COMPONENTS if a[c] != b[c])
     return ComponentDiff(changed, start_stage_for(changed))
 
 
 def stage_component_hashes(hashes: dict[str, str]) -> dict[str, str]:
-    """One cumulative hash per stage: stage ``s`` hashes every component whose first
-    invalidated stage is at or before ``s`` (``score`` = ``answer``).
-
-    Keying a stage's cached outputs by this value makes a change of any component invalidate
-    its own stage and every later one, and nothing earlier, which is exactly the rule of
-    :func:`start_stage_for`. Raises KeyError if a component is missing from ``hashes``.
+    """One cumulative hash per stage over every component whose first invalidated stage is at or
+    before it (``score`` = ``answer``). Raises KeyError for a component missing from ``hashes``.
     """
     out, acc = {}, hashlib.sha256()
     for stage in STAGES:

@@ -1,43 +1,20 @@
-"""Kernel confinement of the sandbox child: what untrusted code cannot undo from inside.
+"""Kernel confinement of the sandbox child, applied by the child to ITSELF after its imports
+and before the candidate's first line, irrevocably:
 
-The Python-level checks of :mod:`evolution.execution.sandbox_child` (guarded ``__import__``,
-audit hook) run inside the candidate's own interpreter, so a candidate that reaches their
-frames can switch them off (issue 19: the traceback-frame technique). The boundary is
-therefore the kernel's, applied by the child to ITSELF after its imports and before the
-candidate's first line runs, and irrevocable once applied:
+1. ``prctl(PR_SET_NO_NEW_PRIVS)``.
+2. seccomp-BPF (x86_64, aarch64): ``EPERM`` for ``socket``, ``socketpair``, ``ptrace``,
+   ``process_vm_readv/writev``, ``bpf``, ``perf_event_open``, ``io_uring_*``, ``userfaultfd``,
+   key syscalls, ``unshare``, ``setns`` and every syscall of a foreign ABI.
+3. Landlock (Linux >= 5.13; Documentation/userspace-api/landlock.rst): read on the stdlib,
+   allow-listed packages, system libraries and the exact imported project files; write on
+   the scratch folder only; execute nowhere; ABI >= 4 denies TCP, ABI >= 6 scopes abstract
+   UNIX sockets and signals.
+4. Death with the parent: ``PR_SET_PDEATHSIG`` plus a reaper on a lifeline pipe that
+   SIGKILLs the child and removes the scratch folder.
 
-1. ``prctl(PR_SET_NO_NEW_PRIVS)`` (required by the two below; no setuid gains afterwards).
-2. A seccomp-BPF filter (x86_64 and aarch64) that answers ``EPERM`` to ``socket``,
-   ``socketpair``, ``ptrace``, ``process_vm_readv/writev``, ``bpf``, ``perf_event_open``,
-   ``io_uring_*``, ``userfaultfd``, ``keyctl``/``add_key``/``request_key``, ``unshare``,
-   ``setns`` and to every syscall of a foreign ABI (i386 ``int 0x80``, x32): no network of
-   any kind (TCP, UDP, UNIX sockets), no reading other processes' memory.
-3. Landlock (``landlock_create_ruleset``/``add_rule``/``restrict_self``, Linux >= 5.13,
-   unprivileged; Documentation/userspace-api/landlock.rst): every filesystem right the ABI
-   knows is handled; READ_FILE+READ_DIR are granted on the Python standard library folder,
-   the folders of the allow-listed third-party packages (``numpy`` and ``numpy.libs``), the
-   system library folders, and the exact project files the child already imported
-   (``memory_bank/program/*.py``..., for tracebacks); write rights on the scratch folder
-   only; EXECUTE nowhere (no ``execve`` of anything). ABI >= 4 also denies TCP bind/connect,
-   ABI >= 6 scopes abstract UNIX sockets and signals to the sandbox (the candidate cannot
-   signal its parent or the reaper).
-4. Dies with its parent: ``PR_SET_PDEATHSIG = SIGKILL`` when the parent started it from its
-   main thread (the kernel ties the signal to the spawning THREAD), plus a reaper: a process
-   forked by the child before it confines itself, outside the Landlock domain, that waits on
-   a lifeline pipe whose only write end the parent holds; when the parent dies (kill -9
-   included) the pipe reads EOF and the reaper SIGKILLs the child and removes the scratch
-   folder.
-
-Why Landlock + seccomp and not namespaces/bubblewrap: both are unprivileged, need no system
-package, cost well under a millisecond per start (scripts/experiments/sandbox_cost measures it), and
-survive in CI containers where user namespaces are often disabled. A kernel without Landlock
-gets no silent fallback: :func:`resolve` raises unless ``MEMGYM_ALLOW_UNCONFINED_SANDBOX=1``
-is set, and the mode string every report prints then says ``UNCONFINED``.
-
-Not stopped (stated in the issue-19 note): ``stat``/path walking (Landlock does not govern
-metadata: a candidate can learn whether a path exists and its size, not its content), reading
-the granted folders (the stdlib, numpy), CPU/memory use inside the rlimits, kernel bugs, and
-on ABI < 6 signals to other processes of the same user.
+Without Landlock :func:`resolve` raises unless ``MEMGYM_ALLOW_UNCONFINED_SANDBOX=1``; the mode
+string then says ``UNCONFINED``. Not stopped: ``stat``/path walking, reads of the granted
+folders, CPU/memory within the rlimits, kernel bugs, and on ABI < 6 signals to same-user processes.
 """
 from __future__ import annotations
 
@@ -227,14 +204,10 @@ def protected_paths(project_root: str) -> list[str]:
 
 
 def grant_paths(allowed_modules, project_root: str, protect=()) -> tuple[list[str], list[str]]:
-    """(read-only folders, read-only files) for a child that has imported everything it needs.
-
-    Folders: the stdlib folder (``dirname(os.__file__)``, lib-dynload inside it), each loaded
-    allow-listed third-party package's folder and its ``<name>.libs`` sibling (auditwheel's
-    bundled shared libraries), and the system library folders. Files: the already-imported
-    modules of the project's own packages (``<project_root>/<top>/...``: exact files, never the
-    folder; the venv's other files and the editable-install finder are not granted). No folder that contains
-    ``project_root`` or a ``protect`` path (:func:`protected_paths`) is ever granted.
+    """(read-only folders, read-only files) for a child that has imported everything it needs:
+    the stdlib folder, each loaded allow-listed package's folder and ``<name>.libs``, the system
+    library folders, and the exact imported project files. No folder containing
+    ``project_root`` or a ``protect`` path (:func:`protected_paths`) is granted.
     """
     root = _real(project_root)
     dirs = {_real(os.path.dirname(os.__file__))}
@@ -343,12 +316,9 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 def start_reaper(lifeline_fd: int, scratch: str, poll_s: float = 0.2) -> int:
-    """Fork the reaper (call BEFORE :func:`confine_self`, so it stays outside the domain).
-
-    The reaper keeps only ``lifeline_fd`` (read end of a pipe whose write end only the parent
-    holds) and waits; when the pipe reads EOF (the parent exited or died) it SIGKILLs this
-    process if still alive, removes ``scratch`` and exits; when this process ends first it just
-    removes ``scratch``. Returns the reaper's pid (in the caller)."""
+    """Fork the reaper (call BEFORE :func:`confine_self`): it waits on ``lifeline_fd`` and, on EOF,
+    SIGKILLs this process and removes ``scratch``. Returns the reaper's pid.
+    """
     me = os.getpid()
     pid = os.fork()
     if pid:

@@ -1,25 +1,13 @@
-"""One context budget for every program: what an answer model would read of the retrieved text.
-
-DESIGN.md § "Judges and scoring" (offline proxies): answer-recall and rubric-recall are "scored
-within one context budget that is the same for every program, so that returning more text is
-not a gain". Without it, a program that returns the first 16,000 characters unranked
-(``OUT_CHAR_BUDGET``) scores high on the proxies because more gold tokens happen to be in more
-text, which no answer model with a finite context would reward (issue 20: the seed beat every
-ranked variant on adversarial questions that way).
-
-:class:`ContextBudget` keeps the longest prefix of a retrieved text that fits in ``tokens``
-tokens of a real tokenizer (``smollm2``: SmolLM2-135M-Instruct's, the embedded task model,
-from :func:`llm.models.prepare_smollm2_tokenizer`; ``hf:<dir>``: any local tokenizer dir). The
-runner applies it between retrieval and the answer/score stages, so the answer model, the
-proxy scorer, the reported retrieved length and the diagnostics all see the same text. The cut
-is at a token boundary (the fast tokenizer's character offsets); nothing else is changed.
+"""One context budget for every program: the longest prefix of a retrieved text that fits in
+``tokens`` tokens of a real tokenizer (``smollm2`` or ``hf:<dir>``), cut at a token boundary.
+The runner applies it between retrieval and the answer/score stages, so returning more text
+is not a gain on the offline proxies (DESIGN.md § "Judges and scoring").
 """
 from __future__ import annotations
 
 import threading
 from functools import lru_cache
 
-TOKENIZERS = ("smollm2", "hf:<dir>")
 _LOCK = threading.Lock()
 
 
@@ -48,10 +36,8 @@ def check_tokenizer_spec(spec: str) -> None:
 
 
 class ContextBudget:
-    """Cut retrieved texts to ``tokens`` tokens of ``tokenizer`` (module doc).
-
-    ``tokens``: a positive int (ValueError otherwise). ``identity``: a string naming the budget,
-    for reports. :meth:`cut` is thread-safe; the tokenizer loads on first use.
+    """Cut retrieved texts to ``tokens`` (> 0, else ValueError) tokens of ``tokenizer``;
+    ``identity`` names the budget. :meth:`cut` is thread-safe.
     """
 
     def __init__(self, tokens: int, tokenizer: str = "smollm2"):

@@ -1,30 +1,11 @@
 """Pipeline diagnostics d_ext, d_idx, d_ret (PrisMem cold start), per task and per capability.
 
-Source: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``), appendix "diagnostics", and
-DESIGN.md § "Memory programs and capability-driven evolution". With an L2-normalised
-embedding φ and a set of texts Z, the maximum matching similarity is
-
-    m(e, Z) = max_{z ∈ Z} cos(φ(e), φ(z))        (m = 0.0 when Z is empty)
-
-and for each reference evidence snippet e of a task x:
-
-- d_ext = m(e, U_e): U_e = the units extracted from e's source session;
-- d_idx = m(e, R_e): R_e = what ``retrieve`` returns for e itself as the query (the Query is
-  built from e's text by :func:`memory_bank.program.text_query`);
-- d_ret = m(e, R_x): R_x = what ``retrieve`` returns for the real question's planned query.
-
-Rules fixed here: e is the evidence turn's text (its image caption when the text is empty);
-evidence ids map to turns and sessions through ``Conversation.turn_index`` (LoCoMo ``dia_id``
-"D3:7", LongMemEval ``<session>:<k>``), unknown ids are skipped and each task's ids are
-de-duplicated. A unit's text is :func:`memory_bank.program.unit_text`. Retrieved strings are
-split into segments, one per non-empty line (stripped), and Z is that set of segments. A task's
-value is the mean over its evidence snippets; tasks without any resolvable evidence are left
-out of the averages (counted in ``n_no_evidence``). Capabilities come from the task's primary
-label (never shown to the program). φ is the run's embedder (MiniLM through
-:class:`llm.runtime.Runtime`, cached by text hash).
-
-Lengths: ``mean_unit_chars`` (mean characters per unit text over all units) and
-``mean_retrieved_chars`` (mean characters of retrieve's output per question).
+Source: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``), appendix "diagnostics". With
+``m(e, Z) = max_{z ∈ Z} cos(φ(e), φ(z))`` (0.0 for empty Z) and e an evidence turn's text
+(its caption when empty): d_ext = m(e, units of e's session), d_idx = m(e, retrieve(e as the
+query)), d_ret = m(e, retrieve(the question's query)). Retrieved text is split into non-empty
+lines. A task's value is the mean over its evidence; tasks without resolvable evidence are
+counted in ``n_no_evidence``. Also ``mean_unit_chars`` and ``mean_retrieved_chars``.
 """
 from __future__ import annotations
 
@@ -103,11 +84,8 @@ class _Vectors:
 
 
 def diagnose_tasks(tasks: list[DiagTask], embedder, *, progress: bool = False) -> dict:
-    """Compute the diagnostics of ``tasks`` with ``embedder`` (``encode(texts) -> (n, dim)``).
-
-    Returns ``{"overall": {d_ext, d_idx, d_ret, n}, "by_capability": {letter: {...}},
-    "n_no_evidence": int, "tasks": [{"id", "capability", d_ext, d_idx, d_ret}]}``; a metric is
-    None where nothing was measured (e.g. d_idx without probes). Values in [-1, 1].
+    """``{"overall", "by_capability", "n_no_evidence", "tasks"}`` of ``tasks`` under ``embedder``;
+    values in [-1, 1], None where nothing was measured.
     """
     texts = []
     for t in tasks:

@@ -1,20 +1,9 @@
-"""``memgym eval``: the main job as a program evaluation. Each extractor column (``extractor``,
-then every ``compare`` spec) builds memory on the recipe's conversations, the program
-(``program``, default ``memory_bank/programs/bank.py``: MemBuilder's four-part bank, its core
-block plus the top-10 entries) indexes the entries and retrieves for each question, the answer
-model answers and the scorer scores: :func:`evolution.execution.program_eval.evaluate_program`
-with the program runner's stage cache, context budget and diagnostics, the question itself as the
-query (``plan_mode: question``).
-
-Config + runner pair in the TRL style: :class:`EvalConfig` is parsed by ``trl.TrlParser`` from a
-YAML recipe plus CLI overrides; :func:`run_eval` does the work and writes ``report.json``,
-``report.md``, ``predictions.jsonl`` and ``by_category.png`` (:func:`rewards.scoring.report.write_eval_report`).
-Scores: LoCoMo token F1 by default (official rules, :mod:`rewards.scoring.metrics`); ``scorer: llm``
-picks the dataset's official judge under ``judge_protocol``, ``rubric-recall`` the offline BEAM
-proxy; answer-recall of the retrieved context is always reported beside it (it needs no
-model). Every column's numbers are :func:`rewards.scoring.summary.summarise` of its questions.
-Sessions longer than the extractor's context are built in segments
-(:func:`memory_bank.construct.construct`); the report counts them.
+"""``memgym eval``: each extractor column (``extractor``, then every ``compare`` spec) builds
+memory on the recipe's conversations and ``program`` (default ``memory_bank/programs/bank.py``)
+retrieves with the question as the query, through
+:func:`evolution.execution.program_eval.evaluate_program`. :func:`run_eval` writes
+``report.json``, ``report.md``, ``predictions.jsonl`` and ``by_category.png``; answer-recall
+is always reported beside the recipe's scorer.
 """
 from __future__ import annotations
 
@@ -25,7 +14,7 @@ from pathlib import Path
 from data_synth.datasets import check_selection
 from evolution.execution.program_eval import evaluate_program, open_stage_cache
 from evolution.execution.runner import ProgramRunner, RunnerSettings
-from llm.recipes import check_fields, require
+from llm.checks import require
 from llm.runtime import Runtime
 from memory_bank.actions import MANAGERS
 from memory_bank.programs import bank_program_path, read_program_source
@@ -38,7 +27,7 @@ from rewards.scoring.summary import summarise
 class EvalConfig(QuestionSelection):
     """A ``memgym eval`` recipe. Every field can be overridden on the command line."""
 
-    CHECKS = {**QuestionSelection.CHECKS,
+    CHECKS = {
               "extractor_max_new_tokens": {"min": 1}, "extractor_context_tokens": {"min": 2},
               "extractor_segment_tokens": {"min": 1},
               "answer_max_new_tokens": {"min": 1}, "batch_size": {"min": 1},
@@ -97,37 +86,15 @@ class EvalConfig(QuestionSelection):
         self.compare = [c for c in self.compare if c.lower() not in ("none", "")]
         for c in [self.extractor, *self.compare]:
             parse_column(c, self.constrained)  # a bad option word fails before any model loads
-        check_fields(self)
+        super().__post_init__()  # the data section's default conversations and every class's CHECKS
         require(self, "scorer", "llm", "judge_model", "(a backend spec of the LLM judge)")
-        self.check_protocol()
         check_selection(self.dataset, self.path, self.conversations, self.split, self.scorer)
 
 
 def parse_column(text: str, default_constrained: bool) -> tuple[str, bool, str]:
-    """``"<spec>[ constrained|free]"`` → ``(spec, constrained, label)``.
-
-    The option word overrides ``default_constrained`` for that column; ``expert:`` columns
-    replay files and are never constrained. ``label`` names the column in reports: the spec,
-    plus `` (constrained)`` when constrained. Raises ValueError for another option word."""
-    spec, _, opt = text.strip().partition(" ")
-    opt = opt.strip()
-    if opt not in ("", "constrained", "free"):
-        raise ValueError(f"extractor column {text!r}: the word after the spec must be 'constrained' or 'free', "
-                         f"got {opt!r}")
-    constrained = default_constrained if not opt else opt == "constrained"
-    if spec.startswith("expert:"):
-        if opt == "constrained":
-            raise ValueError(f"extractor column {text!r}: an expert replay is not generated, so it cannot be constrained")
-        constrained = False
-    return spec, constrained, spec + (" (constrained)" if constrained else "")
-
-
-def parse_column(text: str, default_constrained: bool) -> tuple[str, bool, str]:
-    """``"<spec>[ constrained|free]"`` → ``(spec, constrained, label)``.
-
-    The option word overrides ``default_constrained`` for that column; ``expert:`` columns
-    replay files and are never constrained. ``label`` names the column in reports: the spec,
-    plus `` (constrained)`` when constrained. Raises ValueError for another option word."""
+    """``"<spec>[ constrained|free]"`` → ``(spec, constrained, label)``; ``expert:`` columns are
+    never constrained. Raises ValueError for another option word.
+    """
     spec, _, opt = text.strip().partition(" ")
     opt = opt.strip()
     if opt not in ("", "constrained", "free"):
@@ -164,12 +131,9 @@ def _retrieved_counts(text: str) -> dict[str, int]:
 
 
 def evaluate_column(column: str, source: str, convs, cfg: EvalConfig, rt: Runtime, cache) -> dict:
-    """Run ``source`` over ``convs`` with one extractor column (``"<spec>[ constrained|free]"``,
-    see :func:`parse_column`) and return its report dict: the summary, ``overall_recall``,
-    per-manager ``format_failure_rate`` and ``format_failures_by_type``, ``segments``, the
-    failures that score 0, model calls (the task model answers, so its role is reported as
-    ``answer``), ``diagnostics`` and ``predictions`` (one row per question with ``recall`` and
-    per-part ``retrieved`` counts). Raises :class:`evolution.execution.runner.ProgramRunError`."""
+    """One extractor column's report dict (summary, recall, format failures, segments, model calls,
+    diagnostics, predictions). Raises :class:`evolution.execution.runner.ProgramRunError`.
+    """
     from rewards.scoring.metrics import answer_recall
     from rewards.scoring.protocols import protocol_note
 
@@ -216,10 +180,9 @@ def evaluate_column(column: str, source: str, convs, cfg: EvalConfig, rt: Runtim
 
 
 def run_eval(cfg: EvalConfig, rt: Runtime | None = None) -> dict:
-    """Run the recipe for ``cfg.extractor`` and every ``cfg.compare`` spec through ``cfg.program``;
-    write ``report.json``, ``report.md``, ``predictions.jsonl`` and ``by_category.png`` under
-    ``cfg.out``. Raises ValueError for a column named twice or a program that fails validation,
-    FileNotFoundError for a missing program file."""
+    """Run every column through ``cfg.program`` and write the report files under ``cfg.out``.
+    Raises ValueError (a column named twice, an invalid program), FileNotFoundError.
+    """
     from evolution.execution.validate import ValidationLimits, validate_program
     from rewards.scoring.report import write_eval_report
 

@@ -1,22 +1,9 @@
-"""``memgym program eval``: evaluate one memory program on a benchmark and report scores,
-diagnostics, stage reuse and cost.
-
-Config + runner pair in the TRL style (like :mod:`evolution.execution.eval_job`): :class:`ProgramEvalConfig`
-is parsed by ``trl.TrlParser`` from a YAML recipe plus CLI overrides; :func:`run_program_eval`
-validates the program (:func:`evolution.execution.validate.validate_program`), runs it with
-:class:`evolution.execution.runner.ProgramRunner`, computes :mod:`evolution.execution.diagnostics` and writes
-``report.json``, ``report.md``, ``tasks.jsonl`` (one line per question) and ``units.jsonl``.
-
-Scores are in [0, 1]: ``answer-recall`` (default, offline: the share of the gold answer's
-normalised tokens found in the retrieved text; no answer call), ``rubric-recall`` (BEAM's
-offline proxy over the retrieved text), ``f1`` (LoCoMo F1 of the task model's answer) or
-``llm`` (the dataset's official judge under ``judge_protocol``). Every number is
-:func:`rewards.scoring.summary.summarise` of the run's questions, the same summary ``memgym eval`` and
-``memgym score`` give; the report tables come from the shared renderer (:mod:`rewards.scoring.report`).
-:func:`runner_settings_from` builds a runner's settings from any recipe (program eval, evolve)
-in one place. Capability labels: the native mapping (default),
-or an annotator label file (:mod:`data_synth.annotate`); they are used for grouping only and
-never reach the program.
+"""``memgym program eval``: validate one memory program, run it with the stage-cached runner,
+compute diagnostics and write ``report.json``, ``report.md``, ``tasks.jsonl`` and
+``units.jsonl``. Scores in [0, 1] are :func:`rewards.scoring.summary.summarise` of the run's
+questions; capability labels group questions and never reach the program. The recipe is
+composed of the settings sections (:mod:`evolution.execution.settings`) and is itself the
+runner's settings.
 """
 from __future__ import annotations
 
@@ -29,112 +16,32 @@ from pathlib import Path
 from data_synth.datasets import check_selection
 from evolution.execution.diagnostics import METRICS, diagnose_run
 from evolution.execution.results import ProgramEvaluation
-from evolution.execution.runner import ProgramRun, ProgramRunner, RunnerSettings, dump_units
-from evolution.execution.sandbox import SandboxLimits
+from evolution.execution.runner import ProgramRun, ProgramRunner, dump_units
+from evolution.execution.settings import OutputSection, RunnerSettings
 from evolution.execution.stages import StageCache
-from llm.recipes import check_fields, require
+from llm.errors import ConfigError
 from llm.runtime import Runtime
 from memory_bank.schema import CAPABILITY_NAMES
-from rewards.scoring.selection import (QuestionSelection, answer_tokens_for, context_tokenizer_field,
-                                       extractor_segment_tokens_field, load_selected)
+from rewards.scoring.selection import CapabilityLabels, QuestionSelection, load_selected
 from rewards.scoring.summary import summarise as summarise_rows
 
 
 @dataclass
-class ProgramEvalConfig(QuestionSelection):
-    """A ``memgym program eval`` recipe. Every field can be overridden on the command line."""
+class ProgramEvalConfig(QuestionSelection, CapabilityLabels, RunnerSettings, OutputSection):
+    """A ``memgym program eval`` recipe: the data (:class:`QuestionSelection`), labels, models
+    and runner sections (:class:`RunnerSettings`: the recipe is the runner's settings) plus the
+    program, its parent and where the report goes. Every field can be overridden on the command
+    line."""
 
-    CHECKS = {**QuestionSelection.CHECKS, "extract_max_new_tokens": {"min": 1},
-              "extractor_max_new_tokens": {"min": 1},
-              "extractor_context_tokens": {"min": 2}, "extractor_segment_tokens": {"min": 1},
-              "context_tokens": {"min": 1},
-              "plan_max_new_tokens": {"min": 1},
-              "answer_max_new_tokens": {"min": 1}, "program_llm_calls": {"min": 0}, "call_timeout_s": {"min": 0.001},
-              "batch_size": {"min": 1}, "extractor": {"spec": "extractor", "words": ("instruction", "turns")},
-              "task_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}, "out": {"out_dir": True},
-              "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0}, "workers": {"min": 1},
-              "constrained_max_chars": {"min": 1}, "constrained_max_items": {"min": 1}}
+    COMMAND_DEFAULTS = {"conversations": ["conv-26", "conv-30"], "out": "runs/program_eval"}
 
     program: str | None = field(default=None, metadata={"help": "memory program file (the CLI's FILE.py)"})
     parent: str | None = field(default=None, metadata={"help": "parent program, for the component diff"})
-    conversations: list[str] = field(default_factory=lambda: ["conv-26", "conv-30"],
-                                     metadata=QuestionSelection.__dataclass_fields__["conversations"].metadata)
-    extractor: str = field(default="instruction", metadata={
-        "help": "instruction | turns | expert:<file or conv-NN>[,...] | hf:<checkpoint or adapter dir> | openai:<url>#<model>"})
-    task_model: str = field(default="hf:smollm2", metadata={"help": "task LLM spec (plan, answer, instruction "
-                                                                    "extraction)"})
-    plan_mode: str = field(default="llm", metadata={"help": "llm (PLANNING_INSTRUCTION) | question (no LLM: the "
-                                                            "question fills the Query)"})
-    scorer: str = field(default="answer-recall", metadata={"help": "answer-recall | rubric-recall (beam) | f1 | llm "
-                                                                   "(the dataset's official judge)",
-                                                           "choices": ("answer-recall", "rubric-recall", "f1", "llm")})
-    judge_model: str | None = field(default=None, metadata={"help": "judge spec for scorer llm"})
-    labels: str = field(default="native", metadata={"help": "native | <annotator label JSONL file>"})
-    extract_max_new_tokens: int = field(default=1024, metadata={"help": "tokens per instruction extraction"})
-    extractor_max_new_tokens: int = field(default=512, metadata={"help": "tokens per trained-extractor output"})
-    extractor_context_tokens: int | None = field(default=None, metadata={
-        "help": "trained extractor's context window (tokens); longer sessions are built in segments (default: what "
-                "the backend reports)"})
-    extractor_segment_tokens: int | None = extractor_segment_tokens_field()
-    plan_max_new_tokens: int = field(default=96, metadata={"help": "tokens per plan"})
-    context_tokens: int | None = field(default=None, metadata={
-        "help": "context budget: every retrieved text is cut to this many tokens (of context_tokenizer) before it is "
-                "answered and scored, as `memgym evolve --context_tokens` does (evaluate an evolved program under "
-                "the budget it was evolved with; None = none)"})
-    context_tokenizer: str = context_tokenizer_field()
-    answer_max_new_tokens: int | None = field(default=None, metadata={
-        "help": "tokens per answer (default by dataset: locomo 48, longmemeval 128, beam 512)"})
-    program_llm_calls: int = field(default=0, metadata={"help": "toolkit.llm budget per conversation"})
-    constrained: bool = field(default=False, metadata={"help": "decode extraction (MemoryUnit list / manager "
-                                                                 "outputs) and plans (Query) under their JSON schemas"})
-    constrained_max_chars: int | None = field(default=None, metadata={
-        "help": "constrained: at most this many characters per string field"})
-    constrained_max_items: int | None = field(default=None, metadata={
-        "help": "constrained: at most this many units per extraction (and items per list field)"})
-    diagnostics: bool = field(default=True, metadata={"help": "compute d_ext/d_idx/d_ret"})
     validate: bool = field(default=True, metadata={"help": "run the 4 validation levels first"})
-    call_timeout_s: float = field(default=60.0, metadata={"help": "sandbox seconds per index/retrieve call (> 0)"})
-    batch_size: int = field(default=8, metadata={"help": "LLM generation batch"})
-    cache: str | None = field(default=None, metadata={"help": "sqlite response cache; 'none' disables"})
-    stage_cache: str | None = field(default=None, metadata={
-        "help": "stage-output cache (sqlite; default $MEMGYM_CACHE/stages.sqlite); 'none' = memory only"})
-    request_timeout_s: float | None = field(default=None, metadata={
-        "help": "seconds per request to an openai: server (default $MEMGYM_REQUEST_TIMEOUT_S or 60)"})
-    request_retries: int | None = field(default=None, metadata={
-        "help": "retries of a failed openai: request, each logged with its reason (default $MEMGYM_REQUEST_RETRIES "
-                "or 5)"})
-    out: str = field(default="runs/program_eval", metadata={"help": "output directory"})
-    progress: bool = field(default=True, metadata={"help": "progress bars: on (true) or off (--no_progress)"})
-    workers: int = field(default=1, metadata={"help": "conversations evaluated concurrently (one sandbox each)"})
 
-    def __post_init__(self):
-        check_fields(self)
-        require(self, "scorer", "llm", "judge_model", "(a backend spec of the LLM judge)")
-        self.check_protocol()
+    def check(self) -> None:
+        super().check()
         check_selection(self.dataset, self.path, self.conversations, self.split, self.scorer)
-        self.runner_settings()  # validates extractor / plan_mode / budgets
-
-    def runner_settings(self) -> RunnerSettings:
-        """The :class:`RunnerSettings` this recipe asks for (:func:`runner_settings_from`)."""
-        return runner_settings_from(self)
-
-
-def runner_settings_from(recipe, **overrides) -> RunnerSettings:
-    """The :class:`RunnerSettings` of any recipe (``memgym program eval``, ``memgym evolve``):
-    every settings field the recipe has, by the same name (``dataset`` and ``judge_protocol``
-    included, so the scorer is the dataset's judge), ``answer_max_new_tokens`` None = the
-    dataset's default (:data:`rewards.scoring.selection.ANSWER_TOKENS`), the sandbox limits from
-    ``call_timeout_s``, then ``overrides``. Raises what :class:`RunnerSettings` raises."""
-    import dataclasses
-
-    kw = {f.name: getattr(recipe, f.name) for f in dataclasses.fields(RunnerSettings)
-          if f.name != "sandbox" and hasattr(recipe, f.name)}
-    kw["answer_max_new_tokens"] = answer_tokens_for(kw.get("dataset"), kw.get("answer_max_new_tokens"))
-    if hasattr(recipe, "call_timeout_s"):
-        kw["sandbox"] = SandboxLimits(call_timeout_s=recipe.call_timeout_s,
-                                      load_timeout_s=max(20.0, recipe.call_timeout_s))
-    kw.update(overrides)
-    return RunnerSettings(**kw)
 
 
 def open_stage_cache(spec: str | None) -> StageCache:
@@ -275,26 +182,23 @@ def render_markdown(rep: dict) -> str:
 
 def run_program_eval(cfg: ProgramEvalConfig, rt: Runtime | None = None,
                      cache: StageCache | None = None) -> ProgramEvaluation:
-    """Validate and evaluate ``cfg.program``; write the report files under ``cfg.out``.
-
-    Returns the :class:`ProgramEvaluation` (``tasks`` included). When validation fails it has
-    ``ok`` False, ``validation`` with the verdict, and no scores; nothing else runs.
-    Raises FileNotFoundError naming a missing program/parent file, ValueError for a bad
-    recipe and :class:`evolution.execution.runner.ProgramRunError` when the program breaks mid-run.
+    """Validate and evaluate ``cfg.program``, write the report files; returns the
+    :class:`ProgramEvaluation` (``ok`` False and no scores when validation fails). Raises
+    FileNotFoundError, ValueError for a bad recipe, :class:`ProgramRunError` mid-run.
     """
     from evolution.execution.validate import ValidationLimits, validate_program
 
     t0 = time.time()
     if not cfg.program:
-        raise ValueError("no program file given")
+        raise ConfigError("give the program file: memgym program eval FILE.py --config R.yaml")
     prog = Path(cfg.program)
     if not prog.is_file():
-        raise FileNotFoundError(f"memory program not found: {prog}")
+        raise ConfigError(f"memory program not found: {prog}")
     source = prog.read_text(encoding="utf-8")
     parent_source = None
     if cfg.parent:
         if not Path(cfg.parent).is_file():
-            raise FileNotFoundError(f"parent program not found: {cfg.parent}")
+            raise ConfigError(f"parent program not found: {cfg.parent}")
         parent_source = Path(cfg.parent).read_text(encoding="utf-8")
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -310,12 +214,11 @@ def run_program_eval(cfg: ProgramEvalConfig, rt: Runtime | None = None,
             (out / "report.md").write_text(f"# memgym program eval: `{prog}`\n\nValidation failed at level "
                                            f"{res.level}: {res.reason}\n")
             return ev
-    rt = rt or Runtime.from_config(cache=cfg.cache, batch_size=cfg.batch_size, request_timeout_s=cfg.request_timeout_s,
-                                   request_retries=cfg.request_retries)
+    rt = rt or cfg.runtime()
     own_cache = cache is None
     cache = cache if cache is not None else open_stage_cache(cfg.stage_cache)
     try:
-        runner = ProgramRunner(rt, cfg.runner_settings(), cache)
+        runner = ProgramRunner(rt, cfg, cache)
         convs = load_selected(cfg)
         ev, run = evaluate_program(source, convs, runner, parent_source=parent_source,
                                    diagnostics=cfg.diagnostics)

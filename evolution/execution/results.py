@@ -1,9 +1,5 @@
-"""Typed results of the execution layer: one question's trace (:class:`TaskResult`), one
-conversation's extraction trace (:class:`ConversationTrace`), everything one runner call
-produced (:class:`ProgramRun`) and the scored report of one evaluation
-(:class:`ProgramEvaluation`, what ``memgym program eval`` and the evolution loop consume).
-
-Scores are in [0, 1]; lengths in characters.
+"""Typed results of the execution layer: :class:`TaskResult`, :class:`ConversationTrace`,
+:class:`ProgramRun` and :class:`ProgramEvaluation`. Scores in [0, 1]; lengths in characters.
 """
 from __future__ import annotations
 
@@ -12,18 +8,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evolution.execution.component_diff import STAGES, ComponentDiff
+from llm.errors import MemgymError
 from memory_bank.program import ProgramInfo
 from memory_bank.schema import Conversation, QAItem
 
 
 @dataclass
 class TaskResult:
-    """One question's trace. ``query``: the Query record used; ``plan_ok``: the plan parsed
-    (False = fallback query); ``retrieved``: retrieve's output (characters, at most 16,000;
-    "" on error); ``prediction``: the answer (None when the answer stage is skipped);
-    ``score`` in [0, 1] (NaN: an undefined BEAM event-ordering tau); ``error``: why retrieval
-    failed, else None; ``judge``: the judge's requests and replies (scorer ``llm``);
-    ``detail``: scorer extras (BEAM event ordering: the aligned list, f1)."""
+    """One question's trace: ``query``, ``plan_ok``, ``retrieved`` (<= 16,000 characters, "" on
+    error), ``prediction`` (None when not answered), ``score`` (NaN: undefined tau), ``error``,
+    ``judge``, ``detail``.
+    """
 
     conversation: str
     qa: QAItem
@@ -90,23 +85,11 @@ def dump_units(run: ProgramRun, path: Path) -> None:
 
 @dataclass
 class ProgramEvaluation:
-    """The scored report of one program evaluation (:func:`evolution.execution.program_eval.evaluate_program`).
-
-    ``ok`` False means the program failed validation (``validation`` holds the verdict
-    ``{"ok", "level", "reason"}``) and nothing else was measured. Scores in [0, 1], from
-    :func:`rewards.scoring.summary.summarise` (the same numbers ``memgym eval`` and ``memgym score``
-    give): ``overall`` (the dataset's: LoCoMo / LongMemEval the mean over questions, BEAM the
-    mean of the abilities), ``by_capability`` ``{letter: {"score", "n"}}`` (primary label),
-    ``by_category`` ``{native label: {"score", "n"}}``; ``summary`` = the whole summary (the
-    dataset's official fields); ``judge_protocol`` names the protocol.
-    ``diagnostics``: :func:`evolution.execution.diagnostics.diagnose_run` without per-task
-    rows (None when off). ``tasks``: one dict per question (``conversation``, ``id``,
-    ``question``, ``gold``, ``capability``, ``query``, ``prediction``, ``score``,
-    ``retrieved_chars``, ``error``, d_ext/d_idx/d_ret). ``empty_answers``: predictions that are
-    empty; ``judge_unparsable``: judge replies the protocol could not read. ``judge_calls``: the
-    official judge's call accounting (scorer ``llm``). ``model_calls`` / ``tokens``: per role
-    during this evaluation. ``wall_s`` in seconds. ``program``/``program_sha256``/``parent``/
-    ``config`` are set by ``memgym program eval``.
+    """The scored report of one program evaluation. ``ok`` False: validation failed
+    (``validation`` holds the verdict) and nothing was measured. ``overall``, ``by_capability``,
+    ``by_category`` and ``summary`` come from :func:`rewards.scoring.summary.summarise`;
+    ``diagnostics`` without per-task rows; ``tasks`` one dict per question; call and token counts
+    per role; ``wall_s`` in seconds.
     """
 
     ok: bool = True
@@ -144,10 +127,6 @@ class ProgramEvaluation:
         """``{"overall": float, "by_capability": {letter: float}}`` (the evolve summary's SCORES)."""
         return {"overall": self.overall, "by_capability": {k: v["score"] for k, v in self.by_capability.items()}}
 
-    def summary_field(self, name: str, default=None):
-        """One field of the dataset summary (e.g. ``task_averaged``, ``by_ability``)."""
-        return (self.summary or {}).get(name, default)
-
     def task_scores(self) -> dict[str, float]:
         """``{"<conversation>/<question id>": score}`` over every task, in run order."""
         return {f"{t['conversation']}/{t['id']}": t["score"] for t in self.tasks}
@@ -160,7 +139,7 @@ class ProgramEvaluation:
             d.pop("tasks")
         return d
 
-class ProgramRunError(RuntimeError):
+class ProgramRunError(MemgymError, RuntimeError):
     """A program could not be evaluated: a broken contract, a dead/timed-out sandbox, or an
     extraction that cannot be mapped to the program's units. ``stage`` names the stage,
     ``conversation`` the conversation (or "")."""

@@ -1,8 +1,6 @@
-"""The stages of one program evaluation after extraction: :class:`RunState` runs one
-conversation (index in the sandbox, then plan → retrieve → answer → score), each stage through
-the stage cache (keys: the stage's cumulative component hash and its actual inputs; see
-:mod:`evolution.execution.runner`). Extraction is :class:`~evolution.execution.extract_stage.ExtractStage`,
-the shared counters and resources :class:`~evolution.execution.stage_context.StageContext`."""
+""":class:`RunState`: the stages after extraction for one conversation (index in the sandbox,
+then plan → retrieve → answer → score), each through the stage cache.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -59,7 +57,7 @@ class RunState(ExtractStage):
         questions = list(conv.questions)
         plans = self._plan(questions, info)
         results = self._retrieve(conv.id, index_key, [p["query"] for p in plans], info, memory, "questions")
-        if self.settings.diagnostics:
+        if self.runner.diagnostics:
             index = conv.turn_index
             turns = list(dict.fromkeys(e for q in questions for e in q.evidence if e in index))
             probe_queries = [text_query(info.query_fields, index[t][1].text or index[t][1].image_caption or "")
@@ -157,7 +155,7 @@ class RunState(ExtractStage):
         if not self.scorer.needs_prediction:
             return [None] * len(questions)
         s = self.settings
-        ident = (self._identity("task"), s.answer_max_new_tokens)
+        ident = (self._identity("task"), s.answer_tokens)
         keys = [stable_hash("answer", self.stage_hash["answer"], ident, q.question, q.question_date, r)
                 for q, r in zip(questions, retrieved)]
         cached = [self.cache.get_json("answer", k) for k in keys]
@@ -168,7 +166,7 @@ class RunState(ExtractStage):
                 calls0 = self.rt.calls_snapshot()
                 answers = answer_items(self.task, [(questions[i].question, retrieved[i], questions[i].question_date)
                                                    for i in todo],
-                                       GenerationParams(max_new_tokens=s.answer_max_new_tokens),
+                                       GenerationParams(max_new_tokens=s.answer_tokens),
                                        system_prompt=info.answer_instruction, max_context_chars=OUT_CHAR_BUDGET,
                                        batch_size=max(1, self.rt.batch_size))
                 self._add_calls("answer", sum(self.rt.calls_since(calls0)["calls"].values()))

@@ -1,29 +1,12 @@
 """The stage-cached memory-program runner: extract → index → plan → retrieve → answer → score.
 
-Source: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``), appendix "memory interface" and
-"revision-aware execution reuse"; DESIGN.md § "Memory programs and capability-driven
-evolution". The program's own code (``Memory.index``/``retrieve``) only ever runs inside
-:class:`evolution.execution.sandbox.SandboxedProgram`; the host runs the LLM stages.
-
-Caching (:class:`evolution.execution.stages.StageCache`, in memory and on disk): every stage output is
-stored under a key made of the stage's cumulative component hash
-(:func:`evolution.execution.component_diff.stage_component_hashes`) and the hash of its actual inputs.
-A child program therefore re-executes from the earliest stage whose component changed
-(shared helpers: from indexing on) and reuses everything before it, given its parent ran
-with the same cache and inputs. Reused state is copied: units, plans, retrieved texts and
-answers are stored as JSON bytes and decoded afresh; the built Memory is stored as the
-sandbox snapshot bytes taken right after indexing and restored into a NEW sandbox child.
-``retrieve`` is assumed to be a function of (built memory, query), so its outputs are cached
-per query.
-
-Stage items: extract and index count sessions, plan/answer/score count questions, retrieve
-counts questions plus the diagnostics' evidence probes. With a scorer that needs no
-prediction (answer-recall over the retrieved text) the answer stage is skipped.
-
-Modules: :class:`ProgramRunner` (here: shared resources and the run over conversations);
-:class:`~evolution.execution.settings.RunnerSettings`; one evaluation's state and stages in
-:mod:`evolution.execution.stage_context` (counters, helpers), :mod:`evolution.execution.extract_stage`
-and :mod:`evolution.execution.run_state` (index, plan, retrieve, answer, score).
+Source: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``), appendices "memory interface"
+and "revision-aware execution reuse". Program code runs only inside
+:class:`evolution.execution.sandbox.SandboxedProgram`. Each stage output is cached under the
+stage's cumulative component hash and the hash of its actual inputs, so a child re-executes
+from its earliest changed stage; reused state is decoded afresh (the built Memory is a
+snapshot restored into a new sandbox). ``retrieve`` is assumed a function of (memory, query).
+With a scorer that needs no prediction the answer stage is skipped.
 """
 from __future__ import annotations
 
@@ -49,21 +32,17 @@ __all__ = ["ProgramRun", "ProgramRunError", "ProgramRunner", "RunnerSettings", "
 
 
 class ProgramRunner:
-    """Runs memory programs over conversations with stage caching.
-
-    ``ProgramRunner(rt, settings, cache)``: ``rt`` a :class:`llm.runtime.Runtime` (task
-    backend, embedder, per-role call/token ledger); ``cache`` a :class:`StageCache` (default:
-    in memory only). One runner may evaluate many programs, also at the same time from
-    several threads: everything one evaluation accumulates lives in its own :class:`RunState`,
-    the runner only holds shared resources (backends, scorer, cache, model identities).
-    ``settings.workers`` conversations of one evaluation run concurrently, each in its own
-    sandbox; every model call (task LLM, embedder, judge, extractor) goes through
-    :attr:`model_lock`, so backends see one batch at a time.
+    """Runs memory programs over conversations with stage caching; thread-safe across programs.
+    ``settings.workers`` conversations run concurrently, one sandbox each; every model call goes
+    through :attr:`model_lock`.
     """
 
-    def __init__(self, rt: Runtime, settings: RunnerSettings | None = None, cache: StageCache | None = None):
+    def __init__(self, rt: Runtime, settings: RunnerSettings | None = None, cache: StageCache | None = None,
+                 diagnostics: bool | None = None):
         self.rt = rt
         self.settings = settings or RunnerSettings()
+        #: also retrieve with each evidence turn as the query (d_idx); default ``settings.diagnostics``
+        self.diagnostics = self.settings.diagnostics if diagnostics is None else diagnostics
         self.cache = cache if cache is not None else StageCache()
         self._task = None
         self._scorer = None
@@ -122,10 +101,9 @@ class ProgramRunner:
         raise KeyError(what)
 
     def sandbox(self, source: str, conv_id: str = "") -> SandboxedProgram:
-        """A fresh sandbox holding ``source`` (ProgramRunError when it does not load). Its
-        toolkit host is a :class:`memory_bank.program.BackendToolkitHost` over the run's embedder
-        and the task LLM (loaded on the program's first ``toolkit.llm`` call), both used under
-        :attr:`model_lock`."""
+        """A fresh sandbox holding ``source`` (ProgramRunError when it does not load), its toolkit
+        served by the run's embedder and task LLM under :attr:`model_lock`.
+        """
         host = BackendToolkitHost(lambda: self.task, lambda: self.rt.embedder, lock=self.model_lock)
         try:
             return SandboxedProgram(source, host, self.settings.sandbox,
@@ -138,13 +116,9 @@ class ProgramRunner:
 
     def run(self, source: str, conversations: list[Conversation], *, parent_source: str | None = None,
             workers: int | None = None) -> ProgramRun:
-        """Evaluate ``source`` on ``conversations`` (QA included) and return a :class:`ProgramRun`.
-
-        ``parent_source`` (optional) is only used to report the component diff; reuse itself
-        comes from the cache. ``workers`` (default ``settings.workers``): conversations run
-        concurrently, one sandbox each; results keep the conversations' order. Raises
-        :class:`ProgramRunError` (syntax error, broken contract, sandbox death or timeout,
-        extractor output the unit schema cannot hold) and the backends' errors.
+        """Evaluate ``source`` on ``conversations`` and return a :class:`ProgramRun` (conversation
+        order kept). ``parent_source`` only feeds the reported diff. Raises :class:`ProgramRunError`
+        and the backends' errors.
         """
         t0 = time.time()
         try:

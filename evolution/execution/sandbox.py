@@ -1,35 +1,14 @@
 """Run an untrusted memory-program source in a subprocess sandbox.
 
-Source: PrisMem (shared/seeds/000_0e559b88b400976a.txt), appendix "execution checks": candidates
-run with allowed imports only, no network, bounded time and memory. The parent never imports
-candidate code; :class:`SandboxedProgram` starts ``evolution.execution.sandbox_child`` with
-
-- rlimits set with ``prlimit`` before any candidate code runs: address space (``memory_mb``), CPU seconds over the child's
-  life (``cpu_s``), file size (``file_size_mb``), no core dumps; its own session (process
-  group), killed as a group on timeout or close;
-- ``python -I -B``, cwd = a fresh scratch dir, an environment with nothing but PATH/locale and
-  single-threaded BLAS;
-- kernel confinement (:mod:`evolution.execution.confine`, the boundary): before the candidate's
-  first line the child applies no_new_privs + seccomp + Landlock to itself (reads: stdlib,
-  allow-listed packages, system libraries, exact already-imported project files; writes: its
-  scratch dir; no network, no exec) and dies with the parent (PDEATHSIG + a reaper on a
-  lifeline pipe, which also removes the scratch dir). Where the kernel has no Landlock the
-  sandbox refuses to start (``kind == "unconfined"``) unless ``MEMGYM_ALLOW_UNCONFINED_SANDBOX=1``;
-  :attr:`SandboxedProgram.confinement` names the mode for reports;
-- a first filter with clear messages: imports allow-listed both statically (:func:`static_check`, AST) and at runtime (guarded
-  ``__import__`` and the audit hook, see ``evolution/sandbox_child.py``), network, process
-  spawning, ctypes and writes outside the scratch dir refused by an audit hook.
-
-Toolkit calls (``toolkit.embed``/``toolkit.llm``) made by the candidate are proxied to the
-parent, served by a host-side :class:`memory_bank.program.Toolkit` around the caller's
-:class:`~memory_bank.program.ToolkitHost`, and counted there (``stats``); the child needs no
-model and no network. Per-call wall time excludes time the parent spends serving the host.
-
-Every failure is an exception of type :class:`SandboxError` with ``kind`` and ``reason``
-(:mod:`evolution.execution.sandbox_process`, which also runs the child process); none takes
-the parent down. Violations, timeouts, crashes, memory exhaustion and oversized replies
-also kill the child (the object is then closed); :class:`ProgramRaised` (the candidate raised
-an ordinary exception) leaves it alive.
+Source: PrisMem (shared/seeds/000_0e559b88b400976a.txt), appendix "execution checks": allowed
+imports only, no network, bounded time and memory. The child (``evolution.execution.sandbox_child``)
+runs under ``prlimit`` rlimits in its own session, ``python -I -B`` in a scratch dir with a
+minimal environment, confined by the kernel (:mod:`evolution.execution.confine`; refused
+without Landlock unless ``MEMGYM_ALLOW_UNCONFINED_SANDBOX=1``), behind a static check and an
+audit hook. Toolkit calls are proxied to the parent and counted there; per-call wall time
+excludes host serving time. Every failure is a :class:`SandboxError`; violations, timeouts,
+crashes, memory exhaustion and oversized replies also kill the child, while
+:class:`ProgramRaised` leaves it alive.
 """
 from __future__ import annotations
 
@@ -57,23 +36,12 @@ def _jsonable(x: Any) -> Any:
 class SandboxedProgram(SandboxProcess):
     """One candidate program alive in a sandboxed child process.
 
-    ``SandboxedProgram(source, host, limits, llm_budget=0, embed_budget=None)`` checks the
-    source statically (unless ``skip_static_check``), starts the child and loads the module
-    (raising :class:`SandboxError` on failure; ``report`` then holds nothing). After a
-    successful load ``report`` is the :func:`memory_bank.program.describe_module` report and
-    ``info`` the validated :class:`ProgramInfo` (raises ContractError if the contract is broken).
-
-    ``call("index", units, session)`` / ``call("retrieve", query)`` run the methods of ONE
-    persistent ``Memory`` instance (constructed on first use, or explicitly by
-    :meth:`construct`, which also resets it). Units/queries are dicts or dataclass instances
-    (sent as JSON and rebuilt as the program's own classes); ``session`` a dict or
-    :class:`SessionInfo`. ``index`` returns what the program returned (the contract says None),
-    ``retrieve`` its value (the contract says a str of at most 16,000 characters; that is
-    judged by the validator, not here). Usable as a context manager; :meth:`close` is idempotent.
-
-    ``confinement``: ``"auto"`` (kernel confinement, see the module docstring; raises
-    :class:`SandboxError` ``unconfined`` where the kernel offers none and the switch is unset) or ``"off"``
-    (explicitly unconfined: the cost benchmark's baseline). :attr:`confinement` is the label.
+    Construction checks the source statically (unless ``skip_static_check``), starts the child and
+    loads the module (:class:`SandboxError` on failure); ``report`` / ``info`` then describe it
+    (ContractError for a broken contract). ``call("index", units, session)`` /
+    ``call("retrieve", query)`` run ONE persistent ``Memory`` (reset by :meth:`construct`).
+    ``confinement``: ``"auto"`` or ``"off"`` (explicitly unconfined). A context manager;
+    :meth:`close` is idempotent.
     """
 
     def __init__(self, source: str, host: ToolkitHost | None = None, limits: SandboxLimits | None = None, *,

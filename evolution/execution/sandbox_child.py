@@ -1,32 +1,13 @@
-"""Child side of :mod:`evolution.execution.sandbox`: load ONE candidate memory program and serve calls.
+"""Child side of :mod:`evolution.execution.sandbox`: load ONE candidate memory program and serve
+calls as JSON lines on private copies of the original stdin/stdout (fd 0 is /dev/null, fd 1
+and ``sys.stdout`` are stderr). Never imports model code.
 
-Started only by :class:`evolution.execution.sandbox.SandboxedProgram` as
-``python -I -B -c "<bootstrap>"`` with rlimits set, cwd = a scratch directory and a minimal
-environment. Never imports torch or any model code (startup is ~0.3 s, mostly numpy).
-
-Protocol: JSON lines. Parent -> child on the original stdin (moved to a private fd; fd 0
-becomes /dev/null); child -> parent on the original stdout (moved to a private fd; fd 1 and
-``sys.stdout`` become stderr, so the candidate's prints cannot corrupt the protocol).
-
-Defences, in the order they act (see also the static check in ``evolution.execution.sandbox``):
-1. the candidate module's ``__builtins__`` are a copy without eval/exec/compile/input/
-   breakpoint and with an ``__import__`` that admits only allow-listed top-level modules;
-2. a ``sys.addaudithook`` hook (permanent; adding another hook is refused) that refuses
-   sockets, process spawning (subprocess, os.system/exec*/fork/spawn/posix_spawn), ctypes,
-   signals, env changes, chdir, threads, code-object creation, gc introspection, writes and
-   file mutations outside the scratch dir, reads outside the kernel grants (stdlib, allowed
-   packages, system libraries, the exact project files imported) and the scratch dir,
-   loading of non-allow-listed modules, and unpickling
-   of non-allow-listed globals. A refused event raises :class:`SandboxViolationError` (a
-   BaseException, so ``except Exception`` cannot swallow it) AND is recorded, so the call
-   reports a violation even if the candidate catches it;
-3. the parent's rlimits (address space, CPU, file size) and wall-clock timeouts.
-1 and 2 are a first filter with clear messages, not the boundary: code running in this
-interpreter can reach their frames. The boundary is the kernel's (:mod:`evolution.execution.confine`):
-after its own imports and before the candidate's first line the child forks its reaper and
-applies no_new_privs + seccomp + Landlock to itself (reads: stdlib, allow-listed packages,
-system libraries, the exact project files already imported; writes: the scratch dir only;
-no network, no exec). The audit hook's read roots are the same grants, so both agree.
+First filter (not the boundary): builtins without eval/exec/compile/input/breakpoint and an
+allow-list ``__import__``; a permanent audit hook refusing sockets, process spawning, ctypes,
+signals, env changes, threads, code objects, writes outside the scratch dir, reads outside
+the kernel grants, and non-allow-listed imports and unpickled globals. A refused event raises
+:class:`SandboxViolationError` (a BaseException) and is recorded. The boundary is
+:mod:`evolution.execution.confine`, applied before the candidate's first line.
 """
 from __future__ import annotations
 

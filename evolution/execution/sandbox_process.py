@@ -20,14 +20,10 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Resource limits of one sandboxed program.
-
-    load_timeout_s / call_timeout_s: wall seconds for start+load and for each call (time the
-    parent spends serving toolkit calls is not counted). memory_mb: address-space limit in MiB
-    (None = unlimited). cpu_s: CPU seconds over the child's whole life (None = unlimited).
-    max_message_bytes: largest reply line from the child. max_stderr_bytes: stderr kept (tail).
-    file_size_mb: largest file the child may write (in its scratch dir). Toolkit argument limits:
-    max_embed_texts per call, max_text_chars per text/prompt, max_llm_tokens per call.
+    """Resource limits of one sandboxed program: load/call wall seconds (host serving excluded),
+    ``memory_mb`` (MiB) and ``cpu_s`` (None = unlimited), ``max_message_bytes``,
+    ``max_stderr_bytes``, ``file_size_mb``, and toolkit argument limits ``max_embed_texts``,
+    ``max_text_chars``, ``max_llm_tokens``.
     """
 
     load_timeout_s: float = 20.0
@@ -43,22 +39,11 @@ class SandboxLimits:
 
 
 class SandboxError(Exception):
-    """A sandboxed program failed. ``kind`` (see :data:`KINDS`): static | violation | timeout |
-    memory | crash | oversized | raised | bad_result | bad_request | host | closed |
-    unconfined; ``stage``: load, construct, index, retrieve, snapshot or restore; ``reason``: a
-    one-line human explanation; ``detail``: the child's stderr tail or the traceback.
-
-    The kinds: ``violation`` a forbidden operation (static source check or runtime audit hook);
-    ``timeout`` no reply within the load/call wall-time limit; ``memory`` the address-space
-    limit was exhausted; ``crash`` the child died (signal, CPU limit, exit) or broke the
-    protocol; ``oversized`` a reply exceeded ``max_message_bytes`` (these five also kill the
-    child); ``raised`` the candidate raised an ordinary exception (:class:`ProgramRaised`);
-    ``bad_result`` a call returned something that is not JSON; ``bad_request`` the host sent
-    arguments the program's dataclasses reject; ``host`` the host's embedder or LLM raised while
-    serving a toolkit call (not the candidate's fault); ``unconfined`` kernel confinement is
-    unavailable (and ``MEMGYM_ALLOW_UNCONFINED_SANDBOX`` is not 1) or the kernel refused a
-    confinement step, so the program never ran; ``closed`` a call on a sandbox whose child is
-    no longer running."""
+    """A sandboxed program failed. ``kind`` (:data:`KINDS`): static | violation | timeout | memory |
+    crash | oversized | raised | bad_result | bad_request | host | closed | unconfined (the five
+    after static also kill the child); ``stage``: load, construct, index, retrieve, snapshot or
+    restore; ``reason``: one line; ``detail``: stderr tail or traceback.
+    """
 
     def __init__(self, reason: str, *, kind: str, stage: str = "", detail: str = ""):
         super().__init__(f"{stage + ': ' if stage else ''}{reason}")

@@ -1,80 +1,163 @@
-"""How the program runner executes a program: :class:`RunnerSettings` (the extraction mode,
-the task and judge models, plan mode, scorer, token budgets, constrained decoding, sandbox
-limits, concurrency and the scoring context budget). Every field that changes a stage's output
-is part of that stage's cache key (:mod:`evolution.execution.run_state`)."""
+"""The settings sections a program run is configured by, each declared once and composed by the
+recipes of ``memgym program eval`` and ``memgym evolve`` (and ``memgym eval``) by inheritance:
+
+- :class:`ModelsSection`: the task and judge models and how they are reached (batch, response
+  cache, request timeout and retries); :meth:`ModelsSection.runtime` builds the
+  :class:`llm.runtime.Runtime`;
+- :class:`OutputSection`: the output directory and the stage-output cache;
+- :class:`RunnerSettings`: how the program runner executes a program (extraction, planning,
+  scoring, token limits, constrained decoding, sandbox time, concurrency, the context budget),
+  over the data section :class:`rewards.scoring.selection.BenchmarkFields` (the dataset and
+  judge protocol reach the scorer) and :class:`ModelsSection`. A recipe composed of it IS the
+  runner's settings: :class:`evolution.execution.runner.ProgramRunner` receives the recipe itself.
+
+Each section validates itself once, when built (:class:`llm.checks.Section`). Every field that
+changes a stage's output is part of that stage's cache key (:mod:`evolution.execution.run_state`).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
 from data_synth.extractors import extractor_kind
 from evolution.execution.sandbox import SandboxLimits
+from llm.checks import Section, require
+from rewards.scoring.selection import BenchmarkFields, answer_tokens_for
 
 
 @dataclass
-class RunnerSettings:
+class ModelsSection(Section):
+    """The task and judge models and their endpoints. Backend specs: ``hf:<dir or name>``,
+    ``openai:<url>#<model>``, ``vllm:<dir>`` (:func:`llm.specs.parse_spec`)."""
+
+    CHECKS = {"task_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}, "batch_size": {"min": 1},
+              "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0}}
+
+    task_model: str = field(default="hf:smollm2", metadata={"help": "task LLM spec (plan, answer, instruction "
+                                                                    "extraction, the program's toolkit.llm)"})
+    judge_model: str | None = field(default=None, metadata={"help": "judge spec for scorer llm"})
+    batch_size: int = field(default=8, metadata={"help": "LLM generation batch"})
+    cache: str | None = field(default=None, metadata={"help": "sqlite response cache (default: the command's; "
+                                                              "'none' disables)"})
+    request_timeout_s: float | None = field(default=None, metadata={
+        "help": "seconds per request to an openai: server (default $MEMGYM_REQUEST_TIMEOUT_S or 60)"})
+    request_retries: int | None = field(default=None, metadata={
+        "help": "retries of a failed openai: request, each logged with its reason (default $MEMGYM_REQUEST_RETRIES "
+                "or 5)"})
+
+    def runtime(self, cache: str | None = None, embedder=None):
+        """The :class:`llm.runtime.Runtime` of these settings: response cache ``self.cache``, else
+        ``cache``; ``embedder`` (an embedder object) replaces the default one."""
+        from llm.runtime import Runtime
+
+        kw = dict(batch_size=self.batch_size, request_timeout_s=self.request_timeout_s,
+                  request_retries=self.request_retries)
+        rt = Runtime.from_config(cache=self.cache or cache, **kw)
+        return rt if embedder is None else Runtime(cache=rt.cache, embedder=embedder, **kw)
+
+
+@dataclass
+class OutputSection(Section):
+    """Where a command writes: its output directory and its stage-output cache."""
+
+    CHECKS = {"out": {"out_dir": True}}
+
+    out: str | None = field(default=None, metadata={
+        "help": "output directory (default: runs/evolve, runs/program_eval, runs/eval by command)"})
+    stage_cache: str | None = field(default=None, metadata={
+        "help": "stage-output cache (sqlite; default: evolve <out>/stages.sqlite, shared by an experiment's runs; "
+                "eval and program eval $MEMGYM_CACHE/stages.sqlite); 'none' = memory only"})
+
+
+@dataclass
+class RunnerSettings(BenchmarkFields, ModelsSection):
     """How the runner executes a program.
 
     extractor: ``instruction`` (the task LLM with EXTRACTION_INSTRUCTION), ``turns`` (no
     model: every dialogue turn is a unit, :func:`turn_entries`), ``expert:<file or
     conv-NN>[,...]`` (replay), or a trained extractor's backend spec ``hf:<dir>`` /
-    ``openai:<url>#<model>``. task_model: backend spec of the task LLM (plan, answer,
-    instruction extraction, program toolkit.llm). plan_mode: ``llm`` (the task LLM with
-    PLANNING_INSTRUCTION) or ``question`` (no LLM call: the question text goes into the
-    Query by :func:`memory_bank.program.text_query`; an offline/ablation setting).
-    scorer: ``answer-recall`` | ``f1`` | ``rubric-recall`` (BEAM) | ``llm`` (then ``judge_model``: the
-    official judge of ``dataset``, see :func:`rewards.scoring.scorers.make_scorer`). Token budgets are in
-    tokens of the respective model. program_llm_calls: toolkit.llm budget per conversation's
-    sandbox. diagnostics: also retrieve with each evidence turn as the query (d_idx).
-    workers: conversations of one evaluation run concurrently (one sandbox each).
-    constrained: decode instruction extraction under the program's MemoryUnit-list schema, plans
-    under its Query schema, and a trained extractor's manager outputs under theirs
-    (:mod:`memory_bank.record_schemas`, :mod:`memory_bank.action_schemas`); judge_constrained:
-    the judge's verdicts under theirs (memgym's own judge only, ``dataset`` None); judge_protocol:
-    ``official`` | ``corrected`` (BEAM), :mod:`rewards.scoring.protocols`. constrained_max_chars / constrained_max_items bound every
-    string / list of the extraction and plan schemas (:func:`llm.structured.bounded`). All are
-    part of the stage-cache keys. context_tokens: the context budget (None = none): each
-    retrieved text is cut to this many tokens of ``context_tokenizer`` before the answer and
-    score stages (:class:`evolution.execution.context_budget.ContextBudget`), the same for
-    every program; the cut text is what the task results and diagnostics report.
+    ``openai:<url>#<model>``. plan_mode: ``llm`` (the task LLM with PLANNING_INSTRUCTION) or
+    ``question`` (no LLM call: the question text goes into the Query by
+    :func:`memory_bank.program.text_query`; an offline/ablation setting). Both None = the
+    command's default (``COMMAND_DEFAULTS``, :class:`llm.checks.Section`). scorer: ``answer-recall`` | ``f1`` |
+    ``rubric-recall`` (BEAM) | ``llm`` (then ``judge_model``: the official judge of ``dataset``,
+    see :func:`rewards.scoring.scorers.make_scorer`). Token limits are in tokens of the respective
+    model; ``answer_max_new_tokens`` None = the dataset's (:attr:`answer_tokens`).
+    program_llm_calls: toolkit.llm budget per conversation's sandbox. diagnostics: also retrieve
+    with each evidence turn as the query (d_idx). workers: conversations of one evaluation run
+    concurrently (one sandbox each). constrained: decode instruction extraction under the
+    program's MemoryUnit-list schema, plans under its Query schema, and a trained extractor's
+    manager outputs under theirs (:mod:`memory_bank.record_schemas`,
+    :mod:`memory_bank.action_schemas`); judge_constrained: the judge's verdicts under theirs
+    (memgym's own judge only, ``dataset`` None); constrained_max_chars / constrained_max_items
+    bound every string / list of the extraction and plan schemas (:func:`llm.structured.bounded`).
+    call_timeout_s: sandbox seconds per index/retrieve call (:attr:`sandbox`). context_tokens:
+    the context budget (None = none): each retrieved text is cut to this many tokens of
+    ``context_tokenizer`` before the answer and score stages
+    (:class:`evolution.execution.context_budget.ContextBudget`), the same for every program.
     """
 
-    extractor: str = "instruction"
-    task_model: str = "hf:smollm2"
-    plan_mode: str = "llm"
-    scorer: str = "answer-recall"
-    judge_model: str | None = None
-    dataset: str | None = None
-    extract_max_new_tokens: int = 1024
-    extractor_max_new_tokens: int = 512
-    extractor_context_tokens: int | None = None
-    extractor_segment_tokens: int | None = None
-    plan_max_new_tokens: int = 96
-    answer_max_new_tokens: int = 48
-    program_llm_calls: int = 0
-    diagnostics: bool = True
-    constrained: bool = False
-    constrained_max_chars: int | None = None
-    constrained_max_items: int | None = None
-    judge_constrained: bool = False
-    judge_protocol: str = "official"
-    sandbox: SandboxLimits = field(default_factory=SandboxLimits)
-    progress: bool = False
-    workers: int = 1
-    context_tokens: int | None = None
-    context_tokenizer: str = "smollm2"
+    COMMAND_DEFAULTS = {"extractor": "instruction", "plan_mode": "llm"}
+    CHECKS = {"extractor": {"spec": "extractor", "words": ("instruction", "turns")},
+              "plan_mode": {"choices": ("llm", "question")},
+              "scorer": {"choices": ("answer-recall", "rubric-recall", "f1", "llm")},
+              "extract_max_new_tokens": {"min": 1}, "extractor_max_new_tokens": {"min": 1},
+              "extractor_context_tokens": {"min": 2}, "extractor_segment_tokens": {"min": 1},
+              "plan_max_new_tokens": {"min": 1}, "answer_max_new_tokens": {"min": 1}, "program_llm_calls": {"min": 0},
+              "constrained_max_chars": {"min": 1}, "constrained_max_items": {"min": 1},
+              "call_timeout_s": {"min": 0.001}, "workers": {"min": 1}, "context_tokens": {"min": 1}}
 
-    def __post_init__(self):
+    extractor: str | None = field(default=None, metadata={
+        "help": "instruction | turns | expert:<file or conv-NN>[,...] | hf:<checkpoint or adapter dir> | "
+                "openai:<url>#<model> (default: program eval instruction, evolve turns)"})
+    plan_mode: str | None = field(default=None, metadata={
+        "help": "llm (PLANNING_INSTRUCTION) | question (no LLM: the question fills the Query) (default: program eval "
+                "llm, evolve question)"})
+    scorer: str = field(default="answer-recall", metadata={"help": "answer-recall | rubric-recall (beam) | f1 | llm "
+                                                                   "(the dataset's official judge)"})
+    extract_max_new_tokens: int = field(default=1024, metadata={"help": "tokens per instruction extraction"})
+    extractor_max_new_tokens: int = field(default=512, metadata={"help": "tokens per trained-extractor output"})
+    extractor_context_tokens: int | None = field(default=None, metadata={
+        "help": "trained extractor's context window (tokens); longer sessions are built in segments (default: what "
+                "the backend reports)"})
+    extractor_segment_tokens: int | None = field(default=None, metadata={
+        "help": "trained extractor: build every session in segments of at most this many transcript tokens (whole "
+                "turns; the cut of segmented SFT, e.g. 200 for launch/recipes/train_cpu_sft.yaml; default: whole "
+                "sessions)"})
+    plan_max_new_tokens: int = field(default=96, metadata={"help": "tokens per plan"})
+    answer_max_new_tokens: int | None = field(default=None, metadata={
+        "help": "tokens per answer (default by dataset: locomo 48, longmemeval 128, beam 512)"})
+    program_llm_calls: int = field(default=0, metadata={"help": "toolkit.llm budget per conversation"})
+    diagnostics: bool = field(default=True, metadata={"help": "compute d_ext/d_idx/d_ret"})
+    constrained: bool = field(default=False, metadata={"help": "decode extraction (MemoryUnit list / manager "
+                                                                 "outputs) and plans (Query) under their JSON schemas"})
+    constrained_max_chars: int | None = field(default=None, metadata={
+        "help": "constrained: at most this many characters per string field"})
+    constrained_max_items: int | None = field(default=None, metadata={
+        "help": "constrained: at most this many units per extraction (and items per list field)"})
+    judge_constrained: bool = field(default=False, metadata={
+        "help": "decode memgym's own judge verdicts under their schema (no dataset judge)"})
+    call_timeout_s: float = field(default=60.0, metadata={"help": "sandbox seconds per index/retrieve call (> 0)"})
+    workers: int = field(default=1, metadata={"help": "conversations evaluated concurrently (one sandbox each)"})
+    context_tokens: int | None = field(default=None, metadata={
+        "help": "context budget: every retrieved text is cut to this many tokens (of context_tokenizer) before it is "
+                "answered and scored, the same for every program, so returning more text is no gain (None = none; "
+                "the program's own 16,000-character limit still holds)"})
+    context_tokenizer: str = field(default="smollm2", metadata={
+        "help": "tokenizer of the context budget: smollm2 (the embedded task model's) | hf:<dir>"})
+    progress: bool = field(default=True, metadata={"help": "progress bars: on (true) or off (--no_progress)"})
+
+    def check(self) -> None:
+        super().check()
         if self.plan_mode not in ("llm", "question"):
-            raise ValueError(f"plan_mode must be 'llm' or 'question', got {self.plan_mode!r}")
-        if self.workers < 1:
-            raise ValueError(f"workers must be >= 1, got {self.workers}")
-        if self.program_llm_calls < 0:
-            raise ValueError(f"program_llm_calls must be >= 0, got {self.program_llm_calls}")
+            from llm.errors import ConfigError
+            raise ConfigError(f"--plan_mode: {self.plan_mode!r} is not one of llm, question")
+        require(self, "scorer", "llm", "judge_model", "(a backend spec of the LLM judge)")
+        if self.scorer == "rubric-recall" and self.dataset not in (None, "beam"):
+            from llm.errors import ConfigError
+            raise ConfigError("--scorer rubric-recall needs --dataset beam (it scores BEAM rubrics)")
         if self.context_tokens is not None:
             from evolution.execution.context_budget import ContextBudget
             ContextBudget(self.context_tokens, self.context_tokenizer)  # ValueError names the field
-        kind = extractor_kind(self.extractor)
-        if kind == "extractor":
+        if extractor_kind(self.extractor) == "extractor":
             from llm.specs import parse_spec
             parse_spec(self.extractor)  # BackendSpecError names the spec
 
@@ -82,3 +165,12 @@ class RunnerSettings:
     def extraction_mode(self) -> str:
         return extractor_kind(self.extractor)
 
+    @property
+    def answer_tokens(self) -> int:
+        """``answer_max_new_tokens``, or the dataset's default (:data:`rewards.scoring.selection.ANSWER_TOKENS`)."""
+        return answer_tokens_for(self.dataset, self.answer_max_new_tokens)
+
+    @property
+    def sandbox(self) -> SandboxLimits:
+        """The sandbox limits: ``call_timeout_s`` per call, loading at least 20 s."""
+        return SandboxLimits(call_timeout_s=self.call_timeout_s, load_timeout_s=max(20.0, self.call_timeout_s))

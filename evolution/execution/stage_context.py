@@ -1,10 +1,6 @@
-"""What every stage of ONE program evaluation shares: :class:`StageContext` (the run's
-counters, the program's stage hashes and the runner's resources, with the counting and
-task-LLM helpers) and :class:`RunnerResources`, what a stage may use of its runner.
-
-The stages build on it: :class:`evolution.execution.extract_stage.ExtractStage` (extract) and
-:class:`evolution.execution.run_state.RunState` (index, plan, retrieve, answer, score). Every
-attribute they use is set in :meth:`StageContext.__init__`."""
+"""What every stage of ONE program evaluation shares: :class:`StageContext` (counters, stage
+hashes, helpers) and :class:`RunnerResources` (what a stage may use of its runner).
+"""
 from __future__ import annotations
 
 import threading
@@ -45,10 +41,9 @@ class RunnerResources(Protocol):
 
 
 class StageContext:
-    """Everything ONE evaluation accumulates (stage hashes of the program, items run/reused per
-    stage, LLM calls per stage, plan failures, retrieve errors, extraction statistics) and the
-    shared resources of :attr:`runner`. Counters are updated under :attr:`lock`, so the
-    conversations of one run may execute concurrently."""
+    """Everything ONE evaluation accumulates and the runner's resources (:attr:`runner`); counters
+    are updated under :attr:`lock`, so conversations may run concurrently.
+    """
 
     def __init__(self, runner: RunnerResources, source: str, hashes: dict[str, str]):
         self.runner = runner

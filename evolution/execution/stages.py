@@ -1,14 +1,6 @@
-"""Building blocks of the stage-cached program runner: the stage output cache, cache keys and
-the host-side prompts of the extract and plan stages (the answer prompt is
-:func:`rewards.scoring.answer.build_answer_messages`, through :mod:`rewards.scoring.measure`; the
-rules that turn units and texts into strings/queries live with the records,
-:mod:`memory_bank.program.records`).
-
-Sources: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``), appendix "memory interface"
-(extract → index → plan → retrieve → answer) and "revision-aware execution reuse" (outputs
-cached per component and actual input; reused state copied); DESIGN.md § "Memory programs".
-
-All lengths here are in characters.
+"""Building blocks of the stage-cached runner: the stage output cache, cache keys and the
+host-side extract and plan prompts. Source: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``),
+appendices "memory interface" and "revision-aware execution reuse". Lengths in characters.
 """
 from __future__ import annotations
 
@@ -42,13 +34,9 @@ def session_fingerprint(session: Session) -> str:
 
 
 class StageCache:
-    """Stage outputs keyed by (stage, key): an in-memory dict in front of an optional sqlite
-    file (``path``; WAL journaling; created with its parent dirs).
-
-    Values are ``bytes`` (JSON text or a sandbox snapshot), immutable, so a value handed to a
-    child is always a copy of what the parent produced: JSON is decoded into fresh objects and
-    snapshots are unpickled into a fresh sandbox. ``hits``/``misses`` count lookups.
-    Thread-safe (one lock).
+    """Stage outputs keyed by (stage, key): a dict in front of an optional sqlite file (WAL).
+    Values are immutable ``bytes`` (JSON or a sandbox snapshot); ``hits``/``misses`` count
+    lookups. Thread-safe.
     """
 
     def __init__(self, path: str | Path | None = None):

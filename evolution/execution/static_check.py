@@ -1,9 +1,5 @@
-"""The static first filter of the sandbox: what a memory program's source may not contain.
-
-:func:`static_check` (AST) flags imports outside :data:`DEFAULT_ALLOWED_IMPORTS`, forbidden
-names and introspection attributes, before the source reaches a child; the runtime filter is
-:mod:`evolution.execution.sandbox_child`, the boundary :mod:`evolution.execution.confine`.
-Re-exported by :mod:`evolution.execution.sandbox`.
+"""The static first filter of the sandbox (AST): imports outside
+:data:`DEFAULT_ALLOWED_IMPORTS`, forbidden names and introspection attributes.
 """
 from __future__ import annotations
 
@@ -30,13 +26,9 @@ FORBIDDEN_ATTRS = frozenset({
 
 
 def static_check(source: str, allowed_imports: frozenset = DEFAULT_ALLOWED_IMPORTS) -> list[str]:
-    """Problems found in ``source`` without running it, as ``"line N: ..."`` strings ([] = ok).
-
-    Flags: empty source; syntax errors; imports outside ``allowed_imports`` or relative;
-    references to :data:`FORBIDDEN_NAMES` (eval, exec, __import__, globals, ...); attribute
-    access to :data:`FORBIDDEN_ATTRS` (introspection escapes such as ``__subclasses__``,
-    ``__globals__``, frame attributes, and modules hanging off allowed modules like
-    ``typing.sys``); string constants naming those dunders (``getattr(x, "__globals__")``).
+    """Problems in ``source`` as ``"line N: ..."`` strings ([] = ok): empty source, syntax errors,
+    disallowed or relative imports, :data:`FORBIDDEN_NAMES`, :data:`FORBIDDEN_ATTRS` as attributes
+    or string constants.
     """
     if not source.strip():
         return ["source is empty"]

@@ -1,22 +1,11 @@
 """Four-level validation of a candidate memory program before any task-model call.
 
 Source: PrisMem (shared/seeds/000_0e559b88b400976a.txt), appendix "execution checks":
-
-1. **Source and module completeness**: non-empty, parses, allowed imports only (and no
-   introspection escapes, :func:`evolution.execution.sandbox.static_check`), a patch differs from its
-   parent after AST normalisation (:func:`normalised_ast`), the module loads in the sandbox and
-   defines MemoryUnit, Query, Memory and the three instruction strings.
-2. **Schema and signature compatibility**: non-empty dataclasses with JSON-compatible fields,
-   non-empty instruction strings, synchronous ``__init__(self, toolkit)``,
-   ``index(self, units, session)``, ``retrieve(self, query)``.
-3. **Functional smoke tests** on a stub backend (:class:`StubHost`): construct; index a session
-   of synthetic units; index an empty session; retrieve with a valid query. ``index`` must
-   return None; ``retrieve`` a str of at most OUT_CHAR_BUDGET = 16,000 characters.
-4. **Synthetic complexity probe**: a fresh Memory indexes ~2K synthetic units in 100 batches and
-   answers 2 queries, within a CPU budget (child CPU seconds), a wall budget and caps on
-   backend calls (llm and embed).
-
-:func:`validate_program` returns a :class:`ValidationResult` naming the first failing level.
+1. source and module completeness (parses, allowed imports, differs from its parent, loads,
+   defines MemoryUnit, Query, Memory and the three instructions);
+2. schema and signature compatibility;
+3. smoke tests on :class:`StubHost` (``retrieve`` returns a str of <= 16,000 characters);
+4. a complexity probe (~2K units in 100 batches, 2 queries) within CPU, wall and call budgets.
 """
 from __future__ import annotations
 
@@ -38,11 +27,8 @@ _NAMES = ("Caroline", "Melanie", "Jon", "Gina", "Tim", "John", "Maria", "Audrey"
 
 
 class StubHost:
-    """Deterministic local backend for validation (no model, no network).
-
-    ``embed``: :class:`llm.embeddings.HashEmbedder` of ``dim`` buckets (hashed bag of words,
-    L2-normalised, (n, ``dim``) float32). ``llm``: returns ``responses[i % len(responses)]``
-    for the i-th call (default ``'{"answer": "stub"}'``). ``calls`` counts {"llm", "embed"}.
+    """Deterministic local backend: hashed bag-of-words ``embed`` ((n, ``dim``) float32) and an
+    ``llm`` cycling through ``responses``; ``calls`` counts {"llm", "embed"}.
     """
 
     def __init__(self, dim: int = 64, responses: tuple[str, ...] = ('{"answer": "stub"}',)):
@@ -62,15 +48,9 @@ class StubHost:
 
 @dataclass(frozen=True)
 class ValidationLimits:
-    """Budgets of the four levels.
-
-    sandbox: limits of the sandbox (per-call wall timeout, memory, ...). smoke_units: units in
-    the level-3 session; smoke_llm_calls / smoke_embed_calls: toolkit budgets for level 3.
-    probe_units / probe_batches / probe_queries: the level-4 workload (2,000 units in 100
-    batches, 2 queries); probe_embed_dim: stub embedding dimension; probe_cpu_s: child CPU
-    seconds allowed for the whole probe; probe_wall_s: wall seconds (host serving excluded);
-    probe_max_llm_calls / probe_max_embed_calls: caps on backend calls during the probe.
-    run_probe: False skips level 4 (the result then says so in ``stats``).
+    """Budgets of the four levels: sandbox limits, the level-3 workload and call budgets, the
+    level-4 workload (units, batches, queries, embedding dim), CPU / wall seconds and call caps;
+    ``run_probe`` False skips level 4.
     """
 
     sandbox: SandboxLimits = field(default_factory=lambda: SandboxLimits(call_timeout_s=20.0, load_timeout_s=20.0))
@@ -90,11 +70,10 @@ class ValidationLimits:
 
 @dataclass
 class ValidationResult:
-    """``ok``; ``level``: the first failing level (1-4) or None when ok; ``reason``: why (""
-    when ok); ``stats``: timings (seconds), toolkit call counts and output sizes (characters),
-    and ``sandbox``, the confinement the program ran under
-    (:attr:`evolution.execution.sandbox.SandboxedProgram.confinement`); an ``UNCONFINED`` one is
-    also a top-level ``sandbox`` key of :meth:`to_dict`, so every stored verdict names it."""
+    """``ok``; ``level``: the first failing level (1-4) or None; ``reason``; ``stats``: timings (s),
+    call counts, output sizes (characters) and ``sandbox`` (the confinement; an UNCONFINED one is
+    also a top-level key of :meth:`to_dict`).
+    """
 
     ok: bool
     level: int | None
@@ -158,11 +137,8 @@ def _describe(e: SandboxError) -> str:
 
 def validate_program(source: str, parent_source: str | None = None, limits: ValidationLimits | None = None, *,
                      allowed_imports: frozenset = DEFAULT_ALLOWED_IMPORTS, progress: bool = False) -> ValidationResult:
-    """Run the four levels on ``source`` (a program's full text); stop at the first failure.
-
-    ``parent_source``: when given, ``source`` is a patch of it and must differ after AST
-    normalisation (level 1). ``progress`` shows a tqdm bar for the level-4 probe. Never raises
-    for anything the candidate does; failures are reported in the result.
+    """Run the four levels on ``source``, stopping at the first failure (``parent_source``: it must
+    differ after AST normalisation). Never raises for what the candidate does.
     """
     limits = limits or ValidationLimits()
     stats: dict = {"levels_passed": []}

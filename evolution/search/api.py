@@ -11,6 +11,8 @@ then the caller's.
 """
 from __future__ import annotations
 
+from llm.errors import OutputPathError
+
 import shutil
 from pathlib import Path
 
@@ -22,16 +24,11 @@ from evolution.search.rundir import LOCK_NAME, run_lock
 def build_runtime(cfg: EvolveConfig, root: str | Path):
     """The :class:`llm.runtime.Runtime` of a recipe: response cache ``cfg.cache`` (default
     ``root/responses.sqlite``); any embedder other than ``minilm`` from :func:`llm.embeddings.load_embedder`."""
-    from llm.runtime import Runtime
-
-    cache = cfg.cache or str(Path(root) / "responses.sqlite")
-    rt = Runtime.from_config(cache=cache, batch_size=cfg.batch_size, request_timeout_s=cfg.request_timeout_s,
-                             request_retries=cfg.request_retries)
+    embedder = None
     if cfg.embedder != "minilm":
         from llm.embeddings import load_embedder
-        rt = Runtime(cache=rt.cache, embedder=load_embedder(cfg.embedder), batch_size=cfg.batch_size,
-                     request_timeout_s=cfg.request_timeout_s, request_retries=cfg.request_retries)
-    return rt
+        embedder = load_embedder(cfg.embedder)
+    return cfg.runtime(cache=str(Path(root) / "responses.sqlite"), embedder=embedder)
 
 
 def build_engine(config: EvolveConfig, *, proposer=None, callbacks=(), rt=None):
@@ -117,14 +114,14 @@ def evolve(config: EvolveConfig, *, proposer=None, callbacks=(), resume: bool = 
     if not resume:
         problem = fresh_dir_problem(out)
         if problem:
-            raise FileExistsError(problem)
+            raise OutputPathError(problem)
         existed = out.is_dir()
         before = {p.name for p in out.iterdir()} if existed else set()
     try:
         with run_lock(out):
             if before is not None and fresh_dir_problem(out):  # another process started one meanwhile
                 problem, before = fresh_dir_problem(out), None
-                raise FileExistsError(problem)
+                raise OutputPathError(problem)
             engine = build_engine(config, proposer=proposer, callbacks=callbacks, rt=rt)
             return engine.run(resume=resume)
     except BaseException:

@@ -1,12 +1,7 @@
-"""The evolution archive: every candidate with its lineage and scores, the base program, one
-specialist per capability, and the selection history (PrisMem Algorithm 1; DESIGN.md §
-"Capability-driven evolution", "Run state").
-
-A candidate's scores are kept per split as :class:`SplitScores` (overall, per capability and
-per task, all in [0, 1]). ``train`` feeds diagnosis and case selection, ``valid`` selection and
-acceptance; ``test`` is only filled for the frozen final program and the seed. The archive is
-plain JSON (:meth:`Archive.to_json` / :meth:`Archive.from_json`) so a run directory holds it
-and ``--resume`` restores it exactly.
+"""The evolution archive: every candidate with its lineage and scores per split, the base program,
+one specialist per capability and the selection history (PrisMem Algorithm 1; DESIGN.md § "Run
+state"). Plain JSON (:meth:`Archive.to_json` / :meth:`Archive.from_json`), restored exactly on
+``--resume``.
 """
 from __future__ import annotations
 
@@ -31,12 +26,10 @@ def program_key(source: str) -> str:
 
 @dataclass
 class SplitScores:
-    """Scores of one program on one split: ``overall`` (mean over tasks), ``by_capability``
-    (mean over each capability's primary tasks; a capability without tasks is absent),
-    ``tasks`` ``{"<conversation>/<question id>": score}``, ``by_category`` (mean per native
-    label: BEAM's ten abilities, LongMemEval's question types, LoCoMo's categories "1".."5";
-    empty in archives written before it existed) and ``retrieved_chars`` (mean characters of
-    the text each question was scored on, after the scoring context budget; None when unknown)."""
+    """Scores of one program on one split, all in [0, 1]: ``overall`` (mean over tasks),
+    ``by_capability`` (mean over each capability's primary tasks), ``tasks`` (task id → score),
+    ``by_category`` (mean per native label) and ``retrieved_chars`` (mean characters scored on,
+    after the context budget; None when unknown)."""
 
     overall: float
     by_capability: dict[str, float]
@@ -62,19 +55,11 @@ class SplitScores:
 
 @dataclass
 class Candidate:
-    """One proposed program.
-
-    ``id``: ``seed`` or ``r<round>-<attempt>``; ``parent``: the parent's id; ``stage``:
-    ``seed`` | ``cold`` | ``refine`` | ``integrate``; ``target``: the capability letter aimed at
-    (None in cold start). ``status``: ``evaluated`` (scored on train and valid),
-    ``rejected`` (a program existed but failed application checks, validation, or was a
-    duplicate/no-op; never evaluated) or ``failed`` (the proposer produced no program).
-    ``reason``: why it was rejected/failed ("" otherwise). ``edits``: the applied blocks as
-    ``{"search", "replace"}`` dicts (or ``[{"whole_file": true}]``). ``validation``: the
-    4-level verdict. ``key``: :func:`program_key` (None without a program). ``roles``: what it
-    became when accepted (``base``, ``specialist:T``, ...). ``changed``: components changed
-    against the parent.
-    """
+    """One proposed program. ``id``: ``seed`` or ``r<round>-<attempt>``; ``stage``: ``seed`` |
+    ``cold`` | ``refine`` | ``integrate``; ``target``: capability letter (None in cold start);
+    ``status``: ``evaluated`` | ``rejected`` (failed checks/validation, duplicate or no-op) |
+    ``failed`` (no program); ``edits``: ``{"search", "replace"}`` dicts (or ``[{"whole_file":
+    true}]``); ``key``: :func:`program_key`; ``roles``: what it became; ``changed``: components."""
 
     id: str
     parent: str | None
@@ -108,15 +93,9 @@ class Candidate:
 
 @dataclass
 class Archive:
-    """Base, specialists, every candidate, and the history the selection policies read.
-
-    ``candidates``: id → :class:`Candidate` in creation order. ``base``: the base program's id.
-    ``specialists``: capability → id of the archived program with the best valid score on it.
-    ``selections``: capability → times chosen as target (n_c). ``case_usage``: task id → times
-    shown as a case; ``combo_usage``: secondary-label combination (letters joined, "" for none)
-    → times shown. ``attempts``: capability → ids of this target's candidates that were not
-    accepted (the lineage's "failed attempts").
-    """
+    """Base, specialists, every candidate (``candidates``: id → :class:`Candidate`, creation
+    order), and what the selection policies read: ``selections`` (n_c), ``case_usage`` (u),
+    ``combo_usage`` (v), ``attempts`` (capability → ids of its not-accepted candidates)."""
 
     candidates: dict[str, Candidate] = field(default_factory=dict)
     base: str | None = None
@@ -125,8 +104,6 @@ class Archive:
     case_usage: dict[str, int] = field(default_factory=dict)
     combo_usage: dict[str, int] = field(default_factory=dict)
     attempts: dict[str, list] = field(default_factory=dict)
-
-    # ------------------------------------------------------------------ queries
 
     def get(self, cid: str) -> Candidate:
         """The candidate ``cid`` (KeyError naming it when absent)."""
@@ -154,8 +131,6 @@ class Archive:
             out.append(c)
             cur = c.parent
         return out[::-1]
-
-    # ------------------------------------------------------------------ updates
 
     def add(self, cand: Candidate) -> None:
         """Store a candidate (ValueError on a duplicate id)."""

@@ -1,14 +1,10 @@
 """How much gold evidence a program loses to the context budget: the share of evidence turns that
 the program retrieves for themselves but that the budget's cut removes.
 
-Source: issue 20 (the diagnosis of full < holistic under the 1,024-token budget: the edit that
-wins is ``rank_order``, returning the chosen lines best first, because a program that returns
-its lines in index order loses its best lines to the cut). DESIGN.md § "Judges and scoring"
-(one context budget for every program, :mod:`evolution.execution.context_budget`).
-
-Measured on a diagnostics run (:class:`evolution.execution.results.ConversationTrace.probes`:
-what ``retrieve`` returned, before the budget's cut, with each evidence turn's own text as the
-query, the R_e of d_idx). For every train task and each of its evidence turns e with a probe:
+Source: DESIGN.md § "Judges and scoring" (one context budget for every program,
+:mod:`evolution.execution.context_budget`). Read from a diagnostics run's probes
+(:class:`evolution.execution.results.ConversationTrace.probes`: what ``retrieve`` returned with each
+evidence turn's own text as the query). For every train task and each evidence turn e with a probe:
 
 - e is **found** when its marker (the turn's text, whitespace collapsed, first
   :data:`MARKER_CHARS` characters) occurs in the probe (whitespace collapsed);

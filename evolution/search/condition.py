@@ -1,33 +1,15 @@
-"""Condition-level merge: one program that keeps two behaviours and picks one per question by
-its own reading of the question (PrisMem stage III, "trace-guided integration combines
-complementary mechanisms within a shared program and reconciles their conditions of use",
-shared/seeds/000_0e559b88b400976a.txt, routing comparison; issue 20 § 3, "merges that keep the
-base's behaviour for the capability that dropped (component- or condition-level)").
+"""Condition-level merge: one program that keeps two behaviours and picks one per question by its
+own reading of the question (PrisMem stage III: integration "reconciles their conditions of use",
+shared/seeds/000_0e559b88b400976a.txt).
 
-Two parts:
-
-- :class:`QuestionReader`: a Bernoulli naive-Bayes reader of the question, trained **during
-  evolution** on the train split's questions and their primary capability labels (the labels
-  PrisMem annotates on train; never a valid or test label). It answers one yes/no question,
-  "does this question read as one of ``capabilities``?", from the question's words alone. The
-  words kept are the ``max_words`` with the highest mutual information with the label among
-  those in at least ``min_count`` train questions; absent words fold into the bias, so the
-  rendered rule is exact: ``bias + sum(weight[w] for each distinct word w of the question) >
-  0``. :meth:`QuestionReader.render` writes it into the program as ``CONDITION_BIAS``,
-  ``CONDITION_WORDS`` and ``def reads_as_condition(text)``.
-- :func:`condition_merge`: the program text that runs both the base program's ``Memory`` and
-  the failed merge's ``Memory`` side by side (both index every session; each keeps its own
-  lines, embeddings and helpers) and answers a query with the base's ``retrieve`` when
-  ``reads_as_condition`` says ``on_match="base"``-side, else the merge's. The merge's program is
-  taken whole; the base's ``class Memory`` becomes ``class BaseMemory`` and every module-level
-  name of the base that the merge lacks or defines differently is copied under the suffix
-  ``_base`` (references inside the copies renamed on the AST, so each side sees its own
-  versions). The contract elements (``MemoryUnit``, ``Query``, the three instructions) are
-  shared by both sides, so they must be equal (normalised AST) in both programs: extraction,
-  planning and answering happen once per question, outside ``Memory``.
-
-Cost: indexing embeds each side's lines (twice the base's embedding calls when both sides
-embed); retrieval runs one side per question.
+- :class:`QuestionReader`: a Bernoulli naive-Bayes reader trained on the train split's questions
+  and primary labels: ``bias + sum(weight[w] for each distinct kept word w) > 0``, the kept words
+  being the ``max_words`` of highest mutual information with the label (in >= ``min_count``
+  questions). :meth:`QuestionReader.render` writes the rule into the program.
+- :func:`condition_merge`: the merge's program whole, plus the base's ``Memory`` as
+  ``BaseMemory`` and the base's differing module names copied with suffix ``_base`` (renamed on
+  the AST); both index every session, ``retrieve`` asks one side per question. The contract
+  elements (``MemoryUnit``, ``Query``, the instructions) must be equal in both programs.
 """
 from __future__ import annotations
 
@@ -190,11 +172,9 @@ _RESERVED = ("BaseMemory", "MergedMemory", "reads_as_condition", "condition_text
 def condition_merge(base_source: str, merged_source: str, reader: QuestionReader, on_match: str, *,
                     base_id: str = "base", merged_id: str = "merge") -> str:
     """The condition-level program (module doc). ``on_match``: ``"base"`` (questions that read
-    as ``reader.capabilities`` get the base's retrieval, the rest the merge's) or ``"merged"``
-    (the reverse). Base elements the merge holds identically but that use a renamed name are
-    copied and renamed too (repeatedly), so the base side runs exactly the base's code. Raises
-    :class:`MergeError` when a program cannot be split, the contract elements differ, or a name
-    it needs (``BaseMemory``, ``<name>_base``, ``reads_as_condition``, ...) is taken."""
+    as ``reader.capabilities`` get the base's retrieval, the rest the merge's) or ``"merged"``.
+    Raises :class:`MergeError` when a program cannot be split, the contract elements differ, or a
+    name it needs (``BaseMemory``, ``<name>_base``, ``reads_as_condition``, ...) is taken."""
     if on_match not in ("base", "merged"):
         raise MergeError(f"condition merge: on_match must be base or merged, got {on_match!r}")
     bp, mp = split_program(base_source, base_id), split_program(merged_source, merged_id)

@@ -17,34 +17,43 @@ import json
 from dataclasses import dataclass, field
 
 from data_synth.splits import LOCOMO_SPLITS
+from evolution.execution.settings import OutputSection, RunnerSettings
+from llm.checks import Section
+from llm.errors import ConfigError
+from rewards.scoring.selection import CapabilityLabels
 from llm.embeddings import EMBEDDER_HELP, check_embedder_spec
-from rewards.scoring.selection import BenchmarkFields, context_tokenizer_field
 
 ABLATIONS = ("none", "holistic", "round_robin", "random_cases", "no_integration")
 """DESIGN.md § "Capability-driven evolution" (ablations; PrisMem Table 4), see
 :mod:`evolution.search.strategies`."""
 ROLE_BUDGETS = ("coder", "extract", "plan", "answer", "extractor", "judge")
+PROPOSERS = ("params", "coder", "replay", "scripted")
+
+
+class Budgets(dict):
+    """Token budgets by role (:data:`ROLE_BUDGETS`): ``{role: tokens}``; a role not named is
+    unlimited. From YAML a mapping (``budgets: {coder: 2000000}``); on the command line
+    ``--budgets coder=2000000,judge=50000`` or a JSON object. The roles and values are checked
+    by :meth:`SearchSettings.check`."""
+
+    def __init__(self, value=None):
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("{"):
+                value = json.loads(text)
+            else:
+                try:
+                    value = {k.strip(): int(v) for k, v in (p.split("=", 1) for p in text.split(",") if p.strip())}
+                except ValueError:
+                    raise ConfigError(f"--budgets {value!r}: expected role=tokens[,role=tokens...] (roles: "
+                                      f"{', '.join(ROLE_BUDGETS)})") from None
+        super().__init__(value or {})
 
 
 @dataclass
-class EvolveConfig(BenchmarkFields):
-    """A ``memgym evolve`` recipe. Every field can be overridden on the command line. The data
-    and judge-protocol fields (dataset, path, BEAM switches, n_sessions, max_questions,
-    judge_protocol) are :class:`rewards.scoring.selection.BenchmarkFields`, shared with every recipe."""
-
-    CHECKS = {"n_sessions": {"min": 1}, "max_questions": {"min": 1}, "cases": {"min": 1}, "case_budget": {"min": 200},
-              "workers": {"min": 1}, "batch_size": {"min": 1}, "plan_max_new_tokens": {"min": 1},
-              "answer_max_new_tokens": {"min": 1}, "extract_max_new_tokens": {"min": 1},
-              "coder_max_new_tokens": {"min": 1}, "call_timeout_s": {"min": 0.001},
-              "validate_timeout_s": {"min": 0.001}, "probe_units": {"min": 1}, "probe_batches": {"min": 1},
-              "context_tokens": {"min": 1}, "rounds_cold": {"min": 0}, "rounds_refine": {"min": 0}, "rounds_integrate": {"min": 0},
-              "extractor": {"spec": "extractor", "words": ("instruction", "turns")}, "task_model": {"spec": "backend"},
-              "judge_model": {"spec": "backend"}, "coder_model": {"spec": "backend"}, "out": {"out_dir": True},
-              "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0},
-              "dataset": {"choices": ("locomo", "longmemeval", "beam")}, "proposer": {"choices": ("params", "coder", "replay", "scripted")},
-              "scorer": {"choices": ("answer-recall", "rubric-recall", "f1", "llm")}, "plan_mode": {"choices": ("llm", "question")},
-              "ablation": {"choices": ABLATIONS}, "integrate_onto": {"choices": ("best", "base")},
-              "integrate_condition": {"choices": ("none", "specialist", "dropped")}, "delta": {"min": 0.0}, "extractor_max_new_tokens": {"min": 1}}
+class SplitSelection(Section):
+    """The data of an evolution run: ids per split (``dataset`` and the rest of the data section
+    come from :class:`rewards.scoring.selection.BenchmarkFields`)."""
 
     test_path: str | None = field(default=None, metadata={"help": "data file of the test split (default: path), "
                                                                   "e.g. a LongMemEval-M file"})
@@ -53,15 +62,23 @@ class EvolveConfig(BenchmarkFields):
     valid: list[str] = field(default_factory=list, metadata={"help": "valid ids (empty = default split)"})
     test: list[str] = field(default_factory=list, metadata={"help": "test ids ([default] = the dataset's test split; "
                                                                    "empty = no test run)"})
-    labels: str = field(default="native", metadata={"help": "native | annotator label JSONL (train/valid only)"})
+
+
+@dataclass
+class SearchSettings(Section):
+    """The search section: the proposer, the three phases, integration, the ablation, the
+    validation limits, the run's seed and token budgets by role."""
+
+    CHECKS = {"cases": {"min": 1}, "case_budget": {"min": 200}, "coder_max_new_tokens": {"min": 1},
+              "validate_timeout_s": {"min": 0.001}, "probe_units": {"min": 1}, "probe_batches": {"min": 1},
+              "rounds_cold": {"min": 0}, "rounds_refine": {"min": 0}, "rounds_integrate": {"min": 0},
+              "coder_model": {"spec": "backend"}, "proposer": {"choices": PROPOSERS},
+              "ablation": {"choices": ABLATIONS}, "integrate_onto": {"choices": ("best", "base")},
+              "integrate_condition": {"choices": ("none", "specialist", "dropped")}, "delta": {"min": 0.0}}
+    RENAMED = {f"budget_{r}": "budgets" for r in ROLE_BUDGETS}
+    """Old field names -> the field that replaced them (named by the unknown-field message)."""
+
     seed_program: str | None = field(default=None, metadata={"help": "starting program (default: the shipped seed)"})
-    extractor: str = field(default="turns", metadata={
-        "help": "instruction | turns | expert:<file or conv-NN>[,...] | hf:<dir> | openai:<url>#<model>"})
-    task_model: str = field(default="hf:smollm2", metadata={"help": "task LLM spec (plan, answer, extraction)"})
-    plan_mode: str = field(default="question", metadata={"help": "llm | question (no LLM: the question is the query)"})
-    scorer: str = field(default="answer-recall", metadata={"help": "answer-recall | rubric-recall (beam) | f1 | llm "
-                                                                   "(the dataset's official judge)"})
-    judge_model: str | None = field(default=None, metadata={"help": "judge spec for scorer llm"})
     proposer: str = field(default="params", metadata={"help": "params | coder | replay (answers from replay_from's "
                                                                  "recorded coder run, no server) | scripted"})
     replay_from: str | None = field(default=None, metadata={"help": "proposer replay: the recorded run directory "
@@ -93,77 +110,68 @@ class EvolveConfig(BenchmarkFields):
     baselines: list[str] = field(default_factory=list, metadata={
         "help": "static baseline programs run once on valid and test beside the frozen one (names of "
                 "memory_bank.programs.BASELINES: full_history, bm25, dense_topk, hybrid_rrf, reference)"})
-    stage_cache: str | None = field(default=None, metadata={
-        "help": "stage-output cache file (default <out>/stages.sqlite; an experiment shares one)"})
-    context_tokens: int | None = field(default=None, metadata={
-        "help": "context budget: every retrieved text is cut to this many tokens (of context_tokenizer) before it is "
-                "answered and scored, the same for every program, so returning more text is no gain (None = "
-                "none; the program's own 16,000-character limit still holds)"})
-    context_tokenizer: str = context_tokenizer_field()
     cases: int = field(default=5, metadata={"help": "compact cases per proposal"})
     case_budget: int = field(default=2400, metadata={"help": "characters per displayed excerpt"})
     seed: int = field(default=0, metadata={"help": "RNG seed of the run"})
-    workers: int = field(default=1, metadata={"help": "conversations evaluated concurrently (one sandbox each)"})
-    batch_size: int = field(default=8, metadata={"help": "LLM generation batch"})
-    plan_max_new_tokens: int = field(default=96, metadata={"help": "tokens per plan"})
-    answer_max_new_tokens: int | None = field(default=None, metadata={
-        "help": "tokens per answer (default by dataset: locomo 48, longmemeval 128, beam 512)"})
-    extract_max_new_tokens: int = field(default=1024, metadata={"help": "tokens per instruction extraction"})
-    extractor_max_new_tokens: int = field(default=512, metadata={"help": "tokens per trained-extractor output"})
-    call_timeout_s: float = field(default=60.0, metadata={"help": "sandbox seconds per index/retrieve call"})
     validate_timeout_s: float = field(default=20.0, metadata={"help": "validation: sandbox seconds per call"})
     probe_units: int = field(default=2000, metadata={"help": "validation level 4: units in the complexity probe"})
     probe_batches: int = field(default=100, metadata={"help": "validation level 4: index batches"})
-    budget_coder: int | None = field(default=None, metadata={"help": "token budget of the coder role"})
-    budget_extract: int | None = field(default=None, metadata={"help": "token budget of task-LLM extraction"})
-    budget_plan: int | None = field(default=None, metadata={"help": "token budget of task-LLM planning"})
-    budget_answer: int | None = field(default=None, metadata={"help": "token budget of task-LLM answers"})
-    budget_extractor: int | None = field(default=None, metadata={"help": "token budget of a trained extractor"})
-    budget_judge: int | None = field(default=None, metadata={"help": "token budget of the judge"})
-    request_timeout_s: float | None = field(default=None, metadata={
-        "help": "seconds per request to an openai: server (default $MEMGYM_REQUEST_TIMEOUT_S or 60)"})
-    request_retries: int | None = field(default=None, metadata={
-        "help": "retries of a failed openai: request (default $MEMGYM_REQUEST_RETRIES or 5)"})
+    budgets: Budgets = field(default_factory=Budgets, metadata={
+        "help": f"token budgets by role, a mapping ({', '.join(ROLE_BUDGETS)}: tokens; a role not named is "
+                "unlimited); on the command line role=tokens[,role=tokens...]"})
     embedder: str = field(default="minilm", metadata={"help": EMBEDDER_HELP})
-    cache: str | None = field(default=None, metadata={"help": "response cache (default <out>/responses.sqlite; "
-                                                              "'none' disables)"})
-    out: str = field(default="runs/evolve", metadata={"help": "run directory"})
-    progress: bool = field(default=True, metadata={"help": "progress bars"})
 
-    def __post_init__(self):
-        from llm.recipes import check_fields
-
-        check_fields(self)
-        if self.dataset not in ("locomo", "longmemeval", "beam"):
-            raise ValueError(f"dataset must be locomo, longmemeval or beam, got {self.dataset!r}")
-        if self.scorer == "rubric-recall" and self.dataset != "beam":
-            raise ValueError("scorer rubric-recall needs dataset beam (it scores BEAM rubrics)")
-        if self.proposer not in ("params", "coder", "replay", "scripted"):
-            raise ValueError(f"proposer must be params, coder, replay or scripted, got {self.proposer!r}")
+    def check(self) -> None:
+        super().check()
         if self.proposer == "replay" and not self.replay_from:
-            raise ValueError("proposer replay needs replay_from (memgym evolve --proposer replay --from RUN)")
+            raise ConfigError("--proposer replay needs --replay_from (memgym evolve --proposer replay --from RUN)")
         if self.proposer == "coder" and not self.coder_model:
-            raise ValueError("proposer coder needs coder_model (a backend spec)")
+            raise ConfigError("--proposer coder needs --coder_model (a backend spec)")
         if self.proposer == "scripted" and not self.script:
-            raise ValueError("proposer scripted needs script (a JSON file)")
-        if self.scorer == "llm" and not self.judge_model:
-            raise ValueError("scorer llm needs judge_model")
-        self.check_protocol()
+            raise ConfigError("--proposer scripted needs --script (a JSON file)")
         if not 0.0 <= self.delta <= 1.0:
-            raise ValueError(f"delta must be in [0, 1], got {self.delta}")
-        for name in ("rounds_cold", "rounds_refine", "rounds_integrate"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        check_embedder_spec(self.embedder, allow_none=False)
-        if self.cases < 1 or self.case_budget < 200:
-            raise ValueError(f"cases must be >= 1 and case_budget >= 200, got {self.cases}, {self.case_budget}")
+            raise ConfigError(f"--delta must be in [0, 1], got {self.delta}")
+        try:
+            check_embedder_spec(self.embedder, allow_none=False)
+        except ValueError as e:
+            raise ConfigError(f"--embedder: {e}") from None
         if isinstance(self.baselines, str):
             self.baselines = [x.strip() for x in self.baselines.split(",") if x.strip()]
         from memory_bank.programs import BASELINES
         unknown = [b for b in self.baselines if b not in BASELINES]
         if unknown:
-            raise ValueError(f"--baselines: unknown baseline program(s) {', '.join(unknown)}; known: "
-                             f"{', '.join(BASELINES)}")
+            raise ConfigError(f"--baselines: unknown baseline program(s) {', '.join(unknown)}; known: "
+                              f"{', '.join(BASELINES)}")
+        if not isinstance(self.budgets, Budgets):
+            self.budgets = Budgets(self.budgets)
+        for role, tokens in self.budgets.items():
+            if role not in ROLE_BUDGETS:
+                raise ConfigError(f"--budgets: unknown role {role!r}; roles: {', '.join(ROLE_BUDGETS)}")
+            if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
+                raise ConfigError(f"--budgets: {role} must be a token count >= 1, got {tokens!r}")
+
+    @property
+    def total_rounds(self) -> int:
+        return self.rounds_cold + self.rounds_refine + self.rounds_integrate
+
+    def role_budgets(self) -> dict:
+        """role → token budget for every role of :data:`ROLE_BUDGETS` (None = unlimited)."""
+        return {r: self.budgets.get(r) for r in ROLE_BUDGETS}
+
+
+@dataclass
+class EvolveConfig(SplitSelection, CapabilityLabels, RunnerSettings, SearchSettings, OutputSection):
+    """A ``memgym evolve`` recipe: the data section (:class:`rewards.scoring.selection.BenchmarkFields`
+    plus the split ids), labels, the models and runner sections (:class:`RunnerSettings`: the
+    recipe is the runner's settings), the search section and the run directory (``out``). Every field can be overridden on
+    the command line."""
+
+    COMMAND_DEFAULTS = {"extractor": "turns", "plan_mode": "question", "out": "runs/evolve"}
+
+    def check(self) -> None:
+        super().check()
+        if self.dataset not in ("locomo", "longmemeval", "beam"):
+            raise ConfigError(f"--dataset must be locomo, longmemeval or beam, got {self.dataset!r}")
         for k in ("train", "valid", "test"):
             v = getattr(self, k)
             if isinstance(v, str):  # "a,b" or a YAML scalar
@@ -179,8 +187,7 @@ class EvolveConfig(BenchmarkFields):
         overlap = (set(self.train) & set(self.valid)) | (set(self.train) & set(self.test)) | \
                   (set(self.valid) & set(self.test))
         if overlap:
-            raise ValueError(f"splits overlap: {sorted(overlap)}")
-        self.runner_settings()
+            raise ConfigError(f"splits overlap: {sorted(overlap)}")
 
     def default_splits(self) -> dict:
         """The dataset's DESIGN splits."""
@@ -192,22 +199,6 @@ class EvolveConfig(BenchmarkFields):
         from data_synth.paths import data_root
         return json.loads((data_root() / "longmemeval" / "s_splits.json").read_text())
 
-    @property
-    def total_rounds(self) -> int:
-        return self.rounds_cold + self.rounds_refine + self.rounds_integrate
-
-    def budgets(self) -> dict:
-        """role → token budget (None = unlimited)."""
-        return {r: getattr(self, f"budget_{r}") for r in ROLE_BUDGETS}
-
-    def runner_settings(self, diagnostics: bool = True):
-        """The :class:`~evolution.execution.runner.RunnerSettings` of this recipe, built by
-        :func:`evolution.execution.program_eval.runner_settings_from` (the one place every
-        recipe's settings are built: ``dataset`` and ``judge_protocol`` reach the scorer)."""
-        from evolution.execution.program_eval import runner_settings_from
-
-        return runner_settings_from(self, diagnostics=diagnostics)
-
     def data_path(self, split: str = "train") -> str | None:
         """The data file of ``split`` (LongMemEval defaults to the S subset; the test split
         reads ``test_path`` when set; BEAM ``None`` = the BEAM root)."""
@@ -217,3 +208,17 @@ class EvolveConfig(BenchmarkFields):
             return self.path
         from data_synth.paths import data_root
         return str(data_root() / "longmemeval" / "longmemeval_s_subset.json")
+
+    @classmethod
+    def from_record(cls, d: dict) -> "EvolveConfig":
+        """The recipe stored in a run directory (``recipe.json``, :func:`dataclasses.asdict`);
+        old field names (:attr:`SearchSettings.RENAMED`: ``budget_<role>``) are read into
+        ``budgets``; keys of no field are ignored. Raises what the sections raise."""
+        import dataclasses
+
+        known = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in d.items() if k in known}
+        old = {k[len("budget_"):]: v for k, v in d.items() if k in cls.RENAMED and v is not None}
+        if old:
+            kw["budgets"] = {**old, **(kw.get("budgets") or {})}
+        return cls(**kw)

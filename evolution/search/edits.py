@@ -1,8 +1,7 @@
 """SEARCH/REPLACE edits: parsing a proposer's answer and applying it strictly.
 
-Source: DESIGN.md § "Capability-driven evolution" (proposers): "An edit is applied strictly: a
-SEARCH text must occur exactly once (whitespace-normalised matching is a second try); a miss
-is an error naming the closest region". The block format is the one coding agents use::
+Source: DESIGN.md § "Capability-driven evolution" (proposers): a SEARCH text must occur exactly
+once (whitespace-normalised matching is a second try); a miss names the closest region::
 
     <<<<<<< SEARCH
     old lines (copied exactly from the program)

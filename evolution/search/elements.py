@@ -1,22 +1,12 @@
 """Programs as sets of mergeable elements: the granularity of the offline component merge
-(:mod:`evolution.search.merge`) and of the element key that recognises a merge as an archived
-program up to statement order.
+(:mod:`evolution.search.merge`) and of the element key (a program up to statement order).
 
-Source: DESIGN.md § "Capability-driven evolution" (trace-guided integration), issue 9. A
-program's components (:mod:`evolution.execution.component_diff`: extraction, indexing,
-planning, retrieval, answer, shared) are made of **elements**, each one top-level statement or
-one member of ``class Memory``:
-
-- module level: a statement assigning / defining names is keyed by those names
-  (``TOP_K``, ``def query_text``, ``class MemoryUnit``); an import or any other statement is
-  keyed by its normalised text (``ast.unparse``: ``import re``), so two programs adding the
-  same import agree and different imports are both kept;
-- ``class Memory``: its header (decorators, bases) and each member, keyed by name
-  (``Memory.retrieve`` is the retrieval component, every other member is indexing).
-
-An element's ``norm`` is its normalised AST (docstrings removed, no positions): what "changed"
-compares. Every element's text is verbatim from its program (comments and blank lines above it
-travel with it), so :func:`render` rebuilds a program from chosen elements.
+Source: DESIGN.md § "Capability-driven evolution" (trace-guided integration). An element is one
+top-level statement (keyed by the names it defines, else its ``ast.unparse`` text, e.g. an
+import) or one member of ``class Memory`` (keyed ``Memory.<name>``; ``Memory.retrieve`` is the
+retrieval component, every other member indexing). ``norm``: the normalised AST (docstrings
+removed), what "changed" compares; ``text``: verbatim, comments above included, so :func:`render`
+rebuilds a program from chosen elements.
 """
 from __future__ import annotations
 

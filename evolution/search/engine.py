@@ -1,40 +1,17 @@
 """The evolution engine (PrisMem Algorithm 1; DESIGN.md § "Capability-driven evolution").
 
-Three parts, as GEPA splits them: the run's state (:class:`evolution.search.state.EvolutionState`:
-archive, ledger, history, RNG, sources, journal), the evaluator
-(:class:`evolution.search.evaluator.Evaluator`: programs on splits, compact cases from the kept
-train traces) and this engine, which changes the state round by round. Its collaborators are
-built outside it (:func:`evolution.search.api.build_engine`); their contracts are in
-:mod:`evolution.search.protocols`. The integrator, the reporter and every callback receive the
-state, never the engine.
-
-:class:`Engine` runs, round by round, the stages of its :class:`~evolution.search.protocols.Strategy`:
-**cold start** (``rounds_cold``: the proposer sees the diagnostics table and compact cases
-spread over capabilities; a child becomes the new base when the valid overall score improves),
-**capability refinement** (``rounds_refine``: target by the target policy, parent by the parent
-policy, cases by the case policy; a child becomes the specialist of every capability whose
-valid score it beats; when the proposer has nothing left to try on that parent, the round
-refines the policy's next fallback parent for the same target, :meth:`Engine.fallback_parent`),
-then **integration** (``rounds_integrate`` rounds go to the integrator,
-:class:`~evolution.search.protocols.Integrator`) and the **final** step: the frozen program
-(:meth:`EvolutionState.final_program`: the best valid overall among the base, every specialist
-and every accepted merge, ties to the later one) runs once on the test split, beside the seed,
-every specialist and the recipe's baselines.
-
-A round is one proposal → checks → validation (one revise turn on failure) → evaluation on
-train and valid → acceptance → :meth:`EvolutionState.record_round`; :meth:`Engine.attempt` does
-the first steps for any stage, so an integrator reuses it (through
-:class:`~evolution.search.protocols.RoundSteps`), then applies its own acceptance rule.
-
-Every finished step is a typed journal record (:mod:`evolution.search.journal`) appended to the
-state and sent to the callbacks (:meth:`EvolutionState.emit`); the run directory's writer
-(:class:`evolution.search.callbacks.RunDirWriter`) stores them and ``state.json`` after every
-round. ``run(resume=True)`` restarts the interrupted round from its start state and replays its
-finished steps from their records (the RNG state after a proposal is stored with it), so the
-resumed run ends exactly where an uninterrupted one ends and nothing is proposed, validated or
-evaluated twice (an evaluation killed half-way reuses the stage cache).
+:class:`Engine` changes an :class:`~evolution.search.state.EvolutionState` round by round through
+the stages of its :class:`~evolution.search.protocols.Strategy`: cold start (a child becomes the
+base when valid overall improves), capability refinement (a child becomes the specialist of every
+capability whose valid score it beats), integration (the integrator), and the final step (the
+frozen program, the seed, specialists and baselines on test). A round is proposal → checks →
+validation (one revise turn) → evaluation → acceptance → ``record_round``. Every finished step is
+a journal record; ``run(resume=True)`` replays the interrupted round's finished steps from their
+records, so nothing is proposed, validated or evaluated twice.
 """
 from __future__ import annotations
+
+from llm.errors import ConfigError, OutputPathError
 
 from pathlib import Path
 
@@ -53,9 +30,8 @@ from evolution.search.stops import check_endpoint
 
 
 def precheck(source: str, parent: Candidate, archive: Archive) -> str:
-    """Why a child is rejected before validation, or "": unparsable source, a no-op (same
-    :func:`program_key` as its parent: only comments, docstrings or formatting changed) or a
-    duplicate of any archived program (named)."""
+    """Why a child is rejected before validation, or "": unparsable, a no-op (same
+    :func:`program_key` as its parent) or a duplicate of an archived program."""
     try:
         key = program_key(source)
     except SyntaxError as e:
@@ -67,9 +43,7 @@ def precheck(source: str, parent: Candidate, archive: Archive) -> str:
 
 
 class Engine:
-    """One evolution run on ``state`` (see the module doc). ``state.cfg`` is the run config
-    (``strategy.run_config`` of the recipe); ``integrator`` None when the run has no
-    integration rounds; ``limits``: the validation limits."""
+    """One evolution run on ``state``; ``integrator`` None when there are no integration rounds."""
 
     def __init__(self, state: EvolutionState, strategy: Strategy, proposer: Proposer, evaluator: Evaluator,
                  limits: ValidationLimits, integrator: Integrator | None = None):
@@ -80,8 +54,6 @@ class Engine:
     def _replayed(self, cid: str, step: str):
         return load_record(self.state.dir.root, cid, step) if self.replay else None
 
-    # ------------------------------------------------------------------ seed
-
     def start(self) -> None:
         """Archive and evaluate the seed program (once)."""
         from memory_bank.programs import read_program_source, seed_program_path
@@ -91,7 +63,7 @@ class Engine:
         source = read_program_source(src_path)
         res = validate_program(source, None, self.limits)
         if not res.ok:
-            raise ValueError(f"the seed program fails validation level {res.level}: {res.reason}")
+            raise ConfigError(f"the seed program fails validation level {res.level}: {res.reason}")
         cand = Candidate("seed", None, 0, "seed", None, "seed", key=program_key(source),
                          program="candidates/seed/program.py", description="seed program",
                          validation=res.to_dict())
@@ -110,12 +82,9 @@ class Engine:
         state.emit(OutcomeRecord("seed", 0, "evaluated", "", accepted, list(cand.roles), cand.valid.scores(),
                                  cand.train.scores()))
 
-    # ------------------------------------------------------------------ one attempt
-
     def build_input(self, round_no: int, stage: str, parent: Candidate, target: str | None,
                     case_ids: list[str]) -> ProposalInput:
-        """The proposer's input: parent source, diagnostics, compact cases (rendered only for
-        proposers whose ``needs_cases`` is not False; the ids are always kept), lineage."""
+        """The proposer's input (cases rendered only when ``needs_cases`` is not False)."""
         parent_source = self.state.source_of(parent.id)
         cases = []
         if case_ids and getattr(self.proposer, "needs_cases", True):
@@ -140,9 +109,8 @@ class Engine:
 
     def attempt(self, round_no: int, stage: str, parent: Candidate, target: str | None, inp: ProposalInput,
                 cid: str, proposer: Proposer | None = None) -> Candidate:
-        """Propose → check → validate (one revise) → evaluate; returns the archived candidate
-        (status evaluated / rejected / failed). Acceptance is the caller's. ``proposer``: this
-        attempt's proposer (default the run's; the integrator passes its offline merge)."""
+        """Propose → check → validate (one revise) → evaluate; returns the archived candidate.
+        Acceptance is the caller's. ``proposer``: default the run's."""
         state = self.state
         proposer = proposer or self.proposer
         cand = Candidate(cid, parent.id, round_no, stage, target, proposer.name)
@@ -206,8 +174,7 @@ class Engine:
         return rec.verdict
 
     def _evaluate(self, cand: Candidate, source: str, parent_source: str | None, round_no: int):
-        """Train + valid evaluation of ``cand`` (replayed or run and emitted); books its usage,
-        scores and diagnostics."""
+        """Train + valid evaluation of ``cand`` (replayed or run); books usage and diagnostics."""
         ev = self._replayed(cand.id, "eval")
         if ev is None:
             ev = self.evaluator.evaluate_candidate(cand.id, round_no, source, parent_source)
@@ -216,8 +183,6 @@ class Engine:
         self.state.diagnostics[cand.id] = ev.diagnostics
         cand.train, cand.valid = ev.train, ev.valid
         return ev
-
-    # ------------------------------------------------------------------ one round
 
     def stage_of(self, round_no: int) -> str:
         return self.strategy.stage_of(round_no, self.cfg)
@@ -250,10 +215,8 @@ class Engine:
                 (state.history[-1]["proposal"] or "")
 
     def fallback_parent(self, parent: Candidate, target: str | None) -> Candidate:
-        """``parent``, or, when the proposer says it has nothing left to try on it (its optional
-        ``exhausted(ProposalInput) -> bool``), the first of the parent policy's optional
-        ``fallbacks(archive, target)`` it has something for (DESIGN.md: a round is a
-        proposal). Deterministic given the archive, so a resumed round picks the same parent."""
+        """``parent``, or, when the proposer is ``exhausted`` on it, the first of the parent
+        policy's ``fallbacks(archive, target)`` it is not exhausted on (deterministic)."""
         exhausted = getattr(self.proposer, "exhausted", None)
         more = getattr(self.strategy.parent, "fallbacks", None)
         if exhausted is None or more is None or target is None:
@@ -263,12 +226,9 @@ class Engine:
                 return cand
         return parent
 
-    # ------------------------------------------------------------------ the run
-
     def final_runs(self) -> dict:
-        """The final step (once; replayed on resume): the frozen program and the seed on test,
-        every specialist when ``test_specialists``, the baselines; calls booked on the ledger's
-        ``final`` row. Returns the :class:`FinalRecord`'s dict."""
+        """The final step (once; replayed on resume): frozen program, seed, specialists when
+        ``test_specialists``, baselines on test. Returns the :class:`FinalRecord`'s dict."""
         state = self.state
         stored = load_final(state.dir.root) if self.replay else None
         if stored is not None:
@@ -300,18 +260,15 @@ class Engine:
         return fin
 
     def run(self, *, resume: bool = False):
-        """Run (or, ``resume``, continue) the whole loop; returns the
-        :class:`~evolution.search.result.EvolveResult` (also sent to ``on_run_end``). The caller
-        holds the run directory's lock (:func:`evolution.search.api.evolve`). Raises
-        :class:`evolution.search.stops.EndpointUnreachable` (state saved) when the coder keeps
-        failing."""
+        """Run (or continue, ``resume``) the loop; returns the :class:`EvolveResult`. The caller
+        holds the run dir's lock. Raises :class:`EndpointUnreachable` (state saved)."""
         from evolution.search.result import build_result
 
         state = self.state
         if resume and not state.load() and not state.dir.recipe.exists():
-            raise FileNotFoundError(f"nothing to resume in {state.dir.root}: no state.json or recipe.json")
+            raise ConfigError(f"nothing to resume in {state.dir.root}: no state.json or recipe.json")
         if not resume and state.dir.state.exists():
-            raise FileExistsError(f"{state.dir.root} already holds a run; use --resume {state.dir.root}")
+            raise OutputPathError(f"{state.dir.root} already holds a run; use --resume {state.dir.root}")
         self.replay = resume
         state.notify("on_run_start", resume)
         if not state.archive.candidates:

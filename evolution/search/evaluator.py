@@ -1,13 +1,8 @@
 """Evaluation of programs for the evolution loop: a program on a split, a candidate's train +
-valid evaluation (its journal record), the proposer's diagnostics table, compact cases, the baselines.
-
-:class:`Evaluator` owns the two :class:`~evolution.execution.runner.ProgramRunner` s (with and
-without diagnostics) over one stage cache. The train evaluation of a candidate keeps its run
-(the traces) in memory, keyed by the program text, so the compact cases of that program are
-made from it (:meth:`Evaluator.case_texts`) instead of rebuilding the run through the stage
-cache; after ``--resume``, or for a program whose run was dropped (at most ``keep_runs`` runs
-are held, least recently used first out), the run is rebuilt from the stage cache (every stage
-cached, nothing re-run).
+valid evaluation (its journal record), the diagnostics table, compact cases, the baselines.
+:class:`Evaluator` holds the two runners (with and without diagnostics) over one stage cache and
+keeps up to ``keep_runs`` train runs in memory (LRU) for compact cases; a dropped run is rebuilt
+from the stage cache (nothing re-run).
 """
 from __future__ import annotations
 
@@ -70,8 +65,8 @@ class Evaluator:
 
     def __init__(self, rt, cfg, cache, splits: dict, *, keep_runs: int = 8):
         self.rt, self.cfg, self.cache, self.splits = rt, cfg, cache, splits
-        self.runner_diag = ProgramRunner(rt, cfg.runner_settings(diagnostics=True), cache)
-        self.runner = ProgramRunner(rt, cfg.runner_settings(diagnostics=False), cache)
+        self.runner_diag = ProgramRunner(rt, cfg, cache, diagnostics=True)
+        self.runner = ProgramRunner(rt, cfg, cache, diagnostics=False)
         self.keep_runs = keep_runs
         self.train_runs: OrderedDict[str, object] = OrderedDict()
 

@@ -1,11 +1,8 @@
 """The ablation experiment: every variant × every seed under one recipe, resumable.
 
-Source: issue 9 § 3; PrisMem Table 4 (ablations), Table 12 (routing baseline), Fig. 3b
-(performance boundary). ``memgym evolve experiment --config R.yaml --variants
-full,holistic,round_robin,random_cases,no_integration --seeds 3`` runs, for seeds
-``recipe.seed + 0 .. n-1`` (outer loop) and each variant (inner loop), one evolution run
-with the same recipe, proposer and budget; the variant only sets the recipe's ``ablation``
-(``full`` = ``none``; see :mod:`evolution.search.strategies`).
+Source: PrisMem Table 4 (ablations), Table 12 (routing baseline), Fig. 3b (performance boundary).
+For seeds ``recipe.seed + 0 .. n-1`` (outer) and each variant (inner), one evolution run with the
+same recipe, proposer and budget; the variant only sets ``ablation`` (``full`` = ``none``).
 
 Layout of the experiment directory ``OUT`` (the recipe's ``out``)::
 
@@ -16,13 +13,13 @@ Layout of the experiment directory ``OUT`` (the recipe's ``out``)::
                                  same conversations are executed once in the whole experiment)
     OUT/experiment.json, experiment.md, boundary.png
 
-Every run goes through :func:`evolution.search.api.evolve` with the experiment's runtime and
-a :class:`RunBook` callback that records the run as done in ``experiment_state.json`` when it
-ends. Resume: a run whose status is ``done`` (its summary.json written) is never started
-again; a run killed half-way continues with the engine's own resume; unstarted runs start.
-Metrics (:mod:`evolution.search.experiment_report`) are recomputed from the run directories.
+Every run goes through :func:`evolution.search.api.evolve`; a :class:`RunBook` callback marks it
+done when it ends. Resume: done runs are never started again, a killed run resumes, unstarted
+runs start. Metrics (:mod:`evolution.search.experiment_report`) come from the run directories.
 """
 from __future__ import annotations
+
+from llm.errors import ConfigError, OutputPathError
 
 import dataclasses
 import time
@@ -43,9 +40,9 @@ def parse_variants(text: str | list) -> list[str]:
     names = [v.strip() for v in (text.split(",") if isinstance(text, str) else text) if v.strip()]
     bad = [v for v in names if v not in VARIANTS]
     if bad or not names:
-        raise ValueError(f"unknown variant(s) {bad or '(none given)'}; choose from {', '.join(VARIANTS)}")
+        raise ConfigError(f"--variants: unknown variant(s) {bad or '(none given)'}; choose from {', '.join(VARIANTS)}")
     if len(set(names)) != len(names):
-        raise ValueError(f"a variant is listed twice: {names}")
+        raise ConfigError(f"--variants: a variant is listed twice: {names}")
     return names
 
 
@@ -56,7 +53,7 @@ class Experiment:
 
     def __init__(self, cfg: EvolveConfig, variants: list[str], seeds: int, rt=None):
         if seeds < 1:
-            raise ValueError(f"seeds must be >= 1, got {seeds}")
+            raise ConfigError(f"--seeds must be >= 1, got {seeds}")
         self.cfg, self.variants, self.n_seeds = cfg, parse_variants(variants), seeds
         self.root = Path(cfg.out)
         self.seeds = [cfg.seed + i for i in range(seeds)]
@@ -75,9 +72,8 @@ class Experiment:
         """The experiment stored in ``root`` (FileNotFoundError when there is none)."""
         spec = read_json(Path(root) / "experiment_recipe.json")
         if spec is None:
-            raise FileNotFoundError(f"no experiment to resume in {root}: experiment_recipe.json is missing")
-        known = {f.name for f in dataclasses.fields(EvolveConfig)}
-        cfg = EvolveConfig(**{k: v for k, v in spec["recipe"].items() if k in known})
+            raise ConfigError(f"no experiment to resume in {root}: experiment_recipe.json is missing")
+        cfg = EvolveConfig.from_record(spec["recipe"])
         cfg.out = str(root)
         return cls(cfg, spec["variants"], spec["seeds"], rt=rt)
 
@@ -109,7 +105,7 @@ class Experiment:
 
         spec_path = self.root / "experiment_recipe.json"
         if spec_path.exists() and not resume:
-            raise FileExistsError(f"{self.root} already holds an experiment; continue it with: memgym evolve "
+            raise OutputPathError(f"{self.root} already holds an experiment; continue it with: memgym evolve "
                                   f"experiment --resume {self.root}")
         self.root.mkdir(parents=True, exist_ok=True)
         if not spec_path.exists():

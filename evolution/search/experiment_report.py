@@ -1,9 +1,7 @@
 """Metrics and reports of an ablation experiment (:mod:`evolution.search.experiment`).
 
-Per run (variant × seed), read back from its run directory: the final program's valid and test
-scores (overall and per capability), rounds, candidates evaluated, model calls and tokens per
-role, the best valid score per capability reached by any evaluated candidate (PrisMem Fig. 3b's
-"boundary"), and per-task test scores of the seed, the final program and every specialist.
+Per run (variant × seed), read back from its run directory: final valid/test scores, rounds,
+candidates, calls and tokens per role, the boundary (PrisMem Fig. 3b), per-task test scores.
 
 Per variant: mean ± std over seeds (sample std, 0 for one seed) of each number. Baselines in
 the same table: the **seed program** (identical in every run) and PrisMem Table 12's

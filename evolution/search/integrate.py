@@ -1,48 +1,16 @@
 """Trace-guided integration (PrisMem stage III): consolidate the capability specialists into one
-program.
+program. Source: DESIGN.md § "Capability-driven evolution", step 3.
 
-Source: DESIGN.md § "Capability-driven evolution", step 3, and issue 9 § 1:
-
-- **paired differential case** of capability c (:func:`paired_cases`): the train task with
-  primary label c on which c's specialist beats the base by the largest score gap
-  (specialist − base; ties: task order). Under the ``random_cases`` ablation it is a train
-  task drawn with the run's seeded RNG instead.
-- **acceptance** (:func:`integration_verdict`): the merged program's valid overall score beats
-  the base's strictly, and no capability's valid score drops by more than δ (recipe ``delta``,
-  default 0.02) against the base.
-- **the base of a merge** (recipe ``integrate_onto``): ``base`` is PrisMem's (the run's base
-  program); ``best`` (default) is the best valid overall among the base and the specialists
-  (:meth:`TraceGuidedIntegrator.anchor`): the other specialists are merged onto it and the
-  merge is judged against it, so an accepted merge beats every single program the freeze rule
-  could pick. When the base scores best, both are the same.
-- **attempts** (one per integration round, at most ``rounds_integrate``): the first is the
-  offline component-level merge (:func:`evolution.search.merge.component_merge`) of every
-  specialist that differs from the base; it is the whole integration of the ``params``
-  proposer and the coder's cheap first try. After a failed offline merge the params
-  integrator retries **element by element**: the blamed specialist (:func:`blame`: the
-  contributor with the lowest valid score on the capability that dropped most beyond δ, else
-  the one with the lowest valid overall) keeps everything but the elements its worst lineage
-  step changed (:func:`blame_elements`: the step with the lowest valid change on that
-  capability, or overall); a specialist that cannot be split is left out whole. An LLM
-  proposer (``coder``, ``scripted``) instead gets the base (or the last evaluated failed
-  merge: "a failed merge goes back with its implementation"), each specialist's component
-  diff against the base, the compact traces of the base and the specialist on each paired
-  case, and, for a retry, the failed merge's verdict and its traces on those cases.
-- **condition-level retry** (recipe ``integrate_condition``, default ``none``): with
-  ``specialist`` or ``dropped``, the round after a failed offline merge tries its
-  condition-level form first (:mod:`evolution.search.condition`: the anchor's and the failed
-  merge's ``Memory`` in one program, one side per question by a reader of the question fit on
-  train; history row kind ``condition``); the element-level retry follows if it fails too.
-- Once a merge is accepted it becomes the program merged onto (:meth:`TraceGuidedIntegrator.anchor`):
-  the remaining integration rounds add the specialists onto it (what they add beyond it; the
-  exclusions start afresh) and judge against it; the last accepted merge is the integration's
-  final program (:meth:`TraceGuidedIntegrator.final`), else the base.
-
-Every attempt is one history row (stage ``integrate``) with the specialists, the paired cases,
-the conflicts the merge settled, the merged program's valid scores per capability, and
-accepted or why not; :func:`evolution.search.report.integration_section` renders them for report.md. The integrator
-keeps no state of its own: everything is read back from the archive and the history, so a
-resumed run continues exactly.
+- paired differential case (:func:`paired_cases`), acceptance (:func:`integration_verdict`),
+  blame (:func:`blame`, :func:`blame_elements`): :mod:`evolution.search.integration_rules`.
+- merged onto (:meth:`TraceGuidedIntegrator.anchor`): the last accepted merge, else recipe
+  ``integrate_onto``: ``base`` or ``best`` (best valid overall among base and specialists).
+- attempts (one per integration round): the offline merge (:mod:`evolution.search.merge`; the
+  whole integration of ``params``, the coder's first try); after a failure, optionally its
+  condition-level form (:mod:`evolution.search.condition`), then an element-level retry leaving
+  out the blamed elements; an LLM proposer instead gets diffs and paired-case traces.
+- every attempt is one history row (stage ``integrate``); the integrator keeps no state of its
+  own (all read back from archive and history), so a resumed run continues exactly.
 """
 from __future__ import annotations
 
@@ -65,13 +33,10 @@ __all__ = ["DEFAULT_DELTA", "MergeProposer", "OFFLINE_PROPOSERS", "TraceGuidedIn
 OFFLINE_PROPOSERS = ("params",)
 
 
-# ------------------------------------------------------------------ proposers of one attempt
-
 
 @dataclass
 class MergeProposer:
-    """Proposes a fixed, precomputed merge (so the loop's attempt path validates, evaluates
-    and stores it like any proposal). ``source``: the merged program; ``description``."""
+    """Proposes a fixed, precomputed merge, so the loop validates, evaluates and stores it."""
 
     source: str
     description: str
@@ -92,20 +57,14 @@ def unified_diff(a: str, b: str, name_a: str, name_b: str, max_chars: int = 6000
     return text if len(text) <= max_chars else text[:max_chars] + "\n... (diff cut)\n"
 
 
-# ------------------------------------------------------------------ the integrator
-
 
 class TraceGuidedIntegrator:
-    """The loop's integration hook (``run_round(state, steps, round_no, rng)``, ``final(state)``):
-    ``state`` is the run's :class:`~evolution.search.state.EvolutionState` (read, and booked on
-    through ``record_round``), ``steps`` the engine's :class:`RoundSteps`.
+    """The loop's integration hook (``run_round(state, steps, round_no, rng)``, ``final(state)``).
 
-    ``delta``: the acceptance tolerance; ``random_cases``: paired cases drawn at random
-    (ablation); ``offline_first``: an LLM proposer's first attempt is the offline merge;
-    ``onto``: the program the specialists are merged onto and judged against, ``base`` (the
-    base, PrisMem's rule) or ``best`` (the best valid overall among the base and the
-    specialists, ties to the later one: a merge is then only accepted when it beats the best
-    single program, the one the freeze rule would otherwise pick).
+    ``delta``: acceptance tolerance; ``random_cases``: paired cases drawn at random (ablation);
+    ``offline_first``: an LLM proposer's first attempt is the offline merge; ``onto``: ``base``
+    (PrisMem) or ``best`` (best valid overall among base and specialists); ``condition``: a
+    :data:`CONDITION_RULES` rule for the condition-level retry.
     """
 
     name = "trace_guided"
@@ -134,8 +93,6 @@ class TraceGuidedIntegrator:
         from evolution.search.select import freeze_choice
         return arch.get(freeze_choice(arch, [])["frozen"])
 
-    # -------------------------------------------------------------- state read back
-
     @staticmethod
     def rows(state) -> list[dict]:
         return [h for h in state.history if h.get("stage") == "integrate"]
@@ -150,8 +107,6 @@ class TraceGuidedIntegrator:
         """The last accepted merge's id, else the base's."""
         done = [h for h in self.rows(state) if h.get("integrated")]
         return done[-1]["candidate"] if done else state.archive.base
-
-    # -------------------------------------------------------------- one round
 
     def specialists(self, state) -> list[Candidate]:
         """Distinct specialists that can contribute: not the anchor, not an ancestor of it."""
@@ -256,8 +211,8 @@ class TraceGuidedIntegrator:
 
     def _evaluate(self, state, steps, round_no, row, source: str, desc: str, detail: str,
                   contributors: list[Candidate], supplied: dict | None = None) -> None:
-        """Evaluate an offline merge's ``source`` (or reuse the archived program it equals, up to
-        statement order) and judge it (:meth:`_judge`)."""
+        """Evaluate a merge's ``source`` (or reuse the archived program equal to it up to statement
+        order) and judge it."""
         arch = state.archive
         base = arch.get(row["anchor"])
         key, ekey = program_key(source), element_key(source)
@@ -279,11 +234,8 @@ class TraceGuidedIntegrator:
         self._judge(state, row, cand, contributors, supplied)
 
     def _condition_attempt(self, state, steps, round_no, row, failed: dict) -> None:
-        """The condition-level form of the failed offline merge ``failed`` (its history row):
-        :func:`evolution.search.condition.condition_merge` of the anchor and the failed merge,
-        the reader trained on the train split's questions (:class:`QuestionReader`), the
-        capabilities it reads by the recipe rule (:func:`condition_plan`); judged like any
-        merge, against the anchor."""
+        """Condition-level form (:func:`condition_merge`) of the failed offline merge row ``failed``
+        onto the anchor, the :class:`QuestionReader` trained on train questions."""
         arch = state.archive
         base = arch.get(row["anchor"])
         drops = failed.get("drops") or {}
@@ -312,13 +264,10 @@ class TraceGuidedIntegrator:
         self._evaluate(state, steps, round_no, row, source, desc, desc, [arch.get(failed["candidate"])])
 
     def _judge(self, state, row, cand: Candidate, contributors: list[Candidate], supplied: dict | None = None) -> None:
-        """Apply the acceptance rule to ``cand`` and book the attempt: a candidate made in this
-        round through :meth:`EvolutionState.record_round` (outcome.json, failed attempts, history),
-        a reused archived program as a plain history row. Judged against the anchor. On a
-        failure the blamed specialist (:func:`blame`) is recorded; with ``supplied`` (an offline
-        merge: specialist id → element keys it supplied) the retry leaves out only the elements
-        of its worst lineage step (:func:`blame_elements`, row ``left_out``), else the whole
-        specialist."""
+        """Apply :func:`integration_verdict` to ``cand`` against the anchor and book the attempt (a
+        candidate of this round via ``record_round``, a reused program as a plain history row). On
+        failure record the blamed specialist; with ``supplied`` (specialist id → element keys) the
+        retry leaves out only its worst lineage step's elements (:func:`blame_elements`)."""
         base = state.archive.get(row.get("anchor") or state.archive.base)
         if cand.status != "evaluated":
             ok, reason, drops = False, cand.reason, {}
@@ -347,8 +296,6 @@ class TraceGuidedIntegrator:
             state.log_integration(state.history[-1])
             return
         self._log(state, row, row.get("proposal", ""), accepted or f"no: {reason}")
-
-    # -------------------------------------------------------------- LLM attempt
 
     def material(self, state, steps, specs, caps_of, paired, failed: dict | None) -> tuple[str, list[str], list[str]]:
         """(integration text, compact traces, their task ids) for an LLM attempt."""

@@ -2,8 +2,7 @@
 differential cases, the acceptance verdict, and blame (which specialist, and which of its
 elements, a retry leaves out).
 
-Source: DESIGN.md § "Capability-driven evolution", step 3; issue 9 § 1; issue 20 (element-level
-retry). The integrator (:mod:`evolution.search.integrate`) applies them round by round.
+Source: DESIGN.md § "Capability-driven evolution", step 3. Applied by :mod:`evolution.search.integrate`.
 """
 from __future__ import annotations
 
@@ -17,8 +16,6 @@ from evolution.search.select import TaskInfo
 DEFAULT_DELTA = 0.02
 _EPS = 1e-9
 
-
-# ------------------------------------------------------------------ pure rules
 
 
 def paired_case(archive: Archive, cap: str, train_tasks: list[TaskInfo],

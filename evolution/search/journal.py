@@ -1,27 +1,9 @@
-"""The run journal: one typed record per finished step of a round (GEPA-style events).
-
-The engine (:mod:`evolution.search.engine`) makes a record when a step finishes, appends it
-to the run's :class:`~evolution.search.state.EvolutionState` and sends it to the callbacks
-(:meth:`EvolutionState.emit`); the run directory's writer
-(:class:`evolution.search.callbacks.RunDirWriter`) stores each as
-``candidates/<id>/<step>.json`` and ``--resume`` replays the interrupted round from those
-files (:func:`load_record`), so nothing is proposed, validated or evaluated twice.
-
-Records (each with one JSON form, ``to_json`` / ``from_json``; ``candidate`` and ``round``
-name the attempt):
-
-- :class:`ProposalRecord` (step ``proposal``, or ``revise`` for the one validation revise):
-  the proposer's :class:`~evolution.search.proposers.base.ProposalResult` and the RNG state
-  after it (so a replayed round continues with the same random draws), the case ids and
-  rendered cases shown;
-- :class:`ValidationRecord` (``validation``, ``validation2`` after a revise): the 4-level
-  verdict ``{"ok", "level", "reason"}``;
-- :class:`EvaluationRecord` (``eval``): train and valid scores, the train diagnostics table
-  the next proposal sees, model usage per role, stage items run/cached, reuse counts;
-- :class:`OutcomeRecord` (``outcome``): status, reason, what the candidate became, scores;
-- :class:`IntegrationAttempt`: one stage-III history row (stored in ``state.json``'s history).
-- :class:`FinalRecord` (``final.json``): the test runs of the frozen program, the seed, the
-  specialists and the baselines.
+"""The run journal: one typed record per finished step of a round (GEPA-style events), each with
+one JSON form (``to_json`` / ``from_json``). The run dir's writer stores them as
+``candidates/<id>/<step>.json``; ``--resume`` replays the interrupted round from them
+(:func:`load_record`). Steps: ``proposal`` / ``revise`` (:class:`ProposalRecord`, with the RNG
+state after it), ``validation`` / ``validation2``, ``eval``, ``outcome``; plus
+:class:`IntegrationAttempt` (a history row) and :class:`FinalRecord` (``final.json``).
 """
 from __future__ import annotations
 

@@ -1,20 +1,10 @@
 """The token ledger of an evolution run: model calls and tokens per role and round, budgets.
 
-Source: DESIGN.md § "Run state": "The ledger counts calls and tokens per role (coder, extract,
-plan, answer, judge, embed) per round; budgets per role stop a run cleanly."
-
-Roles: ``coder`` (proposals), ``extract`` / ``plan`` / ``answer`` (task-LLM calls of the
-runner's stages, by stage), ``extractor`` (a trained extractor), ``judge`` and ``embed``
-(embedding batches that reached the model). Tokens are those of the respective model
-(prompt and completion); embed has calls only. Cache hits are not calls and cost nothing.
-A budget is a cap on a role's total tokens (prompt + completion; calls for ``embed``).
-
-Cost as the field reports it (PrisMem, ``shared/seeds/000_0e559b88b400976a.txt``: tokens per
-20-round run, 73.7 M, against M*'s 76.5 M; task tokens per BEAM-1M test question, 100.59 K):
-:func:`tokens_by_round` (tokens per role per round and per run, the report's table) and
-:func:`per_question` (the frozen program's test-run tokens per test question). ``task`` is the
-task model's three stages together (extract + plan + answer); ``annotator`` tokens are those
-the capability labels of train and valid cost (``memgym annotate``), booked on round "0".
+Source: DESIGN.md § "Run state". Roles: ``coder``, ``extract`` / ``plan`` / ``answer`` (the
+runner's task-LLM stages), ``extractor`` (a trained extractor), ``judge``, ``embed`` (calls only),
+``annotator`` (capability labels, booked on round "0"). Cache hits cost nothing. A budget caps a
+role's prompt + completion tokens (calls for ``embed``). Cost as the field reports it (PrisMem,
+shared/seeds/000_0e559b88b400976a.txt): :func:`tokens_by_round` and :func:`per_question`.
 """
 from __future__ import annotations
 

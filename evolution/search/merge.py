@@ -1,50 +1,13 @@
 """Offline component-level merge of capability specialists (PrisMem stage III without an LLM).
 
-Source: DESIGN.md § "Capability-driven evolution" (trace-guided integration) and issue 9:
-"a component-level merge from the common ancestor (each component from the specialist that
-changed it; a component changed by several specialists is settled on the paired differential
-cases)". Used as the whole integration of the ``params`` proposer and as the coder's cheap
-first try.
-
-Granularity: the **elements** of :mod:`evolution.search.elements` (one top-level statement or
-one member of ``class Memory``, keyed by the names it defines).
-
-Three-way rule, element by element. Each specialist S is compared with its **common ancestor
-with the base** A_S (the deepest program in both archive lineages: the base itself for a
-specialist refined from it; S itself when S is an ancestor of the base, so it contributes
-nothing). **Per-element merge base** (when the lineages are given): for element k, the merge
-base of S is the latest version of k in S's lineage that the base's lineage also holds (A_S's at
-worst, as A_S is in both). Lineages that evolved in parallel often made the same change (both
-applied ``dense_ranking`` from the seed): S then counts as changing ``Memory.retrieve`` only if
-it moved on from the version the base holds, and the base's own later change of ``TOP_K`` is
-not a conflict with S's copy of the version the base started from (issue 20: in the demo every
-such pseudo-conflict was settled against the base, on cases chosen for the specialists). S
-*changed* an element when its version (normalised AST, docstrings ignored; "absent" counts as a
-version) differs from its merge base's. No specialist changed it → the base's version. One
-distinct changed version, and the base did not change the element since that merge base → that
-version. Otherwise a **conflict** (several specialists changed it differently, or the base
-changed it too), settled by :func:`settle` on the **train evaluation of every holder as a
-whole**: each version scores the best train overall (mean over all train tasks) of the programs
-holding it, and the highest wins; ties go to the mean over **all** the merge's paired
-differential cases, then to the base's version, then to the earliest capability in F, T, P, M,
-A order. When a holder has no train overall (a caller without evaluations) the versions score
-on the mean over all the merge's paired cases alone. Issue 20: settling on the paired case of
-the specialist's own capability, which is the case where it beats the base the most, gave every
-real conflict to the specialist (experiment full/seed1 round 7: the P specialist's TOP_K 80 beat
-the base's TOP_K 20 on P's case, and the merge fell to 0.403). The module docstring is the base's.
-
-Dead code: a definition the base lacks that nothing in the merge uses any more (the helpers
-of a specialist whose ``retrieve`` lost a conflict) is dropped, repeatedly, so a merge that
-reduces to one specialist's program is recognised as that program.
-
-Layout: the merged module follows the base's statement order; an element the base lacks is
-inserted after its nearest preceding element (in the contributing program's order) that is
-already placed, else at the front of its container. Every element's text is taken verbatim
-from the program it comes from (comments and blank lines above it travel with it).
-
-The result (:class:`MergeResult`) is a source text plus its provenance (element → program id),
-the components each program supplied, and the conflicts with their scores; it is not
-validated here (the integrator runs the four validation levels and the acceptance rule).
+Source: DESIGN.md § "Capability-driven evolution" (trace-guided integration). Granularity: the
+elements of :mod:`evolution.search.elements`. Each specialist S is compared, element by element,
+with its merge base: the latest version of the element in S's lineage that the base's lineage also
+holds (else S's common ancestor with the base). No specialist changed it → the base's version; one
+distinct changed version the base did not also change → that version; otherwise a conflict,
+settled by :func:`settle`. Definitions the base lacks that nothing in the merge uses are dropped.
+The merged module follows the base's order; a new element goes after its nearest placed
+predecessor. The result is not validated here (the integrator does).
 """
 from __future__ import annotations
 
@@ -62,10 +25,8 @@ __all__ = ["ABSENT", "Conflict", "Contender", "Element", "MergeError", "MergeRes
 
 @dataclass
 class Contender:
-    """A program taking part in a merge: ``id`` (archive id), ``source``, ``capabilities`` it is
-    the specialist of ("" for the base), ``paired_scores``: its train score on each paired
-    differential case (task id → score in [0, 1]) and ``train_overall``: its train overall
-    score in [0, 1] (None when not evaluated; conflicts then settle on the paired cases)."""
+    """A program in a merge: archive ``id``, ``source``, ``capabilities`` it specialises in ("" for
+    the base), ``paired_scores`` (case id → train score in [0, 1]), ``train_overall`` (or None)."""
 
     id: str
     source: str
@@ -76,11 +37,8 @@ class Contender:
 
 @dataclass
 class Conflict:
-    """An element changed differently by several programs: ``key``, ``component``,
-    ``cases`` (all the merge's paired case ids), ``versions`` (one dict per distinct version:
-    ``holders`` ids, ``score`` = the best holder's train overall under rule ``"train overall"``,
-    else its mean over ``cases``; ``paired`` = that holder's mean over ``cases``), ``winner`` (a
-    program id), ``rule``: ``"train overall"`` or ``"paired cases"``."""
+    """An element changed differently by several programs; ``versions``: one dict per version
+    (``holders``, ``score``, ``paired``); ``rule``: ``"train overall"`` or ``"paired cases"``."""
 
     key: str
     component: str
@@ -96,11 +54,8 @@ class Conflict:
 
 @dataclass
 class MergeResult:
-    """``source``: the merged program. ``provenance``: element key → id of the program it was
-    taken from (the base's id for elements no specialist changed). ``components``: component
-    → ids of the specialists that supplied a changed element of it (base order, then the
-    specialists' order). ``conflicts``: :class:`Conflict` list. ``contributors``: specialist
-    ids that supplied at least one element."""
+    """``source``: merged program; ``provenance``: element key → source program id;
+    ``components``: component → contributing specialist ids; ``conflicts``; ``contributors``."""
 
     source: str
     provenance: dict
@@ -119,12 +74,10 @@ def _cap_rank(c: Contender) -> int:
 
 def settle(key: str, component: str, versions: dict[str, list[Contender]], base_id: str,
            cases: list[str]) -> Conflict:
-    """Settle one conflict (see the module doc). ``versions``: normalised version → holders
-    (the base among them when it contends); ``cases``: all the merge's paired differential
-    case ids. A holder is ranked by (train overall, mean train score over ``cases``); with any
-    holder lacking a train overall, by the mean over ``cases`` alone (0 when there are none). A
-    version's score is its best holder's; the highest wins (ties: the base's version, then the
-    earliest capability)."""
+    """Settle one conflict. ``versions``: normalised version → holders; ``cases``: the merge's
+    paired case ids. A version scores its best holder's train overall (ties: mean over ``cases``),
+    or the mean over ``cases`` alone when a holder lacks a train overall; the highest wins, ties
+    going to the base's version, then the earliest capability (F, T, P, M, A)."""
     rule = "train overall" if all(h.train_overall is not None for hs in versions.values() for h in hs) \
         else "paired cases"
 
@@ -152,18 +105,11 @@ def component_merge(base: Contender, specialists: list[Contender], ancestors: di
                     lineages: dict[str, list[str]] | None = None) -> MergeResult:
     """Merge ``specialists`` into ``base`` (module doc).
 
-    ``ancestors``: specialist id → source of its common ancestor with the base (the base
-    itself for a specialist refined from it; the specialist itself when it is an ancestor of
-    the base, so it contributes nothing). ``paired``: capability → its paired differential
-    case id; a conflict is settled on the holders' train overall, then on all these cases
-    (:func:`settle`); give ``base`` its ``paired_scores`` and ``train_overall`` too.
-    ``exclude``: ``(specialist id, element key)`` pairs left out (an element-level retry): the
-    specialist does not contend on that element, as if it had not changed it.
-    ``lineages``: program id → the sources of its archive lineage, oldest first, itself last
-    (the base's and the specialists'); with them each element has its own merge base (module
-    doc, "per-element merge base").
-    Raises :class:`MergeError` when a program cannot be split (unparsable, no ``class
-    Memory``, a key defined twice) or a specialist has no ancestor.
+    ``ancestors``: specialist id → source of its common ancestor with the base. ``paired``:
+    capability → its paired differential case id (conflicts settle on these, :func:`settle`).
+    ``exclude``: ``(specialist id, element key)`` pairs that do not contend. ``lineages``: program
+    id → its lineage's sources, oldest first (enables per-element merge bases).
+    Raises :class:`MergeError` when a program cannot be split or a specialist has no ancestor.
     """
     paired = paired or {}
     all_cases = list(dict.fromkeys(paired[c] for c in CAPABILITIES if c in paired))
@@ -186,8 +132,7 @@ def component_merge(base: Contender, specialists: list[Contender], ancestors: di
     hist = _lineage_maps(lineages, [p.id for p in progs])
 
     def anc(s: Contender, k: str) -> str:
-        """The merge base of ``k`` for ``s``: the latest version in s's lineage that the base's
-        lineage also holds, else the common ancestor's."""
+        """Merge base of ``k`` for ``s`` (module doc)."""
         if s.id in hist and base.id in hist:
             seen = {norm(m, k) for m in hist[base.id]}
             hit = next((norm(m, k) for m in reversed(hist[s.id]) if norm(m, k) in seen), None)

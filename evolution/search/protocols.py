@@ -1,17 +1,5 @@
-"""The contracts of the evolution engine's plug-ins, in one place (GEPA's adapter + callback
-split): the engine (:mod:`evolution.search.engine`) imports these types, the plug-ins implement
-them, so the engine never depends on a plug-in module.
-
-- :class:`Proposer`: proposes a child program from a
-  :class:`~evolution.search.proposers.base.ProposalInput`;
-- :class:`TargetPolicy`, :class:`ParentPolicy`, :class:`CasePolicy`, :class:`AcceptancePolicy`:
-  which capability to target, which parent to refine, which train tasks to show, what a
-  child becomes (:mod:`evolution.search.select`, :mod:`evolution.search.strategies`);
-- :class:`Strategy`: the four policies plus the stage schedule, chosen by the recipe's
-  ``ablation`` name (:func:`evolution.search.strategies.strategy_for`);
-- :class:`Integrator` and :class:`RoundSteps`: stage III and what the engine lends it;
-- :class:`Callback`: what the engine tells observers (run-directory persistence, progress
-  bars, reports, the experiment harness, a user's tracker).
+"""The contracts of the evolution engine's plug-ins (GEPA's adapter + callback split): the engine
+imports these types and the plug-ins implement them, so the engine never depends on a plug-in.
 """
 from __future__ import annotations
 
@@ -28,16 +16,10 @@ if TYPE_CHECKING:
 
 
 class Proposer(Protocol):
-    """Proposes a child program from a :class:`ProposalInput`.
-
-    ``propose(inp, rng)``: one proposal; ``rng`` is the run's seeded generator (the only
-    source of randomness allowed, so runs replay exactly). ``revise(inp, result, verdict,
-    rng)``: called once when the child failed a validation level, with the verdict text;
-    returns a new result or None (no second try). ``needs_cases``: False lets the engine skip
-    rendering compact cases the proposer never reads (default True when absent). Optional
-    ``exhausted(inp) -> bool``: nothing left to try on that parent (the engine then refines
-    the parent policy's next fallback).
-    """
+    """Proposes a child program. ``propose(inp, rng)``: ``rng`` is the run's seeded generator (the
+    only randomness allowed). ``revise(...)``: once after a failed validation level; None = no
+    second try. ``needs_cases`` (default True): False skips rendering compact cases. Optional
+    ``exhausted(inp) -> bool``: nothing left to try on that parent."""
 
     name: str
     needs_cases: bool
@@ -86,14 +68,9 @@ class AcceptancePolicy(Protocol):
 
 @dataclass(frozen=True)
 class Strategy:
-    """One search strategy (PrisMem Table 4: the full method or an ablation), chosen by name.
-
-    ``target``/``parent``/``cases``/``acceptance``: the policies; ``one_stage``: every round
-    is this stage (``holistic``: cold + refine + integrate rounds folded into one stage, no
-    specialists kept, no integration), None = the staged schedule cold → refine → integrate;
-    ``integrate``: stage III runs (False: ``rounds_integrate`` taken as 0); ``random_paired``:
-    the integration's paired cases are drawn at random (``random_cases``).
-    """
+    """One search strategy (PrisMem Table 4: the full method or an ablation). ``one_stage``: every
+    round is this stage (None: cold → refine → integrate); ``integrate``: stage III runs;
+    ``random_paired``: the integration's paired cases are drawn at random."""
 
     name: str
     target: TargetPolicy
@@ -110,9 +87,7 @@ class Strategy:
         return self.one_stage is None
 
     def run_config(self, cfg: EvolveConfig) -> EvolveConfig:
-        """The recipe as this strategy runs it (same number of proposals as the full method):
-        a one-stage strategy folds every round into ``rounds_cold``; without integration
-        ``rounds_integrate`` is 0; otherwise ``cfg`` unchanged."""
+        """The recipe as this strategy runs it (same number of proposals as the full method)."""
         if self.one_stage is not None:
             return dataclasses.replace(cfg, rounds_cold=cfg.total_rounds, rounds_refine=0, rounds_integrate=0)
         if not self.integrate:
@@ -129,11 +104,8 @@ class Strategy:
 
 @dataclass(frozen=True)
 class RoundSteps:
-    """What the engine lends an integrator for one round (the integrator never sees the
-    engine): ``attempt(round_no, stage, parent, target, inp, cid, proposer=None) -> Candidate``
-    (propose → check → validate → evaluate, :meth:`evolution.search.engine.Engine.attempt`),
-    ``case_texts(source, task_ids) -> [str]`` (compact train cases,
-    :meth:`evolution.search.evaluator.Evaluator.case_texts`) and the run proposer's name."""
+    """What the engine lends an integrator: ``attempt(round_no, stage, parent, target, inp, cid,
+    proposer=None) -> Candidate`` (:meth:`Engine.attempt`), ``case_texts(source, task_ids)``."""
 
     attempt: Callable
     case_texts: Callable

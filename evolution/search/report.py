@@ -1,4 +1,4 @@
-"""Reports of an evolution run: ``summary.json`` (the issue's Contract), ``report.md`` (one row
+"""Reports of an evolution run: ``summary.json`` (a contract), ``report.md`` (one row
 per round), ``capabilities.png`` (valid score of each capability's specialist by round,
 PrisMem Fig. 3a) and ``boundary.png`` (per capability the peak valid score of any program vs the
 frozen program's, PrisMem Fig. 3b).
@@ -13,21 +13,13 @@ summary.json::
     SCORES = {"overall": float, "by_capability": {"F": float, ...}, "by_category": {label: float},
               "retrieved_chars": float}   (the last two when known)
 
-plus ``candidates_rejected`` (a program that failed checks or validation), ``final_id``,
-``boundary`` (:func:`boundary`), ``baselines`` (``{name: {"valid": SCORES, "test": SCORES or null}}`` of the recipe's static
-baseline programs), ``frozen`` (:func:`evolution.search.select.freeze_choice`: which program was frozen, why, the
-runner-up and the pool), ``integrated`` (the frozen program is an accepted merge),
-``stopped`` (why the run stopped early, else null), ``ledger`` (per round and role), ``scorer``,
-``judge_protocol`` (which protocol produced every score), ``sandbox`` (the sandbox's mode label:
-``kernel:...`` or the UNCONFINED switch the user set) and the cost as the field reports it
+plus ``candidates_rejected``, ``final_id``, ``boundary`` (:func:`boundary`), ``baselines``
+(``{name: {"valid": SCORES, "test": SCORES or null}}``), ``frozen``
+(:func:`evolution.search.select.freeze_choice`), ``integrated``, ``stopped`` (reason or null),
+``ledger``, ``scorer``, ``judge_protocol``, ``sandbox`` (mode label) and the cost keys
 (:func:`cost_summary`): ``tokens_by_round`` (``{"rounds": {round: {role: tokens, "total"}}, "run":
-{...}}``, roles coder, task, extractor, judge, annotator), ``test_tokens_per_question`` (the frozen
-program's test run per test question, ``{role: float}``; {} without a test run) and ``budgets``.
-``candidates_evaluated`` excludes the seed; ``proposals_failed`` counts every proposal that
-was not evaluated (no program, or a program rejected before evaluation).
-
-Every function reads the run's :class:`evolution.search.state.EvolutionState` (``state``), not
-the engine; :func:`integration_section` renders the integration rows of its history.
+{...}}``), ``test_tokens_per_question`` (``{role: float}``, {} without a test run) and ``budgets``.
+``candidates_evaluated`` excludes the seed; ``proposals_failed`` counts proposals not evaluated.
 """
 from __future__ import annotations
 
@@ -112,8 +104,7 @@ def boundary(arch, final_id: str) -> dict:
 
 
 def plot_boundary(summary: dict, path) -> None:
-    """boundary.png: per capability, the peak valid score of any program of the run, the
-    frozen program's and the seed's (PrisMem Fig. 3b for one run)."""
+    """boundary.png: per capability the peak, frozen and seed valid scores (PrisMem Fig. 3b)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -150,10 +141,7 @@ CATEGORY_WORD = {"beam": "ability", "longmemeval": "question type", "locomo": "c
 
 
 def score_table(rows, caps) -> list[str]:
-    """Markdown rows ``program | id | overall | <caps> | retrieved chars`` for ``rows`` of
-    (name, candidate id, SCORES or None); rows without scores are left out. The columns are
-    ``caps`` plus every other capability some row scores (a test split may hold a capability
-    the valid split lacks), in F/T/P/M/A order."""
+    """Markdown rows ``program | id | overall | <caps> | retrieved chars`` for ``rows``."""
     present = {c for _, _, sc in rows if sc is not None for c in sc.get("by_capability", {})}
     caps = [c for c in CAPABILITIES if c in caps or c in present]
     out = ["| program | id | overall | " + " | ".join(caps) + " | retrieved chars |", "|" + "---|" * (4 + len(caps))]
@@ -167,9 +155,7 @@ def score_table(rows, caps) -> list[str]:
 
 
 def category_table(rows, dataset: str) -> list[str]:
-    """Per native label (BEAM's ten abilities, LongMemEval's question types) one row, one
-    column per program of ``rows`` (name, id, SCORES or None); [] for LoCoMo (its categories
-    are the capabilities) or when no program has per-category scores."""
+    """One row per native label (BEAM ability, LongMemEval question type); "" when not known."""
     rows = [r for r in rows if r[2] is not None and r[2].get("by_category")]
     if dataset == "locomo" or not rows:
         return []
@@ -255,9 +241,8 @@ def render_report(state, summary: dict) -> str:
 
 
 def console_summary(s: dict, out: str) -> str:
-    """What ``memgym evolve`` prints at the end: per split (valid, then test) the seed, each
-    specialist, the frozen program and the recipe's baselines per capability (with the retrieved length), then, for
-    BEAM and LongMemEval, the same programs per ability / question type."""
+    """What ``memgym evolve`` prints at the end: per split the seed, specialists, frozen program
+    and baselines (and per native label on BEAM / LongMemEval)."""
     lines = [f"\n{s['rounds']} rounds, {s['candidates_evaluated']} candidates evaluated, {s['proposals_failed']} "
              f"proposals not evaluated, {s['wall_s']:.0f} s" + (f"; stopped: {s['stopped']}" if s["stopped"] else "")]
     caps = [c for c in CAPABILITIES if c in s["seed"]["valid"]["by_capability"]]
@@ -322,8 +307,7 @@ def plot_capabilities(state, path) -> None:
 
 
 def write_reports(state, summary: dict) -> None:
-    """Write ``summary`` (:func:`build_summary`) as summary.json, report.md, capabilities.png
-    and boundary.png."""
+    """Write summary.json, report.md, capabilities.png and boundary.png."""
     atomic_write_json(state.dir.root / "summary.json", summary)
     atomic_write_text(state.dir.root / "report.md", render_report(state, summary))
     plot_capabilities(state, state.dir.root / "capabilities.png")
@@ -353,8 +337,7 @@ def integration_section(history: list[dict]) -> str:
 
 
 def cost_summary(state, fin: dict) -> dict:
-    """The summary's cost keys (module doc): tokens per role per round and per run, the frozen
-    program's test tokens per test question, the role budgets."""
+    """The summary's cost keys (module doc)."""
     final_test = fin.get("final_test") or {}
     n = len(final_test.get("tasks") or {})
     return {"tokens_by_round": tokens_by_round(state.ledger),
@@ -370,9 +353,7 @@ def _k(v) -> str:
 
 
 def cost_section(summary: dict) -> list[str]:
-    """report.md's token table: one row per round (0 = seed and labels, final = test runs),
-    the run's total, the frozen program's test tokens per test question; then the budgets and
-    whether one stopped the run."""
+    """report.md's token table: one row per round (0 = seed and labels, final = test runs)."""
     tb = summary.get("tokens_by_round")
     if not tb:
         return []

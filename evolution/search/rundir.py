@@ -31,17 +31,21 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
+from llm.errors import ConfigError, MemgymError
+
 LOCK_NAME = ".lock"
 # recipe fields that only change the display: a --resume may differ in them
 DISPLAY_FIELDS = frozenset({"out", "progress"})
 
 
-class RunStateError(ValueError):
+class RunStateError(ConfigError):
     """A run file is unreadable or does not fit the run (the message names the file)."""
 
 
-class RunLockedError(FileExistsError):
-    """Another process holds the run directory's lock."""
+class RunLockedError(MemgymError, FileExistsError):
+    """Another process holds the run directory's lock (a usage error: exit status 2)."""
+
+    kind = "usage"
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -137,9 +141,8 @@ def recipe_fields(cfg) -> dict:
 
 
 def check_recipe(stored: dict | None, cfg, recipe_path: str | Path, state_path: str | Path) -> None:
-    """Refuse a recipe that differs from the one the stored run state was made with (a
-    ``recipe.json`` edited before ``--resume`` would silently relabel the old results).
-    ``stored`` None (a state from before this check): nothing to compare."""
+    """Refuse a recipe that differs from the one the stored state was made with (``stored`` None:
+    nothing to compare)."""
     if stored is None:
         return
     if not isinstance(stored, dict):

@@ -1,10 +1,5 @@
-"""Selection policies of the loop: which capability to target, which parent to refine, which
-train tasks to show as cases. Each policy is a small object with one method, so ablations
-(``round_robin`` targets, ``random_cases``, ``holistic`` parents/cases/acceptance) are
-alternative objects bundled in a :class:`evolution.search.protocols.Strategy`
-(:mod:`evolution.search.strategies`). The protocols (:mod:`evolution.search.protocols`):
-``TargetPolicy`` (may return None: no target), ``ParentPolicy``, ``CasePolicy``,
-``AcceptancePolicy``.
+"""Selection policies of the loop (target, parent, cases, acceptance; the ablations' alternatives
+are bundled in :mod:`evolution.search.strategies`).
 
 Source: DESIGN.md § "Capability-driven evolution", step 2 (PrisMem Algorithm 1):
 
@@ -31,7 +26,6 @@ from dataclasses import dataclass
 from evolution.search.archive import CAPABILITIES, Archive, Candidate
 
 FAIL_THRESHOLD = 0.8
-CASES_PER_ROUND = 5
 
 
 @dataclass(frozen=True)
@@ -116,14 +110,8 @@ class RoundRobinTarget:
 
 
 class SpecialistParent:
-    """Parent = the target's specialist (the base in cold start, when target is None).
-
-    :meth:`fallbacks`: the parents to refine for the target instead when the proposer has
-    nothing left to try on the specialist (the offline proposer: every library variant and
-    constant mutation of it already archived; issue 20: a round on target A, whose specialist
-    was the seed, was wasted so): every other evaluated program, best valid overall first
-    (ties: the later one), so the best overall program is refined for that target.
-    """
+    """Parent = the target's specialist (the base when target is None); :meth:`fallbacks`: every
+    other evaluated program, best valid overall first (ties: the later one)."""
 
     name = "specialist"
 
@@ -198,22 +186,11 @@ def record_cases(archive: Archive, case_ids: list[str], tasks: dict[str, TaskInf
         archive.combo_usage[combo] = archive.combo_usage.get(combo, 0) + 1
 
 
-# ------------------------------------------------------------------ the frozen program
-
-
 def freeze_choice(archive, accepted_merges=()) -> dict:
-    """Which program is frozen and run on test (DESIGN.md § "Tasks and splits"; PrisMem: "after
-    reaching maximum iterations, the best-performing program is frozen for evaluation on
-    S_test").
-
-    The pool is the base, every capability specialist and every accepted merge
-    (``accepted_merges``: candidate ids); the frozen program is the one with the best valid
-    overall score, ties going to the later one in archive (creation) order.
-
-    Returns ``{"frozen": id, "runner_up": id | None, "pool": [{"id", "roles", "valid"}] (best
-    first), "why": str}``; ``roles`` names what put each program in the pool (``base``,
-    ``specialist FT`` for the specialist of F and T, ``merge``). Raises ValueError when the pool has no evaluated program.
-    """
+    """Which program is frozen and run on test (PrisMem: "the best-performing program is frozen
+    for evaluation on S_test"): the best valid overall among the base, the specialists and
+    ``accepted_merges`` (ties: the later one). Returns ``{"frozen", "runner_up", "pool": [{"id",
+    "roles", "valid"}] (best first), "why"}``. Raises ValueError when no program is evaluated."""
     order = {cid: i for i, cid in enumerate(archive.candidates)}
     roles: dict[str, list[str]] = {}
     if archive.base is not None:

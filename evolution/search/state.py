@@ -1,16 +1,7 @@
-"""The state of one evolution run (the GEPA ``GEPAState`` split: the engine in
-:mod:`evolution.search.engine` changes it, the integrator and the reporter read and book on it).
-
-:class:`EvolutionState` holds what ``--resume`` must restore and what the reports read: the
-recipe (``cfg``), the run directory (``dir``), the loaded splits and their tasks, the
-:class:`~evolution.search.archive.Archive`, the :class:`~evolution.search.ledger.Ledger`, the
-history rows, the RNG, the next round, the wall time spent and why the run stopped; in memory
-also every archived program's source (``sources``), every evaluated program's diagnostics
-table (``diagnostics``) and this process's journal records (``journal``), sent to the
-``callbacks`` by :meth:`EvolutionState.emit`.
-:meth:`EvolutionState.save` writes ``state.json`` atomically (the run directory's writer calls
-it); :meth:`EvolutionState.load` restores it and replays the journal's sources and diagnostics
-(a damaged file or another recipe: :class:`~evolution.search.rundir.RunStateError`).
+"""The state of one evolution run (GEPA's ``GEPAState`` split): recipe, run dir, splits, archive,
+ledger, history, RNG, next round, wall time, stop reason; in memory also program sources,
+diagnostics and this process's journal records. :meth:`EvolutionState.save` writes ``state.json``
+atomically; :meth:`EvolutionState.load` restores it (:class:`RunStateError` when damaged).
 """
 from __future__ import annotations
 
@@ -62,7 +53,7 @@ class EvolutionState:
                  for split, convs in self.splits.items() for c in convs for q in c.questions]
         self.tasks = {t.id: t for t in infos}
         self.archive = Archive()
-        self.ledger = Ledger(budgets=cfg.budgets())
+        self.ledger = Ledger(budgets=cfg.role_budgets())
         self.ledger.add_usage(0, label_usage(cfg.labels, self.splits))  # what the labels cost (annotate)
         self.history: list[HistoryRow] = []
         self.rng = random.Random(cfg.seed)
@@ -94,8 +85,6 @@ class EvolutionState:
         self.archive.get(cid)
         return self.sources[cid]
 
-    # ------------------------------------------------------------------ state.json
-
     def tick(self) -> None:
         """Bring the wall time spent (``elapsed_s``) up to date."""
         now = time.time()
@@ -123,7 +112,7 @@ class EvolutionState:
             self.rng.setstate(rng_from_json(st["rng"]))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise RunStateError(f"{self.dir.state}: damaged run state: {type(e).__name__}: {e}") from None
-        self.ledger.budgets = self.cfg.budgets()
+        self.ledger.budgets = self.cfg.role_budgets()
         self.history = st["history"]
         self.next_round = st["next_round"]
         self.elapsed_s = st["elapsed_s"]
@@ -147,8 +136,6 @@ class EvolutionState:
                 ev = load_record(self.dir.root, c.id, "eval")
                 if ev is not None:
                     self.diagnostics[c.id] = ev.diagnostics
-
-    # ------------------------------------------------------------------ reading the archive
 
     def lineage(self, parent: Candidate, target: str | None, stage: str = "cold") -> tuple[list, list]:
         """(ancestors, the last 5 failed attempts for ``target``, or for ``stage`` without a
@@ -179,8 +166,6 @@ class EvolutionState:
         """The frozen program's id: the best valid overall among the base, every specialist
         and every accepted merge (ties: the later one), :meth:`freeze`."""
         return self.freeze()["frozen"]
-
-    # ------------------------------------------------------------------ booking
 
     def record_round(self, round_no: int, stage: str, target: str | None, parent: Candidate, cand: Candidate,
                      accepted: str) -> None:

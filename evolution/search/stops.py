@@ -10,13 +10,15 @@ consecutive rounds whose proposals failed that way; the run state is saved first
 """
 from __future__ import annotations
 
+from llm.errors import MemgymError
+
 ENDPOINT_FAILURES_STOP = 3
 """Consecutive rounds whose model calls all failed after their retries before the run stops."""
 
 _MARK = "BackendRequestError"
 
 
-class EndpointUnreachable(RuntimeError):
+class EndpointUnreachable(MemgymError, RuntimeError):
     """The coder's endpoint failed ``ENDPOINT_FAILURES_STOP`` rounds in a row (message: the last
     error, which names the URL)."""
 

@@ -1,10 +1,6 @@
-"""Memory-program records: the field kinds of ``MemoryUnit`` / ``Query`` dataclasses, their
-JSON description, structured-output parsing against them, and the mapping of a trained
-extractor's bank entries to units and of units/queries to text.
-
-Source: ``DESIGN.md`` § "Memory programs" and PrisMem (``shared/seeds/000_0e559b88b400976a.txt``,
-appendix "memory interface"). Fields are JSON-compatible: ``str``, ``int``, ``float``, ``bool``,
-``list[str]`` or ``Optional`` of these (:data:`FIELD_KINDS`).
+"""Memory-program records: the field kinds of ``MemoryUnit`` / ``Query`` dataclasses
+(:data:`FIELD_KINDS`), structured-output parsing against them, and the mapping of extractor
+bank entries to units and of units/queries to text (PrisMem appendix "memory interface").
 """
 from __future__ import annotations
 
@@ -80,11 +76,8 @@ def _json_value_ok(v: Any, kind: str, optional: bool) -> bool:
 
 
 def describe_dataclass(cls: Any) -> list[FieldSpec]:
-    """The field specs of a program dataclass, in declaration order.
-
-    Raises :class:`ContractError` (level 2) if ``cls`` is not a dataclass, has no fields, has a
-    field of an unsupported type (naming the field and its annotation), or a default that is
-    not a JSON value of the field's type. ``default_factory`` fields are called once.
+    """The field specs of a program dataclass, in order. Raises :class:`ContractError` (level 2) for
+    a non-dataclass, no fields, an unsupported field type or a default of the wrong type.
     """
     name = getattr(cls, "__name__", repr(cls))
     if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
@@ -141,11 +134,8 @@ def _validator(cls: type):
 
 
 def coerce_record(record: Any, cls: type, *, index: int | None = None) -> Any:
-    """Validate one JSON object against dataclass ``cls`` and build an instance.
-
-    Numbers are accepted for strings, numeric strings for numbers, "true"/"false" for bools;
-    NaN/inf, missing required fields, unknown fields and wrong types raise
-    :class:`StructuredOutputError` naming the field.
+    """One instance of ``cls`` from a JSON object (numbers/strings/bools coerced where lossless).
+    Raises :class:`StructuredOutputError` naming the field.
     """
     import pydantic
     schema = cls.__name__
@@ -162,15 +152,9 @@ def coerce_record(record: Any, cls: type, *, index: int | None = None) -> Any:
 
 
 def parse_structured(text: str | Any, cls: type, *, many: bool | None = None) -> Any:
-    """Parse a model's structured output into ``cls`` instance(s).
-
-    ``text`` is the raw model output (code fences, surrounding prose and small JSON damage are
-    repaired by ``json_repair``) or an already-decoded JSON value. ``many=True`` returns a list
-    (a bare object counts as a one-element list; an object with exactly one key whose value is
-    a list, e.g. ``{"units": [...]}``, is unwrapped); ``many=False`` requires one object;
-    ``None`` returns a list iff the output is a list. Raises :class:`StructuredOutputError`
-    (naming the field and list index) and :class:`ContractError` if ``cls`` is not a valid
-    program dataclass.
+    """``cls`` instance(s) from a model's output (repaired by ``json_repair``) or a decoded value.
+    ``many``: True a list (a lone object or a one-key wrapper unwrapped), False one object, None
+    as given. Raises :class:`StructuredOutputError` (field and index) and :class:`ContractError`.
     """
     import json_repair
     schema = getattr(cls, "__name__", "?")
@@ -201,16 +185,9 @@ _ENTRY_FIELDS = {"text": ("content", "text"), "part": ("part",), "id": ("entry_i
 
 
 def units_from_entries(entries: list[dict], unit_cls: type) -> list:
-    """Turn a trained extractor's bank entries into program units (``extractor`` extraction).
-
-    Each entry is ``{"part": str, "id": str, "text": str, "date": str|None, "session": int}``
-    (plus ``"deleted": True`` for an entry removed in the session); ``text`` is required, the rest
-    optional. Values go to the unit fields that exist: text -> ``content`` (else ``text``), id ->
-    ``entry_id`` (else ``id``), part, date, session, deleted. A deleted entry is dropped for a unit
-    without a ``deleted`` field (such a program never learns of removals).
-    Raises :class:`StructuredOutputError` naming the entry index and field when an entry is
-    not a dict, lacks ``text``, or a value does not fit the field's type, or when the unit has
-    a required field no entry key maps to.
+    """Program units from extractor bank entries ``{"part", "id", "text", "date", "session"[,
+    "deleted"]}``, mapped onto the unit fields that exist (deleted entries dropped without a
+    ``deleted`` field). Raises :class:`StructuredOutputError` naming the entry and field.
     """
     names = {f.name for f in describe_dataclass(unit_cls)}
     out = []
@@ -247,11 +224,8 @@ QUERY_FIELD_HINTS = ("query", "search", "text", "question")
 
 
 def unit_text(unit: dict, fields: tuple[FieldSpec, ...] | list[FieldSpec]) -> str:
-    """The text of one unit, used as z in the diagnostics and for the mean unit length.
-
-    Rule: the value of the first field named in :data:`TEXT_FIELD_NAMES` that holds a
-    non-empty str; else the first non-empty str field in declaration order; else every
-    ``list[str]`` value joined by ", "; else "".
+    """A unit's text: the first non-empty field of :data:`TEXT_FIELD_NAMES`, else the first
+    non-empty str field, else the ``list[str]`` values joined by ", ", else "".
     """
     for name in TEXT_FIELD_NAMES:
         v = unit.get(name)
@@ -266,14 +240,9 @@ def unit_text(unit: dict, fields: tuple[FieldSpec, ...] | list[FieldSpec]) -> st
 
 
 def text_query(fields: tuple[FieldSpec, ...] | list[FieldSpec], text: str) -> dict | None:
-    """A Query record that carries ``text`` (used for d_idx's oracle evidence query and as
-    the fallback plan when the task model's plan does not parse).
-
-    The target field is the first ``str`` field whose name contains one of
-    :data:`QUERY_FIELD_HINTS` (tried in that order), else the first ``str`` field, else the
-    first ``list[str]`` field (set to ``[text]``). Every other field keeps its default when it
-    has one, else gets a neutral value: None if optional, "" / 0 / 0.0 / False / [] by kind.
-    Returns None when the schema has no str or list[str] field (no text can be carried).
+    """A Query carrying ``text`` in its first str field matching :data:`QUERY_FIELD_HINTS` (else the
+    first str, else the first list[str] field as ``[text]``), other fields at their defaults or
+    neutral values; None when no field can carry text.
     """
     strs = [f for f in fields if f.kind == "str"]
     target = next((f for hint in QUERY_FIELD_HINTS for f in strs if hint in f.name.lower()), None)
@@ -297,19 +266,11 @@ _LEADING_DATE = re.compile(r"^\s*(\d{4}(?:-\d{2}(?:-\d{2})?)?)\s*:")
 
 def session_entries(before: dict | None, after: dict, session_index: int, session_date: str | None,
                     *, deletions: bool = False) -> list[dict]:
-    """The bank entries a trained extractor wrote in one session, as
-    :func:`memory_bank.program.units_from_entries` input.
-
-    ``before``/``after``: bank JSON (``MemoryBank.to_json``) before and after the session
-    (``before`` None = empty bank). An entry counts when its ``updated`` session is
-    ``session_index`` (added, updated or merged into in this session); parts in the order
-    episodic, semantic, procedural, entries in bank order. The core block counts as one entry
-    ``{"part": "core", "id": "core"}`` when its text changed and is non-empty. ``date``: an
-    episodic entry's leading ``YYYY[-MM[-DD]]:`` date when it has one, else ``session_date``
-    (ISO ``YYYY-MM-DD`` or None). Returns ``[{"part", "id", "text", "date", "session"}]``.
-    ``deletions``: also list, after them, the entries of ``before`` that ``after`` lacks (DELETE,
-    MERGE) and a core block emptied in the session, as ``{..., "text": "", "deleted": True}``, so
-    that a program can replay the bank exactly (``memory_bank/programs/bank.py``).
+    """``[{"part", "id", "text", "date", "session"}]``: the entries updated in ``session_index``
+    between bank JSON ``before`` (None = empty) and ``after``, episodic/semantic/procedural in
+    bank order, plus ``core`` when its text changed. ``date``: an episodic entry's leading date,
+    else ``session_date``. ``deletions``: also removed entries and an emptied core, with
+    ``"deleted": True``.
     """
     from memory_bank.actions import PARTS  # host side only: keeps pydantic out of the sandbox child's imports
 
@@ -337,10 +298,9 @@ def session_entries(before: dict | None, after: dict, session_index: int, sessio
 
 
 def turn_entries(session) -> list[dict]:
-    """``turns`` extraction of one :class:`memory_bank.schema.Session`: one entry per dialogue
-    turn, ``{"part": "turn", "id": turn id, "text": "speaker: text", "date": session date
-    (YYYY-MM-DD) or None, "session": 1-based index}``; an image caption is appended as
-    ``[image: caption]``. Turns with neither text nor caption are skipped."""
+    """One entry per dialogue turn of a session (``"speaker: text"``, caption appended as
+    ``[image: caption]``); turns with neither text nor caption are skipped.
+    """
     date = session.date.date().isoformat() if session.date else None
     out = []
     for t in session.turns:

@@ -36,10 +36,12 @@ def baseline_program_path(name: str) -> Path:
 
 
 def read_program_source(path: str | Path) -> str:
-    """The UTF-8 source text of a program file (FileNotFoundError names the path)."""
+    """The UTF-8 source text of a program file (:class:`llm.errors.ConfigError` names a missing path)."""
+    from llm.errors import ConfigError
+
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"memory program not found: {p}")
+        raise ConfigError(f"memory program not found: {p}")
     return p.read_text(encoding="utf-8")
 
 

@@ -56,11 +56,8 @@ _ANSWER_PREFIX = re.compile(r"^\s*(?:\*\*)?\s*(?:final\s+)?answer\s*(?:\*\*)?\s*
 
 
 def truncate_context(context: str, max_chars: int = DEFAULT_CONTEXT_CHARS) -> str:
-    """Keep the first ``max_chars`` characters of ``context`` (retrieval puts the most
-    relevant entries first, so the head is kept). If a cut is needed and a newline falls in
-    the second half of the kept text, the cut moves back to it so no entry is left half
-    shown. Returns ``context`` unchanged when it fits. Raises ValueError if
-    ``max_chars < 1``, TypeError if ``context`` is not a str.
+    """The first ``max_chars`` characters of ``context``, cut back to a newline in the second half
+    when there is one. Raises ValueError if ``max_chars < 1``, TypeError for a non-str.
     """
     if not isinstance(context, str):
         raise TypeError(f"context must be a str, got {type(context).__name__}")
@@ -78,10 +75,8 @@ def truncate_context(context: str, max_chars: int = DEFAULT_CONTEXT_CHARS) -> st
 def build_answer_messages(question: str, context: str, question_date: str | None = None,
                           max_context_chars: int = DEFAULT_CONTEXT_CHARS,
                           system_prompt: str = ANSWER_SYSTEM_PROMPT) -> list[dict]:
-    """Chat messages (system + user) asking ``question`` over ``context``, the latter cut by
-    :func:`truncate_context` to ``max_context_chars`` characters. ``question_date`` (any
-    text, e.g. "2023/05/30 (Tue) 23:40") is shown when given so relative dates resolve.
-    Raises TypeError for non-str arguments, ValueError for an empty question.
+    """System + user messages asking ``question`` over ``context`` (cut to ``max_context_chars``),
+    showing ``question_date`` when given. Raises TypeError / ValueError for bad arguments.
     """
     if not isinstance(question, str):
         raise TypeError(f"question must be a str, got {type(question).__name__}")
@@ -102,10 +97,8 @@ def build_answer_messages(question: str, context: str, question_date: str | None
 
 
 def strip_thinking(text: str) -> str:
-    """Remove reasoning blocks ``<think>...</think>`` (also ``<thinking>``) from a model
-    output. An unclosed opening tag drops everything after it (the model never finished
-    thinking); a stray closing tag drops everything before it (templates that open the
-    block in the prompt). Returns the remaining text, unstripped.
+    """``text`` without ``<think>``/``<thinking>`` blocks (an unclosed tag drops the rest, a stray
+    closing tag drops what precedes it); unstripped.
     """
     text = _THINK_BLOCK.sub("", text)
     close = list(_THINK_CLOSE.finditer(text))
@@ -118,11 +111,8 @@ def strip_thinking(text: str) -> str:
 
 
 def clean_answer(raw: str) -> str:
-    """Turn a raw model output into the answer that is judged: drop thinking blocks, remove an
-    "Answer:" / "Final answer:" prefix of the first non-empty line (case-insensitive, also in
-    markdown bold), surrounding whitespace and quotes. Every line is kept (BEAM's lists and
-    summaries are judged whole; F1 normalises the text itself). Returns "" when nothing is
-    left (an empty answer scores 0 under every metric). Non-str input gives "".
+    """The judged answer of a raw output: no thinking, no "Answer:" prefix on the first line, no
+    surrounding whitespace/quotes; all lines kept. "" when nothing is left or for non-str input.
     """
     if not isinstance(raw, str):
         return ""
@@ -164,13 +154,8 @@ def answer_questions(backend: Backend, items: list[tuple[str, str, str | None]],
                      params: GenerationParams = GenerationParams(max_new_tokens=48, temperature=0),
                      max_context_chars: int = DEFAULT_CONTEXT_CHARS,
                      system_prompt: str = ANSWER_SYSTEM_PROMPT) -> list[str]:
-    """Answer each (question, context, question_date) from its memory context.
-
-    Makes exactly one batched ``backend.generate`` call (none for an empty list) and returns
-    one cleaned answer per item, in order (see :func:`clean_answer`; "" when the model gave
-    nothing usable). Contexts are cut to ``max_context_chars`` characters (default 6000).
-    Raises ValueError/TypeError naming the bad item before any model call, and
-    :class:`llm.base.LLMError` if the backend returns the wrong number of completions.
+    """One cleaned answer per (question, context, question_date), from one batched ``generate``.
+    Raises ValueError/TypeError before any call, :class:`llm.base.LLMError` on a count mismatch.
     """
     checked = _check_items(items)
     if not checked:

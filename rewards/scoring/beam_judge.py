@@ -1,8 +1,5 @@
-"""BEAM's ability names and the offline rubric-recall proxy.
-
-The official BEAM judge (rubric prompt, event ordering) is :class:`rewards.scoring.official.BeamScorer`
-over the protocol file (:mod:`rewards.scoring.protocols`); BEAM's aggregation is
-:func:`rewards.scoring.summary.summarise`.
+"""BEAM's ability names and the offline rubric-recall proxy (the official judge is
+:class:`rewards.scoring.official.BeamScorer`).
 """
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""LLM-as-judge and the interchangeable answer scorers used by rewards and evaluation.
-
-Source: DESIGN.md § "Dense session reward" (the judge returns CORRECT or WRONG; offline
-alternatives answer-recall and LoCoMo F1). :class:`LLMJudge` is memgym's own CORRECT/WRONG
-judge for the training rewards on synthetic QA (its wording is memgym's; no benchmark number
-is computed with it). Benchmark numbers use the official protocols
-(:mod:`rewards.scoring.official`, chosen by :func:`rewards.scoring.scorers.make_scorer` from the dataset).
-
-Scores are floats in [0, 1]: judge verdicts give 1.0 (CORRECT) or 0.0 (WRONG).
+"""memgym's own CORRECT/WRONG LLM judge (training rewards on synthetic QA, never a benchmark
+number) and the interchangeable scorers; scores are floats in [0, 1].
 """
 from __future__ import annotations
 
@@ -68,12 +61,8 @@ class JudgeVerdict:
 
 
 def parse_judge_label(raw: str) -> str | None:
-    """Extract "CORRECT" or "WRONG" from a judge output, or None if there is no valid label.
-
-    Thinking blocks are dropped, then the text is parsed with ``json_repair`` (tolerates code
-    fences, prose around the object, unquoted keys, a missing brace). The first JSON object
-    with a ``label`` key (key case-insensitive) decides; its value is compared after
-    stripping and upper-casing. A bare word without JSON is not accepted.
+    """"CORRECT" / "WRONG" from a judge output (thinking dropped, ``json_repair``-parsed, the first
+    object with a ``label`` key), or None; a bare word without JSON is not accepted.
     """
     if not isinstance(raw, str):
         return None
@@ -119,11 +108,9 @@ def _check_judge_items(items) -> list[tuple[str, str, str]]:
 
 
 class LLMJudge:
-    """Binary CORRECT/WRONG judge behind any :class:`llm.base.Backend`.
-
-    ``judge`` makes exactly one batched ``generate`` call per call (none for an empty list).
-    Unparseable outputs become WRONG verdicts with ``parse_ok=False``; they never raise.
-    ``constrained=True`` decodes every reply under :data:`JUDGE_SCHEMA` (structured outputs).
+    """Binary CORRECT/WRONG judge over any :class:`llm.base.Backend`, one batched ``generate`` per
+    call; unparseable outputs are WRONG with ``parse_ok=False``. ``constrained`` decodes under
+    :data:`JUDGE_SCHEMA`.
     """
 
     def __init__(self, backend: Backend, params: GenerationParams = GenerationParams(max_new_tokens=64, temperature=0),
@@ -135,11 +122,8 @@ class LLMJudge:
         self.constrained = constrained
 
     def judge(self, items: list[tuple[str, str, str]]) -> list[JudgeVerdict]:
-        """Judge (question, gold, prediction) triples; returns one verdict per item, in order.
-
-        ``gold`` may be an int (LoCoMo quirk), it is shown as text. Raises TypeError /
-        ValueError naming the bad item before any model call, and :class:`LLMError` if the
-        backend returns a different number of completions than prompts.
+        """One verdict per (question, gold, prediction), in order. Raises TypeError / ValueError before
+        any call, :class:`LLMError` on a count mismatch.
         """
         checked = _check_judge_items(items)
         if not checked:
@@ -165,13 +149,8 @@ class LLMJudge:
 
 @dataclass(frozen=True)
 class ScoreItem:
-    """What a scorer may look at for one question.
-
-    question, gold (str; an int gold is converted to str), prediction (the answer model's
-    short answer, "" if not produced), context (the retrieved memory text, characters),
-    category (LoCoMo "1".."5" or int, another dataset's label, or None), qid (the question id:
-    LongMemEval's judge needs it for ``_abs`` ids) and rubric (BEAM's rubric items).
-    Raises TypeError naming the field for wrongly typed values.
+    """What a scorer may look at for one question: question, gold (int -> str), prediction,
+    context, category, qid, rubric. Raises TypeError naming a wrongly typed field.
     """
 
     question: str
@@ -199,10 +178,8 @@ class ScoreItem:
 
 @runtime_checkable
 class Scorer(Protocol):
-    """Common scorer interface: ``score(items) -> list[float]``, one value in [0, 1] per item.
-
-    ``name`` is the CLI name; ``needs_prediction`` says whether items need an answer from
-    the answer model (False lets callers skip the answer call).
+    """Scorer interface: ``score(items) -> list[float]`` in [0, 1]; ``name`` is the CLI name,
+    ``needs_prediction`` whether items need an answer.
     """
 
     name: str
@@ -225,11 +202,8 @@ def check_score_items(items) -> list[ScoreItem]:
 
 
 class F1Scorer:
-    """LoCoMo token F1 of the prediction against the gold (:func:`rewards.scoring.metrics.locomo_f1`).
-
-    Items whose category is not a LoCoMo category ("1".."5", str or int) are scored with plain
-    token F1 (the category 2/4 rule) unless ``strict=True``, in which case they raise
-    ValueError (naming the item index) before anything is scored.
+    """LoCoMo token F1 (:func:`rewards.scoring.metrics.locomo_f1`); non-LoCoMo categories get
+    plain F1, or raise ValueError (naming the item) when ``strict``.
     """
 
     name = "f1"
@@ -263,9 +237,8 @@ class RecallScorer:
 
 
 class LLMJudgeScorer:
-    """1.0 for a CORRECT verdict, 0.0 otherwise, from an :class:`LLMJudge` (one batched call
-    per ``score``). ``last_verdicts`` keeps the verdicts of the latest call and
-    ``parse_failures`` counts unparseable judge outputs over the scorer's life, for logging.
+    """1.0 for CORRECT, else 0.0, from an :class:`LLMJudge`; keeps ``last_verdicts`` and counts
+    ``parse_failures``.
     """
 
     name = "llm"

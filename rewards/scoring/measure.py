@@ -1,15 +1,7 @@
-"""The one measure step of memgym: answer each question from the memory retrieved for it, then
-score the answers, under one scorer. Every measurement of a built memory goes through it: the
-program runner's answer and score stages (``evolution.execution.run_state``, which caches each
-half per question), the dense session reward over its counterfactual banks
-(:mod:`rewards.session_reward`) and the training callback's held-out measurement
-(``training.callbacks``).
-
-Source: DESIGN.md § "Dense session reward" step 3 (acc = judge(answer(q, retrieve(bank, q)), a));
-MemBuilder (arXiv 2601.05488) §3.3-3.4. Retrieval is the memory's own (a program's
-``Memory.retrieve``, or :class:`memory_bank.retrieval.BankRetriever` for a ``MemoryBank``):
-these functions take the retrieved text. Budgets: ``max_new_tokens`` in answer-model tokens,
-``max_context_chars`` in characters.
+"""The one measure step: answer each question from the memory retrieved for it, then score the
+answers under one scorer (used by the program runner, the session reward and the training
+callback). Source: DESIGN.md § "Dense session reward" step 3; MemBuilder §3.3-3.4.
+``max_new_tokens`` in answer-model tokens, ``max_context_chars`` in characters.
 """
 from __future__ import annotations
 

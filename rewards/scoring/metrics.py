@@ -1,23 +1,9 @@
 """Offline answer metrics: LoCoMo token F1 and answer-recall.
 
-Source: the LoCoMo official evaluation, snap-research/LoCoMo ``task_eval/evaluation.py``
-(functions ``normalize_answer``, ``f1_score``, ``f1`` and ``eval_question_answering``), and
-``../shared/data/README.md`` § "LoCoMo schema". The rules reproduced here:
-
-- Normalisation: lowercase, strip ASCII punctuation (``string.punctuation``), remove the
-  whole words a / an / the / and, collapse whitespace. Each whitespace token is then
-  Porter-stemmed (nltk ``PorterStemmer``, default ``NLTK_EXTENSIONS`` mode, as upstream).
-- Token F1: multiset (``Counter``) overlap of stemmed tokens; 0 when nothing overlaps.
-- Category 1 (multi-hop): both prediction and gold are split on ","; for each gold part the
-  best F1 over the prediction parts is taken, and those maxima are averaged over gold parts.
-- Category 3 (open-domain): only the gold text before the first ";" is scored.
-- Category 5 (adversarial): 1.0 if the raw prediction contains "no information available"
-  or "not mentioned" (case-insensitive), else 0.0. The gold answer is not used.
-- Categories 2 (temporal) and 4 (single-hop): plain token F1.
-
-``answer_recall`` is memgym's offline reward proxy (DESIGN.md § "Dense session reward":
-"the share of the gold answer's normalized tokens present in the retrieved context").
-All lengths in this module are in characters or in normalised word tokens, as stated.
+Source: snap-research/LoCoMo ``task_eval/evaluation.py`` (``normalize_answer``, ``f1_score``,
+``f1``, ``eval_question_answering``): lowercase, no punctuation or a/an/the/and, Porter stems;
+category 1 split on ","; 3 gold before ";"; 5 abstention phrases; 2/4 plain F1.
+``answer_recall`` is memgym's offline proxy (DESIGN.md § "Dense session reward").
 """
 from __future__ import annotations
 
@@ -73,11 +59,8 @@ def _gold_text(answer) -> str:
 
 
 def normalize_answer(s: str) -> str:
-    """Normalise text the LoCoMo way: lowercase, drop punctuation, drop the words
-    a/an/the/and, collapse whitespace to single spaces.
-
-    Example: ``"The Eiffel-Tower, and Paris!"`` → ``"eiffeltower paris"``.
-    Raises TypeError if ``s`` is not a str. Source: LoCoMo ``evaluation.normalize_answer``.
+    """LoCoMo ``normalize_answer``: lowercase, no punctuation, no a/an/the/and, single spaces.
+    Raises TypeError for a non-str.
     """
     s = _require_text(s, "text to normalise").lower()
     s = "".join(ch for ch in s if ch not in _PUNCT)
@@ -86,10 +69,7 @@ def normalize_answer(s: str) -> str:
 
 
 def answer_tokens(s: str) -> list[str]:
-    """Porter-stemmed tokens of ``normalize_answer(s)``, in order, duplicates kept.
-
-    Example: ``"Running and runs"`` → ``["run", "run"]``. Raises TypeError on a non-str.
-    """
+    """Porter-stemmed tokens of ``normalize_answer(s)``, duplicates kept. Raises TypeError."""
     return [stem(w) for w in normalize_answer(s).split()]
 
 
@@ -103,12 +83,8 @@ def _token_f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
 
 
 def f1_score(prediction: str, ground_truth: str) -> float:
-    """Token-level F1 in [0, 1] between stemmed normalised tokens of the two texts.
-
-    precision = overlap / |pred tokens|, recall = overlap / |gold tokens|, where overlap is
-    the multiset intersection size; F1 = 2PR / (P + R), and 0.0 if the overlap is empty
-    (including an empty prediction or gold). Source: LoCoMo ``evaluation.f1_score``.
-    Raises TypeError if either argument is not a str.
+    """Token F1 in [0, 1] of stemmed tokens (multiset overlap; 0 without overlap). Source: LoCoMo
+    ``evaluation.f1_score``. Raises TypeError for non-str.
     """
     return _token_f1(
         answer_tokens(_require_text(prediction, "prediction")),
@@ -117,10 +93,8 @@ def f1_score(prediction: str, ground_truth: str) -> float:
 
 
 def multi_answer_f1(prediction: str, ground_truth: str) -> float:
-    """Multi-hop F1 in [0, 1] (LoCoMo ``evaluation.f1``).
-
-    Splits both texts on ","; each part is stripped. Returns the mean over gold parts of
-    ``max(f1_score(p, g) for p in prediction parts)``. Raises TypeError on non-str input.
+    """Multi-hop F1 in [0, 1]: mean over ","-parts of gold of the best part F1 (LoCoMo
+    ``evaluation.f1``). Raises TypeError.
     """
     preds = [p.strip() for p in _require_text(prediction, "prediction").split(",")]
     golds = [g.strip() for g in _require_text(ground_truth, "ground_truth").split(",")]
@@ -139,17 +113,9 @@ def _category_key(category) -> str:
 
 
 def locomo_f1(prediction: str, answer: str | int, category: str | int) -> float:
-    """The official LoCoMo QA score of one prediction, in [0, 1].
-
-    category (str or int, "1".."5"):
-      - 1 multi-hop: :func:`multi_answer_f1` (split both on ",", per-gold-part max, mean);
-      - 2 temporal, 4 single-hop: :func:`f1_score`;
-      - 3 open-domain: :func:`f1_score` against ``answer.split(";")[0].strip()``;
-      - 5 adversarial: 1.0 if the prediction contains "no information available" or
-        "not mentioned" (case-insensitive), else 0.0; ``answer`` is ignored.
-    ``answer`` may be an int (LoCoMo stores some that way); it is scored as ``str(answer)``.
-    Raises ValueError for an unknown category, TypeError for wrongly typed arguments.
-    Source: LoCoMo ``evaluation.eval_question_answering``.
+    """The official LoCoMo score of one prediction in [0, 1] by category "1".."5" (str or int;
+    int answers scored as str). Source: LoCoMo ``evaluation.eval_question_answering``. Raises
+    ValueError for an unknown category, TypeError for wrong types.
     """
     key = _category_key(category)
     prediction = _require_text(prediction, "prediction")
@@ -165,13 +131,8 @@ def locomo_f1(prediction: str, answer: str | int, category: str | int) -> float:
 
 
 def answer_recall(answer: str | int, context: str) -> float:
-    """Share in [0, 1] of the gold answer's distinct stemmed normalised tokens that occur
-    among the context's stemmed normalised tokens (set membership, order ignored).
-
-    ``|set(tokens(answer)) ∩ set(tokens(context))| / |set(tokens(answer))|``. A gold answer
-    with no tokens after normalisation (e.g. "" or "the") gives 0.0: nothing can be
-    recalled, so it never rewards. ``answer`` may be an int (scored as ``str``). Raises
-    TypeError on wrongly typed arguments. Source: DESIGN.md § "Dense session reward".
+    """Share in [0, 1] of the gold's distinct stemmed tokens found in the context's; 0.0 for a gold
+    without tokens. Source: DESIGN.md § "Dense session reward". Raises TypeError.
     """
     gold = set(answer_tokens(_gold_text(answer)))
     if not gold:

@@ -1,21 +1,10 @@
-"""Each benchmark's official LLM judge behind the common :class:`rewards.scoring.judge.Scorer`
-interface, and the offline rubric-recall proxy.
+"""Each benchmark's official LLM judge as a :class:`rewards.scoring.judge.Scorer`, over the
+protocol files (:mod:`rewards.scoring.protocols`), and the offline rubric-recall proxy.
 
-Source: DESIGN.md § "Judges and scoring"; the protocols themselves are data
-(:mod:`rewards.scoring.protocols`, ``$MEMGYM_DATA/judges/``). ``scorer: llm`` picks the dataset's
-judge: LoCoMo -> :class:`LoCoMoJudgeScorer` (MemBuilder's CORRECT/WRONG), LongMemEval ->
-:class:`LongMemEvalScorer`, BEAM -> :class:`BeamScorer` (``official`` | ``corrected``).
-
-Every judge call of one :meth:`score` goes out as one batched ``generate`` (BEAM's event
-ordering: one batch per answer line, since the greedy alignment of line i depends on the
-matches of lines before it), through the run's response cache. No reply is retried (none of
-the official codes retries). A reply the protocol cannot read (no JSON score for BEAM, neither
-label for LoCoMo, neither "yes" nor "no" for LongMemEval) is scored as the official code
-scores it (0, or "no"), counted in :class:`JudgeStats` and removed from the response cache,
-so that a fixed server is asked again instead of replaying it.
-
-``last`` keeps, per item of the latest call, the :class:`Judged` record: the score and every
-judge request (messages, settings) with its reply.
+One :meth:`score` sends one batched ``generate`` (BEAM event ordering: one per answer line)
+through the response cache; nothing is retried. An unreadable reply is scored as officially,
+counted in :class:`JudgeStats` and evicted from the cache. ``last`` holds a :class:`Judged`
+per item of the latest call.
 """
 from __future__ import annotations
 
@@ -49,10 +38,9 @@ class JudgeStats:
 
 @dataclass
 class Judged:
-    """One question's judgement: ``score`` in [0, 1] (NaN for a BEAM event ordering whose tau
-    is undefined), ``calls`` = ``[{"messages", "params", "reply", "readable"}]`` in the order
-    sent, ``unreadable`` = how many of those replies the protocol could not read, and
-    ``detail`` (BEAM event ordering: the aligned list, f1, precision, recall)."""
+    """One judgement: ``score`` in [0, 1] (NaN for undefined BEAM tau), ``calls`` =
+    ``[{"messages", "params", "reply", "readable"}]``, ``unreadable`` count, ``detail``.
+    """
 
     score: float
     calls: list[dict] = field(default_factory=list)
@@ -89,8 +77,8 @@ class _ProtocolScorer(ABC):
         """``[(value, call record)]`` per prompt, from one batched call."""
         if not prompts:
             return []
-        # The protocol is part of every judge request's response-cache key (issue 16), so a reply
-        # obtained under one protocol is never replayed under another; never sent to the model.
+        # The protocol is part of the response-cache key (a reply is never replayed under another
+        # protocol); cache_tag is never sent to the model.
         params = dataclasses.replace(params, cache_tag=f"judge:{self.dataset}:{self.protocol}")
         schemas = [schema] * len(prompts) if schema is not None else None
         out = self.backend.generate(prompts, params, schemas=schemas) if schemas else self.backend.generate(prompts, params)
@@ -159,10 +147,9 @@ class LoCoMoJudgeScorer(_ProtocolScorer):
 
 
 class BeamScorer(_ProtocolScorer):
-    """BEAM's judge: every ability but event ordering = the mean over rubric items of the item
-    score (:func:`rewards.scoring.protocols.beam_item_score`; 0.0 for an empty rubric); event ordering
-    = ``tau_norm`` of :func:`rewards.scoring.protocols.beam_event_ordering` after the greedy alignment
-    of ``response.split('\\n')`` against the rubric. Items need ``category`` (the ability)."""
+    """BEAM's judge: the mean rubric item score, or for event ordering ``tau_norm`` after greedy
+    alignment (:mod:`rewards.scoring.protocols`). Items need ``category`` (the ability).
+    """
 
     dataset = "beam"
 

@@ -1,15 +1,8 @@
 """``memgym score``: score any system's predictions with a benchmark's official judge.
 
-Input: one JSON object per line in the benchmarks' own formats: memgym's
-``{"question_id": str, "prediction": str}`` or LongMemEval's ``{"question_id": str,
-"hypothesis": str}`` (an optional ``"context"`` string is the text the recall proxies read;
-without it they read the prediction). Question ids are those ``memgym data stats --ids`` lists.
-Output (:func:`write_scores`): ``scores.json`` = :func:`rewards.scoring.summary.summarise` of the rows
-(``overall``, ``by_category``, ``by_capability``, the dataset's official fields, ``judged``,
-``missing``: ids without a prediction, left out of the means unless ``missing_as_wrong``)
-plus ``judge_protocol``, ``unknown`` (ids not in the data: ignored) and ``judge_calls``;
-``rows.jsonl`` (one :class:`rewards.scoring.summary.QuestionResult` per question, with the judge's
-requests and replies) and ``report.md``.
+Input JSONL: ``{"question_id", "prediction"}`` or LongMemEval's ``{"question_id",
+"hypothesis"}``, optional ``"context"``. Output: ``scores.json`` (the summary plus
+``judge_protocol``, ``unknown``, ``judge_calls``), ``rows.jsonl`` and ``report.md``.
 """
 from __future__ import annotations
 
@@ -36,15 +29,8 @@ class PredictionsError(ValueError):
 
 
 def read_predictions(path: Path | str) -> dict[str, dict]:
-    """``{question_id: {"prediction": str, "context": str | None, "line": int}}`` from a JSONL
-    file in memgym's (``prediction``) or LongMemEval's (``hypothesis``) format; blank lines are
-    skipped.
-
-    Raises:
-        FileNotFoundError: the file is absent.
-        PredictionsError: a line that is not UTF-8 or not a JSON object, a missing or
-            non-string ``question_id`` / answer field, both answer fields, a non-string
-            ``context``, or a duplicate id.
+    """``{question_id: {"prediction", "context", "line"}}`` from a predictions JSONL.
+    Raises FileNotFoundError, or PredictionsError for a bad line, field or duplicate id.
     """
     p = Path(path)
     if not p.is_file():
@@ -85,10 +71,9 @@ def read_predictions(path: Path | str) -> dict[str, dict]:
 
 def score_predictions(dataset: str, convs: list[Conversation], predictions: dict[str, dict], scorer, *,
                       judge_protocol: str = "official", missing_as_wrong: bool = False) -> dict:
-    """Score every question of ``convs`` that has a prediction with ``scorer`` (any
-    :class:`rewards.scoring.judge.Scorer`; one ``score`` call), list the others as missing. Returns
-    the ``scores.json`` dict (see the module docstring) plus ``rows`` (dicts of
-    :class:`rewards.scoring.summary.QuestionResult`)."""
+    """Score every question of ``convs`` with a prediction in one ``score`` call, the rest missing.
+    Returns the ``scores.json`` dict plus ``rows``.
+    """
     from rewards.scoring.protocols import protocol_note
 
     entries, known = [], set()

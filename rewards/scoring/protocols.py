@@ -1,28 +1,10 @@
-"""The benchmarks' official judge protocols, loaded at run time from the data files
-``$MEMGYM_DATA/judges/{longmemeval,beam,locomo_membuilder}.json`` (byte for byte from the
-benchmarks' repositories; sources, commits and licences in that folder's README.md). Nothing
-here restates a prompt: the templates, request settings and reply rules come from the files;
-this module only applies them the way the cited code does.
-
-- LongMemEval (xiaowu0162/LongMemEval @ 9e0b455, ``src/evaluation/evaluate_qa.py``): the
-  question type's template (the ``abstention`` one for ids containing ``_abs``), filled by
-  ``str.format(question, answer, response)``, sent as ONE user message with temperature 0 and
-  ``max_tokens`` 10; label = ``'yes' in reply.strip().lower()``; no retry.
-- BEAM (mohammadtavakoli78/BEAM @ b2a3ee8, ``src/evaluation/compute_metrics.py``): the rubric
-  prompt with ``<rubric_item>`` and ``<llm_response>`` replaced (``official``: ``<question>``
-  left as it is, ``int()`` of the item score; ``corrected``: the question filled in and the
-  float kept), one user message; event ordering: ``llm_response.split('\\n')``, greedy LLM
-  alignment (the equivalence system + user messages, ``'yes' in reply.lower()``), ranks over
-  the union, ``scipy.stats.kendalltau(variant='b')``, ``(tau + 1) / 2`` (NaN when undefined).
-- LoCoMo ``llm`` (Zh1yuShen/MemBuilder @ 422d053, ``eval/llm_judge.py``): the ACCURACY_PROMPT
-  by ``str.format(question=, gold_answer=, generated_answer=)``, one user message, temperature
-  0.0, ``response_format={"type": "json_object"}``; the label rule of ``LLMJudge.evaluate``.
-
-Request budgets that the official code leaves to the API default (BEAM and MemBuilder send no
-``max_tokens``) are memgym's (:data:`DEFAULT_MAX_TOKENS`), named as such in every report.
-
-Raises :class:`JudgeProtocolError` (a ValueError) naming the file and key for a missing or
-broken protocol file, and for a protocol a dataset does not have.
+"""The benchmarks' official judge protocols, loaded at run time from
+``$MEMGYM_DATA/judges/{longmemeval,beam,locomo_membuilder}.json`` (sources in that folder's
+README.md) and applied as the cited code does: LongMemEval @ 9e0b455
+``src/evaluation/evaluate_qa.py``, BEAM @ b2a3ee8 ``src/evaluation/compute_metrics.py``,
+MemBuilder @ 422d053 ``eval/llm_judge.py``. Budgets the official code leaves to the API
+default are :data:`DEFAULT_MAX_TOKENS`. Raises :class:`JudgeProtocolError` (a ValueError)
+naming the file and key for a missing or broken protocol.
 """
 from __future__ import annotations
 
@@ -57,11 +39,7 @@ class JudgeProtocolError(ValueError):
 
 
 def check_protocol(dataset: str | None, protocol: str) -> str:
-    """``protocol`` if ``dataset`` offers it; ``corrected`` exists for BEAM only.
-
-    Raises:
-        JudgeProtocolError: an unknown name, or ``corrected`` for another dataset.
-    """
+    """``protocol`` if ``dataset`` offers it (``corrected``: BEAM only); else JudgeProtocolError."""
     if protocol not in PROTOCOLS:
         raise JudgeProtocolError(f"judge_protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
     if protocol == "corrected" and dataset != "beam":
@@ -80,11 +58,8 @@ _LOADED: dict[tuple[str, float], dict] = {}
 
 
 def load_judge_file(dataset: str) -> dict:
-    """The parsed protocol file of ``dataset`` (``locomo`` = MemBuilder's), read once per
-    path and modification time.
-
-    Raises:
-        JudgeProtocolError: unknown dataset, missing file, or not a JSON object.
+    """The parsed protocol file of ``dataset``, cached per path and mtime. Raises
+    JudgeProtocolError (unknown dataset, missing file, not a JSON object).
     """
     if dataset not in _FILES:
         raise JudgeProtocolError(f"no judge protocol file for dataset {dataset!r}; expected one of {', '.join(_FILES)}")
@@ -136,11 +111,8 @@ def protocol_note(dataset: str | None, protocol: str) -> str:
 
 def longmemeval_messages(question_type: str, question: str, answer: str, response: str,
                          question_id: str | None) -> list[dict]:
-    """The one user message of LongMemEval's answer check: the ``abstention`` template for an
-    id containing ``_abs``, else the question type's, filled by ``str.format``.
-
-    Raises:
-        JudgeProtocolError: the type has no template in the file.
+    """LongMemEval's one user message (``abstention`` template for ``_abs`` ids). Raises
+    JudgeProtocolError when the type has no template.
     """
     templates = _get("longmemeval", "templates")
     key = "abstention" if question_id is not None and "_abs" in question_id else question_type
@@ -210,10 +182,9 @@ def beam_parse_json(reply: str):
 
 
 def beam_item_score(reply: str, protocol: str = "official") -> float | None:
-    """One rubric item's score from a judge reply: ``official`` = ``int(response['score'])``
-    (0.5 -> 0, "1" -> 1, "0.5" raises), ``corrected`` = ``float(response['score'])``. None
-    when the official code would raise (no JSON, no ``score``, a score that does not convert):
-    memgym scores that item 0 and counts it as unreadable."""
+    """One rubric item's score: ``official`` int, ``corrected`` float of ``response['score']``;
+    None where the official code would raise.
+    """
     try:
         obj = beam_parse_json(reply)
         value = obj["score"]
@@ -263,12 +234,9 @@ def beam_system_list(response: str) -> list[str]:
 
 
 def beam_event_ordering(reference: list[str], system_canon: list[str]) -> dict:
-    """``event_ordering_score`` after the alignment: precision/recall/f1 of the item sets and
-    ``tau_norm`` = ``(tau_b + 1) / 2`` of the ranks over the union (ordered unique items of
-    reference + aligned answer; an item a list lacks gets ``len(union) + 1``; a list ranks its
-    items ``i + 1``, a repeated item by its last position). ``tau_norm`` is NaN when tau is
-    undefined (e.g. one item), as in the official code. Returns ``{"precision", "recall",
-    "f1", "tau_norm", "final_score"}``."""
+    """BEAM ``event_ordering_score`` after alignment: ``{"precision", "recall", "f1", "tau_norm",
+    "final_score"}``, tau_norm = (tau_b + 1) / 2 over the union's ranks (NaN when undefined).
+    """
     from scipy.stats import kendalltau
 
     tp = len(set(reference) & set(system_canon))
@@ -325,13 +293,9 @@ _FLAT_OBJECT = re.compile(r"\{[^{}]*\}", re.DOTALL)
 
 
 def membuilder_label(reply: str) -> tuple[float, bool]:
-    """``(score, readable)`` by ``LLMJudge._extract_json`` + ``LLMJudge.evaluate``: the code
-    fences at the ends removed (``re.sub(r'^```(?:json)?\\s*|\\s*```$', '', text.strip())``),
-    the first ``{...}`` without nested braces (else the cleaned text), ``json.loads``,
-    ``label`` (default ``WRONG``) ``== 'CORRECT'`` -> 1 else 0; when that raises: 1 iff
-    ``'CORRECT'`` is in the upper-cased reply and ``'WRONG'`` is not. ``readable`` is False
-    when neither a JSON label nor either word was found (the score is 0 then, as officially;
-    memgym only counts such replies)."""
+    """``(score, readable)`` by MemBuilder's ``LLMJudge._extract_json`` + ``evaluate``;
+    ``readable`` is False when neither a JSON label nor either word was found.
+    """
     clean = _FENCES.sub("", reply.strip())
     m = _FLAT_OBJECT.search(clean)
     up = reply.upper()

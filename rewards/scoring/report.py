@@ -1,7 +1,6 @@
-"""The report renderer of every evaluation (``memgym eval``, ``program eval``, ``score``): score
-tables with one column per system (:func:`side_by_side`, :func:`headline_table`), the
-protocol lines (:func:`protocol_lines`), and the eval report files: ``report.json``
-(machine-readable), ``report.md``, ``predictions.jsonl`` and a per-category PNG bar chart."""
+"""The report renderer of every evaluation: score tables (one column per system), protocol
+lines, and ``report.json``, ``report.md``, ``predictions.jsonl`` and a per-category PNG.
+"""
 from __future__ import annotations
 
 import json
@@ -52,10 +51,9 @@ def side_by_side(report: dict, group: str = "by_category", columns: list[tuple[s
 
 
 def headline_table(dataset: str | None, columns: list[tuple[str, dict]], digits: int = 3) -> list[str]:
-    """The benchmark's own numbers (:func:`rewards.scoring.summary.summarise`), one column per system:
-    LongMemEval task-averaged / overall / abstention accuracy over the judged questions and the
-    judged / missing counts; BEAM each ability (mean per chat, then over chats) and memgym's
-    overall (the mean of the abilities); LoCoMo overall. Returns markdown lines."""
+    """Markdown lines of the benchmark's own numbers (:func:`rewards.scoring.summary.summarise`),
+    one column per system.
+    """
     head = "| | " + " | ".join(label for label, _ in columns) + " |"
     out = [head, "|---|" + "---|" * len(columns)]
 

@@ -14,17 +14,10 @@ SCORER_NAMES: tuple[str, ...] = ("f1", "answer-recall", "rubric-recall", "llm")
 def make_scorer(name: str, judge_backend: Backend | None = None,
                 judge_params: GenerationParams | None = None, judge_constrained: bool = False,
                 dataset: str | None = None, judge_protocol: str = "official") -> Scorer:
-    """Build a scorer by CLI name: "f1" → :class:`F1Scorer`, "answer-recall" →
-    :class:`RecallScorer`, "rubric-recall" → the offline BEAM proxy
-    (:class:`rewards.scoring.official.RubricRecallScorer`), "llm" → the official judge of ``dataset``
-    over ``judge_backend`` under ``judge_protocol`` (:mod:`rewards.scoring.protocols`: LoCoMo =
-    MemBuilder's CORRECT/WRONG, LongMemEval's per-type yes/no, BEAM's rubric + event ordering,
-    ``official`` | ``corrected`` for BEAM). With no ``dataset`` (training rewards on synthetic
-    QA) "llm" is memgym's own CORRECT/WRONG :class:`LLMJudgeScorer` (``judge_params``,
-    ``judge_constrained`` apply to it only: the official protocols fix their own requests).
-
-    Raises ValueError for an unknown name or protocol, a missing judge backend, or
-    ``judge_constrained`` / ``judge_params`` with a benchmark's protocol.
+    """A scorer by CLI name: f1, answer-recall, rubric-recall, or llm (the official judge of
+    ``dataset`` under ``judge_protocol``; memgym's :class:`LLMJudgeScorer` without a dataset,
+    the only one ``judge_params`` / ``judge_constrained`` apply to). Raises ValueError for an
+    unknown name or protocol, a missing backend, or judge options with an official protocol.
     """
     check_protocol(dataset, judge_protocol)
     if name == "f1":

@@ -6,20 +6,21 @@ declared once and shared by every recipe (``memgym eval``, ``memgym program eval
   ``max_questions``, ``judge_protocol``.
 - :class:`QuestionSelection`: adds ``conversations`` and ``split`` (eval, program eval; evolve
   names its ids per split instead: ``train`` / ``valid`` / ``test``).
+- :class:`CapabilityLabels`: ``labels``, the capability labels questions are grouped by.
 
 :func:`load_selected` loads what a recipe selects (:func:`data_synth.datasets.load_conversations`).
-:func:`extractor_segment_tokens_field` and :func:`context_tokenizer_field` declare two fields that
-several recipes carry beside these, with one help text each.
+:func:`extractor_segment_tokens_field` declares the trained extractor's segment field of ``memgym eval``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from data_synth.datasets import DATASETS, load_conversations
+from llm.checks import Section
 from rewards.scoring.protocols import PROTOCOLS
 
-__all__ = ["BenchmarkFields", "QuestionSelection", "load_selected", "ANSWER_TOKENS", "answer_tokens_for",
-           "extractor_segment_tokens_field", "context_tokenizer_field"]
+__all__ = ["BenchmarkFields", "QuestionSelection", "CapabilityLabels", "load_selected", "ANSWER_TOKENS",
+           "answer_tokens_for", "extractor_segment_tokens_field"]
 
 #: Default answer budget (tokens) per dataset: LoCoMo / LongMemEval answers are short; BEAM asks
 #: for lists (event ordering) and summaries, which the judge must see whole.
@@ -41,16 +42,9 @@ def extractor_segment_tokens_field():
                 "sessions)"})
 
 
-def context_tokenizer_field():
-    """A fresh ``context_tokenizer: str`` dataclass field (default ``smollm2``), shared by
-    ``memgym evolve`` and ``memgym program eval``: whose tokens the context budget counts."""
-    return field(default="smollm2", metadata={
-        "help": "tokenizer of the context budget: smollm2 (the embedded task model's) | hf:<dir>"})
-
-
 @dataclass
-class BenchmarkFields:
-    """Which benchmark, which part of its histories, and which judge protocol."""
+class BenchmarkFields(Section):
+    """The data section: which benchmark, which part of its histories, and which judge protocol."""
 
     CHECKS = {"n_sessions": {"min": 1}, "max_questions": {"min": 1}}
 
@@ -67,6 +61,11 @@ class BenchmarkFields:
         "help": "official (the benchmark's own judge code, byte for byte; the default, comparable with published "
                 "numbers) | corrected (beam only: the question filled in and 0.5 kept)", "choices": PROTOCOLS})
 
+    def check(self) -> None:
+        super().check()
+        if self.dataset is not None:
+            self.check_protocol()
+
     def check_protocol(self) -> None:
         """Raises :class:`llm.errors.ConfigError` for ``corrected`` on a dataset other than BEAM."""
         from llm.errors import ConfigError
@@ -79,23 +78,31 @@ class BenchmarkFields:
 
 
 @dataclass
+class CapabilityLabels(Section):
+    """Which capability labels group the questions (never shown to a program)."""
+
+    labels: str = field(default="native", metadata={"help": "native | annotator label JSONL (train/valid only; "
+                                                            "memgym annotate)"})
+
+
+@dataclass
 class QuestionSelection(BenchmarkFields):
     """:class:`BenchmarkFields` plus the conversation / question ids or a split name."""
 
-    conversations: list[str] = field(default_factory=lambda: ["conv-30"],
-                                     metadata={"help": "conversation / question ids to run (one id or a list; beam: "
-                                                       "chat ids, e.g. 100K-3)"})
+    COMMAND_DEFAULTS = {"conversations": ["conv-30"]}
+
+    conversations: list[str] | None = field(default=None, metadata={
+        "help": "conversation / question ids to run (one id or a list; beam: chat ids, e.g. 100K-3; default: eval "
+                "conv-30, program eval conv-26 conv-30)"})
     split: str | None = field(default=None, metadata={"help": "run this split's ids instead of conversations: "
                                                               "train|valid|test (locomo, beam), sft|rl|test "
                                                               "(longmemeval)"})
 
 
 def load_selected(cfg: QuestionSelection):
-    """The one loader of a recipe's conversations (``memgym eval``, ``memgym program eval``):
-    ``dataset``, ``path``, ``conversations``, or the ids of ``split`` when set, restricted to the
-    first ``n_sessions`` sessions and ``max_questions`` QA, with BEAM's switches; relabelled
-    from ``cfg.labels`` when the recipe has that field and it names an annotator label file
-    (:mod:`data_synth.annotate`; labels group questions, they never reach a program)."""
+    """The conversations a recipe selects (ids, or the ``split``'s), cut to ``n_sessions`` and
+    ``max_questions``, relabelled from ``cfg.labels`` when set.
+    """
     convs = load_conversations(cfg.dataset, cfg.path, ids=None if cfg.split else cfg.conversations, split=cfg.split,
                                n_sessions=cfg.n_sessions, max_questions=cfg.max_questions,
                                beam_truncated=not cfg.beam_full_chat, beam_strip_markers=not cfg.beam_keep_markers)

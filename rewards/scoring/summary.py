@@ -1,22 +1,12 @@
-"""The one evaluation result of memgym: per-question rows (:class:`QuestionResult`) and one
-summary per dataset (:func:`summarise`), used by ``memgym eval``, ``memgym program eval``,
-``memgym score`` and ``memgym evolve`` alike, so that each number means one thing everywhere.
+"""The one evaluation result: per-question rows (:class:`QuestionResult`) and one summary per
+dataset (:func:`summarise`).
 
-Summary fields (scores in [0, 1]; every mean is over the judged questions, i.e. those with a
-prediction; a missing prediction is listed in ``missing`` and left out, as the official
-LongMemEval metrics do, unless ``missing_as_wrong`` counts it as 0; NaN scores, BEAM event
-orderings whose tau is undefined, are left out of the means and counted in ``undefined``):
-
-- all: ``n`` (questions), ``judged``, ``missing`` (ids), ``missing_as_wrong``, ``undefined``,
-  ``overall``, ``by_category`` and ``by_capability`` (``{label: {"score", "n"}}``).
-- LoCoMo: ``overall`` = the mean over questions (the official F1 / judge accuracy).
-- LongMemEval (``src/evaluation/print_qa_metrics.py``): ``task_averaged`` = the mean over the
-  question types present of the type's mean (``_abs`` questions stay in their type),
-  ``overall`` = the mean over questions, ``abstention`` = the mean over ``_abs`` ids (None
-  when there are none), ``n_abstention``.
-- BEAM (``src/evaluation/report_results.py``): ``by_ability`` = per ability the mean over chats
-  of the chat's mean, ``by_chat``; ``overall`` = the mean of the abilities present (memgym's
-  number, named so in ``overall_note``: the official report gives per-ability scores only).
+Means are over judged questions (a missing prediction is listed in ``missing``, or counted 0
+with ``missing_as_wrong``); NaN scores are counted in ``undefined``. All datasets: ``n``,
+``judged``, ``missing``, ``undefined``, ``overall``, ``by_category``, ``by_capability``.
+LongMemEval (``src/evaluation/print_qa_metrics.py``): ``task_averaged``, ``abstention``,
+``n_abstention``. BEAM (``src/evaluation/report_results.py``): ``by_ability`` (mean over chats
+of chat means), ``by_chat``; ``overall`` = memgym's mean of the abilities (``overall_note``).
 """
 from __future__ import annotations
 
@@ -36,14 +26,9 @@ BEAM_OVERALL_NOTE = ("overall = mean of the BEAM abilities present (memgym's sum
 
 @dataclass
 class QuestionResult:
-    """One question of an evaluation.
-
-    ``score``: in [0, 1], NaN for an undefined BEAM event-ordering tau, None when
-    ``missing`` (no prediction given: not judged). ``prediction``: the answer judged (None when
-    no answer was made, e.g. a recall proxy or a missing prediction). ``recall``: answer-recall
-    of the retrieved text when there is one. ``judge``: every judge request (messages,
-    settings) with its reply. ``detail``: scorer extras (BEAM event ordering: the aligned
-    list, f1). ``trace``: where the question's full trace lies (a file and line, or a run id).
+    """One question of an evaluation: ``score`` in [0, 1] (NaN: undefined tau; None when
+    ``missing``), ``prediction``, ``recall``, ``judge`` (requests and replies), ``detail``,
+    ``trace`` (where its full trace lies).
     """
 
     conversation: str
@@ -66,12 +51,9 @@ class QuestionResult:
 
 def score_questions(scorer, dataset: str | None, entries: Sequence[tuple], trace: str | None = None,
                     missing: set | None = None) -> list[QuestionResult]:
-    """Score ``entries`` = ``[(conversation_id, qa, prediction or None, context)]`` with
-    ``scorer`` (one ``score`` call over every entry that has a prediction, or, for a scorer
-    that reads only the context, every entry) and return one :class:`QuestionResult` per entry,
-    in order. ``missing`` (question ids) are not judged; by default, a None prediction with a
-    scorer that needs one is missing.
-    ``trace``: a format string with ``{i}`` (the entry's index) for the rows' trace reference."""
+    """One :class:`QuestionResult` per ``(conversation_id, qa, prediction, context)`` entry, from
+    one ``scorer.score`` call; ``missing`` ids are not judged. ``trace``: a format with ``{i}``.
+    """
     from data_synth.capabilities import capability_for
     from rewards.scoring.judge import ScoreItem
     from rewards.scoring.metrics import answer_recall
@@ -125,12 +107,8 @@ def _groups(rows, key: str, missing_as_wrong: bool) -> dict:
 
 
 def summarise(dataset: str | None, rows: Sequence, *, missing_as_wrong: bool = False) -> dict:
-    """The summary of ``rows`` (:class:`QuestionResult` or dicts with its fields ``conversation``,
-    ``id``, ``category``, ``capability``, ``score``, ``missing``) for ``dataset`` (None: only
-    the common fields, e.g. mixed data). See the module docstring.
-
-    Raises:
-        ValueError: an unknown dataset.
+    """The summary of ``rows`` for ``dataset`` (None: common fields only). Raises ValueError for an
+    unknown dataset.
     """
     if dataset is not None and dataset not in SUMMARY_DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; expected one of {', '.join(SUMMARY_DATASETS)}")

@@ -58,11 +58,12 @@ def test_program_eval_rejects_zero_sessions_and_bad_timeouts(capsys, tmp_path):
 
 def test_yaml_string_becomes_a_one_element_list(tmp_path):
     from evolution.execution.program_eval import ProgramEvalConfig
-    from llm.recipes import parse_recipe
+    from launch.cli import build_parser
+    from launch.registry import parse, recipe_configs
 
     r = tmp_path / "r.yaml"
     r.write_text("conversations: conv-30\ncompare: expert:conv-30\n")
-    (cfg,) = parse_recipe([EvalConfig], ["--recipe", str(r)], "memgym eval", "", cpu_defaults=False)
+    (cfg,) = recipe_configs(parse(build_parser(), ["eval", "--recipe", str(r)]))
     assert cfg.conversations == ["conv-30"] and cfg.compare == ["expert:conv-30"]
     assert ProgramEvalConfig(conversations="conv-41").conversations == ["conv-41"]
 
@@ -90,8 +91,9 @@ def test_bad_recipes_are_one_line(recipe, needle, tmp_path, capsys):
 def test_recipe_folder_or_missing_value_is_one_line(tmp_path, capsys):
     assert memgym(["eval", "--recipe", str(tmp_path)]) == 1
     assert "Is a directory" in capsys.readouterr().err
-    assert memgym(["eval", "--recipe"]) == 2
-    assert "--recipe needs a value" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        memgym(["eval", "--recipe"])
+    assert e.value.code == 2 and "expected one argument" in capsys.readouterr().err
 
 
 def test_debug_keeps_the_traceback(tmp_path, monkeypatch):
@@ -104,17 +106,15 @@ def test_debug_keeps_the_traceback(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("command", [["evolve"], ["eval"], ["program", "eval", "memory_bank/programs/bm25.py"]])
-def test_debug_shows_the_traceback_of_errors_a_command_reports_itself(command, tmp_path, capsys):
-    """A missing recipe is a usage error each of these commands reports itself in one line (exit 2);
-    ``memgym --debug`` adds the traceback above that line and keeps the exit status."""
+def test_debug_shows_the_traceback_of_recipe_errors(command, tmp_path, capsys):
+    """A missing recipe is a usage error: one line and exit 2, mapped in one place
+    (:func:`launch.cli.run_command`); ``memgym --debug`` re-raises it with its traceback."""
     missing = str(tmp_path / "nope.yaml")
     assert memgym([*command, "--config", missing]) == 2
     plain = capsys.readouterr().err
-    assert "Traceback" not in plain and f"recipe {missing} not found" in plain
-    assert memgym(["--debug", *command, "--config", missing]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("Traceback (most recent call last):") and "FileNotFoundError" in err
-    assert err.rstrip().splitlines()[-1] == plain.rstrip().splitlines()[-1]
+    assert "Traceback" not in plain and plain.strip() == f"memgym {' '.join(command[:2 if command[0] == 'program' else 1])}: recipe {missing} not found"
+    with pytest.raises(ConfigError, match="not found"):
+        memgym(["--debug", *command, "--config", missing])
     import os
     assert "MEMGYM_DEBUG" not in os.environ  # --debug does not leak into later commands
 

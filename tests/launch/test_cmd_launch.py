@@ -147,19 +147,15 @@ def test_gpu_check_dry_run_builds_every_stage(tmp_path):
 
 
 def test_eval_and_evolve_recipes_parse_without_importing_training():
-    """``memgym eval`` / ``program eval`` / ``evolve`` parse their recipes with
-    :func:`llm.recipes.parse_recipe`, below ``training/`` (which they must not load)."""
+    """``memgym eval`` / ``program eval`` / ``evolve`` parse their recipes through the command
+    registry (:mod:`launch.registry`) without loading ``training/``."""
     code = (
         "import sys\n"
-        "from llm.recipes import parse_recipe\n"
-        "from evolution.execution.eval_job import EvalConfig\n"
-        "from evolution.execution.program_eval import ProgramEvalConfig\n"
-        "from evolution.search.config import EvolveConfig\n"
-        "for cls, recipe in ((EvalConfig, 'demo_locomo'), (ProgramEvalConfig, 'program_locomo'),\n"
-        "                    (EvolveConfig, 'demo_evolve')):\n"
-        "    (cfg,) = parse_recipe([cls], ['--config', f'launch/recipes/{recipe}.yaml'], 'memgym', '',\n"
-        "                          cpu_defaults=False)\n"
-        "    assert type(cfg) is cls\n"
+        "from launch.cli import build_parser\n"
+        "from launch.registry import parse, recipe_configs\n"
+        "for cmd, recipe in ((['eval'], 'demo_locomo'), (['program', 'eval'], 'program_locomo'),\n"
+        "                    (['evolve'], 'demo_evolve')):\n"
+        "    (cfg,) = recipe_configs(parse(build_parser(), [*cmd, '--config', f'launch/recipes/{recipe}.yaml']))\n"
         "print(sorted(m for m in sys.modules if m == 'training' or m.startswith('training.')))\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(REPO)})

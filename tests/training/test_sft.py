@@ -184,18 +184,12 @@ def test_sft_run_trains_lora_and_loss_falls(session1_file, tiny_model_dir, tmp_p
 def test_common_cli_helpers():
     from trl import get_peft_config
 
-    from llm.recipes import config_argv, device_default_args
     from llm.specs import resolve_model_path
-    from training.common import PolicyModelConfig
+    from training.common import PolicyModelConfig, device_default_args, device_defaults
 
     assert device_default_args(cuda=False) == ["--use_cpu", "true", "--bf16", "false", "--fp16", "false"]
-    assert device_default_args(cuda=True) == []
-    assert config_argv(["--recipe", "a.yaml", "--x", "1"]) == ["--config", "a.yaml", "--x", "1"]
-    assert config_argv(["--x", "1", "--config=a.yaml"]) == ["--x", "1", "--config", "a.yaml"]
-    with pytest.raises(ValueError, match="more than once"):
-        config_argv(["--config", "a.yaml", "--recipe", "b.yaml"])
-    with pytest.raises(ValueError, match="needs a YAML file path"):
-        config_argv(["--config", "--max_steps", "2"])
+    assert device_defaults(cuda=False) == {"use_cpu": True, "bf16": False, "fp16": False}
+    assert device_default_args(cuda=True) == [] and device_defaults(cuda=True) == {}
     with pytest.raises(FileNotFoundError, match="does not exist"):
         resolve_model_path("./no/such/model")
     assert resolve_model_path("Qwen/Qwen3-4B-Instruct-2507") == "Qwen/Qwen3-4B-Instruct-2507"
@@ -220,12 +214,21 @@ def test_cli_config_and_errors(tmp_path, capsys):
     assert s.train_trajectories == [str(CONV26)] and s.eval_trajectories == [str(CONV30)]
     bad = tmp_path / "bad.yaml"
     bad.write_text("output_dir: x\nnot_a_field: 3\n")
-    assert main(["--config", str(bad)]) == 2
-    assert "not_a_field" in capsys.readouterr().err
-    assert main(["--config", str(tmp_path / "missing.yaml")]) == 2
+    from launch.cli import main as memgym
+    from llm.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown field.*not_a_field"):
+        main(["--config", str(bad)])
+    with pytest.raises(FileNotFoundError):
+        main(["--config", str(tmp_path / "missing.yaml")])
+    with pytest.raises(ValueError, match="unknown manager"):
+        main(["--output_dir", str(tmp_path), "--managers", "index"])
+    # through memgym train: one line, exit status 2 (launch.cli.run_command)
+    assert memgym(["train", "sft", "--config", str(bad)]) == 2
+    assert capsys.readouterr().err.strip() == (f"memgym train sft: recipe {bad}: unknown field(s): not_a_field; "
+                                               "--help lists every field")
+    assert memgym(["train", "sft", "--config", str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml not found" in capsys.readouterr().err
-    assert main(["--output_dir", str(tmp_path), "--managers", "index"]) == 2
-    assert "unknown manager" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
         main(["--help"])
     assert e.value.code == 0

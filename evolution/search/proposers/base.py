@@ -1,15 +1,7 @@
-"""The proposer protocol: one input, one output, small interchangeable objects (GEPA-style).
-
-Source: DESIGN.md § "Capability-driven evolution" (proposers): every proposer sees the same
-input (program, target, diagnostics, compact cases, lineage: ancestors with their score changes
-and the failed attempts for this target) and answers with edits. The loop owns everything
-else (duplicate/no-op checks, validation, evaluation, acceptance), so a new proposer only
-implements ``propose`` (and optionally ``revise``) of
-:class:`evolution.search.protocols.Proposer`.
-
-A proposer never raises for bad model output: it returns a :class:`ProposalResult` with
-``ok=False`` and the reason. It may raise only for its own misconfiguration (e.g. an
-unloadable backend spec).
+"""The proposer input and output (DESIGN.md § "Capability-driven evolution", proposers): every
+proposer sees the same :class:`ProposalInput` and answers with a :class:`ProposalResult`; the loop
+owns checks, validation, evaluation and acceptance. A proposer never raises for bad model output
+(``ok=False`` with the reason); only for its own misconfiguration (:class:`ProposerError`).
 """
 from __future__ import annotations
 

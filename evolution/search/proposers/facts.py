@@ -79,9 +79,6 @@ def run_facts(cfg, train_convs=()) -> str:
     """The "# What scores your program in this run" section of a coder request (module doc).
     ``cfg``: an :class:`evolution.search.config.EvolveConfig`; ``train_convs``: its train
     conversations (for the approximate characters; may be empty)."""
-    from evolution.execution.program_eval import runner_settings_from
-
-    st = runner_settings_from(cfg)
     lines = ["# What scores your program in this run"]
     if cfg.context_tokens:
         chars = approx_chars(cfg.context_tokens, cfg.context_tokenizer, train_convs)
@@ -109,9 +106,9 @@ def run_facts(cfg, train_convs=()) -> str:
                      "back to the question text.")
     answers = cfg.scorer in ("f1", "llm")
     lines.append(f"- Answering: the task model ({cfg.task_model}) answers from the cut retrieved text with "
-                 f"ANSWER_INSTRUCTION (at most {st.answer_max_new_tokens} tokens)." if answers else
+                 f"ANSWER_INSTRUCTION (at most {cfg.answer_tokens} tokens)." if answers else
                  "- Answering: no model call (the scorer reads the retrieved text).")
-    calls = st.program_llm_calls
+    calls = cfg.program_llm_calls
     lines.append(f"- toolkit.llm is the task model `{cfg.task_model}` with a budget of {calls} calls per "
                  "conversation" + (": every call raises BudgetExceededError, so do not call it." if calls == 0 else
                                    "; a call beyond it raises BudgetExceededError.")

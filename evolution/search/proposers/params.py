@@ -1,41 +1,21 @@
 """The offline ``params`` proposer: no LLM, seeded, deterministic given the run's RNG.
 
-Source: DESIGN.md § "Capability-driven evolution" (proposers). It proposes either
+Source: DESIGN.md § "Capability-driven evolution" (proposers). It proposes a library variant
+(:mod:`evolution.search.proposers.library`) that applies to the parent, or a constant mutation
+(a module-level int/float scaled by 0.5, 0.75, 1.5 or 2, a bool flipped, a string annotated
+``# choices: a|b|c`` switched; never :data:`PROTECTED`). Children already archived are dropped,
+and answer variants when no answer is generated. A library variant is chosen with probability
+:data:`LIBRARY_SHARE` when both kinds exist. A variant's weight is the product of:
 
-- a **library variant** (:mod:`evolution.search.proposers.library`) that applies to the parent,
-  or
-- a **constant mutation**: one module-level constant of the parent changed (ints and floats
-  scaled by 0.5, 0.75, 1.5 or 2; booleans flipped; strings annotated ``# choices: a|b|c``
-  switched to another choice). ``OUT_CHAR_BUDGET``, ``EMBED_CHARS`` (what an embedder is
-  given of a line; it reads only the first 256 word pieces) and the instructions are never touched.
+- target factor: 3 when it names the target, 1.5 for all ("*"), 0.5 otherwise; 1 in cold start;
+- diagnostics factor (target's row, else overall): 1 + 4·max(0, d_ext − d_ret) for retrieval
+  variants, 1 + 2·max(0, d_ext − d_idx) for indexing ones, 1 otherwise; a budget variant with
+  ``b`` = the target row's ``budget_cut`` share names the target when b ≥ :data:`BUDGET_TAG` and
+  has factor 1 + :data:`BUDGET_GAIN`·b;
+- cue factor (:func:`case_factor`): ``time_hint`` by the share of case questions naming a
+  month/year, ``date_words`` by the share of reference answers naming a month or weekday.
 
-Options whose child is already archived (``known_keys``) are dropped, and so are answer
-variants when the diagnostics say no answer is generated (the scorer reads the retrieved text,
-so the answer instruction cannot change a score: no round is spent on them). Weights:
-
-- a variant's **target factor**: in refinement 3 when it names the target capability, 1.5 when
-  it is for all ("*"), 0.5 otherwise; 1 in cold start (no target);
-- times its **diagnostics factor**, read from the diagnostics row of the target (the overall
-  row in cold start): 1 + 4·max(0, d_ext − d_ret) for retrieval variants, 1 + 2·max(0, d_ext −
-  d_idx) for indexing ones, 1 otherwise (units hold the evidence but retrieval misses it →
-  fix retrieval; the evidence is not found even by itself → fix indexing);
-- a **budget variant** (``Variant.budget``: it changes which retrieved lines survive the
-  context budget's cut, e.g. ``rank_order``) is tagged and weighed by its measured effect
-  instead: with ``b`` = the share of found evidence the budget cuts off
-  (``budget_cut`` of the target's row, else the overall row;
-  :mod:`evolution.search.budget_cut`), it counts as naming the target when ``b`` ≥
-  :data:`BUDGET_TAG` (0.2), and its diagnostics factor is 1 + :data:`BUDGET_GAIN` (4)·b, the
-  same scale as the retrieval factor (without a measured ``b``, e.g. no context budget, the
-  rules above apply);
-- a **cue variant** is weighed by what the target's compact cases say it can act on
-  (:func:`case_share`, :func:`case_factor`): ``time_hint`` by the share of case questions
-  naming a month/year, ``date_words`` by the share of case reference answers naming a month or
-  weekday (factor 0.25 at none, 1 at half, 1.75 at all; 1 without cases);
-- a constant mutation weighs the target factor of the library variant that introduced the
-  constant (``TIME_BONUS`` is the time-hint variant's, so it weighs 3 when T is the target),
-  1 for a constant no variant introduced.
-
-A library variant is chosen with probability 0.6 when both kinds exist.
+A constant mutation weighs the target factor of the variant that introduced the constant, else 1.
 """
 from __future__ import annotations
 
@@ -135,9 +115,7 @@ def _variant_weight(v: Variant, inp: ProposalInput) -> float:
 
 
 def _case_fields(cases: list[str], prefix: str) -> list[str]:
-    """The ``prefix`` line's text of each rendered case that has one
-    (:func:`evolution.search.cases.render_compact` writes ``Question: ...`` and ``Reference
-    answer: ...`` lines)."""
+    """The ``prefix`` line's text of each rendered case that has one."""
     out = []
     for case in cases:
         line = next((x for x in case.splitlines() if x.startswith(prefix)), None)
@@ -153,12 +131,8 @@ _DATE_WORD = re.compile(r"\b(january|february|march|april|may|june|july|august|s
 
 
 def case_share(variant_name: str, cases: list[str]) -> float | None:
-    """The share of the shown cases a cue variant can act on, read from the cases' text (None for
-    a variant without a cue, or without cases): ``time_hint`` adds its bonus only for a question
-    naming a month with a year or a year (its own ``time_hints`` rule), so the share of case
-    questions that do; ``date_words`` writes month and weekday names into every line's date,
-    which a reference answer can only profit from when it names one, so the share of case
-    reference answers that do. None as well when no case has that line."""
+    """The share of the shown cases a cue variant can act on (module doc); None for a variant
+    without a cue, without cases, or when no case has the line it reads."""
     if variant_name == "time_hint":
         texts, rule = _case_fields(cases, "Question: "), _MONTH_YEAR
     elif variant_name == "date_words":
@@ -169,9 +143,7 @@ def case_share(variant_name: str, cases: list[str]) -> float | None:
 
 
 def case_factor(v: Variant, cases: list[str]) -> float:
-    """:data:`CUE_FLOOR` + (1 − :data:`CUE_FLOOR`)·2·share for a cue variant (0.25 when it can act
-    on none of the target's cases, 1 at half of them, 1.75 at all), 1 otherwise
-    (:func:`case_share`)."""
+    """:data:`CUE_FLOOR` + (1 − :data:`CUE_FLOOR`)·2·share for a cue variant, 1 otherwise."""
     share = case_share(v.name, cases)
     return 1.0 if share is None else CUE_FLOOR + (1.0 - CUE_FLOOR) * 2.0 * share
 
@@ -240,8 +212,7 @@ class ParamsProposer:
         return lib, mut
 
     def exhausted(self, inp: ProposalInput) -> bool:
-        """True when no library variant or constant mutation gives a new program for ``inp``
-        (the loop then refines a fallback parent, :meth:`evolution.search.engine.Engine.fallback_parent`)."""
+        """True when no library variant or constant mutation gives a new program for ``inp``."""
         lib, mut = self.options(inp)
         return not lib and not mut
 

@@ -142,23 +142,3 @@ class ReplayProposer(CoderProposer):
                rng: random.Random) -> ProposalResult | None:
         self._start(inp, "revise")
         return self._done(super().revise(inp, result, verdict, rng))
-
-
-def recorded_request_text(messages: list[dict]) -> str:
-    """A request as the coder sees it: each message under a ``=== role ===`` header."""
-    return "\n\n".join(f"=== {m['role']} ===\n{m['content']}" for m in messages) + "\n"
-
-
-def recorded_requests(run_dir: str | Path) -> list[dict]:
-    """Every recorded coder request of a run, in round order: ``{"round", "part", "turn",
-    "messages", "reply", "prompt_tokens", "completion_tokens"}``."""
-    out = []
-    for rnd, rec in sorted(load_recording(run_dir).items()):
-        for part in ("propose", "revise"):
-            for n, (req, resp) in enumerate(rec[part], 1):
-                out.append({"round": rnd, "part": part, "turn": n, "messages": req["messages"],
-                            "reply": resp["content"], "prompt_tokens": resp.get("prompt_tokens", 0),
-                            "completion_tokens": resp.get("completion_tokens", 0)})
-    return out
-
-

@@ -83,7 +83,7 @@ def _cases(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from llm.recipes import at_least
+    from llm.checks import at_least
 
     p = argparse.ArgumentParser(prog="compact-cases", description=__doc__.split("\n\n")[0])
     p.add_argument("--conversations", nargs="+", default=["conv-26", "conv-30"], metavar="CONV",

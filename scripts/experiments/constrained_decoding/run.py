@@ -109,7 +109,7 @@ def _run(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from llm.recipes import at_least
+    from llm.checks import at_least
 
     p = argparse.ArgumentParser(prog="constrained-decoding", description=__doc__.split("\n\n")[0])
     p.add_argument("--max-new-tokens", type=at_least(1), default=128, help="tokens per output (default 128)")

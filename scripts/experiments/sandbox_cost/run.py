@@ -115,7 +115,7 @@ def _run(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from llm.recipes import at_least
+    from llm.checks import at_least
 
     p = argparse.ArgumentParser(prog="sandbox-cost", description=__doc__.split("\n\n")[0])
     p.add_argument("--starts", type=at_least(1), default=20, help="starts per side (default 20)")

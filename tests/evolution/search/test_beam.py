@@ -34,11 +34,11 @@ def test_beam_default_splits_and_scorer_checks():
     cfg = EvolveConfig(dataset="beam", scorer="rubric-recall", test=["default"], embedder="hash:64")
     assert cfg.train == [f"100K-{n}" for n in range(3, 11)] and cfg.valid == [f"100K-{n}" for n in range(11, 17)]
     assert cfg.test == ["1M-3", "1M-4", "1M-6", "1M-7", "1M-8", "1M-9", "1M-10", "1M-31"]
-    assert cfg.runner_settings().dataset == "beam" and cfg.data_path("test") is None
+    assert cfg.dataset == "beam" and cfg.data_path("test") is None
     # a CLI list given as one comma-joined value: --test 1M-3,1M-31
     assert EvolveConfig(dataset="beam", scorer="rubric-recall", test=["1M-3,1M-31"], embedder="hash:64").test == \
         ["1M-3", "1M-31"]
-    with pytest.raises(ValueError, match="rubric-recall needs dataset beam"):
+    with pytest.raises(ValueError, match="rubric-recall needs --dataset beam"):
         EvolveConfig(dataset="locomo", scorer="rubric-recall")
 
 

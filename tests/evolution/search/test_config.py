@@ -41,7 +41,7 @@ def test_coder_recipes_name_servers_and_the_judge():
 
 
 @pytest.mark.parametrize("kw, msg", [
-    (dict(proposer="coder"), "needs coder_model"), (dict(proposer="scripted"), "needs script"),
+    (dict(proposer="coder"), "needs --coder_model"), (dict(proposer="scripted"), "needs --script"),
     (dict(dataset="mmlu"), "--dataset: 'mmlu' is not one of locomo, longmemeval, beam"),
     (dict(rounds_cold=-1), "--rounds_cold: must be >= 0, got -1"),
     (dict(train=["conv-26"], valid=["conv-26"]), "splits overlap"), (dict(embedder="bert"), "is not one of: minilm"),
@@ -67,7 +67,7 @@ def test_beam_and_longmemeval_recipes_take_the_design_splits():
         ("turns", "rubric-recall", "params", 2048, "best")
     assert (off.rounds_cold, off.rounds_refine, off.rounds_integrate) == (3, 2, 1)  # the header's measured cost
     assert off.baselines == ["full_history", "bm25", "dense_topk", "hybrid_rrf", "reference"]
-    assert off.runner_settings().dataset == "beam" and off.runner_settings().context_tokens == 2048
+    assert off.dataset == "beam" and off.context_tokens == 2048
     coder = _parse("evolve_beam_coder.yaml")
     assert (coder.dataset, coder.scorer, coder.proposer) == ("beam", "llm", "coder") and coder.judge_model
     lme = _parse("evolve_longmemeval_offline.yaml")

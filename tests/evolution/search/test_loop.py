@@ -171,7 +171,7 @@ def test_offline_params_loop_raises_the_seeds_valid_answer_recall(tmp_path):
 def test_a_spent_budget_stops_the_run_cleanly_with_a_report(tmp_path):
     (tmp_path / "s.json").write_text(json.dumps({"proposals": [_block(RET, '        return ""\n')]}))
     cfg = EvolveConfig(**SMALL, proposer="scripted", script=str(tmp_path / "s.json"), rounds_cold=3, rounds_refine=0,
-                       budget_coder=10, out=str(tmp_path / "run"))
+                       budgets={"coder": 10}, out=str(tmp_path / "run"))
     s = evolve(cfg).summary
     assert s["rounds"] == 1 and s["stopped"].startswith("budget of role 'coder' exhausted")
     assert s["tokens"]["coder"]["prompt"] > 10 and (tmp_path / "run" / "report.md").read_text().count("stopped") == 1

@@ -99,7 +99,7 @@ def test_dataset_and_protocol_reach_the_scorer_in_evolve():
 
     cfg = TrlParser(dataclass_types=[EvolveConfig]).parse_args_and_config(
         args=["--config", str(RECIPES / "evolve_longmemeval_coder.yaml")])[0]
-    settings = cfg.runner_settings(diagnostics=False)
+    settings = cfg  # the recipe is the runner settings
     assert (settings.dataset, settings.scorer, settings.judge_protocol) == ("longmemeval", "llm", "official")
     assert settings.answer_max_new_tokens == 64  # the recipe's; unset it is the dataset's (128 for longmemeval)
     rt = Runtime(embedder=HashEmbedder(dim=16))

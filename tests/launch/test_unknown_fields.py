@@ -1,4 +1,4 @@
-"""Tests of :mod:`llm.recipes`."""
+"""A mistyped field is one line naming its closest field (:mod:`launch.registry`)."""
 from __future__ import annotations
 
 from launch.cli import main
@@ -7,5 +7,5 @@ from launch.cli import main
 def test_a_flag_typo_names_the_closest_field(capsys):
     rc = main(["eval", "--config", "launch/recipes/demo_locomo.yaml", "--max_qestions", "3"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and err == ["memgym eval: unknown option(s): --max_qestions (did you mean --max_questions?); "
+    assert rc == 2 and err == ["memgym eval: unknown field(s): --max_qestions (did you mean --max_questions?); "
                                "--help lists every field"]

@@ -1,0 +1,161 @@
+"""Parse-time checks of memgym's settings dataclasses (the recipe sections of ``eval``,
+``program eval`` and ``evolve``, the trainers' configs) and, through :func:`at_least`, of the
+argparse commands (``synth``, ``reward audit``), so a bad value fails before any model loads,
+with a message naming the field, the value and what is allowed. :class:`Section` is the base of
+a settings section: it validates itself once, when it is built.
+
+A class declares the rules of its own fields in a class attribute ``CHECKS = {field: {rule:
+value}}`` (not in ``field(metadata=...)``: ``HfArgumentParser`` hands every metadata key to
+argparse); :func:`check_fields` applies the ``CHECKS`` of every class in the MRO, so a composed
+config never copies its sections' rules. Rules:
+
+- ``"min": m``: a number >= ``m`` (``None`` only when the field's default is ``None``);
+  counts use ``min: 1``, so 0 and negatives never silently mean "all" or "all but one";
+- ``"choices": (...)``: one of these values (also read from the field's metadata, where
+  argparse checks it for CLI values; a YAML value skips argparse, so it is checked here);
+- ``"spec": "backend"``: a backend spec (``hf:``/``openai:``/``vllm:``, :func:`check_spec`);
+  ``"spec": "extractor"``: a backend spec, ``expert:<file or conv-NN>[,...]`` or one of
+  the rule ``"words"`` (e.g. ``("instruction",)``); on a ``list[str]`` field every item is checked;
+  a rule ``"options": (...)`` allows one of these words after the spec, separated by a space
+  (eval columns: ``"hf:smollm2 constrained"``); the spec before it is checked;
+- ``"out_dir": True``: an output directory: must not be an existing file.
+
+A ``list[...]`` field given a single string (``conversations: conv-30`` in YAML) becomes a
+one-element list instead of being split into characters. Cross-field rules go through
+:func:`require`. Errors are :class:`ConfigError` (a ``ValueError``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from llm.errors import ConfigError, OutputPathError
+from llm.specs import check_spec
+
+
+def _flag(name: str) -> str:
+    return f"--{name}"
+
+
+def _admits_none(f: dataclasses.Field) -> bool:
+    # ``HfArgumentParser`` rewrites ``int | None`` field types to ``int`` in place, so the
+    # default tells: a field whose default is None may stay None ("not set")
+    return f.default is None
+
+
+def _is_list(f: dataclasses.Field) -> bool:
+    t = f.type if isinstance(f.type, str) else repr(f.type)
+    return t.replace("typing.", "").lower().startswith("list")
+
+
+def at_least(lo: float, kind: type = int):
+    """An argparse ``type=`` for the commands that are not dataclass recipes: parses ``kind``
+    and rejects values below ``lo`` at parse time (``--n-sessions 0`` is an error, never "all")."""
+    import argparse
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
+                                             f"got {text!r}") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def check_out_dir(path: str | Path, field: str = "out") -> None:
+    """Raise :class:`OutputPathError` when ``path`` exists and is not a directory."""
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        raise OutputPathError(f"{_flag(field)} {path}: is an existing file, not a directory; give a directory "
+                              "path (it is created if missing)")
+
+
+def check_fields(obj) -> None:
+    """Apply the ``CHECKS`` rules (module docstring) of every class in ``type(obj).__mro__`` to every field of the dataclass ``obj``,
+    in field order; a single string on a list field becomes a one-element list (in place).
+    Raises :class:`ConfigError` naming the first bad field."""
+    rules: dict = {}
+    for cls in reversed(type(obj).__mro__):
+        rules.update(cls.__dict__.get("CHECKS", {}))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        meta = {**({"choices": f.metadata["choices"]} if "choices" in (f.metadata or {}) else {}),
+                **rules.get(f.name, {})}
+        if _is_list(f) and isinstance(value, str):
+            value = [value]
+            setattr(obj, f.name, value)
+        if "min" in meta:
+            lo = meta["min"]
+            if value is None:
+                if not _admits_none(f):
+                    raise ConfigError(f"{_flag(f.name)}: expected a number >= {lo}, got null")
+            elif isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"{_flag(f.name)}: expected a number >= {lo}, got {value!r}")
+            elif value < lo:
+                raise ConfigError(f"{_flag(f.name)}: must be >= {lo}, got {value}")
+        if "choices" in meta and value is not None and value not in meta["choices"]:
+            raise ConfigError(f"{_flag(f.name)}: {value!r} is not one of {', '.join(map(str, meta['choices']))}")
+        if meta.get("spec") and value is not None:
+            for item in (value if isinstance(value, list) else [value]):
+                if isinstance(item, str) and meta.get("options"):
+                    head, _, word = item.strip().rpartition(" ")
+                    item = head if head and word in meta["options"] else item
+                check_spec(item, f.name, kind=meta["spec"], words=tuple(meta.get("words", ())))
+        if meta.get("out_dir") and value:
+            check_out_dir(value, f.name)
+
+
+def require(obj, field: str, value, needs: str, why: str = "") -> None:
+    """Cross-field rule: when ``obj.<field> == value``, ``obj.<needs>`` must be set.
+    Raises :class:`ConfigError` naming both flags (e.g. ``--scorer llm needs --judge_model``)."""
+    if getattr(obj, field) == value and not getattr(obj, needs):
+        raise ConfigError(f"{_flag(field)} {value} needs {_flag(needs)}{' ' + why if why else ''}")
+
+
+class Section:
+    """Base of a settings section (a dataclass): ``__post_init__`` fills the fields left None
+    from ``COMMAND_DEFAULTS`` (a class attribute ``{field: value}``, merged over the MRO, so a
+    composed config sets its command's default of a field a section declares without declaring
+    it again), then runs :func:`check_fields` (every class's ``CHECKS``) and :meth:`check`, once,
+    when the section or a config composed of sections is built. A section with cross-field rules
+    overrides :meth:`check` and calls ``super().check()`` (cooperative, so a composed config runs
+    every section's)."""
+
+    COMMAND_DEFAULTS: dict = {}
+
+    def __post_init__(self):
+        defaults: dict = {}
+        for cls in reversed(type(self).__mro__):
+            defaults.update(cls.__dict__.get("COMMAND_DEFAULTS", {}))
+        for name, value in defaults.items():
+            if getattr(self, name) is None:
+                setattr(self, name, list(value) if isinstance(value, (list, tuple)) else value)
+        check_fields(self)
+        self.check()
+
+    def check(self) -> None:
+        """Cross-field rules (none here); raises :class:`ConfigError` naming the flags."""
+
+
+def unknown_names_message(names: Sequence[str], known: Sequence[str], renamed: dict | None = None,
+                          prefix: str = "--") -> str:
+    """One line naming every unknown field in ``names``, each with the field that replaced it
+    (``renamed``) or its closest known field (``difflib``, cutoff 0.6)."""
+    import difflib
+
+    parts = []
+    for n in names:
+        bare = n.lstrip("-").split("=", 1)[0]
+        if bare in (renamed or {}):
+            parts.append(f"{prefix}{bare} (now {prefix}{renamed[bare]})")
+            continue
+        close = difflib.get_close_matches(bare, list(known), n=1, cutoff=0.6)
+        parts.append(f"{prefix}{bare}" + (f" (did you mean {prefix}{close[0]}?)" if close else ""))
+    return "unknown field(s): " + ", ".join(parts) + "; --help lists every field"

@@ -1,0 +1,66 @@
+"""Package code states contracts, not history, and imports flow one way.
+
+DESIGN.md § Layout: ``launch → training, evolution → rewards → data_synth → memory_bank → llm``,
+and inside ``evolution`` ``search → execution``. Package code holds no issue or stop numbers and no
+dates of this project's era (benchmark data such as LoCoMo's 2023 sessions is not history)."""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ORDER = ["llm", "memory_bank", "data_synth", "rewards", "training", "evolution", "launch"]
+#: package -> the packages it may import (besides itself)
+ALLOWED = {
+    "llm": set(),
+    "memory_bank": {"llm"},
+    "data_synth": {"memory_bank", "llm"},
+    "rewards": {"data_synth", "memory_bank", "llm"},
+    "training": {"rewards", "data_synth", "memory_bank", "llm"},
+    "evolution": {"rewards", "data_synth", "memory_bank", "llm"},
+    "launch": {"training", "evolution", "rewards", "data_synth", "memory_bank", "llm"},
+}
+HISTORY = re.compile(r"\b(?:issue|stop)s? #?\d+\b|\b20(?:2[4-9]|3\d)-\d\d(?:-\d\d)?\b", re.IGNORECASE)
+
+
+def _files():
+    return sorted(f for p in ORDER for f in (ROOT / p).rglob("*.py"))
+
+
+def _imports(path: Path):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from ((a.name, node.lineno) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            yield node.module, node.lineno
+
+
+def test_imports_flow_one_way():
+    bad = []
+    for f in _files():
+        rel = f.relative_to(ROOT)
+        pkg = rel.parts[0]
+        for name, line in _imports(f):
+            top = name.split(".")[0]
+            if top in ALLOWED and top != pkg and top not in ALLOWED[pkg]:
+                bad.append(f"{rel}:{line} imports {name}")
+            if pkg == "evolution" and rel.parts[1] == "execution" and name.startswith("evolution.search"):
+                bad.append(f"{rel}:{line} imports {name} (execution must not import search)")
+    assert not bad, "imports that run backwards:\n" + "\n".join(bad)
+
+
+def test_package_code_states_no_history():
+    hits = []
+    for f in _files():
+        for i, line in enumerate(f.read_text().splitlines(), 1):
+            if HISTORY.search(line):
+                hits.append(f"{f.relative_to(ROOT)}:{i}: {line.strip()[:100]}")
+    assert not hits, "issue numbers or dates in package code (move history to scripts/experiments):\n" + "\n".join(hits)
+
+
+def test_the_history_pattern_catches_what_it_should():
+    assert HISTORY.search("fixed in issue 20") and HISTORY.search("stop 23, on whole sessions")
+    assert HISTORY.search("measured 2026-12-01") and not HISTORY.search("2023-05-08, Monday 8 May 2023")
+    assert not HISTORY.search("an issue with the schema") and not HISTORY.search("stop_reason 3")
