@@ -29,7 +29,8 @@ def test_eval_beam_segmented_with_the_official_judge(tmp_path):
     rt.register(JUDGE, judge)
     cfg = EvalConfig(dataset="beam", conversations=["100K-3"], n_sessions=1, extractor=EX, answer_model=ANS,
                      scorer="llm", judge_model=JUDGE, extractor_max_new_tokens=200, extractor_context_tokens=4000,
-                     out=str(tmp_path), progress=False, cache="none", judge_protocol="corrected")
+                     out=str(tmp_path), progress=False, cache="none", stage_cache="none",
+                     judge_protocol="corrected")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DataQuirkWarning)
         rep = run_eval(cfg, rt)
