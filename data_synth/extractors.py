@@ -6,11 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from data_synth.expert import ExpertExtractor
+from llm.errors import ConfigError
 
 EXPERT_PREFIX = "expert:"
 
 
-class ExtractorCoverageError(ValueError):
+class ExtractorCoverageError(ConfigError):
     """An ``expert:`` replay has no trajectory for sessions it is asked to build (e.g. another
     conversation's file); the message names the file, the conversation and what the file holds."""
 

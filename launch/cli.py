@@ -5,7 +5,7 @@ chosen) and maps errors to exit statuses, here and nowhere else.
 
 Errors: an ordinary mistake (a bad recipe value, a missing or unreadable file, broken YAML or
 data, a dead or misbehaving server, a corrupt cache: a :class:`llm.errors.MemgymError`, or one
-of the few outside types of :func:`launch.errors.exit_status`) ends in ONE line on stderr,
+of the few outside types of :func:`llm.errors.exit_status`) ends in ONE line on stderr,
 ``memgym <command>: <what and where>``, and exit status 2 (``kind == "usage"``: a config or
 usage error) or 1 (anything else). Any other exception is a bug and keeps its
 traceback; ``--debug`` or ``MEMGYM_DEBUG=1`` shows the traceback of every error.
@@ -18,7 +18,7 @@ import sys
 
 from launch import (cmd_annotate, cmd_bank, cmd_data, cmd_eval, cmd_evolve, cmd_launch, cmd_models,
                     cmd_program, cmd_reward, cmd_score, cmd_serve, cmd_synth, cmd_train)
-from launch.errors import debug_requested, exit_status, one_line
+from llm.errors import report_errors
 from launch.registry import Commands, chosen, parse
 
 #: Command groups in ``memgym --help`` order; each defines ``register(subparsers)``.
@@ -44,27 +44,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_command(args, command) -> int:
     """Run ``args.func(args)`` (``args`` may also be a callable that parses and returns the
-    namespace); a user error becomes one stderr line and exit status 2 or 1 (see the module
-    docstring); ``--debug``/``MEMGYM_DEBUG=1`` re-raises it. ``command``: the command's name
-    for the message, or a callable returning it."""
+    namespace) under :func:`llm.errors.report_errors`: a user error becomes one stderr line
+    ``memgym <command>: ...`` and exit status 2 or 1; ``--debug``/``MEMGYM_DEBUG=1`` re-raises it.
+    ``command``: the command's name for the message, or a callable returning it."""
     before = os.environ.get("MEMGYM_DEBUG")
-    debug = debug_requested()
-    try:
+
+    def call(args):
         if callable(args) and not hasattr(args, "func"):
             args = args()
         if getattr(args, "debug", False):
             os.environ["MEMGYM_DEBUG"] = "1"
-            debug = True
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print(f"memgym {command() if callable(command) else command}: interrupted", file=sys.stderr)
-        return 130
-    except Exception as e:  # noqa: BLE001 - classified below; bugs are re-raised
-        status = exit_status(e)
-        if debug or status is None:
-            raise
-        print(f"memgym {command() if callable(command) else command}: {one_line(e)}", file=sys.stderr)
-        return status
+        return args.func(args)
+
+    try:
+        return report_errors(lambda: f"memgym {command() if callable(command) else command}", call, args)
     finally:
         if before is None:
             os.environ.pop("MEMGYM_DEBUG", None)

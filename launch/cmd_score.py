@@ -14,7 +14,7 @@ import json
 import sys
 import warnings
 
-from launch.errors import say_error
+from llm.errors import say_error
 
 JUDGE_HELP = ("the judge: a backend spec (hf:<dir>|hf:smollm2|openai:<url>#<model>|vllm:<model>) runs the "
               "dataset's official LLM judge protocol ($MEMGYM_DATA/judges: LoCoMo = MemBuilder's CORRECT/WRONG, "

@@ -157,8 +157,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[ADRPOConfig, PolicyModelC
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m training.adrpo --config R.yaml [--field value ...]`` (what ``memgym launch``
-    runs in each process): parse, then :func:`train_and_report`. Errors are raised."""
-    return train_and_report(*parse_args(argv))
+    runs in each process): parse, then :func:`train_and_report`. A user error is one stderr line
+    and exit status 2 or 1 (:func:`llm.errors.report_errors`)."""
+    from llm.errors import report_errors
+
+    return report_errors(PROG, lambda: train_and_report(*parse_args(argv)))
 
 
 def train_and_report(args: ADRPOConfig, model_args: PolicyModelConfig) -> int:

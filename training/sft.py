@@ -340,9 +340,11 @@ def run(script_args: SFTScriptArguments, training_args, model_args: PolicyModelC
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m training.sft`` (what ``memgym launch`` runs in each process): parse, then
-    :func:`train_and_report`. Errors are raised (``memgym train sft`` maps them to one line and an
-    exit status, :func:`launch.cli.run_command`)."""
-    return train_and_report(*parse_args(argv))
+    :func:`train_and_report`. A user error is one stderr line and exit status 2 or 1
+    (:func:`llm.errors.report_errors`)."""
+    from llm.errors import report_errors
+
+    return report_errors(PROG, lambda: train_and_report(*parse_args(argv)))
 
 
 def train_and_report(script_args, training_args, model_args) -> int:

@@ -12,9 +12,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from data_synth.datasets import check_selection
+from data_synth.extractors import make_extractor
 from evolution.execution.program_eval import evaluate_program, open_stage_cache
 from evolution.execution.runner import ProgramRunner, RunnerSettings
 from llm.checks import require
+from llm.errors import ConfigError
 from llm.runtime import Runtime
 from memory_bank.actions import MANAGERS
 from memory_bank.programs import bank_program_path, read_program_source
@@ -93,17 +95,17 @@ class EvalConfig(QuestionSelection):
 
 def parse_column(text: str, default_constrained: bool) -> tuple[str, bool, str]:
     """``"<spec>[ constrained|free]"`` → ``(spec, constrained, label)``; ``expert:`` columns are
-    never constrained. Raises ValueError for another option word.
+    never constrained. Raises ConfigError for another option word.
     """
     spec, _, opt = text.strip().partition(" ")
     opt = opt.strip()
     if opt not in ("", "constrained", "free"):
-        raise ValueError(f"extractor column {text!r}: the word after the spec must be 'constrained' or 'free', "
+        raise ConfigError(f"extractor column {text!r}: the word after the spec must be 'constrained' or 'free', "
                          f"got {opt!r}")
     constrained = default_constrained if not opt else opt == "constrained"
     if spec.startswith("expert:"):
         if opt == "constrained":
-            raise ValueError(f"extractor column {text!r}: an expert replay is not generated, so it cannot be constrained")
+            raise ConfigError(f"extractor column {text!r}: an expert replay is not generated, so it cannot be constrained")
         constrained = False
     return spec, constrained, spec + (" (constrained)" if constrained else "")
 
@@ -181,27 +183,32 @@ def evaluate_column(column: str, source: str, convs, cfg: EvalConfig, rt: Runtim
 
 def run_eval(cfg: EvalConfig, rt: Runtime | None = None) -> dict:
     """Run every column through ``cfg.program`` and write the report files under ``cfg.out``.
-    Raises ValueError (a column named twice, an invalid program), FileNotFoundError.
+    Raises ConfigError (a column named twice, a program that fails validation), FileNotFoundError.
     """
     from evolution.execution.validate import ValidationLimits, validate_program
     from rewards.scoring.report import write_eval_report
 
     t0 = time.time()
     source = read_program_source(cfg.program)
-    res = validate_program(source, None, ValidationLimits(), progress=cfg.progress)
-    if not res.ok:
-        raise ValueError(f"program {cfg.program} fails validation at level {res.level}: {res.reason}")
+    # the cheap checks first (caches, data), then the program's validation, then the models
     rt = rt or Runtime.from_config(cache=cfg.cache, batch_size=cfg.batch_size, request_timeout_s=cfg.request_timeout_s,
                                    request_retries=cfg.request_retries)
     convs = load_selected(cfg)
+    for column in (cfg.extractor, *cfg.compare):  # an expert replay must cover every selected session
+        spec = parse_column(column, cfg.constrained)[0]
+        if spec.startswith("expert:"):
+            make_extractor(spec, None, conversations=convs)
     cache = open_stage_cache(cfg.stage_cache)
     try:
+        res = validate_program(source, None, ValidationLimits(), progress=cfg.progress)
+        if not res.ok:
+            raise ConfigError(f"program {cfg.program} fails validation at level {res.level}: {res.reason}")
         main = evaluate_column(cfg.extractor, source, convs, cfg, rt, cache)
         main["compare"] = {}
         for column in cfg.compare:
             r = evaluate_column(column, source, convs, cfg, rt, cache)
             if r["column"] in main["compare"] or r["column"] == main["column"]:
-                raise ValueError(f"extractor column {r['column']!r} appears twice in the recipe")
+                raise ConfigError(f"extractor column {r['column']!r} appears twice in the recipe")
             main["compare"][r["column"]] = r
     finally:
         cache.close()

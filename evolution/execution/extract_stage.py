@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from data_synth.expert import ExpertExtractor
-from data_synth.extractors import make_extractor
+from data_synth.extractors import check_coverage, make_extractor
 from evolution.execution.results import ConversationTrace, ProgramRunError
 from evolution.execution.stage_context import StageContext
 from evolution.execution.stages import extraction_messages, session_fingerprint, stable_hash
@@ -161,11 +160,7 @@ class ExtractStage(StageContext):
                                    max_items=self.settings.constrained_max_items,
                                    context_tokens=self.settings.extractor_context_tokens,
                                    segment_tokens=self.settings.extractor_segment_tokens)
-        if isinstance(extractor, ExpertExtractor):
-            missing = extractor.missing_sessions(conv)
-            if missing:
-                raise ProgramRunError(f"{extractor.name} has no trajectory line for sessions {missing}", stage="extract",
-                                      conversation=conv.id)
+        check_coverage(extractor, [conv])
         with self.runner.model_lock:
             calls0 = self.rt.calls_snapshot()
             built = construct(conv, extractor, embedder=self.rt.embedder, progress=self.settings.progress)

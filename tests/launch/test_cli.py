@@ -238,7 +238,7 @@ def test_user_errors_share_one_base_whose_kind_sets_the_exit_status():
     from data_synth.qa_format import SessionQAError
     from launch.cmd_launch import LaunchError
     from launch.cmd_synth import UsageError
-    from launch.errors import exit_status
+    from llm.errors import exit_status
     from llm.base import BackendSpecError, LLMError, TruncatedOutputError
     from llm.cache import CacheCorruptError
     from llm.errors import MemgymError, OutputPathError
