@@ -43,7 +43,8 @@ def device_default_args(cuda: bool | None = None) -> list[str]:
 def parse_training_args(parser, argv: list[str] | None = None) -> tuple:
     """Parse ``argv`` (default ``sys.argv[1:]``) with the trainer's ``trl.TrlParser``
     (``--config R.yaml``, then flags; :func:`device_defaults` between the two): one instance per
-    dataclass. Raises ConfigError naming a YAML key or flag no field has."""
+    dataclass. Raises ConfigError for a missing recipe file and naming a YAML key or flag no
+    field has."""
     import argparse
     import sys
 
@@ -51,6 +52,8 @@ def parse_training_args(parser, argv: list[str] | None = None) -> tuple:
     from llm.errors import ConfigError
 
     args = device_default_args() + list(sys.argv[1:] if argv is None else argv)
+    if "--config" in args[:-1] and not Path(args[args.index("--config") + 1]).is_file():
+        raise ConfigError(f"recipe {args[args.index('--config') + 1]} not found")
     try:
         out = parser.parse_args_and_config(args=args)
     except ValueError as e:
@@ -59,11 +62,15 @@ def parse_training_args(parser, argv: list[str] | None = None) -> tuple:
         known = sorted({a.dest for a in parser._actions if a.option_strings})
         if "Unknown arguments from config" in str(e):  # TRL names the recipe's keys as --key
             names = re.findall(r"'--([^']+)'", str(e))
+            recipe = args[args.index("--config") + 1] if "--config" in args[:-1] else "?"
+            where, prefix = f"recipe {recipe}: ", ""
         elif "not used by the HfArgumentParser" in str(e):
             names = [a.lstrip("-").split("=", 1)[0] for a in args if a.startswith("--") and a != "--config"]
+            where, prefix = "", "--"
         else:
             raise
-        raise ConfigError(unknown_names_message([n for n in names if n not in known] or ["?"], known)) from None
+        names = [n for n in names if n not in known] or ["?"]
+        raise ConfigError(where + unknown_names_message(names, known, prefix=prefix)) from None
     return tuple(o for o in out if not isinstance(o, argparse.Namespace))
 
 
@@ -174,6 +181,28 @@ class Policy:
         return self.path != self.base_path
 
 
+def score_labelled_positions_only() -> None:
+    """Make TRL's fused LM head (``trl.trainer.utils.add_fused_lm_head``, which ``SFTTrainer`` and
+    ``GRPOTrainer`` install on the policy) project only the positions that carry a label, on every
+    device. TRL 1.16 does so on Triton devices (CUDA, XPU) and projects every position elsewhere,
+    to keep tile shapes fixed for compiled backends (Neuron). Eager CPU compiles nothing, and the
+    unlabelled positions are masked to zero either way, so loss and gradients are unchanged; the LM
+    head then costs the labelled tokens only (a manager prompt is ~10x its completion). Measured
+    side by side: ``scripts/experiments/cpu_logprob/run.py``. Idempotent; a TRL without the hook
+    (``trl.trainer.utils._use_triton``) is left as it is."""
+    import trl.trainer.utils as trl_utils
+
+    device_rule = getattr(trl_utils, "_use_triton", None)
+    if device_rule is None or getattr(device_rule, "labelled_only", False):
+        return
+
+    def labelled_only(device) -> bool:
+        return device.type == "cpu" or device_rule(device)
+
+    labelled_only.labelled_only = True
+    trl_utils._use_triton = labelled_only
+
+
 def load_policy(model_args: ModelConfig, init_from: str | None = None) -> Policy:
     """Load the policy to train from ``init_from`` or ``model_args.model_name_or_path`` (a model
     spec, dir, hub id, or adapter dir, attached trainable to its base; ``use_peft`` is then
@@ -183,6 +212,8 @@ def load_policy(model_args: ModelConfig, init_from: str | None = None) -> Policy
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoModelForCausalLM
     from trl import get_peft_config
+
+    score_labelled_positions_only()  # the trainers' LM head scores completions only, also on CPU
 
     path = resolve_model_path(init_from or model_args.model_name_or_path)
     torch_dtype = _torch_dtype(model_args.dtype or "float32")

@@ -13,7 +13,7 @@ from tqdm import tqdm
 
 from data_synth.datasets import conversations_by_id
 from data_synth.expert import TrajectoryStep, banks_before_sessions, load_trajectories
-from llm.errors import MemgymError
+from llm.errors import ConfigError, MemgymError
 from memory_bank.actions import MANAGERS
 from memory_bank.bank import MemoryBank
 from memory_bank.prompts import build_prompt
@@ -58,15 +58,16 @@ class SessionState:
 
 
 def check_managers(managers: Iterable[str]) -> tuple[str, ...]:
-    """The selection as a tuple, in order. Raises ValueError when empty, repeated or unknown."""
+    """The selection as a tuple, in order. Raises ConfigError (a ValueError) when empty,
+    repeated or unknown."""
     ms = tuple(managers)
     if not ms:
-        raise ValueError(f"managers is empty; choose from {MANAGERS}")
+        raise ConfigError(f"--managers is empty; choose from {MANAGERS}")
     bad = [m for m in ms if m not in MANAGERS]
     if bad:
-        raise ValueError(f"unknown manager(s) {bad}; choose from {MANAGERS}")
+        raise ConfigError(f"--managers: unknown manager(s) {bad}; choose from {MANAGERS}")
     if len(set(ms)) != len(ms):
-        raise ValueError(f"managers repeats an entry: {list(ms)}")
+        raise ConfigError(f"--managers repeats an entry: {list(ms)}")
     return ms
 
 
