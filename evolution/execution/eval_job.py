@@ -98,7 +98,8 @@ def _retrieved_counts(text: str) -> dict[str, int]:
 
 def evaluate_column(column: str, source: str, convs, cfg: EvalConfig, rt: Runtime, cache) -> dict:
     """One extractor column's report dict (summary, recall, format failures, segments, model calls,
-    diagnostics, predictions). Raises :class:`evolution.execution.runner.ProgramRunError`.
+    diagnostics, predictions; ``answer_model`` is the recipe's ``task_model``). Raises
+    :class:`evolution.execution.runner.ProgramRunError`.
     """
     from rewards.scoring.metrics import answer_recall
     from rewards.scoring.protocols import protocol_note
