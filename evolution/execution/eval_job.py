@@ -3,10 +3,13 @@ memory on the recipe's conversations and ``program`` (default ``memory_bank/prog
 retrieves with the question as the query, through
 :func:`evolution.execution.program_eval.evaluate_program`. :func:`run_eval` writes
 ``report.json``, ``report.md``, ``predictions.jsonl`` and ``by_category.png``; answer-recall
-is always reported beside the recipe's scorer.
+is always reported beside the recipe's scorer. The recipe is composed of the settings sections
+(:mod:`evolution.execution.settings`); a column's runner settings are the recipe with that
+column's ``extractor`` and ``constrained`` (:func:`column_settings`).
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -14,82 +17,48 @@ from pathlib import Path
 from data_synth.datasets import check_selection
 from data_synth.extractors import make_extractor
 from evolution.execution.program_eval import evaluate_program, open_stage_cache
-from evolution.execution.runner import ProgramRunner, RunnerSettings
-from llm.checks import require
+from evolution.execution.runner import ProgramRunner
+from evolution.execution.settings import OutputSection, ProgramSection, RunnerSettings
 from llm.errors import ConfigError
 from llm.runtime import Runtime
 from memory_bank.actions import MANAGERS
 from memory_bank.programs import bank_program_path, read_program_source
-from rewards.scoring.selection import (QuestionSelection, answer_tokens_for, extractor_segment_tokens_field,
-                                       load_selected)
+from rewards.scoring.selection import QuestionSelection, load_selected
 from rewards.scoring.summary import summarise
+
+_COLUMN_OPTIONS = ("constrained", "free")
 
 
 @dataclass
-class EvalConfig(QuestionSelection):
-    """A ``memgym eval`` recipe. Every field can be overridden on the command line."""
+class EvalConfig(QuestionSelection, RunnerSettings, OutputSection, ProgramSection):
+    """A ``memgym eval`` recipe: the data (:class:`QuestionSelection`), models and runner
+    sections (:class:`evolution.execution.settings.RunnerSettings`: ``task_model`` answers;
+    ``extractor`` is the first column), the output section and the program, plus the
+    ``compare`` columns. Every field can be overridden on the command line."""
 
-    CHECKS = {
-              "extractor_max_new_tokens": {"min": 1}, "extractor_context_tokens": {"min": 2},
-              "extractor_segment_tokens": {"min": 1},
-              "answer_max_new_tokens": {"min": 1}, "batch_size": {"min": 1},
-              "extractor": {"spec": "extractor", "options": ("constrained", "free")},
-              "compare": {"spec": "extractor", "options": ("constrained", "free")},
-              "constrained_max_chars": {"min": 1}, "constrained_max_items": {"min": 1},
-              "answer_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}, "out": {"out_dir": True},
-              "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0}}
+    COMMAND_DEFAULTS = {"extractor": "hf:smollm2", "plan_mode": "question", "scorer": "f1", "out": "runs/eval",
+                        "program": str(bank_program_path())}
+    CHECKS = {"extractor": {"spec": "extractor", "options": _COLUMN_OPTIONS},
+              "compare": {"spec": "extractor", "options": _COLUMN_OPTIONS}}
+    RENAMED = {"answer_model": "task_model"}
+    """Old field names -> the field that replaced them (named by the unknown-field message)."""
 
-    extractor: str = field(default="hf:smollm2", metadata={"help": "hf:<path> | openai:<url>#<model> | "
-                                                                     "expert:<trajectories.jsonl>"})
     compare: list[str] = field(default_factory=list,
                                metadata={"help": "more extractor specs run on the same QA, side by side; a "
                                                  "model spec may end in ' constrained' or ' free' to override "
                                                  "`constrained` for that column"})
-    constrained: bool = field(default=False, metadata={"help": "decode model extractors' outputs under their "
-                                                                 "JSON schemas (structured outputs)"})
-    constrained_max_chars: int | None = field(default=None, metadata={
-        "help": "constrained columns: at most this many characters per string of a manager output"})
-    constrained_max_items: int | None = field(default=None, metadata={
-        "help": "constrained columns: at most this many operations (and MERGE ids) per output"})
-    answer_model: str = field(default="hf:smollm2", metadata={"help": "backend spec of the answer model"})
-    scorer: str = field(default="f1", metadata={"help": "f1 | answer-recall | rubric-recall (beam) | llm (the "
-                                                        "dataset's official judge)",
-                                                "choices": ("f1", "answer-recall", "rubric-recall", "llm")})
-    judge_model: str | None = field(default=None, metadata={"help": "backend spec of the LLM judge (scorer llm)"})
-    program: str = field(default=str(bank_program_path()), metadata={
-        "help": "memory program the extractors' entries are indexed into and retrieved from (default "
-                "memory_bank/programs/bank.py: MemBuilder's four-part bank, core block + top-10 entries)"})
-    diagnostics: bool = field(default=True, metadata={"help": "compute d_ext/d_idx/d_ret per column"})
-    stage_cache: str | None = field(default=None, metadata={
-        "help": "stage-output cache (sqlite; default $MEMGYM_CACHE/stages.sqlite); 'none' = memory only"})
-    extractor_max_new_tokens: int = field(default=512, metadata={"help": "tokens per manager output"})
-    extractor_context_tokens: int | None = field(default=None, metadata={
-        "help": "the extractor's context window in tokens; a session whose prompt does not fit is built in "
-                "segments (default: what the backend reports, e.g. max_position_embeddings for hf; none known = "
-                "no segmentation)"})
-    extractor_segment_tokens: int | None = extractor_segment_tokens_field()
-    answer_max_new_tokens: int | None = field(default=None, metadata={
-        "help": "tokens per answer (default by dataset: locomo 48, longmemeval 128, beam 512, so lists and "
-                "summaries reach the judge whole)"})
-    batch_size: int = field(default=8, metadata={"help": "hf backend generation batch"})
-    cache: str | None = field(default=None, metadata={"help": "sqlite response cache (default: under "
-                                                               "$MEMGYM_CACHE); 'none' disables"})
-    request_timeout_s: float | None = field(default=None, metadata={
-        "help": "seconds per request to an openai: server (default $MEMGYM_REQUEST_TIMEOUT_S or 60)"})
-    request_retries: int | None = field(default=None, metadata={
-        "help": "retries of a failed openai: request, each logged with its reason (default $MEMGYM_REQUEST_RETRIES "
-                "or 5)"})
-    out: str = field(default="runs/eval", metadata={"help": "output directory"})
-    progress: bool = field(default=True, metadata={"help": "progress bars: on (true) or off (--no_progress)"})
 
     def __post_init__(self):
         if isinstance(self.compare, str):
             self.compare = [self.compare]
         self.compare = [c for c in self.compare if c.lower() not in ("none", "")]
         for c in [self.extractor, *self.compare]:
-            parse_column(c, self.constrained)  # a bad option word fails before any model loads
-        super().__post_init__()  # the data section's default conversations and every class's CHECKS
-        require(self, "scorer", "llm", "judge_model", "(a backend spec of the LLM judge)")
+            if c is not None:
+                parse_column(c, self.constrained)  # a bad option word fails before any model loads
+        super().__post_init__()  # the sections' command defaults, every class's CHECKS and check()
+
+    def check(self) -> None:
+        super().check()
         check_selection(self.dataset, self.path, self.conversations, self.split, self.scorer)
 
 
@@ -99,7 +68,7 @@ def parse_column(text: str, default_constrained: bool) -> tuple[str, bool, str]:
     """
     spec, _, opt = text.strip().partition(" ")
     opt = opt.strip()
-    if opt not in ("", "constrained", "free"):
+    if opt not in ("", *_COLUMN_OPTIONS):
         raise ConfigError(f"extractor column {text!r}: the word after the spec must be 'constrained' or 'free', "
                          f"got {opt!r}")
     constrained = default_constrained if not opt else opt == "constrained"
@@ -110,16 +79,11 @@ def parse_column(text: str, default_constrained: bool) -> tuple[str, bool, str]:
     return spec, constrained, spec + (" (constrained)" if constrained else "")
 
 
-def _column_settings(cfg: EvalConfig, spec: str, constrained: bool) -> RunnerSettings:
-    return RunnerSettings(extractor=spec, task_model=cfg.answer_model, plan_mode="question", scorer=cfg.scorer,
-                          judge_model=cfg.judge_model, dataset=cfg.dataset, judge_protocol=cfg.judge_protocol,
-                          extractor_max_new_tokens=cfg.extractor_max_new_tokens,
-                          extractor_context_tokens=cfg.extractor_context_tokens,
-                          extractor_segment_tokens=cfg.extractor_segment_tokens,
-                          answer_max_new_tokens=answer_tokens_for(cfg.dataset, cfg.answer_max_new_tokens),
-                          constrained=constrained, constrained_max_chars=cfg.constrained_max_chars,
-                          constrained_max_items=cfg.constrained_max_items, diagnostics=cfg.diagnostics,
-                          progress=cfg.progress)
+def column_settings(cfg: EvalConfig, column: str) -> tuple[EvalConfig, str]:
+    """The runner settings of one extractor column and its report label: the recipe with the
+    column's spec as ``extractor`` and its ``constrained`` (:func:`parse_column`)."""
+    spec, constrained, label = parse_column(column, cfg.constrained)
+    return dataclasses.replace(cfg, extractor=spec, constrained=constrained), label
 
 
 def _retrieved_counts(text: str) -> dict[str, int]:
@@ -134,13 +98,14 @@ def _retrieved_counts(text: str) -> dict[str, int]:
 
 def evaluate_column(column: str, source: str, convs, cfg: EvalConfig, rt: Runtime, cache) -> dict:
     """One extractor column's report dict (summary, recall, format failures, segments, model calls,
-    diagnostics, predictions). Raises :class:`evolution.execution.runner.ProgramRunError`.
+    diagnostics, predictions; ``answer_model`` is the recipe's ``task_model``). Raises
+    :class:`evolution.execution.runner.ProgramRunError`.
     """
     from rewards.scoring.metrics import answer_recall
     from rewards.scoring.protocols import protocol_note
 
-    spec, constrained, label = parse_column(column, cfg.constrained)
-    settings = _column_settings(cfg, spec, constrained)
+    settings, label = column_settings(cfg, column)
+    spec, constrained = settings.extractor, settings.constrained
     ev, run = evaluate_program(source, convs, ProgramRunner(rt, settings, cache), diagnostics=cfg.diagnostics)
     ex = ev.extraction
     attempts, fails = ex.get("manager_attempts", {}), ex.get("manager_failures", {})
@@ -159,10 +124,10 @@ def evaluate_column(column: str, source: str, convs, cfg: EvalConfig, rt: Runtim
         "settings": {"constrained": constrained, "extractor_max_new_tokens": cfg.extractor_max_new_tokens,
                      **({"extractor_segment_tokens": cfg.extractor_segment_tokens}
                         if cfg.extractor_segment_tokens and not spec.startswith("expert:") else {}),
-                     "answer_max_new_tokens": settings.answer_max_new_tokens,
+                     "answer_max_new_tokens": settings.answer_tokens,
                      **({"constrained_max_chars": cfg.constrained_max_chars,
                          "constrained_max_items": cfg.constrained_max_items} if constrained else {})},
-        "answer_model": cfg.answer_model, "dataset": cfg.dataset, "scorer": cfg.scorer,
+        "answer_model": cfg.task_model, "dataset": cfg.dataset, "scorer": cfg.scorer,
         "judge_protocol": cfg.judge_protocol,
         **({"judge_note": protocol_note(cfg.dataset, cfg.judge_protocol)} if cfg.scorer == "llm" else {}),
         **summary,
@@ -191,8 +156,7 @@ def run_eval(cfg: EvalConfig, rt: Runtime | None = None) -> dict:
     t0 = time.time()
     source = read_program_source(cfg.program)
     # the cheap checks first (caches, data), then the program's validation, then the models
-    rt = rt or Runtime.from_config(cache=cfg.cache, batch_size=cfg.batch_size, request_timeout_s=cfg.request_timeout_s,
-                                   request_retries=cfg.request_retries)
+    rt = rt or cfg.runtime()
     convs = load_selected(cfg)
     for column in (cfg.extractor, *cfg.compare):  # an expert replay must cover every selected session
         spec = parse_column(column, cfg.constrained)[0]

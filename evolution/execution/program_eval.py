@@ -17,7 +17,7 @@ from data_synth.datasets import check_selection
 from evolution.execution.diagnostics import METRICS, diagnose_run
 from evolution.execution.results import ProgramEvaluation
 from evolution.execution.runner import ProgramRun, ProgramRunner, dump_units
-from evolution.execution.settings import OutputSection, RunnerSettings
+from evolution.execution.settings import OutputSection, ProgramSection, RunnerSettings
 from evolution.execution.stages import StageCache
 from llm.errors import ConfigError
 from llm.runtime import Runtime
@@ -27,15 +27,14 @@ from rewards.scoring.summary import summarise as summarise_rows
 
 
 @dataclass
-class ProgramEvalConfig(QuestionSelection, CapabilityLabels, RunnerSettings, OutputSection):
+class ProgramEvalConfig(QuestionSelection, CapabilityLabels, RunnerSettings, OutputSection, ProgramSection):
     """A ``memgym program eval`` recipe: the data (:class:`QuestionSelection`), labels, models
-    and runner sections (:class:`RunnerSettings`: the recipe is the runner's settings) plus the
-    program, its parent and where the report goes. Every field can be overridden on the command
-    line."""
+    and runner sections (:class:`RunnerSettings`: the recipe is the runner's settings), the
+    output section and the program, plus its parent and whether to validate it first. Every
+    field can be overridden on the command line."""
 
     COMMAND_DEFAULTS = {"conversations": ["conv-26", "conv-30"], "out": "runs/program_eval"}
 
-    program: str | None = field(default=None, metadata={"help": "memory program file (the CLI's FILE.py)"})
     parent: str | None = field(default=None, metadata={"help": "parent program, for the component diff"})
     validate: bool = field(default=True, metadata={"help": "run the 4 validation levels first"})
 

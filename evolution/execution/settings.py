@@ -1,10 +1,11 @@
 """The settings sections a program run is configured by, each declared once and composed by the
-recipes of ``memgym program eval`` and ``memgym evolve`` (and ``memgym eval``) by inheritance:
+recipes of ``memgym eval``, ``memgym program eval`` and ``memgym evolve`` by inheritance:
 
 - :class:`ModelsSection`: the task and judge models and how they are reached (batch, response
   cache, request timeout and retries); :meth:`ModelsSection.runtime` builds the
   :class:`llm.runtime.Runtime`;
 - :class:`OutputSection`: the output directory and the stage-output cache;
+- :class:`ProgramSection`: the memory program a command runs;
 - :class:`RunnerSettings`: how the program runner executes a program (extraction, planning,
   scoring, token limits, constrained decoding, sandbox time, concurrency, the context budget),
   over the data section :class:`rewards.scoring.selection.BenchmarkFields` (the dataset and
@@ -68,6 +69,15 @@ class OutputSection(Section):
 
 
 @dataclass
+class ProgramSection(Section):
+    """The memory program a command runs: a Python module file (:mod:`memory_bank.program`)."""
+
+    program: str | None = field(default=None, metadata={
+        "help": "memory program file (eval: default memory_bank/programs/bank.py, MemBuilder's four-part bank, core "
+                "block + top-10 entries, indexing the extractors' entries; program eval: the CLI's FILE.py)"})
+
+
+@dataclass
 class RunnerSettings(BenchmarkFields, ModelsSection):
     """How the runner executes a program.
 
@@ -76,10 +86,11 @@ class RunnerSettings(BenchmarkFields, ModelsSection):
     conv-NN>[,...]`` (replay), or a trained extractor's backend spec ``hf:<dir>`` /
     ``openai:<url>#<model>``. plan_mode: ``llm`` (the task LLM with PLANNING_INSTRUCTION) or
     ``question`` (no LLM call: the question text goes into the Query by
-    :func:`memory_bank.program.text_query`; an offline/ablation setting). Both None = the
-    command's default (``COMMAND_DEFAULTS``, :class:`llm.checks.Section`). scorer: ``answer-recall`` | ``f1`` |
-    ``rubric-recall`` (BEAM) | ``llm`` (then ``judge_model``: the official judge of ``dataset``,
-    see :func:`rewards.scoring.scorers.make_scorer`). Token limits are in tokens of the respective
+    :func:`memory_bank.program.text_query`; an offline/ablation setting). scorer: ``answer-recall`` |
+    ``f1`` | ``rubric-recall`` (BEAM) | ``llm`` (then ``judge_model``: the official judge of
+    ``dataset``, see :func:`rewards.scoring.scorers.make_scorer`). The three left None = the
+    command's default (``COMMAND_DEFAULTS``, :class:`llm.checks.Section`; a bare
+    :class:`RunnerSettings` takes ``instruction``, ``llm``, ``answer-recall``). Token limits are in tokens of the respective
     model; ``answer_max_new_tokens`` None = the dataset's (:attr:`answer_tokens`).
     program_llm_calls: toolkit.llm budget per conversation's sandbox. diagnostics: also retrieve
     with each evidence turn as the query (d_idx). workers: conversations of one evaluation run
@@ -95,7 +106,7 @@ class RunnerSettings(BenchmarkFields, ModelsSection):
     (:class:`evolution.execution.context_budget.ContextBudget`), the same for every program.
     """
 
-    COMMAND_DEFAULTS = {"extractor": "instruction", "plan_mode": "llm"}
+    COMMAND_DEFAULTS = {"extractor": "instruction", "plan_mode": "llm", "scorer": "answer-recall"}
     CHECKS = {"extractor": {"spec": "extractor", "words": ("instruction", "turns")},
               "plan_mode": {"choices": ("llm", "question")},
               "scorer": {"choices": ("answer-recall", "rubric-recall", "f1", "llm")},
@@ -107,12 +118,15 @@ class RunnerSettings(BenchmarkFields, ModelsSection):
 
     extractor: str | None = field(default=None, metadata={
         "help": "instruction | turns | expert:<file or conv-NN>[,...] | hf:<checkpoint or adapter dir> | "
-                "openai:<url>#<model> (default: program eval instruction, evolve turns)"})
+                "openai:<url>#<model>; eval takes an expert or model spec, which may end in ' constrained' or ' free' "
+                "to override `constrained` for that column (default: eval hf:smollm2, program eval instruction, "
+                "evolve turns)"})
     plan_mode: str | None = field(default=None, metadata={
-        "help": "llm (PLANNING_INSTRUCTION) | question (no LLM: the question fills the Query) (default: program eval "
-                "llm, evolve question)"})
-    scorer: str = field(default="answer-recall", metadata={"help": "answer-recall | rubric-recall (beam) | f1 | llm "
-                                                                   "(the dataset's official judge)"})
+        "help": "llm (PLANNING_INSTRUCTION) | question (no LLM: the question fills the Query) (default: eval and "
+                "evolve question, program eval llm)"})
+    scorer: str | None = field(default=None, metadata={
+        "help": "answer-recall | rubric-recall (beam) | f1 | llm (the dataset's official judge) (default: eval f1, "
+                "program eval and evolve answer-recall; eval also reports answer-recall beside it)"})
     extract_max_new_tokens: int = field(default=1024, metadata={"help": "tokens per instruction extraction"})
     extractor_max_new_tokens: int = field(default=512, metadata={"help": "tokens per trained-extractor output"})
     extractor_context_tokens: int | None = field(default=None, metadata={
@@ -120,7 +134,7 @@ class RunnerSettings(BenchmarkFields, ModelsSection):
                 "the backend reports)"})
     extractor_segment_tokens: int | None = field(default=None, metadata={
         "help": "trained extractor: build every session in segments of at most this many transcript tokens (whole "
-                "turns; the cut of segmented SFT, e.g. 200 for launch/recipes/train_cpu_sft.yaml; default: whole "
+                "turns; the cut of segmented SFT, e.g. 200 for scripts/experiments/train_cpu/sft.yaml; default: whole "
                 "sessions)"})
     plan_max_new_tokens: int = field(default=96, metadata={"help": "tokens per plan"})
     answer_max_new_tokens: int | None = field(default=None, metadata={

@@ -9,7 +9,6 @@ declared once and shared by every recipe (``memgym eval``, ``memgym program eval
 - :class:`CapabilityLabels`: ``labels``, the capability labels questions are grouped by.
 
 :func:`load_selected` loads what a recipe selects (:func:`data_synth.datasets.load_conversations`).
-:func:`extractor_segment_tokens_field` declares the trained extractor's segment field of ``memgym eval``.
 """
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ from llm.checks import Section
 from rewards.scoring.protocols import PROTOCOLS
 
 __all__ = ["BenchmarkFields", "QuestionSelection", "CapabilityLabels", "load_selected", "ANSWER_TOKENS",
-           "answer_tokens_for", "extractor_segment_tokens_field"]
+           "answer_tokens_for"]
 
 #: Default answer budget (tokens) per dataset: LoCoMo / LongMemEval answers are short; BEAM asks
 #: for lists (event ordering) and summaries, which the judge must see whole.
@@ -30,16 +29,6 @@ ANSWER_TOKENS = {"locomo": 48, "longmemeval": 128, "beam": 512}
 def answer_tokens_for(dataset: str | None, value: int | None) -> int:
     """``value`` when set, else the dataset's :data:`ANSWER_TOKENS` (48 for an unknown one)."""
     return value if value is not None else ANSWER_TOKENS.get(dataset or "", 48)
-
-
-def extractor_segment_tokens_field():
-    """A fresh ``extractor_segment_tokens: int | None`` dataclass field (default None), shared by
-    ``memgym eval`` and ``memgym program eval``: a trained extractor builds every session in
-    segments of at most this many transcript tokens (``ModelExtractor(segment_tokens=)``)."""
-    return field(default=None, metadata={
-        "help": "trained extractor: build every session in segments of at most this many transcript tokens (whole "
-                "turns; the cut of segmented SFT, e.g. 200 for scripts/experiments/train_cpu/sft.yaml; default: whole "
-                "sessions)"})
 
 
 @dataclass

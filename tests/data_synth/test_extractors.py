@@ -43,7 +43,7 @@ def test_an_expert_file_of_another_conversation(tiny_model_dir, tmp_path, capsys
         make_extractor("expert:conv-30", None, conversations=conv)
     assert make_extractor("expert:conv-26", None, conversations=conv).name == "expert:conv-26.jsonl"
     rc = memgym(["eval", "--conversations", "conv-26", "--n_sessions", "2", "--max_questions", "3", "--extractor",
-                 "expert:conv-30", "--scorer", "answer-recall", "--answer_model", f"hf:{tiny_model_dir}",
+                 "expert:conv-30", "--scorer", "answer-recall", "--task_model", f"hf:{tiny_model_dir}",
                  "--out", str(tmp_path / "ev"), "--no_progress", "--cache", "none"])
     assert rc == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("memgym eval")]

@@ -206,7 +206,7 @@ def test_training_configs_share_the_checks(tmp_path):
 
 def test_eval_dead_server_and_broken_data_are_one_line(tmp_path, capsys):
     dead = "openai:http://127.0.0.1:1/v1#m"
-    rc = memgym(["eval", "--extractor", dead, "--answer_model", dead, "--conversations", "conv-30", "--n_sessions", "1",
+    rc = memgym(["eval", "--extractor", dead, "--task_model", dead, "--conversations", "conv-30", "--n_sessions", "1",
                  "--request_retries", "0", "--cache", "none", "--no_progress", "--out", str(tmp_path / "a")])
     err = capsys.readouterr().err
     last = err.strip().splitlines()[-1]  # (the embedder's load bar may come before it)

@@ -40,10 +40,11 @@ def declared_in(cls) -> dict[str, list[str]]:
 
 
 def test_no_setting_is_declared_twice():
+    from evolution.execution.eval_job import EvalConfig
     from evolution.execution.program_eval import ProgramEvalConfig
     from evolution.search.config import EvolveConfig
 
-    configs = (EvolveConfig, ProgramEvalConfig)
+    configs = (EvolveConfig, ProgramEvalConfig, EvalConfig)
     for cls in configs:
         twice = {n: c for n, c in declared_in(cls).items() if len(c) > 1}
         assert not twice, f"{cls.__name__}: {twice}"
@@ -56,6 +57,22 @@ def test_no_setting_is_declared_twice():
     shared = set(dataclasses.fields(EvolveConfig)) & set(dataclasses.fields(ProgramEvalConfig))
     assert {f.name for f in shared} >= {"extractor", "task_model", "judge_model", "scorer", "workers", "cache",
                                         "context_tokens", "out", "stage_cache", "dataset", "labels"}
+    assert {n: c for n, c in declared_in(EvalConfig).items() if c == ["EvalConfig"]} == {"compare": ["EvalConfig"]}
+    assert {f.name for f in dataclasses.fields(EvalConfig)} >= {"program", "task_model", "extractor", "constrained",
+                                                                "scorer", "out", "stage_cache", "conversations"}
+
+
+def test_eval_defaults_and_columns():
+    from evolution.execution.eval_job import EvalConfig, column_settings
+    from memory_bank.programs import bank_program_path
+
+    cfg = EvalConfig(compare=["hf:smollm2 constrained", "expert:conv-30"], constrained_max_chars=160)
+    assert (cfg.extractor, cfg.task_model, cfg.plan_mode, cfg.scorer, cfg.out, cfg.program, cfg.conversations) == \
+        ("hf:smollm2", "hf:smollm2", "question", "f1", "runs/eval", str(bank_program_path()), ["conv-30"])
+    settings, label = column_settings(cfg, "hf:smollm2 constrained")
+    assert (settings.extractor, settings.constrained, label) == ("hf:smollm2", True, "hf:smollm2 (constrained)")
+    assert dataclasses.replace(settings, extractor=cfg.extractor, constrained=cfg.constrained) == cfg
+    assert column_settings(cfg, "expert:conv-30")[0].constrained is False
 
 
 #: recipes whose values name what another command produces: given here so the rest is parsed
@@ -91,6 +108,18 @@ def test_old_and_unknown_fields_are_one_line_naming_them(tmp_path, capsys):
     assert err == "memgym evolve: unknown field(s): --budget_judge (now --budgets); --help lists every field"
     assert memgym(["evolve", "--budgets", "coders=5"]) == 2
     assert "--budgets: unknown role 'coders'" in capsys.readouterr().err
+
+
+def test_eval_answer_model_is_named_as_task_model(tmp_path, capsys):
+    r = tmp_path / "r.yaml"
+    r.write_text("dataset: locomo\nanswer_model: hf:smollm2\n")
+    assert memgym(["eval", "--config", str(r)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"memgym eval: recipe {r}: unknown field(s): answer_model (now task_model); --help lists every "
+                   "field")
+    assert memgym(["eval", "--answer_model", "hf:smollm2"]) == 2
+    assert capsys.readouterr().err.strip() == ("memgym eval: unknown field(s): --answer_model (now --task_model); "
+                                               "--help lists every field")
 
 
 def test_resume_takes_no_recipe_fields(tmp_path, capsys):

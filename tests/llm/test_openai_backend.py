@@ -185,9 +185,9 @@ def test_settings_come_from_arguments_then_environment(monkeypatch):
 
 def test_recipe_fields_reach_the_openai_backend(monkeypatch):
     monkeypatch.delenv("MEMGYM_REQUEST_RETRIES", raising=False)
-    cfg = EvalConfig(answer_model="openai:http://127.0.0.1:9/v1#m", request_timeout_s=7, request_retries=2)
+    cfg = EvalConfig(task_model="openai:http://127.0.0.1:9/v1#m", request_timeout_s=7, request_retries=2)
     rt = Runtime(request_timeout_s=cfg.request_timeout_s, request_retries=cfg.request_retries)
-    inner = rt._backends.get(cfg.answer_model) or rt.backend(cfg.answer_model, "answer").inner
+    inner = rt._backends.get(cfg.task_model) or rt.backend(cfg.task_model, "answer").inner
     assert (inner.timeout_s, inner.max_retries) == (7.0, 2)
     with pytest.raises(ValueError, match="--request_retries: must be >= 0"):
         EvalConfig(request_retries=-1)

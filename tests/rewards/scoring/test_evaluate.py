@@ -17,7 +17,7 @@ from tests.helpers import ScriptedBackend
 def _recipe(tmp_path, extractor, **extra):
     lines = [
         "dataset: locomo", "conversations: [conv-30]", "n_sessions: 2",
-        f"extractor: {extractor}", f"answer_model: {extra.pop('answer_model', extractor)}",
+        f"extractor: {extractor}", f"task_model: {extra.pop('task_model', extractor)}",
         "scorer: f1", "extractor_max_new_tokens: 24", "answer_max_new_tokens: 8",
         "batch_size: 4", f"cache: {tmp_path / 'responses.sqlite'}", "progress: false",
         f"stage_cache: {tmp_path / 'stages.sqlite'}",
@@ -105,7 +105,7 @@ def test_unparsable_judge_replies_and_empty_answers_are_counted(tmp_path):
         return "" if n["k"] % 2 else "Paris"
 
     cfg = EvalConfig(extractor="expert:conv-30", conversations=["conv-30"], n_sessions=2, max_questions=4,
-                     answer_model=ANS, scorer="llm", judge_model=JUDGE, out=str(tmp_path / "o"), progress=False,
+                     task_model=ANS, scorer="llm", judge_model=JUDGE, out=str(tmp_path / "o"), progress=False,
                      stage_cache="none")
     rep = run_eval(cfg, _runtime(answer, lambda m, p: "no verdict here"))  # MemBuilder's rule reads no label
     assert rep["n"] == 4 and rep["empty_answers"] == 2 and rep["judge_unparsable"] == 4 and rep["overall"] == 0.0
@@ -119,7 +119,7 @@ def test_eval_console_names_them_and_an_empty_run_exits_1(tmp_path, capsys, monk
     monkeypatch.setattr(ev.Runtime, "from_config",
                         classmethod(lambda cls, **kw: _runtime(lambda m, p: "", lambda m, p: "")))
     base = ["eval", "--extractor", "expert:conv-30", "--conversations", "conv-30", "--n_sessions", "2",
-            "--answer_model", ANS, "--scorer", "llm", "--judge_model", JUDGE, "--no_progress",
+            "--task_model", ANS, "--scorer", "llm", "--judge_model", JUDGE, "--no_progress",
             "--stage_cache", "none"]  # scripted backends share a spec across tests: no stage reuse between them
     assert memgym([*base, "--max_questions", "3", "--out", str(tmp_path / "a")]) == 0
     err = capsys.readouterr().err

@@ -27,7 +27,7 @@ def test_eval_beam_segmented_with_the_official_judge(tmp_path):
     rt.register(EX, ScriptedBackend(_extractor))
     rt.register(ANS, ScriptedBackend(lambda m, p: "an answer"))
     rt.register(JUDGE, judge)
-    cfg = EvalConfig(dataset="beam", conversations=["100K-3"], n_sessions=1, extractor=EX, answer_model=ANS,
+    cfg = EvalConfig(dataset="beam", conversations=["100K-3"], n_sessions=1, extractor=EX, task_model=ANS,
                      scorer="llm", judge_model=JUDGE, extractor_max_new_tokens=200, extractor_context_tokens=4000,
                      out=str(tmp_path), progress=False, cache="none", stage_cache="none",
                      judge_protocol="corrected")

@@ -60,7 +60,7 @@ def test_same_beam_predictions_same_numbers_through_eval_program_eval_and_score(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DataQuirkWarning)
         ev = run_eval(EvalConfig(dataset="beam", conversations=["100K-3"], n_sessions=1, extractor=EX,
-                                 answer_model=ANS, scorer="llm", judge_model=JUDGE, judge_protocol=protocol,
+                                 task_model=ANS, scorer="llm", judge_model=JUDGE, judge_protocol=protocol,
                                  extractor_max_new_tokens=200, extractor_context_tokens=4000,
                                  out=str(tmp_path / "eval"), progress=False, cache="none", stage_cache="none"),
                      _runtime())
