@@ -10,8 +10,7 @@ import time
 import warnings
 from pathlib import Path
 
-from llm.base import Backend, Completion, GenerationParams, LLMError, Messages
-from llm.messages import check_batch
+from llm.base import Backend, Completion, GenerationParams, LLMError, Messages, check_batch
 from llm.structured import JsonSchema, check_schemas
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS responses (

@@ -9,8 +9,7 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from llm.base import Backend, GenerationParams
-from llm.messages import BatchError, check_batch
+from llm.base import Backend, BatchError, GenerationParams, check_batch
 from llm.structured import JsonSchema
 
 MAX_BODY_BYTES = 32 * 1024 * 1024

@@ -14,8 +14,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from datetime import datetime
 
-from llm.base import BackendRequestError, Completion, GenerationParams, Messages
-from llm.messages import check_batch
+from llm.base import BackendRequestError, Completion, GenerationParams, Messages, check_batch
 from llm.server import BackendHTTPServer, _RequestError
 from memory_bank.schema import Capability, Conversation, QAItem, Session, Turn
 
