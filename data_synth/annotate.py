@@ -210,7 +210,6 @@ class CapabilityAnnotator:
                 store.close()
         return out
 
-
     def _annotate_chunk(self, dataset: str, todo: list, out: dict, store) -> None:
         """Annotate ``todo`` ((conversation, question) pairs) with retries; add to ``out`` and
         append to ``store``."""

@@ -137,8 +137,6 @@ def check_selection(dataset: str, path, conversations, split: str | None, scorer
         non-empty on a BEAM folder; else every BEAM id found under ``path``. On BEAM the LoCoMo default
         ids (:data:`DEFAULT_SELECTIONS`) are replaced IN PLACE by every chat under ``path``.
         Raises :class:`llm.errors.ConfigError` naming the flag."""
-    from llm.errors import ConfigError
-
     if scorer == "rubric-recall" and dataset != "beam":
         raise ConfigError("--scorer rubric-recall needs --dataset beam (it scores BEAM rubrics)")
     given = tuple(conversations or ())

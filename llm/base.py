@@ -146,7 +146,6 @@ class Embedder(Protocol):
 class CallTally:
     """Completions served by the model vs the cache, and the model calls' tokens."""
 
-
     model_calls: int = 0
     cached_completions: int = 0
     prompt_tokens: int = 0
