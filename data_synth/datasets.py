@@ -1,10 +1,14 @@
-"""The one dispatch from a dataset name, ids and split to its loader (:func:`load_conversations`)."""
+"""The one dispatch from a dataset name, ids and split to its loader (:func:`load_conversations`),
+the session-restricted view of a conversation (:func:`restrict`) and the counts ``memgym data
+stats`` prints (:func:`dataset_stats`)."""
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from data_synth.capabilities import count_by_capability, is_abstention_id
 from memory_bank.schema import Conversation
 from llm.errors import ConfigError
 
@@ -22,7 +26,7 @@ def load_conversations(dataset: str, path: Path | str | None = None, *, ids: Seq
             path: the data file (BEAM: a chat, size or root folder); default under ``$MEMGYM_DATA``.
             ids: keep only these ids (deduplicated); with ``split`` an id must be in both.
             split: one of :func:`data_synth.splits.split_names` (LongMemEval: from ``splits_path``).
-            n_sessions: first N sessions and the QA they answer (:func:`data_synth.views.restrict`).
+            n_sessions: first N sessions and the QA they answer (:func:`restrict`).
             max_questions: first N questions per conversation.
             beam_truncated, beam_strip_markers: see :func:`data_synth.beam.load_beam`.
 
@@ -62,12 +66,59 @@ def load_conversations(dataset: str, path: Path | str | None = None, *, ids: Seq
 
         convs = load_longmemeval(path, question_ids=wanted)
     if n_sessions is not None:
-        from data_synth.views import restrict
-
         convs = [restrict(c, n_sessions) for c in convs]
     if max_questions is not None:
         convs = [replace(c, questions=c.questions[:max_questions]) for c in convs]
     return convs
+
+
+def restrict(conv: Conversation, n_sessions: int) -> Conversation:
+    """The first ``n_sessions`` sessions and the questions whose evidence (non-empty) lies wholly in
+        them, ids and order kept. ValueError unless ``n_sessions`` is an int >= 1.
+        """
+    if isinstance(n_sessions, bool) or not isinstance(n_sessions, int) or n_sessions < 1:
+        raise ValueError(f"n_sessions must be an int >= 1, got {n_sessions!r}")
+    sessions = conv.sessions[:n_sessions]
+    kept_turns = {t.id for s in sessions for t in s.turns}
+    questions = tuple(q for q in conv.questions
+                      if q.evidence and all(e in kept_turns for e in q.evidence))
+    return replace(conv, sessions=sessions, questions=questions)
+
+
+STATS_DATASETS: tuple[str, ...] = DATASETS
+
+
+def _category_key(cat: str):
+    return (0, int(cat), "") if cat.isdigit() else (1, 0, cat)
+
+
+def dataset_stats(convs: Sequence[Conversation], dataset: str, with_ids: bool = False) -> dict:
+    """JSON-ready counts of ``convs``: ``conversations``, ``sessions``, ``turns``, ``questions``,
+        ``by_category`` (numeric labels first), ``by_capability``; longmemeval ``abstention``; beam
+        ``rubric_items`` and ``chats``; ``with_ids``: every question id in load order.
+        ValueError for a dataset outside :data:`STATS_DATASETS`.
+        """
+    if dataset not in STATS_DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}; expected one of {', '.join(STATS_DATASETS)}")
+    questions = [q for c in convs for q in c.questions]
+    cats = Counter(q.category for q in questions)
+    out = {
+        "conversations": len(convs),
+        "sessions": sum(len(c.sessions) for c in convs),
+        "turns": sum(c.n_turns() for c in convs),
+        "questions": len(questions),
+        "by_category": {k: cats[k] for k in sorted(cats, key=_category_key)},
+        "by_capability": count_by_capability(questions),
+    }
+    if dataset == "longmemeval":
+        out["abstention"] = sum(1 for q in questions if is_abstention_id(q.id))
+    if dataset == "beam":
+        out["rubric_items"] = sum(len(q.rubric) for q in questions)
+        out["chats"] = {c.id: {"sessions": len(c.sessions), "turns": c.n_turns(), "questions": len(c.questions)}
+                        for c in convs}
+    if with_ids:
+        out["ids"] = [q.id for q in questions]
+    return out
 
 
 def conversations_by_id(dataset: str, ids: Sequence[str], path: Path | str | None = None) -> dict[str, Conversation]:
@@ -86,8 +137,6 @@ def check_selection(dataset: str, path, conversations, split: str | None, scorer
         non-empty on a BEAM folder; else every BEAM id found under ``path``. On BEAM the LoCoMo default
         ids (:data:`DEFAULT_SELECTIONS`) are replaced IN PLACE by every chat under ``path``.
         Raises :class:`llm.errors.ConfigError` naming the flag."""
-    from llm.errors import ConfigError
-
     if scorer == "rubric-recall" and dataset != "beam":
         raise ConfigError("--scorer rubric-recall needs --dataset beam (it scores BEAM rubrics)")
     given = tuple(conversations or ())

@@ -11,7 +11,7 @@ last line is cut). Cached: replies go through the response cache (``--cache``, d
 ``$MEMGYM_CACHE``), so a rerun into a new file costs no calls. Never the test split: ``--split
 test`` (or a test conversation) is refused before any call. Prints and writes
 (``<out stem>.<split>.agreement.md`` / ``.json``) the agreement with the native mapping per
-benchmark type (primary match rate, confusion table; :mod:`data_synth.label_agreement`).
+benchmark type (primary match rate, confusion table; :func:`data_synth.annotate.agreement`).
 Cost: one annotator call per question (more for replies that fail validation), 64 new tokens.
 Exit 2 for a bad argument, the test split, or a broken label file; 1 for a failing server.
 """
@@ -23,9 +23,8 @@ from pathlib import Path
 
 
 def _annotate(args) -> int:
-    from data_synth.annotate import CapabilityAnnotator, load_labels
+    from data_synth.annotate import CapabilityAnnotator, agreement, load_labels, render_agreement
     from data_synth.datasets import load_conversations
-    from data_synth.label_agreement import agreement, render_agreement
     from data_synth.splits import split_ids
     from llm.errors import ConfigError
     from llm.runtime import Runtime

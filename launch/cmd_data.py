@@ -7,8 +7,7 @@ import sys
 import warnings
 
 from data_synth.errors import DataFileNotFoundError, DataFormatError, DataQuirkWarning
-from data_synth.datasets import DATASETS, load_conversations
-from data_synth.stats import dataset_stats
+from data_synth.datasets import DATASETS, dataset_stats, load_conversations
 
 
 def _stats(args: argparse.Namespace) -> int:

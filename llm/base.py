@@ -1,5 +1,6 @@
-"""The one backend protocol (:class:`Backend`) serving every language-model role; token counts
-are in the backend model's own tokenizer."""
+"""The one backend protocol (:class:`Backend`) serving every language-model role, and the
+validation of chat batches before they reach any backend (:func:`check_batch`); token counts are
+in the backend model's own tokenizer."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -9,6 +10,7 @@ from llm.errors import MemgymError
 
 Message = dict  # {"role": "system"|"user"|"assistant", "content": str}
 Messages = list  # list[Message]
+ROLES = ("system", "user", "assistant", "tool")
 
 
 class LLMError(MemgymError, RuntimeError):
@@ -45,6 +47,30 @@ def require_complete(completion: "Completion", what: str = "output") -> str:
             f"{what} was cut off by the token limit after {completion.completion_tokens} tokens "
             f"(finish_reason 'length'); raise max_new_tokens")
     return completion.text
+
+
+class BatchError(MemgymError, ValueError):
+    """A chat batch is malformed; the message names ``batch[i][j]`` and the field."""
+
+    kind = "backend"
+
+
+def check_batch(batch) -> None:
+    """Raise :class:`BatchError` unless ``batch`` is a list of non-empty lists of
+    ``{"role": one of ROLES, "content": str}`` dicts (extra keys are allowed)."""
+    if not isinstance(batch, (list, tuple)):
+        raise BatchError(f"batch must be a list of conversations, got {type(batch).__name__}")
+    for i, conv in enumerate(batch):
+        if not isinstance(conv, (list, tuple)) or not conv:
+            raise BatchError(f"batch[{i}] must be a non-empty list of messages, got {conv!r:.80}")
+        for j, msg in enumerate(conv):
+            if not isinstance(msg, dict):
+                raise BatchError(f"batch[{i}][{j}] must be a dict with 'role' and 'content', got {type(msg).__name__}")
+            role = msg.get("role")
+            if role not in ROLES:
+                raise BatchError(f"batch[{i}][{j}]['role'] must be one of {ROLES}, got {role!r}")
+            if not isinstance(msg.get("content"), str):
+                raise BatchError(f"batch[{i}][{j}]['content'] must be a str, got {type(msg.get('content')).__name__}")
 
 
 @dataclass(frozen=True)
@@ -119,7 +145,6 @@ class Embedder(Protocol):
 @dataclass
 class CallTally:
     """Completions served by the model vs the cache, and the model calls' tokens."""
-
 
     model_calls: int = 0
     cached_completions: int = 0

@@ -1,5 +1,5 @@
-"""Persistent sqlite response cache keyed by model, messages and sampling params, and the
-:class:`CachedBackend` wrapper."""
+"""Persistent sqlite response cache keyed by model, messages and sampling params, the
+:class:`SqliteCache` base it shares with the embedding cache, and the :class:`CachedBackend` wrapper."""
 from __future__ import annotations
 
 import hashlib
@@ -10,12 +10,8 @@ import time
 import warnings
 from pathlib import Path
 
-from llm.base import Backend, Completion, GenerationParams, LLMError, Messages
-from llm.messages import check_batch
+from llm.base import Backend, Completion, GenerationParams, LLMError, Messages, check_batch
 from llm.structured import JsonSchema, check_schemas
-
-_SCHEMA = """CREATE TABLE IF NOT EXISTS responses (
-    key TEXT PRIMARY KEY, model_id TEXT NOT NULL, value TEXT NOT NULL, created REAL NOT NULL)"""
 
 
 class CacheError(LLMError):
@@ -59,27 +55,6 @@ def open_cache_db(path: str, schema: str, what: str, without: str = "with --cach
     return conn
 
 
-def fail_soft(obj, what: str, err: Exception) -> None:
-    """A cache file broke mid-run: warn once naming it; the run goes on uncached. Re-raises an
-    ``OperationalError`` that is not corruption (a lock, a full disk)."""
-    if isinstance(err, sqlite3.OperationalError) and "malformed" not in str(err):
-        raise err
-    if not getattr(obj, "_broken", None):
-        obj._broken = str(err)
-        warnings.warn(f"{corrupt_message(obj.path, what, err, 'with --cache none')}; continuing without it", stacklevel=3)
-
-
-def write_rows(conn: sqlite3.Connection, sql: str, rows: list) -> None:
-    """``executemany(sql, rows)`` in one ``BEGIN IMMEDIATE`` transaction, rolled back on error."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.executemany(sql, rows)
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
 def cache_key(
 model_id: str, messages: Messages, params: GenerationParams, occurrence: int = 0,
               schema: JsonSchema | None = None) -> str:
@@ -94,12 +69,14 @@ model_id: str, messages: Messages, params: GenerationParams, occurrence: int = 0
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-class ResponseCache:
-    """A thread-safe sqlite map (file or ``":memory:"``, WAL, shareable across processes) from
-    :func:`cache_key` to :class:`Completion`. Writes are one transaction each; an undecodable row
-    is a miss (warned); blank completions are never stored. Corruption: see :func:`open_cache_db`
-    and :func:`fail_soft`.
-    """
+class SqliteCache:
+    """The sqlite side of a cache: table ``TABLE`` (``SCHEMA``, keyed by a ``key`` column) in a file
+    (its folder made) or ``":memory:"``, WAL, shareable across processes, opened by
+    :func:`open_cache_db` (messages name the ``WHAT`` cache and ``WITHOUT``); ``_lock`` guards the
+    connection. A file broken mid-run: :meth:`_broke`, then writes are skipped."""
+
+    TABLE = SCHEMA = WHAT = ""
+    WITHOUT = "with --cache none"
 
     def __init__(self, path: str | Path):
         self.path = str(path)
@@ -107,21 +84,72 @@ class ResponseCache:
             Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._broken: str | None = None
-        self._conn = open_cache_db(self.path, _SCHEMA, "response")
+        self._conn = open_cache_db(self.path, self.SCHEMA, self.WHAT, self.WITHOUT)
+
+    def _select(self, columns: str, keys: list[str]):
+        """Yield ``columns`` of the rows of ``keys``, 500 keys a query (under sqlite's parameter limit)."""
+        for i in range(0, len(keys), 500):
+            part = keys[i:i + 500]
+            yield from self._conn.execute(f"SELECT {columns} FROM {self.TABLE} WHERE key IN ({','.join('?' * len(part))})", part)
+
+    def _write(self, sql: str, rows: list) -> None:
+        """``executemany(sql, rows)`` in one ``BEGIN IMMEDIATE`` transaction (rolled back on error)
+        under the lock; nothing without rows or a working file."""
+        if not rows:
+            return
+        with self._lock:
+            if self._broken or self._conn is None:
+                return
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    self._conn.executemany(sql, rows)
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                self._conn.execute("COMMIT")
+            except sqlite3.DatabaseError as e:
+                self._broke(e)
+
+    def _broke(self, err: Exception) -> None:
+        """The file broke mid-run: warn once naming it; the run goes on uncached. Re-raises an
+        ``OperationalError`` that is not corruption (a lock, a full disk)."""
+        if isinstance(err, sqlite3.OperationalError) and "malformed" not in str(err):
+            raise err
+        if not self._broken:
+            self._broken = str(err)
+            warnings.warn(f"{corrupt_message(self.path, self.WHAT, err, 'with --cache none')}; continuing without it",
+                          stacklevel=3)
+
+    def _count(self) -> int:
+        return int(self._conn.execute(f"SELECT COUNT(*) FROM {self.TABLE}").fetchone()[0])
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._count()
+
+    def close(self) -> None:
+        """Close the connection; the object is unusable afterwards."""
+        with self._lock:
+            self._conn.close()
+
+
+class ResponseCache(SqliteCache):
+    """A :class:`SqliteCache` from :func:`cache_key` to :class:`Completion`. Writes are one transaction
+    each; an undecodable row is a miss (warned); blank completions are never stored."""
+
+    TABLE, WHAT = "responses", "response"
+    SCHEMA = """CREATE TABLE IF NOT EXISTS responses (
+    key TEXT PRIMARY KEY, model_id TEXT NOT NULL, value TEXT NOT NULL, created REAL NOT NULL)"""
 
     def get_many(self, keys: list[str]) -> dict[str, Completion]:
         """The cached completions for those of ``keys`` that are present (``cached=True``)."""
         found: dict[str, Completion] = {}
-        uniq = list(dict.fromkeys(keys))
         with self._lock:
-            rows = []
             try:
-                for i in range(0, len(uniq) if not self._broken else 0, 500):  # under sqlite's parameter limit
-                    part = uniq[i:i + 500]
-                    q = f"SELECT key, value FROM responses WHERE key IN ({','.join('?' * len(part))})"
-                    rows.extend(self._conn.execute(q, part).fetchall())
+                rows = [] if self._broken else list(self._select("key, value", list(dict.fromkeys(keys))))
             except sqlite3.DatabaseError as e:
-                fail_soft(self, "response", e)
+                self._broke(e)
                 rows = []
         for key, value in rows:
             try:
@@ -153,26 +181,6 @@ class ResponseCache:
     def delete_many(self, keys: list[str]) -> None:
         """Remove the rows of ``keys`` (absent keys are ignored), in one transaction."""
         self._write("DELETE FROM responses WHERE key = ?", [(k,) for k in keys])
-
-    def _write(self, sql: str, rows: list) -> None:
-        if not rows:
-            return
-        with self._lock:
-            if self._broken:
-                return
-            try:
-                write_rows(self._conn, sql, rows)
-            except sqlite3.DatabaseError as e:
-                fail_soft(self, "response", e)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return int(self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
-
-    def close(self) -> None:
-        """Close the connection; the object is unusable afterwards."""
-        with self._lock:
-            self._conn.close()
 
     def __enter__(self) -> "ResponseCache":
         return self

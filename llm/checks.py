@@ -27,7 +27,6 @@ one-element list instead of being split into characters. Cross-field rules go th
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 

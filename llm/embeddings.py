@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from llm.cache import SqliteCache
 from llm.paths import dir_fingerprint
 
 
@@ -29,24 +30,21 @@ def embedding_key(model_id: str, text: str) -> str:
     return hashlib.sha256(f"{model_id}\x00{text}".encode("utf-8")).hexdigest()
 
 
-class EmbeddingCache:
+class EmbeddingCache(SqliteCache):
     """Thread-safe map from :func:`embedding_key` to a float32 vector, in memory plus optional
     sqlite at ``path``. A stored vector of the wrong ``dim`` is a miss. A corrupt file raises
     :class:`llm.cache.CacheCorruptError` at open; one that breaks mid-run is dropped with a warning."""
 
-    def __init__(self, path: str | Path | None = None):
-        self.path = None if path is None else str(path)
-        self._mem: dict[str, np.ndarray] = {}
-        self._lock = threading.Lock()
-        self._conn = None
-        if self.path is not None:
-            if self.path != ":memory:":
-                Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-            from llm.cache import open_cache_db
+    TABLE, WHAT = "embeddings", "embedding"
+    SCHEMA = "CREATE TABLE IF NOT EXISTS embeddings (key TEXT PRIMARY KEY, dim INTEGER NOT NULL, vec BLOB NOT NULL)"
+    WITHOUT = "after moving it (it is rebuilt as texts are embedded)"
 
-            self._conn = open_cache_db(self.path, "CREATE TABLE IF NOT EXISTS embeddings (key TEXT PRIMARY KEY, "
-                                                  "dim INTEGER NOT NULL, vec BLOB NOT NULL)", "embedding",
-                                       "after moving it (it is rebuilt as texts are embedded)")
+    def __init__(self, path: str | Path | None = None):
+        self._mem: dict[str, np.ndarray] = {}
+        if path is not None:
+            super().__init__(path)
+        else:
+            self.path, self._lock, self._broken, self._conn = None, threading.Lock(), None, None
 
     def get_many(self, keys: list[str], dim: int) -> dict[str, np.ndarray]:
         """The stored vectors (shape (dim,), float32) for those of ``keys`` that are present."""
@@ -61,22 +59,17 @@ class EmbeddingCache:
                     rest.append(k)
             if self._conn is not None and rest:
                 try:
-                    for i in range(0, len(rest), 500):
-                        part = rest[i:i + 500]
-                        q = f"SELECT key, dim, vec FROM embeddings WHERE key IN ({','.join('?' * len(part))})"
-                        for k, d, blob in self._conn.execute(q, part):
-                            if d == dim and len(blob) == 4 * dim:
-                                v = np.frombuffer(blob, dtype=np.float32).copy()
-                                self._mem[k] = out[k] = v
+                    for k, d, blob in self._select("key, dim, vec", rest):
+                        if d == dim and len(blob) == 4 * dim:
+                            v = np.frombuffer(blob, dtype=np.float32).copy()
+                            self._mem[k] = out[k] = v
                 except sqlite3.DatabaseError as e:
-                    self._drop_file(e)
+                    self._broke(e)
         return out
 
-    def _drop_file(self, err: Exception) -> None:
+    def _broke(self, err: Exception) -> None:
         """The file broke mid-run: warn once, keep only the in-memory part, go on."""
-        from llm.cache import fail_soft
-
-        fail_soft(self, "embedding", err)
+        super()._broke(err)
         try:
             self._conn.close()
         finally:
@@ -85,23 +78,14 @@ class EmbeddingCache:
     def put_many(self, items: dict[str, np.ndarray]) -> None:
         """Store vectors (each 1-D, cast to float32) in memory and, if persistent, on disk."""
         vecs = {k: np.ascontiguousarray(v, dtype=np.float32).reshape(-1) for k, v in items.items()}
+        self._write("INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?)",
+                    [(k, v.shape[0], v.tobytes()) for k, v in vecs.items()])
         with self._lock:
-            if self._conn is not None and vecs:
-                from llm.cache import write_rows
-
-                try:
-                    write_rows(self._conn, "INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?)",
-                               [(k, v.shape[0], v.tobytes()) for k, v in vecs.items()])
-                except sqlite3.DatabaseError as e:
-
-                    self._drop_file(e)
             self._mem.update(vecs)
 
     def __len__(self) -> int:
         with self._lock:
-            if self._conn is None:
-                return len(self._mem)
-            return int(self._conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0])
+            return len(self._mem) if self._conn is None else self._count()
 
     def close(self) -> None:
         """Close the sqlite connection (the in-memory part stays usable)."""

@@ -76,7 +76,6 @@ class SchemaLogitsProcessor(LogitsProcessor):
     ``seconds``: cumulative wall time in this processor.
     """
 
-
     def __init__(self, matchers: list, prompt_len: int, vocab_size: int):
         import torch
 

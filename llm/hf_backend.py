@@ -6,8 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from llm.base import BackendSpecError, Completion, GenerationParams, Messages
-from llm.messages import check_batch
+from llm.base import BackendSpecError, Completion, GenerationParams, Messages, check_batch
 from llm.paths import dir_fingerprint
 from llm.structured import JsonSchema, check_schemas
 

@@ -14,8 +14,7 @@ import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
-from llm.base import BackendRequestError, Completion, GenerationParams, Messages
-from llm.messages import check_batch
+from llm.base import BackendRequestError, Completion, GenerationParams, Messages, check_batch
 from llm.structured import ConstraintRefusedError, JsonSchema, check_schemas
 
 RETRY_STATUSES = frozenset({408, 429})  # plus every 5xx

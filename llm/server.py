@@ -9,8 +9,7 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from llm.base import Backend, GenerationParams
-from llm.messages import BatchError, check_batch
+from llm.base import Backend, BatchError, GenerationParams, check_batch
 from llm.structured import JsonSchema
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
@@ -68,23 +67,16 @@ class BackendHTTPServer(ThreadingHTTPServer):
     Counters: ``requests_total``, ``in_flight`` / ``max_in_flight``; ``response_formats`` records
     each request's ``response_format``, whose schema goes to ``backend.generate(schemas=...)`` and
     whose name comes back as ``memgym_response_format`` (``structured_outputs=False``: HTTP 400).
-    Test knobs: the first ``fail_first`` requests get HTTP ``fail_status``; ``delay_s`` per request.
     """
 
     daemon_threads = True
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], backend: Backend, *, served_model_name: str | None = None,
-                 fail_first: int = 0, fail_status: int = 503, delay_s: float = 0.0,
                  structured_outputs: bool = True):
-        if fail_first < 0 or not (400 <= fail_status <= 599):
-            raise ValueError(f"fail_first must be >= 0 and fail_status in 400..599, got {fail_first}, {fail_status}")
         super().__init__(address, _Handler)
         self.backend = backend
         self.served_model_name = served_model_name or backend.model_id
-        self.fail_first = fail_first
-        self.fail_status = fail_status
-        self.delay_s = delay_s
         self.structured_outputs = structured_outputs
         self.response_formats: list = []
         self.requests_total = 0
@@ -94,12 +86,11 @@ class BackendHTTPServer(ThreadingHTTPServer):
         self._generate_lock = threading.Lock()
         self.created = int(time.time())
 
-    def _enter(self) -> int:
+    def _enter(self) -> None:
         with self._stats_lock:
             self.requests_total += 1
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
-            return self.requests_total
 
     def _leave(self) -> None:
         with self._stats_lock:
@@ -178,18 +169,13 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
             self._error(404, f"no route POST {self.path}", "NotFoundError")
             return
-        n = self.server._enter()
+        self.server._enter()
         try:
             length = int(self.headers.get("Content-Length") or 0)
             if length > MAX_BODY_BYTES:
                 self._error(413, f"request body of {length} bytes exceeds {MAX_BODY_BYTES}")
                 return
             raw = self.rfile.read(length)
-            if self.server.delay_s:
-                time.sleep(self.server.delay_s)
-            if n <= self.server.fail_first:
-                self._error(self.server.fail_status, f"injected failure {n}/{self.server.fail_first}", "server_error")
-                return
             try:
                 body = json.loads(raw)
                 if not isinstance(body, dict):
@@ -207,12 +193,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.server._leave()
 
 
-def serve_backend(backend: Backend, host: str = "127.0.0.1", port: int = 0, **kw
+def serve_backend(backend: Backend, host: str = "127.0.0.1", port: int = 0, *,
+                  server_class: type[BackendHTTPServer] = BackendHTTPServer, **kw
                   ) -> tuple[BackendHTTPServer, threading.Thread, str]:
-    """Start a :class:`BackendHTTPServer` (``kw``; ``port=0``: a free port) in a daemon thread.
+    """Start a ``server_class`` (``kw``; ``port=0``: a free port) in a daemon thread.
     Returns ``(server, thread, "http://<host>:<port>/v1")``; stop with ``shutdown(); server_close()``."""
-
-    server = BackendHTTPServer((host, port), backend, **kw)
+    server = server_class((host, port), backend, **kw)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=f"memgym-serve-{server.server_port}", daemon=True)
     thread.start()
     return server, thread, f"http://{host}:{server.server_port}/v1"

@@ -4,8 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from llm.base import BackendSpecError, Completion, GenerationParams, Messages
-from llm.messages import check_batch
+from llm.base import BackendSpecError, Completion, GenerationParams, Messages, check_batch
 from llm.paths import dir_fingerprint
 from llm.structured import JsonSchema, check_schemas
 

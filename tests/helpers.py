@@ -1,19 +1,21 @@
 """Test helpers shared by every package's tests.
 
 :class:`ScriptedBackend` implements :class:`llm.base.Backend` without a model: answers come
-from a list (consumed in order) or a callable ``(messages, params) -> str``.
+from a list (consumed in order) or a callable ``(messages, params) -> str``. :class:`FaultyServer`
+is the builtin server with injected delays and failures (``serve_backend(server_class=...)``).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import re
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from datetime import datetime
 
-from llm.base import BackendRequestError, Completion, GenerationParams, Messages
-from llm.messages import check_batch
+from llm.base import BackendRequestError, Completion, GenerationParams, Messages, check_batch
+from llm.server import BackendHTTPServer, _RequestError
 from memory_bank.schema import Capability, Conversation, QAItem, Session, Turn
 
 
@@ -64,6 +66,25 @@ class ScriptedBackend:
             out.append(Completion(text=text, prompt_tokens=prompt_tokens, completion_tokens=len(words),
                                   finish_reason=reason))
         return out
+
+
+class FaultyServer(BackendHTTPServer):
+    """:class:`llm.server.BackendHTTPServer` for client tests: every chat completion first waits
+    ``delay_s``; the first ``fail_first`` get HTTP ``fail_status`` (type ``server_error``)."""
+
+    def __init__(self, *args, fail_first: int = 0, fail_status: int = 503, delay_s: float = 0.0, **kw):
+        super().__init__(*args, **kw)
+        self.fail_first, self.fail_status, self.delay_s = fail_first, fail_status, delay_s
+        self._answered = 0
+
+    def chat_completion(self, body: dict) -> dict:
+        with self._stats_lock:
+            self._answered += 1
+            n = self._answered
+        time.sleep(self.delay_s)
+        if n <= self.fail_first:
+            raise _RequestError(self.fail_status, f"injected failure {n}/{self.fail_first}", "server_error")
+        return super().chat_completion(body)
 
 
 def trainable_state(model) -> dict:

@@ -11,11 +11,10 @@ import pytest
 
 from data_synth.beam import BEAM_ABILITIES, beam_root, flatten_ids, load_beam, load_beam_chat, strip_plan_markers
 from data_synth.capabilities import count_by_capability
-from data_synth.datasets import load_conversations
+from data_synth.datasets import dataset_stats, load_conversations
 from data_synth.errors import DataFormatError, DataQuirkWarning
 from data_synth.paths import data_root
 from data_synth.splits import split_ids
-from data_synth.stats import dataset_stats
 from llm.errors import ConfigError
 
 

@@ -9,10 +9,10 @@ from datetime import datetime
 
 import pytest
 
+from data_synth.datasets import restrict
 from data_synth.errors import DataFileNotFoundError, DataFormatError, DataQuirkWarning
 from data_synth.locomo import LOCOMO_ABSTAIN_ANSWER, load_locomo, parse_locomo_date
 from data_synth.paths import locomo_path
-from data_synth.views import restrict
 from memory_bank.schema import Capability
 
 

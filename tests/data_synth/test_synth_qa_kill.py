@@ -17,7 +17,7 @@ from data_synth.locomo import load_locomo
 from data_synth.synth_qa import synth_qa
 from llm.embeddings import HashEmbedder
 from llm.server import serve_backend
-from tests.helpers import ScriptedBackend, fake_expert
+from tests.helpers import FaultyServer, ScriptedBackend, fake_expert
 
 pytestmark = pytest.mark.filterwarnings("ignore::data_synth.errors.DataQuirkWarning")
 
@@ -31,7 +31,8 @@ def _complete_lines(path: Path) -> int:
 
 
 def test_synth_qa_sigkill_then_rerun_resumes_exactly(tmp_path):
-    server, _, url = serve_backend(ScriptedBackend(fake_expert, model_id="fake"), delay_s=0.3)
+    server, _, url = serve_backend(ScriptedBackend(fake_expert, model_id="fake"), server_class=FaultyServer,
+                                   delay_s=0.3)
     out = tmp_path / "qa.jsonl"
     cmd = [sys.executable, "-m", "launch.cli", "synth", "qa", "--expert", f"openai:{url}#fake",
            "--conversations", "conv-26", "--n-sessions", str(N_SESSIONS), "--concurrency", "1",

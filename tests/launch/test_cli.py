@@ -239,10 +239,9 @@ def test_user_errors_share_one_base_whose_kind_sets_the_exit_status():
     from launch.cmd_launch import LaunchError
     from launch.cmd_synth import UsageError
     from llm.errors import exit_status
-    from llm.base import BackendSpecError, LLMError, TruncatedOutputError
+    from llm.base import BackendSpecError, BatchError, LLMError, TruncatedOutputError
     from llm.cache import CacheCorruptError
     from llm.errors import MemgymError, OutputPathError
-    from llm.messages import BatchError
     from llm.models import ModelPackageMissing
     from memory_bank.errors import BankFormatError, OutputTruncatedError
     from rewards.session_reward import RewardDataError

@@ -17,6 +17,7 @@ from data_synth.datasets import load_conversations
 from data_synth.paths import data_root
 from launch.cli import main
 from tests.data_synth.fake_annotator import rule_label, serve_annotator
+from tests.helpers import FaultyServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,7 +30,7 @@ def test_annotate_locomo_train_resumes_after_kill9_is_cached_and_reports_agreeme
     raw = json.loads((data_root() / "locomo" / "locomo10.json").read_text())
     n_train = sum(len(s["qa"]) for s in raw if s["sample_id"] in ("conv-26", "conv-30"))
     assert n_train == 304
-    server, spec = serve_annotator(delay_s=0.02)
+    server, spec = serve_annotator(server_class=FaultyServer, delay_s=0.02)
     out, cache = tmp_path / "labels.jsonl", tmp_path / "cache.sqlite"
     args = ["annotate", "--dataset", "locomo", "--split", "train", "--annotator", spec, "--out", str(out),
             "--cache", str(cache), "--chunk", "8", "--concurrency", "1"]

@@ -4,9 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llm.base import BackendSpecError, GenerationParams
+from llm.base import BackendSpecError, BatchError, GenerationParams
 from llm.hf_backend import HFBackend
-from llm.messages import BatchError
 
 BATCH = [
     [{"role": "user", "content": "hi"}],

@@ -15,7 +15,7 @@ from llm.openai_backend import OpenAIBackend, backoff_delay, request_settings
 from llm.runtime import Runtime
 from llm.server import serve_backend
 from evolution.execution.eval_job import EvalConfig
-from tests.helpers import ScriptedBackend
+from tests.helpers import FaultyServer, ScriptedBackend
 
 BATCH = [
     [{"role": "user", "content": "hi"}],
@@ -35,7 +35,7 @@ def serve(hf):
     servers = []
 
     def start(**kw):
-        server, thread, url = serve_backend(hf, served_model_name="tiny", **kw)
+        server, thread, url = serve_backend(hf, served_model_name="tiny", server_class=FaultyServer, **kw)
         servers.append(server)
         return server, url
 
@@ -194,7 +194,8 @@ def test_recipe_fields_reach_the_openai_backend(monkeypatch):
 
 
 def test_each_retry_is_logged_with_its_reason(caplog):
-    server, _, url = serve_backend(ScriptedBackend(lambda m, p: "ok"), fail_first=2, fail_status=503)
+    server, _, url = serve_backend(ScriptedBackend(lambda m, p: "ok"), server_class=FaultyServer, fail_first=2,
+                                   fail_status=503)
     try:
         b = OpenAIBackend(url, "stub", max_retries=3, backoff_base_s=0.01, backoff_max_s=0.02)
         with caplog.at_level(logging.WARNING, logger="memgym.llm"):

@@ -8,7 +8,7 @@ import urllib.request
 import openai
 import pytest
 
-from llm.server import BackendHTTPServer, serve_backend
+from llm.server import serve_backend
 from tests.helpers import ScriptedBackend
 
 
@@ -74,8 +74,3 @@ def test_backend_failure_is_a_500_and_server_keeps_serving(server):
     assert status == 500 and "script exhausted" in body["error"]["message"]
     srv.backend = backend
     assert post(url, json.dumps({"messages": [{"role": "user", "content": "y"}]}).encode())[0] == 200
-
-
-def test_fail_first_knob_validation():
-    with pytest.raises(ValueError, match="fail_status"):
-        BackendHTTPServer(("127.0.0.1", 0), ScriptedBackend([]), fail_status=200)

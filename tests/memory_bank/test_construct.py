@@ -9,8 +9,8 @@ from datetime import datetime
 import pytest
 
 from data_synth.beam import beam_root, load_beam
+from data_synth.datasets import restrict
 from data_synth.errors import DataQuirkWarning
-from data_synth.views import restrict
 from llm.base import GenerationParams
 from memory_bank.bank import MemoryBank
 from memory_bank.construct import ModelExtractor, construct
