@@ -40,7 +40,7 @@ clean:
 	rm -rf runs .pytest_cache
 
 ## The training pipeline on CPU (target: 15 min on 2 cores): 16 SFT steps (full fine-tuning, 200-token
-## segments) -> one ADRPO step -> base vs trained SmolLM2 on held-out LoCoMo conv-41, built on the same
+## segments) -> two ADRPO steps -> base vs trained SmolLM2 on held-out LoCoMo conv-41, built on the same
 ## segments (format failures per manager, bank size, answer recall, F1); writes runs/demo_train/report.md
 ## + reward_curve.png.
 .PHONY: demo-train

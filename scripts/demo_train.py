@@ -171,7 +171,7 @@ def write_report(out: Path, sft: dict, rows: list[dict], measured: dict[str, dic
               f"{f'{segment_tokens}-token segments' if segment_tokens else 'whole sessions'}, top-10 retrieval "
               "(all-MiniLM-L6-v2), answer recall of the retrieved memory.", ""] + measure_table(measured)
     lines += ["", "A few CPU steps on one conversation: the format is what they can teach; the full recipe "
-                  "(`launch/recipes/train_cpu_*.yaml`) measures more."]
+                  "(`scripts/experiments/train_cpu/`) measures more."]
     (out / "report.md").write_text("\n".join(lines) + "\n")
 
 
