@@ -76,7 +76,7 @@ adrpo-weighting: install
 	$(PY) $$X/run.py report
 
 ## The benchmarks of scripts/experiments/<name>/ by name: make experiment-sandbox_cost,
-## experiment-constrained_decoding, experiment-cold_chat, experiment-compact_cases, experiment-official_scoring.
+## experiment-constrained_decoding, experiment-cold_chat, experiment-compact_cases, experiment-official_scoring, experiment-cpu_logprob.
 experiment-%: install
 	$(PY) scripts/experiments/$*/run.py
 
