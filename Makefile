@@ -31,7 +31,7 @@ demo: install
 ## by default (OMP_NUM_THREADS=N overrides).
 N ?= auto
 test: install
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -p no:cacheprovider -n $(N) --dist loadfile --no-loadscope-reorder tests
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -p no:cacheprovider -n $(N) --dist loadfile --no-loadscope-reorder --durations=25 tests
 
 test-fast: install
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -p no:cacheprovider -n $(N) --dist loadfile --no-loadscope-reorder -m "not slow" tests
