@@ -130,3 +130,23 @@ def test_eval_console_names_them_and_an_empty_run_exits_1(tmp_path, capsys, monk
                         lambda cfg: [dataclasses.replace(c, questions=()) for c in orig(cfg)])
     assert memgym([*base, "--out", str(rep_dir)]) == 1
     assert "0 questions were scored" in capsys.readouterr().err
+
+
+def test_eval_is_a_program_evaluation_of_the_bank(tmp_path, tiny_model_dir):
+    """`memgym eval` of a column = `memgym program eval memory_bank/programs/bank.py` with that
+    extractor and the question as the query: the same answers and F1, question by question."""
+    from evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
+    from memory_bank.programs import bank_program_path
+
+    common = dict(dataset="locomo", conversations=["conv-30"], n_sessions=2, max_questions=6,
+                  extractor="expert:conv-30", task_model=f"hf:{tiny_model_dir}", scorer="f1",
+                  answer_max_new_tokens=8, batch_size=4, cache=str(tmp_path / "responses.sqlite"),
+                  stage_cache="none", progress=False)
+    rep = run_eval(EvalConfig(**common, out=str(tmp_path / "eval")))
+    ev = run_program_eval(ProgramEvalConfig(**common, plan_mode="question", program=str(bank_program_path()),
+                                            out=str(tmp_path / "program_eval")))
+    assert rep["n"] == ev.n == 6
+    by_id = {r["id"]: r for r in ev.tasks}
+    assert {p["id"]: (p["prediction"], p["score"]) for p in rep["predictions"]} == \
+        {i: (r["prediction"], r["score"]) for i, r in by_id.items()}
+    assert rep["overall"] == ev.overall and rep["by_category"] == ev.by_category
