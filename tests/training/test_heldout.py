@@ -141,10 +141,10 @@ def test_sft_killed_after_a_checkpoint_resumes_to_the_same_weights(tiny_model_di
     ("train_cpu/sft", dict(use_peft=False, max_length=2048, learning_rate=1e-4, save_steps=17, num_train_epochs=1,
                            eval_steps=34, segment_tokens=200, max_empty_per_manager=4)),
     ("demo_train_sft", dict(use_peft=False, max_length=2048, learning_rate=1e-4, max_steps=16, seed=0,
-                            segment_tokens=200, max_empty_per_manager=4)),
+                            segment_tokens=200, max_empty_per_manager=0)),
 ])
 def test_sft_recipes_parse(name, expect):
-    """The SFT recipes parse; both train on 200-token segments (demo_train_sft: the first 16 steps)."""
+    """The SFT recipes parse; both train on 200-token segments (demo_train_sft: 16 steps, content examples only)."""
     from training.sft import parse_args
 
     repo = Path(__file__).resolve().parents[2]
