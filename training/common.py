@@ -193,13 +193,13 @@ def score_labelled_positions_only() -> None:
     import trl.trainer.utils as trl_utils
 
     device_rule = getattr(trl_utils, "_use_triton", None)
-    if device_rule is None or getattr(device_rule, "labelled_only", False):
+    if device_rule is None or hasattr(device_rule, "every_position_rule"):
         return
 
     def labelled_only(device) -> bool:
         return device.type == "cpu" or device_rule(device)
 
-    labelled_only.labelled_only = True
+    labelled_only.every_position_rule = device_rule  # TRL's own rule, kept for side-by-side measurement
     trl_utils._use_triton = labelled_only
 
 

@@ -53,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     ids = torch.randint(0, model.config.vocab_size, (a.batch, n))
     labels = ids.clone()
     labels[:, : a.prompt] = -100
-    every = trl_utils._use_triton
     score_labelled_positions_only()
     labelled = trl_utils._use_triton
+    every = labelled.every_position_rule
     runs = {"every position": [], "labelled only": []}
     for _ in range(a.rounds):
         for name, rule in (("every position", every), ("labelled only", labelled)):
