@@ -48,6 +48,8 @@ class Commands(argparse._SubParsersAction):
     def add_parser(self, name, **kwargs):
         """``argparse``'s, plus ``dataclass_types=`` (a ``trl.TrlParser`` sub-parser, as TRL's
         ``make_parser(subparsers)`` asks) on a level whose parsers are plain."""
+        if "dataclass_types" in kwargs:
+            kwargs.setdefault("formatter_class", DefaultsOnceHelpFormatter)
         if "dataclass_types" not in kwargs or issubclass(self._parser_class, _trl_parser()):
             return super().add_parser(name, **kwargs)
         plain, self._parser_class = self._parser_class, _trl_parser()
@@ -69,6 +71,14 @@ class Commands(argparse._SubParsersAction):
         if values and values[0] in self._name_parser_map:
             self.resolve(values[0])
         super().__call__(parser, namespace, values, option_string)
+
+
+class DefaultsOnceHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` adds ``(default: X)`` to a field's help unless the help already states its
+    default (a default set per command or read from the environment)."""
+
+    def _get_help_string(self, action):
+        return action.help if "(default" in (action.help or "") else super()._get_help_string(action)
 
 
 def chosen(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[list[str], argparse.ArgumentParser]:
@@ -124,7 +134,10 @@ def load_recipe(parser, path: str) -> None:
         raise IsADirectoryError(21, "Is a directory; the recipe must be a YAML file", str(p))
     if not p.is_file():
         raise ConfigError(f"recipe {p} not found")
-    data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"recipe {p}: broken YAML: {' '.join(str(e).split())}") from e
     if not isinstance(data, dict):
         raise ConfigError(f"recipe {p}: a YAML mapping of field: value expected, got {type(data).__name__}")
     env = data.pop("env", {}) or {}
@@ -135,7 +148,26 @@ def load_recipe(parser, path: str) -> None:
         raise ConfigError(f"recipe {p}: " + unknown_names_message(unknown, _known(parser), _renamed(parser), prefix=""))
     for k, v in env.items():
         os.environ[k] = str(v)
+    _check_values(parser, p, data)
     parser.set_defaults_with_config(**data)
+
+
+def _check_values(parser, path: Path, data: dict) -> None:
+    """Convert every text value of the recipe with its field's argparse type, so that a bad value
+    is a ConfigError naming the recipe and the key (argparse would name a flag nobody typed)."""
+    actions = {a.dest: a for a in parser._actions}
+    for key, value in data.items():
+        action = actions.get(key)
+        convert = getattr(action, "type", None)
+        if convert is None or convert is str:
+            continue
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, str):
+                try:
+                    convert(v)
+                except (TypeError, ValueError, argparse.ArgumentTypeError):
+                    name = getattr(convert, "__name__", "value")
+                    raise ConfigError(f"recipe {path}: {key}: {v!r} is not a valid {name}") from None
 
 
 def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:

@@ -101,8 +101,19 @@ def test_debug_keeps_the_traceback(tmp_path, monkeypatch):
     r.write_text("dataset: [locomo\n")
     import yaml
     monkeypatch.setenv("MEMGYM_DEBUG", "1")
-    with pytest.raises(yaml.YAMLError):
+    with pytest.raises(ConfigError, match=f"recipe {r}: broken YAML: while parsing a flow sequence") as e:
         memgym(["eval", "--recipe", str(r)])
+    assert isinstance(e.value.__cause__, yaml.YAMLError)  # the traceback keeps the parser's error
+
+
+def test_a_bad_recipe_value_names_the_recipe_and_the_key(tmp_path, capsys):
+    r = tmp_path / "r.yaml"
+    r.write_text("rounds_refine: six\n")
+    assert memgym(["evolve", "--config", str(r)]) == 2
+    assert capsys.readouterr().err.strip() == f"memgym evolve: recipe {r}: rounds_refine: 'six' is not a valid int"
+    r.write_text("dataset: [locomo\n")
+    assert memgym(["evolve", "--config", str(r)]) == 2
+    assert capsys.readouterr().err.startswith(f"memgym evolve: recipe {r}: broken YAML: ")
 
 
 @pytest.mark.parametrize("command", [["evolve"], ["eval"], ["program", "eval", "memory_bank/programs/bm25.py"]])
