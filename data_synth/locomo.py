@@ -178,7 +178,7 @@ def load_locomo(path: Path | str | None = None, ids: list[str] | None = None) ->
         present = set(rids)
         missing = [x for x in wanted if x not in present]
         if missing:
-            raise ConfigError(f"LoCoMo ids not in {p}: {', '.join(missing)}")
+            raise ConfigError(f"LoCoMo ids not in {p}: {', '.join(missing)} (it holds {', '.join(rids)})")
     keep = None if wanted is None else set(wanted)
     out: list[Conversation] = []
     for i, (rid, rec) in enumerate(zip(rids, data)):  # a plain loop: warnings point at caller

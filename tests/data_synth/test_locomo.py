@@ -105,7 +105,7 @@ def test_ids_filter_and_unknown_id():
         convs = load_locomo(ids=["conv-30"])
     assert [c.id for c in convs] == ["conv-30"]
     assert len(convs[0].sessions) == 19
-    with pytest.raises(ValueError, match="conv-99"):
+    with pytest.raises(ValueError, match=r"ids not in .*locomo10.json: conv-99 \(it holds conv-26, conv-30, conv-41, conv-42, conv-43, conv-44, conv-47, conv-48, conv-49, conv-50\)"):
         load_locomo(ids=["conv-30", "conv-99"])
 
 
