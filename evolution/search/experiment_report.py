@@ -60,14 +60,8 @@ def bootstrap_interval(diffs: list[float], seed: int = 0) -> dict | None:
 
 def test_labels(cfg) -> dict[str, str]:
     """task id → native primary capability letter of every test task (unlabelled left out)."""
-    from data_synth.datasets import load_conversations
-
-    if not cfg.test:
-        return {}
-    convs = load_conversations(cfg.dataset, cfg.data_path("test"), ids=list(cfg.test), n_sessions=cfg.n_sessions,
-                               max_questions=cfg.max_questions, beam_truncated=not cfg.beam_full_chat,
-                               beam_strip_markers=not cfg.beam_keep_markers)
-    return {f"{c.id}/{q.id}": q.capability.value for c in convs for q in c.questions if q.capability is not None}
+    return {f"{c.id}/{q.id}": q.capability.value for c in cfg.load_split("test") for q in c.questions
+            if q.capability is not None}
 
 
 def by_capability(tasks: dict[str, float], labels: dict[str, str]) -> dict[str, float]:
