@@ -63,7 +63,7 @@ class MemoryBank:
 
     ``core_limit``/``core_target`` (characters): when the core grows past ``core_limit`` it is
     compressed to at most ``core_target`` by ``compressor`` (if none is set the block is kept
-    and :attr:`core_over_limit` reports it).
+    as it is).
     """
 
     def __init__(self, core_limit: int = CORE_LIMIT_CHARS, core_target: int = CORE_TARGET_CHARS,
@@ -77,10 +77,6 @@ class MemoryBank:
         self.compressor = compressor
 
     # ---- reading -------------------------------------------------------------------------
-    @property
-    def core_over_limit(self) -> bool:
-        return len(self.core) > self.core_limit
-
     def entries(self, part: str) -> list[Entry]:
         """Live entries of ``part`` in id order."""
         return list(self.parts[part].values())

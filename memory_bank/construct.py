@@ -140,18 +140,6 @@ class ConstructionResult:
     empty_sessions: list[int] = field(default_factory=list)
     segments: dict[int, int] = field(default_factory=dict)
 
-    @property
-    def n_segments(self) -> int:
-        """Manager steps over all sessions (= sessions when none was split)."""
-        return sum(self.segments.values())
-
-    def format_failure_rate(self) -> dict[str, float]:
-        """Per manager: failed outputs / outputs, in [0, 1] (0.0 when no output was made)."""
-        fails = {m: 0 for m in MANAGERS}
-        for f in self.failures:
-            fails[f.manager] += 1
-        return {m: (fails[m] / self.attempts[m] if self.attempts[m] else 0.0) for m in MANAGERS}
-
 
 def construct(conversation: Conversation, extractor: Extractor, *, n_sessions: int | None = None,
               embedder=None, bank: MemoryBank | None = None, progress: bool = False) -> ConstructionResult:

@@ -12,6 +12,7 @@ component's statements, so comments, formatting and docstrings never count as a 
 from __future__ import annotations
 
 import ast
+import copy
 import hashlib
 from dataclasses import dataclass
 
@@ -27,8 +28,9 @@ COMPONENT_STAGE: dict[str, str] = {
 }
 """The first stage a change of each component invalidates (shared helpers: from indexing on)."""
 
-_NAMED = {"EXTRACTION_INSTRUCTION": "extraction", "PLANNING_INSTRUCTION": "planning",
-          "ANSWER_INSTRUCTION": "answer", "MemoryUnit": "extraction", "Query": "planning"}
+NAMED_COMPONENTS = {"EXTRACTION_INSTRUCTION": "extraction", "PLANNING_INSTRUCTION": "planning",
+                    "ANSWER_INSTRUCTION": "answer", "MemoryUnit": "extraction", "Query": "planning"}
+"""The component of each contract name (every other top-level name is ``shared``)."""
 
 
 def _strip_docstring(node: ast.AST) -> None:
@@ -50,6 +52,13 @@ def normalised_ast(source: str) -> str:
     tree = ast.parse(source)
     _strip_docstring(tree)
     return _dump(tree)
+
+
+def normalised_dump(node: ast.AST) -> str:
+    """``ast.dump`` of ``node`` (left unchanged) without docstrings or line numbers."""
+    node = copy.deepcopy(node)
+    _strip_docstring(node)
+    return _dump(node)
 
 
 def _targets(stmt: ast.stmt) -> list[str]:
@@ -84,7 +93,7 @@ def component_dumps(source: str) -> dict[str, list[str]]:
                 shell.type_params = stmt.type_params
             out["indexing"].append(_dump(shell))
             continue
-        kinds = {_NAMED.get(n, "shared") for n in names} or {"shared"}
+        kinds = {NAMED_COMPONENTS.get(n, "shared") for n in names} or {"shared"}
         out[kinds.pop() if len(kinds) == 1 else "shared"].append(_dump(stmt))
     return out
 

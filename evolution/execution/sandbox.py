@@ -38,8 +38,8 @@ class SandboxedProgram(SandboxProcess):
 
     Construction checks the source statically (unless ``skip_static_check``), starts the child and
     loads the module (:class:`SandboxError` on failure); ``report`` / ``info`` then describe it
-    (ContractError for a broken contract). ``call("index", units, session)`` /
-    ``call("retrieve", query)`` run ONE persistent ``Memory`` (reset by :meth:`construct`).
+    (ContractError for a broken contract). :meth:`index` and :meth:`retrieve` run ONE
+    persistent ``Memory`` (reset by :meth:`construct`).
     ``confinement``: ``"auto"`` or ``"off"`` (explicitly unconfined). A context manager;
     :meth:`close` is idempotent.
     """
@@ -166,29 +166,18 @@ class SandboxedProgram(SandboxProcess):
         self._exchange({"op": "construct"}, "construct", self.limits.call_timeout_s)
         self._constructed = True
 
-    def call(self, method: str, *args: Any) -> Any:
-        """``call("index", units, session)`` or ``call("retrieve", query)``."""
-        if method not in ("index", "retrieve"):
-            raise ValueError(f"method must be 'index' or 'retrieve', got {method!r}")
-        want = 2 if method == "index" else 1
-        if len(args) != want:
-            raise TypeError(f"{method} takes {want} argument(s), got {len(args)}")
-        if not self._constructed:
-            self.construct()
-        if method == "index":
-            units, session = args
-            msg = {"op": "index", "units": [_jsonable(u) for u in units], "session": _jsonable(session)}
-        else:
-            msg = {"op": "retrieve", "query": _jsonable(args[0])}
-        return self._exchange(msg, method, self.limits.call_timeout_s)
-
     def index(self, units: list, session: dict | SessionInfo) -> Any:
-        """``call("index", units, session)``: units are dicts/dataclasses of the MemoryUnit schema."""
-        return self.call("index", units, session)
+        """Run ``Memory.index(units, session)``: units are dicts/dataclasses of the MemoryUnit schema."""
+        return self._call({"op": "index", "units": [_jsonable(u) for u in units], "session": _jsonable(session)})
 
     def retrieve(self, query: Any) -> Any:
-        """``call("retrieve", query)``: query is a dict/dataclass of the Query schema."""
-        return self.call("retrieve", query)
+        """Run ``Memory.retrieve(query)``: query is a dict/dataclass of the Query schema."""
+        return self._call({"op": "retrieve", "query": _jsonable(query)})
+
+    def _call(self, msg: dict) -> Any:
+        if not self._constructed:
+            self.construct()
+        return self._exchange(msg, msg["op"], self.limits.call_timeout_s)
 
     def snapshot(self) -> bytes:
         """The Memory instance's state, pickled INSIDE the child (opaque to the parent, which

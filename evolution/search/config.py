@@ -209,6 +209,18 @@ class EvolveConfig(SplitSelection, CapabilityLabels, RunnerSettings, SearchSetti
         from data_synth.paths import data_root
         return str(data_root() / "longmemeval" / "longmemeval_s_subset.json")
 
+    def load_split(self, split: str) -> list:
+        """The conversations of ``split`` (its ids, first ``n_sessions``, ``max_questions``,
+        BEAM options) with their native labels; [] when the split has no ids."""
+        from data_synth.datasets import load_conversations
+
+        ids = getattr(self, split)
+        if not ids:
+            return []
+        return load_conversations(self.dataset, self.data_path(split), ids=list(ids), n_sessions=self.n_sessions,
+                                  max_questions=self.max_questions, beam_truncated=not self.beam_full_chat,
+                                  beam_strip_markers=not self.beam_keep_markers)
+
     @classmethod
     def from_record(cls, d: dict) -> "EvolveConfig":
         """The recipe stored in a run directory (``recipe.json``, :func:`dataclasses.asdict`);

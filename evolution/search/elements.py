@@ -11,12 +11,11 @@ rebuilds a program from chosen elements.
 from __future__ import annotations
 
 import ast
-import copy
 from dataclasses import dataclass
 
+from evolution.execution.component_diff import NAMED_COMPONENTS, normalised_dump
+
 ABSENT = "<absent>"
-_NAMED = {"EXTRACTION_INSTRUCTION": "extraction", "PLANNING_INSTRUCTION": "planning",
-          "ANSWER_INSTRUCTION": "answer", "MemoryUnit": "extraction", "Query": "planning"}
 
 
 class MergeError(ValueError):
@@ -34,17 +33,6 @@ class Element:
     component: str
     text: str
     norm: str
-
-
-def _norm(node: ast.AST) -> str:
-    node = copy.deepcopy(node)
-    for n in ast.walk(node):
-        body = getattr(n, "body", None)
-        if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body \
-                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                and isinstance(body[0].value.value, str):
-            n.body = body[1:] or [ast.Pass()]
-    return ast.dump(node, annotate_fields=False, include_attributes=False)
 
 
 def _names(stmt: ast.stmt) -> list[str]:
@@ -137,23 +125,24 @@ def split_program(source: str, name: str = "program") -> ProgramParts:
                                  decorator_list=st.decorator_list)
             if hasattr(st, "type_params"):
                 shell.type_params = st.type_params
-            add(module, Element("class Memory", "module", "indexing", "".join(lines[start:head_end]), _norm(shell)))
+            add(module, Element("class Memory", "module", "indexing", "".join(lines[start:head_end]),
+                                normalised_dump(shell)))
             for m, mt in zip(members, _segments(lines, members, head_end + 1)):
                 mnames = _names(m)
                 key = "Memory." + (",".join(mnames) if mnames else ast.unparse(m))
                 add(memory, Element(key, "Memory", "retrieval" if mnames == ["retrieve"] else "indexing", mt,
-                                    _norm(m)))
+                                    normalised_dump(m)))
             continue
         names = _names(st)
         if names:
-            kinds = {_NAMED.get(n, "shared") for n in names}
+            kinds = {NAMED_COMPONENTS.get(n, "shared") for n in names}
             comp = kinds.pop() if len(kinds) == 1 else "shared"
             prefix = "def " if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)) else \
                 "class " if isinstance(st, ast.ClassDef) else ""
             key = prefix + ",".join(names)
         else:
             comp, key = "shared", ast.unparse(st)
-        add(module, Element(key, "module", comp, text, _norm(st)))
+        add(module, Element(key, "module", comp, text, normalised_dump(st)))
     if not has_memory:
         raise MergeError(f"{name}: no class Memory")
     return ProgramParts(docstring, module, memory)

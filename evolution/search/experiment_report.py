@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from evolution.search.archive import CAPABILITIES, Archive
-from evolution.search.report import test_of
+from evolution.search.report import capability_bars, test_of
 from evolution.search.rundir import atomic_write_json, atomic_write_text, read_json
 from memory_bank.schema import CAPABILITY_NAMES
 
@@ -60,14 +60,8 @@ def bootstrap_interval(diffs: list[float], seed: int = 0) -> dict | None:
 
 def test_labels(cfg) -> dict[str, str]:
     """task id → native primary capability letter of every test task (unlabelled left out)."""
-    from data_synth.datasets import load_conversations
-
-    if not cfg.test:
-        return {}
-    convs = load_conversations(cfg.dataset, cfg.data_path("test"), ids=list(cfg.test), n_sessions=cfg.n_sessions,
-                               max_questions=cfg.max_questions, beam_truncated=not cfg.beam_full_chat,
-                               beam_strip_markers=not cfg.beam_keep_markers)
-    return {f"{c.id}/{q.id}": q.capability.value for c in convs for q in c.questions if q.capability is not None}
+    return {f"{c.id}/{q.id}": q.capability.value for c in cfg.load_split("test") for q in c.questions
+            if q.capability is not None}
 
 
 def by_capability(tasks: dict[str, float], labels: dict[str, str]) -> dict[str, float]:
@@ -228,11 +222,6 @@ def plot_boundary(data: dict, path: Path) -> bool:
     """boundary.png: per capability, the best valid score at any round of capability-driven
     (``full``) and holistic evolution, and the full method's final program (bars: mean over
     seeds, whiskers: std). Returns False when neither variant finished."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     agg, caps = data["aggregate"], data["capabilities"]
     series = []
     if "full" in agg:
@@ -243,23 +232,10 @@ def plot_boundary(data: dict, path: Path) -> bool:
         series.append(("capability-driven: final program", agg["full"]["valid"]["by_capability"]))
     if not series:
         return False
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    width = 0.8 / len(series)
-    x = np.arange(len(caps))
-    for i, (name, vals) in enumerate(series):
-        m = [vals[c]["mean"] if vals.get(c) else 0.0 for c in caps]
-        e = [vals[c]["std"] if vals.get(c) else 0.0 for c in caps]
-        ax.bar(x + (i - (len(series) - 1) / 2) * width, m, width, yerr=e, capsize=3, label=name)
-    ax.set_xticks(x, [f"{c}\n{CAPABILITY_NAMES[c]}" for c in caps])
-    ax.set_ylabel("valid score")
-    ax.set_ylim(0, 1.18)
-    ax.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
-    ax.set_title("Performance boundary per capability (valid, mean over seeds; whiskers: std)")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7.5, loc="upper center", ncol=len(series), frameon=False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    capability_bars(path, caps, [(name, [vals[c]["mean"] if vals.get(c) else 0.0 for c in caps],
+                                  [vals[c]["std"] if vals.get(c) else 0.0 for c in caps]) for name, vals in series],
+                    "Performance boundary per capability (valid, mean over seeds; whiskers: std)",
+                    figsize=(7.5, 4.2), ylim=1.18, yticks=[0, 0.2, 0.4, 0.6, 0.8, 1.0], legend_size=7.5)
     return True
 
 

@@ -71,11 +71,11 @@ def integration_verdict(merged_overall: float, merged_caps: dict[str, float], ba
              if base_caps[c] - merged_caps.get(c, 0.0) > _EPS}
     if not merged_overall > base_overall + _EPS:
         return False, f"valid overall {merged_overall:.4f} does not beat the base's {base_overall:.4f}", drops
-    over = {c: d for c, d in drops.items() if d > delta + _EPS}
-    if over:
-        worst = max(over, key=lambda c: (over[c], -CAPABILITIES.index(c) if c in CAPABILITIES else 0))
-        return False, (f"capability {worst} drops {over[worst]:.4f} > delta {delta:g} against the base"
-                       + (f" (also {', '.join(sorted(set(over) - {worst}))})" if len(over) > 1 else "")), drops
+    worst = worst_drop(drops, delta)
+    if worst is not None:
+        also = sorted(c for c, d in drops.items() if d > delta + _EPS and c != worst)
+        return False, (f"capability {worst} drops {drops[worst]:.4f} > delta {delta:g} against the base"
+                       + (f" (also {', '.join(also)})" if also else "")), drops
     return True, "", drops
 
 
@@ -85,9 +85,8 @@ def blame(contributors: list[Candidate], drops: dict[str, float], delta: float) 
     lowest valid overall. Ties: the later one in ``contributors``. None when empty."""
     if not contributors:
         return None
-    over = {c: d for c, d in drops.items() if d > delta + _EPS}
-    if over:
-        cap = max(over, key=lambda c: (over[c], -CAPABILITIES.index(c) if c in CAPABILITIES else 0))
+    cap = worst_drop(drops, delta)
+    if cap is not None:
         return min(reversed(contributors), key=lambda s: s.valid.by_capability.get(cap, 0.0)).id
     return min(reversed(contributors), key=lambda s: s.valid.overall).id
 

@@ -7,7 +7,7 @@ state after it), ``validation`` / ``validation2``, ``eval``, ``outcome``; plus
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar, TypedDict
 
@@ -73,6 +73,17 @@ def rng_from_json(v) -> tuple:
     return (v[0], tuple(v[1]), v[2])
 
 
+class FieldsRecord:
+    """A record whose JSON form is its fields, in order (``to_json`` / ``from_json``)."""
+
+    def to_json(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, d: dict):
+        return cls(*(d[f.name] for f in fields(cls)))
+
+
 @dataclass
 class ProposalRecord:
     """A proposal (or, ``revise`` True, its one revise; ``result`` None = the proposer had no
@@ -131,7 +142,7 @@ class ValidationRecord:
 
 
 @dataclass
-class EvaluationRecord:
+class EvaluationRecord(FieldsRecord):
     """Train (with diagnostics) and valid evaluation of a candidate. ``diagnostics``: the
     proposer's table (:func:`evolution.search.evaluator.diag_table`); ``usage``: ``{role:
     {"calls", "prompt", "completion"}}``; ``stage_items``: ``{split: {stage: {"run",
@@ -149,9 +160,7 @@ class EvaluationRecord:
     step: ClassVar[str] = "eval"
 
     def to_json(self) -> dict:
-        return {"candidate": self.candidate, "round": self.round, "train": self.train.__dict__,
-                "valid": self.valid.__dict__, "diagnostics": self.diagnostics, "usage": self.usage,
-                "stage_items": self.stage_items, "reuse": self.reuse}
+        return {**super().to_json(), "train": self.train.__dict__, "valid": self.valid.__dict__}
 
     @classmethod
     def from_json(cls, d: dict) -> "EvaluationRecord":
@@ -160,7 +169,7 @@ class EvaluationRecord:
 
 
 @dataclass
-class OutcomeRecord:
+class OutcomeRecord(FieldsRecord):
     """What a finished attempt became: ``status`` (evaluated | rejected | failed), ``reason``,
     ``accepted`` ("" = not accepted), ``roles``, valid and train SCORES (None unevaluated)."""
 
@@ -175,18 +184,9 @@ class OutcomeRecord:
     kind: ClassVar[str] = "outcome"
     step: ClassVar[str] = "outcome"
 
-    def to_json(self) -> dict:
-        return {"candidate": self.candidate, "round": self.round, "status": self.status, "reason": self.reason,
-                "accepted": self.accepted, "roles": self.roles, "valid": self.valid, "train": self.train}
-
-    @classmethod
-    def from_json(cls, d: dict) -> "OutcomeRecord":
-        return cls(d["candidate"], d["round"], d["status"], d["reason"], d["accepted"], d["roles"], d["valid"],
-                   d["train"])
-
 
 @dataclass
-class IntegrationAttempt:
+class IntegrationAttempt(FieldsRecord):
     """One stage-III attempt as booked in the history (``row``: the history row, with the
     specialists merged, paired cases, conflicts, verdict and acceptance)."""
 
@@ -198,13 +198,6 @@ class IntegrationAttempt:
     @property
     def candidate(self) -> str | None:
         return self.row.get("candidate")
-
-    def to_json(self) -> dict:
-        return {"round": self.round, "row": self.row}
-
-    @classmethod
-    def from_json(cls, d: dict) -> "IntegrationAttempt":
-        return cls(d["round"], d["row"])
 
 
 _STEPS = {"proposal": lambda d: ProposalRecord.from_json(d), "revise": lambda d: ProposalRecord.from_json(d, True),

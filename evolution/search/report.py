@@ -103,34 +103,53 @@ def boundary(arch, final_id: str) -> dict:
     return out
 
 
-def plot_boundary(summary: dict, path) -> None:
-    """boundary.png: per capability the peak, frozen and seed valid scores (PrisMem Fig. 3b)."""
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
-    b = summary["boundary"]
-    caps = list(b)
-    if not caps:
-        return
-    series = [("peak of any program", [b[c]["peak"] for c in caps]),
-              (f"frozen program {summary['final_id']}", [b[c]["final"] for c in caps]),
-              ("seed", [summary["seed"]["valid"]["by_capability"].get(c, 0.0) for c in caps])]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    x, width = np.arange(len(caps)), 0.8 / len(series)
-    for i, (name, vals) in enumerate(series):
-        ax.bar(x + (i - 1) * width, vals, width, label=name)
-    ax.set_xticks(x, [f"{c}\n{CAPABILITY_NAMES[c]}" for c in caps])
-    ax.set_ylabel("valid score")
-    ax.set_ylim(0, 1.1)
-    ax.set_title("Performance boundary per capability (valid)")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper center", ncol=3, frameon=False)
+    return plt
+
+
+def save_figure(fig, path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
+    pyplot().close(fig)
+
+
+def capability_bars(path, caps: list[str], series: list[tuple], title: str, *, figsize: tuple, ylim: float,
+                    legend_size: float, yticks: list | None = None) -> None:
+    """A grouped bar chart of valid scores per capability: ``series`` holds (label, values) or
+    (label, values, whiskers) per group of bars, values in the order of ``caps``."""
+    import numpy as np
+
+    fig, ax = pyplot().subplots(figsize=figsize)
+    x, width = np.arange(len(caps)), 0.8 / len(series)
+    for i, (name, vals, *err) in enumerate(series):
+        ax.bar(x + (i - (len(series) - 1) / 2) * width, vals, width, label=name,
+               **({"yerr": err[0], "capsize": 3} if err else {}))
+    ax.set_xticks(x, [f"{c}\n{CAPABILITY_NAMES[c]}" for c in caps])
+    ax.set_ylabel("valid score")
+    ax.set_ylim(0, ylim)
+    if yticks is not None:
+        ax.set_yticks(yticks)
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=legend_size, loc="upper center", ncol=len(series), frameon=False)
+    save_figure(fig, path)
+
+
+def plot_boundary(summary: dict, path) -> None:
+    """boundary.png: per capability the peak, frozen and seed valid scores (PrisMem Fig. 3b)."""
+    b = summary["boundary"]
+    caps = list(b)
+    if caps:
+        capability_bars(path, caps, [("peak of any program", [b[c]["peak"] for c in caps]),
+                                     (f"frozen program {summary['final_id']}", [b[c]["final"] for c in caps]),
+                                     ("seed", [summary["seed"]["valid"]["by_capability"].get(c, 0.0) for c in caps])],
+                        "Performance boundary per capability (valid)", figsize=(7, 4), ylim=1.1, legend_size=8)
 
 
 def _f(v) -> str:
@@ -269,14 +288,9 @@ def console_summary(s: dict, out: str) -> str:
 
 def plot_capabilities(state, path) -> None:
     """capabilities.png: per capability, the valid score of its specialist after each round."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = [h for h in state.history if h.get("specialists") or h["round"] == 0]
     seed = state.archive.get("seed").valid.by_capability
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = pyplot().subplots(figsize=(7, 4.2))
     for c in CAPABILITIES:
         if c not in seed:
             continue
@@ -301,9 +315,7 @@ def plot_capabilities(state, path) -> None:
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def write_reports(state, summary: dict) -> None:

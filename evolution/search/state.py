@@ -21,18 +21,10 @@ from evolution.search.select import TaskInfo, freeze_choice
 def load_splits(cfg: EvolveConfig) -> dict:
     """``{"train"|"valid"|"test": [Conversation]}`` of the recipe (labels applied to train and
     valid when ``cfg.labels`` is not ``native``)."""
-    from data_synth.datasets import load_conversations
-
     out = {}
     for split in ("train", "valid", "test"):
-        ids = getattr(cfg, split)
-        if not ids:
-            out[split] = []
-            continue
-        convs = load_conversations(cfg.dataset, cfg.data_path(split), ids=list(ids), n_sessions=cfg.n_sessions,
-                                   max_questions=cfg.max_questions, beam_truncated=not cfg.beam_full_chat,
-                                   beam_strip_markers=not cfg.beam_keep_markers)
-        if cfg.labels != "native" and split != "test":
+        convs = cfg.load_split(split)
+        if getattr(cfg, split) and cfg.labels != "native" and split != "test":
             from data_synth.annotate import apply_labels, load_labels
             convs = apply_labels(convs, load_labels(cfg.labels))
         out[split] = convs

@@ -238,7 +238,7 @@ def test_construct_counts_format_failures_and_snapshots():
     backend = ScriptedBackend(respond)
     res = construct(conv, ModelExtractor(backend))
     assert backend.calls == 8 and len(res.snapshots) == 2
-    assert res.format_failure_rate() == {"core": 0.0, "episodic": 0.0, "semantic": 1.0, "procedural": 0.0}
+    assert {f.manager for f in res.failures} == {"semantic"} and len(res.failures) == res.attempts["semantic"] == 2
     assert res.bank.counts() == {"episodic": 2, "semantic": 0, "procedural": 0}
     assert res.snapshots[0]["episodic"][0]["id"] == "E1" and res.bank.core == "A says hello\nA says hello"
 

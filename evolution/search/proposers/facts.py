@@ -124,10 +124,4 @@ def run_facts(cfg, train_convs=()) -> str:
 def facts_for(cfg) -> str:
     """:func:`run_facts` of a recipe, its train conversations loaded as the run loads them
     (only when a context budget needs them)."""
-    convs = []
-    if cfg.context_tokens and cfg.train:
-        from data_synth.datasets import load_conversations
-        convs = load_conversations(cfg.dataset, cfg.data_path("train"), ids=list(cfg.train), n_sessions=cfg.n_sessions,
-                                   max_questions=cfg.max_questions, beam_truncated=not cfg.beam_full_chat,
-                                   beam_strip_markers=not cfg.beam_keep_markers)
-    return run_facts(cfg, convs)
+    return run_facts(cfg, cfg.load_split("train") if cfg.context_tokens else [])

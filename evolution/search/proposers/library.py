@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from evolution.search.edits import Edit, EditError, apply_edits
+from memory_bank.programs import PROGRAMS_DIR
 
 
 @dataclass(frozen=True)
@@ -82,49 +83,24 @@ SCORES_ANCHOR = "        scores = self._matrix() @ query_vec\n"
 RANKED_ANCHOR = "        ranked = order[:TOP_K]\n"
 RETURN_ANCHOR = '        return "\\n".join(self.lines[i] for i in sorted(chosen))\n'
 
-_SEED_MEMORY = '''class Memory:
-    """An append-only list of rendered units."""
 
-    def __init__(self, toolkit):
-        self.toolkit = toolkit
-        self.lines = []
+def _program_text(name: str, start: str, end: str | None = None) -> str:
+    """The text of the shipped program ``name`` (``memory_bank/programs``) from the first line
+    ``start`` up to the next ``end`` (to the end of the file when None)."""
+    text = (PROGRAMS_DIR / name).read_text(encoding="utf-8")
+    text = text[text.index(start):]
+    return text[:text.index(end)] if end else text
 
-    def index(self, units, session):
-        session_date = (session.get("date") or "")[:10] or session.get("date_text") or None
-        for unit in units:
-            self.lines.append(render_unit(unit, session_date))
 
-    def retrieve(self, query):
-        return "\\n".join(self.lines)[:OUT_CHAR_BUDGET]
-'''
+_SEED_MEMORY = _program_text("seed.py", "class Memory:")
 
-_DENSE_MEMORY = '''class Memory:
+_DENSE_INDEXING = _program_text("dense_topk.py", "    def __init__(self, toolkit):", "    def retrieve(self, query):")
+
+_DENSE_MEMORY = ('''class Memory:
     """Rendered unit lines with one embedding row each, ranked by cosine similarity to the
     query; the TOP_K best are packed into the budget and returned in index order."""
 
-    def __init__(self, toolkit):
-        self.toolkit = toolkit
-        self.lines = []
-        self.blocks = []
-        self.matrix = None
-
-    def index(self, units, session):
-        session_date = (session.get("date") or "")[:10] or session.get("date_text") or None
-        new_lines = [render_unit(unit, session_date) for unit in units]
-        if not new_lines:
-            return
-        self.blocks.append(np.asarray(self.toolkit.embed([line[:EMBED_CHARS] for line in new_lines]),
-                                      dtype=np.float32))
-        self.lines.extend(new_lines)
-        self.matrix = None
-
-    def _matrix(self):
-        if self.matrix is None:
-            self.matrix = np.vstack(self.blocks)
-            self.blocks = [self.matrix]
-        return self.matrix
-
-    def retrieve(self, query):
+''' + _DENSE_INDEXING + '''    def retrieve(self, query):
         if not self.lines:
             return ""
         text = query_text(query)
@@ -136,7 +112,7 @@ _DENSE_MEMORY = '''class Memory:
         if not chosen:
             return self.lines[ranked[0]][:OUT_CHAR_BUDGET]
         return "\\n".join(self.lines[i] for i in sorted(chosen))
-'''
+''')
 
 _DENSE_HELPERS = '''TOP_K = 40
 EMBED_CHARS = 4000  # the embedder reads a line's first 256 word pieces; longer text is never seen
@@ -154,19 +130,7 @@ def query_text(query):
     return " ".join(p for p in parts if p)
 
 
-def pack_lines(ranked, lines, budget):
-    """Indices taken greedily from ``ranked`` (best first) whose lines, joined by newlines,
-    fit in ``budget`` characters; a line that does not fit is skipped."""
-    chosen, used = [], 0
-    for i in ranked:
-        cost = len(lines[i]) + (1 if chosen else 0)
-        if used + cost <= budget:
-            chosen.append(i)
-            used += cost
-    return chosen
-
-
-'''
+''' + _program_text("dense_topk.py", "def pack_lines(", "class Memory:")
 
 _STOPWORDS = ("a an and are as at be by did do does for from had has have he her him his how i in is it its me "
               "my of on or our she so than that the their them they this to was we were what when where which who "
