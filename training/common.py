@@ -52,8 +52,9 @@ def parse_training_args(parser, argv: list[str] | None = None) -> tuple:
     from llm.errors import ConfigError
 
     args = device_default_args() + list(sys.argv[1:] if argv is None else argv)
-    if "--config" in args[:-1] and not Path(args[args.index("--config") + 1]).is_file():
-        raise ConfigError(f"recipe {args[args.index('--config') + 1]} not found")
+    recipe = args[args.index("--config") + 1] if "--config" in args[:-1] else None
+    if recipe is not None and not Path(recipe).is_file():
+        raise ConfigError(f"recipe {recipe} not found")
     try:
         out = parser.parse_args_and_config(args=args)
     except ValueError as e:
@@ -62,7 +63,6 @@ def parse_training_args(parser, argv: list[str] | None = None) -> tuple:
         known = sorted({a.dest for a in parser._actions if a.option_strings})
         if "Unknown arguments from config" in str(e):  # TRL names the recipe's keys as --key
             names = re.findall(r"'--([^']+)'", str(e))
-            recipe = args[args.index("--config") + 1] if "--config" in args[:-1] else "?"
             where, prefix = f"recipe {recipe}: ", ""
         elif "not used by the HfArgumentParser" in str(e):
             names = [a.lstrip("-").split("=", 1)[0] for a in args if a.startswith("--") and a != "--config"]
