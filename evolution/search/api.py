@@ -5,7 +5,8 @@ recipe to a run for ``memgym evolve``, ``--resume``, ``memgym evolve experiment`
 strategy named by the recipe's ``ablation`` (:func:`evolution.search.strategies.strategy_for`),
 the proposer (:func:`evolution.search.proposers.make_proposer` unless one is given), the
 trace-guided integrator, the stage cache, the evaluator, the validation limits and the
-run state with its callbacks: :class:`~evolution.search.callbacks.RunDirWriter`,
+run state with its callbacks: :class:`~evolution.search.callbacks.RunDirWriter`, the proposer
+when it is a :class:`~evolution.search.protocols.Callback` (``replay``),
 :class:`~evolution.search.callbacks.ProgressBar`, :class:`~evolution.search.callbacks.ReportWriter`,
 then the caller's.
 """
@@ -38,6 +39,7 @@ def build_engine(config: EvolveConfig, *, proposer=None, callbacks=(), rt=None):
     from evolution.execution.stages import StageCache
     from evolution.execution.validate import ValidationLimits
     from evolution.search.callbacks import ProgressBar, ReportWriter, RunDirWriter
+    from evolution.search.protocols import Callback
     from evolution.search.engine import Engine
     from evolution.search.evaluator import Evaluator
     from evolution.search.proposers import make_proposer
@@ -58,8 +60,10 @@ def build_engine(config: EvolveConfig, *, proposer=None, callbacks=(), rt=None):
     limits = ValidationLimits(
         sandbox=SandboxLimits(call_timeout_s=cfg.validate_timeout_s, load_timeout_s=max(10.0, cfg.validate_timeout_s)),
         probe_units=cfg.probe_units, probe_batches=cfg.probe_batches)
-    return Engine(state, strategy, proposer or make_proposer(cfg, rt), Evaluator(rt, cfg, cache, state.splits),
-                  limits, integrator)
+    proposer = proposer or make_proposer(cfg, rt)
+    if isinstance(proposer, Callback):  # e.g. replay, which checks each round against its recording
+        state.callbacks.insert(1, proposer)
+    return Engine(state, strategy, proposer, Evaluator(rt, cfg, cache, state.splits), limits, integrator)
 
 
 def fresh_dir_problem(out: Path) -> str:

@@ -115,7 +115,8 @@ class Engine:
         proposer = proposer or self.proposer
         cand = Candidate(cid, parent.id, round_no, stage, target, proposer.name)
         result = self._propose(cid, round_no, lambda rng: proposer.propose(inp, rng), inp, False).result
-        state.ledger.add(round_no, "coder", result.turns, result.prompt_tokens, result.completion_tokens)
+        state.ledger.add(round_no, "coder", result.turns, result.prompt_tokens, result.completion_tokens,
+                         result.estimated)
         cand.description = result.description
         cand.edits = [e.to_dict() for e in result.edits] or ([{"whole_file": True}] if result.whole_file else [])
         if not result.ok:
@@ -133,7 +134,8 @@ class Engine:
                 if again is not None:
                     state.ledger.add(round_no, "coder", again.turns - result.turns,
                                      again.prompt_tokens - result.prompt_tokens,
-                                     again.completion_tokens - result.completion_tokens)
+                                     again.completion_tokens - result.completion_tokens,
+                                     again.estimated - result.estimated)
                     if again.ok:
                         source, reason = again.source, precheck(again.source, parent, state.archive)
                         cand.edits = [e.to_dict() for e in again.edits] or [{"whole_file": True}]
