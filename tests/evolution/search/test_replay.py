@@ -220,3 +220,33 @@ def test_replay_estimates_missing_recorded_token_counts_and_marks_them(recorded,
         (out / "report.md").read_text()
     replayed = json.loads((out / "candidates/r01/proposal.json").read_text())["result"]["transcript"][1]
     assert replayed["estimated"] is True and replayed["prompt_tokens"] == want[0]
+
+
+def test_a_server_reporting_negative_usage_cannot_switch_off_the_coder_budget(tmp_path):
+    """A coder server whose ``usage`` says -1,000,000,000 prompt and 5,000 completion tokens
+    (above coder_max_new_tokens): its counts are not taken, the SmolLM2 estimates are, marked; the
+    coder budget of 1,000 tokens stops the run after round 1, as with an honest server."""
+    from launch.cli import main
+    from tests.helpers import FaultyServer
+
+    server, spec = serve_coder(server_class=FaultyServer, usage={"prompt_tokens": -1_000_000_000,
+                                                                 "completion_tokens": 5000})
+    (tmp_path / "recipe.yaml").write_text("\n".join(f"{k}: {json.dumps(v)}" for k, v in SMALL.items()))
+    out = tmp_path / "run"
+    try:
+        assert main(["evolve", "--config", str(tmp_path / "recipe.yaml"), "--proposer", "coder", "--coder_model", spec,
+                     "--budgets", "coder=1000", "--out", str(out)]) == 0
+    finally:
+        server.shutdown()
+        server.server_close()
+    s = json.loads((out / "summary.json").read_text())
+    assert s["rounds"] == 1 and s["stopped"].startswith("budget of role 'coder' exhausted")
+    (req, resp), = load_recording(out)[1]["propose"]
+    from llm.models import estimate_tokens
+    want = estimate_tokens(req["messages"], resp["content"])
+    assert s["ledger"]["1"]["coder"] == {"calls": 1, "prompt": want[0], "completion": want[1], "estimated": 1}
+    assert want[0] > 1000 and s["tokens"]["coder"] == {"prompt": want[0], "completion": want[1]}
+    assert s["estimated_calls"] == {"coder": 1} and resp["estimated"] is True
+    report = (out / "report.md").read_text()
+    assert f"| 1 | {sum(want):,} | 0 | 0 | 0 | 0 | {sum(want):,} |" in report
+    assert "- **estimated token counts**: coder 1 call" in report
