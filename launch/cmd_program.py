@@ -3,8 +3,9 @@
 - ``memgym program check FILE.py [--parent P.py] [--no-probe] [--stats] [--timeout S]``
   runs the four validation levels (``evolution.execution.validate``) in the sandbox and prints ONE JSON
   line ``{"ok": bool, "level": 1-4 or null, "reason": str}`` (plus ``"stats"`` with
-  ``--stats``). Exit status 0 for any verdict, 2 when FILE (or the parent) cannot be read;
-  never a traceback, whatever the candidate does.
+  ``--stats``) on stdout. Exit status 0 when the program passes, 1 when it fails a level (or
+  the check itself broke; one stderr line says which level and why), 2 when FILE (or the
+  parent) cannot be read; never a traceback, whatever the candidate does.
 
 - ``memgym program eval FILE.py --config R.yaml [--extractor SPEC] [--parent PARENT.py]
   [--out DIR] [--<field> value ...]`` evaluates a program (``evolution.execution.program_eval``): writes
@@ -34,7 +35,12 @@ def _read(path: str) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Validate one program file; print the verdict as JSON."""
+    """Validate one program file; print the verdict as JSON; a program that fails raises
+    :class:`~evolution.execution.results.ProgramRunError` (exit 1), an unreadable file
+    :class:`~llm.errors.ConfigError` (exit 2), after the verdict is printed."""
+    from evolution.execution.results import ProgramRunError
+    from llm.errors import ConfigError
+
     texts = {}
     for key, path in (("source", args.file), ("parent", args.parent)):
         if path is None:
@@ -43,8 +49,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         try:
             texts[key] = _read(path)
         except (OSError, UnicodeDecodeError) as e:
-            _emit({"ok": False, "level": None, "reason": f"cannot read {path}: {type(e).__name__}: {e}"})
-            return 2
+            reason = f"cannot read {path}: {type(e).__name__}: {e}"
+            _emit({"ok": False, "level": None, "reason": reason})
+            raise ConfigError(reason) from None
     source, parent = texts["source"], texts["parent"]
     try:
         from evolution.execution.validate import ValidationLimits, validate_program
@@ -53,10 +60,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         if args.timeout is not None:
             limits = dataclasses.replace(limits, sandbox=dataclasses.replace(
                 limits.sandbox, call_timeout_s=args.timeout, load_timeout_s=args.timeout))
-        result = validate_program(source, parent, limits, progress=sys.stderr.isatty())
-        _emit(result.to_dict(with_stats=args.stats))
+        verdict = validate_program(source, parent, limits, progress=sys.stderr.isatty()).to_dict(with_stats=args.stats)
     except Exception as e:  # noqa: BLE001 - the contract is "never a traceback"
-        _emit({"ok": False, "level": None, "reason": f"internal error: {type(e).__name__}: {e}"})
+        verdict = {"ok": False, "level": None, "reason": f"internal error: {type(e).__name__}: {e}"}
+    _emit(verdict)
+    if not verdict["ok"]:
+        where = f"level {verdict['level']}" if verdict["level"] is not None else "the check"
+        raise ProgramRunError(f"{args.file} fails validation at {where}: {verdict['reason']}", stage="validate")
     return 0
 
 
@@ -137,7 +147,8 @@ def register(subparsers) -> argparse.ArgumentParser:
         description="Validate a memory program in the sandbox: (1) source parses, allowed imports only, loads and "
                     "defines the required names, differs from --parent; (2) schemas and signatures; (3) smoke tests "
                     "on a stub backend, retrieve within 16,000 characters; (4) a ~2K-unit complexity probe. Prints "
-                    '{"ok": bool, "level": 1-4|null, "reason": str}. Exit 0 for a verdict, 2 if FILE is unreadable.')
+                    '{"ok": bool, "level": 1-4|null, "reason": str}. Exit 0 when it passes, 1 when it fails, 2 if FILE '
+                    'is unreadable.')
     c.add_argument("file", metavar="FILE.py", help="the memory program to check")
     c.add_argument("--parent", metavar="PARENT.py", help="the program FILE was patched from (a no-op patch fails level 1)")
     c.add_argument("--no-probe", action="store_true", help="skip level 4 (the complexity probe)")
