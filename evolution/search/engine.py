@@ -26,7 +26,7 @@ from evolution.search.proposers.base import ProposalInput
 from evolution.search.protocols import Integrator, Proposer, RoundSteps, Strategy
 from evolution.search.select import record_cases
 from evolution.search.state import EvolutionState
-from evolution.search.stops import check_endpoint
+from evolution.search.stops import check_anything_proposed, check_endpoint
 
 
 def precheck(source: str, parent: Candidate, archive: Archive) -> str:
@@ -263,7 +263,8 @@ class Engine:
 
     def run(self, *, resume: bool = False):
         """Run (or continue, ``resume``) the loop; returns the :class:`EvolveResult`. The caller
-        holds the run dir's lock. Raises :class:`EndpointUnreachable` (state saved)."""
+        holds the run dir's lock. Raises :class:`EndpointUnreachable` (state saved) when the
+        coder's endpoint keeps failing, or, after the run is written, when it failed every round."""
         from evolution.search.result import build_result
 
         state = self.state
@@ -294,4 +295,5 @@ class Engine:
         state.tick()
         result = build_result(state, fin)
         state.notify("on_run_end", result)
+        check_anything_proposed(state.history, state.archive, state.dir.root)
         return result
