@@ -12,7 +12,8 @@
   ``report.json`` (overall, by_capability, by_category, diagnostics, stages_run/reused,
   model_calls, tokens, wall_s), ``report.md``, ``tasks.jsonl`` and ``units.jsonl``, and prints
   the capability table. Exit 0 on success, 1 when the program fails validation or breaks
-  mid-run or no question was scored, 2 for a bad recipe or a missing file (raised, mapped by
+  mid-run or no question was scored, 2 for a bad recipe, a missing file, or an ``--out`` folder
+  holding anything but a previous program eval's files (raised, mapped by
   :func:`launch.cli.run_command`).
 """
 from __future__ import annotations
@@ -70,15 +71,25 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+#: What ``memgym program eval`` writes in ``--out``; a folder holding anything else is refused.
+EVAL_FILES = ("report.json", "report.md", "tasks.jsonl", "units.jsonl")
+
+
 def cmd_eval(args) -> int:
     """Evaluate one program file; print the capability table; write the reports."""
     from evolution.execution.program_eval import run_program_eval
     from evolution.execution.runner import ProgramRunError
     from launch.registry import recipe_configs
+    from llm.checks import out_dir_problem
+    from llm.errors import OutputPathError
 
     if args.file:
         args.program = args.file
     (cfg,) = recipe_configs(args)
+    problem = out_dir_problem(cfg.out, what="memgym program eval output", own=EVAL_FILES, mark=EVAL_FILES[0],
+                              writes=f"memgym program eval writes {', '.join(EVAL_FILES)} there")
+    if problem:
+        raise OutputPathError(problem)
     rep = run_program_eval(cfg)
     if not rep.ok:
         v = rep.validation

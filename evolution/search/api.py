@@ -67,18 +67,14 @@ def build_engine(config: EvolveConfig, *, proposer=None, callbacks=(), rt=None):
 
 
 def fresh_dir_problem(out: Path) -> str:
-    """Why ``out`` cannot take a new run ("" when it can): it holds a run, or other files."""
+    """Why ``out`` cannot take a new run ("" when it can): it holds a run, or other files
+    (:func:`llm.checks.out_dir_problem`)."""
+    from llm.checks import out_dir_problem
+
     if (out / "state.json").exists() or (out / "recipe.json").exists():
         return f"{out} already holds a run; continue it with: memgym evolve --resume {out}"
-    if out.exists() and not out.is_dir():
-        return f"--out {out} is a file, not a folder"
-    if out.is_dir():
-        others = sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME)
-        if others:
-            shown = ", ".join(others[:5]) + (f" (+{len(others) - 5} more)" if len(others) > 5 else "")
-            return (f"{out} holds files but no memgym evolve run ({shown}); a run would overwrite report.md, best.py, "
-                    "summary.json and others there: choose a new or empty folder")
-    return ""
+    return out_dir_problem(out, what="memgym evolve run", own=(LOCK_NAME,),
+                           writes="a run would overwrite report.md, best.py, summary.json and others there")
 
 
 def _remove_new(out: Path, before: set[str], existed: bool) -> None:
