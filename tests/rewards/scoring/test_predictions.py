@@ -22,8 +22,9 @@ def test_score_missing_and_unknown(tmp_path, capsys):
         {"question_id": "conv-26:q1", "prediction": "x"}])
     rc = main(["score", "--dataset", "beam", "--path", CHAT, "--predictions", str(preds), "--judge", "rubric-recall",
                "--out", str(tmp_path / "out")])
-    err = capsys.readouterr().err
-    assert rc == 0 and "Traceback" not in err
+    out, err = capsys.readouterr()
+    assert rc == 3 and "Traceback" not in err  # a partial file is scored but does not pass as complete
+    assert "incomplete: the predictions cover 2 of 20 questions" in err and '"coverage": "partial: 2 of 20 questions"' in out
     assert "18 question(s) without a prediction left out of the scores" in err
     assert "1 prediction id(s) not in the data" in err
     s = json.loads((tmp_path / "out" / "scores.json").read_text())
@@ -37,10 +38,11 @@ def test_score_missing_and_unknown(tmp_path, capsys):
     md = (tmp_path / "out" / "report.md").read_text()
     assert "Missing predictions: 18" in md and "`conv-26:q1`" in md and "mean of the BEAM abilities" in md
     assert "an offline proxy of memgym's (no judge call), not the benchmark's own number" in md
+    assert md.count("**partial: 2 of 20 questions**") == 1 and "cut to 2048 tokens of smollm2" in md
     rc = main(["score", "--dataset", "beam", "--path", CHAT, "--predictions", str(preds), "--judge", "rubric-recall",
                "--missing_as_wrong", "--out", str(tmp_path / "out2")])
     s = json.loads((tmp_path / "out2" / "scores.json").read_text())
-    assert rc == 0 and s["missing_as_wrong"] and s["overall"] == 0.05  # (1 + 0) / 2 and 0 over the 10 abilities
+    assert rc == 0 and s["missing_as_wrong"] and s["coverage"] == "partial: 2 of 20 questions" and s["overall"] == 0.05  # (1 + 0) / 2 and 0 over the 10 abilities
 
 
 def test_score_broken_predictions_one_line(tmp_path, capsys):
@@ -80,7 +82,7 @@ def test_score_takes_longmemeval_hypothesis_format(tmp_path, capsys):
                                           {"question_id": "0862e8bf_abs", "hypothesis": "I do not know."}])
     with FakeJudge(lambda b: "yes" if "over a year" in user_text(b) else "no") as fj:
         rc = main(["score", "--dataset", "longmemeval", "--split", "test", "--predictions", str(preds),
-                   "--judge", fj.spec, "--cache", "none", "--out", str(tmp_path / "out")])
+                   "--judge", fj.spec, "--cache", "none", "--out", str(tmp_path / "out"), "--allow_partial"])
     assert rc == 0, capsys.readouterr().err
     s = json.loads((tmp_path / "out" / "scores.json").read_text())
     assert (s["judged"], len(s["missing"]), s["overall"], s["abstention"]) == (2, 398, 0.5, 0.0)
@@ -101,7 +103,8 @@ def _locomo_preds(tmp_path):
 
 def _score_locomo(tmp_path, judge_spec, out="out", cache=None, preds=None):
     return main(["score", "--dataset", "locomo", "--predictions", str(preds or _locomo_preds(tmp_path)),
-                 "--judge", judge_spec, "--cache", str(cache or tmp_path / "r.sqlite"), "--out", str(tmp_path / out)])
+                 "--judge", judge_spec, "--cache", str(cache or tmp_path / "r.sqlite"), "--out", str(tmp_path / out),
+                 "--allow_partial"])
 
 
 def _garbage_run(tmp_path):
