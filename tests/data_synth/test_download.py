@@ -209,3 +209,15 @@ def test_all_end_to_end_then_data_check_passes(tmp_path, monkeypatch, capsys, pu
     assert f"({received / 1e6:.1f} MB received in " in out
     monkeypatch.setenv("MEMGYM_DATA", str(tmp_path))
     assert main(["data", "check"]) == 0
+
+
+def test_every_asset_is_package_data():
+    import fnmatch
+    import tomllib
+
+    from data_synth.paths import REPO_ROOT
+
+    globs = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["data_synth"]
+    assets = [rel for rel, e in load_manifest()["files"].items() if e["from"] == "asset"]
+    assert [a for a in assets if not any(fnmatch.fnmatch(f"assets/{a}", g) and
+                                         f"assets/{a}".count("/") == g.count("/") for g in globs)] == []
