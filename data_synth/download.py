@@ -29,6 +29,7 @@ derived; parsing it takes about 2 GB of memory for a few seconds); verifying a c
 its 172 MB (about a second)."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -38,7 +39,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Iterable
 
-from data_synth.errors import DataChecksumError, NoNetworkError
+from data_synth.errors import DataChecksumError, DataFormatError, NoNetworkError
 from data_synth.fetch import fetch_file, sha256_of
 
 DATASETS = ("locomo", "longmemeval", "beam")
@@ -48,27 +49,28 @@ GITHUB_RAW_ENV = "MEMGYM_GITHUB_RAW"
 SOURCES_DIR = ".sources"
 
 
-def _compact_json(raw: bytes, _to: Path) -> bytes:
+def _compact_json(raw: bytes, _source: Path) -> bytes:
     """The public file re-serialised with :func:`json.dumps` defaults (records, keys and their order
         unchanged; ASCII escapes). The public ``longmemeval_oracle.json`` is the same JSON written with
         ``indent=4``: that form of memgym's file has exactly the public file's 15,388,478 bytes."""
     return json.dumps(json.loads(raw)).encode("utf-8")
 
 
-def _s_subset(raw: bytes, _to: Path) -> bytes:
+def _s_subset(raw: bytes, source: Path) -> bytes:
     """The records of ``longmemeval/s_splits.json`` (package data), in its order ``train``, ``valid``,
-        ``test``, each unchanged, written with ``json.dumps(..., ensure_ascii=False)``."""
+        ``test``, each unchanged, written with ``json.dumps(..., ensure_ascii=False)``. DataFormatError
+        naming ``source`` when one of those ids is not in it."""
     splits = json.loads(_asset("longmemeval/s_splits.json"))
     by_id = {r["question_id"]: r for r in json.loads(raw)}
     ids = [q for name in ("train", "valid", "test") for q in splits[name]]
     missing = [q for q in ids if q not in by_id]
     if missing:
-        raise DataChecksumError(_to, "the records of s_splits.json", f"a file without {len(missing)} of "
-                                f"them (e.g. {missing[0]})")
+        raise DataFormatError(source, missing[0], "question_id", f"not in the file ({len(missing)} of the "
+                                                                 f"{len(ids)} ids of s_splits.json are missing)")
     return json.dumps([by_id[q] for q in ids], ensure_ascii=False).encode("utf-8")
 
 
-#: derive rule name -> function(bytes of the remote file, destination) -> bytes of the layout's file.
+#: derive rule name -> function(bytes of the remote file, its path) -> bytes of the layout's file.
 DERIVE: dict[str, Callable[[bytes, Path], bytes]] = {"compact_json": _compact_json, "s_subset": _s_subset}
 
 
@@ -89,8 +91,6 @@ def _verified(path: Path, entry: dict) -> bool:
 
 def _write_checked(dest: Path, data: bytes, sha256: str, source: str) -> None:
     """``data`` into ``dest`` through ``<dest>.part`` and a rename, only when its sha256 is ``sha256``."""
-    import hashlib
-
     actual = hashlib.sha256(data).hexdigest()
     if actual != sha256:
         raise DataChecksumError(dest, sha256, actual, source)
@@ -214,7 +214,7 @@ def download(datasets: Iterable[str], to: Path | str, *, manifest: dict | None =
                 url = source_url(manifest, dataset, origin["remote"], **urls)
                 res.bytes += fetch_file(url, src, remote["sha256"], remote["size"])
                 used_sources.add(src)
-                _write_checked(dest, DERIVE[origin["derive"]](src.read_bytes(), dest), entry["sha256"],
+                _write_checked(dest, DERIVE[origin["derive"]](src.read_bytes(), src), entry["sha256"],
                                f"{origin['derive']} of {url}")
             else:
                 url = source_url(manifest, dataset, origin["remote"], **urls)

@@ -16,7 +16,7 @@ import pytest
 
 import data_synth.download as dl
 from data_synth.download import download, load_manifest, source_url
-from data_synth.errors import DataChecksumError, NoNetworkError
+from data_synth.errors import DataChecksumError, DataFormatError, NoNetworkError
 from data_synth.fetch import fetch_file
 from data_synth.paths import data_root
 from launch.cli import main
@@ -181,6 +181,18 @@ def test_a_derived_file_that_does_not_match_is_not_written(tmp_path, public_orac
             download(["longmemeval"], tmp_path, manifest=m, hf_endpoint=hosts.url)
     assert not (tmp_path / "longmemeval/longmemeval_oracle.json").exists()
     assert not list(tmp_path.rglob("*.part"))
+
+
+def test_an_s_file_without_the_split_ids_is_named_and_nothing_written(tmp_path):
+    body = json.dumps([{"question_id": "x"}]).encode()
+    m = _manifest(**{"longmemeval_s_cleaned.json": body})
+    m["files"] = {k: v for k, v in m["files"].items() if k == "longmemeval/longmemeval_s_subset.json"}
+    with FakeHosts() as hosts:
+        _serve(hosts, m, {"longmemeval"}, **{"longmemeval_s_cleaned.json": body})
+        with pytest.raises(DataFormatError, match=r"longmemeval_s_cleaned.json, record 945e3d21, field question_id: "
+                                                  r"not in the file \(199 of the 199 ids of s_splits.json are missing\)"):
+            download(["longmemeval"], tmp_path, manifest=m, hf_endpoint=hosts.url)
+    assert _files(tmp_path) == [".sources/longmemeval/longmemeval_s_cleaned.json"]  # kept: a rerun derives from it
 
 
 @pytest.mark.slow
