@@ -6,13 +6,13 @@ Contract of :func:`fetch_file`: ``dest`` appears only complete and verified. A c
 ``.part`` (the next call resumes it); a checksum mismatch removes it and raises
 :class:`~data_synth.errors.DataChecksumError`; an unreachable host raises
 :class:`~data_synth.errors.NoNetworkError` before anything is written. Cost: one pass over the bytes
-to hash them (about 1 s per 300 MB)."""
+to hash them (about 1 s per 300 MB). Errors of the local disk (a folder in the way, no space) are
+raised as they are, never retried."""
 from __future__ import annotations
 
 import hashlib
 import http.client
 import os
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -44,7 +44,7 @@ def _bar(name: str, total: int, initial: int):
     from tqdm.auto import tqdm
 
     return tqdm(total=total or None, initial=initial, unit="B", unit_scale=True, unit_divisor=1024,
-                desc=name, leave=False, disable=None if sys.stderr.isatty() else True)
+                desc=name, leave=False, disable=None)  # None: shown on a terminal only
 
 
 def _open(url: str, start: int):
@@ -99,7 +99,7 @@ def fetch_file(url: str, dest: Path | str, sha256: str, size: int = 0, *, attemp
                 complete = True  # the part already held every byte
             else:
                 raise DownloadError(f"{url}: HTTP {e.code} {e.reason}") from None
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+        except (urllib.error.URLError, ConnectionError, TimeoutError, http.client.HTTPException) as e:
             if attempt == 0 and not part.exists() and _unreachable(e):
                 raise NoNetworkError(url, str(getattr(e, "reason", e))) from None
             complete = False

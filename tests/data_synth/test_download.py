@@ -143,6 +143,13 @@ def test_a_part_file_from_an_earlier_run_is_resumed(tmp_path):
     assert dest.read_bytes() == body and not (tmp_path / "locomo10.json.part").exists()
 
 
+def test_a_local_write_error_is_not_taken_for_the_network(tmp_path):
+    (tmp_path / "f.json.part").mkdir()  # something in the way of the partial file
+    with FakeHosts({"/f": b"{}"}) as hosts, pytest.raises(IsADirectoryError):
+        fetch_file(hosts.url + "/f", tmp_path / "f.json", sha(b"{}"), 2)
+    assert len(hosts.requests) == 1  # not retried as a cut transfer
+
+
 def test_no_network_one_line_of_what_to_fetch_exit_2(tmp_path, capsys):
     dead = closed_port_url()
     assert main(["data", "download", "all", "--to", str(tmp_path), "--github-raw", dead, "--hf-endpoint", dead]) == 2
