@@ -113,20 +113,22 @@ def test_checksum_mismatch_names_file_and_hashes_and_writes_nothing(tmp_path, ca
     assert not (tmp_path / LOCOMO).exists() and not list(tmp_path.rglob("*.part"))
 
 
-def test_a_cut_download_resumes_through_the_hub_redirect(tmp_path, public_oracle):
+@pytest.mark.parametrize("keep_sources", [False, True])
+def test_a_cut_download_resumes_through_the_hub_redirect(tmp_path, public_oracle, keep_sources):
     m = _manifest(**{"longmemeval_oracle.json": public_oracle})
     m["files"] = {k: v for k, v in m["files"].items() if k != "longmemeval/longmemeval_s_subset.json"}
     with FakeHosts() as hosts:
         _serve(hosts, m, {"longmemeval"}, **{"longmemeval_oracle.json": public_oracle})
         lfs = "/lfs/longmemeval_oracle.json"
         hosts.cut_once[lfs] = 5_000_000
-        report = download(["longmemeval"], tmp_path, manifest=m, hf_endpoint=hosts.url)
+        report = download(["longmemeval"], tmp_path, manifest=m, hf_endpoint=hosts.url, keep_sources=keep_sources)
     resolve = f"/datasets/xiaowu0162/longmemeval-cleaned/resolve/{m['sources']['longmemeval']['revision']}/longmemeval_oracle.json"
     assert hosts.requests == [(resolve, None), (lfs, None), (resolve, "bytes=5000000-"), (lfs, "bytes=5000000-")]
     assert report.written["longmemeval"].bytes == len(public_oracle) == 15_388_478
     oracle = tmp_path / "longmemeval/longmemeval_oracle.json"
     assert sha(oracle.read_bytes()) == m["files"]["longmemeval/longmemeval_oracle.json"]["sha256"]
-    assert not (tmp_path / dl.SOURCES_DIR).exists()  # the public file is removed once derived
+    kept = tmp_path / dl.SOURCES_DIR / "longmemeval/longmemeval_oracle.json"
+    assert (kept.read_bytes() == public_oracle) if keep_sources else not (tmp_path / dl.SOURCES_DIR).exists()
 
 
 def test_a_part_file_from_an_earlier_run_is_resumed(tmp_path):
