@@ -48,11 +48,40 @@ GITHUB_RAW_ENV = "MEMGYM_GITHUB_RAW"
 SOURCES_DIR = ".sources"
 
 
-def _compact_json(raw: bytes, _source: Path) -> bytes:
-    """The public file re-serialised with :func:`json.dumps` defaults (records, keys and their order
-        unchanged; ASCII escapes). The public ``longmemeval_oracle.json`` is the same JSON written with
-        ``indent=4``: that form of memgym's file has exactly the public file's 15,388,478 bytes."""
-    return json.dumps(json.loads(raw)).encode("utf-8")
+#: memgym's key order of a LongMemEval record and of a turn (the order of its oracle file).
+LME_KEYS = ("question_id", "question_type", "question", "answer", "question_date", "haystack_dates",
+            "haystack_session_ids", "haystack_sessions", "answer_session_ids")
+TURN_KEYS = ("role", "content", "has_answer")
+
+
+def _ordered(d: dict, keys: tuple[str, ...]) -> dict:
+    rank = {k: i for i, k in enumerate(keys)}
+    return dict(sorted(d.items(), key=lambda kv: rank.get(kv[0], len(keys))))
+
+
+def _record(r: dict) -> dict:
+    """``r`` with its keys and its turns' keys in memgym's order."""
+    sessions = r.get("haystack_sessions")
+    if isinstance(sessions, list):
+        r = {**r, "haystack_sessions": [[_ordered(t, TURN_KEYS) if isinstance(t, dict) else t for t in sess]
+                                        if isinstance(sess, list) else sess for sess in sessions]}
+    return _ordered(r, LME_KEYS)
+
+
+def _oracle(raw: bytes, source: Path) -> bytes:
+    """memgym's oracle file from the public one: the records in the order of
+        ``data_synth/longmemeval_oracle_order.json``, keys in :data:`LME_KEYS` / :data:`TURN_KEYS` order,
+        values unchanged, written with :func:`json.dumps` defaults (ASCII escapes). The public file is
+        the same JSON written with ``indent=4`` (memgym's file written so has exactly its 15,388,478
+        bytes); the orders are fixed here so that the result does not depend on the public file's.
+        DataFormatError naming ``source`` when a record of that order is not in it."""
+    order = json.loads(resources.files("data_synth").joinpath("longmemeval_oracle_order.json").read_text("utf-8"))
+    by_id = {r["question_id"]: r for r in json.loads(raw)}
+    missing = [q for q in order if q not in by_id]
+    if missing:
+        raise DataFormatError(source, missing[0], "question_id", f"not in the file ({len(missing)} of the "
+                                                                 f"{len(order)} oracle ids are missing)")
+    return json.dumps([_record(by_id[q]) for q in order]).encode("utf-8")
 
 
 def _s_subset(raw: bytes, source: Path) -> bytes:
@@ -70,7 +99,7 @@ def _s_subset(raw: bytes, source: Path) -> bytes:
 
 
 #: derive rule name -> function(bytes of the remote file, its path) -> bytes of the layout's file.
-DERIVE: dict[str, Callable[[bytes, Path], bytes]] = {"compact_json": _compact_json, "s_subset": _s_subset}
+DERIVE: dict[str, Callable[[bytes, Path], bytes]] = {"oracle": _oracle, "s_subset": _s_subset}
 
 
 def load_manifest(path: Path | str | None = None) -> dict:

@@ -177,17 +177,34 @@ def test_hf_hub_offline_is_honoured_before_any_request(tmp_path, monkeypatch):
     assert hosts.requests == []
 
 
-def test_a_derived_file_that_does_not_match_is_not_written(tmp_path, public_oracle):
-    shuffled = json.loads(public_oracle)
-    random.Random(0).shuffle(shuffled)  # same records, another order: not memgym's file
-    body = json.dumps(shuffled, indent=4).encode()
+def _oracle_only(body: bytes) -> dict:
     m = _manifest(**{"longmemeval_oracle.json": body})
-    m["files"] = {k: v for k, v in m["files"].items() if k != "longmemeval/longmemeval_s_subset.json"}
+    m["files"] = {k: v for k, v in m["files"].items() if k == "longmemeval/longmemeval_oracle.json"}
+    return m
+
+
+def test_the_oracle_does_not_depend_on_the_public_files_orders(tmp_path, public_oracle):
+    records = json.loads(public_oracle)
+    random.Random(0).shuffle(records)
+    records = [dict(reversed(r.items())) for r in records]  # records and keys in other orders
+    records[0]["haystack_sessions"] = [[dict(reversed(t.items())) for t in s] for s in records[0]["haystack_sessions"]]
+    body = json.dumps(records, indent=2).encode()
     with FakeHosts() as hosts:
-        _serve(hosts, m, {"longmemeval"}, **{"longmemeval_oracle.json": body})
+        _serve(hosts, _oracle_only(body), {"longmemeval"}, **{"longmemeval_oracle.json": body})
+        download(["longmemeval"], tmp_path, manifest=_oracle_only(body), hf_endpoint=hosts.url)
+    assert (tmp_path / "longmemeval/longmemeval_oracle.json").read_bytes() == \
+        (SHARED / "longmemeval/longmemeval_oracle.json").read_bytes()
+
+
+def test_a_derived_file_that_does_not_match_is_not_written(tmp_path, public_oracle):
+    records = json.loads(public_oracle)
+    records[7]["answer"] += "."  # other content: not memgym's file
+    body = json.dumps(records, indent=4).encode()
+    with FakeHosts() as hosts:
+        _serve(hosts, _oracle_only(body), {"longmemeval"}, **{"longmemeval_oracle.json": body})
         with pytest.raises(DataChecksumError, match="checksum mismatch for .*longmemeval_oracle.json: expected sha256 "
                            "939b4ad26703d9f51d718c7a978ac65bbc4c32cdc578155111eb37ecd4f25702, got "):
-            download(["longmemeval"], tmp_path, manifest=m, hf_endpoint=hosts.url)
+            download(["longmemeval"], tmp_path, manifest=_oracle_only(body), hf_endpoint=hosts.url)
     assert not (tmp_path / "longmemeval/longmemeval_oracle.json").exists()
     assert not list(tmp_path.rglob("*.part"))
 
