@@ -1,4 +1,4 @@
-"""Compact diagnostic cases (PrisMem appendix "diagnostic cases"; DESIGN.md § "Compact
+"""Compact diagnostic cases (PrisMem appendix "diagnostic cases"; docs/design.md § "Compact
 diagnostic cases").
 
 A case shows the capability labels (primary, secondary), question, reference answer,

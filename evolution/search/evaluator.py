@@ -119,7 +119,7 @@ class Evaluator:
         return run
 
     def case_texts(self, source: str, task_ids: list[str]) -> list[str]:
-        """The compact diagnostic case (DESIGN.md compact-case rules, ``cfg.case_budget``) of
+        """The compact diagnostic case (docs/design.md § "Compact diagnostic cases", ``cfg.case_budget``) of
         ``source`` on each train task id (``conversation/qa``), in order."""
         run = self.train_run(source)
         traces = {tr.conversation.id: tr for tr in run.traces}

@@ -1,6 +1,6 @@
 """The one measure step: answer each question from the memory retrieved for it, then score the
 answers under one scorer (used by the program runner, the session reward and the training
-callback). Source: DESIGN.md § "Dense session reward" step 3; MemBuilder §3.3-3.4.
+callback). Source: docs/design.md § "Dense session reward and ADRPO", step 3; MemBuilder §3.3-3.4.
 ``max_new_tokens`` in answer-model tokens, ``max_context_chars`` in characters.
 """
 from __future__ import annotations

@@ -80,7 +80,7 @@ def headline_table(dataset: str | None, columns: list[tuple[str, dict]], digits:
     return out
 
 
-#: Scorers that are memgym's offline proxies, not a benchmark's metric (DESIGN.md § Judges and scoring).
+#: Scorers that are memgym's offline proxies, not a benchmark's metric (docs/design.md § Judges and scoring).
 OFFLINE_PROXIES = ("grounded-recall", "answer-recall", "rubric-recall")
 
 

@@ -1,6 +1,6 @@
 """The ``coder`` proposer: an LLM behind any backend spec writes SEARCH/REPLACE edits.
 
-Source: DESIGN.md § "Capability-driven evolution" (proposers) and PrisMem's appendix on the
+Source: docs/design.md § "Capability-driven evolution" (proposers) and PrisMem's appendix on the
 proposer prompt. Protocol of one proposal (every turn is kept in ``transcript``):
 
 1. the prompt (:func:`build_prompt`): the program interface, the parent's source with line

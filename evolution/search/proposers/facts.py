@@ -1,7 +1,7 @@
 """What scores a program in this run, stated in the coder's request (:func:`run_facts`).
 
-Source: DESIGN.md § "Capability-driven evolution" (proposers see the diagnostics, cases and
-lineage) and § "Diagnostics"; PrisMem (``shared/seeds/000_0e559b88b400976a.txt``) appendix on
+Source: docs/design.md § "Capability-driven evolution" (proposers see the diagnostics, cases and
+lineage) and § "Diagnostics"; PrisMem (arXiv 2610.06361) appendix on
 the proposer prompt. The program contract (``INTERFACE``) is the same in every run; these
 facts are the run's: the context budget every retrieved text is cut to (tokens, tokenizer and
 about how many characters of this dataset's turns that is), the scorer and what it reads, the
@@ -44,7 +44,7 @@ EXTRACTORS = {
 }
 
 DIAGNOSTICS = (
-    "Diagnostics columns (train split, per capability; DESIGN.md § Diagnostics): n = tasks; score = the scorer's "
+    "Diagnostics columns (train split, per capability; docs/design.md § Diagnostics): n = tasks; score = the scorer's "
     "mean; d_ext, d_idx, d_ret are cosine maxima in [0, 1] (embedder {embedder}), averaged over the tasks' evidence "
     "turns e: d_ext = max cos(e, units extracted from e's session), d_idx = max cos(e, a line retrieve() returns "
     "when e itself is the query), d_ret = max cos(e, a line retrieve() returns for the real question) -- they are "

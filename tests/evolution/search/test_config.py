@@ -1,4 +1,4 @@
-"""The evolve recipes parse into EvolveConfig with DESIGN.md's splits; bad recipes fail clearly."""
+"""The evolve recipes parse into EvolveConfig with the splits of docs/design.md § "Data model"; bad recipes fail clearly."""
 from __future__ import annotations
 
 from pathlib import Path
