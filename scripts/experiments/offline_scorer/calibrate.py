@@ -86,28 +86,33 @@ def main():
     args = ap.parse_args()
     ctx = Path(args.ctx)
     sc = scorers(args.k, args.cap)
-    # 1. answered agreement
+    # 1. agreement with answering: the strong LLM's answers (the shipped file) and SmolLM2's
     answered = {(r["program"], r["id"]): r for r in load("../shared/data/answered/locomo_answered.jsonl")}
     convs = {c.id: c for c in load_conversations("locomo", ids=["conv-43", "conv-44", "conv-47"])}
-    xs = {n: [] for n in sc}
-    ys = []
-    per_prog = {}
-    for p in PROGRAMS:
-        rows = load(ctx / f"locomo_answered_{p}.jsonl")
-        for r in rows:
-            f1 = answered[(p, r["id"])]["f1"]
-            ys.append(f1)
-            per_prog.setdefault(p, {"f1": []})["f1"].append(f1)
-            for n, fn in sc.items():
-                v = fn(r, convs[r["conversation"]])
-                xs[n].append(v)
-                per_prog[p].setdefault(n, []).append(v)
-    print(f"answered pairs: {len(ys)}")
-    for n in sc:
-        print(f"  {n:10s} pearson {pearsonr(xs[n], ys)[0]:.3f} spearman {spearmanr(xs[n], ys)[0]:.3f}")
-    print("  program      " + "  ".join(f"{n:>9s}" for n in ["f1", *sc]))
-    for p in PROGRAMS:
-        print(f"  {p:18s} " + "  ".join(f"{sum(v) / len(v):9.3f}" for v in per_prog[p].values()))
+    refs = {"strong LLM": lambda p, r: answered[(p, r["id"])]["f1"]}
+    small = {p: {r["id"]: r["score"] for r in load(ctx / f"locomo_answered_{p}_smollm2.jsonl")}
+             for p in PROGRAMS if (ctx / f"locomo_answered_{p}_smollm2.jsonl").exists()}
+    if len(small) == len(PROGRAMS):
+        refs["SmolLM2"] = lambda p, r: small[p][r["id"]]
+    for ref, get in refs.items():
+        xs = {n: [] for n in sc}
+        ys = []
+        per_prog = {}
+        for p in PROGRAMS:
+            for r in load(ctx / f"locomo_answered_{p}.jsonl"):
+                y = get(p, r)
+                ys.append(y)
+                per_prog.setdefault(p, {"f1": []})["f1"].append(y)
+                for n, fn in sc.items():
+                    v = fn(r, convs[r["conversation"]])
+                    xs[n].append(v)
+                    per_prog[p].setdefault(n, []).append(v)
+        print(f"answered by {ref}: {len(ys)} (program, question) pairs")
+        for n in sc:
+            print(f"  {n:10s} pearson {pearsonr(xs[n], ys)[0]:.3f} spearman {spearmanr(xs[n], ys)[0]:.3f}")
+        print("  program            " + "  ".join(f"{n:>9s}" for n in ["f1", *sc]))
+        for p in PROGRAMS:
+            print(f"  {p:18s} " + "  ".join(f"{sum(v) / len(v):9.3f}" for v in per_prog[p].values()))
     # 2. adversaries
     for dataset, split in (("locomo", "valid"), ("locomo", "test"), ("beam", "valid")):
         f = ctx / f"{dataset}_{split}_bm25.jsonl"
