@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from data_synth.beam import beam_root
 from launch.cli import main
 
@@ -172,3 +174,54 @@ def test_score_all_unknown_ids_exits_nonzero(tmp_path, capsys):
     assert main(["score", "--dataset", "locomo", "--predictions", str(unknown), "--judge", "f1",
                  "--out", str(tmp_path / "o2")]) == 2
     assert "none of the 1 prediction ids" in capsys.readouterr().err and not (tmp_path / "o2").exists()
+
+
+# ------------------------------------------------------------------ what a predictions file covers
+
+
+def test_score_one_question_of_a_split_is_not_a_clean_headline(tmp_path, capsys):
+    """A file covering 1 of the 453 valid questions, with the gold evidence as its context, scores
+    1.0 on that question but is reported partial, with exit 3 unless --allow_partial."""
+    from data_synth.datasets import load_conversations
+
+    conv = load_conversations("locomo", ids=["conv-41"])[0]
+    q = conv.questions[0]
+    index = conv.turn_index
+    ctx = "\n".join(f"{index[e][1].speaker}: {index[e][1].text} [image: {index[e][1].image_caption}]"
+                    for e in q.evidence)  # D13:16, an image turn: its caption is part of the turn
+    preds = _write(tmp_path / "one.jsonl", [{"question_id": q.id, "prediction": "-", "context": ctx}])
+    argv = ["score", "--dataset", "locomo", "--split", "valid", "--predictions", str(preds), "--judge",
+            "grounded-recall", "--out", str(tmp_path / "out")]
+    assert main(argv) == 3
+    out, err = capsys.readouterr()
+    s = json.loads((tmp_path / "out" / "scores.json").read_text())
+    assert (s["n"], s["judged"], s["overall"], s["coverage"]) == (453, 1, 1.0, "partial: 1 of 453 questions")
+    assert "incomplete: the predictions cover 1 of 453 questions" in err
+    assert "**partial: 1 of 453 questions**" in (tmp_path / "out" / "report.md").read_text()
+    assert main(argv[:-1] + [str(tmp_path / "out2"), "--allow_partial"]) == 0
+    assert main(argv[:-1] + [str(tmp_path / "out3"), "--missing_as_wrong"]) == 0
+    assert json.loads((tmp_path / "out3" / "scores.json").read_text())["overall"] == pytest.approx(1 / 453)
+
+
+def test_score_empty_file_is_an_error(tmp_path, capsys):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    assert main(["score", "--dataset", "locomo", "--predictions", str(empty), "--judge", "f1",
+                 "--out", str(tmp_path / "out")]) == 2
+    assert "no predictions (the file holds no JSON line)" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "scores.json").exists()
+
+
+def test_score_cuts_contexts_to_the_evaluation_budget(tmp_path):
+    """answer-recall over others' contexts reads only the first --context_tokens tokens, as an
+    evaluation does: an answer after the cut earns nothing."""
+    pad = "filler words here " * 400  # ~1,600 SmolLM2 tokens
+    preds = _write(tmp_path / "p.jsonl", [{"question_id": "conv-26/q0", "prediction": "-",
+                                           "context": pad + " 7 May 2023"}])
+    base = ["score", "--dataset", "locomo", "--predictions", str(preds), "--judge", "answer-recall", "--allow_partial"]
+    assert main(base + ["--out", str(tmp_path / "cut")]) == 0
+    assert main(base + ["--out", str(tmp_path / "wide"), "--context_tokens", "4000"]) == 0
+    cut = json.loads((tmp_path / "cut" / "scores.json").read_text())
+    wide = json.loads((tmp_path / "wide" / "scores.json").read_text())
+    assert cut["context_budget"] == "1024 tokens of smollm2" and cut["overall"] == 0.0
+    assert wide["overall"] == 1.0
