@@ -167,7 +167,7 @@ def test_score_refuses_a_folder_of_user_files(tmp_path, capsys):
     mine.mkdir()
     (mine / "report.md").write_text("my notes")
     (mine / "data.csv").write_text("1,2")
-    args = ["score", "--dataset", "locomo", "--predictions", str(preds), "--judge", "f1", "--out"]
+    args = ["score", "--dataset", "locomo", "--predictions", str(preds), "--judge", "f1", "--allow_partial", "--out"]
     assert main([*args, str(mine)]) == 2
     assert capsys.readouterr().err.splitlines() == [
         f"memgym score: error: {mine} holds files but no memgym score output (data.csv, report.md); memgym score "
