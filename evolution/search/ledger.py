@@ -109,13 +109,14 @@ def usage_from_eval(ev) -> dict:
     task_tok = ev.tokens.get("task", {"prompt": 0, "completion": 0})
     stage_calls = {s: ev.stage_llm_calls.get(s, 0) for s in ("extract", "plan", "answer")}
     total = sum(stage_calls.values())
+    estimated = task_tok.get("estimated", 0)  # calls with estimated counts: marked on the stages in order
     for s, n in stage_calls.items():
         if n:
             share = n / total if total else 0.0
             out[s] = {"calls": n, "prompt": round(task_tok["prompt"] * share),
                       "completion": round(task_tok["completion"] * share)}
-            if task_tok.get("estimated"):
-                out[s]["estimated"] = round(task_tok["estimated"] * share)
+            if estimated:
+                out[s]["estimated"], estimated = min(n, estimated), estimated - min(n, estimated)
     if task_calls and not total:  # program toolkit.llm calls: booked to answer
         out["answer"] = {"calls": task_calls, **task_tok}
     for role in ("extractor", "judge"):

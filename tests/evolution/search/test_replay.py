@@ -182,6 +182,15 @@ def test_replay_refuses_a_rehashed_edit_by_the_candidate_it_makes(recorded, tmp_
     err = _replay_error(bad, tmp_path / "r", capsys, started=True)
     assert err.startswith(f"memgym evolve: round 3: candidate r03 differs from the recording in {bad} ")
     assert "in its program key: " in err and " recorded, " in err and err.endswith(" replayed")
+    # every candidate as recorded, the final archive not (its base edited in the recorded state.json)
+    other = _copy(run, tmp_path / "other")
+    st = json.loads((other / "state.json").read_text())
+    assert st["archive"]["base"] != "seed" and st["next_round"] == 6
+    st["archive"]["base"] = "seed"
+    (other / "state.json").write_text(json.dumps(st))
+    err = _replay_error(other, tmp_path / "r2", capsys, started=True)
+    assert err == ("memgym evolve: round 5: the archive after the recording's last round differs from the recording "
+                   f"in {other} in its base")
 
 
 def test_replay_refuses_invalid_recorded_token_counts(recorded, tmp_path, capsys):
