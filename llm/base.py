@@ -132,8 +132,8 @@ TEMPLATE_TOKENS = 4096
 
 def prompt_token_limit(messages) -> int:
     """The most tokens a prompt of ``messages`` can have: its contents' UTF-8 bytes (a byte-level
-    BPE token covers at least one byte, the rule the context budget cuts by,
-    :class:`evolution.execution.context_budget.ContextBudget`) plus :data:`TEMPLATE_TOKENS`."""
+    BPE token covers at least one byte, the rule memgym's context budget also relies on) plus
+    :data:`TEMPLATE_TOKENS`."""
     return sum(len(str(m.get("content", "")).encode("utf-8")) for m in messages) + TEMPLATE_TOKENS
 
 
