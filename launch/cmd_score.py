@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 import warnings
 
 from llm.errors import say_error
@@ -36,6 +37,7 @@ def _run(args: argparse.Namespace) -> int:
         say_error("memgym score", f"error: {msg}")
         return 2
 
+    t0 = time.time()
     if args.judge == "rubric-recall" and args.dataset != "beam":
         return fail("rubric-recall scores BEAM rubrics only; use answer-recall, f1 or an LLM judge")
     if not args.out.strip():
@@ -50,6 +52,7 @@ def _run(args: argparse.Namespace) -> int:
         for w in caught:
             print(f"warning: {w.message}", file=sys.stderr)
         preds = read_predictions(args.predictions)
+        rt = None
         if args.judge in OFFLINE_JUDGES:
             scorer = make_scorer(args.judge, dataset=args.dataset, judge_protocol=args.judge_protocol)
         else:
@@ -66,6 +69,7 @@ def _run(args: argparse.Namespace) -> int:
                         f"id here (e.g. {next(iter(preds))!r}); `memgym data stats --ids` lists them")
         rep = score_predictions(args.dataset, convs, preds, scorer, judge_protocol=args.judge_protocol,
                                 missing_as_wrong=args.missing_as_wrong)
+        rep["run_card"] = _run_card(args, rt, t0)
         write_scores(rep, args.out, args.judge)
     except (DataFileNotFoundError, DataFormatError, PredictionsError, FileNotFoundError, ValueError, LLMError,
             ConfigError) as e:
@@ -90,6 +94,20 @@ def _run(args: argparse.Namespace) -> int:
               f"judge model?", file=sys.stderr)
     print(f"scores: {args.out}/scores.json, report: {args.out}/report.md", file=sys.stderr)
     return 0
+
+
+def _run_card(args: argparse.Namespace, rt, t0: float) -> dict:
+    """The run card of a scoring run (:func:`llm.runcard.build_card`): the arguments as its recipe,
+    the judge model when ``--judge`` names one."""
+    from llm.runcard import build_card
+    from rewards.scoring.predictions import OFFLINE_JUDGES
+    from rewards.scoring.protocols import protocol_card
+
+    recipe = {k: v for k, v in vars(args).items() if k not in ("func", "debug", "command")}
+    offline = args.judge in OFFLINE_JUDGES
+    return build_card(recipe=recipe, models={"judge": None if offline else args.judge}, runtime=rt,
+                      judge=protocol_card(args.dataset, args.judge_protocol, args.judge if offline else "llm"),
+                      wall_s=round(time.time() - t0, 2))
 
 
 def register(sub) -> None:

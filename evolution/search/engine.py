@@ -290,6 +290,6 @@ class Engine:
             state.notify("on_loop_end")
         fin = self.final_runs()
         state.tick()
-        result = build_result(state, fin)
+        result = build_result(state, fin, rt=self.evaluator.rt)
         state.notify("on_run_end", result)
         return result
