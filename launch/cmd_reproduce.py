@@ -187,7 +187,8 @@ def compare_headlines(recorded: dict, rerun: dict, tol: float) -> list[str]:
     for k in list(dict.fromkeys([*recorded, *rerun])):
         a, b = recorded.get(k, "absent"), rerun.get(k, "absent")
         same = _same(a, b, tol)
-        lines.append(f"  {k}: {_fmt(a)} {'=' if same else '!='} {_fmt(b)}" + ("" if same else "   DIFFERS"))
+        show = _fmt if same else str  # a difference is shown with every digit
+        lines.append(f"  {k}: {show(a)} {'=' if same else '!='} {show(b)}" + ("" if same else "   DIFFERS"))
     return lines
 
 

@@ -350,7 +350,7 @@ def build_card(*, recipe: dict, models: dict[str, str | None], runtime=None, jud
         cost = {"calls": {**snap["calls"], "embed": snap["embed"]}, "tokens": snap["tokens"]}
     return {
         "memgym": source(), "command": command(), "cwd": os.getcwd(),
-        "recipe": recipe, "seeds": {k: v for k, v in recipe.items() if "seed" in k and not isinstance(v, (dict, list))},
+        "recipe": recipe, "seeds": {k: v for k, v in recipe.items() if k == "seed" or k.endswith("_seed")},
         "inputs": inputs(), "models": entries, "judge": judge, "cost": cost, "wall_s": wall_s,
         "packages": package_versions(), "machine": machine(),
         "env": {k: os.environ.get(k) for k in ENV_VARS},
