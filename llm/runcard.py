@@ -67,13 +67,6 @@ def file_sha256(path: str | Path) -> str | None:
     return _hashes[key]
 
 
-def _relative(path: Path, root: Path | None) -> str | None:
-    try:
-        return path.relative_to(root.resolve()).as_posix() if root is not None else None
-    except ValueError:
-        return None
-
-
 def record_input(path: str | Path, kind: str, *, data_root: str | Path | None = None, spec: str | None = None) -> None:
     """Note that this run read ``path`` (``kind``: what it is, e.g. "LoCoMo file"). A path under
     the memgym checkout or ``data_root`` is also kept relative to it, so that another checkout
@@ -81,10 +74,9 @@ def record_input(path: str | Path, kind: str, *, data_root: str | Path | None = 
     ``expert:`` replay's trajectories)."""
     p = Path(path).resolve()
     entry = {"path": str(p), "kind": kind}
-    for base, root in ((DATA, Path(data_root) if data_root is not None else None), (SOURCE, SOURCE_ROOT)):
-        rel = _relative(p, root)
-        if rel is not None:
-            entry.update(base=base, rel=rel)
+    for base, root in ((DATA, data_root), (SOURCE, SOURCE_ROOT)):
+        if root is not None and p.is_relative_to(Path(root).resolve()):
+            entry.update(base=base, rel=p.relative_to(Path(root).resolve()).as_posix())
             break
     with _lock:
         old = _inputs.get(str(p), {})
