@@ -41,6 +41,7 @@ _lock = threading.Lock()
 _hashes: dict[tuple[str, int, int], str] = {}
 _inputs: dict[str, dict] = {}
 _command: list[str] | None = None
+_source: dict | None = None
 
 
 def file_sha256(path: str | Path) -> str | None:
@@ -98,12 +99,14 @@ def inputs() -> list[dict]:
 
 
 def begin(argv: list[str] | None) -> None:
-    """Start a command: forget the inputs recorded so far; ``argv`` (None: unknown) is the
-    command line the card names."""
-    global _command
+    """Start a command: forget the inputs recorded so far; ``argv`` (None: unknown, and end the
+    command) is the command line the card names, and memgym's source is read now, as the code
+    that runs was loaded (a commit made while the command runs is not the code that ran)."""
+    global _command, _source
     with _lock:
         _inputs.clear()
         _command = list(argv) if argv is not None else None
+    _source = source() if argv is not None else None
 
 
 def command() -> list[str]:
@@ -341,7 +344,7 @@ def build_card(*, recipe: dict, models: dict[str, str | None], runtime=None, jud
         snap = runtime.calls_snapshot()
         cost = {"calls": {**snap["calls"], "embed": snap["embed"]}, "tokens": snap["tokens"]}
     return {
-        "memgym": source(), "command": command(), "cwd": os.getcwd(),
+        "memgym": _source or source(), "command": command(), "cwd": os.getcwd(),
         "recipe": recipe, "seeds": {k: v for k, v in recipe.items() if k == "seed" or k.endswith("_seed")},
         "inputs": inputs(), "models": entries, "judge": judge, "cost": cost, "wall_s": wall_s,
         "packages": package_versions(), "machine": machine(),

@@ -58,8 +58,13 @@ def test_source_outside_a_git_checkout_or_without_git_is_none(tmp_path, monkeypa
     root, real = runcard.SOURCE_ROOT, runcard.source()
     head = subprocess.run(["git", "-C", str(runcard.SOURCE_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
     assert real["commit"] == head.stdout.strip() and real["version"] == "0.1.0" and isinstance(real["dirty"], bool)
-    monkeypatch.setattr(runcard, "SOURCE_ROOT", tmp_path)  # a folder no git repository holds
-    assert runcard.source() == {"version": "0.1.0", "commit": None, "dirty": None, "diff_sha256": None}
+    runcard.begin(["memgym", "eval"])  # the source as the command starts is the code that runs
+    try:
+        monkeypatch.setattr(runcard, "SOURCE_ROOT", tmp_path)  # a folder no git repository holds
+        assert runcard.source() == {"version": "0.1.0", "commit": None, "dirty": None, "diff_sha256": None}
+        assert runcard.build_card(recipe={}, models={})["memgym"] == real
+    finally:
+        runcard.begin(None)
     monkeypatch.setattr(runcard, "SOURCE_ROOT", root)
     monkeypatch.setenv("PATH", str(tmp_path))  # no git program at all
     assert runcard.source()["commit"] is None
