@@ -95,7 +95,9 @@ class ProgramRunner:
                 return "turns"
             return model_identity(s.extractor)
         if what == "scorer":
-            return (s.scorer + (f"|{model_identity(s.judge_model)}|{s.dataset}|{s.judge_protocol}"
+            from rewards.scoring.protocols import protocol_identity
+            return (s.scorer + (f"|{model_identity(s.judge_model)}|{s.dataset}|"
+                                f"{protocol_identity(s.dataset, s.judge_protocol)}"
                                 if s.scorer == "llm" and s.judge_model else "")
                     + ("|constrained" if s.scorer == "llm" and s.judge_constrained else ""))
         raise KeyError(what)

@@ -16,7 +16,8 @@ summary.json::
 plus ``candidates_rejected``, ``final_id``, ``boundary`` (:func:`boundary`), ``baselines``
 (``{name: {"valid": SCORES, "test": SCORES or null}}``), ``frozen``
 (:func:`evolution.search.select.freeze_choice`), ``integrated``, ``stopped`` (reason or null),
-``ledger``, ``scorer``, ``judge_protocol``, ``sandbox`` (mode label) and the cost keys
+``ledger``, ``scorer``, ``judge_protocol`` (with ``judge_note``, the protocol's source or a custom
+file's sha256, under scorer llm), ``sandbox`` (mode label) and the cost keys
 (:func:`cost_summary`): ``tokens_by_round`` (``{"rounds": {round: {role: tokens, "total"}}, "run":
 {...}}``), ``test_tokens_per_question`` (``{role: float}``, {} without a test run) and ``budgets``.
 ``candidates_evaluated`` excludes the seed; ``proposals_failed`` counts proposals not evaluated.
@@ -30,6 +31,7 @@ from evolution.search.archive import CAPABILITIES
 from evolution.search.ledger import TABLE_ROLES, per_question, tokens_by_round
 from evolution.search.rundir import atomic_write_json, atomic_write_text
 from memory_bank.schema import CAPABILITY_NAMES
+from rewards.scoring.protocols import protocol_note
 
 
 def _scores(split) -> dict | None:
@@ -83,6 +85,8 @@ def build_summary(state, fin: dict) -> dict:
         "frozen": state.freeze(),
         "final_id": final.id, "dataset": state.cfg.dataset, "stopped": state.stopped, "ledger": state.ledger.rounds,
         "scorer": state.cfg.scorer, "judge_protocol": state.cfg.judge_protocol, "sandbox": current_label(),
+        **({"judge_note": protocol_note(state.cfg.dataset, state.cfg.judge_protocol)}
+           if state.cfg.scorer == "llm" else {}),
         **cost_summary(state, fin),
     }
 
@@ -200,7 +204,8 @@ def render_report(state, summary: dict) -> str:
            f"{cfg.rounds_integrate}",
            f"- judge_protocol `{summary.get('judge_protocol', cfg.judge_protocol)}` (scorer `{cfg.scorer}`; "
            "`official` = the benchmark's own protocol from data/judges; offline proxies are memgym's, not "
-           "the benchmark's number); sandbox `" + str(summary.get("sandbox", current_label())) + "`",
+           "the benchmark's number" + (f"; {summary['judge_note']}" if summary.get("judge_note") else "")
+           + "); sandbox `" + str(summary.get("sandbox", current_label())) + "`",
            "- context budget: " + (f"every retrieved text cut to {cfg.context_tokens} tokens of "
                                    f"`{cfg.context_tokenizer}` before answering/scoring (the same for every program)"
                                    if cfg.context_tokens else "none (the program's 16,000-character limit only)"),
