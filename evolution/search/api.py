@@ -54,11 +54,12 @@ def build_engine(config: EvolveConfig, *, proposer=None, callbacks=(), rt=None):
         integrator = TraceGuidedIntegrator(cfg.delta, random_cases=strategy.random_paired,
                                            offline_first=cfg.integrate_offline_first, onto=cfg.integrate_onto,
                                            condition=cfg.integrate_condition)
-    cache = StageCache(cfg.stage_cache or state.dir.root / "stages.sqlite")
+    cache = StageCache() if cfg.stage_cache == "none" else StageCache(cfg.stage_cache or state.dir.root / "stages.sqlite")
     limits = ValidationLimits(
         sandbox=SandboxLimits(call_timeout_s=cfg.validate_timeout_s, load_timeout_s=max(10.0, cfg.validate_timeout_s)),
         probe_units=cfg.probe_units, probe_batches=cfg.probe_batches)
-    return Engine(state, strategy, proposer or make_proposer(cfg, rt), Evaluator(rt, cfg, cache, state.splits),
+    proposer = proposer or make_proposer(cfg, rt, state.splits)
+    return Engine(state, strategy, proposer, Evaluator(rt, cfg, cache, state.splits),
                   limits, integrator)
 
 

@@ -11,7 +11,8 @@ summary.json::
      "final": {"valid": SCORES, "test": SCORES or null, "program": "<path of best.py>"},
      "specialists": {"F"|"T"|"P"|"M"|"A": {"valid": SCORES, "program": "<path>"}}}
     SCORES = {"overall": float, "by_capability": {"F": float, ...}, "by_category": {label: float},
-              "retrieved_chars": float}   (the last two when known)
+              "retrieved_chars": float, "failed": {conversation: why}}   (the last three when known;
+              a failed conversation's questions count 0)
 
 plus ``candidates_rejected``, ``final_id``, ``boundary`` (:func:`boundary`), ``baselines``
 (``{name: {"valid": SCORES, "test": SCORES or null}}``), ``frozen``
@@ -39,7 +40,7 @@ def _scores(split) -> dict | None:
     if split is None:
         return None
     out = {"overall": split["overall"], "by_capability": dict(split["by_capability"])}
-    for k in ("by_category", "retrieved_chars"):
+    for k in ("by_category", "retrieved_chars", "failed"):
         if split.get(k):
             out[k] = split[k]
     return out
@@ -244,6 +245,8 @@ def render_report(state, summary: dict) -> str:
         rows += [(f"specialist {c}", s["id"], s.get("test")) for c, s in summary["specialists"].items()]
         rows += [(n, cid, b["test"]) for n, cid, b in base_rows]
         out += ["", "## Test split (frozen program, run once)", ""] + score_table(rows, caps)
+        out += [f"- {name} ({cid}) failed on test conversation {conv} (its questions scored 0): {why}"
+                for name, cid, s in rows for conv, why in ((s or {}).get("failed") or {}).items()]
     for split, rows in (("valid", valid_rows), ("test", rows if summary["final"]["test"] is not None else [])):
         table = category_table(rows, state.cfg.dataset)
         if table:
