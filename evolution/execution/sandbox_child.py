@@ -155,7 +155,11 @@ def make_audit_hook(scratch: str, read_roots: tuple[str, ...], allowed_modules: 
             if event in _BLOCKED_EVENTS or event.startswith(_BLOCKED_PREFIXES):
                 violate(f"forbidden operation: {event}")
             elif event in ("sys._getframe", "object.__getattr__"):
-                if sys._getframe(1).f_code.co_filename == filename:  # the candidate's own line asked
+                try:
+                    asker = sys._getframe(1).f_code.co_filename
+                except ValueError:  # raised from C with no Python frame above the hook
+                    asker = None
+                if asker == filename:  # the candidate's own line asked
                     what = f"{type(args[0]).__name__}.{args[1]}" if event == "object.__getattr__" else event
                     violate(f"frame and code introspection is not allowed: {what}")
             elif event == "compile" and isinstance(args[0], (str, bytes)):
