@@ -1,6 +1,6 @@
 """LLM capability annotator for training and validation tasks (never the test split).
 
-Source: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``) § "capabilities": train/validation
+Source: PrisMem (arXiv 2610.06361) § "capabilities": train/validation
 tasks get one primary capability ℓ(x) ∈ C and up to two secondaries σ(x) ⊆ C \\ {ℓ(x)} from an
 LLM; test questions use the native mapping (:mod:`data_synth.capabilities`). The reply
 ``{"primary": "T", "secondary": ["M"]}`` is validated by :class:`CapabilityLabel`; a rejected

@@ -3,7 +3,7 @@
 ``memgym annotate --dataset D --split train|valid --annotator SPEC --out labels.jsonl`` labels
 every question of the split with :class:`data_synth.annotate.CapabilityAnnotator` (the
 question, the reference answer and the evidence turns; one primary and up to two secondary
-capabilities; PrisMem, ``shared/seeds/000_0e559b88b400976a.txt``), appending to ``--out``, the
+capabilities; PrisMem, arXiv 2610.06361), appending to ``--out``, the
 file the evolve recipes' ``labels:`` field reads (train and valid may share one file: run the
 command once per split). Resumable: labels already in ``--out`` for this annotator model are
 kept and not asked again (kill -9 safe: the file is appended every ``--chunk`` questions, a torn

@@ -1,4 +1,4 @@
-"""The evolution engine (PrisMem Algorithm 1; DESIGN.md § "Capability-driven evolution").
+"""The evolution engine (PrisMem Algorithm 1; docs/design.md § "Capability-driven evolution").
 
 :class:`Engine` changes an :class:`~evolution.search.state.EvolutionState` round by round through
 the stages of its :class:`~evolution.search.protocols.Strategy`: cold start (a child becomes the

@@ -1,10 +1,10 @@
 """The token ledger of an evolution run: model calls and tokens per role and round, budgets.
 
-Source: DESIGN.md § "Run state". Roles: ``coder``, ``extract`` / ``plan`` / ``answer`` (the
+Source: docs/design.md § "Run state". Roles: ``coder``, ``extract`` / ``plan`` / ``answer`` (the
 runner's task-LLM stages), ``extractor`` (a trained extractor), ``judge``, ``embed`` (calls only),
 ``annotator`` (capability labels, booked on round "0"). Cache hits cost nothing. A budget caps a
 role's prompt + completion tokens (calls for ``embed``). Cost as the field reports it (PrisMem,
-shared/seeds/000_0e559b88b400976a.txt): :func:`tokens_by_round` and :func:`per_question`.
+arXiv 2610.06361): :func:`tokens_by_round` and :func:`per_question`.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The proposer input and output (DESIGN.md § "Capability-driven evolution", proposers): every
+"""The proposer input and output (docs/design.md § "Capability-driven evolution", proposers): every
 proposer sees the same :class:`ProposalInput` and answers with a :class:`ProposalResult`; the loop
 owns checks, validation, evaluation and acceptance. A proposer never raises for bad model output
 (``ok=False`` with the reason); only for its own misconfiguration (:class:`ProposerError`).

@@ -1,6 +1,6 @@
 """The ``coder`` proposer: an LLM behind any backend spec writes SEARCH/REPLACE edits.
 
-Source: DESIGN.md § "Capability-driven evolution" (proposers) and PrisMem's appendix on the
+Source: docs/design.md § "Capability-driven evolution" (proposers) and PrisMem's appendix on the
 proposer prompt. Protocol of one proposal (every turn is kept in ``transcript``):
 
 1. the prompt (:func:`build_prompt`): the program interface, the parent's source with line
@@ -32,7 +32,8 @@ Stages: extract -> index -> plan (Query) -> retrieve -> answer. toolkit.embed(te
 toolkit.llm(prompt, max_tokens) is budgeted; toolkit.cosine_topk(vec, matrix, k). Allowed imports: math, re, json,
 dataclasses, typing, collections, itertools, functools, heapq, bisect, datetime, statistics, string, textwrap,
 difflib, enum, abc, copy, numpy, operator, random, calendar, unicodedata. No file, network or process access.
-The program must index ~2,000 units in 100 sessions and answer queries within seconds."""
+Validation indexes ~2,000 units in 100 sessions and must answer queries within seconds; the sizes of the splits
+that score the program are stated under "What scores your program"."""
 
 FORMAT = """Answer with one or more edit blocks, each copying the SEARCH lines EXACTLY from the program:
 <<<<<<< SEARCH
@@ -52,14 +53,23 @@ def numbered(source: str) -> str:
 
 
 def _diag_table(diag: dict) -> str:
-    rows = ["| capability | n | score | d_ext | d_idx | d_ret | unit chars | retrieved chars |", "|---|---|---|---|---|---|---|---|"]
+    """The diagnostics table; with a grounded scorer, a ``grounded`` column (share of the retrieved
+    tokens inside conversation text) and a warning line when some question got none."""
+    g = any("grounded" in d for d in diag.values())
+    rows = ["| capability | n | score | d_ext | d_idx | d_ret | unit chars | retrieved chars |" + (" grounded |" if g else ""),
+            "|---|---|---|---|---|---|---|---|" + ("---|" if g else "")]
 
     def f(v):
         return "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
 
     for cap, d in diag.items():
         rows.append(f"| {cap} | {f(d.get('n'))} | {f(d.get('score'))} | {f(d.get('d_ext'))} | {f(d.get('d_idx'))} | "
-                    f"{f(d.get('d_ret'))} | {f(d.get('unit_chars'))} | {f(d.get('retrieved_chars'))} |")
+                    f"{f(d.get('d_ret'))} | {f(d.get('unit_chars'))} | {f(d.get('retrieved_chars'))} |"
+                    + (f" {f(d.get('grounded'))} |" if g else ""))
+    bad = (diag.get("overall") or {}).get("ungrounded")
+    if bad:
+        rows.append(f"WARNING: for {bad} of {diag['overall'].get('n')} questions the retrieved text holds no run of "
+                    "4 words copied from the conversation; the scorer credits none of it.")
     return "\n".join(rows)
 
 
