@@ -410,9 +410,10 @@ def test_a_snapshot_over_the_message_cap_costs_a_cache_miss_and_none_is_taken_un
     real_snapshot = SandboxedProgram.snapshot
     monkeypatch.setattr(SandboxedProgram, "snapshot", lambda self: taken.append(1) or real_snapshot(self))
     conv = conversation()
-    expected = [1.0, 1.0, 0.0, 1.0]  # the seed's scores (test_turns_extraction_maps_every_turn_without_a_model_call)
+    expected = [1.0, 1.0, 0.0, 1.0]  # the seed's answer-recall: every line back, "15 May 2023" only as a date prefix
     for cache, snapshots in ((StageCache(), 1), (StageCache(snapshots=False), 0)):
-        runner, _, _ = make_runner(cache, diagnostics=False, plan_mode="question", extractor="turns", progress=False)
+        runner, _, _ = make_runner(cache, diagnostics=False, plan_mode="question", extractor="turns",
+                                   scorer="answer-recall", progress=False)
         taken.clear()
         with pytest.warns(UserWarning, match="the index snapshot of conversation c is larger than the sandbox's "
                                              "16,777,216-byte message cap: not cached") if snapshots else _nothing():
@@ -439,7 +440,7 @@ def test_keep_going_reports_a_failed_conversation_beside_the_others():
     failing = SEED.replace("    def index(self, units, session):\n", "    def index(self, units, session):\n"
                            "        if any(u.content.startswith('Nate:') for u in units):\n"
                            "            raise RuntimeError('cannot index Nate')\n", 1)
-    runner, _, _ = make_runner(diagnostics=False, plan_mode="question", extractor="turns")
+    runner, _, _ = make_runner(diagnostics=False, plan_mode="question", extractor="turns", scorer="answer-recall")
     with pytest.raises(ProgramRunError, match=r"index \[bad\]: raised: RuntimeError: cannot index Nate"):
         runner.run(failing, [good, bad])
     run = runner.run(failing, [bad, good], keep_going=True)
