@@ -6,8 +6,8 @@
 and headline numbers. Exit 0 on success; 3 when the file covers only part of the questions
 (scores written, headline marked partial; ``--allow_partial`` accepts it with exit 0); 2 for a
 missing, empty or broken data/predictions file, a predictions file whose ids are all unknown, or
-a bad option or output folder (one line on stderr, never a traceback). Unreadable judge replies
-are warned about on stderr.
+a bad option or output folder: a file, or a folder holding anything but a previous score's files
+(one line on stderr, never a traceback). Unreadable judge replies are warned about on stderr.
 """
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ import sys
 import warnings
 
 from llm.errors import say_error
+
+#: What ``memgym score`` writes in ``--out``; a folder holding anything else is refused.
+SCORE_FILES = ("scores.json", "rows.jsonl", "report.md")
 
 JUDGE_HELP = ("the judge: a backend spec (hf:<dir>|hf:smollm2|openai:<url>#<model>|vllm:<model>) runs the "
               "dataset's official LLM judge protocol ($MEMGYM_DATA/judges: LoCoMo = MemBuilder's CORRECT/WRONG, "
@@ -33,8 +36,8 @@ def _run(args: argparse.Namespace) -> int:
     from data_synth.errors import DataFileNotFoundError, DataFormatError, DataQuirkWarning
     from data_synth.datasets import load_conversations
     from llm.base import LLMError
-    from llm.errors import ConfigError
-    from llm.checks import check_out_dir
+    from llm.errors import ConfigError, OutputPathError
+    from llm.checks import out_dir_problem
     from rewards.scoring.scorers import make_scorer
     from rewards.scoring.predictions import (CONTEXT_JUDGES, OFFLINE_JUDGES, PredictionsError, read_predictions,
                                              score_predictions, write_scores)
@@ -50,7 +53,10 @@ def _run(args: argparse.Namespace) -> int:
     if not args.out.strip():
         return fail("--out: give an output folder (an empty path would write into the current folder)")
     try:
-        check_out_dir(args.out, "out")
+        problem = out_dir_problem(args.out, what="memgym score output", own=SCORE_FILES, mark=SCORE_FILES[0],
+                                  writes=f"memgym score writes {', '.join(SCORE_FILES)} there")
+        if problem:
+            raise OutputPathError(problem)
         from rewards.scoring.protocols import check_protocol
         check_protocol(args.dataset, args.judge_protocol)
         with warnings.catch_warnings(record=True) as caught:

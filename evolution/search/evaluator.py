@@ -65,8 +65,7 @@ def diag_table(ev, cut: dict | None = None) -> dict:
 
 def book_final(ledger: Ledger, ev) -> None:
     """Book an evaluation's calls on the ledger's ``final`` row."""
-    for role, u in usage_from_eval(ev).items():
-        ledger.add("final", role, u["calls"], u["prompt"], u["completion"])
+    ledger.add_usage("final", usage_from_eval(ev))
 
 
 class Evaluator:

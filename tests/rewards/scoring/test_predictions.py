@@ -159,6 +159,28 @@ def test_score_out_naming_a_file_is_one_line(tmp_path, capsys):
         assert "Traceback" not in err and "--out" in err and str(afile) in err and "Errno" not in err
 
 
+def test_score_refuses_a_folder_of_user_files(tmp_path, capsys):
+    from llm.checks import out_dir_problem
+
+    preds = _locomo_preds(tmp_path)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "report.md").write_text("my notes")
+    (mine / "data.csv").write_text("1,2")
+    args = ["score", "--dataset", "locomo", "--predictions", str(preds), "--judge", "f1", "--allow_partial", "--out"]
+    assert main([*args, str(mine)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"memgym score: error: {mine} holds files but no memgym score output (data.csv, report.md); memgym score "
+        "writes scores.json, rows.jsonl, report.md there: choose a new or empty folder"]
+    assert sorted(p.name for p in mine.iterdir()) == ["data.csv", "report.md"]
+    assert (mine / "report.md").read_text() == "my notes"
+    # a folder of its own earlier scores is rewritten; the filesystem root, run as root, never is
+    assert main([*args, str(tmp_path / "o")]) == 0 and main([*args, str(tmp_path / "o")]) == 0
+    assert "holds files but no memgym score output" in out_dir_problem("/", what="memgym score output",
+                                                                         own=("scores.json",), mark="scores.json",
+                                                                         writes="-")
+
+
 def test_score_non_utf8_names_file_and_line(tmp_path, capsys):
     latin = tmp_path / "latin.jsonl"
     latin.write_bytes(b'{"question_id": "conv-26/q0", "prediction": "ok"}\n{"question_id": "conv-26/q1", '
