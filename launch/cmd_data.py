@@ -127,16 +127,18 @@ def _check(args: argparse.Namespace) -> int:
     """Print one line per data item and per judge protocol file; exit 1 when any is missing or wrong."""
     from data_synth.check import DataCheck, check_data
     from data_synth.paths import data_root
-    from rewards.scoring.protocols import JudgeProtocolError, judges_dir, load_judge_file
+    from rewards.scoring.protocols import OFFICIAL_SHA256, JudgeProtocolError, official_file_problem, protocol_file
 
     print(f"data root: {data_root()}  (set MEMGYM_DATA to move it)")
     checks = check_data()
     for dataset in ("locomo", "longmemeval", "beam"):
+        path = protocol_file(dataset)
         try:
-            load_judge_file(dataset)
-            checks.append(DataCheck(f"judge protocol {dataset}", judges_dir(), True, "loads"))
+            problem = official_file_problem(dataset)
+            detail = problem or f"official (sha256 {OFFICIAL_SHA256[path.name][:16]}...)"
+            checks.append(DataCheck(f"judge protocol {dataset}", path, not problem, detail))
         except JudgeProtocolError as e:
-            checks.append(DataCheck(f"judge protocol {dataset}", judges_dir(), False, str(e)))
+            checks.append(DataCheck(f"judge protocol {dataset}", path, False, str(e)))
     for c in checks:
         print(f"{'ok ' if c.ok else 'BAD'}  {c.name:<26} {c.detail}" + ("" if c.ok or str(c.path) in c.detail else f"  [{c.path}]"))
     bad = [c.name for c in checks if not c.ok]

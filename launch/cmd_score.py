@@ -155,9 +155,10 @@ def register(sub) -> None:
     p.add_argument("--split", default=None, help="only this split's questions (see memgym data stats --help)")
     p.add_argument("--predictions", required=True, help="JSONL predictions file")
     p.add_argument("--judge", required=True, help=JUDGE_HELP)
-    p.add_argument("--judge_protocol", "--judge-protocol", default="official", choices=("official", "corrected"),
-                   help="official (default: the benchmark's own judge code byte for byte, comparable with "
-                        "published numbers) | corrected (beam only: the question filled in, 0.5 kept)")
+    p.add_argument("--judge_protocol", "--judge-protocol", default="official",
+                   help="official (default: the benchmark's own judge code byte for byte, its file checked by sha256, "
+                        "comparable with published numbers) | corrected (beam only: the question filled in, 0.5 kept) "
+                        "| custom:<file> (another protocol file, named with its sha256 in the report)")
     p.add_argument("--missing_as_wrong", "--missing-as-wrong", action="store_true",
                    help="count questions without a prediction as wrong (default: left out, as the official "
                         "LongMemEval metrics; the report names the choice)")

@@ -45,9 +45,10 @@ class ProgramEvalConfig(QuestionSelection, CapabilityLabels, RunnerSettings, Out
 
 
 def open_stage_cache(spec: str | None) -> StageCache:
-    """``None`` → ``$MEMGYM_CACHE/stages.sqlite``; ``"none"`` → in memory only; else a path."""
+    """``None`` → ``$MEMGYM_CACHE/stages.sqlite``; ``"none"`` → in memory only, without index
+    snapshots (one evaluation never reads its own back); else a path."""
     if spec == "none":
-        return StageCache()
+        return StageCache(snapshots=False)
     if spec is None:
         from llm.paths import cache_dir
         return StageCache(cache_dir() / "stages.sqlite")
@@ -78,10 +79,12 @@ def summarise(run: ProgramRun, dataset: str | None = None) -> dict:
 
 
 def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source: str | None = None,
-                     diagnostics: bool = True, workers: int | None = None) -> tuple[ProgramEvaluation, ProgramRun]:
+                     diagnostics: bool = True, workers: int | None = None,
+                     keep_going: bool = False) -> tuple[ProgramEvaluation, ProgramRun]:
     """Run one program and build its :class:`ProgramEvaluation` (no files written, no
     validation). ``model_calls``/``tokens`` are the runtime's per-role counts during this
-    call. ``workers``: conversations evaluated concurrently (default: the runner's setting)."""
+    call. ``workers``: conversations evaluated concurrently (default: the runner's setting);
+    ``keep_going``: see :meth:`ProgramRunner.run` (``failed_conversations``)."""
     from rewards.scoring.official import judge_stats
     from rewards.scoring.protocols import protocol_note
 
@@ -89,7 +92,7 @@ def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source
     t0 = time.time()
     calls0 = rt.calls_snapshot()
     judged0 = getattr(runner._scorer, "parse_failures", 0)
-    run = runner.run(source, convs, parent_source=parent_source, workers=workers)
+    run = runner.run(source, convs, parent_source=parent_source, workers=workers, keep_going=keep_going)
     rep = summarise(run, runner.settings.dataset)
     if diagnostics:
         with runner.model_lock:
@@ -118,7 +121,7 @@ def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source
         summary={k: v for k, v in rep.items() if k not in ("by_capability", "by_category")}
         | ({"judge_note": protocol_note(runner.settings.dataset, runner.settings.judge_protocol)}
            if runner.settings.scorer == "llm" else {}),
-        judge_protocol=runner.settings.judge_protocol,
+        judge_protocol=runner.settings.judge_protocol, failed_conversations=dict(run.failed),
         judge_calls=judge_stats(runner.scorer) if runner.settings.scorer == "llm" else None, model_calls=calls["calls"],
         tokens=calls["tokens"], wall_s=round(time.time() - t0, 2), tasks=tasks)
     return ev, run

@@ -4,6 +4,7 @@ then plan → retrieve → answer → score), each through the stage cache.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 from tqdm.auto import tqdm
 
@@ -34,10 +35,11 @@ class RunState(ExtractStage):
         index_key = stable_hash("index", self.stage_hash["index"], self.rt.embedder.model_id,
                                 self._identity("task") if self.settings.program_llm_calls else None,
                                 self.settings.program_llm_calls, extract_keys)
-        blob = self.cache.get("index", index_key)
+        blob = self.cache.get("index", index_key) if self.cache.wants("index") else None
         if blob is None:
             self._index(conv, trace, sandbox)
-            self.cache.put("index", index_key, sandbox.snapshot())
+            if self.cache.wants("index"):
+                self._keep_snapshot(conv, index_key, sandbox)
             live = sandbox
         else:
             self._count("index", reused=len(trace.units))
@@ -71,6 +73,20 @@ class RunState(ExtractStage):
         tasks = [TaskResult(conv.id, q, p["query"], p["ok"], t, pr, s["score"], r["error"], s["judge"], s["detail"])
                  for q, p, r, t, pr, s in zip(questions, plans, results, texts, preds, scores)]
         return tasks, trace
+
+    def _keep_snapshot(self, conv: Conversation, index_key: str, sandbox: SandboxedProgram) -> None:
+        """Cache the built memory; a snapshot the sandbox cannot take (larger than its message cap,
+        unpicklable) only costs a cache miss: the live memory goes on. ProgramRunError when the
+        child died taking it."""
+        try:
+            self.cache.put("index", index_key, sandbox.snapshot())
+        except SandboxError as e:
+            if not sandbox.alive:
+                raise ProgramRunError(f"{e.kind}: {e.reason}", stage="index", conversation=conv.id) from None
+            what = (f"is larger than the sandbox's {sandbox.limits.max_message_bytes:,}-byte message cap"
+                    if e.kind == "oversized" else f"failed ({e.kind})")
+            warnings.warn(f"the index snapshot of conversation {conv.id} {what}: not cached, rebuilt when needed",
+                          stacklevel=2)
 
     # ------------------------------------------------------------------ stages
 

@@ -18,7 +18,8 @@ from tqdm.auto import tqdm
 
 from data_synth.extractors import expert_paths
 from evolution.execution.component_diff import component_hashes, diff_components
-from evolution.execution.results import ProgramRun, ProgramRunError, dump_units  # noqa: F401 (dump_units re-exported)
+from evolution.execution.results import (ConversationTrace, ProgramRun, ProgramRunError, TaskResult,  # noqa: F401
+                                         dump_units)  # dump_units re-exported
 from evolution.execution.run_state import RunState
 from evolution.execution.sandbox import SandboxedProgram, SandboxError
 from evolution.execution.settings import RunnerSettings
@@ -95,7 +96,9 @@ class ProgramRunner:
                 return "turns"
             return model_identity(s.extractor)
         if what == "scorer":
-            return (s.scorer + (f"|{model_identity(s.judge_model)}|{s.dataset}|{s.judge_protocol}"
+            from rewards.scoring.protocols import protocol_identity
+            return (s.scorer + (f"|{model_identity(s.judge_model)}|{s.dataset}|"
+                                f"{protocol_identity(s.dataset, s.judge_protocol)}"
                                 if s.scorer == "llm" and s.judge_model else "")
                     + ("|constrained" if s.scorer == "llm" and s.judge_constrained else ""))
         raise KeyError(what)
@@ -115,9 +118,12 @@ class ProgramRunner:
     # ------------------------------------------------------------------ the run
 
     def run(self, source: str, conversations: list[Conversation], *, parent_source: str | None = None,
-            workers: int | None = None) -> ProgramRun:
+            workers: int | None = None, keep_going: bool = False) -> ProgramRun:
         """Evaluate ``source`` on ``conversations`` and return a :class:`ProgramRun` (conversation
-        order kept). ``parent_source`` only feeds the reported diff. Raises :class:`ProgramRunError`
+        order kept). ``parent_source`` only feeds the reported diff. ``keep_going``: a conversation
+        that fails (:class:`ProgramRunError`: its sandbox dies, times out, ...) is recorded in
+        ``failed`` and its questions scored 0 with the error, and the others run on. Raises
+        :class:`ProgramRunError` (a program that does not load; any failure without ``keep_going``)
         and the backends' errors.
         """
         t0 = time.time()
@@ -134,17 +140,25 @@ class ProgramRunner:
             first.close()
             raise ProgramRunError(f"contract (level {e.level}): {e}", stage="load") from None
         n_workers = max(1, min(workers or self.settings.workers, len(conversations) or 1))
+        failed: dict[str, str] = {}
         spare = [first]
         spare_lock = threading.Lock()
 
         def one(conv: Conversation):
             with spare_lock:
                 box = spare.pop() if spare else None
-            box = box or self.sandbox(source, conv.id)
             try:
+                box = box or self.sandbox(source, conv.id)
                 return state.run_conversation(conv, info, box)
+            except ProgramRunError as e:
+                if not keep_going:
+                    raise
+                failed[conv.id] = str(e)
+                return ([TaskResult(conv.id, q, None, False, "", None, 0.0, f"conversation failed: {e}")
+                         for q in conv.questions], ConversationTrace(conv, [], []))
             finally:
-                box.close()
+                if box is not None:
+                    box.close()
 
         results = [None] * len(conversations)
         bar = tqdm(total=len(conversations), desc="conversations", disable=not self.settings.progress, unit="conv",
@@ -174,4 +188,4 @@ class ProgramRunner:
         answer_skipped = not self.scorer.needs_prediction
         return ProgramRun(info, hashes, diff, tasks, traces, state.stage_items, state.stage_llm_calls, answer_skipped,
                           state.plan_failures, state.retrieve_errors, state.extraction_stats,
-                          round(time.time() - t0, 3))
+                          round(time.time() - t0, 3), {c.id: failed[c.id] for c in conversations if c.id in failed})

@@ -53,6 +53,7 @@ class SandboxedProgram(SandboxProcess):
         self._info: ProgramInfo | None = None
         self._constructed = False
         self.stats = {"calls": 0, "cpu_s": 0.0, "wall_s": 0.0, "host_s": 0.0}
+        self._cpu_seen: dict[str, float] = {}  # the child's and the kernel's CPU totals at the last result
         if not isinstance(source, str):
             raise SandboxError(f"source must be str, got {type(source).__name__}", kind="violation", stage="load")
         if not skip_static_check:
@@ -128,7 +129,7 @@ class SandboxedProgram(SandboxProcess):
         self.stats["calls"] += 1
         self.stats["host_s"] += host_s
         self.stats["wall_s"] += time.monotonic() - t0 - host_s
-        self.stats["cpu_s"] += float(reply.get("cpu_s", 0.0))
+        self.stats["cpu_s"] += self._charge_cpu(reply)
         if reply.get("ok"):
             return reply.get("value")
         kind = reply.get("kind", "raised")
@@ -144,6 +145,19 @@ class SandboxedProgram(SandboxProcess):
         if kind == "memory":
             raise self._fail("memory", f"memory limit exceeded ({message or 'MemoryError'})", stage)
         raise self._fail(kind if kind in CHILD_KINDS else "crash", message or kind, stage)
+
+    def _charge_cpu(self, reply: dict) -> float:
+        """CPU seconds to charge for the call ``reply`` ends: the child's process CPU (every thread)
+        since the previous result, as it reports it (``cpu_total``) and as the kernel counts it,
+        whichever is larger, so CPU spent between calls (a thread left running) is charged to the
+        next call; the first result is charged its own ``cpu_s``."""
+        charged = float(reply.get("cpu_s", 0.0))
+        for what, total in (("child", reply.get("cpu_total")), ("kernel", self.kernel_cpu_s())):
+            if isinstance(total, (int, float)):
+                if what in self._cpu_seen:
+                    charged = max(charged, float(total) - self._cpu_seen[what])
+                self._cpu_seen[what] = float(total)
+        return charged
 
     # ------------------------------------------------------------------ API
 

@@ -114,6 +114,18 @@ class SandboxProcess:
         for f in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
             os.set_blocking(f.fileno(), False)
 
+    def kernel_cpu_s(self) -> float | None:
+        """CPU seconds (user + system) the kernel has charged the child, every thread included,
+        from ``/proc/<pid>/stat`` (proc(5)); None where it cannot be read."""
+        if self._proc is None:
+            return None
+        try:
+            with open(f"/proc/{self._proc.pid}/stat", "rb") as f:
+                fields = f.read().rpartition(b")")[2].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return None
+
     @property
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None

@@ -36,11 +36,13 @@ def session_fingerprint(session: Session) -> str:
 class StageCache:
     """Stage outputs keyed by (stage, key): a dict in front of an optional sqlite file (WAL).
     Values are immutable ``bytes`` (JSON or a sandbox snapshot); ``hits``/``misses`` count
-    lookups. Thread-safe.
+    lookups. ``snapshots`` False: built memories (the ``index`` stage) have no later reader here,
+    so the runner takes no snapshot (:meth:`wants`). Thread-safe.
     """
 
-    def __init__(self, path: str | Path | None = None):
+    def __init__(self, path: str | Path | None = None, *, snapshots: bool = True):
         self.path = None if path is None else Path(path)
+        self.snapshots = snapshots
         self._mem: dict[tuple[str, str], bytes] = {}
         self._lock = threading.Lock()
         self._conn = None
@@ -52,6 +54,10 @@ class StageCache:
             self._conn = open_cache_db(str(self.path), "CREATE TABLE IF NOT EXISTS stages (stage TEXT NOT NULL, "
                                                        "key TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (stage, key))",
                                        "stage", "with --stage_cache none")
+
+    def wants(self, stage: str) -> bool:
+        """Whether outputs of ``stage`` are kept (every stage but ``index`` without ``snapshots``)."""
+        return self.snapshots or stage != "index"
 
     def get(self, stage: str, key: str) -> bytes | None:
         """The stored bytes, or None."""

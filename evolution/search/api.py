@@ -56,11 +56,11 @@ def build_engine(config: EvolveConfig, *, proposer=None, callbacks=(), rt=None):
         integrator = TraceGuidedIntegrator(cfg.delta, random_cases=strategy.random_paired,
                                            offline_first=cfg.integrate_offline_first, onto=cfg.integrate_onto,
                                            condition=cfg.integrate_condition)
-    cache = StageCache(cfg.stage_cache or state.dir.root / "stages.sqlite")
+    cache = StageCache() if cfg.stage_cache == "none" else StageCache(cfg.stage_cache or state.dir.root / "stages.sqlite")
     limits = ValidationLimits(
         sandbox=SandboxLimits(call_timeout_s=cfg.validate_timeout_s, load_timeout_s=max(10.0, cfg.validate_timeout_s)),
         probe_units=cfg.probe_units, probe_batches=cfg.probe_batches)
-    proposer = proposer or make_proposer(cfg, rt)
+    proposer = proposer or make_proposer(cfg, rt, state.splits)
     if isinstance(proposer, Callback):  # e.g. replay, which checks each round against its recording
         state.callbacks.insert(1, proposer)
     return Engine(state, strategy, proposer, Evaluator(rt, cfg, cache, state.splits), limits, integrator)

@@ -138,7 +138,7 @@ class SearchSettings(Section):
         if isinstance(self.baselines, str):
             self.baselines = [x.strip() for x in self.baselines.split(",") if x.strip()]
         from memory_bank.programs import BASELINES
-        unknown = [b for b in self.baselines if b not in BASELINES]
+        unknown = list(dict.fromkeys(b for b in self.baselines if b not in BASELINES))
         if unknown:
             raise ConfigError(f"--baselines: unknown baseline program(s) {', '.join(unknown)}; known: "
                               f"{', '.join(BASELINES)}")

@@ -230,7 +230,9 @@ class Engine:
 
     def final_runs(self) -> dict:
         """The final step (once; replayed on resume): frozen program, seed, specialists when
-        ``test_specialists``, baselines on test. Returns the :class:`FinalRecord`'s dict."""
+        ``test_specialists``, baselines on test, each reported per conversation (one that fails
+        is listed in its scores' ``failed`` and scored 0, the others run on). Returns the
+        :class:`FinalRecord`'s dict."""
         state = self.state
         stored = load_final(state.dir.root) if self.replay else None
         if stored is not None:
@@ -243,7 +245,7 @@ class Engine:
                 if key == "seed_test" and cid == final_id:
                     fin[key] = fin["final_test"]
                     continue
-                ev, _ = self.evaluator.evaluate(state.source_of(cid), "test")
+                ev, _ = self.evaluator.evaluate(state.source_of(cid), "test", keep_going=True)
                 fin[key] = split_scores(ev).__dict__
                 book_final(state.ledger, ev)
                 if key == "final_test":
@@ -253,7 +255,7 @@ class Engine:
                 for cid in dict.fromkeys(state.archive.specialists.values()):
                     if cid in ("seed", final_id):
                         continue
-                    ev, _ = self.evaluator.evaluate(state.source_of(cid), "test")
+                    ev, _ = self.evaluator.evaluate(state.source_of(cid), "test", keep_going=True)
                     fin["specialists_test"][cid] = split_scores(ev).__dict__
                     book_final(state.ledger, ev)
         fin["baselines"] = self.evaluator.baselines(self.cfg.baselines, state.ledger)

@@ -20,11 +20,11 @@ from memory_bank.program import unit_text
 
 def split_scores(ev) -> SplitScores:
     """The :class:`SplitScores` of a :class:`ProgramEvaluation` (mean retrieved characters
-    rounded to 0.1, None when no task reports them)."""
+    rounded to 0.1, None when no task reports them; its failed conversations)."""
     ret = [t.get("retrieved_chars") for t in ev.tasks if t.get("retrieved_chars") is not None]
     return SplitScores(ev.overall, {k: v["score"] for k, v in ev.by_capability.items() if k != "?"},
                        ev.task_scores(), {str(k): v["score"] for k, v in ev.by_category.items()},
-                       round(sum(ret) / len(ret), 1) if ret else None)
+                       round(sum(ret) / len(ret), 1) if ret else None, dict(ev.failed_conversations))
 
 
 def diag_table(ev, cut: dict | None = None) -> dict:
@@ -78,11 +78,13 @@ class Evaluator:
         self.keep_runs = keep_runs
         self.train_runs: OrderedDict[str, object] = OrderedDict()
 
-    def evaluate(self, source: str, split: str, *, parent_source: str | None = None, diagnostics: bool = False):
-        """(:class:`ProgramEvaluation`, ProgramRun) of ``source`` on ``split``."""
+    def evaluate(self, source: str, split: str, *, parent_source: str | None = None, diagnostics: bool = False,
+                 keep_going: bool = False):
+        """(:class:`ProgramEvaluation`, ProgramRun) of ``source`` on ``split`` (``keep_going``: a
+        failed conversation is reported and scored 0, the others run on)."""
         runner = self.runner_diag if diagnostics else self.runner
         return evaluate_program(source, self.splits[split], runner, parent_source=parent_source,
-                                diagnostics=diagnostics)
+                                diagnostics=diagnostics, keep_going=keep_going)
 
     def evaluate_candidate(self, cid: str, round_no: int, source: str, parent_source: str | None) -> EvaluationRecord:
         """Train (with diagnostics) then valid evaluation of candidate ``cid``, as its journal
@@ -134,8 +136,9 @@ class Evaluator:
     def baselines(self, names, ledger: Ledger) -> dict:
         """``{name: {"valid": SCORES, "test": SCORES or None}}`` of every recipe baseline
         (:data:`memory_bank.programs.BASELINES`), each run once on valid and, when the run
-        has a test split, on test (calls booked on the ledger's ``final`` row). A baseline whose
-        run fails (:class:`ProgramRunError`) gets None scores and ``error``."""
+        has a test split, on test (calls booked on the ledger's ``final`` row). A conversation that
+        fails is reported in the scores' ``failed``; a baseline that cannot run at all
+        (:class:`ProgramRunError`) gets None scores and ``error``."""
         from memory_bank.programs import baseline_program_path, read_program_source
 
         out = {}
@@ -147,7 +150,7 @@ class Evaluator:
                     row[split] = None
                     continue
                 try:
-                    ev, _ = self.evaluate(source, split)
+                    ev, _ = self.evaluate(source, split, keep_going=True)
                 except ProgramRunError as e:  # a baseline that cannot run here is reported, not fatal
                     row[split], row["error"] = None, f"{split}: {e}"
                     continue

@@ -11,12 +11,14 @@ summary.json::
      "final": {"valid": SCORES, "test": SCORES or null, "program": "<path of best.py>"},
      "specialists": {"F"|"T"|"P"|"M"|"A": {"valid": SCORES, "program": "<path>"}}}
     SCORES = {"overall": float, "by_capability": {"F": float, ...}, "by_category": {label: float},
-              "retrieved_chars": float}   (the last two when known)
+              "retrieved_chars": float, "failed": {conversation: why}}   (the last three when known;
+              a failed conversation's questions count 0)
 
 plus ``candidates_rejected``, ``final_id``, ``boundary`` (:func:`boundary`), ``baselines``
 (``{name: {"valid": SCORES, "test": SCORES or null}}``), ``frozen``
 (:func:`evolution.search.select.freeze_choice`), ``integrated``, ``stopped`` (reason or null),
-``ledger``, ``scorer``, ``judge_protocol``, ``sandbox`` (mode label), ``run_card``
+``ledger``, ``scorer``, ``judge_protocol`` (with ``judge_note``, the protocol's source or a custom
+file's sha256, under scorer llm), ``sandbox`` (mode label), ``run_card``
 (:func:`llm.runcard.build_card`) and the cost keys
 (:func:`cost_summary`): ``tokens_by_round`` (``{"rounds": {round: {role: tokens, "total"}}, "run":
 {...}}``), ``test_tokens_per_question`` (``{role: float}``, {} without a test run), ``budgets`` and
@@ -33,6 +35,7 @@ from evolution.search.ledger import TABLE_ROLES, per_question, tokens_by_round
 from evolution.search.rundir import atomic_write_json, atomic_write_text
 from llm.runcard import card_markdown
 from memory_bank.schema import CAPABILITY_NAMES
+from rewards.scoring.protocols import protocol_note
 
 
 def _scores(split) -> dict | None:
@@ -40,7 +43,7 @@ def _scores(split) -> dict | None:
     if split is None:
         return None
     out = {"overall": split["overall"], "by_capability": dict(split["by_capability"])}
-    for k in ("by_category", "retrieved_chars"):
+    for k in ("by_category", "retrieved_chars", "failed"):
         if split.get(k):
             out[k] = split[k]
     return out
@@ -92,6 +95,8 @@ def build_summary(state, fin: dict, rt=None) -> dict:
         "frozen": state.freeze(),
         "final_id": final.id, "dataset": state.cfg.dataset, "stopped": state.stopped, "ledger": state.ledger.rounds,
         "scorer": state.cfg.scorer, "judge_protocol": state.cfg.judge_protocol, "sandbox": current_label(),
+        **({"judge_note": protocol_note(state.cfg.dataset, state.cfg.judge_protocol)}
+           if state.cfg.scorer == "llm" else {}),
         **cost_summary(state, fin),
         "run_card": build_card(recipe=asdict(state.cfg), models=state.cfg.model_specs(), runtime=rt,
                                judge=protocol_card(state.cfg.dataset, state.cfg.judge_protocol, state.cfg.scorer),
@@ -215,7 +220,8 @@ def render_report(state, summary: dict) -> str:
            f"{cfg.rounds_integrate}",
            f"- judge_protocol `{summary.get('judge_protocol', cfg.judge_protocol)}` (scorer `{cfg.scorer}`; "
            "`official` = the benchmark's own protocol from data/judges; offline proxies are memgym's, not "
-           "the benchmark's number); sandbox `" + str(summary.get("sandbox", current_label())) + "`",
+           "the benchmark's number" + (f"; {summary['judge_note']}" if summary.get("judge_note") else "")
+           + "); sandbox `" + str(summary.get("sandbox", current_label())) + "`",
            "- context budget: " + (f"every retrieved text cut to {cfg.context_tokens} tokens of "
                                    f"`{cfg.context_tokenizer}` before answering/scoring (the same for every program)"
                                    if cfg.context_tokens else "none (the program's 16,000-character limit only)"),
@@ -254,6 +260,8 @@ def render_report(state, summary: dict) -> str:
         rows += [(f"specialist {c}", s["id"], s.get("test")) for c, s in summary["specialists"].items()]
         rows += [(n, cid, b["test"]) for n, cid, b in base_rows]
         out += ["", "## Test split (frozen program, run once)", ""] + score_table(rows, caps)
+        out += [f"- {name} ({cid}) failed on test conversation {conv} (its questions scored 0): {why}"
+                for name, cid, s in rows for conv, why in ((s or {}).get("failed") or {}).items()]
     for split, rows in (("valid", valid_rows), ("test", rows if summary["final"]["test"] is not None else [])):
         table = category_table(rows, state.cfg.dataset)
         if table:

@@ -60,6 +60,7 @@ class _ProtocolScorer(ABC):
             raise TypeError(f"judge backend must implement llm.base.Backend, got {type(backend).__name__}")
         self.backend = backend
         self.protocol = P.check_protocol(self.dataset, protocol)
+        P.load_judge_file(self.dataset, self.protocol)  # a changed official file is refused before any call
         self.stats = JudgeStats()
         self.last: list[Judged] = []
 
@@ -78,8 +79,9 @@ class _ProtocolScorer(ABC):
         if not prompts:
             return []
         # The protocol is part of the response-cache key (a reply is never replayed under another
-        # protocol); cache_tag is never sent to the model.
-        params = dataclasses.replace(params, cache_tag=f"judge:{self.dataset}:{self.protocol}")
+        # protocol; a custom one by its file's sha256); cache_tag is never sent to the model.
+        params = dataclasses.replace(params,
+                                     cache_tag=f"judge:{self.dataset}:{P.protocol_identity(self.dataset, self.protocol)}")
         schemas = [schema] * len(prompts) if schema is not None else None
         out = self.backend.generate(prompts, params, schemas=schemas) if schemas else self.backend.generate(prompts, params)
         if len(out) != len(prompts):
@@ -124,13 +126,14 @@ class LongMemEvalScorer(_ProtocolScorer):
     dataset = "longmemeval"
 
     def judge(self, items: Sequence[ScoreItem]) -> list[Judged]:
-        prompts = [P.longmemeval_messages(str(it.category), it.question, it.gold, it.prediction, it.qid) for it in items]
+        prompts = [P.longmemeval_messages(str(it.category), it.question, it.gold, it.prediction, it.qid, self.protocol)
+                   for it in items]
 
         def read(reply):
             low = reply.strip().lower()
             return P.longmemeval_label(reply), ("yes" in low or "no" in low)
 
-        res = self._ask(prompts, P.longmemeval_params(), read)
+        res = self._ask(prompts, P.longmemeval_params(self.protocol), read)
         return [_judged_one([r], 1.0 if r[0] else 0.0) for r in res]
 
 
@@ -141,8 +144,8 @@ class LoCoMoJudgeScorer(_ProtocolScorer):
     dataset = "locomo"
 
     def judge(self, items: Sequence[ScoreItem]) -> list[Judged]:
-        prompts = [P.membuilder_messages(it.question, it.gold, it.prediction) for it in items]
-        res = self._ask(prompts, P.membuilder_params(), P.membuilder_label, schema=P.JSON_OBJECT)
+        prompts = [P.membuilder_messages(it.question, it.gold, it.prediction, self.protocol) for it in items]
+        res = self._ask(prompts, P.membuilder_params(self.protocol), P.membuilder_label, schema=P.JSON_OBJECT)
         return [_judged_one([r], float(r[0])) for r in res]
 
 
@@ -195,7 +198,7 @@ class BeamScorer(_ProtocolScorer):
                 if k < len(s):
                     for j, r in enumerate(refs[i]):
                         if j not in used[i]:
-                            prompts.append(P.beam_equivalence_messages(r, s[k]))
+                            prompts.append(P.beam_equivalence_messages(r, s[k], self.protocol))
                             where.append((i, j))
             res = self._ask(prompts, params, lambda reply: (P.beam_equivalence_label(reply),
                                                             "yes" in reply.lower() or "no" in reply.lower()))

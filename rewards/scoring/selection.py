@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 from data_synth.datasets import DATASETS, load_conversations
 from llm.checks import Section
-from rewards.scoring.protocols import PROTOCOLS
 
 __all__ = ["BenchmarkFields", "QuestionSelection", "CapabilityLabels", "load_selected", "ANSWER_TOKENS",
            "answer_tokens_for"]
@@ -47,8 +46,9 @@ class BenchmarkFields(Section):
                                                                      "all its evidence lies in them"})
     max_questions: int | None = field(default=None, metadata={"help": "cap on QA per conversation (>= 1)"})
     judge_protocol: str = field(default="official", metadata={
-        "help": "official (the benchmark's own judge code, byte for byte; the default, comparable with published "
-                "numbers) | corrected (beam only: the question filled in and 0.5 kept)", "choices": PROTOCOLS})
+        "help": "official (the benchmark's own judge code, byte for byte, its file checked by sha256; the default, "
+                "comparable with published numbers) | corrected (beam only: the question filled in and 0.5 kept) | "
+                "custom:<file> (another protocol file, e.g. an edited one, named with its sha256 in every report)"})
 
     def check(self) -> None:
         super().check()
@@ -56,7 +56,8 @@ class BenchmarkFields(Section):
             self.check_protocol()
 
     def check_protocol(self) -> None:
-        """Raises :class:`llm.errors.ConfigError` for ``corrected`` on a dataset other than BEAM."""
+        """Raises :class:`llm.errors.ConfigError` for a protocol the dataset does not offer
+        (:func:`rewards.scoring.protocols.check_protocol`)."""
         from llm.errors import ConfigError
         from rewards.scoring.protocols import JudgeProtocolError, check_protocol
 

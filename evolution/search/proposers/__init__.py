@@ -8,12 +8,13 @@ from __future__ import annotations
 from evolution.search.proposers.base import LineageEntry, ProposalInput, ProposalResult  # noqa: F401
 
 
-def make_proposer(cfg, rt):
+def make_proposer(cfg, rt, splits: dict | None = None):
     """The proposer a recipe names (``cfg.proposer``): params | coder | replay | scripted. The
     coder's backend is loaded from ``cfg.coder_model`` with role ``coder`` (calls and tokens
     booked to it in the runtime); coder and replay state the run's facts
-    (:func:`evolution.search.proposers.facts.facts_for`); replay reads ``cfg.replay_from`` and checks
-    the run against it."""
+    (:func:`evolution.search.proposers.facts.facts_for` over ``splits``, the run's loaded splits,
+    or the recipe's loaded here when None); replay reads ``cfg.replay_from`` and checks the run
+    against it."""
     if cfg.proposer == "params":
         from evolution.search.proposers.params import ParamsProposer
         return ParamsProposer()
@@ -25,11 +26,11 @@ def make_proposer(cfg, rt):
         from evolution.search.proposers.facts import facts_for
         backend = rt.backend(cfg.coder_model, role="coder")
         return CoderProposer(backend_chat(backend, cfg.coder_max_new_tokens, cfg.coder_temperature),
-                             facts=facts_for(cfg))
+                             facts=facts_for(cfg, splits))
     if cfg.proposer == "replay":
         from evolution.search.proposers.facts import facts_for
         from evolution.search.proposers.replay import ReplayProposer, load_recorded_archive, load_recording
-        return ReplayProposer(load_recording(cfg.replay_from, cfg.coder_max_new_tokens), facts_for(cfg),
+        return ReplayProposer(load_recording(cfg.replay_from, cfg.coder_max_new_tokens), facts_for(cfg, splits),
                               source=f"the recording in {cfg.replay_from}",
                               archive=load_recorded_archive(cfg.replay_from))
     raise ValueError(f"unknown proposer {cfg.proposer!r}; expected params, coder, replay or scripted")

@@ -6,12 +6,13 @@ the proposer prompt. The program contract (``INTERFACE``) is the same in every r
 facts are the run's: the context budget every retrieved text is cut to (tokens, tokenizer and
 about how many characters of this dataset's turns that is), the scorer and what it reads, the
 extractor that produced the units, whether planning and answering call a model, which model
-``toolkit.llm`` is and its call budget, the embedder, what each diagnostics column means and
-the acceptance rule of each stage.
+``toolkit.llm`` is and its call budget, the embedder, what each diagnostics column means, the
+acceptance rule of each stage and the size of every split the program is scored on (so a memory
+is built for the largest conversation it will meet, e.g. BEAM-1M's test chats).
 
-``run_facts(cfg, train_convs)`` is a pure function of the recipe (and, for the approximate
-characters, of the train conversations and the context tokenizer), so a replayed run renders
-the same request. Size: about 500 words.
+``run_facts(cfg, train_convs, splits)`` is a pure function of the recipe and the loaded data (the
+approximate characters: the train conversations and the context tokenizer; the sizes: the splits),
+so a replayed run renders the same request. Size: about 550 words.
 """
 from __future__ import annotations
 
@@ -97,10 +98,35 @@ def capability_map_line(dataset: str) -> str:
     return f"{dataset}'s categories map to " + ", ".join(f"{k} -> {v.value}" for k, v in pairs)
 
 
-def run_facts(cfg, train_convs=()) -> str:
+def _tokens(n: int) -> str:
+    return f"~{n / 1e6:.1f}M" if n >= 1_000_000 else f"~{n / 1e3:,.0f}K" if n >= 1000 else f"~{n}"
+
+
+def split_sizes(splits: dict) -> str:
+    """What each split holds as loaded, one line per split (conversations, sessions, turns,
+    approximate tokens in all and in its largest conversation; tokens ~ characters of
+    ``speaker: text`` / 4)."""
+    parts = []
+    for split, what in (("train", "diagnostics and cases"), ("valid", "acceptance"),
+                        ("test", "the frozen program, run once")):
+        convs = splits.get(split) or []
+        if not convs:
+            continue
+        turns = [sum(len(s.turns) for s in c.sessions) for c in convs]
+        chars = [sum(len(t.speaker) + 2 + len(t.text or "") + len(t.image_caption or "") for s in c.sessions
+                     for t in s.turns) for c in convs]
+        parts.append(f"  - {split} ({what}): {len(convs):,} conversations, {sum(len(c.sessions) for c in convs):,} "
+                     f"sessions, {sum(turns):,} turns, {_tokens(sum(chars) // 4)} tokens (largest conversation: "
+                     f"{max(turns):,} turns, {_tokens(max(chars) // 4)} tokens)")
+    return "\n".join(["- Data sizes (as loaded for this run; one Memory holds one whole conversation, so index() "
+                      "must scale to the largest, test included; tokens ~ characters / 4):", *parts])
+
+
+def run_facts(cfg, train_convs=(), splits: dict | None = None) -> str:
     """The "# What scores your program in this run" section of a coder request (module doc).
     ``cfg``: an :class:`evolution.search.config.EvolveConfig`; ``train_convs``: its train
-    conversations (for the approximate characters; may be empty)."""
+    conversations (for the approximate characters; may be empty); ``splits``: ``{"train"|"valid"|
+    "test": [Conversation]}`` as the run loaded them (their sizes; None: not stated)."""
     lines = ["# What scores your program in this run"]
     if cfg.context_tokens:
         chars = approx_chars(cfg.context_tokens, cfg.context_tokenizer, train_convs)
@@ -143,10 +169,14 @@ def run_facts(cfg, train_convs=()) -> str:
     stages = ["holistic"] if cfg.ablation == "holistic" else ["cold", "refine"] + (
         ["integrate"] if cfg.rounds_integrate and cfg.ablation != "no_integration" else [])
     lines.append("- Acceptance: " + "; ".join(ACCEPTANCE[s].format(delta=cfg.delta) for s in stages) + ".")
+    if splits:
+        lines.append(split_sizes(splits))
     return "\n".join(lines)
 
 
-def facts_for(cfg) -> str:
-    """:func:`run_facts` of a recipe, its train conversations loaded as the run loads them
-    (only when a context budget needs them)."""
-    return run_facts(cfg, cfg.load_split("train") if cfg.context_tokens else [])
+def facts_for(cfg, splits: dict | None = None) -> str:
+    """:func:`run_facts` of a recipe over its splits as the run loaded them (``splits``; loaded
+    here when None)."""
+    if splits is None:
+        splits = {s: cfg.load_split(s) for s in ("train", "valid", "test")}
+    return run_facts(cfg, splits["train"] if cfg.context_tokens else [], splits)

@@ -27,23 +27,32 @@ needs_landlock = pytest.mark.skipif(confine.probe().landlock_abi < 1, reason="ke
 
 # The escape of issue 19: catch the first forbidden open's error, walk its traceback to the
 # audit hook's frame, set the hook's re-entrancy flag (so it returns at once forever after) and
-# clear the recorded violations; attribute names are built from pieces so the static check
-# does not see them.
+# clear the recorded violations. Attribute names are built from pieces so the static check does
+# not see them; the real sys and getattr come from a function's globals read through its type's
+# descriptor, and the frames from the stdlib's traceback.walk_tb (the program's getattr, module
+# views and frame audit refuse the shorter routes, see test_sandbox.py).
 DISARM = '''
+def _real():
+    import typing
+    f = typing.get_type_hints
+    g = vars(type(f))["__glo" + "bals__"].__get__(f)
+    b = g["__buil" + "tins__"]
+    return g["s" + "ys"], (b if isinstance(b, dict) else vars(b))["getattr"]
+
+
 def _disarm():
+    sys_mod, rget = _real()
     try:
         open("/proc/self/environ")
     except BaseException as e:
-        tb = getattr(e, "__trace" + "back__")
-        while tb is not None:
-            fr = getattr(tb, "tb_" + "frame")
-            loc = getattr(fr, "f_" + "locals")
+        tb = vars(BaseException)["__trace" + "back__"].__get__(e)
+        for fr, _ in sys_mod.modules["trace" + "back"].walk_tb(tb):
+            loc = rget(fr, "f_" + "locals")
             if "busy" in loc:
                 loc["busy"][0] = True
-            found = getattr(fr, "f_" + "globals").get("_viol" + "ations")
+            found = rget(fr, "f_" + "globals").get("_viol" + "ations")
             if isinstance(found, list):
                 found.clear()
-            tb = getattr(tb, "tb_" + "next")
 '''
 
 CHEAT = SEED.replace("class Memory:", DISARM + '''
@@ -78,8 +87,7 @@ TARGETS = {targets!r}
 
 
 def _attempt(kind, path):
-    import typing
-    sys_mod = getattr(typing, "s" + "ys")
+    sys_mod, _ = _real()
     os_mod = sys_mod.modules["o" + "s"]
     try:
         if kind == "read":

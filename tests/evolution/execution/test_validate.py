@@ -114,6 +114,11 @@ def hostile_sources(victim: str) -> dict[str, tuple[str, int, str]]:
         "delete a file": ("import os\n" + patch_method(SEED, "index", f"os.remove({victim!r})"), 1, "import of 'os'"),
         "delete via an escape": (
             "import typing\n" + patch_method(SEED, "index", f"getattr(typing, 's' + 'ys').modules['os'].remove({victim!r})"),
+            3, "typing.sys is the module 'sys', outside the allowed imports"),
+        "delete via a descriptor escape": (
+            "import typing\n" + patch_method(SEED, "index", "f = typing.get_type_hints\n"
+                                              "g = vars(type(f))['__glo' + 'bals__'].__get__(f)\n"
+                                              f"g['s' + 'ys'].modules['os'].remove({victim!r})"),
             3, "file mutation outside the scratch dir"),
         "builtins escape": (patch_method(SEED, "retrieve", "m = getattr(self, 'x', None) or __builtins__"), 1,
                            "use of '__builtins__'"),

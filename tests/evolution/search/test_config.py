@@ -76,3 +76,25 @@ def test_beam_and_longmemeval_recipes_take_the_design_splits():
     assert demo.context_tokens == 1024 and demo.baselines == ["full_history", "bm25", "dense_topk", "hybrid_rrf"]
     with pytest.raises(ValueError, match="unknown baseline program"):
         EvolveConfig(baselines=["bm26"])
+
+
+def test_recipe_lists_are_deduplicated_in_order_with_a_note():
+    with pytest.warns(UserWarning, match=r"--baselines: 3,000 repeated item\(s\) dropped"):
+        cfg = EvolveConfig(baselines=["bm25"] * 3000 + ["full_history", "bm25"], embedder="hash:64")
+    assert cfg.baselines == ["bm25", "full_history"]
+    with pytest.warns(UserWarning, match=r"--test: 1 repeated item\(s\) dropped"):
+        cfg = EvolveConfig(test="conv-43,conv-44,conv-43", embedder="hash:64")
+    assert cfg.test == ["conv-43", "conv-44"]
+
+
+def test_recipe_lists_are_bounded_when_parsed(tmp_path):
+    from llm.checks import MAX_LIST_ITEMS
+    from llm.errors import ConfigError
+
+    assert MAX_LIST_ITEMS == 10_000
+    with pytest.raises(ConfigError, match=r"--baselines: 1,000,000 items, more than the bound of 10,000 items"):
+        EvolveConfig(baselines=["bm25"] * 10**6, embedder="hash:64")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("embedder: hash:64\nbaselines:\n" + "  - bm25\n" * 10_001)
+    with pytest.raises(ConfigError, match=r"--baselines: 10,001 items, more than the bound of 10,000"):
+        _parse(str(recipe))

@@ -129,6 +129,22 @@ def test_the_facts_give_the_budget_in_characters_of_the_data_and_the_acceptance_
     assert "Context budget: none" in llm and "EXTRACTION_INSTRUCTION and writes the MemoryUnit list" in llm
 
 
+def test_the_coder_is_told_the_size_of_every_split_it_is_scored_on():
+    from evolution.search.proposers.facts import facts_for
+
+    beam = facts_for(EvolveConfig(dataset="beam", test=["default"], embedder="hash:64", progress=False))
+    assert ("  - train (diagnostics and cases): 8 conversations, 33 sessions, 1,974 turns, ~1.1M tokens (largest "
+            "conversation: 286 turns, ~169K tokens)") in beam
+    assert "  - valid (acceptance): 6 conversations, 26 sessions, 1,668 turns, ~786K tokens" in beam
+    # BEAM-1M: the eight test chats, up to ~2,000 messages and ~0.9M tokens each
+    assert ("  - test (the frozen program, run once): 8 conversations, 80 sessions, 13,810 turns, ~6.5M tokens "
+            "(largest conversation: 1,982 turns, ~911K tokens)") in beam
+    cut = EvolveConfig(train=["conv-26"], valid=["conv-30"], test=[""], n_sessions=2, embedder="hash:64")
+    sizes = facts_for(cut)
+    assert "  - train (diagnostics and cases): 1 conversations, 2 sessions, 35 turns" in sizes
+    assert "valid (acceptance): 1 conversations, 2 sessions, 44 turns" in sizes and "  - test" not in sizes
+
+
 def _copy(run: Path, dst: Path) -> Path:
     shutil.copytree(run, dst, ignore=shutil.ignore_patterns("*.sqlite*", ".lock"))
     return dst
