@@ -9,6 +9,7 @@ held-out segment, each at most ``max_new_tokens`` tokens.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 from collections.abc import Sequence
@@ -51,6 +52,7 @@ class MemoryEvalCallback(TrainerCallback):
         self.heldout, self.segment_tokens = list(heldout), segment_tokens
         self.max_new_tokens, self.top_k, self.batch_size = max_new_tokens, top_k, batch_size
         self._measured: set[int] = set()
+        self._trainer = None
 
     def measure(self, model, step: int) -> dict[str, float]:
         """The logged values for ``model`` as it is now (keys under ``memory_eval/``)."""
@@ -106,15 +108,52 @@ class MemoryEvalCallback(TrainerCallback):
         out[f"{PREFIX}/heldout_answer_recall"] = sum(recalls) / len(recalls) if recalls else 0.0
         return out
 
+    def bind(self, trainer) -> None:
+        """Measure ``trainer``'s model as the trainer holds it: under DeepSpeed ZeRO-3 each
+        measurement gathers the whole policy on every process (:meth:`_whole_policy`)."""
+        self._trainer = trainer
+
+    @contextlib.contextmanager
+    def _whole_policy(self, model):
+        """``model`` with all its weights, for the main process to generate with alone. Under ZeRO-3
+        (a bound trainer) every process enters TRL's ``unwrap_model_for_generation`` (the block
+        ``GRPOTrainer`` generates in: gathers the shards, lifts the engine's fetch/release hooks), and
+        :func:`training.common.outside_zero3` keeps ``generate`` from waiting on the other processes;
+        elsewhere ``model`` as it is."""
+        trainer = self._trainer
+        plugin = trainer.accelerator.state.deepspeed_plugin if trainer is not None else None
+        if plugin is None or plugin.zero_stage != 3:
+            yield model
+            return
+        from trl.models import unwrap_model_for_generation
+
+        from training.common import outside_zero3
+
+        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as whole, \
+                outside_zero3(trainer.args):
+            yield whole
+
     def on_evaluate(self, args, state, control, model=None, **kwargs):
         # one measurement per evaluation step (a trainer with several eval splits calls this once per split)
-        if model is None or not state.is_world_process_zero or state.global_step in self._measured:
+        if model is None or state.global_step in self._measured:
             return
         self._measured.add(state.global_step)
-        values = self.measure(model, state.global_step)
+        with self._whole_policy(model) as whole:  # every process: under ZeRO-3 a collective
+            if not state.is_world_process_zero:
+                return
+            values = self.measure(whole, state.global_step)
         state.log_history.append({**{k: round(float(v), 6) for k, v in values.items()}, "step": state.global_step})
         print(f"[{PREFIX} step {state.global_step}] " + ", ".join(
             f"{k.split('/', 1)[1]} {v:.3f}" for k, v in values.items()), flush=True)
+
+
+def bind_memory_eval(trainer):
+    """Bind each :class:`MemoryEvalCallback` of ``trainer`` to it (:meth:`MemoryEvalCallback.bind`);
+    returns ``trainer``."""
+    for cb in trainer.callback_handler.callbacks:
+        if isinstance(cb, MemoryEvalCallback):
+            cb.bind(trainer)
+    return trainer
 
 
 @dataclass
