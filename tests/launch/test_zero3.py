@@ -45,7 +45,8 @@ def _sft_args(model: Path, traj: Path, out: Path) -> list[str]:
     return ["--model_name_or_path", str(model), "--output_dir", str(out), "--use_peft", "false",
             "--train_trajectories", str(traj), "--eval_trajectories", str(traj), "--embedder", "minilm",
             "--max_length", "1300", "--max_eval_examples", "1", "--per_device_eval_batch_size", "1",
-            "--learning_rate", "1e-2", "--max_steps", "4", *COMMON]
+            "--learning_rate", "1e-2", "--max_steps", "4", "--memory_eval_trajectories", "conv-30",
+            "--memory_eval_sessions", "1", "--memory_eval_rows", "2", "--memory_eval_max_new_tokens", "10", *COMMON]
 
 
 def _losses(metrics: dict) -> dict[int, float]:
@@ -85,6 +86,10 @@ def test_sft_zero3_two_processes_equals_one_process(sft_zero3, tiny_model_dir, s
     assert z3_loss == pytest.approx(ref_loss, rel=1e-5)
     for k in ("train_loss_start", "train_loss_end", "eval_loss_start", "eval_loss_end"):
         assert z3[k] == pytest.approx(ref[k], rel=1e-5), k
+    # the in-trainer measurement (greedy, main process, policy gathered from its shards) at steps 0 and 4
+    mem = _memory_eval(z3["log_history"])
+    assert [m["step"] for m in mem] == [0, 4] and mem[0]["memory_eval/validation_rows"] == 2.0
+    assert mem == _memory_eval(ref["log_history"])
     # zero3_save_16bit_model gathered the shards into one whole model file (fp32: the training dtype),
     # trained as the 1-process model: the two updates differ by 5e-6 of their norm (measured). Adam
     # turns float noise in near-zero gradients (embedding rows of unseen tokens) into steps up to
