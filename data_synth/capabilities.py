@@ -1,5 +1,5 @@
 """Native benchmark labels -> PrisMem capabilities (F, T, P, M, A): the tables below are
-``DESIGN.md`` § "Data model"'s (a LongMemEval id ending in ``_abs`` is A whatever its type).
+``docs/design.md`` § "Data model"'s (a LongMemEval id ending in ``_abs`` is A whatever its type).
 Secondary capabilities (memgym's rule, for the scheduler's "pressure" term): an abstention item
 keeps its type's capability; evidence spanning >= 2 sessions adds M unless M is primary.
 """

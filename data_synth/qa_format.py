@@ -1,5 +1,5 @@
 """The session-QA line format shared by ``memgym synth qa``, expert trajectories and the session
-reward (``DESIGN.md`` § "Dense session reward and ADRPO"). JSONL, one line per session::
+reward (``docs/design.md`` § "Dense session reward and ADRPO"). JSONL, one line per session::
 
     {"conversation_id": str, "session": int (1-based), "date": str,
      "qa": [{"question": str, "answer": str, "evidence": [turn id, ...], "kind": str}, ...], ...}

@@ -1,4 +1,4 @@
-"""Train/valid/test splits of the benchmarks (``DESIGN.md`` § "Data model"); nothing tunes on a
+"""Train/valid/test splits of the benchmarks (``docs/design.md`` § "Data model"); nothing tunes on a
 test split. LoCoMo: train conv-26, conv-30; valid conv-41, conv-42; test conv-43, 44, 47-50.
 LongMemEval: ``longmemeval/splits.json`` (MemBuilder's ``{sft: 50, rl: 50, test: 400}``). BEAM
 (PrisMem protocol, ``beam/README.md``): train 100K chats 3-10, valid 11-16, test every 1M chat.

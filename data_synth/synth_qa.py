@@ -1,7 +1,7 @@
 """Synthetic session QA (``memgym synth qa``): J questions per session written by an expert model,
 validated and appended to a resumable JSONL file; or the benchmark's own QA bucketed by session.
 
-Source: ``DESIGN.md`` § "Dense session reward and ADRPO" (J = 5: ~50% single-session, 30%
+Source: ``docs/design.md`` § "Dense session reward and ADRPO" (J = 5: ~50% single-session, 30%
 multi-session, 20% temporal, with evidence turn ids) and MemBuilder (arXiv 2601.05488, §3.4.1,
 Fig. 14). Prompt, schema and validation (rejects counted by reason; items beyond a kind's quota
 are ``surplus``): :mod:`data_synth.synth_qa_prompt`. A session short of J is asked again with the

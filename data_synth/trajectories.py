@@ -1,5 +1,5 @@
 """Expert memory-construction trajectories (``memgym synth trajectories``); format and "replay
-reproduces the bank": ``DESIGN.md`` § "The memory bank and its action space".
+reproduces the bank": ``docs/design.md`` § "The memory bank and its action space".
 
 Per session, the four managers' prompts (:func:`memory_bank.prompts.build_prompt`) are built from
 the expert's own bank and sent in one batch; each output is parsed and applied, an invalid one

@@ -15,9 +15,10 @@ capabilities.png, summary.json and best.py (see :mod:`evolution.search.report`).
 success (also when a budget stopped the run early: the report says so); errors are raised and
 mapped by :func:`launch.cli.run_command`: 2 for a bad recipe or argument, a damaged run state, a
 recipe.json that no longer matches the stored run, a DIR that already holds a run or other
-files, or a DIR another process is working in; 1 when the seed program itself cannot run or
-the coder's endpoint failed 3 rounds in a row (state saved: ``--resume`` continues). A fresh
-start that fails leaves nothing behind in DIR.
+files, or a DIR another process is working in, or a replay that does not match its recording;
+1 when the seed program itself cannot run, the coder's endpoint failed 3 rounds in a row (state
+saved: ``--resume`` continues) or failed every round of a shorter run (the run is written, the
+seed frozen: nothing was evolved). A fresh start that fails leaves nothing behind in DIR.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
 Builds ``accelerate launch --config_file launch/accelerate/<NAME>.yaml [--num_processes N]
 [--main_process_port P] -m training.<stage> --config R.yaml [overrides]``, prints it
 (shell-quoted) and runs it, returning its exit code; ``--dry-run`` only prints it.
-Source: ``DESIGN.md`` § "Training stack" (launching is ``accelerate launch --config_file
+Source: ``docs/design.md`` § "Training stack" (launching is ``accelerate launch --config_file
 launch/accelerate/<x>.yaml -m training.<entry> --config R.yaml``, wrapped by ``memgym launch``).
 """
 from __future__ import annotations

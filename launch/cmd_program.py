@@ -3,15 +3,17 @@
 - ``memgym program check FILE.py [--parent P.py] [--no-probe] [--stats] [--timeout S]``
   runs the four validation levels (``evolution.execution.validate``) in the sandbox and prints ONE JSON
   line ``{"ok": bool, "level": 1-4 or null, "reason": str}`` (plus ``"stats"`` with
-  ``--stats``). Exit status 0 for any verdict, 2 when FILE (or the parent) cannot be read;
-  never a traceback, whatever the candidate does.
+  ``--stats``) on stdout. Exit status 0 when the program passes, 1 when it fails a level (or
+  the check itself broke; one stderr line says which level and why), 2 when FILE (or the
+  parent) cannot be read; never a traceback, whatever the candidate does.
 
 - ``memgym program eval FILE.py --config R.yaml [--extractor SPEC] [--parent PARENT.py]
   [--out DIR] [--<field> value ...]`` evaluates a program (``evolution.execution.program_eval``): writes
   ``report.json`` (overall, by_capability, by_category, diagnostics, stages_run/reused,
   model_calls, tokens, wall_s), ``report.md``, ``tasks.jsonl`` and ``units.jsonl``, and prints
   the capability table. Exit 0 on success, 1 when the program fails validation or breaks
-  mid-run or no question was scored, 2 for a bad recipe or a missing file (raised, mapped by
+  mid-run or no question was scored, 2 for a bad recipe, a missing file, or an ``--out`` folder
+  holding anything but a previous program eval's files (raised, mapped by
   :func:`launch.cli.run_command`).
 """
 from __future__ import annotations
@@ -34,7 +36,12 @@ def _read(path: str) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Validate one program file; print the verdict as JSON."""
+    """Validate one program file; print the verdict as JSON; a program that fails raises
+    :class:`~evolution.execution.results.ProgramRunError` (exit 1), an unreadable file
+    :class:`~llm.errors.ConfigError` (exit 2), after the verdict is printed."""
+    from evolution.execution.results import ProgramRunError
+    from llm.errors import ConfigError
+
     texts = {}
     for key, path in (("source", args.file), ("parent", args.parent)):
         if path is None:
@@ -43,8 +50,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         try:
             texts[key] = _read(path)
         except (OSError, UnicodeDecodeError) as e:
-            _emit({"ok": False, "level": None, "reason": f"cannot read {path}: {type(e).__name__}: {e}"})
-            return 2
+            reason = f"cannot read {path}: {type(e).__name__}: {e}"
+            _emit({"ok": False, "level": None, "reason": reason})
+            raise ConfigError(reason) from None
     source, parent = texts["source"], texts["parent"]
     try:
         from evolution.execution.validate import ValidationLimits, validate_program
@@ -53,11 +61,18 @@ def cmd_check(args: argparse.Namespace) -> int:
         if args.timeout is not None:
             limits = dataclasses.replace(limits, sandbox=dataclasses.replace(
                 limits.sandbox, call_timeout_s=args.timeout, load_timeout_s=args.timeout))
-        result = validate_program(source, parent, limits, progress=sys.stderr.isatty())
-        _emit(result.to_dict(with_stats=args.stats))
+        verdict = validate_program(source, parent, limits, progress=sys.stderr.isatty()).to_dict(with_stats=args.stats)
     except Exception as e:  # noqa: BLE001 - the contract is "never a traceback"
-        _emit({"ok": False, "level": None, "reason": f"internal error: {type(e).__name__}: {e}"})
+        verdict = {"ok": False, "level": None, "reason": f"internal error: {type(e).__name__}: {e}"}
+    _emit(verdict)
+    if not verdict["ok"]:
+        where = f"level {verdict['level']}" if verdict["level"] is not None else "the check"
+        raise ProgramRunError(f"{args.file} fails validation at {where}: {verdict['reason']}", stage="validate")
     return 0
+
+
+#: What ``memgym program eval`` writes in ``--out``; a folder holding anything else is refused.
+EVAL_FILES = ("report.json", "report.md", "tasks.jsonl", "units.jsonl")
 
 
 def cmd_eval(args) -> int:
@@ -65,10 +80,16 @@ def cmd_eval(args) -> int:
     from evolution.execution.program_eval import run_program_eval
     from evolution.execution.runner import ProgramRunError
     from launch.registry import recipe_configs
+    from llm.checks import out_dir_problem
+    from llm.errors import OutputPathError
 
     if args.file:
         args.program = args.file
     (cfg,) = recipe_configs(args)
+    problem = out_dir_problem(cfg.out, what="memgym program eval output", own=EVAL_FILES, mark=EVAL_FILES[0],
+                              writes=f"memgym program eval writes {', '.join(EVAL_FILES)} there")
+    if problem:
+        raise OutputPathError(problem)
     rep = run_program_eval(cfg)
     if not rep.ok:
         v = rep.validation
@@ -137,7 +158,8 @@ def register(subparsers) -> argparse.ArgumentParser:
         description="Validate a memory program in the sandbox: (1) source parses, allowed imports only, loads and "
                     "defines the required names, differs from --parent; (2) schemas and signatures; (3) smoke tests "
                     "on a stub backend, retrieve within 16,000 characters; (4) a ~2K-unit complexity probe. Prints "
-                    '{"ok": bool, "level": 1-4|null, "reason": str}. Exit 0 for a verdict, 2 if FILE is unreadable.')
+                    '{"ok": bool, "level": 1-4|null, "reason": str}. Exit 0 when it passes, 1 when it fails, 2 if FILE '
+                    'is unreadable.')
     c.add_argument("file", metavar="FILE.py", help="the memory program to check")
     c.add_argument("--parent", metavar="PARENT.py", help="the program FILE was patched from (a no-op patch fails level 1)")
     c.add_argument("--no-probe", action="store_true", help="skip level 4 (the complexity probe)")

@@ -1,11 +1,13 @@
 """``memgym score``: score a predictions file with a benchmark's official judge.
 
 ``memgym score --dataset locomo|longmemeval|beam [--path P] [--split S] --predictions preds.jsonl
---judge SPEC|f1|answer-recall|rubric-recall [--out DIR]`` writes ``scores.json``, ``rows.jsonl``
-and ``report.md`` (see :mod:`rewards.scoring.predictions`) and prints the overall and headline numbers.
-Exit 0 on success, 2 for a missing or broken data/predictions file, a predictions file whose
-ids are all unknown, or a bad option or output folder (one line on stderr, never a traceback).
-Unreadable judge replies are warned about on stderr.
+--judge SPEC|grounded-recall|f1|answer-recall|rubric-recall [--out DIR]`` writes ``scores.json``,
+``rows.jsonl`` and ``report.md`` (see :mod:`rewards.scoring.predictions`) and prints the overall
+and headline numbers. Exit 0 on success; 3 when the file covers only part of the questions
+(scores written, headline marked partial; ``--allow_partial`` accepts it with exit 0); 2 for a
+missing, empty or broken data/predictions file, a predictions file whose ids are all unknown, or
+a bad option or output folder: a file, or a folder holding anything but a previous score's files
+(one line on stderr, never a traceback). Unreadable judge replies are warned about on stderr.
 """
 from __future__ import annotations
 
@@ -16,32 +18,45 @@ import warnings
 
 from llm.errors import say_error
 
+#: What ``memgym score`` writes in ``--out``; a folder holding anything else is refused.
+SCORE_FILES = ("scores.json", "rows.jsonl", "report.md")
+
 JUDGE_HELP = ("the judge: a backend spec (hf:<dir>|hf:smollm2|openai:<url>#<model>|vllm:<model>) runs the "
               "dataset's official LLM judge protocol ($MEMGYM_DATA/judges: LoCoMo = MemBuilder's CORRECT/WRONG, "
               "LongMemEval per-type yes/no, BEAM rubric + Kendall tau-b event ordering); f1 = LoCoMo token F1; "
-              "answer-recall and rubric-recall (BEAM) are offline proxies over the line's 'context' (else its "
-              "prediction)")
+              "grounded-recall (the gold evidence held verbatim), answer-recall and rubric-recall (BEAM; "
+              "word-coverage proxies) are offline proxies over the line's 'context' (else its prediction), "
+              "cut to --context_tokens")
+#: The context budget of the canonical offline recipes (launch/recipes/evolve_*_offline.yaml).
+DEFAULT_CONTEXT_TOKENS = {"locomo": 1024, "longmemeval": 1024, "beam": 2048}
+INCOMPLETE = 3
 
 
 def _run(args: argparse.Namespace) -> int:
     from data_synth.errors import DataFileNotFoundError, DataFormatError, DataQuirkWarning
     from data_synth.datasets import load_conversations
     from llm.base import LLMError
-    from llm.errors import ConfigError
-    from llm.checks import check_out_dir
+    from llm.errors import ConfigError, OutputPathError
+    from llm.checks import out_dir_problem
     from rewards.scoring.scorers import make_scorer
-    from rewards.scoring.predictions import OFFLINE_JUDGES, PredictionsError, read_predictions, score_predictions, write_scores
+    from rewards.scoring.predictions import (CONTEXT_JUDGES, OFFLINE_JUDGES, PredictionsError, read_predictions,
+                                             score_predictions, write_scores)
 
     def fail(msg) -> int:
         say_error("memgym score", f"error: {msg}")
         return 2
 
     if args.judge == "rubric-recall" and args.dataset != "beam":
-        return fail("rubric-recall scores BEAM rubrics only; use answer-recall, f1 or an LLM judge")
+        return fail("rubric-recall scores BEAM rubrics only; use grounded-recall, answer-recall, f1 or an LLM judge")
+    if args.context_tokens is not None and args.context_tokens < 1:
+        return fail(f"--context_tokens must be a positive int, got {args.context_tokens}")
     if not args.out.strip():
         return fail("--out: give an output folder (an empty path would write into the current folder)")
     try:
-        check_out_dir(args.out, "out")
+        problem = out_dir_problem(args.out, what="memgym score output", own=SCORE_FILES, mark=SCORE_FILES[0],
+                                  writes=f"memgym score writes {', '.join(SCORE_FILES)} there")
+        if problem:
+            raise OutputPathError(problem)
         from rewards.scoring.protocols import check_protocol
         check_protocol(args.dataset, args.judge_protocol)
         with warnings.catch_warnings(record=True) as caught:
@@ -64,8 +79,13 @@ def _run(args: argparse.Namespace) -> int:
         if preds and not any(q in known for q in preds):
             return fail(f"none of the {len(preds)} prediction ids of {args.predictions} is a {args.dataset} question "
                         f"id here (e.g. {next(iter(preds))!r}); `memgym data stats --ids` lists them")
+        budget = None
+        if args.judge in CONTEXT_JUDGES:
+            from evolution.execution.context_budget import ContextBudget
+            tokens = args.context_tokens if args.context_tokens is not None else DEFAULT_CONTEXT_TOKENS[args.dataset]
+            budget = ContextBudget(tokens, args.context_tokenizer)
         rep = score_predictions(args.dataset, convs, preds, scorer, judge_protocol=args.judge_protocol,
-                                missing_as_wrong=args.missing_as_wrong)
+                                missing_as_wrong=args.missing_as_wrong, budget=budget)
         write_scores(rep, args.out, args.judge)
     except (DataFileNotFoundError, DataFormatError, PredictionsError, FileNotFoundError, ValueError, LLMError,
             ConfigError) as e:
@@ -73,7 +93,8 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as e:  # the output folder cannot be made or written
         return fail(f"--out {args.out}: {e.strerror or e}")
     keys = ("overall", "task_averaged", "abstention", "by_ability", "judged", "n")
-    summary = {"judge_protocol": rep["judge_protocol"], **{k: rep[k] for k in keys if k in rep},
+    summary = {"coverage": rep["coverage"], "judge_protocol": rep["judge_protocol"],
+               **{k: rep[k] for k in keys if k in rep},
                "missing": len(rep["missing"]), "unknown": len(rep["unknown"])}
     print(json.dumps(summary, indent=2))
     if rep["missing"]:
@@ -89,6 +110,11 @@ def _run(args: argparse.Namespace) -> int:
               f"(scored as it scores them, not cached; e.g. {jc['examples'][0][:80]!r}): is --judge a working "
               f"judge model?", file=sys.stderr)
     print(f"scores: {args.out}/scores.json, report: {args.out}/report.md", file=sys.stderr)
+    if rep["missing"] and not args.missing_as_wrong and not args.allow_partial:
+        say_error("memgym score", f"incomplete: the predictions cover {rep['coverage'].split(': ', 1)[1]}; the scores "
+                                  "are over those only (--allow_partial accepts this, --missing_as_wrong counts the "
+                                  "rest as wrong)")
+        return INCOMPLETE
     return 0
 
 
@@ -116,6 +142,14 @@ def register(sub) -> None:
     p.add_argument("--missing_as_wrong", "--missing-as-wrong", action="store_true",
                    help="count questions without a prediction as wrong (default: left out, as the official "
                         "LongMemEval metrics; the report names the choice)")
+    p.add_argument("--allow_partial", "--allow-partial", action="store_true",
+                   help="exit 0 for a file that covers only part of the questions (default: exit 3; the headline "
+                        "says 'partial: k of n questions' either way)")
+    p.add_argument("--context_tokens", "--context-tokens", type=int, default=None,
+                   help="offline context scorers: cut every context to this many tokens first, as an evaluation "
+                        "does (default: locomo 1024, longmemeval 1024, beam 2048)")
+    p.add_argument("--context_tokenizer", "--context-tokenizer", default="smollm2",
+                   help="tokenizer of --context_tokens: smollm2 | hf:<dir>")
     p.add_argument("--out", default="runs/score", help="output folder (default runs/score)")
     p.add_argument("--cache", default=None, help="response cache sqlite for the LLM judge (default under "
                                                  "$MEMGYM_CACHE; 'none' disables)")

@@ -76,6 +76,29 @@ def check_out_dir(path: str | Path, field: str = "out") -> None:
                               "path (it is created if missing)")
 
 
+def out_dir_problem(path: str | Path, *, what: str, writes: str, own: Sequence[str] = (), mark: str | None = None,
+                    field: str = "out") -> str:
+    """Why a command must not write its outputs into the folder ``path`` ("" when it may): it is
+    a file, or it holds entries other than the command's own outputs ``own``, which count as its
+    own only beside ``mark``, its main output (a folder holding a user's ``report.md`` is not a
+    previous run's). ``what`` names the command's outputs (``memgym score output``), ``writes``
+    what it would overwrite. The one rule for ``memgym evolve``, ``score`` and ``program eval``
+    (``--out /`` included: never a write into a folder of someone else's files)."""
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        return (f"{_flag(field)} {path}: is an existing file, not a directory; give a directory path (it is created "
+                "if missing)")
+    if not p.is_dir():
+        return ""
+    names = sorted(x.name for x in p.iterdir())
+    ours = set(own) if mark is None or mark in names else set()
+    others = [n for n in names if n not in ours]
+    if not others:
+        return ""
+    shown = ", ".join(others[:5]) + (f" (+{len(others) - 5} more)" if len(others) > 5 else "")
+    return f"{path} holds files but no {what} ({shown}); {writes}: choose a new or empty folder"
+
+
 def check_fields(obj) -> None:
     """Apply the ``CHECKS`` rules (module docstring) of every class in ``type(obj).__mro__`` to every field of the dataclass ``obj``,
     in field order; a single string on a list field becomes a one-element list (in place).

@@ -15,14 +15,15 @@ class MemgymError(Exception):
     status 2) or the part that failed (exit status 1): ``"backend"`` (a model server or spec),
     ``"cache"``, ``"model"`` (a model package), ``"truncated"`` (a cut-off model output),
     ``"model_output"`` (a manager output that does not parse or apply), ``"data"`` (a data,
-    trajectory, QA or bank file), ``"locked"`` (a file another process holds)."""
+    trajectory, QA or bank file), ``"locked"`` (a file another process holds); ``"offline"`` (a data
+    host that cannot be reached, so the user fetches by hand) exits 2 like ``"usage"``."""
 
     kind = "run"
 
     @property
     def exit_status(self) -> int:
-        """2 for a usage error, 1 for anything else."""
-        return 2 if self.kind == "usage" else 1
+        """2 for a usage error or an unreachable data host, 1 for anything else."""
+        return 2 if self.kind in ("usage", "offline") else 1
 
 
 class ConfigError(MemgymError, ValueError):

@@ -7,9 +7,11 @@ import importlib.util
 import json
 import os
 import shutil
+import threading
 import time
 import uuid
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from llm.errors import MemgymError, OutputPathError
@@ -208,3 +210,27 @@ def prepare_smollm2_tokenizer(out_dir: Path | None = None, force: bool = False) 
     gguf = smollm2_gguf()
     _build(out, gguf, force, lambda tmp: _load_tokenizer_from_gguf(gguf).save_pretrained(str(tmp)))
     return out
+
+
+_TOKENIZER_LOCK = threading.Lock()
+
+
+@lru_cache(maxsize=1)
+def _smollm2_tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(prepare_smollm2_tokenizer()))
+
+
+def estimate_tokens(messages: list[dict], text: str) -> tuple[int, int]:
+    """(prompt, completion) token counts of one chat exchange in SmolLM2's tokenizer: the prompt
+    as its ChatML template renders ``messages`` (generation prompt added), the completion
+    ``text`` alone. What memgym books, marked as an estimate, when a server's usage is missing
+    or invalid (:func:`llm.base.token_count_problem`); other tokenizers count differently (tens
+    of percent), so an estimate is an order of magnitude, not the server's bill. Thread-safe;
+    the tokenizer loads once (~1 s)."""
+    with _TOKENIZER_LOCK:
+        tok = _smollm2_tokenizer()
+        prompt = tok.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+        return (len(tok(prompt, add_special_tokens=False)["input_ids"]),
+                len(tok(text, add_special_tokens=False)["input_ids"]) if text else 0)

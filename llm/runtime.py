@@ -9,7 +9,8 @@ from llm.base import Backend, GenerationParams
 
 
 class RoleBackend:
-    """Wraps a backend for one role and books its real calls and tokens to that role."""
+    """Wraps a backend for one role and books its real calls and tokens to that role (and, under
+    ``tokens[role]["estimated"]``, how many of those calls' counts are estimates)."""
 
     def __init__(self, inner: Backend, role: str, ledger: "Runtime"):
         self.inner, self.role, self.ledger = inner, role, ledger
@@ -31,9 +32,12 @@ class RoleBackend:
             out = self.inner.generate(batch, params)
         for c in out:
             if not c.cached:
+                t = self.ledger.tokens[self.role]
                 self.ledger.calls[self.role] += 1
-                self.ledger.tokens[self.role]["prompt"] += c.prompt_tokens
-                self.ledger.tokens[self.role]["completion"] += c.completion_tokens
+                t["prompt"] += c.prompt_tokens
+                t["completion"] += c.completion_tokens
+                if c.estimated:  # the server's counts were missing or invalid (llm.base.Completion)
+                    t["estimated"] = t.get("estimated", 0) + 1
         return out
 
     def forget(self, batch, params: GenerationParams, schemas=None) -> None:

@@ -1,4 +1,4 @@
-"""JSON schemas of the four managers' outputs (``DESIGN.md`` § "Structured outputs"): pydantic's
+"""JSON schemas of the four managers' outputs (``docs/design.md`` § "Structured outputs"): pydantic's
 schema of :data:`memory_bank.actions.CoreOp` / :class:`memory_bank.actions.PartOutput`, closed
 (:func:`llm.structured.closed_schema`) and narrowed to what the prompt shows: a part's
 ``UPDATE``/``DELETE``/``MERGE`` ids become an ``enum`` of the shown ids (none shown: only ``ADD``;

@@ -1,6 +1,6 @@
 """Rollout samples of the dense session reward, one per (conversation, session t, manager m):
 the prompt is built from the expert's bank after session t-1 and the QA of session t scores
-the completion (DESIGN.md § "Dense session reward and ADRPO").
+the completion (docs/design.md § "Dense session reward and ADRPO").
 """
 from __future__ import annotations
 

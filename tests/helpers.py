@@ -71,13 +71,18 @@ class ScriptedBackend:
         return out
 
 
+_REAL = object()
+
+
 class FaultyServer(BackendHTTPServer):
     """:class:`llm.server.BackendHTTPServer` for client tests: every chat completion first waits
-    ``delay_s``; the first ``fail_first`` get HTTP ``fail_status`` (type ``server_error``)."""
+    ``delay_s``; the first ``fail_first`` get HTTP ``fail_status`` (type ``server_error``);
+    ``usage`` (when given) is sent as the answer's ``usage`` instead of the real counts (None:
+    no ``usage`` key), as a misbehaving or hostile server would."""
 
-    def __init__(self, *args, fail_first: int = 0, fail_status: int = 503, delay_s: float = 0.0, **kw):
+    def __init__(self, *args, fail_first: int = 0, fail_status: int = 503, delay_s: float = 0.0, usage=_REAL, **kw):
         super().__init__(*args, **kw)
-        self.fail_first, self.fail_status, self.delay_s = fail_first, fail_status, delay_s
+        self.fail_first, self.fail_status, self.delay_s, self.usage = fail_first, fail_status, delay_s, usage
         self._answered = 0
 
     def chat_completion(self, body: dict) -> dict:
@@ -87,7 +92,12 @@ class FaultyServer(BackendHTTPServer):
         time.sleep(self.delay_s)
         if n <= self.fail_first:
             raise _RequestError(self.fail_status, f"injected failure {n}/{self.fail_first}", "server_error")
-        return super().chat_completion(body)
+        out = super().chat_completion(body)
+        if self.usage is None:
+            del out["usage"]
+        elif self.usage is not _REAL:
+            out["usage"] = self.usage
+        return out
 
 
 def trainable_state(model) -> dict:

@@ -1,6 +1,6 @@
 """Package code states contracts, not history, and imports flow one way.
 
-DESIGN.md § Layout: ``launch → training, evolution → rewards → data_synth → memory_bank → llm``,
+docs/design.md § "Layout": ``launch → training, evolution → rewards → data_synth → memory_bank → llm``,
 and inside ``evolution`` ``search → execution``. Package code holds no issue or stop numbers and no
 dates of this project's era (benchmark data such as LoCoMo's 2023 sessions is not history)."""
 from __future__ import annotations
@@ -64,3 +64,19 @@ def test_the_history_pattern_catches_what_it_should():
     assert HISTORY.search("fixed in issue 20") and HISTORY.search("stop 23, on whole sessions")
     assert HISTORY.search("measured 2026-12-01") and not HISTORY.search("2023-05-08, Monday 8 May 2023")
     assert not HISTORY.search("an issue with the schema") and not HISTORY.search("stop_reason 3")
+
+
+def test_package_code_cites_the_design_document_in_the_repo():
+    """Citations name ``docs/design.md`` and one of its sections, or a paper; never a file outside the repo."""
+    headings = {ln.lstrip("#").strip() for ln in (ROOT / "docs" / "design.md").read_text().splitlines()
+                if ln.startswith("#")}
+    outside, unknown = [], []
+    for f in _files():
+        text = f.read_text()
+        if re.search(r"DESIGN\.md|shared/seeds|seeds/0", text):
+            outside.append(str(f.relative_to(ROOT)))
+        flat = " ".join(text.split())
+        unknown += [f"{f.relative_to(ROOT)}: {s}" for s in re.findall(r"docs/design\.md`{0,2} § [\"']([^\"']+)[\"']", flat)
+                    if s not in headings]
+    assert not outside, "package code citing files outside the repo: " + ", ".join(outside)
+    assert not unknown, "citations of sections docs/design.md does not have:\n" + "\n".join(unknown)

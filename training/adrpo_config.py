@@ -1,6 +1,6 @@
 """``ADRPOConfig``: TRL's ``GRPOConfig`` plus the ADRPO fields (weighting, dense session reward,
-data). Source: MemBuilder (arXiv 2601.05488) §3.4 and its review
-(``../shared/seeds/004_2e899ffbe394021e.txt``, Eq. 12).
+data). Source: MemBuilder (arXiv 2601.05488) §3.4 and Eq. 12, with
+the correction of docs/design.md § "Dense session reward and ADRPO", step 7.
 """
 from __future__ import annotations
 
@@ -157,8 +157,8 @@ class ADRPOConfig(MemoryEvalFields, GRPOConfig):
                 "ADRPOConfig.constrained: ADRPO rollouts cannot be schema-constrained. GRPO's policy gradient needs "
                 "completions sampled from the policy's own distribution (a grammar mask changes it, so the "
                 "log-probability ratios and the KL term would be wrong); set constrained: false. Constrained "
-                "decoding is for inference (memgym eval / program eval / synth), see DESIGN.md "
-                "'Structured outputs'.")
+                "decoding is for inference (memgym eval / program eval / synth), see docs/design.md "
+                "§ 'Structured outputs'.")
         checks = [
             ("weighting", self.weighting in WEIGHTINGS, f"one of {WEIGHTINGS}"),
             ("alpha", self.alpha > 0, "> 0"),

@@ -1,8 +1,8 @@
 """The paper's Eq. 12 (``weighting: unclipped``) for the ablation: TRL 1.16's loss with the
 per-token surrogate swapped, as TRL's gmpo / gspo-token trainers do.
 
-Source: MemBuilder (arXiv 2601.05488) Eq. 12 and its review
-(``../shared/seeds/004_2e899ffbe394021e.txt``). With ρ the token's importance ratio, Â its
+Source: MemBuilder (arXiv 2601.05488) Eq. 12, analysed in docs/design.md § "Dense session reward and
+ADRPO", step 7. With ρ the token's importance ratio, Â its
 group-normalised advantage and w = w(m):
 
 - ``none``: ``-min(ρÂ, clip(ρ, 1-ε_low, 1+ε_high)·Â)``;

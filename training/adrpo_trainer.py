@@ -1,7 +1,7 @@
 """``ADRPOTrainer``: TRL's ``GRPOTrainer`` with the dense session reward and contribution-aware
 weighting: each completion's advantage is multiplied by w(m) after
 ``_generate_and_score_completions`` (as TRL's MiniLLM trainer edits advantages) and TRL's own
-loss does the rest. Source: MemBuilder (arXiv 2601.05488) §3.4; DESIGN.md step 7.
+loss does the rest. Source: MemBuilder (arXiv 2601.05488) §3.4; docs/design.md § "Dense session reward and ADRPO", step 7.
 
 Logs ``reward_parts/*`` means, ``dominant/*`` counts, ``adrpo/weight_mean`` and
 ``frac_reward_zero_std/<mode>`` beside TRL's own logs.

@@ -4,7 +4,7 @@ CPU-safe TRL defaults) is :func:`parse_training_args` (``python -m training.<sta
 train`` registers the same parsers in its command tree, :mod:`launch.registry`); the model path
 rules are :func:`llm.specs.resolve_model_path`.
 
-Sources: ``DESIGN.md`` § "Training stack" (configs are dataclasses parsed by
+Sources: ``docs/design.md`` § "Training stack" (configs are dataclasses parsed by
 ``trl.TrlParser``; CPU facts for TRL 1.16: pass ``bf16=False`` and ``use_cpu=True``) and
 § "Embedded defaults" (the policy ``smollm2`` is the SmolLM2-135M-Instruct dir prepared by
 :func:`llm.models.prepare_smollm2`).

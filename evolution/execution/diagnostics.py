@@ -1,6 +1,6 @@
 """Pipeline diagnostics d_ext, d_idx, d_ret (PrisMem cold start), per task and per capability.
 
-Source: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``), appendix "diagnostics". With
+Source: PrisMem (arXiv 2610.06361), appendix "diagnostics". With
 ``m(e, Z) = max_{z ∈ Z} cos(φ(e), φ(z))`` (0.0 for empty Z) and e an evidence turn's text
 (its caption when empty): d_ext = m(e, units of e's session), d_idx = m(e, retrieve(e as the
 query)), d_ret = m(e, retrieve(the question's query)). Retrieved text is split into non-empty

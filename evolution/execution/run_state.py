@@ -67,7 +67,7 @@ class RunState(ExtractStage):
         budget = self.runner.context_budget
         texts = [budget.cut(r["text"]) if budget else r["text"] for r in results]
         preds = self._answer(questions, info, texts)
-        scores = self._score(questions, texts, preds)
+        scores = self._score(questions, texts, preds, conv)
         tasks = [TaskResult(conv.id, q, p["query"], p["ok"], t, pr, s["score"], r["error"], s["judge"], s["detail"])
                  for q, p, r, t, pr, s in zip(questions, plans, results, texts, preds, scores)]
         return tasks, trace
@@ -175,12 +175,18 @@ class RunState(ExtractStage):
                 self.cache.put_json("answer", keys[i], cached[i])
         return cached
 
-    def _score(self, questions: list[QAItem], retrieved: list[str], preds: list[str | None]) -> list[dict]:
+    def _score(self, questions: list[QAItem], retrieved: list[str], preds: list[str | None],
+               conv: Conversation) -> list[dict]:
         """``{"score", "judge", "detail"}`` per question (judge requests and replies of an LLM
-        scorer; a cached plain float from an older cache reads as a score without them)."""
+        scorer, a grounded scorer's parts; a cached plain float from an older cache reads as a
+        score without them). A scorer reading the source text keys on the evidence ids and the
+        conversation's text."""
+        grounded = getattr(self.scorer, "needs_source", False)
+        source = stable_hash("source", *(t.render() for x in conv.sessions for t in x.turns)) if grounded else None
         keys = [stable_hash("score", self.stage_hash["score"], self._identity("scorer"), q.question, q.answer,
                             q.category, p, r if not self.scorer.needs_prediction else None,
-                            *([q.id, list(q.rubric)] if q.rubric or self.settings.scorer == "llm" else []))
+                            *([q.id, list(q.rubric)] if q.rubric or self.settings.scorer == "llm" else []),
+                            *([list(q.evidence), source] if grounded else []))
                 for q, r, p in zip(questions, retrieved, preds)]
         cached = [self.cache.get_json("score", k) for k in keys]
         cached = [c if c is None or isinstance(c, dict) else {"score": float(c), "judge": [], "detail": None}
@@ -191,7 +197,7 @@ class RunState(ExtractStage):
             with self.runner.model_lock:
                 calls0 = self.rt.calls_snapshot()
                 values, last = score_items(self.scorer, [questions[i] for i in todo], [retrieved[i] for i in todo],
-                                           [preds[i] for i in todo])
+                                           [preds[i] for i in todo], conv)
                 judged = self.rt.calls_since(calls0)["calls"].get("judge", 0)
             if len(last) != len(todo):
                 last = [None] * len(todo)

@@ -1,6 +1,6 @@
 """The stage-cached memory-program runner: extract → index → plan → retrieve → answer → score.
 
-Source: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``), appendices "memory interface"
+Source: PrisMem (arXiv 2610.06361), appendices "memory interface"
 and "revision-aware execution reuse". Program code runs only inside
 :class:`evolution.execution.sandbox.SandboxedProgram`. Each stage output is cached under the
 stage's cumulative component hash and the hash of its actual inputs, so a child re-executes

@@ -1,6 +1,6 @@
 """Run an untrusted memory-program source in a subprocess sandbox.
 
-Source: PrisMem (shared/seeds/000_0e559b88b400976a.txt), appendix "execution checks": allowed
+Source: PrisMem (arXiv 2610.06361), appendix "execution checks": allowed
 imports only, no network, bounded time and memory. The child (``evolution.execution.sandbox_child``)
 runs under ``prlimit`` rlimits in its own session, ``python -I -B`` in a scratch dir with a
 minimal environment, confined by the kernel (:mod:`evolution.execution.confine`; refused

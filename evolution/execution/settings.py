@@ -86,11 +86,14 @@ class RunnerSettings(BenchmarkFields, ModelsSection):
     conv-NN>[,...]`` (replay), or a trained extractor's backend spec ``hf:<dir>`` /
     ``openai:<url>#<model>``. plan_mode: ``llm`` (the task LLM with PLANNING_INSTRUCTION) or
     ``question`` (no LLM call: the question text goes into the Query by
-    :func:`memory_bank.program.text_query`; an offline/ablation setting). scorer: ``answer-recall`` |
-    ``f1`` | ``rubric-recall`` (BEAM) | ``llm`` (then ``judge_model``: the official judge of
-    ``dataset``, see :func:`rewards.scoring.scorers.make_scorer`). The three left None = the
-    command's default (``COMMAND_DEFAULTS``, :class:`llm.checks.Section`; a bare
-    :class:`RunnerSettings` takes ``instruction``, ``llm``, ``answer-recall``). Token limits are in tokens of the respective
+    :func:`memory_bank.program.text_query`; an offline/ablation setting). scorer: ``grounded-recall``
+    (the default offline scorer, :mod:`rewards.scoring.grounded`: gold evidence held verbatim, so it
+    measures programs over ``turns`` or extractors that copy text) | ``f1`` | ``llm`` (then
+    ``judge_model``: the official judge of ``dataset``, see
+    :func:`rewards.scoring.scorers.make_scorer`) | the word-coverage proxies ``answer-recall`` and
+    ``rubric-recall`` (BEAM), kept as named alternatives (:data:`rewards.scoring.scorers.BLIND_SPOTS`).
+    The three left None = the command's default (``COMMAND_DEFAULTS``, :class:`llm.checks.Section`;
+    a bare :class:`RunnerSettings` takes ``instruction``, ``llm``, ``grounded-recall``). Token limits are in tokens of the respective
     model; ``answer_max_new_tokens`` None = the dataset's (:attr:`answer_tokens`).
     program_llm_calls: toolkit.llm budget per conversation's sandbox. diagnostics: also retrieve
     with each evidence turn as the query (d_idx). workers: conversations of one evaluation run
@@ -106,10 +109,10 @@ class RunnerSettings(BenchmarkFields, ModelsSection):
     (:class:`evolution.execution.context_budget.ContextBudget`), the same for every program.
     """
 
-    COMMAND_DEFAULTS = {"extractor": "instruction", "plan_mode": "llm", "scorer": "answer-recall"}
+    COMMAND_DEFAULTS = {"extractor": "instruction", "plan_mode": "llm", "scorer": "grounded-recall"}
     CHECKS = {"extractor": {"spec": "extractor", "words": ("instruction", "turns")},
               "plan_mode": {"choices": ("llm", "question")},
-              "scorer": {"choices": ("answer-recall", "rubric-recall", "f1", "llm")},
+              "scorer": {"choices": ("grounded-recall", "answer-recall", "rubric-recall", "f1", "llm")},
               "extract_max_new_tokens": {"min": 1}, "extractor_max_new_tokens": {"min": 1},
               "extractor_context_tokens": {"min": 2}, "extractor_segment_tokens": {"min": 1},
               "plan_max_new_tokens": {"min": 1}, "answer_max_new_tokens": {"min": 1}, "program_llm_calls": {"min": 0},
@@ -125,8 +128,10 @@ class RunnerSettings(BenchmarkFields, ModelsSection):
         "help": "llm (PLANNING_INSTRUCTION) | question (no LLM: the question fills the Query) (default: eval and "
                 "evolve question, program eval llm)"})
     scorer: str | None = field(default=None, metadata={
-        "help": "answer-recall | rubric-recall (beam) | f1 | llm (the dataset's official judge) (default: eval f1, "
-                "program eval and evolve answer-recall; eval also reports answer-recall beside it)"})
+        "help": "grounded-recall (offline: the gold evidence held verbatim and the answer inside real conversation "
+                "text) | f1 | llm (the dataset's official judge) | answer-recall | rubric-recall (beam; word-coverage "
+                "proxies a query-independent word list games) (default: eval f1, program eval and evolve "
+                "grounded-recall; eval also reports answer-recall beside it)"})
     extract_max_new_tokens: int = field(default=1024, metadata={"help": "tokens per instruction extraction"})
     extractor_max_new_tokens: int = field(default=512, metadata={"help": "tokens per trained-extractor output"})
     extractor_context_tokens: int | None = field(default=None, metadata={

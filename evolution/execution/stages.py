@@ -1,5 +1,5 @@
 """Building blocks of the stage-cached runner: the stage output cache, cache keys and the
-host-side extract and plan prompts. Source: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``),
+host-side extract and plan prompts. Source: PrisMem (arXiv 2610.06361),
 appendices "memory interface" and "revision-aware execution reuse". Lengths in characters.
 """
 from __future__ import annotations

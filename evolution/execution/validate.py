@@ -1,6 +1,6 @@
 """Four-level validation of a candidate memory program before any task-model call.
 
-Source: PrisMem (shared/seeds/000_0e559b88b400976a.txt), appendix "execution checks":
+Source: PrisMem (arXiv 2610.06361), appendix "execution checks":
 1. source and module completeness (parses, allowed imports, differs from its parent, loads,
    defines MemoryUnit, Query, Memory and the three instructions);
 2. schema and signature compatibility;

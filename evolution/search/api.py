@@ -5,7 +5,8 @@ recipe to a run for ``memgym evolve``, ``--resume``, ``memgym evolve experiment`
 strategy named by the recipe's ``ablation`` (:func:`evolution.search.strategies.strategy_for`),
 the proposer (:func:`evolution.search.proposers.make_proposer` unless one is given), the
 trace-guided integrator, the stage cache, the evaluator, the validation limits and the
-run state with its callbacks: :class:`~evolution.search.callbacks.RunDirWriter`,
+run state with its callbacks: :class:`~evolution.search.callbacks.RunDirWriter`, the proposer
+when it is a :class:`~evolution.search.protocols.Callback` (``replay``),
 :class:`~evolution.search.callbacks.ProgressBar`, :class:`~evolution.search.callbacks.ReportWriter`,
 then the caller's.
 """
@@ -38,6 +39,7 @@ def build_engine(config: EvolveConfig, *, proposer=None, callbacks=(), rt=None):
     from evolution.execution.stages import StageCache
     from evolution.execution.validate import ValidationLimits
     from evolution.search.callbacks import ProgressBar, ReportWriter, RunDirWriter
+    from evolution.search.protocols import Callback
     from evolution.search.engine import Engine
     from evolution.search.evaluator import Evaluator
     from evolution.search.proposers import make_proposer
@@ -58,23 +60,21 @@ def build_engine(config: EvolveConfig, *, proposer=None, callbacks=(), rt=None):
     limits = ValidationLimits(
         sandbox=SandboxLimits(call_timeout_s=cfg.validate_timeout_s, load_timeout_s=max(10.0, cfg.validate_timeout_s)),
         probe_units=cfg.probe_units, probe_batches=cfg.probe_batches)
-    return Engine(state, strategy, proposer or make_proposer(cfg, rt), Evaluator(rt, cfg, cache, state.splits),
-                  limits, integrator)
+    proposer = proposer or make_proposer(cfg, rt)
+    if isinstance(proposer, Callback):  # e.g. replay, which checks each round against its recording
+        state.callbacks.insert(1, proposer)
+    return Engine(state, strategy, proposer, Evaluator(rt, cfg, cache, state.splits), limits, integrator)
 
 
 def fresh_dir_problem(out: Path) -> str:
-    """Why ``out`` cannot take a new run ("" when it can): it holds a run, or other files."""
+    """Why ``out`` cannot take a new run ("" when it can): it holds a run, or other files
+    (:func:`llm.checks.out_dir_problem`)."""
+    from llm.checks import out_dir_problem
+
     if (out / "state.json").exists() or (out / "recipe.json").exists():
         return f"{out} already holds a run; continue it with: memgym evolve --resume {out}"
-    if out.exists() and not out.is_dir():
-        return f"--out {out} is a file, not a folder"
-    if out.is_dir():
-        others = sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME)
-        if others:
-            shown = ", ".join(others[:5]) + (f" (+{len(others) - 5} more)" if len(others) > 5 else "")
-            return (f"{out} holds files but no memgym evolve run ({shown}); a run would overwrite report.md, best.py, "
-                    "summary.json and others there: choose a new or empty folder")
-    return ""
+    return out_dir_problem(out, what="memgym evolve run", own=(LOCK_NAME,),
+                           writes="a run would overwrite report.md, best.py, summary.json and others there")
 
 
 def _remove_new(out: Path, before: set[str], existed: bool) -> None:

@@ -1,5 +1,5 @@
 """The evolution archive: every candidate with its lineage and scores per split, the base program,
-one specialist per capability and the selection history (PrisMem Algorithm 1; DESIGN.md § "Run
+one specialist per capability and the selection history (PrisMem Algorithm 1; docs/design.md § "Run
 state"). Plain JSON (:meth:`Archive.to_json` / :meth:`Archive.from_json`), restored exactly on
 ``--resume``.
 """

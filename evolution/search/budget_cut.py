@@ -1,7 +1,7 @@
 """How much gold evidence a program loses to the context budget: the share of evidence turns that
 the program retrieves for themselves but that the budget's cut removes.
 
-Source: DESIGN.md § "Judges and scoring" (one context budget for every program,
+Source: docs/design.md § "Judges and scoring" (one context budget for every program,
 :mod:`evolution.execution.context_budget`). Read from a diagnostics run's probes
 (:class:`evolution.execution.results.ConversationTrace.probes`: what ``retrieve`` returned with each
 evidence turn's own text as the query). For every train task and each evidence turn e with a probe:

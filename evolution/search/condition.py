@@ -1,6 +1,6 @@
 """Condition-level merge: one program that keeps two behaviours and picks one per question by its
 own reading of the question (PrisMem stage III: integration "reconciles their conditions of use",
-shared/seeds/000_0e559b88b400976a.txt).
+arXiv 2610.06361).
 
 - :class:`QuestionReader`: a Bernoulli naive-Bayes reader trained on the train split's questions
   and primary labels: ``bias + sum(weight[w] for each distinct kept word w) > 0``, the kept words

@@ -3,7 +3,7 @@ overrides). The field names in the issue's Contract (dataset, path, train, valid
 extractor, plan_mode, scorer, task_model, proposer, coder_model, rounds_cold, rounds_refine,
 rounds_integrate, seed, workers, out) are stable: scripts and later issues rely on them.
 
-Splits (DESIGN.md § "Capability-driven evolution"): LoCoMo train conv-26, conv-30; valid
+Splits (docs/design.md § "Capability-driven evolution"): LoCoMo train conv-26, conv-30; valid
 conv-41, conv-42; test the other six. LongMemEval: the S subset with ``s_splits.json`` (train
 52, valid 47, test 100 question ids). BEAM (PrisMem's protocol, ``beam/README.md``): train the
 100K chats 3-10 (160 questions), valid the 100K chats 11-16 (120), test the eight 1M chats
@@ -24,7 +24,7 @@ from rewards.scoring.selection import CapabilityLabels
 from llm.embeddings import EMBEDDER_HELP, check_embedder_spec
 
 ABLATIONS = ("none", "holistic", "round_robin", "random_cases", "no_integration")
-"""DESIGN.md § "Capability-driven evolution" (ablations; PrisMem Table 4), see
+"""docs/design.md § "Capability-driven evolution" (ablations; PrisMem Table 4), see
 :mod:`evolution.search.strategies`."""
 ROLE_BUDGETS = ("coder", "extract", "plan", "answer", "extractor", "judge")
 PROPOSERS = ("params", "coder", "replay", "scripted")
@@ -104,7 +104,7 @@ class SearchSettings(Section):
                 "behaviour for questions read as its contributors' capabilities that did not drop) | dropped (the "
                 "base's behaviour for questions read as the capabilities that dropped beyond delta)"})
     ablation: str = field(default="none", metadata={
-        "help": "none | holistic | round_robin | random_cases | no_integration (DESIGN.md ablations)"})
+        "help": "none | holistic | round_robin | random_cases | no_integration (docs/design.md § 'Ablations')"})
     test_specialists: bool = field(default=True, metadata={
         "help": "also run every specialist once on the test split (report rows, oracle-label router baseline)"})
     baselines: list[str] = field(default_factory=list, metadata={

@@ -1,7 +1,7 @@
 """Programs as sets of mergeable elements: the granularity of the offline component merge
 (:mod:`evolution.search.merge`) and of the element key (a program up to statement order).
 
-Source: DESIGN.md § "Capability-driven evolution" (trace-guided integration). An element is one
+Source: docs/design.md § "Capability-driven evolution" (trace-guided integration). An element is one
 top-level statement (keyed by the names it defines, else its ``ast.unparse`` text, e.g. an
 import) or one member of ``class Memory`` (keyed ``Memory.<name>``; ``Memory.retrieve`` is the
 retrieval component, every other member indexing). ``norm``: the normalised AST (docstrings

@@ -1,4 +1,4 @@
-"""The evolution engine (PrisMem Algorithm 1; DESIGN.md § "Capability-driven evolution").
+"""The evolution engine (PrisMem Algorithm 1; docs/design.md § "Capability-driven evolution").
 
 :class:`Engine` changes an :class:`~evolution.search.state.EvolutionState` round by round through
 the stages of its :class:`~evolution.search.protocols.Strategy`: cold start (a child becomes the
@@ -26,7 +26,7 @@ from evolution.search.proposers.base import ProposalInput
 from evolution.search.protocols import Integrator, Proposer, RoundSteps, Strategy
 from evolution.search.select import record_cases
 from evolution.search.state import EvolutionState
-from evolution.search.stops import check_endpoint
+from evolution.search.stops import check_anything_proposed, check_endpoint
 
 
 def precheck(source: str, parent: Candidate, archive: Archive) -> str:
@@ -115,7 +115,8 @@ class Engine:
         proposer = proposer or self.proposer
         cand = Candidate(cid, parent.id, round_no, stage, target, proposer.name)
         result = self._propose(cid, round_no, lambda rng: proposer.propose(inp, rng), inp, False).result
-        state.ledger.add(round_no, "coder", result.turns, result.prompt_tokens, result.completion_tokens)
+        state.ledger.add(round_no, "coder", result.turns, result.prompt_tokens, result.completion_tokens,
+                         result.estimated)
         cand.description = result.description
         cand.edits = [e.to_dict() for e in result.edits] or ([{"whole_file": True}] if result.whole_file else [])
         if not result.ok:
@@ -133,7 +134,8 @@ class Engine:
                 if again is not None:
                     state.ledger.add(round_no, "coder", again.turns - result.turns,
                                      again.prompt_tokens - result.prompt_tokens,
-                                     again.completion_tokens - result.completion_tokens)
+                                     again.completion_tokens - result.completion_tokens,
+                                     again.estimated - result.estimated)
                     if again.ok:
                         source, reason = again.source, precheck(again.source, parent, state.archive)
                         cand.edits = [e.to_dict() for e in again.edits] or [{"whole_file": True}]
@@ -261,7 +263,8 @@ class Engine:
 
     def run(self, *, resume: bool = False):
         """Run (or continue, ``resume``) the loop; returns the :class:`EvolveResult`. The caller
-        holds the run dir's lock. Raises :class:`EndpointUnreachable` (state saved)."""
+        holds the run dir's lock. Raises :class:`EndpointUnreachable` (state saved) when the
+        coder's endpoint keeps failing, or, after the run is written, when it failed every round."""
         from evolution.search.result import build_result
 
         state = self.state
@@ -292,4 +295,5 @@ class Engine:
         state.tick()
         result = build_result(state, fin)
         state.notify("on_run_end", result)
+        check_anything_proposed(state.history, state.archive, state.dir.root)
         return result

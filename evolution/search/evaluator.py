@@ -35,9 +35,13 @@ def diag_table(ev, cut: dict | None = None) -> dict:
     generated (``answered``: False when the scorer reads the retrieved text)."""
     d = ev.diagnostics or {}
     dcap = d.get("by_capability", {})
-    ret = {}
+    ret, grounded = {}, {}
     for t in ev.tasks:
         ret.setdefault(t["capability"] or "?", []).append(t["retrieved_chars"])
+        g = (t.get("detail") or {}).get("grounded")
+        if g is not None:
+            grounded.setdefault(t["capability"] or "?", []).append(g)
+            grounded.setdefault("overall", []).append(g)
     table = {}
     for cap, v in ev.by_capability.items():
         dc = dcap.get(cap, {})
@@ -45,19 +49,23 @@ def diag_table(ev, cut: dict | None = None) -> dict:
                       "d_ret": dc.get("d_ret"), "unit_chars": d.get("mean_unit_chars"),
                       "retrieved_chars": sum(ret.get(cap, [0])) / max(1, len(ret.get(cap, []))),
                       "budget_cut": ((cut or {}).get(cap) or {}).get("share")}
+        if cap in grounded:
+            table[cap]["grounded"] = sum(grounded[cap]) / len(grounded[cap])
     o = d.get("overall", {})
     table["overall"] = {"n": ev.n, "score": ev.overall, "d_ext": o.get("d_ext"), "d_idx": o.get("d_idx"),
                         "d_ret": o.get("d_ret"), "unit_chars": d.get("mean_unit_chars"),
                         "retrieved_chars": d.get("mean_retrieved_chars"),
                         "answered": "answer" not in ev.stages_skipped,
                         "budget_cut": ((cut or {}).get("overall") or {}).get("share")}
+    if "overall" in grounded:
+        g = grounded["overall"]
+        table["overall"].update(grounded=sum(g) / len(g), ungrounded=sum(1 for x in g if x == 0))
     return table
 
 
 def book_final(ledger: Ledger, ev) -> None:
     """Book an evaluation's calls on the ledger's ``final`` row."""
-    for role, u in usage_from_eval(ev).items():
-        ledger.add("final", role, u["calls"], u["prompt"], u["completion"])
+    ledger.add_usage("final", usage_from_eval(ev))
 
 
 class Evaluator:
@@ -110,7 +118,7 @@ class Evaluator:
         return run
 
     def case_texts(self, source: str, task_ids: list[str]) -> list[str]:
-        """The compact diagnostic case (DESIGN.md compact-case rules, ``cfg.case_budget``) of
+        """The compact diagnostic case (docs/design.md § "Compact diagnostic cases", ``cfg.case_budget``) of
         ``source`` on each train task id (``conversation/qa``), in order."""
         run = self.train_run(source)
         traces = {tr.conversation.id: tr for tr in run.traces}

@@ -1,5 +1,5 @@
 """Trace-guided integration (PrisMem stage III): consolidate the capability specialists into one
-program. Source: DESIGN.md § "Capability-driven evolution", step 3.
+program. Source: docs/design.md § "Capability-driven evolution", step 3.
 
 - paired differential case (:func:`paired_cases`), acceptance (:func:`integration_verdict`),
   blame (:func:`blame`, :func:`blame_elements`): :mod:`evolution.search.integration_rules`.

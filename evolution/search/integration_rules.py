@@ -2,7 +2,7 @@
 differential cases, the acceptance verdict, and blame (which specialist, and which of its
 elements, a retry leaves out).
 
-Source: DESIGN.md § "Capability-driven evolution", step 3. Applied by :mod:`evolution.search.integrate`.
+Source: docs/design.md § "Capability-driven evolution", step 3. Applied by :mod:`evolution.search.integrate`.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Offline component-level merge of capability specialists (PrisMem stage III without an LLM).
 
-Source: DESIGN.md § "Capability-driven evolution" (trace-guided integration). Granularity: the
+Source: docs/design.md § "Capability-driven evolution" (trace-guided integration). Granularity: the
 elements of :mod:`evolution.search.elements`. Each specialist S is compared, element by element,
 with its merge base: the latest version of the element in S's lineage that the base's lineage also
 holds (else S's common ancestor with the base). No specialist changed it → the base's version; one

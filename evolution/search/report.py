@@ -18,7 +18,8 @@ plus ``candidates_rejected``, ``final_id``, ``boundary`` (:func:`boundary`), ``b
 (:func:`evolution.search.select.freeze_choice`), ``integrated``, ``stopped`` (reason or null),
 ``ledger``, ``scorer``, ``judge_protocol``, ``sandbox`` (mode label) and the cost keys
 (:func:`cost_summary`): ``tokens_by_round`` (``{"rounds": {round: {role: tokens, "total"}}, "run":
-{...}}``), ``test_tokens_per_question`` (``{role: float}``, {} without a test run) and ``budgets``.
+{...}}``), ``test_tokens_per_question`` (``{role: float}``, {} without a test run), ``budgets`` and
+``estimated_calls`` (``{role: calls whose token counts are tokenizer estimates}``, {} when none).
 ``candidates_evaluated`` excludes the seed; ``proposals_failed`` counts proposals not evaluated.
 """
 from __future__ import annotations
@@ -354,7 +355,8 @@ def cost_summary(state, fin: dict) -> dict:
     n = len(final_test.get("tasks") or {})
     return {"tokens_by_round": tokens_by_round(state.ledger),
             "test_tokens_per_question": per_question(fin.get("final_test_usage") or {}, n),
-            "test_questions": n, "budgets": {r: b for r, b in state.ledger.budgets.items() if b is not None}}
+            "test_questions": n, "budgets": {r: b for r, b in state.ledger.budgets.items() if b is not None},
+            "estimated_calls": state.ledger.estimated()}
 
 
 def _k(v) -> str:
@@ -381,6 +383,11 @@ def cost_section(summary: dict) -> list[str]:
                    + " | ".join(_k(pq[c]) for c in TABLE_ROLES) + f" | {_k(pq['total'])} |")
     out += ["", "`task` = the task model's extract + plan + answer calls; PrisMem reports 73.7M tokens per "
                 "20-round BEAM run (M* 76.5M) and 100.59K task tokens per BEAM-1M test question."]
+    est = summary.get("estimated_calls") or {}
+    if est:
+        out.append("- **estimated token counts**: " + ", ".join(f"{r} {n:,} call{'s' * (n != 1)}" for r, n in est.items())
+                   + " (the server's or the recording's counts were missing or invalid, so they were counted with the "
+                     "SmolLM2 tokenizer)")
     budgets = summary.get("budgets") or {}
     out.append("- budgets: " + (", ".join(f"{r} {b:,} tokens" for r, b in budgets.items()) if budgets else "none")
                + (f"; **the run ended early: {summary['stopped']}**" if summary.get("stopped") else ""))

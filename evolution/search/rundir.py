@@ -1,6 +1,6 @@
 """The run directory of ``memgym evolve``: atomic JSON/text writes and the file layout.
 
-Layout (DESIGN.md § "Run state")::
+Layout (docs/design.md § "Run state")::
 
     DIR/recipe.json          the recipe as run (``--resume`` reads it)
     DIR/seed.py              the starting program

@@ -1,4 +1,4 @@
-"""Search strategies by name: the full method and its ablations (PrisMem Table 4; DESIGN.md §
+"""Search strategies by name: the full method and its ablations (PrisMem Table 4; docs/design.md §
 "Capability-driven evolution": "Ablations are switches"). A strategy
 (:class:`evolution.search.protocols.Strategy`) bundles the target, parent and case policies,
 the acceptance rule and the stage schedule; the recipe's ``ablation`` names it

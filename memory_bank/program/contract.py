@@ -1,4 +1,4 @@
-"""The memory-program contract (PrisMem, ``shared/seeds/000_0e559b88b400976a.txt``, appendix
+"""The memory-program contract (PrisMem, arXiv 2610.06361, appendix
 "memory interface"): ONE module defining dataclasses ``MemoryUnit`` and ``Query`` with
 JSON-compatible fields (:data:`memory_bank.program.records.FIELD_KINDS`); non-empty strings
 ``EXTRACTION_INSTRUCTION``, ``PLANNING_INSTRUCTION``, ``ANSWER_INSTRUCTION``; and ``class Memory``

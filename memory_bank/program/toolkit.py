@@ -1,6 +1,6 @@
 """The toolkit a memory program gets in ``Memory.__init__`` (the task LLM and the embedder behind
 call budgets and argument limits, plus pure helpers; PrisMem's memory interface,
-``shared/seeds/000_0e559b88b400976a.txt``) and the adapter from memgym's backends to its host."""
+arXiv 2610.06361) and the adapter from memgym's backends to its host."""
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext

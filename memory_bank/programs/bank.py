@@ -1,7 +1,7 @@
 """MemBuilder's four-part memory bank as a memory program: the trained extractor's bank, read by
 MemBuilder's retriever.
 
-Source: MemBuilder (arXiv 2601.05488) §3.3 and ``DESIGN.md`` § "Retrieval for QA": the answer
+Source: MemBuilder (arXiv 2601.05488) §3.3 and ``docs/design.md`` § "Retrieval for QA": the answer
 model sees the core block plus the top-k (k = 10) entries of episodic ∪ semantic ∪ procedural
 by cosine similarity of the question to the entry text. This program reproduces
 ``memory_bank.retrieval.BankRetriever`` and ``Retrieved.render`` exactly, so that

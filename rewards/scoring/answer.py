@@ -1,6 +1,6 @@
 """Answering a question from retrieved memory with an LLM backend.
 
-Source: DESIGN.md § "Dense session reward" step 3 (acc = judge(answer(q, retrieve(bank, q)), a)).
+Source: docs/design.md § "Dense session reward and ADRPO", step 3 (acc = judge(answer(q, retrieve(bank, q)), a)).
 The prompt wording is memgym's own. The abstention phrase it asks for, "No information
 available", is the one LoCoMo's category-5 rule accepts (see :mod:`rewards.scoring.metrics`).
 All budgets here are in characters, except ``max_new_tokens`` (tokens of the answer model).

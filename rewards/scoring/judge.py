@@ -150,7 +150,9 @@ class LLMJudge:
 @dataclass(frozen=True)
 class ScoreItem:
     """What a scorer may look at for one question: question, gold (int -> str), prediction,
-    context, category, qid, rubric. Raises TypeError naming a wrongly typed field.
+    context, category, qid, rubric, ``evidence`` (gold evidence turn ids) and ``source`` (the
+    conversation's :class:`rewards.scoring.grounded.SourceIndex`, for scorers with
+    ``needs_source``). Raises TypeError naming a wrongly typed field.
     """
 
     question: str
@@ -160,6 +162,8 @@ class ScoreItem:
     category: str | int | None = None
     qid: str | None = None
     rubric: tuple[str, ...] = ()
+    evidence: tuple[str, ...] = ()
+    source: object = None
 
     def __post_init__(self):
         if isinstance(self.gold, int) and not isinstance(self.gold, bool):
@@ -168,8 +172,9 @@ class ScoreItem:
             value = getattr(self, name)
             if not isinstance(value, str):
                 raise TypeError(f"ScoreItem.{name} must be a str, got {type(value).__name__}: {value!r:.80}")
-        if not isinstance(self.rubric, tuple):
-            object.__setattr__(self, "rubric", tuple(self.rubric))
+        for name in ("rubric", "evidence"):
+            if not isinstance(getattr(self, name), tuple):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         if self.qid is not None and not isinstance(self.qid, str):
             raise TypeError(f"ScoreItem.qid must be a str or None, got {type(self.qid).__name__}")
         if self.category is not None and (isinstance(self.category, bool) or not isinstance(self.category, (str, int))):

@@ -2,7 +2,10 @@
 
 Input JSONL: ``{"question_id", "prediction"}`` or LongMemEval's ``{"question_id",
 "hypothesis"}``, optional ``"context"``. Output: ``scores.json`` (the summary plus
-``judge_protocol``, ``unknown``, ``judge_calls``), ``rows.jsonl`` and ``report.md``.
+``judge_protocol``, ``unknown``, ``judge_calls``, ``coverage``), ``rows.jsonl`` and ``report.md``.
+A file that covers only some of the questions scores those (the official metrics leave
+missing predictions out) but its ``coverage`` says ``partial: k of n questions``; an offline
+scorer reads each context cut to the same token budget as an evaluation.
 """
 from __future__ import annotations
 
@@ -15,7 +18,9 @@ from rewards.scoring.summary import score_questions, summarise
 
 __all__ = ["PredictionsError", "read_predictions", "score_predictions", "render_scores", "write_scores"]
 
-OFFLINE_JUDGES = ("f1", "answer-recall", "rubric-recall")
+OFFLINE_JUDGES = ("grounded-recall", "f1", "answer-recall", "rubric-recall")
+#: Offline scorers that read the context (each cut to the evaluation's token budget).
+CONTEXT_JUDGES = ("grounded-recall", "answer-recall", "rubric-recall")
 #: The answer field of each accepted format: memgym's, then LongMemEval's.
 ANSWER_FIELDS = ("prediction", "hypothesis")
 
@@ -66,24 +71,35 @@ def read_predictions(path: Path | str) -> dict[str, dict]:
         if qid in out:
             raise PredictionsError(p, n, "question_id", f"duplicate id {qid!r} (line {out[qid]['line']})")
         out[qid] = {"prediction": rec[given[0]], "context": ctx, "line": n}
+    if not out:
+        raise PredictionsError(p, "-", "-", "no predictions (the file holds no JSON line)")
     return out
 
 
+def coverage(n: int, judged: int) -> str:
+    """``complete: n questions`` or ``partial: k of n questions`` (k = questions with a prediction)."""
+    return f"complete: {n} questions" if judged == n else f"partial: {judged} of {n} questions"
+
+
 def score_predictions(dataset: str, convs: list[Conversation], predictions: dict[str, dict], scorer, *,
-                      judge_protocol: str = "official", missing_as_wrong: bool = False) -> dict:
+                      judge_protocol: str = "official", missing_as_wrong: bool = False, budget=None) -> dict:
     """Score every question of ``convs`` with a prediction in one ``score`` call, the rest missing.
-    Returns the ``scores.json`` dict plus ``rows``.
+    ``budget``: a context budget (``cut(text) -> text``, e.g.
+    :class:`evolution.execution.context_budget.ContextBudget`) applied to each context before an
+    offline scorer reads it. Returns the ``scores.json`` dict plus ``rows``.
     """
     from rewards.scoring.protocols import protocol_note
 
+    cut = budget.cut if budget is not None else (lambda t: t)
     entries, known = [], set()
     for c in convs:
         for q in c.questions:
             known.add(q.id)
             pr = predictions.get(q.id)
-            ctx = (pr["context"] if pr["context"] is not None else pr["prediction"]) if pr else None
+            ctx = cut(pr["context"] if pr["context"] is not None else pr["prediction"]) if pr else None
             entries.append((c.id, q, pr["prediction"] if pr else None, ctx))
-    rows = score_questions(scorer, dataset, entries, missing={q.id for _, q, p, _ in entries if p is None})
+    rows = score_questions(scorer, dataset, entries, missing={q.id for _, q, p, _ in entries if p is None},
+                           conversations={c.id: c for c in convs})
     for r in rows:
         if r.id in predictions:
             r.trace = f"predictions line {predictions[r.id]['line']}"
@@ -91,7 +107,9 @@ def score_predictions(dataset: str, convs: list[Conversation], predictions: dict
     name = getattr(scorer, "name", "?")
     return {"dataset": dataset, "scorer": name, "judge_protocol": judge_protocol,
             **({"judge_note": protocol_note(dataset, judge_protocol)} if name == "llm" else {}),
-            **summary, "unknown": [q for q in predictions if q not in known], "judge_calls": judge_stats(scorer),
+            **summary, "coverage": coverage(summary["n"], summary["judged"]),
+            "context_budget": getattr(budget, "identity", None),
+            "unknown": [q for q in predictions if q not in known], "judge_calls": judge_stats(scorer),
             "rows": [r.to_dict() for r in rows]}
 
 
@@ -101,10 +119,15 @@ def render_scores(rep: dict, judge_spec: str) -> str:
     from rewards.scoring.report import headline_table, protocol_lines, side_by_side
 
     col = [("predictions", rep)]
+    partial = rep.get("coverage", "").startswith("partial")
     out = [f"# memgym score: {rep['dataset']}", "",
+           *([f"**{rep['coverage']}**: the scores below cover only the questions with a prediction", ""]
+             if partial else []),
            f"- judge: `{judge_spec}`; questions: {rep['n']}, judged: {rep['judged']}, missing: {len(rep['missing'])} "
            f"({'counted as wrong' if rep['missing_as_wrong'] else 'not counted, as the official metrics'}), "
            f"unknown ids ignored: {len(rep['unknown'])}",
+           *([f"- context budget: every context cut to {rep['context_budget']} before scoring"]
+             if rep.get("context_budget") else []),
            *protocol_lines(rep), "", "## Headline", "", *headline_table(rep["dataset"], col, digits=4), "",
            "## By category", "", side_by_side(rep, "by_category", col, digits=4), "",
            "## By capability", "", side_by_side(rep, "by_capability", col, digits=4)]

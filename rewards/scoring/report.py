@@ -80,8 +80,8 @@ def headline_table(dataset: str | None, columns: list[tuple[str, dict]], digits:
     return out
 
 
-#: Scorers that are memgym's offline proxies, not a benchmark's metric (DESIGN.md § Judges and scoring).
-OFFLINE_PROXIES = ("answer-recall", "rubric-recall")
+#: Scorers that are memgym's offline proxies, not a benchmark's metric (docs/design.md § Judges and scoring).
+OFFLINE_PROXIES = ("grounded-recall", "answer-recall", "rubric-recall")
 
 
 def protocol_lines(rep: dict) -> list[str]:
@@ -93,6 +93,13 @@ def protocol_lines(rep: dict) -> list[str]:
         line += (" — an offline proxy of memgym's (no judge call), not the benchmark's own number; "
                  "judge_protocol applies to the LLM judges only")
     out = [line]
+    from rewards.scoring.scorers import BLIND_SPOTS
+    if rep.get("scorer") in BLIND_SPOTS:
+        out.append(f"- what `{rep['scorer']}` cannot see: {BLIND_SPOTS[rep['scorer']]}")
+    elif rep.get("scorer") == "grounded-recall":
+        out.append("- grounded-recall: half the gold evidence turns held verbatim (runs of 4 normalised tokens), half "
+                   "the answer's (BEAM: rubric items') words inside conversation text; questions without gold "
+                   "evidence are undefined (NaN, left out of the means)")
     jc = rep.get("judge_calls")
     if jc:
         out.append(f"- judge calls: {jc['prompts']} requests, no retries (the official protocols retry none); "

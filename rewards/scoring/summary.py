@@ -50,9 +50,10 @@ class QuestionResult:
 
 
 def score_questions(scorer, dataset: str | None, entries: Sequence[tuple], trace: str | None = None,
-                    missing: set | None = None) -> list[QuestionResult]:
+                    missing: set | None = None, conversations: dict | None = None) -> list[QuestionResult]:
     """One :class:`QuestionResult` per ``(conversation_id, qa, prediction, context)`` entry, from
     one ``scorer.score`` call; ``missing`` ids are not judged. ``trace``: a format with ``{i}``.
+    ``conversations``: id -> Conversation, the source text a scorer with ``needs_source`` reads.
     """
     from data_synth.capabilities import capability_for
     from rewards.scoring.judge import ScoreItem
@@ -68,7 +69,12 @@ def score_questions(scorer, dataset: str | None, entries: Sequence[tuple], trace
                                    answer_recall(q.answer, ctx) if ctx is not None else None,
                                    trace=trace.format(i=i) if trace else None))
         if not miss:
-            todo.append((i, ScoreItem(q.question, q.answer, pred or "", ctx or "", q.category, q.id, q.rubric)))
+            source = None
+            if getattr(scorer, "needs_source", False) and conversations and conv_id in conversations:
+                from rewards.scoring.grounded import source_index
+                source = source_index(conversations[conv_id])
+            todo.append((i, ScoreItem(q.question, q.answer, pred or "", ctx or "", q.category, q.id, q.rubric,
+                                      q.evidence, source)))
     scores = scorer.score([it for _, it in todo]) if todo else []
     last = getattr(scorer, "last", None) or []
     for k, ((i, _), s) in enumerate(zip(todo, scores)):

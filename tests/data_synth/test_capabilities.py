@@ -1,4 +1,4 @@
-"""Capability mapping (DESIGN.md tables), splits and data paths."""
+"""Capability mapping (docs/design.md § "Data model"), splits and data paths."""
 from __future__ import annotations
 
 import json

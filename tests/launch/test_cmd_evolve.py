@@ -155,6 +155,33 @@ def test_f6_an_unreachable_coder_stops_the_run_non_zero_naming_the_url(tmp_path,
                                                                                 "failed"]
 
 
+def test_a_coder_endpoint_that_fails_every_round_exits_nonzero_with_the_run_written(tmp_path, capsys):
+    """Two rounds, both proposals failed on the dead endpoint (fewer than the 3 that stop a run):
+    the run is written (the seed frozen), and the command says so and exits 1, not 0."""
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    out = tmp_path / "run"
+    args = [a for a in ARGS]
+    args[args.index("--proposer") + 1] = "coder"
+    args[args.index("--rounds_cold") + 1] = "2"
+    rc = memgym(["evolve", *args, "--coder_model", f"openai:{url}#coder", "--request_retries", "0",
+                 "--out", str(out)])
+    assert rc == 1
+    line = _one_line_error(capsys)
+    assert line.startswith("memgym evolve: every proposal of the 2 round(s) failed because the coder endpoint failed, so "
+                           "nothing was evolved (the seed is the frozen program); last: coder call failed: "
+                           f"BackendRequestError: OpenAIBackend: request to {url} ")
+    assert line.endswith(f"The run directory {out} is written; fix the server (or the coder_model URL) and start a "
+                         "new run")
+    s = json.loads((out / "summary.json").read_text())
+    assert s["final_id"] == "seed" and s["rounds"] == 2 and s["proposals_failed"] == 2
+    assert (out / "best.py").read_text() == (out / "seed.py").read_text() and (out / "report.md").exists()
+    assert memgym(["evolve", "--resume", str(out), "--no_progress"]) == 1  # resuming the finished run says it again
+    assert _one_line_error(capsys) == line
+
+
 def test_f7_a_second_process_on_the_same_run_is_refused(finished_run, tmp_path, capsys):
     run = _copy(finished_run, tmp_path)
     holder = subprocess.Popen(

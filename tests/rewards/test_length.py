@@ -1,4 +1,4 @@
-"""Length penalty: exact values (DESIGN.md step 4) and token (never character) counting."""
+"""Length penalty: exact values (docs/design.md § "Dense session reward and ADRPO", step 4) and token (never character) counting."""
 from __future__ import annotations
 
 import json

@@ -12,7 +12,8 @@ def make_proposer(cfg, rt):
     """The proposer a recipe names (``cfg.proposer``): params | coder | replay | scripted. The
     coder's backend is loaded from ``cfg.coder_model`` with role ``coder`` (calls and tokens
     booked to it in the runtime); coder and replay state the run's facts
-    (:func:`evolution.search.proposers.facts.facts_for`); replay reads ``cfg.replay_from``."""
+    (:func:`evolution.search.proposers.facts.facts_for`); replay reads ``cfg.replay_from`` and checks
+    the run against it."""
     if cfg.proposer == "params":
         from evolution.search.proposers.params import ParamsProposer
         return ParamsProposer()
@@ -27,7 +28,8 @@ def make_proposer(cfg, rt):
                              facts=facts_for(cfg))
     if cfg.proposer == "replay":
         from evolution.search.proposers.facts import facts_for
-        from evolution.search.proposers.replay import ReplayProposer, load_recording
-        return ReplayProposer(load_recording(cfg.replay_from), facts_for(cfg), source=f"the recording in "
-                                                                                       f"{cfg.replay_from}")
+        from evolution.search.proposers.replay import ReplayProposer, load_recorded_archive, load_recording
+        return ReplayProposer(load_recording(cfg.replay_from, cfg.coder_max_new_tokens), facts_for(cfg),
+                              source=f"the recording in {cfg.replay_from}",
+                              archive=load_recorded_archive(cfg.replay_from))
     raise ValueError(f"unknown proposer {cfg.proposer!r}; expected params, coder, replay or scripted")

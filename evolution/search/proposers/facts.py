@@ -1,7 +1,7 @@
 """What scores a program in this run, stated in the coder's request (:func:`run_facts`).
 
-Source: DESIGN.md § "Capability-driven evolution" (proposers see the diagnostics, cases and
-lineage) and § "Diagnostics"; PrisMem (``shared/seeds/000_0e559b88b400976a.txt``) appendix on
+Source: docs/design.md § "Capability-driven evolution" (proposers see the diagnostics, cases and
+lineage) and § "Diagnostics"; PrisMem (arXiv 2610.06361) appendix on
 the proposer prompt. The program contract (``INTERFACE``) is the same in every run; these
 facts are the run's: the context budget every retrieved text is cut to (tokens, tokenizer and
 about how many characters of this dataset's turns that is), the scorer and what it reads, the
@@ -16,6 +16,14 @@ the same request. Size: about 500 words.
 from __future__ import annotations
 
 SCORERS = {
+    "grounded-recall": "grounded-recall: per question, half the credit is the share of the gold evidence turns that the "
+                       "(cut) retrieved text holds verbatim (a turn counts where runs of 4 consecutive normalised "
+                       "words of it occur in the text; 32 such words make a turn count whole), half the share of the "
+                       "reference answer's words ({what}) found inside runs of 4 words copied from the conversation "
+                       "(or the evidence share, when higher). Words outside real conversation text earn nothing: "
+                       "keyword lists, summaries in other words, or shuffled text score 0. Questions without gold "
+                       "evidence are not scored. No model call, no answer is generated, so ANSWER_INSTRUCTION is "
+                       "not used and only retrieve()'s text counts",
     "answer-recall": "answer-recall: the share of the reference answer's distinct stemmed, normalised word tokens "
                      "that occur in the (cut) retrieved text; no model call, no answer is generated, so "
                      "ANSWER_INSTRUCTION is not used and only retrieve()'s text counts",
@@ -36,7 +44,7 @@ EXTRACTORS = {
 }
 
 DIAGNOSTICS = (
-    "Diagnostics columns (train split, per capability; DESIGN.md § Diagnostics): n = tasks; score = the scorer's "
+    "Diagnostics columns (train split, per capability; docs/design.md § Diagnostics): n = tasks; score = the scorer's "
     "mean; d_ext, d_idx, d_ret are cosine maxima in [0, 1] (embedder {embedder}), averaged over the tasks' evidence "
     "turns e: d_ext = max cos(e, units extracted from e's session), d_idx = max cos(e, a line retrieve() returns "
     "when e itself is the query), d_ret = max cos(e, a line retrieve() returns for the real question) -- they are "
@@ -75,6 +83,20 @@ def approx_chars(tokens: int, tokenizer: str, convs) -> int | None:
     return None
 
 
+def capability_map_line(dataset: str) -> str:
+    """How ``dataset``'s own question categories map to the capabilities F/T/P/M/A
+    (:mod:`data_synth.capabilities`), e.g. ``LoCoMo 4 single-hop -> F, ...``."""
+    from data_synth import capabilities as caps
+
+    if dataset == "locomo":
+        pairs = [(f"{k} {caps.LOCOMO_CATEGORY_NAMES[k]}", v) for k, v in caps.LOCOMO_MAP.items()]
+    elif dataset == "longmemeval":
+        pairs = [*caps.LONGMEMEVAL_MAP.items(), ("any id ending in _abs (abstention)", caps.A)]
+    else:
+        pairs = list(caps.BEAM_MAP.items())
+    return f"{dataset}'s categories map to " + ", ".join(f"{k} -> {v.value}" for k, v in pairs)
+
+
 def run_facts(cfg, train_convs=()) -> str:
     """The "# What scores your program in this run" section of a coder request (module doc).
     ``cfg``: an :class:`evolution.search.config.EvolveConfig`; ``train_convs``: its train
@@ -91,7 +113,10 @@ def run_facts(cfg, train_convs=()) -> str:
         lines.append("- Context budget: none beyond OUT_CHAR_BUDGET (16,000 characters); everything retrieve() "
                      "returns is read.")
     judge = cfg.judge_model or "-"
-    lines.append("- Scorer: " + SCORERS[cfg.scorer].format(judge=judge) + ".")
+    what = ("BEAM: each rubric item counts when all its content words are there" if cfg.dataset == "beam"
+            else "distinct stemmed, normalised words")
+    lines.append("- Scorer: " + SCORERS[cfg.scorer].format(judge=judge, what=what) + ".")
+    lines.append("- Capabilities: " + capability_map_line(cfg.dataset) + ".")
     kind = cfg.extractor.split(":", 1)[0]
     ext = EXTRACTORS.get(kind, f"extractor `{cfg.extractor}` (a trained extractor or a replayed trajectory): its "
                                "bank entries become the units; EXTRACTION_INSTRUCTION is not used")

@@ -1,6 +1,6 @@
 '''The library of component variants the offline ``params`` proposer applies.
 
-Source: DESIGN.md § "Capability-driven evolution" (proposers): ranking, hybrid lexical+dense
+Source: docs/design.md § "Capability-driven evolution" (proposers): ranking, hybrid lexical+dense
 scoring, MMR diversity, time-hint bonus, date prefixes, chunking long units, deduplication,
 answer-instruction variants. Each variant is a list of :class:`Block` s in the same
 SEARCH/REPLACE form the coder writes; a block may carry alternative forms (the first whose

@@ -1,6 +1,6 @@
 """The offline ``params`` proposer: no LLM, seeded, deterministic given the run's RNG.
 
-Source: DESIGN.md § "Capability-driven evolution" (proposers). It proposes a library variant
+Source: docs/design.md § "Capability-driven evolution" (proposers). It proposes a library variant
 (:mod:`evolution.search.proposers.library`) that applies to the parent, or a constant mutation
 (a module-level int/float scaled by 0.5, 0.75, 1.5 or 2, a bool flipped, a string annotated
 ``# choices: a|b|c`` switched; never :data:`PROTECTED`). Children already archived are dropped,

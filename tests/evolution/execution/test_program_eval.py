@@ -91,6 +91,24 @@ def test_cli_eval_errors(tmp_path, capsys):
     assert "plan_mode" in capsys.readouterr().err
 
 
+def test_program_eval_refuses_a_folder_of_user_files(tmp_path, capsys):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import os\n")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "report.md").write_text("my notes")
+    args = ["program", "eval", str(bad), "--recipe", _recipe(tmp_path), "--validate", "true", "--out"]
+    assert memgym([*args, str(mine)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"memgym program eval: {mine} holds files but no memgym program eval output (report.md); memgym program eval "
+        "writes report.json, report.md, tasks.jsonl, units.jsonl there: choose a new or empty folder"]
+    assert [p.name for p in mine.iterdir()] == ["report.md"] and (mine / "report.md").read_text() == "my notes"
+    # its own earlier outputs are not foreign: a rerun into the same folder runs (and fails validation, exit 1)
+    out = tmp_path / "o"
+    assert memgym([*args, str(out)]) == 1 and memgym([*args, str(out)]) == 1
+    assert "validation failed at level 1" in capsys.readouterr().err.splitlines()[-1]
+
+
 def test_evaluate_program_returns_a_typed_result():
     from evolution.execution.program_eval import evaluate_program
     from evolution.execution.results import ProgramEvaluation

@@ -192,8 +192,9 @@ def competent_reply(messages: list[dict], params=None) -> str:
     return "I have no further change to propose for this program."
 
 
-def serve_coder(model: str = "fake-coder"):
-    """(server, spec): the competent coder behind an OpenAI-compatible server on 127.0.0.1;
+def serve_coder(model: str = "fake-coder", **kw):
+    """(server, spec): the competent coder behind an OpenAI-compatible server on 127.0.0.1
+    (``kw``: :func:`llm.server.serve_backend`'s, e.g. ``server_class=FaultyServer, usage=...``);
     stop with ``server.shutdown(); server.server_close()``."""
-    server, _, url = serve_backend(ScriptedBackend(competent_reply, model_id=model), served_model_name=model)
+    server, _, url = serve_backend(ScriptedBackend(competent_reply, model_id=model), served_model_name=model, **kw)
     return server, f"openai:{url}#{model}"

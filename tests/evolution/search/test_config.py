@@ -1,4 +1,4 @@
-"""The evolve recipes parse into EvolveConfig with DESIGN.md's splits; bad recipes fail clearly."""
+"""The evolve recipes parse into EvolveConfig with the splits of docs/design.md § "Data model"; bad recipes fail clearly."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,7 +22,7 @@ def test_offline_recipe_has_the_design_splits_and_runs_without_models():
     assert (cfg.train, cfg.valid) == (["conv-26", "conv-30"], ["conv-41", "conv-42"])
     assert cfg.test == ["conv-43", "conv-44", "conv-47", "conv-48", "conv-49", "conv-50"]
     assert (cfg.extractor, cfg.plan_mode, cfg.scorer, cfg.proposer, cfg.rounds_integrate) == \
-        ("turns", "question", "answer-recall", "params", 0)
+        ("turns", "question", "grounded-recall", "params", 0)
     assert (RECIPES / "evolve_locomo_offline.yaml").read_text().startswith("# Offline")
     over = _parse("evolve_locomo_offline.yaml", "--rounds_refine", "2", "--workers", "2", "--out", "/tmp/x")
     assert (over.rounds_refine, over.workers, over.out) == (2, 2, "/tmp/x")
@@ -64,7 +64,7 @@ def test_beam_and_longmemeval_recipes_take_the_design_splits():
     off = _parse("evolve_beam_offline.yaml")
     assert (len(off.train), len(off.valid), len(off.test)) == (8, 6, 8) and off.test[0] == "1M-3"
     assert (off.extractor, off.scorer, off.proposer, off.context_tokens, off.integrate_onto) == \
-        ("turns", "rubric-recall", "params", 2048, "best")
+        ("turns", "grounded-recall", "params", 2048, "best")
     assert (off.rounds_cold, off.rounds_refine, off.rounds_integrate) == (3, 2, 1)  # the header's measured cost
     assert off.baselines == ["full_history", "bm25", "dense_topk", "hybrid_rrf", "reference"]
     assert off.dataset == "beam" and off.context_tokens == 2048

@@ -37,6 +37,29 @@ def test_tokens_by_round_sums_the_task_stages_and_orders_the_rounds():
     assert "budgets: coder 900 tokens; **the run ended early: budget of role 'coder' exhausted" in text
 
 
+def test_estimated_task_calls_are_marked_on_the_stages_and_negative_usage_is_refused():
+    from types import SimpleNamespace
+
+    import pytest
+
+    from evolution.search.ledger import usage_from_eval
+
+    ev = SimpleNamespace(model_calls={"task": 5, "judge": 2}, stage_llm_calls={"plan": 2, "answer": 3},
+                         tokens={"task": {"prompt": 500, "completion": 50, "estimated": 3},
+                                 "judge": {"prompt": 40, "completion": 2, "estimated": 2}})
+    usage = usage_from_eval(ev)
+    assert usage == {"plan": {"calls": 2, "prompt": 200, "completion": 20, "estimated": 2},
+                     "answer": {"calls": 3, "prompt": 300, "completion": 30, "estimated": 1},
+                     "judge": {"calls": 2, "prompt": 40, "completion": 2, "estimated": 2}}
+    led = Ledger()
+    led.add_usage(1, usage)
+    led.add(1, "coder", 1, 700, 300)
+    assert led.estimated() == {"plan": 2, "answer": 1, "judge": 2} and "estimated" not in led.rounds["1"]["coder"]
+    with pytest.raises(ValueError, match="negative usage for role 'coder'"):
+        led.add(2, "coder", 1, -1_000_000_000, 5000)
+    assert "2" not in led.rounds
+
+
 def test_label_usage_books_the_labels_of_the_runs_train_and_valid_questions(tmp_path):
     conv = conversation()
     q1, q2 = conv.questions[0].id, conv.questions[1].id
