@@ -9,7 +9,6 @@ held-out segment, each at most ``max_new_tokens`` tokens.
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 from collections.abc import Sequence
@@ -109,39 +108,42 @@ class MemoryEvalCallback(TrainerCallback):
         return out
 
     def bind(self, trainer) -> None:
-        """Measure ``trainer``'s model as the trainer holds it: under DeepSpeed ZeRO-3 each
-        measurement gathers the whole policy on every process (:meth:`_whole_policy`)."""
+        """Measure ``trainer``'s model as the trainer holds it (see :meth:`on_evaluate` for ZeRO-3)."""
         self._trainer = trainer
 
-    @contextlib.contextmanager
-    def _whole_policy(self, model):
-        """``model`` with all its weights, for the main process to generate with alone. Under ZeRO-3
-        (a bound trainer) every process enters TRL's ``unwrap_model_for_generation`` (the block
-        ``GRPOTrainer`` generates in: gathers the shards, lifts the engine's fetch/release hooks), and
-        :func:`training.common.outside_zero3` keeps ``generate`` from waiting on the other processes;
-        elsewhere ``model`` as it is."""
+    def _zero3(self) -> bool:
         trainer = self._trainer
         plugin = trainer.accelerator.state.deepspeed_plugin if trainer is not None else None
-        if plugin is None or plugin.zero_stage != 3:
-            yield model
-            return
-        from trl.models import unwrap_model_for_generation
-
-        from training.common import outside_zero3
-
-        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as whole, \
-                outside_zero3(trainer.args):
-            yield whole
+        return plugin is not None and plugin.zero_stage == 3
 
     def on_evaluate(self, args, state, control, model=None, **kwargs):
-        # one measurement per evaluation step (a trainer with several eval splits calls this once per split)
+        """Measure once per evaluation step (a trainer with several eval splits calls this once per
+        split) and log on the main process. Elsewhere the main process measures alone. Under
+        DeepSpeed ZeRO-3 (a bound trainer) every process measures the same rows: each enters TRL's
+        ``unwrap_model_for_generation`` (the block ``GRPOTrainer`` generates in: gathers the shards,
+        lifts the per-module fetch/release hooks), but the engine's start-of-forward hook stays, and
+        while it records a module trace it compares the trace across processes, a collective
+        (DeepSpeed ``PartitionedParameterCoordinator.reset_step``): no process may run forwards alone. :func:`training.common.outside_zero3` keeps ``generate``
+        from stepping in lockstep; an LLM judge gets each scoring request once per process."""
         if model is None or state.global_step in self._measured:
             return
+        zero3 = self._zero3()
+        if not (zero3 or state.is_world_process_zero):
+            return
         self._measured.add(state.global_step)
-        with self._whole_policy(model) as whole:  # every process: under ZeRO-3 a collective
-            if not state.is_world_process_zero:
-                return
-            values = self.measure(whole, state.global_step)
+        if zero3:
+            from trl.models import unwrap_model_for_generation
+
+            from training.common import outside_zero3
+
+            trainer = self._trainer
+            with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as whole, \
+                    outside_zero3(trainer.args):
+                values = self.measure(whole, state.global_step)
+        else:
+            values = self.measure(model, state.global_step)
+        if not state.is_world_process_zero:
+            return
         state.log_history.append({**{k: round(float(v), 6) for k, v in values.items()}, "step": state.global_step})
         print(f"[{PREFIX} step {state.global_step}] " + ", ".join(
             f"{k.split('/', 1)[1]} {v:.3f}" for k, v in values.items()), flush=True)
