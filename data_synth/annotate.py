@@ -271,6 +271,9 @@ def load_labels(path: str | Path) -> dict[str, AnnotatedLabel]:
     if not p.is_file():
         raise FileNotFoundError(f"capability label file not found: {p} (make it once per split with: memgym annotate "
                                 f"--dataset D --split train|valid --annotator SPEC --out {p})")
+    from data_synth.paths import record_read
+
+    record_read(p, "capability labels")
     out = {}
     for no, raw in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
         if not raw.strip():

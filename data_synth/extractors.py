@@ -81,7 +81,12 @@ def make_extractor(spec: str, rt, max_new_tokens: int = 512, *, constrained: boo
         ``instruction`` or an empty spec, FileNotFoundError, BackendSpecError."""
     kind = extractor_kind(spec)
     if kind == "expert":
-        ext = ExpertExtractor(*expert_paths(spec))
+        from data_synth.paths import record_read
+
+        paths = expert_paths(spec)
+        for p in paths:  # the run card's fingerprint of this replay
+            record_read(p, "trajectory file", spec=spec)
+        ext = ExpertExtractor(*paths)
         check_coverage(ext, conversations or [])
         return ext
     if kind in ("instruction", "turns"):

@@ -17,13 +17,14 @@ import os
 import sys
 
 from launch import (cmd_annotate, cmd_bank, cmd_data, cmd_eval, cmd_evolve, cmd_launch, cmd_models,
-                    cmd_program, cmd_reward, cmd_score, cmd_serve, cmd_synth, cmd_train)
+                    cmd_program, cmd_reproduce, cmd_reward, cmd_score, cmd_serve, cmd_synth, cmd_train)
+from llm import runcard
 from llm.errors import report_errors
 from launch.registry import Commands, chosen, parse
 
 #: Command groups in ``memgym --help`` order; each defines ``register(subparsers)``.
 COMMAND_MODULES = (cmd_models, cmd_data, cmd_bank, cmd_eval, cmd_score, cmd_program, cmd_annotate, cmd_evolve,
-                   cmd_synth, cmd_reward, cmd_train, cmd_launch, cmd_serve)
+                   cmd_synth, cmd_reward, cmd_train, cmd_launch, cmd_serve, cmd_reproduce)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,9 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     before = os.environ.get("MEMGYM_DEBUG")
     if "--debug" in argv[: argv.index(words[0]) if words else len(argv)]:
         os.environ["MEMGYM_DEBUG"] = "1"  # errors while parsing show their traceback too
+    runcard.begin(["memgym", *argv])  # the command line every report's run card names
     try:
         return run_command(lambda: parse(parser, argv), lambda: command_name(parser, argv))
     finally:
+        runcard.begin(None)
         if before is None:
             os.environ.pop("MEMGYM_DEBUG", None)
         else:

@@ -10,6 +10,7 @@ launch/accelerate/<x>.yaml -m training.<entry> --config R.yaml``, wrapped by ``m
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import subprocess
@@ -17,6 +18,7 @@ import sys
 from pathlib import Path
 
 from launch.cmd_train import STAGES
+from llm import runcard
 from llm.errors import MemgymError
 
 ACCELERATE_DIR = Path(__file__).resolve().parent / "accelerate"
@@ -78,11 +80,13 @@ def build_command(config: str, target: list[str], num_processes: int | None = No
 
 def _env() -> dict:
     """The child's environment: this interpreter's bin dir first on PATH (so ``accelerate`` is
-    the one installed beside memgym) and ``HF_HUB_OFFLINE=1`` unless set."""
+    the one installed beside memgym), ``HF_HUB_OFFLINE=1`` unless set, and ``MEMGYM_COMMAND``: this
+    ``memgym launch`` command line, which each process's run card names."""
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env["MEMGYM_COMMAND"] = json.dumps(runcard.command())  # the run card of each process names this command
     return env
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 import warnings
 
 from llm.errors import say_error
@@ -46,6 +47,7 @@ def _run(args: argparse.Namespace) -> int:
         say_error("memgym score", f"error: {msg}")
         return 2
 
+    t0 = time.time()
     if args.judge == "rubric-recall" and args.dataset != "beam":
         return fail("rubric-recall scores BEAM rubrics only; use grounded-recall, answer-recall, f1 or an LLM judge")
     if args.context_tokens is not None and args.context_tokens < 1:
@@ -65,6 +67,7 @@ def _run(args: argparse.Namespace) -> int:
         for w in caught:
             print(f"warning: {w.message}", file=sys.stderr)
         preds = read_predictions(args.predictions)
+        rt = None
         if args.judge in OFFLINE_JUDGES:
             scorer = make_scorer(args.judge, dataset=args.dataset, judge_protocol=args.judge_protocol)
         else:
@@ -86,6 +89,7 @@ def _run(args: argparse.Namespace) -> int:
             budget = ContextBudget(tokens, args.context_tokenizer)
         rep = score_predictions(args.dataset, convs, preds, scorer, judge_protocol=args.judge_protocol,
                                 missing_as_wrong=args.missing_as_wrong, budget=budget)
+        rep["run_card"] = _run_card(args, rt, t0, budget is not None)
         write_scores(rep, args.out, args.judge)
     except (DataFileNotFoundError, DataFormatError, PredictionsError, FileNotFoundError, ValueError, LLMError,
             ConfigError) as e:
@@ -116,6 +120,21 @@ def _run(args: argparse.Namespace) -> int:
                                   "rest as wrong)")
         return INCOMPLETE
     return 0
+
+
+def _run_card(args: argparse.Namespace, rt, t0: float, budget: bool) -> dict:
+    """The run card of a scoring run (:func:`llm.runcard.build_card`): the arguments as its recipe,
+    the judge model when ``--judge`` names one, the context budget's tokenizer when ``budget``."""
+    from llm.runcard import build_card
+    from rewards.scoring.predictions import OFFLINE_JUDGES
+    from rewards.scoring.protocols import protocol_card
+
+    recipe = {k: v for k, v in vars(args).items() if k not in ("func", "debug", "command")}
+    offline = args.judge in OFFLINE_JUDGES
+    models = {"judge": None if offline else args.judge, "context_tokenizer": args.context_tokenizer if budget else None}
+    return build_card(recipe=recipe, models=models, runtime=rt,
+                      judge=protocol_card(args.dataset, args.judge_protocol, args.judge if offline else "llm"),
+                      wall_s=round(time.time() - t0, 2))
 
 
 def register(sub) -> None:

@@ -134,6 +134,9 @@ def load_recipe(parser, path: str) -> None:
         raise IsADirectoryError(21, "Is a directory; the recipe must be a YAML file", str(p))
     if not p.is_file():
         raise ConfigError(f"recipe {p} not found")
+    from llm.runcard import record_input
+
+    record_input(p, "recipe")
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as e:

@@ -143,6 +143,7 @@ class STEmbedder:
         if threads is not None and threads < 1:
             raise ValueError(f"STEmbedder threads must be >= 1, got {threads}")
         self.model = SentenceTransformer(str(path), device=device, local_files_only=True)
+        self.path = path
         self.dim = int(self.model.get_embedding_dimension())
         self.model_id = f"st:{path.parent.name}/{path.name}@{dir_fingerprint(path)}"
         self.batch_size = batch_size

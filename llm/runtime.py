@@ -104,6 +104,14 @@ class Runtime:
         """Use an already-built backend for ``spec`` (tests, in-process models)."""
         self._backends[spec] = backend
 
+    def loaded_specs(self) -> list[str]:
+        """The specs whose backends this runtime has loaded (or was given), in loading order."""
+        return list(self._backends)
+
+    def loaded_embedder(self):
+        """The embedder, when one was loaded or given (None: no stage embedded anything)."""
+        return self._embedder
+
     def calls_snapshot(self) -> dict:
         emb = self._embedder.calls if self._embedder is not None else 0
         return {"calls": dict(self.calls), "tokens": {k: dict(v) for k, v in self.tokens.items()}, "embed": emb}

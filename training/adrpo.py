@@ -93,7 +93,13 @@ def build_trainer(args: ADRPOConfig, model_args: PolicyModelConfig | None = None
     callback, eval_rows = build_memory_eval(args, policy.tokenizer, embedder, reward, managers=MANAGERS,
                                             segment_tokens=args.segment_tokens,
                                             max_prompt_tokens=args.max_prompt_tokens)
-    callbacks = [*(callbacks or []), *([callback] if callback is not None else [])]
+    from training.callbacks import RunCardCallback
+
+    card = RunCardCallback([args, model_args or PolicyModelConfig()],
+                           {"policy": (model_args or PolicyModelConfig()).model_name_or_path, "init_from": args.init_from,
+                            "embedder": args.embedder, "answer_model": args.answer_model,
+                            "judge_model": args.judge_model}, runtime=rt)
+    callbacks = [*(callbacks or []), *([callback] if callback is not None else []), card]
     return bind_memory_eval(trainer_class(args)(
         policy.model, args=args, samples=samples, reward=reward, processing_class=policy.tokenizer,
         peft_config=policy.peft_config, callbacks=callbacks,

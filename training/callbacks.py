@@ -1,4 +1,6 @@
-""":class:`MemoryEvalCallback`, a ``TrainerCallback`` for SFT and ADRPO that measures the model
+""":class:`RunCardCallback` writes the run card of a training run beside ``trainer_state.json``.
+
+:class:`MemoryEvalCallback`, a ``TrainerCallback`` for SFT and ADRPO that measures the model
 being trained at each evaluation (greedy, same process) and appends one row to
 ``state.log_history``: ``memory_eval/validation_reward`` (with ``/gate``, ``/acc``, ``/lp``;
 the dense session reward, MemBuilder arXiv 2601.05488 §3.4), ``memory_eval/format_failure/<m>``
@@ -156,6 +158,53 @@ def bind_memory_eval(trainer):
         if isinstance(cb, MemoryEvalCallback):
             cb.bind(trainer)
     return trainer
+
+
+class RunCardCallback(TrainerCallback):
+    """Writes ``<output_dir>/run_card.json`` (:func:`llm.runcard.build_card`, beside
+    ``trainer_state.json``) when training begins, so a run that dies still has one, and again
+    when it ends, with the wall time; main process only. ``configs``: the recipe's dataclasses
+    (their fields, merged, are the card's recipe); ``models``: role -> spec (``policy`` given as
+    ``model_name_or_path``: ``smollm2`` or a dir); ``runtime``: the reward's, whose counts are the cost."""
+
+    def __init__(self, configs: Sequence, models: dict[str, str | None], runtime=None):
+        self.configs, self.runtime = list(configs), runtime
+        self.models = {r: (f"hf:{s}" if r in ("policy", "init_from") and s else s) for r, s in models.items()}
+        self.card: dict | None = None
+        self._t0 = None
+
+    def write(self, output_dir: str, wall_s: float | None = None) -> dict:
+        """Build the card and write it as ``output_dir/run_card.json``; returns it."""
+        import json
+        import time
+        from pathlib import Path
+
+        from llm.runcard import build_card
+
+        recipe: dict = {}
+        for c in self.configs:
+            recipe.update(c.to_dict() if hasattr(c, "to_dict") else dataclasses.asdict(c))
+        self.card = build_card(recipe=json.loads(json.dumps(recipe, default=str)), models=self.models,
+                               runtime=self.runtime, wall_s=wall_s)
+        out = Path(output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = out / f".run_card.json.{time.time_ns()}"
+        tmp.write_text(json.dumps(self.card, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.replace(out / "run_card.json")
+        return self.card
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        import time
+
+        self._t0 = time.time()
+        if state.is_world_process_zero:
+            self.write(args.output_dir)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        import time
+
+        if state.is_world_process_zero:
+            self.write(args.output_dir, round(time.time() - self._t0, 2) if self._t0 else None)
 
 
 @dataclass

@@ -248,7 +248,9 @@ def plot_losses(log_history: list[dict], path: Path) -> None:
 
 
 def write_report(out: Path, metrics: dict) -> None:
-    """Write ``report.md`` (a table of the losses before/after, and the run's facts)."""
+    """Write ``report.md`` (a table of the losses before/after, the run's facts and its run card)."""
+    from llm.runcard import card_markdown
+
     def f(x):
         return "-" if x is None else f"{x:.4f}"
 
@@ -269,6 +271,7 @@ def write_report(out: Path, metrics: dict) -> None:
         f"| validation split | {f(metrics['eval_loss_start'])} | {f(metrics['eval_loss_end'])} |", "",
         f"Mean training loss over the run: {f(metrics['train_loss'])}.", "",
         "![loss](loss.png)", "",
+        *card_markdown(metrics.get("run_card"), str(out / "run_card.json")),
     ]
     (out / "report.md").write_text("\n".join(lines))
 
@@ -304,6 +307,12 @@ def run(script_args: SFTScriptArguments, training_args, model_args: PolicyModelC
     # The "before" losses come from eval_on_start, i.e. inside train() once the model is wrapped:
     # evaluating before train() fails under DeepSpeed ZeRO-2 (HF only allows ZeRO-3 inference).
     training_args.eval_on_start = True
+    from training.callbacks import RunCardCallback
+
+    card = RunCardCallback([script_args, training_args, model_args or PolicyModelConfig()],
+                           {"policy": (model_args or PolicyModelConfig()).model_name_or_path,
+                            "embedder": script_args.embedder})
+    callbacks = [*callbacks, card]
     trainer = build_trainer(script_args, training_args, data, policy, callbacks)
     result = trainer.train(resume_from_checkpoint=resume_arg(training_args.resume_from_checkpoint))
     start = _first_eval_losses(trainer.state.log_history)
@@ -329,6 +338,7 @@ def run(script_args: SFTScriptArguments, training_args, model_args: PolicyModelC
         "train_runtime_s": float(result.metrics.get("train_runtime", 0.0)),
         "wall_s": time.time() - t0,
         "log_history": trainer.state.log_history,
+        "run_card": card.card,
     }
     metrics["is_main_process"] = bool(trainer.is_world_process_zero())
     if metrics["is_main_process"]:

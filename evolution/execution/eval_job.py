@@ -146,6 +146,19 @@ def evaluate_column(column: str, source: str, convs, cfg: EvalConfig, rt: Runtim
     }
 
 
+def run_card(cfg: EvalConfig, rt: Runtime, wall_s: float) -> dict:
+    """The run card of an eval (:func:`llm.runcard.build_card`): every column's extractor spec
+    beside the recipe's other models; cost = the runtime's counts over all columns."""
+    from llm.runcard import build_card
+    from rewards.scoring.protocols import protocol_card
+
+    columns = [parse_column(c, cfg.constrained)[0] for c in (cfg.extractor, *cfg.compare)]
+    models = {**{("extractor" if i == 0 else f"compare {i}"): s for i, s in enumerate(columns)},
+              **{k: v for k, v in cfg.model_specs().items() if k != "extractor"}}
+    return build_card(recipe=asdict(cfg), models=models, runtime=rt,
+                      judge=protocol_card(cfg.dataset, cfg.judge_protocol, cfg.scorer), wall_s=wall_s)
+
+
 def run_eval(cfg: EvalConfig, rt: Runtime | None = None) -> dict:
     """Run every column through ``cfg.program`` and write the report files under ``cfg.out``.
     Raises ConfigError (a column named twice, a program that fails validation), FileNotFoundError.
@@ -178,5 +191,6 @@ def run_eval(cfg: EvalConfig, rt: Runtime | None = None) -> dict:
         cache.close()
     main["config"] = asdict(cfg)
     main["wall_s"] = round(time.time() - t0, 2)
+    main["run_card"] = run_card(cfg, rt, main["wall_s"])
     write_eval_report(main, Path(cfg.out))
     return main

@@ -21,6 +21,7 @@ from evolution.execution.settings import OutputSection, ProgramSection, RunnerSe
 from evolution.execution.stages import StageCache
 from llm.errors import ConfigError
 from llm.runtime import Runtime
+from memory_bank.programs import read_program_source
 from memory_bank.schema import CAPABILITY_NAMES
 from rewards.scoring.selection import CapabilityLabels, QuestionSelection, load_selected
 from rewards.scoring.summary import summarise as summarise_rows
@@ -193,12 +194,12 @@ def run_program_eval(cfg: ProgramEvalConfig, rt: Runtime | None = None,
     prog = Path(cfg.program)
     if not prog.is_file():
         raise ConfigError(f"memory program not found: {prog}")
-    source = prog.read_text(encoding="utf-8")
+    source = read_program_source(prog)
     parent_source = None
     if cfg.parent:
         if not Path(cfg.parent).is_file():
             raise ConfigError(f"parent program not found: {cfg.parent}")
-        parent_source = Path(cfg.parent).read_text(encoding="utf-8")
+        parent_source = read_program_source(cfg.parent)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     head = {"program": str(prog), "program_sha256": hashlib.sha256(source.encode()).hexdigest()[:16],
@@ -232,7 +233,13 @@ def run_program_eval(cfg: ProgramEvalConfig, rt: Runtime | None = None,
         for row in ev.tasks:
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     dump_units(run, out / "units.jsonl")
-    rep = {**ev.to_dict(tasks=False), "conversations": [c.id for c in convs]}  # what ran, e.g. a split's
+    from llm.runcard import build_card, card_markdown
+    from rewards.scoring.protocols import protocol_card
+
+    card = build_card(recipe=asdict(cfg), models=cfg.model_specs(), runtime=rt,
+                      judge=protocol_card(cfg.dataset, cfg.judge_protocol, cfg.scorer),
+                      cost={"calls": ev.model_calls, "tokens": ev.tokens}, wall_s=ev.wall_s)
+    rep = {**ev.to_dict(tasks=False), "conversations": [c.id for c in convs], "run_card": card}  # what ran
     (out / "report.json").write_text(json.dumps(rep, indent=2, ensure_ascii=False, default=str))
-    (out / "report.md").write_text(render_markdown(rep))
+    (out / "report.md").write_text(render_markdown(rep) + "\n".join(["", *card_markdown(card, str(out / "report.json"))]))
     return ev

@@ -180,6 +180,15 @@ class RunnerSettings(BenchmarkFields, ModelsSection):
             from llm.specs import parse_spec
             parse_spec(self.extractor)  # BackendSpecError names the spec
 
+    def model_specs(self) -> dict[str, str | None]:
+        """Role -> model spec of these settings, for the run card (:func:`llm.runcard.build_card`):
+        the extractor, the task model, the judge (scorer ``llm`` only), the context budget's
+        tokenizer (when set) and a coder (evolve's ``coder_model``, when the recipe has one)."""
+        return {"extractor": self.extractor, "task_model": self.task_model,
+                "judge_model": self.judge_model if self.scorer == "llm" else None,
+                "context_tokenizer": self.context_tokenizer if self.context_tokens else None,
+                "coder_model": getattr(self, "coder_model", None)}
+
     @property
     def extraction_mode(self) -> str:
         return extractor_kind(self.extractor)

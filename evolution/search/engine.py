@@ -293,7 +293,7 @@ class Engine:
             state.notify("on_loop_end")
         fin = self.final_runs()
         state.tick()
-        result = build_result(state, fin)
+        result = build_result(state, fin, rt=self.evaluator.rt)
         state.notify("on_run_end", result)
         check_anything_proposed(state.history, state.archive, state.dir.root)
         return result

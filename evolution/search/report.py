@@ -16,7 +16,8 @@ summary.json::
 plus ``candidates_rejected``, ``final_id``, ``boundary`` (:func:`boundary`), ``baselines``
 (``{name: {"valid": SCORES, "test": SCORES or null}}``), ``frozen``
 (:func:`evolution.search.select.freeze_choice`), ``integrated``, ``stopped`` (reason or null),
-``ledger``, ``scorer``, ``judge_protocol``, ``sandbox`` (mode label) and the cost keys
+``ledger``, ``scorer``, ``judge_protocol``, ``sandbox`` (mode label), ``run_card``
+(:func:`llm.runcard.build_card`) and the cost keys
 (:func:`cost_summary`): ``tokens_by_round`` (``{"rounds": {round: {role: tokens, "total"}}, "run":
 {...}}``), ``test_tokens_per_question`` (``{role: float}``, {} without a test run), ``budgets`` and
 ``estimated_calls`` (``{role: calls whose token counts are tokenizer estimates}``, {} when none).
@@ -30,6 +31,7 @@ from evolution.execution.confine import current_label
 from evolution.search.archive import CAPABILITIES
 from evolution.search.ledger import TABLE_ROLES, per_question, tokens_by_round
 from evolution.search.rundir import atomic_write_json, atomic_write_text
+from llm.runcard import card_markdown
 from memory_bank.schema import CAPABILITY_NAMES
 
 
@@ -54,8 +56,14 @@ def test_of(fin: dict, cid: str) -> dict | None:
     return (fin.get("specialists_test") or {}).get(cid)
 
 
-def build_summary(state, fin: dict) -> dict:
-    """The summary dict of a finished (or stopped) run ``state`` with ``final.json`` ``fin``."""
+def build_summary(state, fin: dict, rt=None) -> dict:
+    """The summary dict of a finished (or stopped) run ``state`` with ``final.json`` ``fin``;
+    ``run_card`` (:func:`llm.runcard.build_card`) with ``rt``, the run's runtime (which models it loaded)."""
+    from dataclasses import asdict
+
+    from llm.runcard import build_card
+    from rewards.scoring.protocols import protocol_card
+
     arch = state.archive
     cands = [c for c in arch.candidates.values() if c.id != "seed"]
     totals = state.ledger.totals()
@@ -85,6 +93,12 @@ def build_summary(state, fin: dict) -> dict:
         "final_id": final.id, "dataset": state.cfg.dataset, "stopped": state.stopped, "ledger": state.ledger.rounds,
         "scorer": state.cfg.scorer, "judge_protocol": state.cfg.judge_protocol, "sandbox": current_label(),
         **cost_summary(state, fin),
+        "run_card": build_card(recipe=asdict(state.cfg), models=state.cfg.model_specs(), runtime=rt,
+                               judge=protocol_card(state.cfg.dataset, state.cfg.judge_protocol, state.cfg.scorer),
+                               cost={"calls": {r: u["calls"] for r, u in totals.items()},
+                                     "tokens": {r: {"prompt": u["prompt"], "completion": u["completion"]}
+                                                for r, u in totals.items()}},
+                               wall_s=round(state.elapsed_s, 1)),
     }
 
 
@@ -256,7 +270,8 @@ def render_report(state, summary: dict) -> str:
     out += ["", "## Cost", "", f"- model calls per role: `{json.dumps(summary['model_calls'])}`",
             f"- tokens per role: `{json.dumps(summary['tokens'])}`", ""] + cost_section(summary) + ["",
             "Files: `best.py` (the frozen program), `capabilities.png`, `summary.json`, `candidates/<id>/` "
-            "(program, proposal transcript, validation, scores)."]
+            "(program, proposal transcript, validation, scores).", "",
+            *card_markdown(summary.get("run_card"), str(state.dir.root / "summary.json"))]
     return "\n".join(out) + "\n"
 
 

@@ -50,12 +50,12 @@ class EvolveResult:
     summary: dict
 
 
-def build_result(state, fin: dict) -> EvolveResult:
+def build_result(state, fin: dict, rt=None) -> EvolveResult:
     """The :class:`EvolveResult` of ``state`` after the final runs ``fin`` (the
-    :class:`~evolution.search.journal.FinalRecord`'s dict)."""
+    :class:`~evolution.search.journal.FinalRecord`'s dict); ``rt``: the run's runtime (its run card)."""
     from evolution.search.report import build_summary
 
-    s = build_summary(state, fin)
+    s = build_summary(state, fin, rt)
     fr = s["frozen"]
     return EvolveResult(
         FrozenProgram(s["final_id"], state.source_of(s["final_id"]), fr["why"], fr["runner_up"]),

@@ -36,12 +36,16 @@ def baseline_program_path(name: str) -> Path:
 
 
 def read_program_source(path: str | Path) -> str:
-    """The UTF-8 source text of a program file (:class:`llm.errors.ConfigError` names a missing path)."""
+    """The UTF-8 source text of a program file, recorded as an input of the run
+    (:func:`llm.runcard.record_input`; :class:`llm.errors.ConfigError` names a missing path)."""
     from llm.errors import ConfigError
+
+    from llm.runcard import record_input
 
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"memory program not found: {p}")
+    record_input(p, "memory program")
     return p.read_text(encoding="utf-8")
 
 

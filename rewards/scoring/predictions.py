@@ -40,6 +40,9 @@ def read_predictions(path: Path | str) -> dict[str, dict]:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"predictions file not found: {p}")
+    from llm.runcard import record_input
+
+    record_input(p, "predictions")
     out: dict[str, dict] = {}
     for n, raw in enumerate(p.read_bytes().split(b"\n"), start=1):
         try:
@@ -142,7 +145,10 @@ def render_scores(rep: dict, judge_spec: str) -> str:
 
 
 def write_scores(rep: dict, out: Path | str, judge_spec: str) -> None:
-    """Write ``scores.json`` (without the per-question rows), ``rows.jsonl`` and ``report.md``."""
+    """Write ``scores.json`` (without the per-question rows), ``rows.jsonl`` and ``report.md`` (with
+    the run card's section when ``rep`` has ``run_card``)."""
+    from llm.runcard import card_markdown
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     slim = {k: v for k, v in rep.items() if k != "rows"}
@@ -151,4 +157,5 @@ def write_scores(rep: dict, out: Path | str, judge_spec: str) -> None:
     with open(out / "rows.jsonl", "w", encoding="utf-8") as fh:
         for r in rep["rows"]:
             fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-    (out / "report.md").write_text(render_scores(rep, judge_spec), encoding="utf-8")
+    card = card_markdown(rep.get("run_card"), str(out / "scores.json"))
+    (out / "report.md").write_text(render_scores(rep, judge_spec) + "\n".join(["", *card]), encoding="utf-8")

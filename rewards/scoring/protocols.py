@@ -23,7 +23,7 @@ __all__ = ["PROTOCOLS", "JudgeProtocolError", "check_protocol", "judges_dir", "l
            "beam_rubric_messages", "beam_rubric_params", "beam_parse_json", "beam_item_score",
            "beam_equivalence_messages", "beam_equivalence_label", "beam_system_list", "beam_event_ordering",
            "membuilder_messages", "membuilder_params", "membuilder_label", "JSON_OBJECT", "DEFAULT_MAX_TOKENS",
-           "protocol_note"]
+           "protocol_note", "protocol_card"]
 
 #: ``judge_protocol`` values: ``official`` (every dataset, the default) and ``corrected`` (BEAM only).
 PROTOCOLS = ("official", "corrected")
@@ -69,6 +69,9 @@ def load_judge_file(dataset: str) -> dict:
     except FileNotFoundError:
         raise JudgeProtocolError(f"judge protocol file not found: {path} (set MEMGYM_DATA to the data folder that "
                                  f"holds judges/)") from None
+    from llm.runcard import record_input
+
+    record_input(path, "judge protocol", data_root=judges_dir().parent)
     if key not in _LOADED:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -78,6 +81,17 @@ def load_judge_file(dataset: str) -> dict:
             raise JudgeProtocolError(f"judge protocol file {path}: expected a JSON object")
         _LOADED[key] = data
     return _LOADED[key]
+
+
+def protocol_card(dataset: str | None, protocol: str, scorer: str | None) -> dict:
+    """The run card's judge entry: the scorer, the protocol name and, for the LLM judge
+    (``scorer`` ``llm``) of a dataset with a protocol file, that file and its sha256 (None when
+    missing); offline scorers and F1 read no file."""
+    from llm.runcard import file_sha256
+
+    path = judges_dir() / _FILES[dataset] if scorer == "llm" and dataset in _FILES else None
+    return {"scorer": scorer, "judge_protocol": protocol, "file": str(path) if path else None,
+            "sha256": file_sha256(path) if path else None}
 
 
 def _get(dataset: str, *keys: str):

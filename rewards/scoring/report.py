@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 from data_synth.capabilities import LOCOMO_CATEGORY_NAMES as CATEGORY_NAMES
+from llm.runcard import card_markdown
 from memory_bank.actions import MANAGERS
 from memory_bank.schema import CAPABILITY_NAMES
 
@@ -182,8 +183,8 @@ def plot_categories(report: dict, path: Path) -> None:
 
 
 def write_eval_report(report: dict, out: Path) -> None:
-    """Write ``report.json`` (predictions moved to ``predictions.jsonl``), ``report.md`` and
-    ``by_category.png`` under ``out``."""
+    """Write ``report.json`` (predictions moved to ``predictions.jsonl``), ``report.md`` (with the
+    run card's section when the report has ``run_card``) and ``by_category.png`` under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "predictions.jsonl", "w", encoding="utf-8") as fh:
         for spec, r in _runs(report):
@@ -196,5 +197,6 @@ def write_eval_report(report: dict, out: Path) -> None:
     slim = strip(report)
     slim["compare"] = {spec: strip(r) for spec, r in report.get("compare", {}).items()}
     (out / "report.json").write_text(json.dumps(slim, indent=2, ensure_ascii=False), encoding="utf-8")
-    (out / "report.md").write_text(render_markdown(report), encoding="utf-8")
+    card = card_markdown(report.get("run_card"), str(out / "report.json"))
+    (out / "report.md").write_text(render_markdown(report) + "\n".join(["", *card]), encoding="utf-8")
     plot_categories(report, out / "by_category.png")

@@ -40,6 +40,21 @@ def _one_line_error(capsys) -> str:
     return err[0]
 
 
+def test_the_summary_carries_the_run_card(finished_run, capsys):
+    s = json.loads((finished_run / "summary.json").read_text())
+    card = s["run_card"]
+    assert card["command"] == ["memgym", "evolve", *ARGS, "--out", str(finished_run)]
+    assert card["seeds"] == {"seed": 0} and card["wall_s"] == s["wall_s"] and card["recipe"]["rounds_cold"] == 1
+    assert card["models"]["extractor"]["model"] is None and card["models"]["embedder"]["spec"] == "hash-256"
+    assert card["models"]["task_model"] == {"spec": "hf:smollm2", "used": False}
+    assert card["cost"]["calls"] == s["model_calls"]
+    assert {"locomo/locomo10.json", "memory_bank/programs/seed.py"} <= {e.get("rel") for e in card["inputs"]}
+    assert "## Run card" in (finished_run / "report.md").read_text()
+    capsys.readouterr()
+    assert memgym(["reproduce", str(finished_run), "--check"]) == 0
+    assert "inputs and environment: the same as recorded" in capsys.readouterr().out
+
+
 def test_f1_a_folder_with_files_and_no_run_is_refused(tmp_path, capsys):
     out = tmp_path / "mine"
     out.mkdir()

@@ -111,3 +111,29 @@ def test_sft_trainer_state_holds_the_measurement_at_every_evaluation(tiny_model_
     for h in rows:
         assert [h[f"{PREFIX}/format_failure/{m}"] for m in MANAGERS] == [1.0] * 4  # 4 tokens hold no JSON
         assert h[f"{PREFIX}/validation_reward"] == 0.0 and h[f"{PREFIX}/validation_rows"] == 4.0
+
+
+def test_run_card_callback_writes_the_card_of_an_adrpo_recipe_on_the_main_process(tiny_model_dir, tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    from llm.runcard import dir_entry
+    from training.adrpo_config import ADRPOConfig
+    from training.callbacks import RunCardCallback
+    from training.common import PolicyModelConfig
+
+    args = ADRPOConfig(output_dir=str(tmp_path / "a"), use_cpu=True, bf16=False, report_to="none", seed=7,
+                       embedder="hash:64", weighting="unclipped")
+    cb = RunCardCallback([args, PolicyModelConfig(model_name_or_path=str(tiny_model_dir))],
+                         {"policy": str(tiny_model_dir), "init_from": None, "embedder": args.embedder,
+                          "judge_model": None})
+    cb.on_train_begin(args, SimpleNamespace(is_world_process_zero=False), None)
+    assert not (tmp_path / "a" / "run_card.json").exists()  # another rank writes nothing
+    cb.on_train_begin(args, SimpleNamespace(is_world_process_zero=True), None)
+    cb.on_train_end(args, SimpleNamespace(is_world_process_zero=True), None)
+    card = json.loads((tmp_path / "a" / "run_card.json").read_text())
+    assert card["recipe"]["weighting"] == "unclipped" and card["recipe"]["model_name_or_path"] == str(tiny_model_dir)
+    assert card["seeds"] == {"seed": 7, "data_seed": None} and card["wall_s"] >= 0
+    assert card["models"]["policy"]["weights_sha256"] == dir_entry(tiny_model_dir)["weights_sha256"]
+    assert card["models"]["embedder"] == {"spec": "hash:64", "model": None, "note": "no model: a hashing embedder"}
+    assert set(card["models"]) == {"policy", "embedder"}

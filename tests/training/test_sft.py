@@ -166,6 +166,16 @@ def test_sft_run_trains_lora_and_loss_falls(session1_file, tiny_model_dir, tmp_p
     for f in ("loss.png", "report.md", "tokenizer_config.json"):
         assert (out / f).is_file(), f
     assert "| validation split |" in (out / "report.md").read_text()
+    # the run card beside trainer_state.json: the recipe, the policy's weights, the trajectory read, the wall time
+    from launch.cmd_reproduce import load_card
+    from llm.runcard import dir_entry
+
+    card, where = load_card(out / "trainer_state.json")
+    assert where == out / "run_card.json" and card == m["run_card"] and card["wall_s"] > 0
+    assert card["recipe"]["max_steps"] == 3 and card["seeds"] == {"seed": 42, "data_seed": None}
+    assert card["models"]["policy"]["weights_sha256"] == dir_entry(tiny_model_dir)["weights_sha256"] is not None
+    assert any(e["path"] == str(session1_file.resolve()) and e["kind"] == "trajectory file" for e in card["inputs"])
+    assert "## Run card" in (out / "report.md").read_text()
 
     # The adapter dir is a starting point for the next stage (ADRPO's init_from): it loads as a
     # trainable PeftModel over its base, with exactly the saved LoRA weights.

@@ -131,7 +131,10 @@ def main():
         for name, m in adv.items():
             table[name] = [{**r, "retrieved": m[r["id"]]} for r in rows]
         for name, rs in table.items():
-            vals = {n: sum(fn(r, cv[r["conversation"]]) for r in rs) / len(rs) for n, fn in sc.items()}
+            vals = {}
+            for n, fn in sc.items():  # NaN (no gold evidence) is left out, as the summaries do
+                xs_ = [v for v in (fn(r, cv[r["conversation"]]) for r in rs) if v == v]
+                vals[n] = sum(xs_) / len(xs_)
             print(f"  {name:20s} " + "  ".join(f"{n} {v:.3f}" for n, v in vals.items()), flush=True)
 
 

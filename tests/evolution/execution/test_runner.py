@@ -38,7 +38,7 @@ def make_runner(cache=None, **kw):
     script = Script()
     rt = Runtime(embedder=CountingEmbedder())
     rt.register(TASK, ScriptedBackend(script, model_id="task"))
-    settings = RunnerSettings(**{"extractor": "instruction", "task_model": TASK, **kw})
+    settings = RunnerSettings(**{"extractor": "instruction", "task_model": TASK, "scorer": "answer-recall", **kw})
     return ProgramRunner(rt, settings, cache), script, rt
 
 
