@@ -11,6 +11,8 @@ Fixtures:
   4 heads, 2 kv heads, intermediate 128, tied embeddings, init std 0.3, vocab = SmolLM2's
   49,152) with the real SmolLM2 tokenizer and chat template, saved with ``save_pretrained``.
   Seeded (0), so its weights are identical in every run.
+- ``planted_dir`` (session): ``tiny_model_dir`` with a planted bigram path to the valid manager
+  output ``{"operations": []}`` (:func:`tests.helpers.planted_policy`), for ADRPO runs.
 - ``smollm2_dir`` (session): the real SmolLM2-135M-Instruct dir from ``prepare_smollm2()``
   (about 30 s the first time, under a file lock so that pytest-xdist workers convert it once);
   use in tests marked ``@pytest.mark.slow``.
@@ -47,7 +49,8 @@ TINY_CONFIG = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, n
 
 
 #: Files whose tests take minutes, longest first (``pytest --durations``).
-SLOW_FIRST = ["tests/evolution/execution/test_extract_stage.py", "tests/launch/test_cmd_launch.py",
+SLOW_FIRST = ["tests/launch/test_zero3.py", "tests/evolution/execution/test_extract_stage.py",
+              "tests/launch/test_cmd_launch.py",
               "tests/training/test_heldout.py", "tests/evolution/search/test_loop.py",
               "tests/evolution/search/test_beam.py", "tests/evolution/search/test_experiment.py",
               "tests/training/test_adrpo.py", "tests/rewards/scoring/test_evaluate.py",
@@ -79,6 +82,13 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     model.save_pretrained(str(out))
     tok.save_pretrained(str(out))
     return out
+
+
+@pytest.fixture(scope="session")
+def planted_dir(tiny_model_dir, tmp_path_factory) -> Path:
+    from tests.helpers import planted_policy
+
+    return planted_policy(tiny_model_dir, tmp_path_factory.mktemp("planted"))
 
 
 @pytest.fixture(scope="session")

@@ -3,11 +3,14 @@
 :class:`ScriptedBackend` implements :class:`llm.base.Backend` without a model: answers come
 from a list (consumed in order) or a callable ``(messages, params) -> str``. :class:`FaultyServer`
 is the builtin server with injected delays and failures (``serve_backend(server_class=...)``).
+:func:`planted_policy` writes the tiny model with a planted valid manager output (ADRPO tests);
+:func:`memgym_launch` runs ``memgym launch`` in a subprocess (multi-process tests).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import time
 from collections.abc import Callable
@@ -101,6 +104,68 @@ def trainable_state(model) -> dict:
     """{name: detached CPU copy} of every parameter with ``requires_grad`` (the LoRA weights
     for a PEFT model); tests compare it before and after training."""
     return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+PLANT_LOGIT = 16.0  # target logit of each planted step; ~9/16 samples are exactly valid at T = 1
+
+
+def planted_policy(src, out):
+    """Copy of the tiny random model with attention/MLP outputs zeroed (each position sees only
+    its own token: a bigram model) and an untied LM head that gives the next token of the
+    chain a logit of PLANT_LOGIT (random tokens keep their random logits, std ~2.4)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(src))
+    model = AutoModelForCausalLM.from_pretrained(str(src))
+    chain = (tok("\n", add_special_tokens=False)["input_ids"]
+             + tok('{"operations": []}', add_special_tokens=False)["input_ids"] + [tok.eos_token_id])
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        emb = model.model.embed_tokens.weight
+        model.lm_head.weight = torch.nn.Parameter(emb.detach().clone())
+        model.config.tie_word_embeddings = False
+        d = emb.shape[1]
+        for i, t in enumerate(chain):
+            emb[t] = torch.nn.functional.one_hot(torch.tensor(i), d).float()
+        for i in range(len(chain) - 1):  # RMSNorm maps the one-hot to sqrt(d) on axis i
+            model.lm_head.weight[chain[i + 1]] = torch.nn.functional.one_hot(torch.tensor(i), d).float() \
+                * PLANT_LOGIT / math.sqrt(d)
+    model.save_pretrained(str(out))
+    tok.save_pretrained(str(out))
+    return out
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a launch's rendezvous)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def memgym_launch(config: str, stage: str, args: list[str], *, threads: str = "1", env: dict | None = None,
+                  timeout: int = 400) -> str:
+    """Run ``memgym launch --accelerate-config CONFIG train STAGE ARGS`` from the repo root in a
+    subprocess (``OMP_NUM_THREADS=threads``, offline hub); asserts exit status 0 and that the
+    printed command is ``accelerate launch --config_file launch/accelerate/CONFIG.yaml ...``.
+    Returns stdout."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "launch.cli", "launch", "--accelerate-config", config,
+           "--main-process-port", str(free_port()), "train", stage, *args]
+    env = dict(os.environ, OMP_NUM_THREADS=threads, HF_HUB_OFFLINE="1", **(env or {}))
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=repo, env=env, timeout=timeout)
+    assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-5000:])
+    assert res.stdout.splitlines()[0].startswith(f"accelerate launch --config_file launch/accelerate/{config}.yaml")
+    return res.stdout
 
 
 def load_program_module(path, module_name: str | None = None):

@@ -72,19 +72,21 @@ def build_trainer(args: ADRPOConfig, model_args: PolicyModelConfig | None = None
     from llm.embeddings import load_embedder
     from llm.runtime import Runtime
     from training.adrpo_data import select_samples
-    from training.callbacks import build_memory_eval
-    from training.common import load_policy
+    from training.callbacks import bind_memory_eval, build_memory_eval
+    from training.common import load_policy, outside_zero3
 
     # files and caches first: a missing trajectory or a corrupt cache fails before the policy loads
     paths = trajectory_paths(args.train_trajectories)
     rt = Runtime.from_config(cache=args.reward_cache)
-    embedder = load_embedder(args.embedder)
+    with outside_zero3(args):  # every model but the policy is loaded whole on every process
+        embedder = load_embedder(args.embedder)
     policy = load_policy(model_args or PolicyModelConfig(), init_from=args.init_from)
     samples = reward_rows(args, paths, tokenizer=policy.tokenizer, embedder=embedder)
     samples = select_samples(samples, sessions=args.sessions, max_prompt_tokens=args.max_prompt_tokens,
                              tokenizer=policy.tokenizer, whole_sessions=args.mode == "joint",
                              keys=args.row_keys)
-    reward = build_reward(args, policy.tokenizer, embedder, rt)
+    with outside_zero3(args):
+        reward = build_reward(args, policy.tokenizer, embedder, rt)
     if args.screen_rows:
         samples = screen(args, policy, samples, reward)
     logger.info("ADRPO: %d rows from %s", len(samples), args.train_trajectories)
@@ -98,25 +100,29 @@ def build_trainer(args: ADRPOConfig, model_args: PolicyModelConfig | None = None
                             "embedder": args.embedder, "answer_model": args.answer_model,
                             "judge_model": args.judge_model}, runtime=rt)
     callbacks = [*(callbacks or []), *([callback] if callback is not None else []), card]
-    return trainer_class(args)(policy.model, args=args, samples=samples, reward=reward,
-                               processing_class=policy.tokenizer, peft_config=policy.peft_config, callbacks=callbacks,
-                               eval_samples=[r for r in eval_rows if r.manager in args.managers] or None)
+    return bind_memory_eval(trainer_class(args)(
+        policy.model, args=args, samples=samples, reward=reward, processing_class=policy.tokenizer,
+        peft_config=policy.peft_config, callbacks=callbacks,
+        eval_samples=[r for r in eval_rows if r.manager in args.managers] or None))
 
 
 def screen(args: ADRPOConfig, policy, samples: list, reward) -> list:
     """``args.screen_rows`` rows with reward spread (:func:`training.adrpo_data.screen_rows`),
     sampled from the initial policy as training samples it; the screen is written to
-    ``<output_dir>/screen.json``."""
+    ``<output_dir>/screen.json``. Every process screens the same rows with the same seed; under
+    DeepSpeed ZeRO-3 each gathers the whole policy for it (:func:`training.common.gathered`)."""
     import json
 
     from llm.hf_backend import HFBackend
     from training.adrpo_data import screen_rows
+    from training.common import gathered, outside_zero3
 
     backend = HFBackend(policy.model, copy.deepcopy(policy.tokenizer), device=str(policy.model.device),
                         batch_size=args.num_generations, model_id="adrpo-screen")
-    chosen, report = screen_rows(samples, reward, backend, n=args.screen_rows, num_generations=args.num_generations,
-                                 max_new_tokens=args.max_completion_length, temperature=args.temperature,
-                                 top_p=args.top_p, seed=args.seed)
+    with gathered(policy.model), outside_zero3(args):
+        chosen, report = screen_rows(samples, reward, backend, n=args.screen_rows,
+                                     num_generations=args.num_generations, max_new_tokens=args.max_completion_length,
+                                     temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     policy.model.train()
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -179,7 +185,8 @@ def train_and_report(args: ADRPOConfig, model_args: PolicyModelConfig) -> int:
     last = next((h for h in reversed(trainer.state.log_history) if "reward" in h), {})
     summary = {k: round(v, 4) for k, v in last.items() if isinstance(v, (int, float)) and math.isfinite(v)
                and (k.startswith(("reward", "dominant", "frac_reward")) or k in ("kl", "step"))}
-    print(f"{PROG}: {trainer.state.global_step} steps, saved to {args.output_dir}; last step {summary}")
+    if trainer.accelerator.is_main_process:
+        print(f"{PROG}: {trainer.state.global_step} steps, saved to {args.output_dir}; last step {summary}")
     return 0
 
 

@@ -53,6 +53,7 @@ class MemoryEvalCallback(TrainerCallback):
         self.heldout, self.segment_tokens = list(heldout), segment_tokens
         self.max_new_tokens, self.top_k, self.batch_size = max_new_tokens, top_k, batch_size
         self._measured: set[int] = set()
+        self._trainer = None
 
     def measure(self, model, step: int) -> dict[str, float]:
         """The logged values for ``model`` as it is now (keys under ``memory_eval/``)."""
@@ -108,15 +109,55 @@ class MemoryEvalCallback(TrainerCallback):
         out[f"{PREFIX}/heldout_answer_recall"] = sum(recalls) / len(recalls) if recalls else 0.0
         return out
 
+    def bind(self, trainer) -> None:
+        """Measure ``trainer``'s model as the trainer holds it (see :meth:`on_evaluate` for ZeRO-3)."""
+        self._trainer = trainer
+
+    def _zero3(self) -> bool:
+        trainer = self._trainer
+        plugin = trainer.accelerator.state.deepspeed_plugin if trainer is not None else None
+        return plugin is not None and plugin.zero_stage == 3
+
     def on_evaluate(self, args, state, control, model=None, **kwargs):
-        # one measurement per evaluation step (a trainer with several eval splits calls this once per split)
-        if model is None or not state.is_world_process_zero or state.global_step in self._measured:
+        """Measure once per evaluation step (a trainer with several eval splits calls this once per
+        split) and log on the main process. Elsewhere the main process measures alone. Under
+        DeepSpeed ZeRO-3 (a bound trainer) every process measures the same rows: each enters TRL's
+        ``unwrap_model_for_generation`` (the block ``GRPOTrainer`` generates in: gathers the shards,
+        lifts the per-module fetch/release hooks), but the engine's start-of-forward hook stays, and
+        while it records a module trace it compares the trace across processes, a collective
+        (DeepSpeed ``PartitionedParameterCoordinator.reset_step``): no process may run forwards alone. :func:`training.common.outside_zero3` keeps ``generate``
+        from stepping in lockstep; an LLM judge gets each scoring request once per process."""
+        if model is None or state.global_step in self._measured:
+            return
+        zero3 = self._zero3()
+        if not (zero3 or state.is_world_process_zero):
             return
         self._measured.add(state.global_step)
-        values = self.measure(model, state.global_step)
+        if zero3:
+            from trl.models import unwrap_model_for_generation
+
+            from training.common import outside_zero3
+
+            trainer = self._trainer
+            with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as whole, \
+                    outside_zero3(trainer.args):
+                values = self.measure(whole, state.global_step)
+        else:
+            values = self.measure(model, state.global_step)
+        if not state.is_world_process_zero:
+            return
         state.log_history.append({**{k: round(float(v), 6) for k, v in values.items()}, "step": state.global_step})
         print(f"[{PREFIX} step {state.global_step}] " + ", ".join(
             f"{k.split('/', 1)[1]} {v:.3f}" for k, v in values.items()), flush=True)
+
+
+def bind_memory_eval(trainer):
+    """Bind each :class:`MemoryEvalCallback` of ``trainer`` to it (:meth:`MemoryEvalCallback.bind`);
+    returns ``trainer``."""
+    for cb in trainer.callback_handler.callbacks:
+        if isinstance(cb, MemoryEvalCallback):
+            cb.bind(trainer)
+    return trainer
 
 
 class RunCardCallback(TrainerCallback):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -231,3 +232,45 @@ def load_policy(model_args: ModelConfig, init_from: str | None = None) -> Policy
         return Policy(model, load_tokenizer(tok_dir), None, path, base)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
     return Policy(model, load_tokenizer(path), get_peft_config(model_args), path, path)
+
+
+@contextmanager
+def outside_zero3(training_args):
+    """A block in which transformers treats this process as outside DeepSpeed ZeRO-3: models that
+    ``from_pretrained`` loads here are whole (no ``deepspeed.zero.Init``), and ``generate`` does not
+    step in lockstep with the other processes (``synced_gpus``). For every model but the policy (the
+    embedder, the reward's HF backends) and for generation by one process alone.
+
+    Why: under ``accelerate launch`` with a DeepSpeed config, ``TrainingArguments.__post_init__``
+    registers the plugin's ``HfDeepSpeedConfig`` (accelerate ``DeepSpeedPlugin.set_deepspeed_weakref``,
+    whatever ``zero3_init_flag`` says), and transformers then partitions every model it loads
+    (``modeling_utils``: ``needs_zero3_init = is_deepspeed_zero3_enabled()``); a model outside the
+    engine stays partitioned, and its first forward fails (``'weight' must be 2-D``). accelerate's
+    ``zero3_init_context_manager(enable=False)`` re-registers the same stage-3 config, so it does not
+    help. Elsewhere (no DeepSpeed, ZeRO-1/2) the block changes nothing."""
+    from transformers.integrations import set_hf_deepspeed_config, unset_hf_deepspeed_config
+
+    dschf = getattr(getattr(training_args, "deepspeed_plugin", None), "dschf", None)
+    if dschf is None or not dschf.is_zero3():
+        yield
+        return
+    unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        set_hf_deepspeed_config(dschf)
+
+
+@contextmanager
+def gathered(model):
+    """``model`` with all its weights on this process for the block, when ZeRO-3 partitioned them
+    at load and no engine manages them yet (``deepspeed.zero.GatheredParameters``: a collective, so
+    every process enters the block); a model with no partitioned weight is used as it is."""
+    params = [p for p in model.parameters() if hasattr(p, "ds_id")]
+    if not params:
+        yield
+        return
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters(params):
+        yield

@@ -21,8 +21,8 @@ from data_synth.expert import TrajectoryError
 from llm.checks import check_fields
 from memory_bank.actions import MANAGERS
 from llm.embeddings import EMBEDDER_HELP, check_embedder_spec
-from training.callbacks import MemoryEvalFields
-from training.common import PolicyModelConfig, load_policy, parse_training_args, resume_arg
+from training.callbacks import MemoryEvalFields, bind_memory_eval
+from training.common import PolicyModelConfig, load_policy, outside_zero3, parse_training_args, resume_arg
 from training.sft_data import (ExampleLengthError, TrainingDataError, check_managers, drop_overlong,
                            sft_examples)
 
@@ -202,9 +202,9 @@ def build_trainer(script_args: SFTScriptArguments, training_args, data: SFTData,
     if data.valid is not None:
         evals["valid"] = _trainer_columns(data.valid)
     training_args.prediction_loss_only = True  # never accumulate (tokens x vocab) logits in eval
-    return SFTTrainer(model=policy.model, args=training_args, train_dataset=_trainer_columns(data.train),
-                      eval_dataset=evals, processing_class=policy.tokenizer, peft_config=policy.peft_config,
-                      callbacks=callbacks)
+    return bind_memory_eval(SFTTrainer(
+        model=policy.model, args=training_args, train_dataset=_trainer_columns(data.train), eval_dataset=evals,
+        processing_class=policy.tokenizer, peft_config=policy.peft_config, callbacks=callbacks))
 
 
 def _losses(metrics: dict) -> dict:
@@ -301,7 +301,9 @@ def run(script_args: SFTScriptArguments, training_args, model_args: PolicyModelC
     """
     t0 = time.time()
     policy = load_policy(model_args or PolicyModelConfig())
-    data = build_data(script_args, policy.tokenizer, training_args.max_length, training_args.seed)
+    with outside_zero3(training_args):  # the embedder is loaded whole on every process
+        data = build_data(script_args, policy.tokenizer, training_args.max_length, training_args.seed)
+        callbacks = [*(callbacks or []), *memory_eval(script_args, policy)]
     # The "before" losses come from eval_on_start, i.e. inside train() once the model is wrapped:
     # evaluating before train() fails under DeepSpeed ZeRO-2 (HF only allows ZeRO-3 inference).
     training_args.eval_on_start = True
@@ -310,7 +312,7 @@ def run(script_args: SFTScriptArguments, training_args, model_args: PolicyModelC
     card = RunCardCallback([script_args, training_args, model_args or PolicyModelConfig()],
                            {"policy": (model_args or PolicyModelConfig()).model_name_or_path,
                             "embedder": script_args.embedder})
-    callbacks = [*(callbacks or []), *memory_eval(script_args, policy), card]
+    callbacks = [*callbacks, card]
     trainer = build_trainer(script_args, training_args, data, policy, callbacks)
     result = trainer.train(resume_from_checkpoint=resume_arg(training_args.resume_from_checkpoint))
     start = _first_eval_losses(trainer.state.log_history)

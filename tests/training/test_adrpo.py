@@ -4,9 +4,9 @@ the sampler and the reward function have their own files (test_adrpo_eq12, test_
 test_adrpo_data, test_adrpo_trainer).
 
 The tiny policy is the ``tiny_model_dir`` fixture (random weights, SmolLM2's tokenizer) with a
-planted bigram path "\\n" → '{"' → 'operations' → '":' → ' []' → '}' → EOS (see
-:func:`planted_policy`): a purely random model never writes a valid manager output, so every
-reward would be 0 and GRPO would have no signal. With the plant, sampling at temperature 1
+planted bigram path "\\n" → '{"' → 'operations' → '":' → ' []' → '}' → EOS (fixture
+``planted_dir``, :func:`tests.helpers.planted_policy`): a purely random model never writes a valid
+manager output, so every reward would be 0 and GRPO would have no signal. With the plant, sampling at temperature 1
 writes the valid episodic output ``{"operations": []}`` about half of the time.
 """
 from __future__ import annotations
@@ -22,43 +22,7 @@ from tests.helpers import trainable_state
 ALPHA = 4.0
 
 
-# ---- real TRL steps on a tiny planted policy -----------------------------------------------
-PLANT_LOGIT = 16.0  # target logit of each planted step; ~9/16 samples are exactly valid at T = 1
-
-
-def planted_policy(src, out):
-    """Copy of the tiny random model with attention/MLP outputs zeroed (each position sees only
-    its own token: a bigram model) and an untied LM head that gives the next token of the
-    chain a logit of PLANT_LOGIT (random tokens keep their random logits, std ~2.4)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(src))
-    model = AutoModelForCausalLM.from_pretrained(str(src))
-    chain = (tok("\n", add_special_tokens=False)["input_ids"]
-             + tok('{"operations": []}', add_special_tokens=False)["input_ids"] + [tok.eos_token_id])
-    with torch.no_grad():
-        for layer in model.model.layers:
-            layer.self_attn.o_proj.weight.zero_()
-            layer.mlp.down_proj.weight.zero_()
-        emb = model.model.embed_tokens.weight
-        model.lm_head.weight = torch.nn.Parameter(emb.detach().clone())
-        model.config.tie_word_embeddings = False
-        d = emb.shape[1]
-        for i, t in enumerate(chain):
-            emb[t] = torch.nn.functional.one_hot(torch.tensor(i), d).float()
-        for i in range(len(chain) - 1):  # RMSNorm maps the one-hot to sqrt(d) on axis i
-            model.lm_head.weight[chain[i + 1]] = torch.nn.functional.one_hot(torch.tensor(i), d).float() \
-                * PLANT_LOGIT / math.sqrt(d)
-    model.save_pretrained(str(out))
-    tok.save_pretrained(str(out))
-    return out
-
-
-@pytest.fixture(scope="module")
-def planted_dir(tiny_model_dir, tmp_path_factory):
-    return planted_policy(tiny_model_dir, tmp_path_factory.mktemp("planted"))
-
-
+# ---- real TRL steps on a tiny planted policy (tests.helpers.planted_policy) ------------------
 @pytest.fixture(scope="module")
 def short_samples():
     """The 4 real conv-26 session-1 reward samples (expert bank before the session, expert
