@@ -2,14 +2,14 @@
 
 Source: PrisMem (arXiv 2610.06361) § "capabilities": train/validation
 tasks get one primary capability ℓ(x) ∈ C and up to two secondaries σ(x) ⊆ C \\ {ℓ(x)} from an
-LLM; test questions use the native mapping (:mod:`data_synth.capabilities`). The reply
+LLM; test questions use the native mapping (:mod:`memgym.data_synth.capabilities`). The reply
 ``{"primary": "T", "secondary": ["M"]}`` is validated by :class:`CapabilityLabel`; a rejected
 reply is retried up to ``max_retries`` times, then the native label is used (``fallback=True``).
 Annotator labels are kept in a resumable JSONL file keyed by (question id, annotator model id);
 a fallback is not (nor is any rejected reply kept in the response cache), so a rerun asks again.
 :func:`agreement` reports, as PrisMem does for BEAM-1M, the labels' agreement with the native
 mapping over the annotator's labels (fallbacks left out and counted): per native type, the share
-of annotated primaries equal to :func:`data_synth.capabilities.capability_for`'s, and the
+of annotated primaries equal to :func:`memgym.data_synth.capabilities.capability_for`'s, and the
 confusion table native (rows) x annotated (columns).
 """
 from __future__ import annotations
@@ -22,13 +22,13 @@ from typing import Literal
 import json_repair
 import pydantic
 
-from data_synth.capabilities import LOCOMO_CATEGORY_NAMES, capability_for, secondary_for
-from data_synth.errors import DataFormatError
-from data_synth.jsonl import ResumableJsonl
-from data_synth.splits import split_ids
-from llm.base import Backend, GenerationParams, LLMError
-from llm.errors import MemgymError
-from memory_bank.schema import CAPABILITY_NAMES, Capability, Conversation, QAItem
+from memgym.data_synth.capabilities import LOCOMO_CATEGORY_NAMES, capability_for, secondary_for
+from memgym.data_synth.errors import DataFormatError
+from memgym.data_synth.jsonl import ResumableJsonl
+from memgym.data_synth.splits import split_ids
+from memgym.llm.base import Backend, GenerationParams, LLMError
+from memgym.llm.errors import MemgymError
+from memgym.memory_bank.schema import CAPABILITY_NAMES, Capability, Conversation, QAItem
 
 Letter = Literal["F", "T", "P", "M", "A"]
 
@@ -271,7 +271,7 @@ def load_labels(path: str | Path) -> dict[str, AnnotatedLabel]:
     if not p.is_file():
         raise FileNotFoundError(f"capability label file not found: {p} (make it once per split with: memgym annotate "
                                 f"--dataset D --split train|valid --annotator SPEC --out {p})")
-    from data_synth.paths import record_read
+    from memgym.data_synth.paths import record_read
 
     record_read(p, "capability labels")
     out = {}

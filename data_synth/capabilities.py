@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from memory_bank.schema import Capability, QAItem
+from memgym.memory_bank.schema import Capability, QAItem
 
 F, T, P, M, A = (Capability.FACTUAL, Capability.TEMPORAL, Capability.PREFERENCE,
                  Capability.MULTI_SESSION, Capability.ADVERSARIAL)

@@ -1,6 +1,6 @@
 """``memgym data download``: LoCoMo, LongMemEval and BEAM from their public sources at pinned revisions,
 and memgym's own small files (package data), into the layout memgym reads (``$MEMGYM_DATA``,
-:mod:`data_synth.paths`). Every file is checked against the sha256 recorded in
+:mod:`memgym.data_synth.paths`). Every file is checked against the sha256 recorded in
 ``data_synth/data_manifest.json``; a folder that already holds them all is used as is, without network.
 
 The manifest holds:
@@ -38,8 +38,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Iterable
 
-from data_synth.errors import DataChecksumError, DataFormatError, NoNetworkError
-from data_synth.fetch import fetch_file, sha256_of
+from memgym.data_synth.errors import DataChecksumError, DataFormatError, NoNetworkError
+from memgym.data_synth.fetch import fetch_file, sha256_of
 
 DATASETS = ("locomo", "longmemeval", "beam")
 GITHUB_RAW = "https://raw.githubusercontent.com"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llm.errors import MemgymError
+from memgym.llm.errors import MemgymError
 
 
 class DataFormatError(MemgymError, ValueError):

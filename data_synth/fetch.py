@@ -4,8 +4,8 @@ a cut connection, within the call and across calls), with a tqdm bar on a termin
 
 Contract of :func:`fetch_file`: ``dest`` appears only complete and verified. A cut transfer keeps its
 ``.part`` (the next call resumes it); a checksum mismatch removes it and raises
-:class:`~data_synth.errors.DataChecksumError`; an unreachable host raises
-:class:`~data_synth.errors.NoNetworkError` before anything is written. Cost: one pass over the bytes
+:class:`~memgym.data_synth.errors.DataChecksumError`; an unreachable host raises
+:class:`~memgym.data_synth.errors.NoNetworkError` before anything is written. Cost: one pass over the bytes
 to hash them (about 1 s per 300 MB). Errors of the local disk (a folder in the way, no space) are
 raised as they are, never retried."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from data_synth.errors import DataChecksumError, DownloadError, NoNetworkError
+from memgym.data_synth.errors import DataChecksumError, DownloadError, NoNetworkError
 
 CHUNK = 1 << 20
 TIMEOUT_S = 60

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from data_synth.jsonl import read_jsonl
-from llm.errors import MemgymError
-from memory_bank.schema import Capability, QAItem
+from memgym.data_synth.jsonl import read_jsonl
+from memgym.llm.errors import MemgymError
+from memgym.memory_bank.schema import Capability, QAItem
 
 #: Synthetic question kinds and the capability each tests.
 KINDS: tuple[str, ...] = ("single-session", "multi-session", "temporal")

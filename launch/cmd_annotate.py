@@ -1,7 +1,7 @@
 """``memgym annotate``: LLM capability labels for a train or valid split (PrisMem's annotation).
 
 ``memgym annotate --dataset D --split train|valid --annotator SPEC --out labels.jsonl`` labels
-every question of the split with :class:`data_synth.annotate.CapabilityAnnotator` (the
+every question of the split with :class:`memgym.data_synth.annotate.CapabilityAnnotator` (the
 question, the reference answer and the evidence turns; one primary and up to two secondary
 capabilities; PrisMem, arXiv 2610.06361), appending to ``--out``, the
 file the evolve recipes' ``labels:`` field reads (train and valid may share one file: run the
@@ -11,7 +11,7 @@ last line is cut). Cached: replies go through the response cache (``--cache``, d
 ``$MEMGYM_CACHE``), so a rerun into a new file costs no calls. Never the test split: ``--split
 test`` (or a test conversation) is refused before any call. Prints and writes
 (``<out stem>.<split>.agreement.md`` / ``.json``) the agreement with the native mapping per
-benchmark type (primary match rate, confusion table; :func:`data_synth.annotate.agreement`),
+benchmark type (primary match rate, confusion table; :func:`memgym.data_synth.annotate.agreement`),
 over the annotator's labels only. A question whose every reply fails validation keeps its native
 label in memory but is not saved (nor its replies cached): the command then exits 1 naming how
 many, and a rerun asks them again.
@@ -27,11 +27,11 @@ from pathlib import Path
 
 
 def _annotate(args) -> int:
-    from data_synth.annotate import CapabilityAnnotator, LabelValidationError, agreement, load_labels, render_agreement
-    from data_synth.datasets import load_conversations
-    from data_synth.splits import split_ids
-    from llm.errors import ConfigError
-    from llm.runtime import Runtime
+    from memgym.data_synth.annotate import CapabilityAnnotator, LabelValidationError, agreement, load_labels, render_agreement
+    from memgym.data_synth.datasets import load_conversations
+    from memgym.data_synth.splits import split_ids
+    from memgym.llm.errors import ConfigError
+    from memgym.llm.runtime import Runtime
 
     if args.split == "test":
         raise ConfigError(f"--split test: the annotator refuses the {args.dataset} test split (test questions keep "

@@ -8,8 +8,8 @@ import time
 import warnings
 from pathlib import Path
 
-from data_synth.errors import DataFileNotFoundError, DataFormatError, DataQuirkWarning
-from data_synth.datasets import DATASETS, dataset_stats, load_conversations
+from memgym.data_synth.errors import DataFileNotFoundError, DataFormatError, DataQuirkWarning
+from memgym.data_synth.datasets import DATASETS, dataset_stats, load_conversations
 
 
 def _stats(args: argparse.Namespace) -> int:
@@ -99,10 +99,10 @@ def register(subparsers) -> None:
 
 def _download(args: argparse.Namespace) -> int:
     """Fetch what ``args.to`` lacks; one line per dataset written, or ``verified, nothing to fetch``."""
-    from data_synth.download import DATASETS, download
-    from data_synth.errors import NoNetworkError
-    from data_synth.paths import ENV_VAR, data_root
-    from llm.errors import say_error
+    from memgym.data_synth.download import DATASETS, download
+    from memgym.data_synth.errors import NoNetworkError
+    from memgym.data_synth.paths import ENV_VAR, data_root
+    from memgym.llm.errors import say_error
 
     to = Path(args.to).expanduser().resolve() if args.to else data_root()
     datasets = DATASETS if args.dataset == "all" else (args.dataset,)
@@ -125,9 +125,9 @@ def _download(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     """Print one line per data item and per judge protocol file; exit 1 when any is missing or wrong."""
-    from data_synth.check import DataCheck, check_data
-    from data_synth.paths import data_root
-    from rewards.scoring.protocols import OFFICIAL_SHA256, JudgeProtocolError, official_file_problem, protocol_file
+    from memgym.data_synth.check import DataCheck, check_data
+    from memgym.data_synth.paths import data_root
+    from memgym.rewards.scoring.protocols import OFFICIAL_SHA256, JudgeProtocolError, official_file_problem, protocol_file
 
     print(f"data root: {data_root()}  (set MEMGYM_DATA to move it)")
     checks = check_data()

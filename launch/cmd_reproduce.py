@@ -3,7 +3,7 @@ a report's recorded command and compare.
 
 REPORT is a ``report.json`` (``memgym eval``, ``program eval``), ``summary.json`` (``evolve``),
 ``scores.json`` (``score``), a training run's ``run_card.json`` or ``trainer_state.json``, or a
-folder holding one. Its run card (:mod:`llm.runcard`) is compared with the present environment
+folder holding one. Its run card (:mod:`memgym.llm.runcard`) is compared with the present environment
 first: memgym's commit and changes, package versions, every input file's sha256 (data files
 under ``$MEMGYM_DATA`` and files of the checkout are looked up where they are now), each model's
 fingerprint, the judge protocol file; what differs is printed before anything runs. Then the
@@ -25,7 +25,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from llm.errors import ConfigError
+from memgym.llm.errors import ConfigError
 
 #: Report files that carry a run card, in the order a folder is searched.
 REPORT_FILES = ("report.json", "summary.json", "scores.json", "run_card.json")
@@ -64,8 +64,8 @@ def _short(h) -> str:
 
 def _current_path(entry: dict) -> Path:
     """Where a recorded input is now: under today's data root or checkout when it was under one."""
-    from data_synth.paths import data_root
-    from llm.runcard import DATA, SOURCE, SOURCE_ROOT
+    from memgym.data_synth.paths import data_root
+    from memgym.llm.runcard import DATA, SOURCE, SOURCE_ROOT
 
     roots = {DATA: data_root(), SOURCE: SOURCE_ROOT}
     return roots[entry["base"]] / entry["rel"] if entry.get("base") in roots else Path(entry["path"])
@@ -86,7 +86,7 @@ def differences(card: dict) -> tuple[list[tuple[str, str, str]], list[str]]:
     """``(differences, notes)``: each difference ``(what, recorded, now)`` among memgym's source,
     package versions, inputs, models and the judge file; notes: the machine and environment
     variables where they differ (they may change results; they are not inputs)."""
-    from llm import runcard
+    from memgym.llm import runcard
 
     diffs: list[tuple[str, str, str]] = []
     now = runcard.source()
@@ -102,7 +102,7 @@ def differences(card: dict) -> tuple[list[tuple[str, str, str]], list[str]]:
                           _short(e["sha256"]), _short(h)))
     judge = card.get("judge") or {}
     if judge.get("file"):
-        from data_synth.paths import data_root
+        from memgym.data_synth.paths import data_root
 
         h = runcard.file_sha256(data_root() / "judges" / Path(judge["file"]).name)
         if h != judge.get("sha256"):
@@ -196,8 +196,8 @@ def rerun_argv(card: dict, out: Path, no_cache: bool, tmp: Path) -> list[str]:
     """The recorded command (without ``memgym``) writing into ``out``: the command's output flag
     replaced (``--output_dir`` for training); an ``evolve --resume DIR`` becomes a fresh
     ``evolve`` on the recorded recipe (written to ``tmp``)."""
-    from launch.cli import build_parser
-    from launch.registry import chosen
+    from memgym.launch.cli import build_parser
+    from memgym.launch.registry import chosen
 
     argv = list(card["command"])
     if not argv or Path(argv[0]).name != "memgym":
@@ -235,7 +235,7 @@ def _new_out(report: Path) -> Path:
 
 def run(args) -> int:
     """``memgym reproduce`` (module doc)."""
-    from launch.cli import main
+    from memgym.launch.cli import main
 
     card, report = load_card(args.report)
     src = card["memgym"]

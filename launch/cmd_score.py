@@ -2,7 +2,7 @@
 
 ``memgym score --dataset locomo|longmemeval|beam [--path P] [--split S] --predictions preds.jsonl
 --judge SPEC|grounded-recall|f1|answer-recall|rubric-recall [--out DIR]`` writes ``scores.json``,
-``rows.jsonl`` and ``report.md`` (see :mod:`rewards.scoring.predictions`) and prints the overall
+``rows.jsonl`` and ``report.md`` (see :mod:`memgym.rewards.scoring.predictions`) and prints the overall
 and headline numbers. Exit 0 on success; 3 when the file covers only part of the questions
 (scores written, headline marked partial; ``--allow_partial`` accepts it with exit 0); 2 for a
 missing, empty or broken data/predictions file, a predictions file whose ids are all unknown, or
@@ -17,7 +17,7 @@ import sys
 import time
 import warnings
 
-from llm.errors import say_error
+from memgym.llm.errors import say_error
 
 #: What ``memgym score`` writes in ``--out``; a folder holding anything else is refused.
 SCORE_FILES = ("scores.json", "rows.jsonl", "report.md")
@@ -34,13 +34,13 @@ INCOMPLETE = 3
 
 
 def _run(args: argparse.Namespace) -> int:
-    from data_synth.errors import DataFileNotFoundError, DataFormatError, DataQuirkWarning
-    from data_synth.datasets import load_conversations
-    from llm.base import LLMError
-    from llm.errors import ConfigError, OutputPathError
-    from llm.checks import out_dir_problem
-    from rewards.scoring.scorers import make_scorer
-    from rewards.scoring.predictions import (CONTEXT_JUDGES, OFFLINE_JUDGES, PredictionsError, read_predictions,
+    from memgym.data_synth.errors import DataFileNotFoundError, DataFormatError, DataQuirkWarning
+    from memgym.data_synth.datasets import load_conversations
+    from memgym.llm.base import LLMError
+    from memgym.llm.errors import ConfigError, OutputPathError
+    from memgym.llm.checks import out_dir_problem
+    from memgym.rewards.scoring.scorers import make_scorer
+    from memgym.rewards.scoring.predictions import (CONTEXT_JUDGES, OFFLINE_JUDGES, PredictionsError, read_predictions,
                                              score_predictions, write_scores)
 
     def fail(msg) -> int:
@@ -59,7 +59,7 @@ def _run(args: argparse.Namespace) -> int:
                                   writes=f"memgym score writes {', '.join(SCORE_FILES)} there")
         if problem:
             raise OutputPathError(problem)
-        from rewards.scoring.protocols import check_protocol
+        from memgym.rewards.scoring.protocols import check_protocol
         check_protocol(args.dataset, args.judge_protocol)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", DataQuirkWarning)
@@ -71,8 +71,8 @@ def _run(args: argparse.Namespace) -> int:
         if args.judge in OFFLINE_JUDGES:
             scorer = make_scorer(args.judge, dataset=args.dataset, judge_protocol=args.judge_protocol)
         else:
-            from llm.specs import parse_spec
-            from llm.runtime import Runtime
+            from memgym.llm.specs import parse_spec
+            from memgym.llm.runtime import Runtime
 
             parse_spec(args.judge)
             rt = Runtime.from_config(cache=args.cache, batch_size=args.batch_size)
@@ -84,7 +84,7 @@ def _run(args: argparse.Namespace) -> int:
                         f"id here (e.g. {next(iter(preds))!r}); `memgym data stats --ids` lists them")
         budget = None
         if args.judge in CONTEXT_JUDGES:
-            from evolution.execution.context_budget import ContextBudget
+            from memgym.evolution.execution.context_budget import ContextBudget
             tokens = args.context_tokens if args.context_tokens is not None else DEFAULT_CONTEXT_TOKENS[args.dataset]
             budget = ContextBudget(tokens, args.context_tokenizer)
         rep = score_predictions(args.dataset, convs, preds, scorer, judge_protocol=args.judge_protocol,
@@ -123,11 +123,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _run_card(args: argparse.Namespace, rt, t0: float, budget: bool) -> dict:
-    """The run card of a scoring run (:func:`llm.runcard.build_card`): the arguments as its recipe,
+    """The run card of a scoring run (:func:`memgym.llm.runcard.build_card`): the arguments as its recipe,
     the judge model when ``--judge`` names one, the context budget's tokenizer when ``budget``."""
-    from llm.runcard import build_card
-    from rewards.scoring.predictions import OFFLINE_JUDGES
-    from rewards.scoring.protocols import protocol_card
+    from memgym.llm.runcard import build_card
+    from memgym.rewards.scoring.predictions import OFFLINE_JUDGES
+    from memgym.rewards.scoring.protocols import protocol_card
 
     recipe = {k: v for k, v in vars(args).items() if k not in ("func", "debug", "command")}
     offline = args.judge in OFFLINE_JUDGES

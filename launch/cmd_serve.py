@@ -68,7 +68,7 @@ def run_serve(args: argparse.Namespace, *, on_ready: Callable[[str], None] | Non
     ``{"base_url", "model", "role", "engine"}`` as JSON, calls ``on_ready(base_url)``, and serves
     until Ctrl-C or until ``stop`` is set. A ``vllm:`` spec on the builtin engine is served
     with transformers (``hf:``) instead."""
-    from llm.specs import load_backend, parse_spec, resolve_model_path
+    from memgym.llm.specs import load_backend, parse_spec, resolve_model_path
 
     try:
         spec = parse_spec(args.model)
@@ -84,7 +84,7 @@ def run_serve(args: argparse.Namespace, *, on_ready: Callable[[str], None] | Non
         print(shlex.join(cmd), flush=True)
         os.execvp(cmd[0], cmd)
         return 0  # not reached
-    from llm.server import serve_backend
+    from memgym.llm.server import serve_backend
 
     kw = {"device": args.device} if spec.kind in ("hf", "vllm") else {}
     backend = load_backend(args.model if spec.kind != "vllm" else f"hf:{spec.target}", **kw)

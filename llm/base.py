@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Protocol, runtime_checkable
 
-from llm.errors import MemgymError
+from memgym.llm.errors import MemgymError
 
 Message = dict  # {"role": "system"|"user"|"assistant", "content": str}
 Messages = list  # list[Message]
@@ -108,7 +108,7 @@ class GenerationParams:
 @dataclass(frozen=True)
 class Completion:
     """One generated answer; ``finish_reason`` ``"stop"`` or ``"length"``; ``cached``: from the
-    cache; ``estimated``: the token counts are estimates (:func:`llm.models.estimate_tokens`)
+    cache; ``estimated``: the token counts are estimates (:func:`memgym.llm.models.estimate_tokens`)
     because the server's own counts were missing or failed :func:`token_count_problem`."""
 
     text: str

@@ -34,8 +34,8 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
-from llm.errors import ConfigError, OutputPathError
-from llm.specs import check_spec
+from memgym.llm.errors import ConfigError, OutputPathError
+from memgym.llm.specs import check_spec
 
 
 MAX_LIST_ITEMS = 10_000

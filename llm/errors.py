@@ -37,7 +37,7 @@ class OutputPathError(ConfigError):
 
 def exit_status(exc: BaseException) -> int | None:
     """The exit status of an error that is the user's input or environment: a
-    :class:`~llm.errors.MemgymError` (its ``exit_status``: 2 for ``kind == "usage"``, else 1),
+    :class:`~memgym.llm.errors.MemgymError` (its ``exit_status``: 2 for ``kind == "usage"``, else 1),
     broken YAML (2) or an ``OSError`` (a missing or unreadable file, 1).
     None for anything else: a bug, which keeps its traceback."""
     import yaml
@@ -93,7 +93,7 @@ def report_errors(prog: str, fn, *args) -> int:
     status; Ctrl-C is ``<prog>: interrupted`` and 130; a bug, or any error under
     :func:`debug_requested`, is re-raised with its traceback. ``prog`` may be a callable
     returning the name (asked only when a message is printed). Used by ``memgym`` and by the
-    trainers' standalone entries (``python -m training.sft|adrpo``, what ``memgym launch`` runs)."""
+    trainers' standalone entries (``python -m memgym.training.sft|adrpo``, what ``memgym launch`` runs)."""
     name = prog if isinstance(prog, str) else None
     try:
         return int(fn(*args) or 0)

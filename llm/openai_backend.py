@@ -14,9 +14,9 @@ import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
-from llm.base import (BackendRequestError, Completion, GenerationParams, Messages, check_batch, prompt_token_limit,
+from memgym.llm.base import (BackendRequestError, Completion, GenerationParams, Messages, check_batch, prompt_token_limit,
                       token_count_problem)
-from llm.structured import ConstraintRefusedError, JsonSchema, check_schemas
+from memgym.llm.structured import ConstraintRefusedError, JsonSchema, check_schemas
 
 RETRY_STATUSES = frozenset({408, 429})  # plus every 5xx
 #: Words by which a 4xx answer to a constrained request is read as a refusal of response_format.
@@ -136,7 +136,7 @@ class OpenAIBackend:
     Counters: ``calls`` (completions), ``replica_calls[i]``, ``attempts`` (HTTP attempts),
     ``retries``, ``schema_ignored`` (constrained replies outside the schema: the server ignores
     structured outputs; the first warns). Token counts come from ``usage``; missing or invalid counts
-    (negative, not an int, absurd: :func:`llm.base.token_count_problem`) are never taken: the
+    (negative, not an int, absurd: :func:`memgym.llm.base.token_count_problem`) are never taken: the
     completion's counts are then estimated with SmolLM2's tokenizer and marked ``estimated`` (the
     first warns).
     """
@@ -308,7 +308,7 @@ class OpenAIBackend:
 
     def _usage(self, resp, messages: Messages, text: str, params: GenerationParams) -> tuple[int, int, str]:
         """(prompt, completion, why estimated): the server's ``usage`` when both counts pass
-        :func:`llm.base.token_count_problem`, else :func:`llm.models.estimate_tokens` and the
+        :func:`memgym.llm.base.token_count_problem`, else :func:`memgym.llm.models.estimate_tokens` and the
         reason (the first such answer warns, naming the server)."""
         usage = getattr(resp, "usage", None)
         if usage is None:
@@ -322,7 +322,7 @@ class OpenAIBackend:
             if not problems:
                 return p, c, ""
             why = f"reported invalid usage ({'; '.join(problems)})"
-        from llm.models import estimate_tokens
+        from memgym.llm.models import estimate_tokens
 
         p, c = estimate_tokens(messages, text)
         with self._lock:
@@ -338,7 +338,7 @@ class OpenAIBackend:
                  schemas: list[JsonSchema | None] | None = None) -> list[Completion]:
         """One :class:`Completion` per conversation, in order, requested concurrently.
         ``schemas[i]`` is sent as a JSON-schema ``response_format`` (OpenAI structured outputs);
-        a 4xx naming it raises :class:`llm.structured.ConstraintRefusedError` (not retried)."""
+        a 4xx naming it raises :class:`memgym.llm.structured.ConstraintRefusedError` (not retried)."""
 
         check_batch(batch)
         schemas = check_schemas(schemas, len(batch))

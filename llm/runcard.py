@@ -256,8 +256,8 @@ def served_entry(urls: str, model: str) -> dict:
 
 def _smollm2_dir() -> Path:
     """The prepared SmolLM2 dir (prepared or not; nothing is converted here)."""
-    from llm.models import SMOLLM2_DIRNAME
-    from llm.paths import cache_dir
+    from memgym.llm.models import SMOLLM2_DIRNAME
+    from memgym.llm.paths import cache_dir
 
     return cache_dir() / "models" / SMOLLM2_DIRNAME
 
@@ -285,10 +285,10 @@ def model_entry(spec: str, *, loaded: bool = True) -> dict:
     if spec in ("minilm", "smollm2"):
         kind, rest = "hf", spec
     if kind in ("hf", "vllm"):
-        from llm.specs import DEFAULT_ALIASES
+        from memgym.llm.specs import DEFAULT_ALIASES
 
         if rest.strip().lower() in DEFAULT_ALIASES or rest == "minilm":
-            from llm.models import is_complete, minilm_dir, smollm2_gguf
+            from memgym.llm.models import is_complete, minilm_dir, smollm2_gguf
 
             try:
                 if rest == "minilm":
@@ -314,7 +314,7 @@ def embedder_entry(embedder) -> dict:
     path = getattr(embedder, "path", None)
     if path is None:
         return {"spec": mid, "model_id": mid, "model": None, "note": "no model"}
-    from llm.models import minilm_dir
+    from memgym.llm.models import minilm_dir
 
     try:
         spec = "minilm" if Path(path).resolve() == minilm_dir().resolve() else str(path)
@@ -326,10 +326,10 @@ def embedder_entry(embedder) -> dict:
 def build_card(*, recipe: dict, models: dict[str, str | None], runtime=None, judge: dict | None = None,
                cost: dict | None = None, wall_s: float | None = None) -> dict:
     """The run card (module doc). ``recipe``: the resolved settings; ``models``: role -> spec
-    (None: the role is unset); ``runtime``: the run's :class:`llm.runtime.Runtime` (specs it
+    (None: the role is unset); ``runtime``: the run's :class:`memgym.llm.runtime.Runtime` (specs it
     never loaded are marked unused; its embedder is added as role ``embedder``; its counts are
     the cost unless ``cost`` is given); ``judge``: the judge entry
-    (:func:`rewards.scoring.protocols.protocol_card`)."""
+    (:func:`memgym.rewards.scoring.protocols.protocol_card`)."""
     loaded = set(runtime.loaded_specs()) if runtime is not None else None
     entries = {}
     for role, spec in models.items():

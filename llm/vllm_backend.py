@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from llm.base import BackendSpecError, Completion, GenerationParams, Messages, check_batch
-from llm.paths import dir_fingerprint
-from llm.structured import JsonSchema, check_schemas
+from memgym.llm.base import BackendSpecError, Completion, GenerationParams, Messages, check_batch
+from memgym.llm.paths import dir_fingerprint
+from memgym.llm.structured import JsonSchema, check_schemas
 
 
 def structured_params(vllm_module, schema: JsonSchema) -> dict:

@@ -16,7 +16,7 @@ from typing import Annotated, Literal, Union
 import json_repair
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from memory_bank.errors import OutputParseError, OutputSchemaError, OutputTruncatedError, WrongPartError
+from memgym.memory_bank.errors import OutputParseError, OutputSchemaError, OutputTruncatedError, WrongPartError
 
 PARTS = ("episodic", "semantic", "procedural")
 MANAGERS = ("core",) + PARTS

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memory_bank.actions import MANAGERS, PARTS
+from memgym.memory_bank.actions import MANAGERS, PARTS
 
 __all__ = ["part_counts", "dominant_part", "contribution_weight"]
 

@@ -68,7 +68,7 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from llm.models import prepare_smollm2_tokenizer
+    from memgym.llm.models import prepare_smollm2_tokenizer
 
     tok = AutoTokenizer.from_pretrained(str(prepare_smollm2_tokenizer()))
     out = tmp_path_factory.mktemp("tiny_model")
@@ -96,8 +96,8 @@ def smollm2_dir() -> Path:
     """The prepared SmolLM2-135M-Instruct transformers dir (cached under $MEMGYM_CACHE)."""
     import fcntl
 
-    from llm.models import prepare_smollm2
-    from llm.paths import cache_dir
+    from memgym.llm.models import prepare_smollm2
+    from memgym.llm.paths import cache_dir
 
     with open(cache_dir() / ".smollm2-prepare.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released on close; a second worker then finds the dir complete

@@ -1,6 +1,6 @@
 """Test helpers shared by every package's tests.
 
-:class:`ScriptedBackend` implements :class:`llm.base.Backend` without a model: answers come
+:class:`ScriptedBackend` implements :class:`memgym.llm.base.Backend` without a model: answers come
 from a list (consumed in order) or a callable ``(messages, params) -> str``. :class:`FaultyServer`
 is the builtin server with injected delays and failures (``serve_backend(server_class=...)``).
 :func:`planted_policy` writes the tiny model with a planted valid manager output (ADRPO tests);
@@ -17,9 +17,9 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from datetime import datetime
 
-from llm.base import BackendRequestError, Completion, GenerationParams, Messages, check_batch
-from llm.server import BackendHTTPServer, _RequestError
-from memory_bank.schema import Capability, Conversation, QAItem, Session, Turn
+from memgym.llm.base import BackendRequestError, Completion, GenerationParams, Messages, check_batch
+from memgym.llm.server import BackendHTTPServer, _RequestError
+from memgym.memory_bank.schema import Capability, Conversation, QAItem, Session, Turn
 
 
 class ScriptedBackend:
@@ -75,7 +75,7 @@ _REAL = object()
 
 
 class FaultyServer(BackendHTTPServer):
-    """:class:`llm.server.BackendHTTPServer` for client tests: every chat completion first waits
+    """:class:`memgym.llm.server.BackendHTTPServer` for client tests: every chat completion first waits
     ``delay_s``; the first ``fail_first`` get HTTP ``fail_status`` (type ``server_error``);
     ``usage`` (when given) is sent as the answer's ``usage`` instead of the real counts (None:
     no ``usage`` key), as a misbehaving or hostile server would."""
@@ -159,7 +159,7 @@ def memgym_launch(config: str, stage: str, args: list[str], *, threads: str = "1
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[1]
-    cmd = [sys.executable, "-m", "launch.cli", "launch", "--accelerate-config", config,
+    cmd = [sys.executable, "-m", "memgym.launch.cli", "launch", "--accelerate-config", config,
            "--main-process-port", str(free_port()), "train", stage, *args]
     env = dict(os.environ, OMP_NUM_THREADS=threads, HF_HUB_OFFLINE="1", **(env or {}))
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=repo, env=env, timeout=timeout)
@@ -170,7 +170,7 @@ def memgym_launch(config: str, stage: str, args: list[str], *, threads: str = "1
 
 def load_program_module(path, module_name: str | None = None):
     """Import a TRUSTED program file in-process (seed/reference, tests). Untrusted candidates
-    must go through ``evolution.execution.sandbox.SandboxedProgram`` instead. The module is registered
+    must go through ``memgym.evolution.execution.sandbox.SandboxedProgram`` instead. The module is registered
     in ``sys.modules`` under ``module_name`` (default ``memgym_program_<stem>``) so that
     ``typing.get_type_hints`` can resolve its annotations. Raises FileNotFoundError naming
     the path."""
@@ -286,7 +286,7 @@ def qa(question: str, answer: str, evidence=("D1:1",)) -> QAItem:
 
 def bank_with(session: int = 1, episodic=(), semantic=(), core: str = ""):
     """A bank with ``core`` appended and ``episodic`` / ``semantic`` entries added in ``session``."""
-    from memory_bank.bank import MemoryBank
+    from memgym.memory_bank.bank import MemoryBank
 
     bank = MemoryBank()
     if core:
@@ -305,9 +305,9 @@ EMPTY = {"core": '{"operation": "NONE"}', "episodic": '{"operations": []}', "sem
 
 def make_samples(bank, session: int, expert: dict[str, str], qa: list[QAItem],
                  managers=("core", "episodic", "semantic", "procedural")) -> list:
-    """One :class:`rewards.samples.RewardSample` per manager of conversation ``c1``, session
+    """One :class:`memgym.rewards.samples.RewardSample` per manager of conversation ``c1``, session
     ``session``: the bank before it, the expert outputs (``EMPTY`` where not given), the QA."""
-    from rewards.samples import RewardSample, sample_key
+    from memgym.rewards.samples import RewardSample, sample_key
 
     outputs = {**EMPTY, **expert}
     return [RewardSample(sample_key("c1", session, m), "c1", session, m, [{"role": "user", "content": "x"}],
@@ -320,7 +320,7 @@ def sandbox_fails(kind: str, match: str | None = None):
     (the sandbox's one error type tells its failures apart by ``kind``)."""
     import pytest
 
-    from evolution.execution.sandbox import SandboxError
+    from memgym.evolution.execution.sandbox import SandboxError
 
     with pytest.raises(SandboxError, match=match) as ei:
         yield ei

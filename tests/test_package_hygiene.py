@@ -43,12 +43,35 @@ def test_imports_flow_one_way():
         rel = f.relative_to(ROOT)
         pkg = rel.parts[0]
         for name, line in _imports(f):
-            top = name.split(".")[0]
+            parts = name.split(".")
+            top = parts[1] if parts[0] == "memgym" and len(parts) > 1 else parts[0]
             if top in ALLOWED and top != pkg and top not in ALLOWED[pkg]:
                 bad.append(f"{rel}:{line} imports {name}")
-            if pkg == "evolution" and rel.parts[1] == "execution" and name.startswith("evolution.search"):
+            if pkg == "evolution" and rel.parts[1] == "execution" and name.startswith("memgym.evolution.search"):
                 bad.append(f"{rel}:{line} imports {name} (execution must not import search)")
     assert not bad, "imports that run backwards:\n" + "\n".join(bad)
+
+
+def test_one_import_name():
+    """Every import of memgym's own code goes through ``memgym.``: the folders install as
+    ``memgym.<folder>`` (pyproject's package-dir), never as top-level names that shadow other
+    packages (PyPI's ``llm``, ``memory-bank``); pyproject lists every package folder."""
+    import tomllib
+
+    bare = []
+    for f in sorted(ROOT.glob("**/*.py")):
+        rel = f.relative_to(ROOT)
+        if rel.parts[0] in (".venv", ".git", "runs") or rel.parts[0].startswith(".venv"):
+            continue
+        for name, line in _imports(f):
+            if name.split(".")[0] in ALLOWED:
+                bare.append(f"{rel}:{line} imports {name} (write memgym.{name})")
+    assert not bare, "imports of a bare top-level name:\n" + "\n".join(bare)
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert tool["package-dir"] == {f"memgym.{p}": p for p in ORDER}
+    folders = {"memgym." + ".".join(i.parent.relative_to(ROOT).parts) for p in ORDER for i in (ROOT / p).rglob("__init__.py")
+               if "assets" not in i.parts}
+    assert set(tool["packages"]) == folders and len(folders) >= 13
 
 
 def test_package_code_states_no_history():

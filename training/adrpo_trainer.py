@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import torch
 from trl import GRPOTrainer
 
-from rewards.samples import RewardSample
-from training.adrpo_config import ADRPOConfig, ADRPOConfigError
-from training.adrpo_data import build_dataset, sample_table, session_block_sampler
+from memgym.rewards.samples import RewardSample
+from memgym.training.adrpo_config import ADRPOConfig, ADRPOConfigError
+from memgym.training.adrpo_data import build_dataset, sample_table, session_block_sampler
 
 PART_NAMES = ("episodic", "semantic", "procedural", "none")
 LOGGED_PARTS = ("reward", "gate", "acc", "lp", "weight", "format_error", "frac_correct", "copy")
@@ -59,7 +59,7 @@ class SessionRewardFunction:
 
     def __call__(self, prompts, completions, key=None, completion_ids=None, **kwargs) -> list[float]:
         if key is None:
-            raise KeyError("ADRPO reward: the batch has no 'key' column (rows must come from training.adrpo_data)")
+            raise KeyError("ADRPO reward: the batch has no 'key' column (rows must come from memgym.training.adrpo_data)")
         missing = [k for k in key if k not in self.table]
         if missing:
             raise KeyError(f"ADRPO reward: unknown sample key {missing[0]!r} ({len(missing)} unknown)")
@@ -104,7 +104,7 @@ class ADRPOTrainer(GRPOTrainer):
             raise ADRPOConfigError(f"ADRPOTrainer needs an ADRPOConfig, got {type(args).__name__}")
         if args.weighting == "unclipped" and type(self)._compute_loss is GRPOTrainer._compute_loss:
             raise ADRPOConfigError("weighting: unclipped (Eq. 12) needs its own loss: use "
-                                   "training.adrpo_eq12.ADRPOEq12Trainer")
+                                   "memgym.training.adrpo_eq12.ADRPOEq12Trainer")
         if args.mode == "joint":
             per_process = args.per_device_train_batch_size * args.steps_per_generation
             if per_process % (4 * args.num_generations):

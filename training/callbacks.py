@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 from transformers import TrainerCallback
 
-from memory_bank.actions import MANAGERS
-from memory_bank.schema import Conversation
-from training.heldout import FormatTally
+from memgym.memory_bank.actions import MANAGERS
+from memgym.memory_bank.schema import Conversation
+from memgym.training.heldout import FormatTally
 
 PREFIX = "memory_eval"
 
@@ -57,8 +57,8 @@ class MemoryEvalCallback(TrainerCallback):
 
     def measure(self, model, step: int) -> dict[str, float]:
         """The logged values for ``model`` as it is now (keys under ``memory_eval/``)."""
-        from llm.base import GenerationParams
-        from llm.hf_backend import HFBackend
+        from memgym.llm.base import GenerationParams
+        from memgym.llm.hf_backend import HFBackend
 
         was_training = model.training
         backend = HFBackend(model, self.tokenizer, device=str(model.device), batch_size=self.batch_size,
@@ -87,10 +87,10 @@ class MemoryEvalCallback(TrainerCallback):
         return out
 
     def _heldout(self, backend, params) -> dict[str, float]:
-        from memory_bank.construct import ModelExtractor, construct
-        from memory_bank.retrieval import retrieve
-        from rewards.scoring.measure import measure
-        from rewards.scoring.scorers import make_scorer
+        from memgym.memory_bank.construct import ModelExtractor, construct
+        from memgym.memory_bank.retrieval import retrieve
+        from memgym.rewards.scoring.measure import measure
+        from memgym.rewards.scoring.scorers import make_scorer
 
         extractor = ModelExtractor(backend, params, name=backend.model_id, segment_tokens=self.segment_tokens)
         scorer = make_scorer("answer-recall")
@@ -125,7 +125,7 @@ class MemoryEvalCallback(TrainerCallback):
         ``unwrap_model_for_generation`` (the block ``GRPOTrainer`` generates in: gathers the shards,
         lifts the per-module fetch/release hooks), but the engine's start-of-forward hook stays, and
         while it records a module trace it compares the trace across processes, a collective
-        (DeepSpeed ``PartitionedParameterCoordinator.reset_step``): no process may run forwards alone. :func:`training.common.outside_zero3` keeps ``generate``
+        (DeepSpeed ``PartitionedParameterCoordinator.reset_step``): no process may run forwards alone. :func:`memgym.training.common.outside_zero3` keeps ``generate``
         from stepping in lockstep; an LLM judge gets each scoring request once per process."""
         if model is None or state.global_step in self._measured:
             return
@@ -136,7 +136,7 @@ class MemoryEvalCallback(TrainerCallback):
         if zero3:
             from trl.models import unwrap_model_for_generation
 
-            from training.common import outside_zero3
+            from memgym.training.common import outside_zero3
 
             trainer = self._trainer
             with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as whole, \
@@ -161,7 +161,7 @@ def bind_memory_eval(trainer):
 
 
 class RunCardCallback(TrainerCallback):
-    """Writes ``<output_dir>/run_card.json`` (:func:`llm.runcard.build_card`, beside
+    """Writes ``<output_dir>/run_card.json`` (:func:`memgym.llm.runcard.build_card`, beside
     ``trainer_state.json``) when training begins, so a run that dies still has one, and again
     when it ends, with the wall time; main process only. ``configs``: the recipe's dataclasses
     (their fields, merged, are the card's recipe); ``models``: role -> spec (``policy`` given as
@@ -179,7 +179,7 @@ class RunCardCallback(TrainerCallback):
         import time
         from pathlib import Path
 
-        from llm.runcard import build_card
+        from memgym.llm.runcard import build_card
 
         recipe: dict = {}
         for c in self.configs:
@@ -213,7 +213,7 @@ class MemoryEvalFields:
 
     memory_eval_trajectories: list[str] = field(default_factory=list, metadata={
         "help": "validation reward rows from these expert trajectories (files or names in $MEMGYM_DATA/expert, e.g. "
-                "conv-30), measured at every evaluation (training.callbacks); empty = no validation reward"})
+                "conv-30), measured at every evaluation (memgym.training.callbacks); empty = no validation reward"})
     memory_eval_sessions: list[int] | None = field(default=None, metadata={
         "help": "validation rows of these session indices only (null: all)"})
     memory_eval_rows: int | None = field(default=None, metadata={
@@ -236,8 +236,8 @@ def build_memory_eval(cfg: MemoryEvalFields, tokenizer, embedder, reward, *, man
     """``(callback, rows)`` for the recipe's ``memory_eval_*`` fields, ``(None, [])`` when they ask
     for nothing.
     """
-    from data_synth.datasets import load_conversations
-    from training.heldout import validation_samples
+    from memgym.data_synth.datasets import load_conversations
+    from memgym.training.heldout import validation_samples
 
     if not cfg.memory_eval_on():
         return None, []

@@ -1,13 +1,13 @@
 """Helpers both trainers (SFT and ADRPO) use: loading the policy model with an optional LoRA
 config or an existing adapter. The recipe parser (``--config R.yaml`` plus CLI overrides,
-CPU-safe TRL defaults) is :func:`parse_training_args` (``python -m training.<stage>``; ``memgym
-train`` registers the same parsers in its command tree, :mod:`launch.registry`); the model path
-rules are :func:`llm.specs.resolve_model_path`.
+CPU-safe TRL defaults) is :func:`parse_training_args` (``python -m memgym.training.<stage>``; ``memgym
+train`` registers the same parsers in its command tree, :mod:`memgym.launch.registry`); the model path
+rules are :func:`memgym.llm.specs.resolve_model_path`.
 
 Sources: ``docs/design.md`` § "Training stack" (configs are dataclasses parsed by
 ``trl.TrlParser``; CPU facts for TRL 1.16: pass ``bf16=False`` and ``use_cpu=True``) and
 § "Embedded defaults" (the policy ``smollm2`` is the SmolLM2-135M-Instruct dir prepared by
-:func:`llm.models.prepare_smollm2`).
+:func:`memgym.llm.models.prepare_smollm2`).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from trl import ModelConfig
 
-from llm.specs import EMBEDDED_MODEL as EMBEDDED_POLICY, resolve_model_path
+from memgym.llm.specs import EMBEDDED_MODEL as EMBEDDED_POLICY, resolve_model_path
 
 def cuda_available() -> bool:
     """True when torch sees at least one CUDA device."""
@@ -49,8 +49,8 @@ def parse_training_args(parser, argv: list[str] | None = None) -> tuple:
     import argparse
     import sys
 
-    from llm.checks import unknown_names_message
-    from llm.errors import ConfigError
+    from memgym.llm.checks import unknown_names_message
+    from memgym.llm.errors import ConfigError
 
     args = device_default_args() + list(sys.argv[1:] if argv is None else argv)
     recipe = args[args.index("--config") + 1] if "--config" in args[:-1] else None
@@ -114,9 +114,9 @@ class PolicyModelConfig(ModelConfig):
     CHECKS = {"lora_r": {"min": 1}, "lora_alpha": {"min": 1}}
 
     def __post_init__(self):
-        from llm.checks import check_fields
+        from memgym.llm.checks import check_fields
 
-        check_fields(self)  # string -> one-element list, counts (llm.checks)
+        check_fields(self)  # string -> one-element list, counts (memgym.llm.checks)
         targets = self.lora_target_modules
         super().__post_init__()
         if isinstance(targets, list) and targets != ["all-linear"]:
@@ -153,7 +153,7 @@ def load_tokenizer(path: str | Path):
     neither pad nor EOS token."""
     from transformers import AutoTokenizer
 
-    from llm.models import SMOLLM2_CHAT_TEMPLATE
+    from memgym.llm.models import SMOLLM2_CHAT_TEMPLATE
 
     tok = AutoTokenizer.from_pretrained(str(path))
     if tok.pad_token is None:

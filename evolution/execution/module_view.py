@@ -1,5 +1,5 @@
 """Object-level guards of a memory program's namespace, installed by the sandbox child
-(:mod:`evolution.execution.sandbox_child`) beside its audit hook: the program never holds a module
+(:mod:`memgym.evolution.execution.sandbox_child`) beside its audit hook: the program never holds a module
 object outside its allowed imports, however it names the attribute.
 
 - Every module the program imports is a **view** (:meth:`NamespaceGuard.view`): a fresh module
@@ -9,13 +9,13 @@ object outside its allowed imports, however it names the attribute.
   A name missing from the copy is looked up on the real module and screened the same way, so
   reaching a forbidden module by attribute, ``getattr``, ``vars()`` or ``__dict__`` is a violation
   (or a plain missing key), never the module.
-- The program's ``getattr`` refuses :data:`~evolution.execution.static_check.INTROSPECTION_ATTRS`
+- The program's ``getattr`` refuses :data:`~memgym.evolution.execution.static_check.INTROSPECTION_ATTRS`
   (the computed-name route around the static check) and screens module results;
   ``operator.attrgetter``, ``operator.methodcaller`` and ``string.Formatter`` (the standard
   library's other computed-attribute readers) refuse the same names.
 
 These are a first filter with clear messages; the boundary stays the kernel
-(:mod:`evolution.execution.confine`).
+(:mod:`memgym.evolution.execution.confine`).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import string
 import types
 from collections.abc import Callable
 
-from evolution.execution.static_check import INTROSPECTION_ATTRS
+from memgym.evolution.execution.static_check import INTROSPECTION_ATTRS
 
 #: Names a view never copies (the real module's import machinery and builtins).
 HIDDEN = frozenset({"__builtins__", "__loader__", "__spec__", "__getattr__", "__cached__"})

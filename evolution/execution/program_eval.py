@@ -1,8 +1,8 @@
 """``memgym program eval``: validate one memory program, run it with the stage-cached runner,
 compute diagnostics and write ``report.json``, ``report.md``, ``tasks.jsonl`` and
-``units.jsonl``. Scores in [0, 1] are :func:`rewards.scoring.summary.summarise` of the run's
+``units.jsonl``. Scores in [0, 1] are :func:`memgym.rewards.scoring.summary.summarise` of the run's
 questions; capability labels group questions and never reach the program. The recipe is
-composed of the settings sections (:mod:`evolution.execution.settings`) and is itself the
+composed of the settings sections (:mod:`memgym.evolution.execution.settings`) and is itself the
 runner's settings.
 """
 from __future__ import annotations
@@ -13,18 +13,18 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from data_synth.datasets import check_selection
-from evolution.execution.diagnostics import METRICS, diagnose_run
-from evolution.execution.results import ProgramEvaluation
-from evolution.execution.runner import ProgramRun, ProgramRunner, dump_units
-from evolution.execution.settings import OutputSection, ProgramSection, RunnerSettings
-from evolution.execution.stages import StageCache
-from llm.errors import ConfigError
-from llm.runtime import Runtime
-from memory_bank.programs import read_program_source
-from memory_bank.schema import CAPABILITY_NAMES
-from rewards.scoring.selection import CapabilityLabels, QuestionSelection, load_selected
-from rewards.scoring.summary import summarise as summarise_rows
+from memgym.data_synth.datasets import check_selection
+from memgym.evolution.execution.diagnostics import METRICS, diagnose_run
+from memgym.evolution.execution.results import ProgramEvaluation
+from memgym.evolution.execution.runner import ProgramRun, ProgramRunner, dump_units
+from memgym.evolution.execution.settings import OutputSection, ProgramSection, RunnerSettings
+from memgym.evolution.execution.stages import StageCache
+from memgym.llm.errors import ConfigError
+from memgym.llm.runtime import Runtime
+from memgym.memory_bank.programs import read_program_source
+from memgym.memory_bank.schema import CAPABILITY_NAMES
+from memgym.rewards.scoring.selection import CapabilityLabels, QuestionSelection, load_selected
+from memgym.rewards.scoring.summary import summarise as summarise_rows
 
 
 @dataclass
@@ -50,14 +50,14 @@ def open_stage_cache(spec: str | None) -> StageCache:
     if spec == "none":
         return StageCache(snapshots=False)
     if spec is None:
-        from llm.paths import cache_dir
+        from memgym.llm.paths import cache_dir
         return StageCache(cache_dir() / "stages.sqlite")
     return StageCache(spec)
 
 
 def run_dataset(run: ProgramRun) -> str | None:
     """The dataset a run's questions come from, by their category labels (None if mixed)."""
-    from data_synth.capabilities import BEAM_MAP, LOCOMO_MAP, LONGMEMEVAL_MAP
+    from memgym.data_synth.capabilities import BEAM_MAP, LOCOMO_MAP, LONGMEMEVAL_MAP
 
     cats = {str(t.qa.category) for t in run.tasks}
     for name, table in (("locomo", LOCOMO_MAP), ("longmemeval", LONGMEMEVAL_MAP), ("beam", BEAM_MAP)):
@@ -67,14 +67,14 @@ def run_dataset(run: ProgramRun) -> str | None:
 
 
 def task_rows(run: ProgramRun) -> list[dict]:
-    """The run's questions as :class:`rewards.scoring.summary.QuestionResult` fields."""
+    """The run's questions as :class:`memgym.rewards.scoring.summary.QuestionResult` fields."""
     return [{"conversation": t.conversation, "id": t.qa.id, "question": t.qa.question, "gold": t.qa.answer,
              "category": str(t.qa.category), "capability": t.qa.capability.value if t.qa.capability else None,
              "prediction": t.prediction, "score": t.score, "missing": False} for t in run.tasks]
 
 
 def summarise(run: ProgramRun, dataset: str | None = None) -> dict:
-    """:func:`rewards.scoring.summary.summarise` of a run (``dataset`` None: inferred from the labels)."""
+    """:func:`memgym.rewards.scoring.summary.summarise` of a run (``dataset`` None: inferred from the labels)."""
     return summarise_rows(dataset or run_dataset(run), task_rows(run))
 
 
@@ -85,8 +85,8 @@ def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source
     validation). ``model_calls``/``tokens`` are the runtime's per-role counts during this
     call. ``workers``: conversations evaluated concurrently (default: the runner's setting);
     ``keep_going``: see :meth:`ProgramRunner.run` (``failed_conversations``)."""
-    from rewards.scoring.official import judge_stats
-    from rewards.scoring.protocols import protocol_note
+    from memgym.rewards.scoring.official import judge_stats
+    from memgym.rewards.scoring.protocols import protocol_note
 
     rt = runner.rt
     t0 = time.time()
@@ -142,8 +142,8 @@ def _selection(rep: dict) -> str:
 
 def render_markdown(rep: dict) -> str:
     """``report.md``: scores and diagnostics by capability, the dataset's headline and the
-    categories (the shared renderer, :mod:`rewards.scoring.report`), stages, cost."""
-    from rewards.scoring.report import headline_table, protocol_lines, side_by_side
+    categories (the shared renderer, :mod:`memgym.rewards.scoring.report`), stages, cost."""
+    from memgym.rewards.scoring.report import headline_table, protocol_lines, side_by_side
 
     diag = rep.get("diagnostics") or {}
     dcap = diag.get("by_capability", {})
@@ -189,7 +189,7 @@ def run_program_eval(cfg: ProgramEvalConfig, rt: Runtime | None = None,
     :class:`ProgramEvaluation` (``ok`` False and no scores when validation fails). Raises
     FileNotFoundError, ValueError for a bad recipe, :class:`ProgramRunError` mid-run.
     """
-    from evolution.execution.validate import ValidationLimits, validate_program
+    from memgym.evolution.execution.validate import ValidationLimits, validate_program
 
     t0 = time.time()
     if not cfg.program:
@@ -236,8 +236,8 @@ def run_program_eval(cfg: ProgramEvalConfig, rt: Runtime | None = None,
         for row in ev.tasks:
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     dump_units(run, out / "units.jsonl")
-    from llm.runcard import build_card, card_markdown
-    from rewards.scoring.protocols import protocol_card
+    from memgym.llm.runcard import build_card, card_markdown
+    from memgym.rewards.scoring.protocols import protocol_card
 
     card = build_card(recipe=asdict(cfg), models=cfg.model_specs(), runtime=rt,
                       judge=protocol_card(cfg.dataset, cfg.judge_protocol, cfg.scorer),

@@ -7,10 +7,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evolution.execution.component_diff import STAGES, ComponentDiff
-from llm.errors import MemgymError
-from memory_bank.program import ProgramInfo
-from memory_bank.schema import Conversation, QAItem
+from memgym.evolution.execution.component_diff import STAGES, ComponentDiff
+from memgym.llm.errors import MemgymError
+from memgym.memory_bank.program import ProgramInfo
+from memgym.memory_bank.schema import Conversation, QAItem
 
 
 @dataclass
@@ -89,7 +89,7 @@ def dump_units(run: ProgramRun, path: Path) -> None:
 class ProgramEvaluation:
     """The scored report of one program evaluation. ``ok`` False: validation failed
     (``validation`` holds the verdict) and nothing was measured. ``overall``, ``by_capability``,
-    ``by_category`` and ``summary`` come from :func:`rewards.scoring.summary.summarise`;
+    ``by_category`` and ``summary`` come from :func:`memgym.rewards.scoring.summary.summarise`;
     ``diagnostics`` without per-task rows; ``tasks`` one dict per question; call and token counts
     per role; ``wall_s`` in seconds; ``failed_conversations``: conversation id → why it failed
     (its questions are scored 0 with that error), when the run kept going past it.

@@ -8,21 +8,21 @@ import warnings
 
 from tqdm.auto import tqdm
 
-from evolution.execution.extract_stage import ExtractStage
-from evolution.execution.results import ConversationTrace, ProgramRunError, TaskResult
-from evolution.execution.sandbox import ProgramRaised, SandboxedProgram, SandboxError
-from evolution.execution.stages import planning_messages, stable_hash
-from llm.base import GenerationParams, TruncatedOutputError, require_complete
-from llm.structured import bounded
-from memory_bank.program import (OUT_CHAR_BUDGET, ProgramInfo, SessionInfo, StructuredOutputError, parse_structured,
+from memgym.evolution.execution.extract_stage import ExtractStage
+from memgym.evolution.execution.results import ConversationTrace, ProgramRunError, TaskResult
+from memgym.evolution.execution.sandbox import ProgramRaised, SandboxedProgram, SandboxError
+from memgym.evolution.execution.stages import planning_messages, stable_hash
+from memgym.llm.base import GenerationParams, TruncatedOutputError, require_complete
+from memgym.llm.structured import bounded
+from memgym.memory_bank.program import (OUT_CHAR_BUDGET, ProgramInfo, SessionInfo, StructuredOutputError, parse_structured,
                                  text_query)
-from memory_bank.record_schemas import query_schema
-from memory_bank.schema import Conversation, QAItem
-from rewards.scoring.measure import answer_items, score_items
+from memgym.memory_bank.record_schemas import query_schema
+from memgym.memory_bank.schema import Conversation, QAItem
+from memgym.rewards.scoring.measure import answer_items, score_items
 
 
 class RunState(ExtractStage):
-    """One evaluation's state (:class:`~evolution.execution.stage_context.StageContext`) with
+    """One evaluation's state (:class:`~memgym.evolution.execution.stage_context.StageContext`) with
     the stage methods that fill it: :meth:`run_conversation` and its index, plan, retrieve,
     answer and score stages (extract: :class:`ExtractStage`)."""
 

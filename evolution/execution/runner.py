@@ -2,7 +2,7 @@
 
 Source: PrisMem (arXiv 2610.06361), appendices "memory interface"
 and "revision-aware execution reuse". Program code runs only inside
-:class:`evolution.execution.sandbox.SandboxedProgram`. Each stage output is cached under the
+:class:`memgym.evolution.execution.sandbox.SandboxedProgram`. Each stage output is cached under the
 stage's cumulative component hash and the hash of its actual inputs, so a child re-executes
 from its earliest changed stage; reused state is decoded afresh (the built Memory is a
 snapshot restored into a new sandbox). ``retrieve`` is assumed a function of (memory, query).
@@ -16,18 +16,18 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from tqdm.auto import tqdm
 
-from data_synth.extractors import expert_paths
-from evolution.execution.component_diff import component_hashes, diff_components
-from evolution.execution.results import (ConversationTrace, ProgramRun, ProgramRunError, TaskResult,  # noqa: F401
+from memgym.data_synth.extractors import expert_paths
+from memgym.evolution.execution.component_diff import component_hashes, diff_components
+from memgym.evolution.execution.results import (ConversationTrace, ProgramRun, ProgramRunError, TaskResult,  # noqa: F401
                                          dump_units)  # dump_units re-exported
-from evolution.execution.run_state import RunState
-from evolution.execution.sandbox import SandboxedProgram, SandboxError
-from evolution.execution.settings import RunnerSettings
-from evolution.execution.stages import StageCache, file_sha, model_identity
-from llm.runtime import Runtime
-from memory_bank.program import BackendToolkitHost, ContractError
-from memory_bank.schema import Conversation
-from rewards.scoring.scorers import make_scorer
+from memgym.evolution.execution.run_state import RunState
+from memgym.evolution.execution.sandbox import SandboxedProgram, SandboxError
+from memgym.evolution.execution.settings import RunnerSettings
+from memgym.evolution.execution.stages import StageCache, file_sha, model_identity
+from memgym.llm.runtime import Runtime
+from memgym.memory_bank.program import BackendToolkitHost, ContractError
+from memgym.memory_bank.schema import Conversation
+from memgym.rewards.scoring.scorers import make_scorer
 
 __all__ = ["ProgramRun", "ProgramRunError", "ProgramRunner", "RunnerSettings", "dump_units"]
 
@@ -52,7 +52,7 @@ class ProgramRunner:
         self._init_lock = threading.Lock()
         self.context_budget = None
         if self.settings.context_tokens is not None:
-            from evolution.execution.context_budget import ContextBudget
+            from memgym.evolution.execution.context_budget import ContextBudget
             self.context_budget = ContextBudget(self.settings.context_tokens, self.settings.context_tokenizer)
 
     # ------------------------------------------------------------------ resources
@@ -67,7 +67,7 @@ class ProgramRunner:
 
     @property
     def scorer(self):
-        """The scorer named by the settings (:func:`rewards.scoring.scorers.make_scorer`), built once."""
+        """The scorer named by the settings (:func:`memgym.rewards.scoring.scorers.make_scorer`), built once."""
         with self._init_lock:
             if self._scorer is None:
                 s = self.settings
@@ -96,7 +96,7 @@ class ProgramRunner:
                 return "turns"
             return model_identity(s.extractor)
         if what == "scorer":
-            from rewards.scoring.protocols import protocol_identity
+            from memgym.rewards.scoring.protocols import protocol_identity
             return (s.scorer + (f"|{model_identity(s.judge_model)}|{s.dataset}|"
                                 f"{protocol_identity(s.dataset, s.judge_protocol)}"
                                 if s.scorer == "llm" and s.judge_model else "")

@@ -1,9 +1,9 @@
 """Run an untrusted memory-program source in a subprocess sandbox.
 
 Source: PrisMem (arXiv 2610.06361), appendix "execution checks": allowed
-imports only, no network, bounded time and memory. The child (``evolution.execution.sandbox_child``)
+imports only, no network, bounded time and memory. The child (``memgym.evolution.execution.sandbox_child``)
 runs under ``prlimit`` rlimits in its own session, ``python -I -B`` in a scratch dir with a
-minimal environment, confined by the kernel (:mod:`evolution.execution.confine`; refused
+minimal environment, confined by the kernel (:mod:`memgym.evolution.execution.confine`; refused
 without Landlock unless ``MEMGYM_ALLOW_UNCONFINED_SANDBOX=1``), behind a static check and an
 audit hook. Toolkit calls are proxied to the parent and counted there; per-call wall time
 excludes host serving time. Every failure is a :class:`SandboxError`; violations, timeouts,
@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from evolution.execution import confine
-from evolution.execution.sandbox_process import (CHILD_KINDS, PROJECT_ROOT, ProgramRaised, SandboxError, SandboxLimits,
+from memgym.evolution.execution import confine
+from memgym.evolution.execution.sandbox_process import (CHILD_KINDS, PROJECT_ROOT, ProgramRaised, SandboxError, SandboxLimits,
                                                  SandboxProcess)
-from evolution.execution.static_check import DEFAULT_ALLOWED_IMPORTS, FORBIDDEN_ATTRS, FORBIDDEN_NAMES, static_check  # noqa: F401
-from memory_bank.program import (BudgetExceededError, ContractError, ProgramInfo, SessionInfo, Toolkit, ToolkitError,
+from memgym.evolution.execution.static_check import DEFAULT_ALLOWED_IMPORTS, FORBIDDEN_ATTRS, FORBIDDEN_NAMES, static_check  # noqa: F401
+from memgym.memory_bank.program import (BudgetExceededError, ContractError, ProgramInfo, SessionInfo, Toolkit, ToolkitError,
                                  ToolkitHost, contract_from_report)
 
 

@@ -1,16 +1,16 @@
-"""Child side of :mod:`evolution.execution.sandbox`: load ONE candidate memory program and serve
+"""Child side of :mod:`memgym.evolution.execution.sandbox`: load ONE candidate memory program and serve
 calls as JSON lines on private copies of the original stdin/stdout (fd 0 is /dev/null, fd 1
 and ``sys.stdout`` are stderr). Never imports model code.
 
 First filter (not the boundary): builtins without eval/exec/compile/input/breakpoint, an
 allow-list ``__import__`` that hands out module views and a guarded ``getattr``
-(:mod:`evolution.execution.module_view`: no module object outside the allow list is ever reachable);
+(:mod:`memgym.evolution.execution.module_view`: no module object outside the allow list is ever reachable);
 a permanent audit hook refusing sockets, process spawning, ctypes, signals, env changes, threads,
 code objects, frame and code introspection from the candidate's own code, introspection attributes
 in source compiled at run time, writes outside the scratch dir, reads outside the kernel grants,
 and non-allow-listed imports and unpickled globals. A refused event raises
 :class:`SandboxViolationError` (a BaseException) and is recorded. The boundary is
-:mod:`evolution.execution.confine`, applied before the candidate's first line. Every result
+:mod:`memgym.evolution.execution.confine`, applied before the candidate's first line. Every result
 carries ``cpu_total``, the process's CPU seconds over all its threads so far, so the parent charges
 CPU spent between calls too.
 """
@@ -30,10 +30,10 @@ import types
 
 import numpy as np
 
-from evolution.execution import confine
-from evolution.execution.module_view import NamespaceGuard
-from evolution.execution.static_check import introspection_problems
-from memory_bank.program import BudgetExceededError, Toolkit, ToolkitError, describe_module
+from memgym.evolution.execution import confine
+from memgym.evolution.execution.module_view import NamespaceGuard
+from memgym.evolution.execution.static_check import introspection_problems
+from memgym.memory_bank.program import BudgetExceededError, Toolkit, ToolkitError, describe_module
 
 MODULE_NAME = "memgym_candidate"
 # Unpickling (restore) may only resolve globals from these modules (plus the candidate's).

@@ -1,4 +1,4 @@
-"""The process side of a sandbox (:mod:`evolution.execution.sandbox`): its limits, the one
+"""The process side of a sandbox (:mod:`memgym.evolution.execution.sandbox`): its limits, the one
 failure type :class:`SandboxError` (with ``kind``), and :class:`SandboxProcess`, the child
 process started under ``prlimit`` in its own session, fed and read as JSON lines within
 deadlines, and classified (memory, signal, exit) when it stops answering."""
@@ -63,7 +63,7 @@ class ProgramRaised(SandboxError):
 #: The failure kinds the child reports by name (anything else is a ``crash``).
 CHILD_KINDS = ("violation", "timeout", "memory", "crash", "oversized", "raised", "bad_result", "unconfined")
 
-_BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv[1]); from evolution.execution.sandbox_child import main; main()"
+_BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv[1]); from memgym.evolution.execution.sandbox_child import main; main()"
 # argv after the bootstrap: project root, parent pid, "1" if spawned from the main thread (PDEATHSIG)
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -10,9 +10,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from llm.base import BackendSpecError
-from memory_bank.program import FieldSpec, schema_hint
-from memory_bank.schema import Session
+from memgym.llm.base import BackendSpecError
+from memgym.memory_bank.program import FieldSpec, schema_hint
+from memgym.memory_bank.schema import Session
 
 CACHE_FORMAT = "memgym-stages-v1"
 """Mixed into every key so that a change of the runner's output format never reads old values."""
@@ -49,7 +49,7 @@ class StageCache:
         self.hits = self.misses = 0
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            from llm.cache import open_cache_db  # CacheCorruptError names the file and the recovery
+            from memgym.llm.cache import open_cache_db  # CacheCorruptError names the file and the recovery
 
             self._conn = open_cache_db(str(self.path), "CREATE TABLE IF NOT EXISTS stages (stage TEXT NOT NULL, "
                                                        "key TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (stage, key))",
@@ -139,8 +139,8 @@ def planning_messages(instruction: str, question: str, question_date: str | None
 def model_identity(spec: str) -> str:
     """A cache identity for a backend spec: ``spec@<dir fingerprint>`` for local ``hf:``/``vllm:``
     dirs (retraining in place changes it), the spec itself otherwise."""
-    from llm.paths import dir_fingerprint
-    from llm.specs import parse_spec, resolve_model_path
+    from memgym.llm.paths import dir_fingerprint
+    from memgym.llm.specs import parse_spec, resolve_model_path
 
     try:
         s = parse_spec(spec)

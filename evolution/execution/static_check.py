@@ -23,11 +23,11 @@ INTROSPECTION_ATTRS = frozenset({
     "f_back", "f_code", "gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame", "co_code",
 })
 """Attributes that lead from an ordinary object to frames, code, globals or the class graph; also
-refused at run time when the name is computed (``getattr``, :mod:`evolution.execution.module_view`)
+refused at run time when the name is computed (``getattr``, :mod:`memgym.evolution.execution.module_view`)
 and in source compiled at run time (:func:`introspection_problems`)."""
 FORBIDDEN_ATTRS = INTROSPECTION_ATTRS | frozenset({
     # modules reachable as attributes of allowed modules (e.g. typing.sys, re.os); at run time every
-    # module object outside the allow list is refused by object (evolution.execution.module_view)
+    # module object outside the allow list is refused by object (memgym.evolution.execution.module_view)
     "sys", "os", "builtins", "posix", "importlib", "subprocess", "shutil", "ctypes", "socket", "io", "_io", "_os",
     "_sys",
 })

@@ -9,12 +9,12 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 
-from evolution.execution.component_diff import component_hashes
-from memory_bank.schema import CAPABILITY_NAMES
+from memgym.evolution.execution.component_diff import component_hashes
+from memgym.memory_bank.schema import CAPABILITY_NAMES
 
 CAPABILITIES: tuple[str, ...] = tuple(CAPABILITY_NAMES)
 """PrisMem's five capability letters in table order ("F", "T", "P", "M", "A"), read from the one
-F/T/P/M/A table :data:`memory_bank.schema.CAPABILITY_NAMES`."""
+F/T/P/M/A table :data:`memgym.memory_bank.schema.CAPABILITY_NAMES`."""
 
 
 def program_key(source: str) -> str:

@@ -68,7 +68,7 @@ class CaseMaterial:
 
 def stem_tokens(text: str) -> set[str]:
     """Porter-stemmed lower-case word tokens of ``text`` without stopwords."""
-    from rewards.scoring.metrics import stem
+    from memgym.rewards.scoring.metrics import stem
 
     return {stem(w) for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _STOP}
 
@@ -254,8 +254,8 @@ def evidence_survival(cases: list[CaseMaterial], embedder, budget: int = BUDGET)
 
 
 def case_from_run(task, trace, unit_text_fn) -> CaseMaterial:
-    """A :class:`CaseMaterial` from a runner :class:`~evolution.execution.results.TaskResult`
-    and its :class:`~evolution.execution.results.ConversationTrace`; ``unit_text_fn(unit)``
+    """A :class:`CaseMaterial` from a runner :class:`~memgym.evolution.execution.results.TaskResult`
+    and its :class:`~memgym.evolution.execution.results.ConversationTrace`; ``unit_text_fn(unit)``
     renders a unit dict."""
     conv = trace.conversation
     index = conv.turn_index

@@ -19,7 +19,7 @@ import re
 import textwrap
 from dataclasses import dataclass
 
-from evolution.search.elements import MergeError, split_program
+from memgym.evolution.search.elements import MergeError, split_program
 
 __all__ = ["CONTRACT_KEYS", "QuestionReader", "condition_merge", "question_words"]
 

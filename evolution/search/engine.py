@@ -1,7 +1,7 @@
 """The evolution engine (PrisMem Algorithm 1; docs/design.md § "Capability-driven evolution").
 
-:class:`Engine` changes an :class:`~evolution.search.state.EvolutionState` round by round through
-the stages of its :class:`~evolution.search.protocols.Strategy`: cold start (a child becomes the
+:class:`Engine` changes an :class:`~memgym.evolution.search.state.EvolutionState` round by round through
+the stages of its :class:`~memgym.evolution.search.protocols.Strategy`: cold start (a child becomes the
 base when valid overall improves), capability refinement (a child becomes the specialist of every
 capability whose valid score it beats), integration (the integrator), and the final step (the
 frozen program, the seed, specialists and baselines on test). A round is proposal → checks →
@@ -11,22 +11,22 @@ records, so nothing is proposed, validated or evaluated twice.
 """
 from __future__ import annotations
 
-from llm.errors import ConfigError, OutputPathError
+from memgym.llm.errors import ConfigError, OutputPathError
 
 from pathlib import Path
 
-from evolution.execution.runner import ProgramRunError
-from evolution.execution.validate import ValidationLimits, validate_program
-from evolution.search.archive import CAPABILITIES, Archive, Candidate, program_key
-from evolution.search.evaluator import Evaluator, book_final, split_scores
-from evolution.search.journal import (FinalRecord, HistoryRow, OutcomeRecord, ProposalRecord, ValidationRecord, load_final,
+from memgym.evolution.execution.runner import ProgramRunError
+from memgym.evolution.execution.validate import ValidationLimits, validate_program
+from memgym.evolution.search.archive import CAPABILITIES, Archive, Candidate, program_key
+from memgym.evolution.search.evaluator import Evaluator, book_final, split_scores
+from memgym.evolution.search.journal import (FinalRecord, HistoryRow, OutcomeRecord, ProposalRecord, ValidationRecord, load_final,
                                       load_record, rng_from_json, rng_to_json)
-from evolution.search.ledger import BudgetExhausted, usage_from_eval
-from evolution.search.proposers.base import ProposalInput
-from evolution.search.protocols import Integrator, Proposer, RoundSteps, Strategy
-from evolution.search.select import record_cases
-from evolution.search.state import EvolutionState
-from evolution.search.stops import check_anything_proposed, check_endpoint
+from memgym.evolution.search.ledger import BudgetExhausted, usage_from_eval
+from memgym.evolution.search.proposers.base import ProposalInput
+from memgym.evolution.search.protocols import Integrator, Proposer, RoundSteps, Strategy
+from memgym.evolution.search.select import record_cases
+from memgym.evolution.search.state import EvolutionState
+from memgym.evolution.search.stops import check_anything_proposed, check_endpoint
 
 
 def precheck(source: str, parent: Candidate, archive: Archive) -> str:
@@ -56,7 +56,7 @@ class Engine:
 
     def start(self) -> None:
         """Archive and evaluate the seed program (once)."""
-        from memory_bank.programs import read_program_source, seed_program_path
+        from memgym.memory_bank.programs import read_program_source, seed_program_path
 
         state = self.state
         src_path = Path(self.cfg.seed_program) if self.cfg.seed_program else seed_program_path()
@@ -154,7 +154,7 @@ class Engine:
             cand.status, cand.reason = "rejected", reason
             state.archive.add(cand)
             return cand
-        from evolution.execution.component_diff import diff_components
+        from memgym.evolution.execution.component_diff import diff_components
         parent_source = state.source_of(parent.id)
         cand.changed = list(diff_components(parent_source, source).changed)
         try:
@@ -267,7 +267,7 @@ class Engine:
         """Run (or continue, ``resume``) the loop; returns the :class:`EvolveResult`. The caller
         holds the run dir's lock. Raises :class:`EndpointUnreachable` (state saved) when the
         coder's endpoint keeps failing, or, after the run is written, when it failed every round."""
-        from evolution.search.result import build_result
+        from memgym.evolution.search.result import build_result
 
         state = self.state
         if resume and not state.load() and not state.dir.recipe.exists():

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from evolution.execution.program_eval import evaluate_program
-from evolution.execution.runner import ProgramRunError, ProgramRunner
-from evolution.search.archive import SplitScores
-from evolution.search.budget_cut import evidence_cut
-from evolution.search.cases import case_from_run, render_compact
-from evolution.search.journal import EvaluationRecord
-from evolution.search.ledger import Ledger, usage_from_eval
-from memory_bank.program import unit_text
+from memgym.evolution.execution.program_eval import evaluate_program
+from memgym.evolution.execution.runner import ProgramRunError, ProgramRunner
+from memgym.evolution.search.archive import SplitScores
+from memgym.evolution.search.budget_cut import evidence_cut
+from memgym.evolution.search.cases import case_from_run, render_compact
+from memgym.evolution.search.journal import EvaluationRecord
+from memgym.evolution.search.ledger import Ledger, usage_from_eval
+from memgym.memory_bank.program import unit_text
 
 
 def split_scores(ev) -> SplitScores:
@@ -30,7 +30,7 @@ def split_scores(ev) -> SplitScores:
 def diag_table(ev, cut: dict | None = None) -> dict:
     """The diagnostics table a proposer sees: per capability and ``overall``: n, score,
     d_ext, d_idx, d_ret, mean unit and retrieved characters, ``budget_cut`` (the share of
-    found evidence the context budget cuts off, :func:`evolution.search.budget_cut.evidence_cut`
+    found evidence the context budget cuts off, :func:`memgym.evolution.search.budget_cut.evidence_cut`
     given as ``cut``; None without a budget); ``overall`` also says whether answers were
     generated (``answered``: False when the scorer reads the retrieved text)."""
     d = ev.diagnostics or {}
@@ -135,11 +135,11 @@ class Evaluator:
 
     def baselines(self, names, ledger: Ledger) -> dict:
         """``{name: {"valid": SCORES, "test": SCORES or None}}`` of every recipe baseline
-        (:data:`memory_bank.programs.BASELINES`), each run once on valid and, when the run
+        (:data:`memgym.memory_bank.programs.BASELINES`), each run once on valid and, when the run
         has a test split, on test (calls booked on the ledger's ``final`` row). A conversation that
         fails is reported in the scores' ``failed``; a baseline that cannot run at all
         (:class:`ProgramRunError`) gets None scores and ``error``."""
-        from memory_bank.programs import baseline_program_path, read_program_source
+        from memgym.memory_bank.programs import baseline_program_path, read_program_source
 
         out = {}
         for name in names:

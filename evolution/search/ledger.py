@@ -31,7 +31,7 @@ class Ledger:
     """``rounds``: round number (str, "0" = seed/setup, "final" = test) → role →
     ``{"calls", "prompt", "completion"}``, plus ``"estimated"``: how many of those calls' token
     counts are tokenizer estimates (the server's or the recording's counts were missing or
-    invalid, :func:`llm.base.token_count_problem`; absent when none). ``budgets``: role →
+    invalid, :func:`memgym.llm.base.token_count_problem`; absent when none). ``budgets``: role →
     token cap (None = none)."""
 
     rounds: dict = field(default_factory=dict)
@@ -101,7 +101,7 @@ class Ledger:
 
 
 def usage_from_eval(ev) -> dict:
-    """Ledger usage of one :class:`~evolution.execution.results.ProgramEvaluation`: task-LLM
+    """Ledger usage of one :class:`~memgym.evolution.execution.results.ProgramEvaluation`: task-LLM
     calls split by stage (extract, plan, answer; tokens apportioned by call share), the
     extractor, judge and embed roles from the runtime counts."""
     out = {}
@@ -166,7 +166,7 @@ def label_usage(labels: str, splits: dict) -> dict:
     (``{split: [Conversation]}``); {} for ``native``. Booked on round "0"."""
     if labels == "native":
         return {}
-    from data_synth.annotate import load_labels
+    from memgym.data_synth.annotate import load_labels
 
     got = load_labels(labels)
     qids = {q.id for s in ("train", "valid") for c in splits.get(s, []) for q in c.questions}

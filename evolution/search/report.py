@@ -16,10 +16,10 @@ summary.json::
 
 plus ``candidates_rejected``, ``final_id``, ``boundary`` (:func:`boundary`), ``baselines``
 (``{name: {"valid": SCORES, "test": SCORES or null}}``), ``frozen``
-(:func:`evolution.search.select.freeze_choice`), ``integrated``, ``stopped`` (reason or null),
+(:func:`memgym.evolution.search.select.freeze_choice`), ``integrated``, ``stopped`` (reason or null),
 ``ledger``, ``scorer``, ``judge_protocol`` (with ``judge_note``, the protocol's source or a custom
 file's sha256, under scorer llm), ``sandbox`` (mode label), ``run_card``
-(:func:`llm.runcard.build_card`) and the cost keys
+(:func:`memgym.llm.runcard.build_card`) and the cost keys
 (:func:`cost_summary`): ``tokens_by_round`` (``{"rounds": {round: {role: tokens, "total"}}, "run":
 {...}}``), ``test_tokens_per_question`` (``{role: float}``, {} without a test run), ``budgets`` and
 ``estimated_calls`` (``{role: calls whose token counts are tokenizer estimates}``, {} when none).
@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import json
 
-from evolution.execution.confine import current_label
-from evolution.search.archive import CAPABILITIES
-from evolution.search.ledger import TABLE_ROLES, per_question, tokens_by_round
-from evolution.search.rundir import atomic_write_json, atomic_write_text
-from llm.runcard import card_markdown
-from memory_bank.schema import CAPABILITY_NAMES
-from rewards.scoring.protocols import protocol_note
+from memgym.evolution.execution.confine import current_label
+from memgym.evolution.search.archive import CAPABILITIES
+from memgym.evolution.search.ledger import TABLE_ROLES, per_question, tokens_by_round
+from memgym.evolution.search.rundir import atomic_write_json, atomic_write_text
+from memgym.llm.runcard import card_markdown
+from memgym.memory_bank.schema import CAPABILITY_NAMES
+from memgym.rewards.scoring.protocols import protocol_note
 
 
 def _scores(split) -> dict | None:
@@ -61,11 +61,11 @@ def test_of(fin: dict, cid: str) -> dict | None:
 
 def build_summary(state, fin: dict, rt=None) -> dict:
     """The summary dict of a finished (or stopped) run ``state`` with ``final.json`` ``fin``;
-    ``run_card`` (:func:`llm.runcard.build_card`) with ``rt``, the run's runtime (which models it loaded)."""
+    ``run_card`` (:func:`memgym.llm.runcard.build_card`) with ``rt``, the run's runtime (which models it loaded)."""
     from dataclasses import asdict
 
-    from llm.runcard import build_card
-    from rewards.scoring.protocols import protocol_card
+    from memgym.llm.runcard import build_card
+    from memgym.rewards.scoring.protocols import protocol_card
 
     arch = state.archive
     cands = [c for c in arch.candidates.values() if c.id != "seed"]
@@ -200,7 +200,7 @@ def category_table(rows, dataset: str) -> list[str]:
         return []
     labels = list(dict.fromkeys(k for r in rows for k in r[2]["by_category"]))
     if dataset == "beam":
-        from data_synth.beam import BEAM_ABILITIES
+        from memgym.data_synth.beam import BEAM_ABILITIES
         labels = [a for a in BEAM_ABILITIES if a in labels] + [a for a in labels if a not in BEAM_ABILITIES]
     out = [f"| {CATEGORY_WORD.get(dataset, 'category')} | " + " | ".join(f"{n} ({cid})" for n, cid, _ in rows) + " |",
            "|" + "---|" * (1 + len(rows))]

@@ -6,7 +6,7 @@ Layout (docs/design.md § "Run state")::
     DIR/seed.py              the starting program
     DIR/state.json           archive, RNG state, ledger, history, next round (after every round)
     DIR/candidates/<id>/     program.py and one file per journal record
-                             (:mod:`evolution.search.journal`): proposal.json (prompt/response
+                             (:mod:`memgym.evolution.search.journal`): proposal.json (prompt/response
                              transcript, edits, outcome, RNG state after it), validation.json,
                              eval.json (train/valid scores, diagnostics, usage), revise.json,
                              outcome.json (status, reason, what it became)
@@ -31,7 +31,7 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from llm.errors import ConfigError, MemgymError
+from memgym.llm.errors import ConfigError, MemgymError
 
 LOCK_NAME = ".lock"
 # recipe fields that only change the display: a --resume may differ in them

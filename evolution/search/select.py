@@ -1,5 +1,5 @@
 """Selection policies of the loop (target, parent, cases, acceptance; the ablations' alternatives
-are bundled in :mod:`evolution.search.strategies`).
+are bundled in :mod:`memgym.evolution.search.strategies`).
 
 Source: docs/design.md § "Capability-driven evolution", step 2 (PrisMem Algorithm 1):
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from evolution.search.archive import CAPABILITIES, Archive, Candidate
+from memgym.evolution.search.archive import CAPABILITIES, Archive, Candidate
 
 FAIL_THRESHOLD = 0.8
 

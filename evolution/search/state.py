@@ -8,15 +8,15 @@ from __future__ import annotations
 import random
 import time
 
-from evolution.search.archive import Archive, Candidate, program_key
-from evolution.search.config import EvolveConfig
-from evolution.search.journal import (HistoryRow, IntegrationAttempt, OutcomeRecord, load_record, record_path,
+from memgym.evolution.search.archive import Archive, Candidate, program_key
+from memgym.evolution.search.config import EvolveConfig
+from memgym.evolution.search.journal import (HistoryRow, IntegrationAttempt, OutcomeRecord, load_record, record_path,
                                       rng_from_json, rng_to_json)
-from evolution.search.ledger import Ledger, label_usage
-from evolution.search.proposers.base import LineageEntry
-from evolution.search.rundir import (RunDir, RunStateError, atomic_write_json, check_recipe, check_state, read_json,
+from memgym.evolution.search.ledger import Ledger, label_usage
+from memgym.evolution.search.proposers.base import LineageEntry
+from memgym.evolution.search.rundir import (RunDir, RunStateError, atomic_write_json, check_recipe, check_state, read_json,
                                      recipe_fields)
-from evolution.search.select import TaskInfo, freeze_choice
+from memgym.evolution.search.select import TaskInfo, freeze_choice
 
 
 def load_splits(cfg: EvolveConfig) -> dict:
@@ -26,7 +26,7 @@ def load_splits(cfg: EvolveConfig) -> dict:
     for split in ("train", "valid", "test"):
         convs = cfg.load_split(split)
         if getattr(cfg, split) and cfg.labels != "native" and split != "test":
-            from data_synth.annotate import apply_labels, load_labels
+            from memgym.data_synth.annotate import apply_labels, load_labels
             convs = apply_labels(convs, load_labels(cfg.labels))
         out[split] = convs
     return out
@@ -163,7 +163,7 @@ class EvolutionState:
         return [h["candidate"] for h in self.history if h.get("stage") == "integrate" and h.get("integrated")]
 
     def freeze(self) -> dict:
-        """:func:`evolution.search.select.freeze_choice` over the base, every specialist and
+        """:func:`memgym.evolution.search.select.freeze_choice` over the base, every specialist and
         every accepted merge: ``{"frozen", "runner_up", "pool", "why"}``."""
         return freeze_choice(self.archive, self.accepted_merges())
 

@@ -12,7 +12,7 @@ round's proposal failed that way ends written (report, best.py = the seed) and t
 """
 from __future__ import annotations
 
-from llm.errors import MemgymError
+from memgym.llm.errors import MemgymError
 
 ENDPOINT_FAILURES_STOP = 3
 """Consecutive rounds whose model calls all failed after their retries before the run stops."""

@@ -5,7 +5,7 @@ text, so a query-independent list of the conversation's frequent words outscores
 scorer credits a context only for conversation text it holds **verbatim as contiguous spans**:
 
 * **Tokens.** LoCoMo's answer normalisation (lowercase, no punctuation, no a/an/the/and) and
-  Porter stems (:func:`rewards.scoring.metrics.answer_tokens`), so case, punctuation, whitespace,
+  Porter stems (:func:`memgym.rewards.scoring.metrics.answer_tokens`), so case, punctuation, whitespace,
   speaker/date prefixes and cut-off turns (light compaction) change nothing.
 * **Spans.** A token of a source text counts as *present* when some run of ``k`` (default 4)
   consecutive source tokens around it occurs as ``k`` consecutive tokens of the context (texts
@@ -41,11 +41,11 @@ from dataclasses import dataclass, field
 
 import math
 
-from memory_bank.schema import Conversation
-from rewards.scoring.beam_judge import rubric_item_tokens
-from rewards.scoring.judge import ScoreItem, check_score_items
-from rewards.scoring.metrics import answer_tokens
-from rewards.scoring.official import Judged
+from memgym.memory_bank.schema import Conversation
+from memgym.rewards.scoring.beam_judge import rubric_item_tokens
+from memgym.rewards.scoring.judge import ScoreItem, check_score_items
+from memgym.rewards.scoring.metrics import answer_tokens
+from memgym.rewards.scoring.official import Judged
 
 __all__ = ["SPAN_TOKENS", "EVIDENCE_CAP", "SourceIndex", "GroundedParts", "grounded_parts", "source_index",
            "GroundedRecallScorer"]
@@ -160,7 +160,7 @@ class GroundedRecallScorer:
     """The default offline scorer (``grounded-recall``, module docstring): reads each item's
     context, gold evidence ids, gold answer or rubric and its conversation's :class:`SourceIndex`
     (``ScoreItem.source``; ValueError naming the item when missing). No model call. ``last``
-    holds one :class:`rewards.scoring.official.Judged` per item with the parts as ``detail``."""
+    holds one :class:`memgym.rewards.scoring.official.Judged` per item with the parts as ``detail``."""
 
     name = "grounded-recall"
     needs_prediction = False

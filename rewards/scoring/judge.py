@@ -9,10 +9,10 @@ from typing import Protocol, runtime_checkable
 
 import json_repair
 
-from llm.base import Backend, GenerationParams, LLMError
-from llm.structured import JsonSchema
-from rewards.scoring.answer import check_triples, strip_thinking
-from rewards.scoring.metrics import LOCOMO_CATEGORIES, answer_recall, f1_score, locomo_f1
+from memgym.llm.base import Backend, GenerationParams, LLMError
+from memgym.llm.structured import JsonSchema
+from memgym.rewards.scoring.answer import check_triples, strip_thinking
+from memgym.rewards.scoring.metrics import LOCOMO_CATEGORIES, answer_recall, f1_score, locomo_f1
 
 __all__ = [
     "JUDGE_SYSTEM_PROMPT",
@@ -108,7 +108,7 @@ def _check_judge_items(items) -> list[tuple[str, str, str]]:
 
 
 class LLMJudge:
-    """Binary CORRECT/WRONG judge over any :class:`llm.base.Backend`, one batched ``generate`` per
+    """Binary CORRECT/WRONG judge over any :class:`memgym.llm.base.Backend`, one batched ``generate`` per
     call; unparseable outputs are WRONG with ``parse_ok=False``. ``constrained`` decodes under
     :data:`JUDGE_SCHEMA`.
     """
@@ -116,7 +116,7 @@ class LLMJudge:
     def __init__(self, backend: Backend, params: GenerationParams = GenerationParams(max_new_tokens=64, temperature=0),
                  constrained: bool = False):
         if not callable(getattr(backend, "generate", None)):
-            raise TypeError(f"backend must implement llm.base.Backend (a generate method), got {type(backend).__name__}")
+            raise TypeError(f"backend must implement memgym.llm.base.Backend (a generate method), got {type(backend).__name__}")
         self.backend = backend
         self.params = params
         self.constrained = constrained
@@ -151,7 +151,7 @@ class LLMJudge:
 class ScoreItem:
     """What a scorer may look at for one question: question, gold (int -> str), prediction,
     context, category, qid, rubric, ``evidence`` (gold evidence turn ids) and ``source`` (the
-    conversation's :class:`rewards.scoring.grounded.SourceIndex`, for scorers with
+    conversation's :class:`memgym.rewards.scoring.grounded.SourceIndex`, for scorers with
     ``needs_source``). Raises TypeError naming a wrongly typed field.
     """
 
@@ -207,7 +207,7 @@ def check_score_items(items) -> list[ScoreItem]:
 
 
 class F1Scorer:
-    """LoCoMo token F1 (:func:`rewards.scoring.metrics.locomo_f1`); non-LoCoMo categories get
+    """LoCoMo token F1 (:func:`memgym.rewards.scoring.metrics.locomo_f1`); non-LoCoMo categories get
     plain F1, or raise ValueError (naming the item) when ``strict``.
     """
 
@@ -231,7 +231,7 @@ class F1Scorer:
 
 
 class RecallScorer:
-    """Answer-recall of the gold over the retrieved context (:func:`rewards.scoring.metrics.answer_recall`).
+    """Answer-recall of the gold over the retrieved context (:func:`memgym.rewards.scoring.metrics.answer_recall`).
     Needs no model call and ignores the prediction."""
 
     name = "answer-recall"

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from llm.base import Backend, GenerationParams
-from memory_bank.schema import Conversation, QAItem
-from rewards.scoring.answer import ANSWER_SYSTEM_PROMPT, DEFAULT_CONTEXT_CHARS, answer_questions
-from rewards.scoring.judge import Scorer, ScoreItem
+from memgym.llm.base import Backend, GenerationParams
+from memgym.memory_bank.schema import Conversation, QAItem
+from memgym.rewards.scoring.answer import ANSWER_SYSTEM_PROMPT, DEFAULT_CONTEXT_CHARS, answer_questions
+from memgym.rewards.scoring.judge import Scorer, ScoreItem
 
 __all__ = ["Measured", "answer_items", "score_items", "measure"]
 
@@ -31,7 +31,7 @@ def answer_items(backend: Backend, items: Sequence[tuple[str, str, str | None]],
                  system_prompt: str = ANSWER_SYSTEM_PROMPT, max_context_chars: int = DEFAULT_CONTEXT_CHARS,
                  batch_size: int | None = None) -> list[str]:
     """Answers to ``items`` = ``[(question, retrieved text, question date or None)]`` from
-    ``backend`` (:func:`rewards.scoring.answer.answer_questions`), in chunks of ``batch_size``
+    ``backend`` (:func:`memgym.rewards.scoring.answer.answer_questions`), in chunks of ``batch_size``
     prompts (None: one call). Returns one cleaned answer per item, in order."""
     items = list(items)
     bs = batch_size or max(1, len(items))
@@ -46,10 +46,10 @@ def score_items(scorer: Scorer, questions: Sequence[QAItem], contexts: Sequence[
     """``scorer``'s scores of each question's prediction (None reads as "") over its retrieved
     text, in one ``score`` call, and the scorer's per-item records (``last``; [] when it keeps
     none or they do not line up). ``conversation``: the questions' conversation, whose source
-    text a scorer with ``needs_source`` reads (:mod:`rewards.scoring.grounded`)."""
+    text a scorer with ``needs_source`` reads (:mod:`memgym.rewards.scoring.grounded`)."""
     source = None
     if getattr(scorer, "needs_source", False) and conversation is not None:
-        from rewards.scoring.grounded import source_index
+        from memgym.rewards.scoring.grounded import source_index
         source = source_index(conversation)
     items = [ScoreItem(q.question, q.answer, p or "", c, q.category or None, q.id, q.rubric, q.evidence, source)
              for q, c, p in zip(questions, contexts, predictions)]

@@ -1,5 +1,5 @@
-"""Each benchmark's official LLM judge as a :class:`rewards.scoring.judge.Scorer`, over the
-protocol files (:mod:`rewards.scoring.protocols`), and the offline rubric-recall proxy.
+"""Each benchmark's official LLM judge as a :class:`memgym.rewards.scoring.judge.Scorer`, over the
+protocol files (:mod:`memgym.rewards.scoring.protocols`), and the offline rubric-recall proxy.
 
 One :meth:`score` sends one batched ``generate`` (BEAM event ordering: one per answer line)
 through the response cache; nothing is retried. An unreadable reply is scored as officially,
@@ -13,10 +13,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from llm.base import Backend, GenerationParams, LLMError
-from rewards.scoring import protocols as P
-from rewards.scoring.beam_judge import EVENT_ORDERING, rubric_recall
-from rewards.scoring.judge import ScoreItem, check_score_items
+from memgym.llm.base import Backend, GenerationParams, LLMError
+from memgym.rewards.scoring import protocols as P
+from memgym.rewards.scoring.beam_judge import EVENT_ORDERING, rubric_recall
+from memgym.rewards.scoring.judge import ScoreItem, check_score_items
 
 __all__ = ["JudgeStats", "Judged", "LongMemEvalScorer", "BeamScorer", "LoCoMoJudgeScorer", "RubricRecallScorer",
            "judge_stats"]
@@ -57,7 +57,7 @@ class _ProtocolScorer(ABC):
 
     def __init__(self, backend: Backend, protocol: str = "official"):
         if not callable(getattr(backend, "generate", None)):
-            raise TypeError(f"judge backend must implement llm.base.Backend, got {type(backend).__name__}")
+            raise TypeError(f"judge backend must implement memgym.llm.base.Backend, got {type(backend).__name__}")
         self.backend = backend
         self.protocol = P.check_protocol(self.dataset, protocol)
         P.load_judge_file(self.dataset, self.protocol)  # a changed official file is refused before any call
@@ -120,7 +120,7 @@ def _judged_one(pairs: list[tuple[object, dict]], value: float) -> Judged:
 
 
 class LongMemEvalScorer(_ProtocolScorer):
-    """LongMemEval's answer check (:func:`rewards.scoring.protocols.longmemeval_messages`): items need
+    """LongMemEval's answer check (:func:`memgym.rewards.scoring.protocols.longmemeval_messages`): items need
     ``category`` (the question type) and ``qid``; 1.0 for a yes, 0.0 otherwise."""
 
     dataset = "longmemeval"
@@ -138,7 +138,7 @@ class LongMemEvalScorer(_ProtocolScorer):
 
 
 class LoCoMoJudgeScorer(_ProtocolScorer):
-    """MemBuilder's CORRECT/WRONG judge for LoCoMo (:func:`rewards.scoring.protocols.membuilder_messages`,
+    """MemBuilder's CORRECT/WRONG judge for LoCoMo (:func:`memgym.rewards.scoring.protocols.membuilder_messages`,
     ``response_format`` JSON object)."""
 
     dataset = "locomo"
@@ -151,7 +151,7 @@ class LoCoMoJudgeScorer(_ProtocolScorer):
 
 class BeamScorer(_ProtocolScorer):
     """BEAM's judge: the mean rubric item score, or for event ordering ``tau_norm`` after greedy
-    alignment (:mod:`rewards.scoring.protocols`). Items need ``category`` (the ability).
+    alignment (:mod:`memgym.rewards.scoring.protocols`). Items need ``category`` (the ability).
     """
 
     dataset = "beam"
@@ -224,7 +224,7 @@ class BeamScorer(_ProtocolScorer):
 
 
 class RubricRecallScorer:
-    """Offline BEAM proxy (:func:`rewards.scoring.beam_judge.rubric_recall`) over the text scored:
+    """Offline BEAM proxy (:func:`memgym.rewards.scoring.beam_judge.rubric_recall`) over the text scored:
     the retrieved context when there is one, else the prediction. No model call."""
 
     name = "rubric-recall"

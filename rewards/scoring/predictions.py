@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from memory_bank.schema import Conversation
-from rewards.scoring.official import judge_stats
-from rewards.scoring.summary import score_questions, summarise
+from memgym.memory_bank.schema import Conversation
+from memgym.rewards.scoring.official import judge_stats
+from memgym.rewards.scoring.summary import score_questions, summarise
 
 __all__ = ["PredictionsError", "read_predictions", "score_predictions", "render_scores", "write_scores"]
 
@@ -40,7 +40,7 @@ def read_predictions(path: Path | str) -> dict[str, dict]:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"predictions file not found: {p}")
-    from llm.runcard import record_input
+    from memgym.llm.runcard import record_input
 
     record_input(p, "predictions")
     out: dict[str, dict] = {}
@@ -88,10 +88,10 @@ def score_predictions(dataset: str, convs: list[Conversation], predictions: dict
                       judge_protocol: str = "official", missing_as_wrong: bool = False, budget=None) -> dict:
     """Score every question of ``convs`` with a prediction in one ``score`` call, the rest missing.
     ``budget``: a context budget (``cut(text) -> text``, e.g.
-    :class:`evolution.execution.context_budget.ContextBudget`) applied to each context before an
+    :class:`memgym.evolution.execution.context_budget.ContextBudget`) applied to each context before an
     offline scorer reads it. Returns the ``scores.json`` dict plus ``rows``.
     """
-    from rewards.scoring.protocols import protocol_note
+    from memgym.rewards.scoring.protocols import protocol_note
 
     cut = budget.cut if budget is not None else (lambda t: t)
     entries, known = [], set()
@@ -118,8 +118,8 @@ def score_predictions(dataset: str, convs: list[Conversation], predictions: dict
 
 def render_scores(rep: dict, judge_spec: str) -> str:
     """``report.md`` of a :func:`score_predictions` result (the shared renderer,
-    :mod:`rewards.scoring.report`, with one column: the predictions scored)."""
-    from rewards.scoring.report import headline_table, protocol_lines, side_by_side
+    :mod:`memgym.rewards.scoring.report`, with one column: the predictions scored)."""
+    from memgym.rewards.scoring.report import headline_table, protocol_lines, side_by_side
 
     col = [("predictions", rep)]
     partial = rep.get("coverage", "").startswith("partial")
@@ -147,7 +147,7 @@ def render_scores(rep: dict, judge_spec: str) -> str:
 def write_scores(rep: dict, out: Path | str, judge_spec: str) -> None:
     """Write ``scores.json`` (without the per-question rows), ``rows.jsonl`` and ``report.md`` (with
     the run card's section when ``rep`` has ``run_card``)."""
-    from llm.runcard import card_markdown
+    from memgym.llm.runcard import card_markdown
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

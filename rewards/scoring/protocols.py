@@ -21,9 +21,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from llm.base import GenerationParams
-from llm.errors import MemgymError
-from llm.structured import JsonSchema
+from memgym.llm.base import GenerationParams
+from memgym.llm.errors import MemgymError
+from memgym.llm.structured import JsonSchema
 
 __all__ = ["PROTOCOLS", "OFFICIAL_SHA256", "JudgeProtocolError", "check_protocol", "judges_dir", "load_judge_file",
            "protocol_file", "protocol_identity", "official_file_problem",
@@ -84,8 +84,8 @@ def check_protocol(dataset: str | None, protocol: str) -> str:
 
 
 def judges_dir() -> Path:
-    """``$MEMGYM_DATA/judges`` (see :func:`data_synth.paths.data_root`)."""
-    from data_synth.paths import data_root
+    """``$MEMGYM_DATA/judges`` (see :func:`memgym.data_synth.paths.data_root`)."""
+    from memgym.data_synth.paths import data_root
     return data_root() / "judges"
 
 
@@ -108,7 +108,7 @@ def _read(path: Path) -> tuple[dict, str]:
     except FileNotFoundError:
         raise JudgeProtocolError(f"judge protocol file not found: {path} (set MEMGYM_DATA to the data folder that "
                                  f"holds judges/, or name an existing file after custom:)", kind="data") from None
-    from llm.runcard import record_input
+    from memgym.llm.runcard import record_input
 
     record_input(path, "judge protocol", data_root=judges_dir().parent)
     key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
@@ -128,7 +128,7 @@ def protocol_card(dataset: str | None, protocol: str, scorer: str | None) -> dic
     """The run card's judge entry: the scorer, the protocol name and, for the LLM judge
     (``scorer`` ``llm``) of a dataset with a protocol file, that file and its sha256 (None when
     missing); offline scorers and F1 read no file."""
-    from llm.runcard import file_sha256
+    from memgym.llm.runcard import file_sha256
 
     path = protocol_file(dataset, protocol) if scorer == "llm" and dataset in _FILES else None
     return {"scorer": scorer, "judge_protocol": protocol, "file": str(path) if path else None,

@@ -7,10 +7,10 @@ import json
 import math
 from pathlib import Path
 
-from data_synth.capabilities import LOCOMO_CATEGORY_NAMES as CATEGORY_NAMES
-from llm.runcard import card_markdown
-from memory_bank.actions import MANAGERS
-from memory_bank.schema import CAPABILITY_NAMES
+from memgym.data_synth.capabilities import LOCOMO_CATEGORY_NAMES as CATEGORY_NAMES
+from memgym.llm.runcard import card_markdown
+from memgym.memory_bank.actions import MANAGERS
+from memgym.memory_bank.schema import CAPABILITY_NAMES
 
 
 def _runs(report: dict) -> list[tuple[str, dict]]:
@@ -52,7 +52,7 @@ def side_by_side(report: dict, group: str = "by_category", columns: list[tuple[s
 
 
 def headline_table(dataset: str | None, columns: list[tuple[str, dict]], digits: int = 3) -> list[str]:
-    """Markdown lines of the benchmark's own numbers (:func:`rewards.scoring.summary.summarise`),
+    """Markdown lines of the benchmark's own numbers (:func:`memgym.rewards.scoring.summary.summarise`),
     one column per system.
     """
     head = "| | " + " | ".join(label for label, _ in columns) + " |"
@@ -94,7 +94,7 @@ def protocol_lines(rep: dict) -> list[str]:
         line += (" — an offline proxy of memgym's (no judge call), not the benchmark's own number; "
                  "judge_protocol applies to the LLM judges only")
     out = [line]
-    from rewards.scoring.scorers import BLIND_SPOTS
+    from memgym.rewards.scoring.scorers import BLIND_SPOTS
     if rep.get("scorer") in BLIND_SPOTS:
         out.append(f"- what `{rep['scorer']}` cannot see: {BLIND_SPOTS[rep['scorer']]}")
     elif rep.get("scorer") == "grounded-recall":

@@ -1,13 +1,13 @@
 """The scorer factory: a scorer by its CLI name (``--scorer grounded-recall|f1|answer-recall|rubric-recall|llm``).
-It sits above both the scorer types (:mod:`rewards.scoring.judge`) and the official judges
-(:mod:`rewards.scoring.official`), which build on those types."""
+It sits above both the scorer types (:mod:`memgym.rewards.scoring.judge`) and the official judges
+(:mod:`memgym.rewards.scoring.official`), which build on those types."""
 from __future__ import annotations
 
-from llm.base import Backend, GenerationParams
-from rewards.scoring.grounded import GroundedRecallScorer
-from rewards.scoring.judge import F1Scorer, LLMJudgeScorer, RecallScorer, Scorer
-from rewards.scoring.official import BeamScorer, LoCoMoJudgeScorer, LongMemEvalScorer, RubricRecallScorer
-from rewards.scoring.protocols import check_protocol
+from memgym.llm.base import Backend, GenerationParams
+from memgym.rewards.scoring.grounded import GroundedRecallScorer
+from memgym.rewards.scoring.judge import F1Scorer, LLMJudgeScorer, RecallScorer, Scorer
+from memgym.rewards.scoring.official import BeamScorer, LoCoMoJudgeScorer, LongMemEvalScorer, RubricRecallScorer
+from memgym.rewards.scoring.protocols import check_protocol
 
 SCORER_NAMES: tuple[str, ...] = ("grounded-recall", "f1", "answer-recall", "rubric-recall", "llm")
 #: Offline scorers that read only the retrieved text (no answer model).

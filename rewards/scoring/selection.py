@@ -8,14 +8,14 @@ declared once and shared by every recipe (``memgym eval``, ``memgym program eval
   names its ids per split instead: ``train`` / ``valid`` / ``test``).
 - :class:`CapabilityLabels`: ``labels``, the capability labels questions are grouped by.
 
-:func:`load_selected` loads what a recipe selects (:func:`data_synth.datasets.load_conversations`).
+:func:`load_selected` loads what a recipe selects (:func:`memgym.data_synth.datasets.load_conversations`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from data_synth.datasets import DATASETS, load_conversations
-from llm.checks import Section
+from memgym.data_synth.datasets import DATASETS, load_conversations
+from memgym.llm.checks import Section
 
 __all__ = ["BenchmarkFields", "QuestionSelection", "CapabilityLabels", "load_selected", "ANSWER_TOKENS",
            "answer_tokens_for"]
@@ -56,10 +56,10 @@ class BenchmarkFields(Section):
             self.check_protocol()
 
     def check_protocol(self) -> None:
-        """Raises :class:`llm.errors.ConfigError` for a protocol the dataset does not offer
-        (:func:`rewards.scoring.protocols.check_protocol`)."""
-        from llm.errors import ConfigError
-        from rewards.scoring.protocols import JudgeProtocolError, check_protocol
+        """Raises :class:`memgym.llm.errors.ConfigError` for a protocol the dataset does not offer
+        (:func:`memgym.rewards.scoring.protocols.check_protocol`)."""
+        from memgym.llm.errors import ConfigError
+        from memgym.rewards.scoring.protocols import JudgeProtocolError, check_protocol
 
         try:
             check_protocol(self.dataset, self.judge_protocol)
@@ -98,6 +98,6 @@ def load_selected(cfg: QuestionSelection):
                                beam_truncated=not cfg.beam_full_chat, beam_strip_markers=not cfg.beam_keep_markers)
     labels = getattr(cfg, "labels", "native")
     if labels != "native":
-        from data_synth.annotate import apply_labels, load_labels
+        from memgym.data_synth.annotate import apply_labels, load_labels
         convs = apply_labels(convs, load_labels(labels))
     return convs

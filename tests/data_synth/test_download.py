@@ -14,12 +14,12 @@ import random
 
 import pytest
 
-import data_synth.download as dl
-from data_synth.download import download, load_manifest, source_url
-from data_synth.errors import DataChecksumError, DataFormatError, NoNetworkError
-from data_synth.fetch import fetch_file
-from data_synth.paths import data_root
-from launch.cli import main
+import memgym.data_synth.download as dl
+from memgym.data_synth.download import download, load_manifest, source_url
+from memgym.data_synth.errors import DataChecksumError, DataFormatError, NoNetworkError
+from memgym.data_synth.fetch import fetch_file
+from memgym.data_synth.paths import data_root
+from memgym.launch.cli import main
 from tests.data_synth.fake_hosts import FakeHosts, closed_port_url
 
 SHARED = data_root()
@@ -253,7 +253,7 @@ def test_every_asset_is_package_data():
     import fnmatch
     import tomllib
 
-    from data_synth.paths import REPO_ROOT
+    from memgym.data_synth.paths import REPO_ROOT
 
     globs = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["data_synth"]
     assets = [rel for rel, e in load_manifest()["files"].items() if e["from"] == "asset"]

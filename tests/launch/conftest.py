@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from data_synth.paths import expert_dir
+from memgym.data_synth.paths import expert_dir
 
 
 @pytest.fixture(scope="module")

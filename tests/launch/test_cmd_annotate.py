@@ -12,10 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-from data_synth.capabilities import capability_for
-from data_synth.datasets import load_conversations
-from data_synth.paths import data_root
-from launch.cli import main
+from memgym.data_synth.capabilities import capability_for
+from memgym.data_synth.datasets import load_conversations
+from memgym.data_synth.paths import data_root
+from memgym.launch.cli import main
 from tests.data_synth.fake_annotator import rule_label, serve_annotator
 from tests.helpers import FaultyServer
 
@@ -35,7 +35,7 @@ def test_annotate_locomo_train_resumes_after_kill9_is_cached_and_reports_agreeme
     args = ["annotate", "--dataset", "locomo", "--split", "train", "--annotator", spec, "--out", str(out),
             "--cache", str(cache), "--chunk", "8", "--concurrency", "1"]
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "launch.cli", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
+        proc = subprocess.Popen([sys.executable, "-m", "memgym.launch.cli", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)})
         t0 = time.time()
         while (not out.exists() or len(out.read_text().splitlines()) < 16) and time.time() - t0 < 300:
@@ -85,7 +85,7 @@ def test_annotate_locomo_train_resumes_after_kill9_is_cached_and_reports_agreeme
 def test_annotate_with_every_reply_unusable_exits_nonzero_and_a_rerun_asks_again(tmp_path, capsys):
     """Every reply fails validation: the agreement leaves the native fallbacks out (no 100%), the
     command exits 1 in one line, nothing is saved or cached; the same server fixed answers the rerun."""
-    from llm.server import serve_backend
+    from memgym.llm.server import serve_backend
     from tests.data_synth.fake_annotator import rule_reply
     from tests.helpers import ScriptedBackend
 

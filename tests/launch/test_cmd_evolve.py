@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from evolution.search.config import EvolveConfig
-from evolution.search.api import build_runtime
-from launch.cli import main, main as memgym
+from memgym.evolution.search.config import EvolveConfig
+from memgym.evolution.search.api import build_runtime
+from memgym.launch.cli import main, main as memgym
 
 ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["--train", "conv-26", "--valid", "conv-30", "--test", "", "--n_sessions", "2", "--max_questions", "6",
@@ -201,7 +201,7 @@ def test_f7_a_second_process_on_the_same_run_is_refused(finished_run, tmp_path, 
     run = _copy(finished_run, tmp_path)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; sys.path.insert(0, sys.argv[1]); "
-         "from evolution.search.rundir import run_lock\nwith run_lock(sys.argv[2]):\n print('held', flush=True); "
+         "from memgym.evolution.search.rundir import run_lock\nwith run_lock(sys.argv[2]):\n print('held', flush=True); "
          "time.sleep(120)", str(ROOT), str(run)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"

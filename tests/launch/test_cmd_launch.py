@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launch.cli import main as cli_main
-from launch.cmd_launch import LaunchError, available_configs, build_command
+from memgym.launch.cli import main as cli_main
+from memgym.launch.cmd_launch import LaunchError, available_configs, build_command
 from tests.helpers import memgym_launch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,13 +28,13 @@ def test_dry_run_prints_the_exact_command(capsys, monkeypatch):
                    "train", "adrpo", "--config", "launch/recipes/adrpo_qwen3_4b_server.yaml", "--max_steps", "10"])
     assert rc == 0
     assert capsys.readouterr().out == (
-        "accelerate launch --config_file launch/accelerate/multi_gpu.yaml --num_processes 7 -m training.adrpo "
+        "accelerate launch --config_file launch/accelerate/multi_gpu.yaml --num_processes 7 -m memgym.training.adrpo "
         "--config launch/recipes/adrpo_qwen3_4b_server.yaml --max_steps 10\n")
     rc = cli_main(["launch", "--accelerate-config", "cpu_ddp", "--main-process-port", "29601", "--dry-run",
                    "train", "sft", "--config", "launch/recipes/sft_cpu.yaml", "--output_dir", "runs/my run"])
     assert rc == 0
     assert capsys.readouterr().out == (
-        "accelerate launch --config_file launch/accelerate/cpu_ddp.yaml --main_process_port 29601 -m training.sft "
+        "accelerate launch --config_file launch/accelerate/cpu_ddp.yaml --main_process_port 29601 -m memgym.training.sft "
         "--config launch/recipes/sft_cpu.yaml --output_dir 'runs/my run'\n")
 
 
@@ -134,11 +134,11 @@ def test_gpu_check_dry_run_builds_every_stage(tmp_path):
 
 def test_eval_and_evolve_recipes_parse_without_importing_training():
     """``memgym eval`` / ``program eval`` / ``evolve`` parse their recipes through the command
-    registry (:mod:`launch.registry`) without loading ``training/``."""
+    registry (:mod:`memgym.launch.registry`) without loading ``training/``."""
     code = (
         "import sys\n"
-        "from launch.cli import build_parser\n"
-        "from launch.registry import parse, recipe_configs\n"
+        "from memgym.launch.cli import build_parser\n"
+        "from memgym.launch.registry import parse, recipe_configs\n"
         "for cmd, recipe in ((['eval'], 'demo_locomo'), (['program', 'eval'], 'program_locomo'),\n"
         "                    (['evolve'], 'demo_evolve')):\n"
         "    (cfg,) = recipe_configs(parse(build_parser(), [*cmd, '--config', f'launch/recipes/{recipe}.yaml']))\n"

@@ -12,9 +12,9 @@ from importlib.metadata import version
 
 import pytest
 
-from data_synth.paths import data_root
-from launch.cli import main as memgym
-from memory_bank.programs import seed_program_path
+from memgym.data_synth.paths import data_root
+from memgym.launch.cli import main as memgym
+from memgym.memory_bank.programs import seed_program_path
 
 SHARED = data_root()  # the real data folder (tests point $MEMGYM_DATA at a copy of parts of it)
 
@@ -144,7 +144,7 @@ def test_reproduce_refuses_a_report_without_a_card_and_a_foreign_command(tmp_pat
 
 
 def test_rerun_argv_replaces_the_output_flag_and_restarts_a_resumed_evolve(tmp_path):
-    from launch.cmd_reproduce import rerun_argv
+    from memgym.launch.cmd_reproduce import rerun_argv
 
     card = {"command": ["memgym", "train", "sft", "--config", "r.yaml", "--output_dir", "runs/a", "--seed", "1"]}
     assert rerun_argv(card, tmp_path / "b", False, tmp_path) == ["train", "sft", "--config", "r.yaml", "--seed", "1",
@@ -159,7 +159,7 @@ def test_rerun_argv_replaces_the_output_flag_and_restarts_a_resumed_evolve(tmp_p
 
 
 def test_headlines_of_each_report_kind():
-    from launch.cmd_reproduce import compare_headlines, headline
+    from memgym.launch.cmd_reproduce import compare_headlines, headline
 
     scores = {"overall": 0.5, "by_capability": {"F": {"score": 1.0, "n": 1}}}
     summary = {"final_id": "r3", "seed": {"valid": {"overall": 0.3}, "test": None},
@@ -180,7 +180,7 @@ def test_headlines_of_each_report_kind():
 
 
 def test_the_run_card_of_score_names_the_judge_file_and_server_and_reproduces(tmp_path, capsys):
-    from llm.server import serve_backend
+    from memgym.llm.server import serve_backend
     from tests.helpers import ScriptedBackend
 
     judge = ScriptedBackend(lambda m, p: "yes" if "over a year" in m[0]["content"] else "no")

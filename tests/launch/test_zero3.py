@@ -75,7 +75,7 @@ def test_sft_zero3_two_processes_equals_one_process(sft_zero3, tiny_model_dir, s
     assert (z3["distributed_type"], z3["num_processes"], z3["global_step"]) == ("DEEPSPEED", 2, 4)
     assert z3["examples"]["train"] == 4
     one = tmp_path / "one"
-    proc = subprocess.run([sys.executable, "-m", "launch.cli", "train", "sft",
+    proc = subprocess.run([sys.executable, "-m", "memgym.launch.cli", "train", "sft",
                            *_sft_args(tiny_model_dir, session1_file, one), "--per_device_train_batch_size", "2",
                            "--save_strategy", "no"],
                           cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=400,

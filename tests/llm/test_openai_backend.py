@@ -1,4 +1,4 @@
-"""OpenAIBackend against a real loopback HTTP server (llm.server over HFBackend on the tiny model)."""
+"""OpenAIBackend against a real loopback HTTP server (memgym.llm.server over HFBackend on the tiny model)."""
 from __future__ import annotations
 
 import logging
@@ -9,12 +9,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from llm.base import BackendRequestError, GenerationParams
-from llm.hf_backend import HFBackend
-from llm.openai_backend import OpenAIBackend, backoff_delay, request_settings
-from llm.runtime import Runtime
-from llm.server import serve_backend
-from evolution.execution.eval_job import EvalConfig
+from memgym.llm.base import BackendRequestError, GenerationParams
+from memgym.llm.hf_backend import HFBackend
+from memgym.llm.openai_backend import OpenAIBackend, backoff_delay, request_settings
+from memgym.llm.runtime import Runtime
+from memgym.llm.server import serve_backend
+from memgym.evolution.execution.eval_job import EvalConfig
 from tests.helpers import FaultyServer, ScriptedBackend
 
 BATCH = [
@@ -235,7 +235,7 @@ def test_an_html_200_is_named_as_a_non_json_response():
 def test_invalid_server_usage_is_never_trusted_but_estimated_and_marked(recwarn):
     """A server's ``usage`` that is missing, negative, not an int, a bool or absurd is replaced
     by SmolLM2-tokenizer counts, marked ``estimated``; the role's tokens in the runtime count them."""
-    from llm.models import estimate_tokens
+    from memgym.llm.models import estimate_tokens
 
     msg = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Caroline adopted a dog named Max."}]
     reply = "She named the dog Max."

@@ -1,4 +1,4 @@
-"""The run card's parts (:mod:`llm.runcard`): file hashes, the input registry, git, model
+"""The run card's parts (:mod:`memgym.llm.runcard`): file hashes, the input registry, git, model
 fingerprints (local dirs, served models) and the Markdown section."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from llm import runcard
+from memgym.llm import runcard
 
 
 def _sha(data: bytes) -> str:
@@ -111,7 +111,7 @@ def _models_server(reply: dict):
 
 
 def test_a_served_model_is_named_by_the_servers_models_reply(stub_backend):
-    from llm.server import serve_backend
+    from memgym.llm.server import serve_backend
 
     server, url = _models_server({"object": "list", "data": [
         {"id": "Qwen/Qwen3-4B", "object": "model", "root": "/models/qwen3-4b", "revision": "abc123",
@@ -135,8 +135,8 @@ def test_a_served_model_is_named_by_the_servers_models_reply(stub_backend):
 
 
 def test_build_card_marks_models_the_runtime_never_loaded(tmp_path):
-    from llm.embeddings import HashEmbedder
-    from llm.runtime import Runtime
+    from memgym.llm.embeddings import HashEmbedder
+    from memgym.llm.runtime import Runtime
     from tests.helpers import ScriptedBackend
 
     rt = Runtime(embedder=HashEmbedder(16))

@@ -5,15 +5,15 @@ import json
 
 import pytest
 
-from memory_bank.actions import parse_core
-from rewards.length import core_length_penalty, core_written_text, count_tokens, part_length_penalty
+from memgym.memory_bank.actions import parse_core
+from memgym.rewards.length import core_length_penalty, core_written_text, count_tokens, part_length_penalty
 
 
 @pytest.fixture(scope="module")
 def policy_tokenizer():
     from transformers import AutoTokenizer
 
-    from llm.models import prepare_smollm2_tokenizer
+    from memgym.llm.models import prepare_smollm2_tokenizer
 
     return AutoTokenizer.from_pretrained(str(prepare_smollm2_tokenizer()))
 

@@ -29,9 +29,9 @@ def short_samples():
     outputs, 5 QA) with a one-line prompt: the planted policy ignores its context, and on CPU
     TRL scores every prompt position against the 49K-token vocabulary, so long prompts only
     cost time here."""
-    from llm.embeddings import HashEmbedder
-    from rewards.samples import build_reward_samples
-    from training.adrpo import trajectory_paths
+    from memgym.llm.embeddings import HashEmbedder
+    from memgym.rewards.samples import build_reward_samples
+    from memgym.training.adrpo import trajectory_paths
 
     samples = [s for s in build_reward_samples(trajectory_paths(["conv-26"]), embedder=HashEmbedder(64))
                if s.session == 1]
@@ -40,11 +40,11 @@ def short_samples():
 
 
 def _trainer(policy_dir, samples, out, **kw):
-    from llm.embeddings import HashEmbedder
-    from rewards.session_reward import SessionReward
-    from training.adrpo import trainer_class
-    from training.adrpo_config import ADRPOConfig
-    from training.common import PolicyModelConfig, load_policy
+    from memgym.llm.embeddings import HashEmbedder
+    from memgym.rewards.session_reward import SessionReward
+    from memgym.training.adrpo import trainer_class
+    from memgym.training.adrpo_config import ADRPOConfig
+    from memgym.training.common import PolicyModelConfig, load_policy
 
     policy = load_policy(PolicyModelConfig(model_name_or_path=str(policy_dir), lora_r=4, lora_alpha=8,
                                            lora_dropout=0.0, lora_target_modules=["q_proj", "v_proj", "o_proj"]))
@@ -198,8 +198,8 @@ def test_eq12_trainer_loss_is_trl_loss_at_w1_and_ignores_w_for_positive_advantag
     defect the corrected weighting fixes."""
     from trl import GRPOTrainer
 
-    from training.adrpo_config import EQ12_LOSS_TYPES
-    from training.adrpo_eq12 import ADRPOEq12Trainer
+    from memgym.training.adrpo_config import EQ12_LOSS_TYPES
+    from memgym.training.adrpo_eq12 import ADRPOEq12Trainer
 
     trainer, _, _ = trained
     eq12 = _trainer(planted_dir, short_samples, tmp_path / "eq12", weighting="unclipped", max_steps=1,
@@ -234,7 +234,7 @@ def test_eq12_trainer_loss_is_trl_loss_at_w1_and_ignores_w_for_positive_advantag
     assert eq12.state.global_step == 1
     assert any("reward_parts/weight" in h and math.isfinite(h["loss"]) for h in eq12.state.log_history if "loss" in h)
 
-    from training.adrpo_trainer import ADRPOTrainer
+    from memgym.training.adrpo_trainer import ADRPOTrainer
 
     with pytest.raises(ValueError, match="needs its own loss"):
         ADRPOTrainer(eq12.model, args=eq12.args, samples=short_samples, reward=None)
@@ -299,7 +299,7 @@ def test_init_from_an_adapter_continues_it(trained, short_samples, tmp_path):
 def test_recipes_parse_and_pass_trl_fields_through(name, expect):
     from pathlib import Path
 
-    from training.adrpo import parse_args
+    from memgym.training.adrpo import parse_args
 
     repo = Path(__file__).resolve().parents[2]
     recipe = next(p for p in (repo / "launch" / "recipes" / f"{name}.yaml",

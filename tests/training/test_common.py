@@ -14,7 +14,7 @@ def test_labelled_positions_only_keeps_loss_log_probs_and_gradients(tiny_model_d
     from transformers import AutoModelForCausalLM
     from trl.trainer.utils import add_fused_lm_head
 
-    from training.common import score_labelled_positions_only
+    from memgym.training.common import score_labelled_positions_only
 
     score_labelled_positions_only()
     score_labelled_positions_only()  # idempotent: one wrapper, TRL's rule kept beside it
@@ -61,7 +61,7 @@ def test_outside_zero3_turns_transformers_zero3_off_for_the_block_only():
     from accelerate.utils import DeepSpeedPlugin
     from transformers.integrations import deepspeed_config, is_deepspeed_zero3_enabled, unset_hf_deepspeed_config
 
-    from training.common import outside_zero3
+    from memgym.training.common import outside_zero3
 
     try:
         for flag in (False, True):

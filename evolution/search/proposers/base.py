@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from evolution.search.edits import Edit
-from llm.errors import MemgymError
+from memgym.evolution.search.edits import Edit
+from memgym.llm.errors import MemgymError
 
 
 class ProposerError(MemgymError, ValueError):

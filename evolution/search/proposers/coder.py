@@ -6,7 +6,7 @@ proposer prompt. Protocol of one proposal (every turn is kept in ``transcript``)
 1. the prompt (:func:`build_prompt`): the program interface, the parent's source with line
    numbers, the target and its diagnostics, the compact cases, and the lineage (ancestors
    with score changes, this target's failed attempts);
-2. the answer is parsed (:func:`evolution.search.edits.parse_response`) and applied strictly;
+2. the answer is parsed (:func:`memgym.evolution.search.edits.parse_response`) and applied strictly;
    on a miss or malformed blocks ONE repair turn sends the error (with the closest region);
 3. if that fails too, one whole-file request; if no usable file comes back the proposal
    fails with its reason.
@@ -20,10 +20,10 @@ import hashlib
 import random
 from typing import Callable
 
-from llm.base import Completion
+from memgym.llm.base import Completion
 
-from evolution.search.edits import EditError, Proposal, apply_edits, parse_response
-from evolution.search.proposers.base import ProposalInput, ProposalResult, ProposerError
+from memgym.evolution.search.edits import EditError, Proposal, apply_edits, parse_response
+from memgym.evolution.search.proposers.base import ProposalInput, ProposalResult, ProposerError
 
 INTERFACE = """A memory program is ONE Python module that defines:
 - dataclasses `MemoryUnit` and `Query` with JSON-compatible fields (str, int, float, bool, list[str], Optional);
@@ -48,7 +48,7 @@ Start with one line of explanation. Keep the contract names."""
 
 Chat = Callable[[list[dict]], Completion]
 """``chat(messages) -> Completion``: the reply, its token counts (0 for a cache hit) and whether
-they are estimates (:class:`llm.base.Completion`)."""
+they are estimates (:class:`memgym.llm.base.Completion`)."""
 
 
 def reply_sha256(text: str) -> str:
@@ -84,7 +84,7 @@ def _diag_table(diag: dict) -> str:
 
 def build_prompt(inp: ProposalInput, facts: str = "") -> list[dict]:
     """The chat messages of a proposal (system: role + interface + the run's ``facts``
-    (:func:`evolution.search.proposers.facts.run_facts`) + format; user: the rest)."""
+    (:func:`memgym.evolution.search.proposers.facts.run_facts`) + format; user: the rest)."""
     goal = inp.extra.get("goal") or (
         "Improve the program's overall score (cold start: any component may be the bottleneck)."
         if inp.target is None else
@@ -110,7 +110,7 @@ def build_prompt(inp: ProposalInput, facts: str = "") -> list[dict]:
 class CoderProposer:
     """LLM proposer. ``chat``: the model call (see :data:`Chat`); the loop builds it from the
     ``coder_model`` backend spec (:func:`backend_chat`). ``facts``: the run's section of the
-    system message (what scores the program, :func:`evolution.search.proposers.facts.run_facts`).
+    system message (what scores the program, :func:`memgym.evolution.search.proposers.facts.run_facts`).
     ``chat`` raising :class:`ProposerError` stops the run; any other exception fails the proposal."""
 
     name = "coder"
@@ -212,8 +212,8 @@ class CallFailed(Exception):
 
 
 def backend_chat(backend, max_new_tokens: int = 4096, temperature: float = 0.7) -> Chat:
-    """A :data:`Chat` over an :class:`llm.base.Backend` (one conversation per call)."""
-    from llm.base import GenerationParams
+    """A :data:`Chat` over an :class:`memgym.llm.base.Backend` (one conversation per call)."""
+    from memgym.llm.base import GenerationParams
 
     params = GenerationParams(max_new_tokens=max_new_tokens, temperature=temperature)
 

@@ -69,7 +69,7 @@ def approx_chars(tokens: int, tokenizer: str, convs) -> int | None:
     """Characters of the first ``tokens`` tokens of the train turns rendered as
     ``[YYYY-MM-DD] speaker: text`` lines (the first conversation whose text is longer than the
     budget): the context budget in characters of this data. None when no conversation is."""
-    from evolution.execution.context_budget import ContextBudget
+    from memgym.evolution.execution.context_budget import ContextBudget
 
     budget = ContextBudget(tokens, tokenizer)
     for conv in convs:
@@ -86,8 +86,8 @@ def approx_chars(tokens: int, tokenizer: str, convs) -> int | None:
 
 def capability_map_line(dataset: str) -> str:
     """How ``dataset``'s own question categories map to the capabilities F/T/P/M/A
-    (:mod:`data_synth.capabilities`), e.g. ``LoCoMo 4 single-hop -> F, ...``."""
-    from data_synth import capabilities as caps
+    (:mod:`memgym.data_synth.capabilities`), e.g. ``LoCoMo 4 single-hop -> F, ...``."""
+    from memgym.data_synth import capabilities as caps
 
     if dataset == "locomo":
         pairs = [(f"{k} {caps.LOCOMO_CATEGORY_NAMES[k]}", v) for k, v in caps.LOCOMO_MAP.items()]
@@ -124,7 +124,7 @@ def split_sizes(splits: dict) -> str:
 
 def run_facts(cfg, train_convs=(), splits: dict | None = None) -> str:
     """The "# What scores your program in this run" section of a coder request (module doc).
-    ``cfg``: an :class:`evolution.search.config.EvolveConfig`; ``train_convs``: its train
+    ``cfg``: an :class:`memgym.evolution.search.config.EvolveConfig`; ``train_convs``: its train
     conversations (for the approximate characters; may be empty); ``splits``: ``{"train"|"valid"|
     "test": [Conversation]}`` as the run loaded them (their sizes; None: not stated)."""
     lines = ["# What scores your program in this run"]

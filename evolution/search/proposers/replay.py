@@ -3,19 +3,19 @@
 A ``coder`` run keeps every model turn of every proposal in its run directory
 (``candidates/rNN/proposal.json`` and, for the validation revise turn, ``revise.json``: the
 transcript entries ``request`` (every message sent) and ``response`` (the reply, its sha256 and
-its token counts) or ``error``; :class:`evolution.search.proposers.base.ProposalResult`). Recipe
+its token counts) or ``error``; :class:`memgym.evolution.search.proposers.base.ProposalResult`). Recipe
 ``proposer: replay`` with ``replay_from: RUN`` (``memgym evolve --proposer replay --from RUN``)
 runs the same loop with :class:`ReplayProposer`: a :class:`CoderProposer` whose model is the
 recording. Each turn's request is rebuilt by the same code and must equal the recorded one,
 message by message; the recorded reply (and token counts, so the ledger agrees) is returned.
 
 What is replayed is checked: every recorded reply must match its sha256 and carry valid token
-counts (:func:`llm.base.token_count_problem`; a missing count is estimated with the tokenizer and
+counts (:func:`memgym.llm.base.token_count_problem`; a missing count is estimated with the tokenizer and
 booked as an estimate), checked before the first round; and, the offline evaluation being
 deterministic, every replayed candidate must equal the recorded one (its row of
-:meth:`evolution.search.archive.Archive.fingerprint`: status, program key, parent, task scores),
+:meth:`memgym.evolution.search.archive.Archive.fingerprint`: status, program key, parent, task scores),
 and after the recording's last round the whole archive fingerprint must equal RUN's
-``state.json``'s (the proposer is a :class:`~evolution.search.protocols.Callback` of the run).
+``state.json``'s (the proposer is a :class:`~memgym.evolution.search.protocols.Callback` of the run).
 
 Errors: :class:`ReplayMismatchError` (a :class:`ProposerError`: the run stops, one line, exit 2)
 naming the round when a request differs from the recording (the turn, the message and the first
@@ -28,11 +28,11 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from evolution.search.protocols import Callback
-from evolution.search.proposers.base import ProposalInput, ProposalResult, ProposerError
-from evolution.search.proposers.coder import CallFailed, CoderProposer, reply_sha256
-from evolution.search.rundir import check_state, read_json
-from llm.base import Completion, prompt_token_limit, token_count_problem
+from memgym.evolution.search.protocols import Callback
+from memgym.evolution.search.proposers.base import ProposalInput, ProposalResult, ProposerError
+from memgym.evolution.search.proposers.coder import CallFailed, CoderProposer, reply_sha256
+from memgym.evolution.search.rundir import check_state, read_json
+from memgym.llm.base import Completion, prompt_token_limit, token_count_problem
 
 
 class ReplayMismatchError(ProposerError):
@@ -94,7 +94,7 @@ def _turns(record, path: Path) -> list:
 def check_turn(turn: tuple, round_no: int, n: int, path: Path, max_new_tokens: int | None) -> None:
     """:class:`ReplayMismatchError` naming round ``round_no``, turn ``n`` and ``path`` unless the
     recorded reply (a ``response``) matches its ``sha256`` and its token counts are absent or
-    valid (:func:`llm.base.token_count_problem`; 0 for a response-cache hit, ``cached``)."""
+    valid (:func:`memgym.llm.base.token_count_problem`; 0 for a response-cache hit, ``cached``)."""
     req, resp = turn
     if resp["role"] != "response":
         return
@@ -118,10 +118,10 @@ def check_turn(turn: tuple, round_no: int, n: int, path: Path, max_new_tokens: i
 
 def load_recorded_archive(run_dir: str | Path) -> tuple[dict, list, int]:
     """(``{candidate id: fingerprint row}``, the whole fingerprint, the last round) of the
-    archive in ``run_dir``'s ``state.json`` (:class:`~evolution.search.rundir.RunStateError` when
+    archive in ``run_dir``'s ``state.json`` (:class:`~memgym.evolution.search.rundir.RunStateError` when
     it is missing or damaged)."""
-    from evolution.search.archive import Archive
-    from evolution.search.rundir import RunStateError
+    from memgym.evolution.search.archive import Archive
+    from memgym.evolution.search.rundir import RunStateError
 
     path = Path(run_dir) / "state.json"
     st = read_json(path)
@@ -199,7 +199,7 @@ class ReplayProposer(CoderProposer, Callback):
         if "prompt_tokens" in resp and "completion_tokens" in resp:
             return Completion(text, resp["prompt_tokens"], resp["completion_tokens"], cached=bool(resp.get("cached")),
                               estimated=bool(resp.get("estimated")))
-        from llm.models import estimate_tokens
+        from memgym.llm.models import estimate_tokens
 
         return Completion(text, *estimate_tokens(messages, text), estimated=True)
 

@@ -15,9 +15,9 @@ import json
 import random
 from pathlib import Path
 
-from evolution.search.proposers.base import ProposalInput, ProposalResult
-from evolution.search.proposers.coder import CoderProposer
-from llm.base import Completion
+from memgym.evolution.search.proposers.base import ProposalInput, ProposalResult
+from memgym.evolution.search.proposers.coder import CoderProposer
+from memgym.llm.base import Completion
 
 EXHAUSTED = "(the script has no answer for this turn)"
 

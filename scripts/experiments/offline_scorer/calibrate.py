@@ -14,11 +14,11 @@ from pathlib import Path
 
 from scipy.stats import pearsonr, spearmanr
 
-from data_synth.datasets import load_conversations
-from evolution.execution.context_budget import ContextBudget
-from rewards.scoring.beam_judge import rubric_recall
-from rewards.scoring.grounded import grounded_parts, source_index
-from rewards.scoring.metrics import answer_recall
+from memgym.data_synth.datasets import load_conversations
+from memgym.evolution.execution.context_budget import ContextBudget
+from memgym.rewards.scoring.beam_judge import rubric_recall
+from memgym.rewards.scoring.grounded import grounded_parts, source_index
+from memgym.rewards.scoring.metrics import answer_recall
 
 PROGRAMS = ["seed", "bm25", "hybrid_rrf", "demo_evolve_frozen"]
 

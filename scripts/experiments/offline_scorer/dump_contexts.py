@@ -13,11 +13,11 @@ import argparse
 import json
 from pathlib import Path
 
-from evolution.execution.runner import ProgramRunner
-from evolution.execution.settings import RunnerSettings
-from evolution.execution.stages import StageCache
-from llm.runtime import Runtime
-from data_synth.datasets import load_conversations
+from memgym.evolution.execution.runner import ProgramRunner
+from memgym.evolution.execution.settings import RunnerSettings
+from memgym.evolution.execution.stages import StageCache
+from memgym.llm.runtime import Runtime
+from memgym.data_synth.datasets import load_conversations
 
 SPLITS = {
     ("locomo", "answered"): None,

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from data_synth.paths import locomo_path
-from evolution.execution import confine
-from evolution.execution.sandbox import SandboxedProgram
-from memory_bank.programs import read_program_source, seed_program_path
+from memgym.data_synth.paths import locomo_path
+from memgym.evolution.execution import confine
+from memgym.evolution.execution.sandbox import SandboxedProgram
+from memgym.memory_bank.programs import read_program_source, seed_program_path
 from tests.helpers import sandbox_fails
 
 REPO = Path(__file__).resolve().parents[3]
@@ -165,8 +165,8 @@ def test_the_python_filter_names_project_reads(tmp_path):
 
 
 def test_granted_paths_hold_nothing_of_the_project():
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import numpy, json; import memory_bank.program; "
-            "from evolution.execution.confine import grant_paths; import json as j; "
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import numpy, json; import memgym.memory_bank.program; "
+            "from memgym.evolution.execution.confine import grant_paths; import json as j; "
             "print(j.dumps([grant_paths({'numpy', 'json'}, sys.argv[1]), "
             "grant_paths({'numpy', 'json'}, sys.argv[1], ['/usr/lib/some-data-folder'])]))")
     (dirs, files), (dirs2, files2) = json.loads(subprocess.run([sys.executable, "-I", "-c", code, str(REPO)],
@@ -200,7 +200,7 @@ def test_no_landlock_refuses_unless_the_switch_is_set(monkeypatch):
 
 
 def _eval_overall(tmp_path: Path, source: str, name: str) -> float:
-    from launch.cli import main as memgym
+    from memgym.launch.cli import main as memgym
 
     prog = tmp_path / f"{name}.py"
     prog.write_text(source.replace("DATA)", f"{str(locomo_path())!r})"))
@@ -228,7 +228,7 @@ def test_the_escape_gains_nothing_in_program_eval(tmp_path, monkeypatch):
 _HANG = """
 import sys, threading
 sys.path.insert(0, sys.argv[1])
-from evolution.execution.sandbox import SandboxedProgram, SandboxLimits
+from memgym.evolution.execution.sandbox import SandboxedProgram, SandboxLimits
 
 def spin():
     sb = SandboxedProgram(open(sys.argv[2]).read(), limits=SandboxLimits(call_timeout_s=600))
@@ -279,7 +279,7 @@ def test_kill9_of_the_check_leaves_no_child_and_no_scratch(tmp_path, where):
 
 
 def test_an_unconfined_run_is_named_in_every_verdict(monkeypatch):
-    from evolution.execution.validate import ValidationLimits, validate_program
+    from memgym.evolution.execution.validate import ValidationLimits, validate_program
 
     ok = validate_program(SEED, None, ValidationLimits(run_probe=False))
     if confine.probe().landlock_abi >= 1:

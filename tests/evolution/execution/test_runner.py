@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from evolution.execution.component_diff import COMPONENTS, component_hashes, diff_components, stage_component_hashes
-from evolution.execution.runner import ProgramRunError, ProgramRunner, RunnerSettings
-from evolution.execution.stages import StageCache
-from llm.embeddings import HashEmbedder
-from llm.runtime import Runtime
-from memory_bank.program import FieldSpec, session_entries, text_query, unit_text
-from memory_bank.programs import read_program_source, reference_program_path, seed_program_path
+from memgym.evolution.execution.component_diff import COMPONENTS, component_hashes, diff_components, stage_component_hashes
+from memgym.evolution.execution.runner import ProgramRunError, ProgramRunner, RunnerSettings
+from memgym.evolution.execution.stages import StageCache
+from memgym.llm.embeddings import HashEmbedder
+from memgym.llm.runtime import Runtime
+from memgym.memory_bank.program import FieldSpec, session_entries, text_query, unit_text
+from memgym.memory_bank.programs import read_program_source, reference_program_path, seed_program_path
 from tests.helpers import TASK, LengthMarked, Script, ScriptedBackend, conversation
 
 SEED = read_program_source(seed_program_path())
@@ -152,7 +152,7 @@ def test_expert_extraction_replays_the_trajectory_into_units():
     """``expert:conv-30`` on the first 2 real LoCoMo sessions: session 1's expert ops add 5
     episodic + 7 semantic entries and append to core (13 units); session 2's add 3 episodic,
     4 semantic, update 1 semantic entry and replace text in core (9 units)."""
-    from data_synth.datasets import load_conversations
+    from memgym.data_synth.datasets import load_conversations
 
     conv = load_conversations("locomo", ids=["conv-30"], n_sessions=2)
     runner, script, rt = make_runner(diagnostics=False, extractor="expert:conv-30", plan_mode="question")
@@ -268,7 +268,7 @@ def test_text_query_unit_text_and_session_entries():
 
 
 def test_turns_extraction_maps_every_turn_without_a_model_call():
-    from memory_bank.program import turn_entries
+    from memgym.memory_bank.program import turn_entries
 
     conv = conversation()
     assert turn_entries(conv.sessions[1]) == [
@@ -352,7 +352,7 @@ def test_program_toolkit_calls_are_served_by_the_backend_host_under_the_model_lo
     embedder, both while the runner's model lock is held (checked from another thread)."""
     import threading
 
-    from memory_bank.program import BackendToolkitHost
+    from memgym.memory_bank.program import BackendToolkitHost
 
     held = []
 
@@ -401,8 +401,8 @@ BIG = SEED.replace("        self.lines = []\n", "        self.lines = []\n      
 
 
 def test_a_snapshot_over_the_message_cap_costs_a_cache_miss_and_none_is_taken_unwanted(monkeypatch):
-    from evolution.execution.program_eval import open_stage_cache
-    from evolution.execution.sandbox import SandboxedProgram
+    from memgym.evolution.execution.program_eval import open_stage_cache
+    from memgym.evolution.execution.sandbox import SandboxedProgram
 
     assert not open_stage_cache("none").wants("index")  # program eval --stage_cache none: no later reader
     assert BIG != SEED and SandboxedProgram(SEED).limits.max_message_bytes == 16 << 20

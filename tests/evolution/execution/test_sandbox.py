@@ -7,9 +7,9 @@ import re
 import numpy as np
 import pytest
 
-from evolution.execution.sandbox import (DEFAULT_ALLOWED_IMPORTS, ProgramRaised, SandboxLimits, SandboxedProgram,
+from memgym.evolution.execution.sandbox import (DEFAULT_ALLOWED_IMPORTS, ProgramRaised, SandboxLimits, SandboxedProgram,
                                          static_check)
-from memory_bank.programs import read_program_source, reference_program_path, seed_program_path
+from memgym.memory_bank.programs import read_program_source, reference_program_path, seed_program_path
 from tests.helpers import sandbox_fails
 
 SEED = read_program_source(seed_program_path())
@@ -262,7 +262,7 @@ def test_module_attributes_never_yield_a_forbidden_module(body, message):
 
 
 def test_the_numpy_route_fails_validation_with_a_clear_reason():
-    from evolution.execution.validate import ValidationLimits, validate_program
+    from memgym.evolution.execution.validate import ValidationLimits, validate_program
 
     src = with_retrieve("t = getattr(np, '_pytest' + 'tester')\nreturn str(getattr(t, 's' + 'ys')._getframe())",
                         "import numpy as np\n")

@@ -8,10 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from evolution.execution.sandbox import SandboxLimits
-from evolution.execution.validate import StubHost, ValidationLimits, normalised_ast, synthetic_record, validate_program
-from memory_bank.program import FieldSpec
-from memory_bank.programs import read_program_source, reference_program_path, seed_program_path
+from memgym.evolution.execution.sandbox import SandboxLimits
+from memgym.evolution.execution.validate import StubHost, ValidationLimits, normalised_ast, synthetic_record, validate_program
+from memgym.memory_bank.program import FieldSpec
+from memgym.memory_bank.programs import read_program_source, reference_program_path, seed_program_path
 
 SEED = read_program_source(seed_program_path())
 REFERENCE = read_program_source(reference_program_path())
@@ -157,7 +157,7 @@ def test_synthetic_record_fills_every_field():
 
 
 def run_cli(argv: list[str]) -> int:
-    from launch.cli import main
+    from memgym.launch.cli import main
 
     return main(argv)
 
@@ -193,7 +193,7 @@ def test_cli_never_prints_a_traceback_for_hostile_files(tmp_path):
         f = tmp_path / (name.replace(" ", "_") + ".py")
         f.write_text(hostile[name][0])
         timeout = "1.5" if hostile[name][2] == "timeout" else "120"  # tight only where a timeout is expected
-        proc = subprocess.run([sys.executable, "-m", "launch.cli", "program", "check", str(f), "--timeout", timeout],
+        proc = subprocess.run([sys.executable, "-m", "memgym.launch.cli", "program", "check", str(f), "--timeout", timeout],
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, (name, proc.stderr)
         assert len(proc.stderr.splitlines()) == 1 and "fails validation at level" in proc.stderr, (name, proc.stderr)

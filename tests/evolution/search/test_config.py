@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from evolution.search.config import EvolveConfig
+from memgym.evolution.search.config import EvolveConfig
 
 RECIPES = Path(__file__).resolve().parents[3] / "launch" / "recipes"
 
@@ -54,7 +54,7 @@ def test_bad_recipes_fail_with_the_field_named(kw, msg):
 
 
 def test_evolve_empty_test_means_no_test_run():
-    from evolution.search.config import EvolveConfig
+    from memgym.evolution.search.config import EvolveConfig
 
     cfg = EvolveConfig(test=[""], embedder="hash:64")
     assert cfg.test == [] and cfg.train == ["conv-26", "conv-30"]
@@ -88,8 +88,8 @@ def test_recipe_lists_are_deduplicated_in_order_with_a_note():
 
 
 def test_recipe_lists_are_bounded_when_parsed(tmp_path):
-    from llm.checks import MAX_LIST_ITEMS
-    from llm.errors import ConfigError
+    from memgym.llm.checks import MAX_LIST_ITEMS
+    from memgym.llm.errors import ConfigError
 
     assert MAX_LIST_ITEMS == 10_000
     with pytest.raises(ConfigError, match=r"--baselines: 1,000,000 items, more than the bound of 10,000 items"):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from data_synth.annotate import AnnotatedLabel
-from evolution.search.ledger import Ledger, label_usage, per_question, tokens_by_round
-from evolution.search.report import cost_section
-from memory_bank.schema import Capability
+from memgym.data_synth.annotate import AnnotatedLabel
+from memgym.evolution.search.ledger import Ledger, label_usage, per_question, tokens_by_round
+from memgym.evolution.search.report import cost_section
+from memgym.memory_bank.schema import Capability
 from tests.helpers import conversation
 
 
@@ -42,7 +42,7 @@ def test_estimated_task_calls_are_marked_on_the_stages_and_negative_usage_is_ref
 
     import pytest
 
-    from evolution.search.ledger import usage_from_eval
+    from memgym.evolution.search.ledger import usage_from_eval
 
     ev = SimpleNamespace(model_calls={"task": 5, "judge": 2}, stage_llm_calls={"plan": 2, "answer": 3},
                          tokens={"task": {"prompt": 500, "completion": 50, "estimated": 3},
@@ -76,8 +76,8 @@ def test_label_usage_books_the_labels_of_the_runs_train_and_valid_questions(tmp_
 def test_a_state_with_a_skipped_integration_round_is_a_valid_run_state(tmp_path):
     """An integration round with nothing to merge books candidate "-" in the history; --resume must
     accept that state (it refused it as naming a missing candidate)."""
-    from evolution.search.archive import Archive
-    from evolution.search.rundir import RunStateError, check_state
+    from memgym.evolution.search.archive import Archive
+    from memgym.evolution.search.rundir import RunStateError, check_state
 
     arch = Archive()
     st = {"archive": {**arch.to_json(), "candidates": [{"id": "seed"}], "base": "seed", "specialists": {}},

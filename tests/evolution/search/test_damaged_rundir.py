@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from evolution.search.archive import Archive
+from memgym.evolution.search.archive import Archive
 
 ROOT = Path(__file__).resolve().parents[3]
 RECIPE = ["dataset: locomo", "train: [conv-26]", "valid: [conv-30]", "n_sessions: 2", "max_questions: 6",
@@ -28,7 +28,7 @@ def _end_state(run: Path):
 
 
 def _resume(run: Path, capsys) -> tuple[int, list[str]]:
-    from launch.cli import main
+    from memgym.launch.cli import main
 
     capsys.readouterr()
     rc = main(["evolve", "--resume", str(run), "--no_progress"])
@@ -37,7 +37,7 @@ def _resume(run: Path, capsys) -> tuple[int, list[str]]:
 
 
 def test_every_deleted_or_torn_file_of_a_killed_run_resumes_or_is_named_in_one_line(tmp_path, capsys, monkeypatch):
-    import evolution.search.report as report
+    import memgym.evolution.search.report as report
 
     monkeypatch.setattr(report, "save_figure", lambda fig, path: None)  # the plots are half a resume's time here
     recipe = tmp_path / "r.yaml"

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from evolution.search.archive import Archive
-from evolution.search.config import EvolveConfig
-from evolution.search.api import build_engine, evolve
-from memory_bank.programs import read_program_source, seed_program_path
+from memgym.evolution.search.archive import Archive
+from memgym.evolution.search.config import EvolveConfig
+from memgym.evolution.search.api import build_engine, evolve
+from memgym.memory_bank.programs import read_program_source, seed_program_path
 
 ROOT = Path(__file__).resolve().parents[3]
 SEED = read_program_source(seed_program_path())
@@ -120,7 +120,7 @@ def _fingerprint(run: Path):
 def test_kill9_at_three_points_then_resume_matches_the_uninterrupted_run(tmp_path):
     """One chain: killed between rounds 1 and 2, resumed and killed during round 2's proposal,
     resumed and killed during round 3's evaluation, resumed to the end."""
-    from launch.cli import main as memgym
+    from memgym.launch.cli import main as memgym
 
     recipe = _small_recipe(tmp_path)
     ref = tmp_path / "ref"
@@ -182,7 +182,7 @@ def test_a_spent_budget_stops_the_run_cleanly_with_a_report(tmp_path):
 
 
 def test_compact_cases_come_from_the_kept_train_run_and_equal_the_stage_cache_rebuild(tmp_path, monkeypatch):
-    import evolution.search.evaluator as E
+    import memgym.evolution.search.evaluator as E
 
     cfg = EvolveConfig(**SMALL, proposer="params", rounds_cold=1, rounds_refine=0, out=str(tmp_path / "run"))
     evo = build_engine(cfg)

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from evolution.search.archive import Archive
-from evolution.search.config import EvolveConfig
-from evolution.search.api import evolve
-from evolution.search.proposers.facts import run_facts
-from evolution.search.proposers.replay import ReplayMismatchError, load_recording
+from memgym.evolution.search.archive import Archive
+from memgym.evolution.search.config import EvolveConfig
+from memgym.evolution.search.api import evolve
+from memgym.evolution.search.proposers.facts import run_facts
+from memgym.evolution.search.proposers.replay import ReplayMismatchError, load_recording
 from tests.evolution.search.competent_coder import serve_coder
 
 SMALL = dict(train=["conv-26"], valid=["conv-30"], n_sessions=2, max_questions=6, extractor="turns",
@@ -35,7 +35,7 @@ def recorded(tmp_path_factory):
     server, spec = serve_coder()
     try:
         cfg = EvolveConfig(**SMALL, proposer="coder", coder_model=spec, out=str(root / "run"))
-        from launch.cli import main
+        from memgym.launch.cli import main
         (root / "recipe.yaml").write_text("\n".join(f"{k}: {json.dumps(v)}" for k, v in SMALL.items()))
         assert main(["evolve", "--config", str(root / "recipe.yaml"), "--proposer", "coder", "--coder_model", spec,
                      "--out", cfg.out]) == 0
@@ -73,7 +73,7 @@ def test_recorded_requests_state_the_facts_and_every_turn(recorded):
 
 
 def test_replay_without_server_reproduces_the_run(recorded, tmp_path):
-    from launch.cli import main
+    from memgym.launch.cli import main
 
     run, _ = recorded
     out = tmp_path / "replay"
@@ -87,7 +87,7 @@ def test_replay_without_server_reproduces_the_run(recorded, tmp_path):
 
 
 def test_a_request_that_does_not_match_the_recording_names_the_round(recorded, tmp_path, capsys):
-    from launch.cli import main
+    from memgym.launch.cli import main
 
     run, _ = recorded
     bad = tmp_path / "bad"
@@ -108,8 +108,8 @@ def test_a_request_that_does_not_match_the_recording_names_the_round(recorded, t
 
 
 def test_the_facts_give_the_budget_in_characters_of_the_data_and_the_acceptance_rules():
-    from data_synth.datasets import load_conversations
-    from evolution.execution.context_budget import _load_tokenizer
+    from memgym.data_synth.datasets import load_conversations
+    from memgym.evolution.execution.context_budget import _load_tokenizer
 
     cfg = EvolveConfig(dataset="locomo", extractor="turns", plan_mode="question", scorer="answer-recall",
                        context_tokens=1024, context_tokenizer="smollm2", rounds_integrate=2, delta=0.02,
@@ -130,7 +130,7 @@ def test_the_facts_give_the_budget_in_characters_of_the_data_and_the_acceptance_
 
 
 def test_the_coder_is_told_the_size_of_every_split_it_is_scored_on():
-    from evolution.search.proposers.facts import facts_for
+    from memgym.evolution.search.proposers.facts import facts_for
 
     beam = facts_for(EvolveConfig(dataset="beam", test=["default"], embedder="hash:64", progress=False))
     assert ("  - train (diagnostics and cases): 8 conversations, 33 sessions, 1,974 turns, ~1.1M tokens (largest "
@@ -152,7 +152,7 @@ def _copy(run: Path, dst: Path) -> Path:
 
 def _edit_reply(run: Path, round_no: int, edit, rehash: bool = False) -> None:
     """Apply ``edit(response entry)`` to the first recorded reply of round ``round_no``."""
-    from evolution.search.proposers.coder import reply_sha256
+    from memgym.evolution.search.proposers.coder import reply_sha256
 
     p = run / "candidates" / f"r{round_no:02d}" / "proposal.json"
     prop = json.loads(p.read_text())
@@ -166,7 +166,7 @@ def _edit_reply(run: Path, round_no: int, edit, rehash: bool = False) -> None:
 def _replay_error(run: Path, out: Path, capsys, started: bool = False) -> str:
     """The one stderr line of a replay of ``run`` that must stop with exit 2 (``started``: after
     its first rounds, which stay in ``out``; else before anything ran, leaving nothing there)."""
-    from launch.cli import main
+    from memgym.launch.cli import main
 
     capsys.readouterr()
     assert main(["evolve", "--proposer", "replay", "--from", str(run), "--out", str(out)]) == 2
@@ -223,9 +223,9 @@ def test_replay_refuses_invalid_recorded_token_counts(recorded, tmp_path, capsys
 
 
 def test_replay_estimates_missing_recorded_token_counts_and_marks_them(recorded, tmp_path):
-    from evolution.search.proposers.replay import load_recording
-    from launch.cli import main
-    from llm.models import estimate_tokens
+    from memgym.evolution.search.proposers.replay import load_recording
+    from memgym.launch.cli import main
+    from memgym.llm.models import estimate_tokens
 
     run, _ = recorded
     gap = _copy(run, tmp_path / "gap")
@@ -251,7 +251,7 @@ def test_a_server_reporting_negative_usage_cannot_switch_off_the_coder_budget(tm
     """A coder server whose ``usage`` says -1,000,000,000 prompt and 5,000 completion tokens
     (above coder_max_new_tokens): its counts are not taken, the SmolLM2 estimates are, marked; the
     coder budget of 1,000 tokens stops the run after round 1, as with an honest server."""
-    from launch.cli import main
+    from memgym.launch.cli import main
     from tests.helpers import FaultyServer
 
     server, spec = serve_coder(server_class=FaultyServer, usage={"prompt_tokens": -1_000_000_000,
@@ -267,7 +267,7 @@ def test_a_server_reporting_negative_usage_cannot_switch_off_the_coder_budget(tm
     s = json.loads((out / "summary.json").read_text())
     assert s["rounds"] == 1 and s["stopped"].startswith("budget of role 'coder' exhausted")
     (req, resp), = load_recording(out)[1]["propose"]
-    from llm.models import estimate_tokens
+    from memgym.llm.models import estimate_tokens
     want = estimate_tokens(req["messages"], resp["content"])
     assert s["ledger"]["1"]["coder"] == {"calls": 1, "prompt": want[0], "completion": want[1], "estimated": 1}
     assert want[0] > 1000 and s["tokens"]["coder"] == {"prompt": want[0], "completion": want[1]}

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from memory_bank.schema import Conversation, QAItem, Session, Turn
-from rewards.scoring.grounded import GroundedRecallScorer, SourceIndex, grounded_parts, source_index
-from rewards.scoring.judge import ScoreItem
+from memgym.memory_bank.schema import Conversation, QAItem, Session, Turn
+from memgym.rewards.scoring.grounded import GroundedRecallScorer, SourceIndex, grounded_parts, source_index
+from memgym.rewards.scoring.judge import ScoreItem
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -79,11 +79,11 @@ def test_scorer_needs_the_source_and_reports_parts():
 # ------------------------------------------------------------------ adversarial programs on the shipped data
 
 def _run_program(program: str, dataset: str, ids: list[str], budget: int, questions=None):
-    from data_synth.datasets import load_conversations
-    from evolution.execution.runner import ProgramRunner
-    from evolution.execution.settings import RunnerSettings
-    from evolution.execution.stages import StageCache
-    from llm.runtime import Runtime
+    from memgym.data_synth.datasets import load_conversations
+    from memgym.evolution.execution.runner import ProgramRunner
+    from memgym.evolution.execution.settings import RunnerSettings
+    from memgym.evolution.execution.stages import StageCache
+    from memgym.llm.runtime import Runtime
 
     convs = load_conversations(dataset, ids=ids)
     if questions is not None:
@@ -146,7 +146,7 @@ def _mean_score(convs, tasks, contexts) -> float:
     ("locomo", ["conv-43", "conv-44", "conv-47", "conv-48", "conv-49", "conv-50"], 1024),
     ("beam", [f"100K-{i}" for i in range(11, 17)], 2048)], ids=["locomo-valid", "locomo-test", "beam-valid"])
 def test_attacks_score_below_bm25(dataset, ids, budget):
-    from evolution.execution.context_budget import ContextBudget
+    from memgym.evolution.execution.context_budget import ContextBudget
 
     convs, tasks = _run_program("memory_bank/programs/bm25.py", dataset, ids, budget)
     bm25 = _mean_score(convs, tasks, [t.retrieved for t in tasks])
@@ -169,7 +169,7 @@ def test_agrees_with_answered_f1():
     answered from the same cut text: same ranking, and question-level Pearson r > 0.41."""
     from scipy.stats import pearsonr
 
-    from data_synth.paths import data_root
+    from memgym.data_synth.paths import data_root
 
     rows = [json.loads(x) for x in (data_root() / "answered" / "locomo_answered.jsonl").read_text().splitlines()]
     f1 = {(r["program"], r["id"]): r["f1"] for r in rows}

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from data_synth.beam import beam_root
-from launch.cli import main
+from memgym.data_synth.beam import beam_root
+from memgym.launch.cli import main
 
 CHAT = str(beam_root() / "100K" / "3")
 
@@ -59,9 +59,9 @@ def test_score_broken_predictions_one_line(tmp_path, capsys):
 
 
 def test_score_longmemeval_official_judge(tmp_path):
-    from data_synth.longmemeval import load_longmemeval
-    from rewards.scoring.scorers import make_scorer
-    from rewards.scoring.predictions import score_predictions
+    from memgym.data_synth.longmemeval import load_longmemeval
+    from memgym.rewards.scoring.scorers import make_scorer
+    from memgym.rewards.scoring.predictions import score_predictions
     from tests.helpers import ScriptedBackend
 
     convs = load_longmemeval(question_ids=["001be529", "06878be2"])
@@ -160,7 +160,7 @@ def test_score_out_naming_a_file_is_one_line(tmp_path, capsys):
 
 
 def test_score_refuses_a_folder_of_user_files(tmp_path, capsys):
-    from llm.checks import out_dir_problem
+    from memgym.llm.checks import out_dir_problem
 
     preds = _locomo_preds(tmp_path)
     mine = tmp_path / "mine"
@@ -204,7 +204,7 @@ def test_score_all_unknown_ids_exits_nonzero(tmp_path, capsys):
 def test_score_one_question_of_a_split_is_not_a_clean_headline(tmp_path, capsys):
     """A file covering 1 of the 453 valid questions, with the gold evidence as its context, scores
     1.0 on that question but is reported partial, with exit 3 unless --allow_partial."""
-    from data_synth.datasets import load_conversations
+    from memgym.data_synth.datasets import load_conversations
 
     conv = load_conversations("locomo", ids=["conv-41"])[0]
     q = conv.questions[0]

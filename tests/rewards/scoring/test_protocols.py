@@ -10,13 +10,13 @@ import re
 import pytest
 from scipy.stats import kendalltau
 
-from data_synth.datasets import load_conversations
-from data_synth.paths import data_root
-from llm.cache import ResponseCache
-from llm.runtime import Runtime
-from rewards.scoring import protocols as P
-from rewards.scoring.judge import ScoreItem
-from rewards.scoring.scorers import make_scorer
+from memgym.data_synth.datasets import load_conversations
+from memgym.data_synth.paths import data_root
+from memgym.llm.cache import ResponseCache
+from memgym.llm.runtime import Runtime
+from memgym.rewards.scoring import protocols as P
+from memgym.rewards.scoring.judge import ScoreItem
+from memgym.rewards.scoring.scorers import make_scorer
 from tests.fake_judge import FakeJudge, user_text
 from tests.helpers import ScriptedBackend
 
@@ -226,7 +226,7 @@ def test_corrected_is_beam_only():
 def test_membuilder_json_mode_on_a_local_hf_judge(tiny_model_dir):
     """MemBuilder's JSON-object request on the hf backend: decoded under ``{"type": "object"}``
     (llguidance), so even a random-weight judge answers a JSON object; read by the official rule."""
-    from llm.hf_backend import HFBackend
+    from memgym.llm.hf_backend import HFBackend
 
     judge = HFBackend(tiny_model_dir, batch_size=4)
     scorer = make_scorer("llm", judge, dataset="locomo")
@@ -286,7 +286,7 @@ def test_the_official_hashes_are_the_shipped_files():
     assert [P.official_file_problem(d) for d in ("locomo", "longmemeval", "beam")] == ["", "", ""]
     from pathlib import Path
 
-    import data_synth
+    import memgym.data_synth
     manifest = json.loads((Path(data_synth.__file__).parent / "data_manifest.json").read_text())
     pins = manifest["files"]  # memgym data download checks the same files against these
     assert {n: pins[f"judges/{n}"]["sha256"] for n in P.OFFICIAL_SHA256} == P.OFFICIAL_SHA256
@@ -316,7 +316,7 @@ def test_a_changed_official_file_is_refused_and_runs_only_as_custom(tmp_path, mo
 
 
 def test_data_check_score_and_recipes_refuse_a_changed_protocol(tmp_path, monkeypatch, capsys):
-    from launch.cli import main
+    from memgym.launch.cli import main
 
     edited = _edited_judges(tmp_path, monkeypatch)
     sha, want = _sha(edited), P.OFFICIAL_SHA256["locomo_membuilder.json"]
