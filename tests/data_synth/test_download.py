@@ -255,7 +255,7 @@ def test_every_asset_is_package_data():
 
     from memgym.data_synth.paths import REPO_ROOT
 
-    globs = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["data_synth"]
+    globs = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["memgym.data_synth"]
     assets = [rel for rel, e in load_manifest()["files"].items() if e["from"] == "asset"]
     assert [a for a in assets if not any(fnmatch.fnmatch(f"assets/{a}", g) and
                                          f"assets/{a}".count("/") == g.count("/") for g in globs)] == []

@@ -286,7 +286,7 @@ def test_the_official_hashes_are_the_shipped_files():
     assert [P.official_file_problem(d) for d in ("locomo", "longmemeval", "beam")] == ["", "", ""]
     from pathlib import Path
 
-    import memgym.data_synth
+    import memgym.data_synth as data_synth
     manifest = json.loads((Path(data_synth.__file__).parent / "data_manifest.json").read_text())
     pins = manifest["files"]  # memgym data download checks the same files against these
     assert {n: pins[f"judges/{n}"]["sha256"] for n in P.OFFICIAL_SHA256} == P.OFFICIAL_SHA256
