@@ -20,7 +20,13 @@ PARAM = "model.layers.0.self_attn.o_proj.weight"
 
 
 def argv(mode: str, model: str, out: str, base_url: str | None) -> list[str]:
-    a = ["--config", "launch/recipes/adrpo_cpu.yaml", "--model_name_or_path", model, "--use_peft", "false",
+    """launch/recipes/adrpo_cpu.yaml's reward and GRPO settings as flags, full fine-tuning, tiny
+    batches. Not the recipe itself: its ``activation_checkpointing`` is transformers 5.24's name, and
+    vLLM 0.32 pins transformers < 5.20, whose TrainingArguments call it ``gradient_checkpointing``."""
+    a = ["--model_name_or_path", model, "--use_peft", "false", "--train_trajectories", "conv-26",
+         "--max_prompt_tokens", "1200", "--mode", "counterfactual", "--judge", "answer-recall", "--loss_type", "dapo",
+         "--temperature", "0.8", "--top_p", "0.9", "--beta", "0.02", "--lr_scheduler_type", "constant",
+         "--gradient_checkpointing", "false", "--logging_steps", "1", "--seed", "0",
          "--output_dir", out, "--max_steps", "2", "--embedder", "hash:64", "--sessions", "1",
          "--managers", "episodic", "--num_generations", "2", "--per_device_train_batch_size", "2",
          "--gradient_accumulation_steps", "1", "--max_completion_length", "24", "--learning_rate", "1e-4",
@@ -99,17 +105,29 @@ def colocate(model: str, out: str) -> dict:
             "rewards": [h["reward"] for h in trainer.state.log_history if "reward" in h]}
 
 
+def _served_logprob(client) -> float:
+    out = client.generate(["Gina opened a store. Memory:"], n=1, max_tokens=8, temperature=0.0)
+    return float(sum(x[0] for x in out["logprobs"][0]))
+
+
 def server(model: str, out: str, base_url: str) -> dict:
+    """Build the trainer against the server; where that works (a GPU), train and compare the
+    served greedy completion's log-probability before and after."""
     from training.adrpo import build_trainer, parse_args
 
     args, margs = parse_args(argv("server", model, out, base_url))
     try:
-        build_trainer(args, margs)
+        trainer = build_trainer(args, margs)
     except Exception as e:  # noqa: BLE001 - reported to the test, which asserts the exact failure
         frames = traceback.extract_tb(e.__traceback__)
         return {"error": type(e).__name__, "message": str(e),
                 "frames": [f"{f.filename.rsplit('site-packages/', 1)[-1]}:{f.name}" for f in frames[-3:]]}
-    return {"error": None}
+    client = trainer.vllm_generation.vllm_client
+    before = _served_logprob(client)
+    trainer.train()
+    trainer.vllm_generation.sync_weights()
+    return {"error": None, "steps": trainer.state.global_step, "logprob_before": before,
+            "logprob_after": _served_logprob(client)}
 
 
 if __name__ == "__main__":

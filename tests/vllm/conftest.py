@@ -34,6 +34,8 @@ REPO = Path(__file__).resolve().parents[2]
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 #: The engine settings of the server and the in-process engine (identical, so greedy outputs match).
 ENGINE_ARGS = {"max_model_len": 4096, "max_num_seqs": 32}
+if __import__("torch").cuda.is_available():  # the server, this engine and TRL's colocate engine share one GPU
+    ENGINE_ARGS["gpu_memory_utilization"] = 0.2
 STARTUP_TIMEOUT_S = 1500
 
 
