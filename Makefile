@@ -62,7 +62,7 @@ $(VVENV)/.installed: pyproject.toml
 vllm: $(VVENV)/.installed
 
 ## The tests marked vllm (tests/vllm/) on real vLLM: one server and one in-process engine per session,
-## 1 GiB KV cache each (VLLM_CPU_KVCACHE_SPACE). Measured wall time: tests/vllm/README.md.
+## 1 GiB KV cache each (VLLM_CPU_KVCACHE_SPACE). What runs, and its wall time: docs/servers.md.
 test-vllm: vllm
 	VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} \
 	    $(VPY) -m pytest -q -p no:cacheprovider -m vllm --durations=0 tests/vllm

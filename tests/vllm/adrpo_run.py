@@ -6,9 +6,9 @@ tests/vllm/test_adrpo.py: ``python -m tests.vllm.adrpo_run colocate|server MODEL
 colocate: TRL's in-process engine generates every rollout (its ``generate`` is counted, the
 policy's own ``generate`` never runs) and receives the policy's weights before each step
 (``VLLMGeneration.sync_weights``, TRL's call). A callback records, per step, the policy's
-``model.layers.0.self_attn.o_proj.weight`` when the step begins and vLLM's copy of it when the
+``model.embed_tokens.weight`` (tied to the LM head) when the step begins and vLLM's copy of it when the
 step ends; then vLLM's log-probability of a fixed completion before training and after the last
-sync. server: the trainer against the ``memgym serve --weight-sync`` server; the error is reported.
+sync; and whether TRL's own ``VLLMGeneration.sync_weights`` fails on this build. server: the trainer against the ``memgym serve --weight-sync`` server; the error is reported.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import json
 import sys
 import traceback
 
-PARAM = "model.layers.0.self_attn.o_proj.weight"
+PARAM = "model.embed_tokens.weight"  # kept by vLLM on CPU, where linear weights are packed away
 
 
 def argv(mode: str, model: str, out: str, base_url: str | None) -> list[str]:
@@ -27,6 +27,9 @@ def argv(mode: str, model: str, out: str, base_url: str | None) -> list[str]:
          "--max_prompt_tokens", "1200", "--mode", "counterfactual", "--judge", "answer-recall", "--loss_type", "dapo",
          "--temperature", "0.8", "--top_p", "0.9", "--beta", "0.02", "--lr_scheduler_type", "constant",
          "--gradient_checkpointing", "false", "--logging_steps", "1", "--seed", "0",
+         # the base SmolLM2 fails the format gate on every completion (rewards and advantages 0, no
+         # gradient); TRL's entropy bonus gives each step one, so the weights move and the sync shows
+         "--entropy_coef", "0.01",
          "--output_dir", out, "--max_steps", "2", "--embedder", "hash:64", "--sessions", "1",
          "--managers", "episodic", "--num_generations", "2", "--per_device_train_batch_size", "2",
          "--gradient_accumulation_steps", "1", "--max_completion_length", "24", "--learning_rate", "1e-4",
@@ -88,6 +91,11 @@ def colocate(model: str, out: str) -> dict:
     ids = ids_p + tok('{"operations": [{"action": "ADD", "memory": "Gina opened a store."}]}',
                       add_special_tokens=False)["input_ids"]
     before = _logprob(gen.llm, ids, len(ids_p))
+    trl_sync_error = None
+    try:  # TRL's own colocate sync (the policy still holds the engine's weights, so nothing changes)
+        type(gen).sync_weights(gen)
+    except AttributeError as e:
+        trl_sync_error = str(e)
     trainer.train()
     policy_final = dict(trainer.model.named_parameters())[PARAM].detach().clone()
     gen.sync_weights()  # what TRL runs before the next step's rollouts
@@ -98,6 +106,7 @@ def colocate(model: str, out: str) -> dict:
     moved = [float((rec["policy_at_begin"][i + 1] - rec["policy_at_begin"][i]).abs().max())
              for i in range(len(rec["policy_at_begin"]) - 1)]
     return {"steps": trainer.state.global_step, "calls": calls, "vllm_dtype": str(vdtype),
+            "trl_sync_error": trl_sync_error,
             "vllm_equals_policy_at_step_begin": same, "policy_moved_between_steps": moved,
             "vllm_equals_final_policy_after_sync": bool(torch.equal(vllm_final, policy_final.to(vdtype))),
             "vllm_changed_since_step_0": bool(not torch.equal(vllm_final, rec["vllm_at_end"][0])),

@@ -2,7 +2,9 @@
 SmolLM2 each (tests/vllm/adrpo_run.py, one process per mode).
 
 colocate: every rollout comes from TRL's in-process vLLM engine (the policy's own ``generate``
-never runs), and the weights reach vLLM before each step: at each step's end vLLM holds exactly
+never runs), and the weights reach vLLM before each step (on vLLM's CPU build through
+:func:`training.adrpo_trainer.reload_colocated_weights`, since TRL's own ``sync_weights`` fails
+there with AttributeError: 'Parameter' object has no attribute 'weight_loader'): at each step's end vLLM holds exactly
 the weights the policy had when the step began (rounded to vLLM's dtype), the policy moved
 between steps, and after the last sync vLLM's log-probability of a fixed completion has changed.
 
@@ -53,6 +55,7 @@ def test_adrpo_colocate_rollouts_from_vllm_and_weights_reach_it(smollm2_dir, tmp
     assert len(res["policy_moved_between_steps"]) == 1 and res["policy_moved_between_steps"][0] > 0
     assert res["vllm_equals_final_policy_after_sync"] and res["vllm_changed_since_step_0"]
     assert res["logprob_before"] != res["logprob_after"]
+    assert res["trl_sync_error"] == (None if CUDA else "'Parameter' object has no attribute 'weight_loader'")
 
 
 def test_adrpo_server_mode_stops_at_trls_nccl_weight_sync(vllm_server, smollm2_dir, tmp_path):
