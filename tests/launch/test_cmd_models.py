@@ -61,7 +61,9 @@ def test_vllm_engine_prints_and_runs_the_vllm_server(tiny_model_dir, monkeypatch
                                 "--weight-sync", "--", "--max-model-len", "512", "--dtype", "bfloat16"])
     assert args.func(args) == 0
     want = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model_dir.resolve()),
-            "--host", "127.0.0.1", "--port", "8002", "--enforce-eager",  # CPU: eager; --dtype given after --
+            "--host", "127.0.0.1", "--port", "8002",
+            "--structured-outputs-config", '{"backend": "guidance", "disable_any_whitespace": true}',
+            "--enforce-eager",  # CPU: eager; --dtype given after --
             "--weight-transfer-config", '{"backend": "nccl"}', "--logprobs-mode", "processed_logprobs",
             "--max-logprobs", "-1", "--max-model-len", "512", "--dtype", "bfloat16"]
     (cmd, env, url, kw), = seen
@@ -84,7 +86,8 @@ def test_vllm_engine_serves_an_adapter_on_its_base(tiny_model_dir, tmp_path, mon
     (cmd, kw), = seen
     port = cmd[cmd.index("--port") + 1]
     assert int(port) > 0 and cmd[3:5] == ["--model", str(tiny_model_dir.resolve())]
-    assert cmd[9:] == ["--enable-lora", "--max-lora-rank", "8", "--lora-modules", f"lora={adapter.resolve()}"]
+    assert cmd[9:] == ["--enable-lora", "--max-lora-rank", "8", "--lora-modules", f"lora={adapter.resolve()}",
+                       "--structured-outputs-config", '{"backend": "guidance", "disable_any_whitespace": true}']  # GPU: no CPU flags
     assert kw["ready_line"]["model"] == "lora"
 
 
