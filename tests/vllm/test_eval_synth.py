@@ -32,7 +32,6 @@ def _columns(report: dict) -> list[dict]:
 
 def test_eval_in_process_and_served_give_the_same_report(vllm_base, vllm_server, tmp_path):
     from evolution.execution.eval_job import EvalConfig, run_eval
-    from launch.registry import recipe_configs  # noqa: F401  (the CLI's parser, used below through memgym)
     from llm.runtime import Runtime
 
     served = vllm_server.spec(vllm_server.base_model)
@@ -63,23 +62,30 @@ def test_eval_in_process_and_served_give_the_same_report(vllm_base, vllm_server,
 
 
 def test_synth_qa_trajectories_and_annotate_against_the_server(vllm_server, tmp_path):
+    """SmolLM2 is no expert: what it writes is mostly rejected. The point is that every command
+    runs on the served model's replies and accounts for each of them."""
     spec = vllm_server.spec(vllm_server.base_model)
     common = ["--conversations", "conv-26", "--n-sessions", "1", "--expert", spec, "--cache", "none", "--quiet",
               "--max-tries", "2", "--embedder", "hash:64", "--constrained", "true"]
     qa = tmp_path / "qa.jsonl"
     r = memgym("synth", "qa", *common, "--j", "2", "--max-new-tokens", "400", "--out", str(qa), timeout=1800)
-    summary = json.loads((tmp_path / "qa.jsonl.summary.json").read_text())
-    assert summary["runtime"]["calls"]["expert"] >= 1, r.stderr[-2000:]
-    print("synth qa:", r.returncode, json.dumps(summary))
+    s = json.loads((tmp_path / "qa.jsonl.summary.json").read_text())
+    print("synth qa:", r.returncode, json.dumps(s))
+    assert r.returncode in (0, 1) and s["runtime"]["calls"]["expert"] == s["model_calls"] == s["attempts"] >= 1
+    assert s["rejected"]["unparsable"] == 0  # constrained: every reply parses
+    assert s["accepted"] + s["rejected_total"] == s["generated_items"] >= 1  # each item judged
+    assert s["sessions_written"] == 1 and len(qa.read_text().splitlines()) == 1
 
     traj = tmp_path / "traj.jsonl"
     r = memgym("synth", "trajectories", *common, "--max-new-tokens", "300", "--out", str(traj), timeout=1800)
-    summary = json.loads((tmp_path / "traj.jsonl.summary.json").read_text())
-    assert summary["runtime"]["calls"]["expert"] >= 4, r.stderr[-2000:]  # the four managers of session 1
-    print("synth trajectories:", r.returncode, json.dumps(summary))
+    s = json.loads((tmp_path / "traj.jsonl.summary.json").read_text())
+    print("synth trajectories:", r.returncode, json.dumps(s))
+    assert s["runtime"]["calls"]["expert"] == s["model_calls"] >= 4  # the four managers of session 1, retries
+    assert s["sessions_written"] + len(s["failed"]) == 1 and r.returncode == (1 if s["failed"] else 0)
 
     labels = tmp_path / "labels.jsonl"
     r = memgym("annotate", "--dataset", "locomo", "--split", "train", "--annotator", spec, "--out", str(labels),
                "--max_questions", "2", "--cache", "none", timeout=1800)
     print("annotate:", r.returncode, r.stdout[-1500:], r.stderr[-1500:])
-    assert "annotator calls this run" in r.stdout
+    assert r.returncode == 0 and "4 labels for 4 questions" in r.stdout  # conv-26 and conv-30, 2 questions each
+    assert len(labels.read_text().splitlines()) == 4 and "(0 replies from the response cache)" in r.stdout

@@ -6,6 +6,7 @@ backend against the server give the same greedy outputs, for the base model and 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -31,7 +32,7 @@ GREEDY = GenerationParams(max_new_tokens=40, temperature=0)
 
 def memgym(*argv, timeout=300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "launch.cli", *argv], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO, env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+                          timeout=timeout, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
 def test_server_is_healthy_and_serves_the_base_and_the_adapter(vllm_server):

@@ -79,7 +79,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--b1", type=int, default=8, help="prompts run one at a time (default 8)")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--only", nargs="+", choices=("hf", "vllm", "served"), default=("hf", "vllm", "served"))
+    p.add_argument("--only", nargs="+", choices=("hf", "vllm", "served", "compiled"), default=("hf", "vllm", "served"),
+                   help="rows to run (compiled: vLLM in-process without enforce_eager, inductor warm-up included)")
     args = p.parse_args(argv)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
@@ -108,6 +109,14 @@ def main(argv=None) -> int:
         eng = VLLMBackend(model, max_model_len=4096, max_num_seqs=32)
         rows["vLLM in-process (eager, float32)"] = {"startup_s": round(time.perf_counter() - t0, 1),
                                                     **measure(eng, args, params)}
+        del eng
+    if "compiled" in args.only:
+        from llm.vllm_backend import VLLMBackend
+
+        t0 = time.perf_counter()
+        eng = VLLMBackend(model, max_model_len=4096, max_num_seqs=32, enforce_eager=False)
+        rows["vLLM in-process (compiled, float32)"] = {"startup_s": round(time.perf_counter() - t0, 1),
+                                                       **measure(eng, args, params)}
         del eng
     if "served" in args.only:
         from llm.openai_backend import OpenAIBackend
