@@ -43,7 +43,7 @@ clean:
 ## transformers <5.20, below memgym's 5.24 pin, so memgym goes in with --no-deps and its other
 ## dependencies under the versions vLLM installed (a constraints file); vLLM's torchvision /
 ## torchaudio / torchcodec wheels are built for another torch (`operator torchvision::nms does not
-## exist`) and memgym needs none of them. On a GPU: pip install 'memgym[gpu]' (docs/servers.md).
+## exist`) and memgym needs none of them. On a GPU: docs/servers.md.
 VVENV    ?= .venv-vllm
 VPY      := $(VVENV)/bin/python
 VPIP     := $(VVENV)/bin/pip

@@ -1,15 +1,16 @@
 """LLM capability annotator for training and validation tasks (never the test split).
 
-Source: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``) § "capabilities": train/validation
+Source: PrisMem (arXiv 2610.06361) § "capabilities": train/validation
 tasks get one primary capability ℓ(x) ∈ C and up to two secondaries σ(x) ⊆ C \\ {ℓ(x)} from an
-LLM; test questions use the native mapping (:mod:`data_synth.capabilities`). The reply
+LLM; test questions use the native mapping (:mod:`memgym.data_synth.capabilities`). The reply
 ``{"primary": "T", "secondary": ["M"]}`` is validated by :class:`CapabilityLabel`; a rejected
 reply is retried up to ``max_retries`` times, then the native label is used (``fallback=True``).
-Labels are cached in a resumable JSONL file keyed by (question id, annotator model id).
+Annotator labels are kept in a resumable JSONL file keyed by (question id, annotator model id);
+a fallback is not (nor is any rejected reply kept in the response cache), so a rerun asks again.
 :func:`agreement` reports, as PrisMem does for BEAM-1M, the labels' agreement with the native
-mapping: per native type, the share of annotated primaries equal to
-:func:`data_synth.capabilities.capability_for`'s, and the confusion table native (rows) x
-annotated (columns).
+mapping over the annotator's labels (fallbacks left out and counted): per native type, the share
+of annotated primaries equal to :func:`memgym.data_synth.capabilities.capability_for`'s, and the
+confusion table native (rows) x annotated (columns).
 """
 from __future__ import annotations
 
@@ -21,13 +22,13 @@ from typing import Literal
 import json_repair
 import pydantic
 
-from data_synth.capabilities import LOCOMO_CATEGORY_NAMES, capability_for, secondary_for
-from data_synth.errors import DataFormatError
-from data_synth.jsonl import ResumableJsonl
-from data_synth.splits import split_ids
-from llm.base import Backend, GenerationParams, LLMError
-from llm.errors import MemgymError
-from memory_bank.schema import CAPABILITY_NAMES, Capability, Conversation, QAItem
+from memgym.data_synth.capabilities import LOCOMO_CATEGORY_NAMES, capability_for, secondary_for
+from memgym.data_synth.errors import DataFormatError
+from memgym.data_synth.jsonl import ResumableJsonl
+from memgym.data_synth.splits import split_ids
+from memgym.llm.base import Backend, GenerationParams, LLMError
+from memgym.llm.errors import MemgymError
+from memgym.memory_bank.schema import CAPABILITY_NAMES, Capability, Conversation, QAItem
 
 Letter = Literal["F", "T", "P", "M", "A"]
 
@@ -175,8 +176,9 @@ def refuse_test(dataset: str, conversations: list[Conversation], split: str) -> 
 
 
 class CapabilityAnnotator:
-    """Annotates training/validation tasks with ``backend``; ``label_file``: JSONL cache (None:
-    none); ``max_retries`` >= 0; ``calls`` counts prompts sent."""
+    """Annotates training/validation tasks with ``backend``; ``label_file``: JSONL cache of the
+    annotator's labels (None: none; fallbacks are not written); ``max_retries`` >= 0; ``calls``
+    counts prompts sent."""
 
     def __init__(self, backend: Backend, label_file: str | Path | None = None, *, max_retries: int = 2,
                  params: GenerationParams = GenerationParams(max_new_tokens=64, temperature=0.0), chunk: int = 32):
@@ -227,7 +229,7 @@ class CapabilityAnnotator:
                 raise LLMError(f"annotator backend {self.model} returned {len(comps)} completions for "
                                f"{len(pending)} prompts")
             self.calls += len(pending)
-            still = []
+            still, rejected = [], []
             for q, c in zip(pending, comps):
                 attempts[q.id] += 1
                 if not c.cached:
@@ -237,6 +239,7 @@ class CapabilityAnnotator:
                     lab = parse_label(c.text)
                 except LabelValidationError as e:
                     errors[q.id] = e.reason
+                    rejected.append(msgs[q.id])
                     msgs[q.id] = msgs[q.id] + [
                         {"role": "assistant", "content": c.text},
                         {"role": "user", "content": f"That reply is invalid ({e.reason}). Reply again with only "
@@ -247,15 +250,16 @@ class CapabilityAnnotator:
                                            "annotator", False, attempts[q.id], self.model, None, *cost[q.id])
                 if store is not None:
                     store.append(out[q.id].to_json())
+            forget = getattr(self.backend, "forget", None)
+            if rejected and callable(forget):  # a rejected reply is not an answer to keep
+                forget(rejected, self.params)
             pending = still
-        for q in pending:  # every attempt failed: native mapping, flagged
+        for q in pending:  # every attempt failed: native mapping, flagged, not kept (a rerun asks again)
             conv = conv_of[q.id]
             n_sess = len(conv.evidence_sessions(q))
             out[q.id] = AnnotatedLabel(q.id, capability_for(dataset, q.category, q.id),
                                        secondary_for(dataset, q.category, q.id, n_sess), "native", True,
                                        attempts[q.id], self.model, errors.get(q.id), *cost[q.id])
-            if store is not None:
-                store.append(out[q.id].to_json())
 
 
 def load_labels(path: str | Path) -> dict[str, AnnotatedLabel]:
@@ -267,6 +271,9 @@ def load_labels(path: str | Path) -> dict[str, AnnotatedLabel]:
     if not p.is_file():
         raise FileNotFoundError(f"capability label file not found: {p} (make it once per split with: memgym annotate "
                                 f"--dataset D --split train|valid --annotator SPEC --out {p})")
+    from memgym.data_synth.paths import record_read
+
+    record_read(p, "capability labels")
     out = {}
     for no, raw in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
         if not raw.strip():
@@ -299,7 +306,9 @@ LETTERS = tuple(CAPABILITY_NAMES)
 def agreement(dataset: str, conversations: list[Conversation], labels: dict) -> dict:
     """``{"n", "matched", "primary_match_rate", "by_type": {type: {"native", "n", "matched",
     "rate"}}, "confusion": {native letter: {annotated letter: count}}, "fallbacks"}`` over the
-    questions of ``conversations`` that have a label in ``labels`` ({qid: AnnotatedLabel})."""
+    questions of ``conversations`` that have an annotator label in ``labels`` ({qid:
+    AnnotatedLabel}); a fallback (the native label itself) is left out and counted in
+    ``fallbacks`` (``primary_match_rate`` None when nothing is left)."""
     by_type: dict[str, dict] = {}
     confusion = {a: {b: 0 for b in LETTERS} for a in LETTERS}
     n = matched = fallbacks = 0
@@ -307,6 +316,9 @@ def agreement(dataset: str, conversations: list[Conversation], labels: dict) -> 
         for q in conv.questions:
             lab = labels.get(q.id)
             if lab is None:
+                continue
+            if lab.fallback:
+                fallbacks += 1
                 continue
             native = capability_for(dataset, q.category, q.id).value
             got = lab.primary.value
@@ -318,7 +330,6 @@ def agreement(dataset: str, conversations: list[Conversation], labels: dict) -> 
             confusion[native][got] += 1
             n += 1
             matched += native == got
-            fallbacks += bool(lab.fallback)
     for row in by_type.values():
         row["rate"] = row["matched"] / row["n"]
     return {"n": n, "matched": matched, "primary_match_rate": matched / n if n else None,
@@ -332,7 +343,8 @@ def render_agreement(a: dict, title: str) -> str:
     out += [f"| {t} | {r['native']} | {r['n']} | {r['matched']} | {r['rate']:.2%} |" for t, r in a["by_type"].items()]
     rate = "-" if a["primary_match_rate"] is None else f"{a['primary_match_rate']:.2%}"
     out += [f"| **all** | | **{a['n']}** | **{a['matched']}** | **{rate}** |", "",
-            f"Annotator replies that never validated (native label kept, flagged): {a['fallbacks']}.", "",
+            f"Questions whose annotator replies never validated (left out above; native label used, not saved, "
+            f"asked again by a rerun): {a['fallbacks']}.", "",
             "Confusion (rows: native primary, columns: annotated primary; counts):", "",
             "| native \\ annotated | " + " | ".join(LETTERS) + " |", "|" + "---|" * (len(LETTERS) + 1)]
     out += [f"| {x} | " + " | ".join(str(a["confusion"][x][y]) for y in LETTERS) + " |" for x in LETTERS

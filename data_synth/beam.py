@@ -5,7 +5,7 @@ its first user message's ``time_anchor``); a message is a turn (id = message id)
 (sic) is read when present, as the official pipeline does. ``" ->-> b,k"`` plan markers are stripped.
 The probing questions become :class:`QAItem` s (id ``"<chat>:<ability>:<k>"``, the ability's
 reference answer, rubric, evidence = every id in ``source_chat_ids``, capability by
-:data:`data_synth.capabilities.BEAM_MAP`). Quirks go into one :class:`DataQuirkWarning` per load;
+:data:`memgym.data_synth.capabilities.BEAM_MAP`). Quirks go into one :class:`DataQuirkWarning` per load;
 broken files raise :class:`DataFormatError` naming file, record and field.
 """
 from __future__ import annotations
@@ -16,11 +16,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from data_synth.capabilities import BEAM_MAP, capability_for, secondary_for
-from data_synth.errors import DataFormatError, QuirkLog, get_field
-from data_synth.paths import data_root, read_json, require
-from memory_bank.schema import Conversation, QAItem, Session, Turn
-from llm.errors import ConfigError
+from memgym.data_synth.capabilities import BEAM_MAP, capability_for, secondary_for
+from memgym.data_synth.errors import DataFormatError, QuirkLog, get_field
+from memgym.data_synth.paths import data_root, read_json, require
+from memgym.memory_bank.schema import Conversation, QAItem, Session, Turn
+from memgym.llm.errors import ConfigError
 
 BEAM_SIZES: tuple[str, ...] = ("100K", "1M")
 BEAM_SPEAKERS = ("user", "assistant")

@@ -1,5 +1,5 @@
 """Native benchmark labels -> PrisMem capabilities (F, T, P, M, A): the tables below are
-``DESIGN.md`` § "Data model"'s (a LongMemEval id ending in ``_abs`` is A whatever its type).
+``docs/design.md`` § "Data model"'s (a LongMemEval id ending in ``_abs`` is A whatever its type).
 Secondary capabilities (memgym's rule, for the scheduler's "pressure" term): an abstention item
 keeps its type's capability; evidence spanning >= 2 sessions adds M unless M is primary.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from memory_bank.schema import Capability, QAItem
+from memgym.memory_bank.schema import Capability, QAItem
 
 F, T, P, M, A = (Capability.FACTUAL, Capability.TEMPORAL, Capability.PREFERENCE,
                  Capability.MULTI_SESSION, Capability.ADVERSARIAL)

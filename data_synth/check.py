@@ -6,8 +6,8 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from llm.errors import MemgymError
-from data_synth.paths import data_root, expert_dir
+from memgym.llm.errors import MemgymError
+from memgym.data_synth.paths import data_root, expert_dir
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ _DATASETS = (
 
 
 def _dataset(name: str, dataset: str, rel: str | None, n_conv: int, n_q: int) -> DataCheck:
-    from data_synth.datasets import load_conversations
+    from memgym.data_synth.datasets import load_conversations
 
     path = data_root() / rel if rel else None
     shown = path or {"locomo": data_root() / "locomo" / "locomo10.json",
@@ -54,7 +54,7 @@ def _file(name: str, path: Path) -> DataCheck:
 
 
 def _expert(conv: str) -> DataCheck:
-    from data_synth.expert import replay
+    from memgym.data_synth.expert import replay
 
     path = expert_dir() / f"{conv}.jsonl"
     try:

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from data_synth.capabilities import count_by_capability, is_abstention_id
-from memory_bank.schema import Conversation
-from llm.errors import ConfigError
+from memgym.data_synth.capabilities import count_by_capability, is_abstention_id
+from memgym.memory_bank.schema import Conversation
+from memgym.llm.errors import ConfigError
 
 #: Datasets with a loader, in the order ``--help`` lists them.
 DATASETS: tuple[str, ...] = ("locomo", "longmemeval", "beam")
@@ -25,10 +25,10 @@ def load_conversations(dataset: str, path: Path | str | None = None, *, ids: Seq
         Args:
             path: the data file (BEAM: a chat, size or root folder); default under ``$MEMGYM_DATA``.
             ids: keep only these ids (deduplicated); with ``split`` an id must be in both.
-            split: one of :func:`data_synth.splits.split_names` (LongMemEval: from ``splits_path``).
+            split: one of :func:`memgym.data_synth.splits.split_names` (LongMemEval: from ``splits_path``).
             n_sessions: first N sessions and the QA they answer (:func:`restrict`).
             max_questions: first N questions per conversation.
-            beam_truncated, beam_strip_markers: see :func:`data_synth.beam.load_beam`.
+            beam_truncated, beam_strip_markers: see :func:`memgym.data_synth.beam.load_beam`.
 
         Raises ValueError (unknown dataset/split, an id absent or outside ``split``, bad counts) and
         the loaders' DataFileNotFoundError / DataFormatError.
@@ -39,11 +39,11 @@ def load_conversations(dataset: str, path: Path | str | None = None, *, ids: Seq
         raise ValueError(f"max_questions must be >= 0, got {max_questions}")
     wanted = None if ids is None else list(dict.fromkeys(ids))
     if split is not None:
-        from data_synth.splits import split_ids
+        from memgym.data_synth.splits import split_ids
 
         in_split = list(split_ids(dataset, split, splits_path))
         if dataset == "beam" and path is not None:  # a chat or size folder holds part of the split
-            from data_synth.beam import chat_id_of, find_chats
+            from memgym.data_synth.beam import chat_id_of, find_chats
 
             found = {chat_id_of(f) for f in find_chats(path)}
             in_split = [i for i in in_split if i in found]
@@ -54,15 +54,15 @@ def load_conversations(dataset: str, path: Path | str | None = None, *, ids: Seq
             if outside:
                 raise ConfigError(f"{dataset} ids not in split {split!r}: {', '.join(outside)}")
     if dataset == "locomo":
-        from data_synth.locomo import load_locomo
+        from memgym.data_synth.locomo import load_locomo
 
         convs = load_locomo(path, ids=wanted)
     elif dataset == "beam":
-        from data_synth.beam import load_beam
+        from memgym.data_synth.beam import load_beam
 
         convs = load_beam(path, ids=wanted, truncated=beam_truncated, strip_markers=beam_strip_markers)
     else:
-        from data_synth.longmemeval import load_longmemeval
+        from memgym.data_synth.longmemeval import load_longmemeval
 
         convs = load_longmemeval(path, question_ids=wanted)
     if n_sessions is not None:
@@ -136,13 +136,13 @@ def check_selection(dataset: str, path, conversations, split: str | None, scorer
         ``rubric-recall`` only on BEAM; ``split`` a known name, not with explicit ``conversations``,
         non-empty on a BEAM folder; else every BEAM id found under ``path``. On BEAM the LoCoMo default
         ids (:data:`DEFAULT_SELECTIONS`) are replaced IN PLACE by every chat under ``path``.
-        Raises :class:`llm.errors.ConfigError` naming the flag."""
+        Raises :class:`memgym.llm.errors.ConfigError` naming the flag."""
     if scorer == "rubric-recall" and dataset != "beam":
         raise ConfigError("--scorer rubric-recall needs --dataset beam (it scores BEAM rubrics)")
     given = tuple(conversations or ())
     defaulted = given in DEFAULT_SELECTIONS
     if split is not None:
-        from data_synth.splits import split_ids, split_names
+        from memgym.data_synth.splits import split_ids, split_names
         if split not in split_names(dataset):
             raise ConfigError(f"--split: {split!r} is not a {dataset} split; expected one of "
                               f"{', '.join(split_names(dataset))}")
@@ -150,7 +150,7 @@ def check_selection(dataset: str, path, conversations, split: str | None, scorer
             raise ConfigError(f"--split {split} and --conversations {' '.join(given)} both given: the split runs its "
                               "own ids and would ignore the conversations; give one of them")
         if dataset == "beam" and path is not None:
-            from data_synth.beam import chat_id_of, find_chats
+            from memgym.data_synth.beam import chat_id_of, find_chats
             found = {chat_id_of(f) for f in find_chats(path)}
             if not [i for i in split_ids(dataset, split) if i in found]:
                 raise ConfigError(f"--split {split}: none of its BEAM chats is under {path} (found there: "
@@ -159,7 +159,7 @@ def check_selection(dataset: str, path, conversations, split: str | None, scorer
     if not given:
         raise ConfigError("--conversations is empty: nothing would be evaluated")
     if dataset == "beam":
-        from data_synth.beam import chat_id_of, find_chats
+        from memgym.data_synth.beam import chat_id_of, find_chats
         known = [chat_id_of(f) for f in find_chats(path)]
         if defaulted and isinstance(conversations, list):
             conversations[:] = known  # the folder's chats are the default

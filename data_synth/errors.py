@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llm.errors import MemgymError
+from memgym.llm.errors import MemgymError
 
 
 class DataFormatError(MemgymError, ValueError):
@@ -107,3 +107,39 @@ def record_id(file, i: int, rec, key: str) -> str:
     if not isinstance(rec, dict):
         raise DataFormatError(file, f"#{i}", "-", f"expected a JSON object, got {type(rec).__name__}")
     return get_field(rec, key, str, file, f"#{i}", key)
+
+
+class DataChecksumError(MemgymError, ValueError):
+    """A downloaded or derived data file whose sha256 is not the recorded one (``file``, ``expected``,
+        ``actual``, ``source``: where its bytes came from); nothing was written in its place."""
+
+    kind = "data"
+
+    def __init__(self, file: str | Path, expected: str, actual: str, source: str = ""):
+        self.file, self.expected, self.actual, self.source = str(file), expected, actual, source
+        super().__init__(f"checksum mismatch for {self.file}: expected sha256 {expected}, got {actual}"
+                         + (f" (from {source})" if source else "") + "; nothing was written")
+
+    def __reduce__(self):
+        return (type(self), (self.file, self.expected, self.actual, self.source))
+
+
+class DownloadError(MemgymError, OSError):
+    """A download that reached its host but failed: an HTTP error status, or a transfer cut more often
+        than the retries allow (its ``.part`` stays, so that running again resumes it)."""
+
+    kind = "data"
+
+
+class NoNetworkError(MemgymError, OSError):
+    """A data host cannot be reached (``url``, ``reason``); ``memgym data download`` turns it into one
+        line naming every file still to fetch and where from."""
+
+    kind = "offline"
+
+    def __init__(self, url: str, reason: str):
+        self.url, self.reason = url, reason
+        super().__init__(f"cannot reach {url}: {reason}")
+
+    def __reduce__(self):
+        return (type(self), (self.url, self.reason))

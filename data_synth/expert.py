@@ -7,11 +7,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from data_synth.jsonl import read_jsonl
-from llm.errors import MemgymError
-from memory_bank.actions import MANAGERS, parse_output
-from memory_bank.bank import MemoryBank
-from memory_bank.errors import ManagerOutputError
+from memgym.data_synth.jsonl import read_jsonl
+from memgym.llm.errors import MemgymError
+from memgym.memory_bank.actions import MANAGERS, parse_output
+from memgym.memory_bank.bank import MemoryBank
+from memgym.memory_bank.errors import ManagerOutputError
 
 REQUIRED_KEYS = ("conversation_id", "session", "core", "episodic", "semantic", "procedural")
 

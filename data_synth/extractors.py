@@ -1,12 +1,12 @@
 """Extractor specs, the one parser of what builds a memory bank: ``instruction`` and ``turns``
 (program runner only), ``expert:<file or conv-NN>[,...]`` (replay) or a backend spec
-(:mod:`llm.specs`) of a trained extractor."""
+(:mod:`memgym.llm.specs`) of a trained extractor."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from data_synth.expert import ExpertExtractor
-from llm.errors import ConfigError
+from memgym.data_synth.expert import ExpertExtractor
+from memgym.llm.errors import ConfigError
 
 EXPERT_PREFIX = "expert:"
 
@@ -55,7 +55,7 @@ def resolve_expert_path(name: str) -> Path:
     p = Path(name)
     if p.is_file():
         return p
-    from data_synth.paths import expert_dir
+    from memgym.data_synth.paths import expert_dir
 
     alt = expert_dir() / (name if name.endswith(".jsonl") else f"{name}.jsonl")
     if alt.is_file():
@@ -75,19 +75,24 @@ def make_extractor(spec: str, rt, max_new_tokens: int = 512, *, constrained: boo
                    max_chars: int | None = None, max_items: int | None = None, context_tokens: int | None = None,
                    conversations=None, segment_tokens: int | None = None):
     """``expert:...`` -> :class:`ExpertExtractor`; a backend spec ->
-        :class:`memory_bank.construct.ModelExtractor` on ``rt.backend(spec, role="extractor")`` (the
+        :class:`memgym.memory_bank.construct.ModelExtractor` on ``rt.backend(spec, role="extractor")`` (the
         other arguments are its own; ignored for replays). An expert replay lacking a session of
         ``conversations`` raises :class:`ExtractorCoverageError` before any work. ValueError for
         ``instruction`` or an empty spec, FileNotFoundError, BackendSpecError."""
     kind = extractor_kind(spec)
     if kind == "expert":
-        ext = ExpertExtractor(*expert_paths(spec))
+        from memgym.data_synth.paths import record_read
+
+        paths = expert_paths(spec)
+        for p in paths:  # the run card's fingerprint of this replay
+            record_read(p, "trajectory file", spec=spec)
+        ext = ExpertExtractor(*paths)
         check_coverage(ext, conversations or [])
         return ext
     if kind in ("instruction", "turns"):
         raise ValueError(f"extraction {spec!r} runs inside the program runner; it builds no bank")
-    from llm.base import GenerationParams
-    from memory_bank.construct import ModelExtractor
+    from memgym.llm.base import GenerationParams
+    from memgym.memory_bank.construct import ModelExtractor
 
     return ModelExtractor(rt.backend(spec, role="extractor"), GenerationParams(max_new_tokens=max_new_tokens),
                           name=spec, constrained=constrained, max_chars=max_chars, max_items=max_items,

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Hashable
 from pathlib import Path
 
-from llm.errors import MemgymError
+from memgym.llm.errors import MemgymError
 
 __all__ = ["JsonlCorruptError", "JsonlLockedError", "ResumableJsonl", "read_jsonl"]
 
@@ -137,10 +137,13 @@ def read_jsonl(path, error: Callable[[Path, int, str, str], Exception], *, what:
                allow_torn_tail: bool = False) -> list[tuple[int, object]]:
     """``(line number, value)`` of every non-blank line, 1-based; ``error(path, line, field, reason)``
         builds the error for non-UTF-8 or non-JSON lines; ``allow_torn_tail`` skips a torn last line.
-        FileNotFoundError ``"<what> not found: <path>"``."""
+        The file is recorded as an input of the run (:func:`memgym.data_synth.paths.record_read`). FileNotFoundError ``"<what> not found: <path>"``."""
+    from memgym.data_synth.paths import record_read
+
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{what} not found: {path}")
+    record_read(path, what)
     try:
         lines = path.read_bytes().decode("utf-8").split("\n")
     except UnicodeDecodeError as e:

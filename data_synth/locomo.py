@@ -14,11 +14,11 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from data_synth.capabilities import capability_for, secondary_for
-from data_synth.errors import DataFormatError, QuirkLog, get_field, record_id
-from data_synth.paths import locomo_path, read_json
-from memory_bank.schema import Conversation, QAItem, Session, Turn
-from llm.errors import ConfigError
+from memgym.data_synth.capabilities import capability_for, secondary_for
+from memgym.data_synth.errors import DataFormatError, QuirkLog, get_field, record_id
+from memgym.data_synth.paths import locomo_path, read_json
+from memgym.memory_bank.schema import Conversation, QAItem, Session, Turn
+from memgym.llm.errors import ConfigError
 
 #: Gold answer stored for every category-5 item (the official "option (a)" text).
 LOCOMO_ABSTAIN_ANSWER = "Not mentioned in the conversation"
@@ -164,7 +164,7 @@ def parse_locomo_record(file: Path | str, i: int, rec) -> Conversation:
 
 
 def load_locomo(path: Path | str | None = None, ids: list[str] | None = None) -> list[Conversation]:
-    """LoCoMo conversations of ``path`` (default :func:`data_synth.paths.locomo_path`) in file
+    """LoCoMo conversations of ``path`` (default :func:`memgym.data_synth.paths.locomo_path`) in file
     order; ``ids`` keeps only those ``sample_id`` s (ValueError lists missing ones). Raises
     DataFileNotFoundError, DataFormatError (file, record, field)."""
     p = Path(path) if path is not None else locomo_path()

@@ -6,7 +6,7 @@
   does; ``Session.id`` the haystack id; turn ids ``<session_id>:<k>``, k 1-based;
 - evidence = turns with ``has_answer: true``, else every turn of ``answer_session_ids``;
 - ``answer`` a string, ``category`` the ``question_type``, capabilities from
-  :mod:`data_synth.capabilities` (``_abs`` ids -> A). Quirks: one :class:`DataQuirkWarning` per file.
+  :mod:`memgym.data_synth.capabilities` (``_abs`` ids -> A). Quirks: one :class:`DataQuirkWarning` per file.
 """
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from data_synth.capabilities import LONGMEMEVAL_MAP, capability_for, secondary_for
-from data_synth.errors import DataFormatError, QuirkLog, get_field, record_id
-from data_synth.paths import longmemeval_oracle_path, read_json
-from memory_bank.schema import Conversation, QAItem, Session, Turn
-from llm.errors import ConfigError
+from memgym.data_synth.capabilities import LONGMEMEVAL_MAP, capability_for, secondary_for
+from memgym.data_synth.errors import DataFormatError, QuirkLog, get_field, record_id
+from memgym.data_synth.paths import longmemeval_oracle_path, read_json
+from memgym.memory_bank.schema import Conversation, QAItem, Session, Turn
+from memgym.llm.errors import ConfigError
 
 #: ``haystack_dates`` / ``question_date`` format, e.g. "2023/05/30 (Tue) 23:40".
 LONGMEMEVAL_DATE_FORMAT = "%Y/%m/%d (%a) %H:%M"
@@ -123,7 +123,7 @@ def parse_longmemeval_record(file: Path | str, i: int, rec, quirks: QuirkLog) ->
 
 def load_longmemeval(path: Path | str | None = None, question_ids: list[str] | None = None,
                      progress: bool = False) -> list[Conversation]:
-    """LongMemEval questions of ``path`` (default :func:`data_synth.paths.longmemeval_oracle_path`),
+    """LongMemEval questions of ``path`` (default :func:`memgym.data_synth.paths.longmemeval_oracle_path`),
     one Conversation each, in file order; ``question_ids`` keeps only those (ValueError lists
     missing ones). Raises DataFileNotFoundError, DataFormatError (incl. a duplicate id)."""
     p = Path(path) if path is not None else longmemeval_oracle_path()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from data_synth.errors import DataFileNotFoundError
+from memgym.data_synth.errors import DataFileNotFoundError
 
 ENV_VAR = "MEMGYM_DATA"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -60,14 +60,23 @@ def expert_dir() -> Path:
     return data_root() / "expert"
 
 
+def record_read(path: Path | str, what: str, spec: str | None = None) -> None:
+    """Note ``path`` as an input of this run for its run card (:func:`memgym.llm.runcard.record_input`),
+    relative to the data root when under it."""
+    from memgym.llm.runcard import record_input
+
+    record_input(path, what, data_root=data_root(), spec=spec)
+
+
 def read_json(path: Path | str, what: str):
-    """The parsed JSON value of a file (after :func:`require`); DataFormatError (line, column)
-        when it is not UTF-8 JSON."""
+    """The parsed JSON value of a file (after :func:`require`, recorded by :func:`record_read`);
+        DataFormatError (line, column) when it is not UTF-8 JSON."""
     import json
 
-    from data_synth.errors import DataFormatError
+    from memgym.data_synth.errors import DataFormatError
 
     p = require(path, what)
+    record_read(p, what)
     try:
         with open(p, encoding="utf-8") as fh:
             return json.load(fh)

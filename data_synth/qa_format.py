@@ -1,5 +1,5 @@
 """The session-QA line format shared by ``memgym synth qa``, expert trajectories and the session
-reward (``DESIGN.md`` § "Dense session reward and ADRPO"). JSONL, one line per session::
+reward (``docs/design.md`` § "Dense session reward and ADRPO"). JSONL, one line per session::
 
     {"conversation_id": str, "session": int (1-based), "date": str,
      "qa": [{"question": str, "answer": str, "evidence": [turn id, ...], "kind": str}, ...], ...}
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from data_synth.jsonl import read_jsonl
-from llm.errors import MemgymError
-from memory_bank.schema import Capability, QAItem
+from memgym.data_synth.jsonl import read_jsonl
+from memgym.llm.errors import MemgymError
+from memgym.memory_bank.schema import Capability, QAItem
 
 #: Synthetic question kinds and the capability each tests.
 KINDS: tuple[str, ...] = ("single-session", "multi-session", "temporal")

@@ -1,4 +1,4 @@
-"""Train/valid/test splits of the benchmarks (``DESIGN.md`` § "Data model"); nothing tunes on a
+"""Train/valid/test splits of the benchmarks (``docs/design.md`` § "Data model"); nothing tunes on a
 test split. LoCoMo: train conv-26, conv-30; valid conv-41, conv-42; test conv-43, 44, 47-50.
 LongMemEval: ``longmemeval/splits.json`` (MemBuilder's ``{sft: 50, rl: 50, test: 400}``). BEAM
 (PrisMem protocol, ``beam/README.md``): train 100K chats 3-10, valid 11-16, test every 1M chat.
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from data_synth.errors import DataFormatError
-from data_synth.paths import longmemeval_splits_path, read_json
+from memgym.data_synth.errors import DataFormatError
+from memgym.data_synth.paths import longmemeval_splits_path, read_json
 
 LOCOMO_SPLITS: dict[str, tuple[str, ...]] = {
     "train": ("conv-26", "conv-30"),
@@ -79,7 +79,7 @@ def longmemeval_splits(path: Path | str | None = None) -> dict[str, list[str]]:
 
 def split_ids(dataset: str, split: str, path: Path | str | None = None) -> list[str]:
     """Conversation ids (LoCoMo, BEAM) or question ids (LongMemEval; ``path`` default from
-        :mod:`data_synth.paths`) of ``split``. ValueError for an unknown dataset or split.
+        :mod:`memgym.data_synth.paths`) of ``split``. ValueError for an unknown dataset or split.
         """
     _check_split(dataset, split)
     if str(dataset).strip().lower() == "locomo":

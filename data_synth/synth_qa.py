@@ -1,10 +1,10 @@
 """Synthetic session QA (``memgym synth qa``): J questions per session written by an expert model,
 validated and appended to a resumable JSONL file; or the benchmark's own QA bucketed by session.
 
-Source: ``DESIGN.md`` § "Dense session reward and ADRPO" (J = 5: ~50% single-session, 30%
+Source: ``docs/design.md`` § "Dense session reward and ADRPO" (J = 5: ~50% single-session, 30%
 multi-session, 20% temporal, with evidence turn ids) and MemBuilder (arXiv 2601.05488, §3.4.1,
 Fig. 14). Prompt, schema and validation (rejects counted by reason; items beyond a kind's quota
-are ``surplus``): :mod:`data_synth.synth_qa_prompt`. A session short of J is asked again with the
+are ``surplus``): :mod:`memgym.data_synth.synth_qa_prompt`. A session short of J is asked again with the
 reasons, up to ``max_tries`` times; ``missing`` counts what is still short.
 """
 from __future__ import annotations
@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
-from data_synth.jsonl import ResumableJsonl
-from data_synth.qa_format import KINDS
-from data_synth.synth_qa_prompt import (QA_SCHEMA, REASON_HINTS, REJECT_REASONS, build_qa_messages, earlier_excerpts,
+from memgym.data_synth.jsonl import ResumableJsonl
+from memgym.data_synth.qa_format import KINDS
+from memgym.data_synth.synth_qa_prompt import (QA_SCHEMA, REASON_HINTS, REJECT_REASONS, build_qa_messages, earlier_excerpts,
                                         kind_quota, validate_output)
-from llm.base import CallTally, GenerationParams
-from memory_bank.schema import Conversation
+from memgym.llm.base import CallTally, GenerationParams
+from memgym.memory_bank.schema import Conversation
 
 __all__ = ["bucket_benchmark_qa", "SynthQAStats", "synth_qa"]
 
@@ -108,7 +108,7 @@ def check_resume_settings(records: list[dict], want: dict, out_path) -> None:
 def synth_qa(convs: list[Conversation], out_path, *, source: str = "expert", backend=None, embedder=None,
              j: int = 5, max_tries: int = 3, concurrency: int = 8, n_sessions: int | None = None,
              params: GenerationParams | None = None, progress: bool = True, constrained: bool = False) -> SynthQAStats:
-    """Write one line per session of ``convs`` to ``out_path`` (resumable, :mod:`data_synth.jsonl`).
+    """Write one line per session of ``convs`` to ``out_path`` (resumable, :mod:`memgym.data_synth.jsonl`).
 
     source "expert": ``backend`` writes ``j`` questions per session, ``concurrency`` sessions per
     ``generate``; ``embedder`` retrieves earlier excerpts and finds near-duplicates;

@@ -10,9 +10,9 @@ import json_repair
 import numpy as np
 from pydantic import BaseModel, Field
 
-from data_synth.qa_format import KIND_CAPABILITY, KINDS
-from llm.structured import JsonSchema, closed_schema
-from memory_bank.schema import Conversation, Session, Turn
+from memgym.data_synth.qa_format import KIND_CAPABILITY, KINDS
+from memgym.llm.structured import JsonSchema, closed_schema
+from memgym.memory_bank.schema import Conversation, Session, Turn
 
 __all__ = ["kind_quota", "earlier_excerpts", "build_qa_messages", "validate_output", "NEAR_DUPLICATE_COSINE",
            "REJECT_REASONS", "QA_SCHEMA"]

@@ -1,13 +1,13 @@
 """Expert memory-construction trajectories (``memgym synth trajectories``); format and "replay
-reproduces the bank": ``DESIGN.md`` § "The memory bank and its action space".
+reproduces the bank": ``docs/design.md`` § "The memory bank and its action space".
 
-Per session, the four managers' prompts (:func:`memory_bank.prompts.build_prompt`) are built from
+Per session, the four managers' prompts (:func:`memgym.memory_bank.prompts.build_prompt`) are built from
 the expert's own bank and sent in one batch; each output is parsed and applied, an invalid one
 retried (up to ``max_tries`` attempts, shown its previous output and error). A core output past
-:data:`memory_bank.bank.CORE_LIMIT_CHARS` is invalid (``core_over_limit``: replay runs no
+:data:`memgym.memory_bank.bank.CORE_LIMIT_CHARS` is invalid (``core_over_limit``: replay runs no
 compressor). A session still failing stops its conversation (recorded; a re-run retries it).
-Each line is validated by replay (:func:`data_synth.expert.parse_step` / ``apply_step``) before
-it is appended; the file resumes like :mod:`data_synth.jsonl`.
+Each line is validated by replay (:func:`memgym.data_synth.expert.parse_step` / ``apply_step``) before
+it is appended; the file resumes like :mod:`memgym.data_synth.jsonl`.
 """
 from __future__ import annotations
 
@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
-from data_synth.expert import TrajectoryError, apply_step, parse_step
-from data_synth.jsonl import ResumableJsonl
-from llm.base import CallTally, GenerationParams
-from memory_bank.action_schemas import prompt_schema
-from memory_bank.actions import MANAGERS, ops_to_json, parse_output
-from memory_bank.bank import CORE_LIMIT_CHARS, CORE_TARGET_CHARS, MemoryBank
-from memory_bank.errors import ManagerOutputError
-from memory_bank.prompts import build_prompt
-from memory_bank.schema import Conversation, Session
+from memgym.data_synth.expert import TrajectoryError, apply_step, parse_step
+from memgym.data_synth.jsonl import ResumableJsonl
+from memgym.llm.base import CallTally, GenerationParams
+from memgym.memory_bank.action_schemas import prompt_schema
+from memgym.memory_bank.actions import MANAGERS, ops_to_json, parse_output
+from memgym.memory_bank.bank import CORE_LIMIT_CHARS, CORE_TARGET_CHARS, MemoryBank
+from memgym.memory_bank.errors import ManagerOutputError
+from memgym.memory_bank.prompts import build_prompt
+from memgym.memory_bank.schema import Conversation, Session
 
 __all__ = ["CoreOverLimitError", "SynthTrajectoryStats", "expert_session", "synth_trajectories"]
 
@@ -72,7 +72,7 @@ def expert_session(backend, bank: MemoryBank, session: Session, embedder, params
                    ) -> tuple[dict[str, dict], dict[str, str]]:
     """``(outputs, errors)`` of the four managers on one session, with retries: each valid
     output's canonical JSON, each failing manager's last error (``constrained``: decoded under
-    :mod:`memory_bank.action_schemas`). ``bank`` is not modified."""
+    :mod:`memgym.memory_bank.action_schemas`). ``bank`` is not modified."""
     prompts = {m: build_prompt(m, bank, session, embedder) for m in MANAGERS}
     messages = {m: prompts[m].messages for m in MANAGERS}
     outputs: dict[str, dict] = {}

@@ -1,11 +1,11 @@
 """The ``memgym`` command line. Each command group lives in its own ``launch/cmd_*.py``
 module exposing ``register(subparsers)``; this file wires them into one argparse tree
-(:mod:`launch.registry`: recipe commands are ``trl.TrlParser`` parsers in the tree, built when
+(:mod:`memgym.launch.registry`: recipe commands are ``trl.TrlParser`` parsers in the tree, built when
 chosen) and maps errors to exit statuses, here and nowhere else.
 
 Errors: an ordinary mistake (a bad recipe value, a missing or unreadable file, broken YAML or
-data, a dead or misbehaving server, a corrupt cache: a :class:`llm.errors.MemgymError`, or one
-of the few outside types of :func:`llm.errors.exit_status`) ends in ONE line on stderr,
+data, a dead or misbehaving server, a corrupt cache: a :class:`memgym.llm.errors.MemgymError`, or one
+of the few outside types of :func:`memgym.llm.errors.exit_status`) ends in ONE line on stderr,
 ``memgym <command>: <what and where>``, and exit status 2 (``kind == "usage"``: a config or
 usage error) or 1 (anything else). Any other exception is a bug and keeps its
 traceback; ``--debug`` or ``MEMGYM_DEBUG=1`` shows the traceback of every error.
@@ -16,14 +16,15 @@ import argparse
 import os
 import sys
 
-from launch import (cmd_annotate, cmd_bank, cmd_data, cmd_eval, cmd_evolve, cmd_launch, cmd_models,
-                    cmd_program, cmd_reward, cmd_score, cmd_serve, cmd_synth, cmd_train)
-from llm.errors import report_errors
-from launch.registry import Commands, chosen, parse
+from memgym.launch import (cmd_annotate, cmd_bank, cmd_data, cmd_eval, cmd_evolve, cmd_launch, cmd_models,
+                    cmd_program, cmd_reproduce, cmd_reward, cmd_score, cmd_serve, cmd_synth, cmd_train)
+from memgym.llm import runcard
+from memgym.llm.errors import report_errors
+from memgym.launch.registry import Commands, chosen, parse
 
 #: Command groups in ``memgym --help`` order; each defines ``register(subparsers)``.
 COMMAND_MODULES = (cmd_models, cmd_data, cmd_bank, cmd_eval, cmd_score, cmd_program, cmd_annotate, cmd_evolve,
-                   cmd_synth, cmd_reward, cmd_train, cmd_launch, cmd_serve)
+                   cmd_synth, cmd_reward, cmd_train, cmd_launch, cmd_serve, cmd_reproduce)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_command(args, command) -> int:
     """Run ``args.func(args)`` (``args`` may also be a callable that parses and returns the
-    namespace) under :func:`llm.errors.report_errors`: a user error becomes one stderr line
+    namespace) under :func:`memgym.llm.errors.report_errors`: a user error becomes one stderr line
     ``memgym <command>: ...`` and exit status 2 or 1; ``--debug``/``MEMGYM_DEBUG=1`` re-raises it.
     ``command``: the command's name for the message, or a callable returning it."""
     before = os.environ.get("MEMGYM_DEBUG")
@@ -70,7 +71,7 @@ def _show_data_warnings_plainly() -> None:
     does), not in Python's file:line format; other warnings keep the default display."""
     import warnings
 
-    from data_synth.errors import DataQuirkWarning
+    from memgym.data_synth.errors import DataQuirkWarning
 
     default = warnings.showwarning
 
@@ -115,9 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     before = os.environ.get("MEMGYM_DEBUG")
     if "--debug" in argv[: argv.index(words[0]) if words else len(argv)]:
         os.environ["MEMGYM_DEBUG"] = "1"  # errors while parsing show their traceback too
+    runcard.begin(["memgym", *argv])  # the command line every report's run card names
     try:
         return run_command(lambda: parse(parser, argv), lambda: command_name(parser, argv))
     finally:
+        runcard.begin(None)
         if before is None:
             os.environ.pop("MEMGYM_DEBUG", None)
         else:

@@ -1,9 +1,9 @@
 """``memgym annotate``: LLM capability labels for a train or valid split (PrisMem's annotation).
 
 ``memgym annotate --dataset D --split train|valid --annotator SPEC --out labels.jsonl`` labels
-every question of the split with :class:`data_synth.annotate.CapabilityAnnotator` (the
+every question of the split with :class:`memgym.data_synth.annotate.CapabilityAnnotator` (the
 question, the reference answer and the evidence turns; one primary and up to two secondary
-capabilities; PrisMem, ``shared/seeds/000_0e559b88b400976a.txt``), appending to ``--out``, the
+capabilities; PrisMem, arXiv 2610.06361), appending to ``--out``, the
 file the evolve recipes' ``labels:`` field reads (train and valid may share one file: run the
 command once per split). Resumable: labels already in ``--out`` for this annotator model are
 kept and not asked again (kill -9 safe: the file is appended every ``--chunk`` questions, a torn
@@ -11,9 +11,13 @@ last line is cut). Cached: replies go through the response cache (``--cache``, d
 ``$MEMGYM_CACHE``), so a rerun into a new file costs no calls. Never the test split: ``--split
 test`` (or a test conversation) is refused before any call. Prints and writes
 (``<out stem>.<split>.agreement.md`` / ``.json``) the agreement with the native mapping per
-benchmark type (primary match rate, confusion table; :func:`data_synth.annotate.agreement`).
+benchmark type (primary match rate, confusion table; :func:`memgym.data_synth.annotate.agreement`),
+over the annotator's labels only. A question whose every reply fails validation keeps its native
+label in memory but is not saved (nor its replies cached): the command then exits 1 naming how
+many, and a rerun asks them again.
 Cost: one annotator call per question (more for replies that fail validation), 64 new tokens.
-Exit 2 for a bad argument, the test split, or a broken label file; 1 for a failing server.
+Exit 2 for a bad argument, the test split, or a broken label file; 1 for a failing server or
+questions left without an annotator label.
 """
 from __future__ import annotations
 
@@ -23,11 +27,11 @@ from pathlib import Path
 
 
 def _annotate(args) -> int:
-    from data_synth.annotate import CapabilityAnnotator, agreement, load_labels, render_agreement
-    from data_synth.datasets import load_conversations
-    from data_synth.splits import split_ids
-    from llm.errors import ConfigError
-    from llm.runtime import Runtime
+    from memgym.data_synth.annotate import CapabilityAnnotator, LabelValidationError, agreement, load_labels, render_agreement
+    from memgym.data_synth.datasets import load_conversations
+    from memgym.data_synth.splits import split_ids
+    from memgym.llm.errors import ConfigError
+    from memgym.llm.runtime import Runtime
 
     if args.split == "test":
         raise ConfigError(f"--split test: the annotator refuses the {args.dataset} test split (test questions keep "
@@ -53,8 +57,14 @@ def _annotate(args) -> int:
         {**a, "dataset": args.dataset, "split": args.split, "annotator": ann.model, "labels": len(labels),
          "questions": n_q, "calls": ann.calls, "tokens": tokens}, indent=1), encoding="utf-8")
     print(text, end="")
-    missing = [q.id for c in convs for q in c.questions if q.id not in load_labels(args.out)]
-    return 1 if missing else 0
+    saved = load_labels(args.out)
+    missing = [q.id for c in convs for q in c.questions if q.id not in saved]
+    if missing:
+        why = next((labels[q].error for q in missing if q in labels and labels[q].error), "no label")
+        raise LabelValidationError(
+            f"{len(missing)} of {n_q} questions got no valid annotator label (every reply failed validation, e.g. "
+            f"{why}); they are not saved in {args.out} and a rerun asks them again: is --annotator a working model?")
+    return 0
 
 
 def register(subparsers) -> argparse.ArgumentParser:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def _replay(args) -> int:
-    from data_synth.expert import TrajectoryError, replay
+    from memgym.data_synth.expert import TrajectoryError, replay
 
     if args.out and Path(args.out).is_dir():
         print(f"memgym bank replay: --out {args.out} is a directory; give a file path (BANK.json)", file=sys.stderr)
@@ -27,8 +27,8 @@ def _replay(args) -> int:
 def check_output(manager: str, raw: bytes, bank_text: str | None = None, finish_reason: str | None = None) -> dict:
     """The verdict of ``memgym bank check``: never raises for any input bytes. A cut-off
     output (unterminated JSON, or ``finish_reason == "length"``) is error ``truncated``."""
-    from memory_bank.bank import MemoryBank
-    from memory_bank.errors import BankFormatError, ManagerOutputError
+    from memgym.memory_bank.bank import MemoryBank
+    from memgym.memory_bank.errors import BankFormatError, ManagerOutputError
 
     try:
         bank = MemoryBank.loads(bank_text) if bank_text is not None else MemoryBank()

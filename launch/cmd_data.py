@@ -1,13 +1,15 @@
-"""``memgym data ...``: inspect the benchmark files (LoCoMo, LongMemEval, BEAM)."""
+"""``memgym data ...``: fetch (``download``), check and inspect the benchmark files (LoCoMo, LongMemEval, BEAM)."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 import warnings
+from pathlib import Path
 
-from data_synth.errors import DataFileNotFoundError, DataFormatError, DataQuirkWarning
-from data_synth.datasets import DATASETS, dataset_stats, load_conversations
+from memgym.data_synth.errors import DataFileNotFoundError, DataFormatError, DataQuirkWarning
+from memgym.data_synth.datasets import DATASETS, dataset_stats, load_conversations
 
 
 def _stats(args: argparse.Namespace) -> int:
@@ -69,22 +71,74 @@ def register(subparsers) -> None:
                     "from $MEMGYM_DATA/README.md.",
     )
     c.set_defaults(func=_check)
+    d = sub.add_parser(
+        "download", help="fetch the data from its public sources at pinned revisions, checked by sha256",
+        description="Fill DIR with the layout memgym reads: LoCoMo (snap-research/locomo raw files), LongMemEval "
+                    "(xiaowu0162/longmemeval-cleaned on the hub; the S subset is derived from the full S file) and "
+                    "BEAM (mohammadtavakoli78/BEAM raw files), each at a pinned revision, plus memgym's own files "
+                    "(expert trajectories, judge protocols, splits, licences). Every file is checked against its "
+                    "recorded sha256 and written atomically; a cut download resumes; files already there and "
+                    "verified are kept (a complete folder needs no network). Exit 2 when a host cannot be "
+                    "reached (the message lists what to fetch by hand and where to put it), 1 on a checksum "
+                    "mismatch or a failed transfer.",
+    )
+    d.add_argument("dataset", nargs="?", default="all", choices=["locomo", "longmemeval", "beam", "all"],
+                   help="which dataset (default: all)")
+    d.add_argument("--to", default=None, metavar="DIR",
+                   help="the data folder to fill (default: $MEMGYM_DATA, else ../shared/data)")
+    d.add_argument("--github-raw", default=None, metavar="URL",
+                   help="base URL of GitHub raw files (default: $MEMGYM_GITHUB_RAW, else "
+                        "https://raw.githubusercontent.com)")
+    d.add_argument("--hf-endpoint", default=None, metavar="URL",
+                   help="Hugging Face hub endpoint (default: $HF_ENDPOINT, else https://huggingface.co)")
+    d.add_argument("--keep-sources", action="store_true",
+                   help="keep the public files the layout is derived from (DIR/.sources/: the full "
+                        "LongMemEval-S and oracle files, 293 MB)")
+    d.set_defaults(func=_download)
+
+
+def _download(args: argparse.Namespace) -> int:
+    """Fetch what ``args.to`` lacks; one line per dataset written, or ``verified, nothing to fetch``."""
+    from memgym.data_synth.download import DATASETS, download
+    from memgym.data_synth.errors import NoNetworkError
+    from memgym.data_synth.paths import ENV_VAR, data_root
+    from memgym.llm.errors import say_error
+
+    to = Path(args.to).expanduser().resolve() if args.to else data_root()
+    datasets = DATASETS if args.dataset == "all" else (args.dataset,)
+    t0 = time.perf_counter()
+    try:
+        report = download(datasets, to, github_raw=args.github_raw, hf_endpoint=args.hf_endpoint,
+                          keep_sources=args.keep_sources, log=print)
+    except NoNetworkError as e:  # its own line, never cut: it lists every URL left
+        say_error("memgym data download", f"no network: {e}")
+        return e.exit_status
+    if report.nothing_to_fetch:
+        print(f"{to}: {report.checked} files verified, nothing to fetch")
+    else:
+        mb = sum(r.bytes for r in report.written.values()) / 1e6
+        print(f"{to}: {report.checked} files verified ({mb:.1f} MB received in {time.perf_counter() - t0:.1f} s)")
+    if to != data_root():
+        print(f"export {ENV_VAR}={to}")
+    return 0
 
 
 def _check(args: argparse.Namespace) -> int:
     """Print one line per data item and per judge protocol file; exit 1 when any is missing or wrong."""
-    from data_synth.check import DataCheck, check_data
-    from data_synth.paths import data_root
-    from rewards.scoring.protocols import JudgeProtocolError, judges_dir, load_judge_file
+    from memgym.data_synth.check import DataCheck, check_data
+    from memgym.data_synth.paths import data_root
+    from memgym.rewards.scoring.protocols import OFFICIAL_SHA256, JudgeProtocolError, official_file_problem, protocol_file
 
     print(f"data root: {data_root()}  (set MEMGYM_DATA to move it)")
     checks = check_data()
     for dataset in ("locomo", "longmemeval", "beam"):
+        path = protocol_file(dataset)
         try:
-            load_judge_file(dataset)
-            checks.append(DataCheck(f"judge protocol {dataset}", judges_dir(), True, "loads"))
+            problem = official_file_problem(dataset)
+            detail = problem or f"official (sha256 {OFFICIAL_SHA256[path.name][:16]}...)"
+            checks.append(DataCheck(f"judge protocol {dataset}", path, not problem, detail))
         except JudgeProtocolError as e:
-            checks.append(DataCheck(f"judge protocol {dataset}", judges_dir(), False, str(e)))
+            checks.append(DataCheck(f"judge protocol {dataset}", path, False, str(e)))
     for c in checks:
         print(f"{'ok ' if c.ok else 'BAD'}  {c.name:<26} {c.detail}" + ("" if c.ok or str(c.path) in c.detail else f"  [{c.path}]"))
     bad = [c.name for c in checks if not c.ok]

@@ -5,25 +5,26 @@
 - ``memgym evolve --resume DIR`` continues the run in DIR with the recipe stored there; a
   resumed run ends in the same state as an uninterrupted one;
 - ``memgym evolve --from RUN --out DIR`` reruns a recorded coder run with no server (proposer
-  replay; RUN's recipe unless ``--config`` is given; :mod:`evolution.search.proposers.replay`);
+  replay; RUN's recipe unless ``--config`` is given; :mod:`memgym.evolution.search.proposers.replay`);
 - ``memgym evolve experiment --config R.yaml --variants full,holistic,... --seeds 3 [--out DIR]``
-  runs every ablation variant with every seed (:mod:`evolution.search.experiment`);
+  runs every ablation variant with every seed (:mod:`memgym.evolution.search.experiment`);
   ``memgym evolve experiment --resume DIR`` continues one without re-running finished runs.
 
-Every path goes through :func:`evolution.search.api.evolve`. Writes DIR/report.md,
-capabilities.png, summary.json and best.py (see :mod:`evolution.search.report`). Exit 0 on
+Every path goes through :func:`memgym.evolution.search.api.evolve`. Writes DIR/report.md,
+capabilities.png, summary.json and best.py (see :mod:`memgym.evolution.search.report`). Exit 0 on
 success (also when a budget stopped the run early: the report says so); errors are raised and
-mapped by :func:`launch.cli.run_command`: 2 for a bad recipe or argument, a damaged run state, a
+mapped by :func:`memgym.launch.cli.run_command`: 2 for a bad recipe or argument, a damaged run state, a
 recipe.json that no longer matches the stored run, a DIR that already holds a run or other
-files, or a DIR another process is working in; 1 when the seed program itself cannot run or
-the coder's endpoint failed 3 rounds in a row (state saved: ``--resume`` continues). A fresh
-start that fails leaves nothing behind in DIR.
+files, or a DIR another process is working in, or a replay that does not match its recording;
+1 when the seed program itself cannot run, the coder's endpoint failed 3 rounds in a row (state
+saved: ``--resume`` continues) or failed every round of a shorter run (the run is written, the
+seed frozen: nothing was evolved). A fresh start that fails leaves nothing behind in DIR.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from llm.errors import ConfigError
+from memgym.llm.errors import ConfigError
 
 DESCRIPTION = ("Capability-driven evolution of a memory program (PrisMem): cold start, capability refinement, "
                "trace-guided integration, frozen final program on the test split. memgym evolve --config R.yaml "
@@ -32,8 +33,8 @@ DESCRIPTION = ("Capability-driven evolution of a memory program (PrisMem): cold 
 
 
 def _config_from_dir(run_dir: str):
-    from evolution.search.config import EvolveConfig
-    from evolution.search.rundir import RunStateError, read_json
+    from memgym.evolution.search.config import EvolveConfig
+    from memgym.evolution.search.rundir import RunStateError, read_json
 
     path = Path(run_dir) / "recipe.json"
     if not path.is_file():
@@ -47,9 +48,9 @@ def _config_from_dir(run_dir: str):
 
 
 def cmd_experiment(args) -> int:
-    """``memgym evolve experiment`` (see :mod:`evolution.search.experiment`)."""
-    from evolution.search.experiment import VARIANTS, Experiment
-    from launch.registry import given_fields, recipe_configs
+    """``memgym evolve experiment`` (see :mod:`memgym.evolution.search.experiment`)."""
+    from memgym.evolution.search.experiment import VARIANTS, Experiment
+    from memgym.launch.registry import given_fields, recipe_configs
 
     if args.resume is not None:
         other = given_fields(args) + (["--config"] if args.config else []) + \
@@ -68,8 +69,8 @@ def cmd_experiment(args) -> int:
 
 
 def cmd_evolve(args) -> int:
-    from evolution.search import api
-    from launch.registry import given_fields, recipe_configs
+    from memgym.evolution.search import api
+    from memgym.launch.registry import given_fields, recipe_configs
 
     if args.resume is not None:
         other = given_fields(args, allowed=("progress",)) + (["--config"] if args.config else [])
@@ -89,10 +90,10 @@ def cmd_evolve(args) -> int:
 
 def _print(s: dict, out: str) -> None:
     """The per-capability (and, for BEAM / LongMemEval, per-ability) tables, valid then test:
-    seed, each specialist, the frozen program (:func:`evolution.search.report.console_summary`)."""
-    from evolution.search.report import console_summary
+    seed, each specialist, the frozen program (:func:`memgym.evolution.search.report.console_summary`)."""
+    from memgym.evolution.search.report import console_summary
     print(console_summary(s, out))
-    from evolution.execution.confine import current_label
+    from memgym.evolution.execution.confine import current_label
 
     label = current_label()
     if not label.startswith("kernel:"):
@@ -104,7 +105,7 @@ def _from_run(args) -> dict:
     RUN, as defaults that flags override; ``{}`` without ``--from``."""
     import dataclasses
 
-    from evolution.search.config import EvolveConfig
+    from memgym.evolution.search.config import EvolveConfig
 
     src = args.replay_source
     if src is None:
@@ -126,12 +127,12 @@ def _positive_int(text: str) -> int:
 
 def make_parser(subparsers):
     """Add ``memgym evolve`` (and ``evolve experiment``) to ``subparsers``: ``trl.TrlParser``
-    parsers of :class:`evolution.search.config.EvolveConfig`."""
+    parsers of :class:`memgym.evolution.search.config.EvolveConfig`."""
     from trl import TrlParser
 
-    from evolution.search.config import EvolveConfig
-    from evolution.search.experiment import VARIANTS
-    from launch.registry import add_recipe_args
+    from memgym.evolution.search.config import EvolveConfig
+    from memgym.evolution.search.experiment import VARIANTS
+    from memgym.launch.registry import add_recipe_args
 
     p = subparsers.add_parser("evolve", dataclass_types=[EvolveConfig], help=HELP, description=DESCRIPTION)
     add_recipe_args(p, defaults=_from_run)

@@ -2,22 +2,24 @@
 [--dry-run] train sft|adrpo --config R.yaml [overrides]``.
 
 Builds ``accelerate launch --config_file launch/accelerate/<NAME>.yaml [--num_processes N]
-[--main_process_port P] -m training.<stage> --config R.yaml [overrides]``, prints it
+[--main_process_port P] -m memgym.training.<stage> --config R.yaml [overrides]``, prints it
 (shell-quoted) and runs it, returning its exit code; ``--dry-run`` only prints it.
-Source: ``DESIGN.md`` § "Training stack" (launching is ``accelerate launch --config_file
-launch/accelerate/<x>.yaml -m training.<entry> --config R.yaml``, wrapped by ``memgym launch``).
+Source: ``docs/design.md`` § "Training stack" (launching is ``accelerate launch --config_file
+launch/accelerate/<x>.yaml -m memgym.training.<entry> --config R.yaml``, wrapped by ``memgym launch``).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
-from launch.cmd_train import STAGES
-from llm.errors import MemgymError
+from memgym.launch.cmd_train import STAGES
+from memgym.llm import runcard
+from memgym.llm.errors import MemgymError
 
 ACCELERATE_DIR = Path(__file__).resolve().parent / "accelerate"
 
@@ -78,11 +80,13 @@ def build_command(config: str, target: list[str], num_processes: int | None = No
 
 def _env() -> dict:
     """The child's environment: this interpreter's bin dir first on PATH (so ``accelerate`` is
-    the one installed beside memgym) and ``HF_HUB_OFFLINE=1`` unless set."""
+    the one installed beside memgym), ``HF_HUB_OFFLINE=1`` unless set, and ``MEMGYM_COMMAND``: this
+    ``memgym launch`` command line, which each process's run card names."""
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env["MEMGYM_COMMAND"] = json.dumps(runcard.command())  # the run card of each process names this command
     return env
 
 
@@ -105,7 +109,7 @@ def _run(args) -> int:
 def register(sub) -> None:
     p = sub.add_parser(
         "launch", help="run a trainer under `accelerate launch` (multi-GPU, DeepSpeed, CPU DDP)",
-        description="Build `accelerate launch --config_file launch/accelerate/<NAME>.yaml -m training.<stage> "
+        description="Build `accelerate launch --config_file launch/accelerate/<NAME>.yaml -m memgym.training.<stage> "
                     "...`, print it, and run it (exit code passed through). Example: memgym launch "
                     "--accelerate-config deepspeed_zero2 --num-processes 8 train sft --config "
                     "launch/recipes/sft_qwen3_4b_zero2.yaml",

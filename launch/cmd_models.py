@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from llm.models import ensure_smollm2
+    from memgym.llm.models import ensure_smollm2
 
     result = ensure_smollm2(Path(args.out) if args.out else None, force=args.force)
     print(json.dumps({"path": str(result.path), "created": result.created}))
@@ -15,8 +15,8 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _where(args: argparse.Namespace) -> int:
-    from llm.models import SMOLLM2_DIRNAME, ModelPackageMissing, is_complete, minilm_dir, smollm2_gguf
-    from llm.paths import cache_dir
+    from memgym.llm.models import SMOLLM2_DIRNAME, ModelPackageMissing, is_complete, minilm_dir, smollm2_gguf
+    from memgym.llm.paths import cache_dir
 
     info: dict = {"cache_dir": str(cache_dir())}
     smol = cache_dir() / "models" / SMOLLM2_DIRNAME

@@ -1,18 +1,20 @@
 """``memgym program ...``: memory-program commands.
 
 - ``memgym program check FILE.py [--parent P.py] [--no-probe] [--stats] [--timeout S]``
-  runs the four validation levels (``evolution.execution.validate``) in the sandbox and prints ONE JSON
+  runs the four validation levels (``memgym.evolution.execution.validate``) in the sandbox and prints ONE JSON
   line ``{"ok": bool, "level": 1-4 or null, "reason": str}`` (plus ``"stats"`` with
-  ``--stats``). Exit status 0 for any verdict, 2 when FILE (or the parent) cannot be read;
-  never a traceback, whatever the candidate does.
+  ``--stats``) on stdout. Exit status 0 when the program passes, 1 when it fails a level (or
+  the check itself broke; one stderr line says which level and why), 2 when FILE (or the
+  parent) cannot be read; never a traceback, whatever the candidate does.
 
 - ``memgym program eval FILE.py --config R.yaml [--extractor SPEC] [--parent PARENT.py]
-  [--out DIR] [--<field> value ...]`` evaluates a program (``evolution.execution.program_eval``): writes
+  [--out DIR] [--<field> value ...]`` evaluates a program (``memgym.evolution.execution.program_eval``): writes
   ``report.json`` (overall, by_capability, by_category, diagnostics, stages_run/reused,
   model_calls, tokens, wall_s), ``report.md``, ``tasks.jsonl`` and ``units.jsonl``, and prints
   the capability table. Exit 0 on success, 1 when the program fails validation or breaks
-  mid-run or no question was scored, 2 for a bad recipe or a missing file (raised, mapped by
-  :func:`launch.cli.run_command`).
+  mid-run or no question was scored, 2 for a bad recipe, a missing file, or an ``--out`` folder
+  holding anything but a previous program eval's files (raised, mapped by
+  :func:`memgym.launch.cli.run_command`).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import json
 import sys
 from pathlib import Path
 
-from launch.registry import Commands
+from memgym.launch.registry import Commands
 
 
 def _emit(payload: dict) -> None:
@@ -34,7 +36,12 @@ def _read(path: str) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Validate one program file; print the verdict as JSON."""
+    """Validate one program file; print the verdict as JSON; a program that fails raises
+    :class:`~memgym.evolution.execution.results.ProgramRunError` (exit 1), an unreadable file
+    :class:`~memgym.llm.errors.ConfigError` (exit 2), after the verdict is printed."""
+    from memgym.evolution.execution.results import ProgramRunError
+    from memgym.llm.errors import ConfigError
+
     texts = {}
     for key, path in (("source", args.file), ("parent", args.parent)):
         if path is None:
@@ -43,32 +50,46 @@ def cmd_check(args: argparse.Namespace) -> int:
         try:
             texts[key] = _read(path)
         except (OSError, UnicodeDecodeError) as e:
-            _emit({"ok": False, "level": None, "reason": f"cannot read {path}: {type(e).__name__}: {e}"})
-            return 2
+            reason = f"cannot read {path}: {type(e).__name__}: {e}"
+            _emit({"ok": False, "level": None, "reason": reason})
+            raise ConfigError(reason) from None
     source, parent = texts["source"], texts["parent"]
     try:
-        from evolution.execution.validate import ValidationLimits, validate_program
+        from memgym.evolution.execution.validate import ValidationLimits, validate_program
 
         limits = ValidationLimits(run_probe=not args.no_probe)
         if args.timeout is not None:
             limits = dataclasses.replace(limits, sandbox=dataclasses.replace(
                 limits.sandbox, call_timeout_s=args.timeout, load_timeout_s=args.timeout))
-        result = validate_program(source, parent, limits, progress=sys.stderr.isatty())
-        _emit(result.to_dict(with_stats=args.stats))
+        verdict = validate_program(source, parent, limits, progress=sys.stderr.isatty()).to_dict(with_stats=args.stats)
     except Exception as e:  # noqa: BLE001 - the contract is "never a traceback"
-        _emit({"ok": False, "level": None, "reason": f"internal error: {type(e).__name__}: {e}"})
+        verdict = {"ok": False, "level": None, "reason": f"internal error: {type(e).__name__}: {e}"}
+    _emit(verdict)
+    if not verdict["ok"]:
+        where = f"level {verdict['level']}" if verdict["level"] is not None else "the check"
+        raise ProgramRunError(f"{args.file} fails validation at {where}: {verdict['reason']}", stage="validate")
     return 0
+
+
+#: What ``memgym program eval`` writes in ``--out``; a folder holding anything else is refused.
+EVAL_FILES = ("report.json", "report.md", "tasks.jsonl", "units.jsonl")
 
 
 def cmd_eval(args) -> int:
     """Evaluate one program file; print the capability table; write the reports."""
-    from evolution.execution.program_eval import run_program_eval
-    from evolution.execution.runner import ProgramRunError
-    from launch.registry import recipe_configs
+    from memgym.evolution.execution.program_eval import run_program_eval
+    from memgym.evolution.execution.runner import ProgramRunError
+    from memgym.launch.registry import recipe_configs
+    from memgym.llm.checks import out_dir_problem
+    from memgym.llm.errors import OutputPathError
 
     if args.file:
         args.program = args.file
     (cfg,) = recipe_configs(args)
+    problem = out_dir_problem(cfg.out, what="memgym program eval output", own=EVAL_FILES, mark=EVAL_FILES[0],
+                              writes=f"memgym program eval writes {', '.join(EVAL_FILES)} there")
+    if problem:
+        raise OutputPathError(problem)
     rep = run_program_eval(cfg)
     if not rep.ok:
         v = rep.validation
@@ -81,7 +102,7 @@ def cmd_eval(args) -> int:
 def _report_problems(rep: dict) -> int:
     """Failures that would otherwise hide in report.json: say them on stderr; exit 1 when no
     question was scored or every retrieve call failed (the scores then mean nothing)."""
-    from launch.cmd_eval import report_problems
+    from memgym.launch.cmd_eval import report_problems
 
     rc = report_problems("memgym program eval", [rep])
     n, errors = rep.get("n", 0), rep.get("retrieve_errors", 0)
@@ -137,7 +158,8 @@ def register(subparsers) -> argparse.ArgumentParser:
         description="Validate a memory program in the sandbox: (1) source parses, allowed imports only, loads and "
                     "defines the required names, differs from --parent; (2) schemas and signatures; (3) smoke tests "
                     "on a stub backend, retrieve within 16,000 characters; (4) a ~2K-unit complexity probe. Prints "
-                    '{"ok": bool, "level": 1-4|null, "reason": str}. Exit 0 for a verdict, 2 if FILE is unreadable.')
+                    '{"ok": bool, "level": 1-4|null, "reason": str}. Exit 0 when it passes, 1 when it fails, 2 if FILE '
+                    'is unreadable.')
     c.add_argument("file", metavar="FILE.py", help="the memory program to check")
     c.add_argument("--parent", metavar="PARENT.py", help="the program FILE was patched from (a no-op patch fails level 1)")
     c.add_argument("--no-probe", action="store_true", help="skip level 4 (the complexity probe)")
@@ -154,9 +176,9 @@ EVAL_HELP = "evaluate a program on a benchmark: scores, diagnostics, stage reuse
 
 def make_eval_parser(subparsers):
     """Add ``memgym program eval`` (a ``trl.TrlParser`` of
-    :class:`evolution.execution.program_eval.ProgramEvalConfig`) to ``subparsers``."""
-    from evolution.execution.program_eval import ProgramEvalConfig
-    from launch.registry import add_recipe_args
+    :class:`memgym.evolution.execution.program_eval.ProgramEvalConfig`) to ``subparsers``."""
+    from memgym.evolution.execution.program_eval import ProgramEvalConfig
+    from memgym.launch.registry import add_recipe_args
 
     p = subparsers.add_parser(
         "eval", dataclass_types=[ProgramEvalConfig], help=EVAL_HELP,

@@ -1,13 +1,13 @@
 """``memgym reward audit``: check that the session reward separates expert memory from a
-control before spending GPU hours (see :mod:`rewards.audit`)."""
+control before spending GPU hours (see :mod:`memgym.rewards.audit`)."""
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
 
-from launch.cmd_synth import embedder_arg
-from llm.checks import at_least
+from memgym.launch.cmd_synth import embedder_arg
+from memgym.llm.checks import at_least
 
 
 def load_policy_tokenizer(spec: str):
@@ -20,7 +20,7 @@ def load_policy_tokenizer(spec: str):
 
     target = spec[3:] if spec.startswith("hf:") else spec
     if target in ("smollm2", "default"):
-        from llm.models import prepare_smollm2_tokenizer
+        from memgym.llm.models import prepare_smollm2_tokenizer
 
         return AutoTokenizer.from_pretrained(str(prepare_smollm2_tokenizer()))
     if not Path(target).is_dir():
@@ -30,8 +30,8 @@ def load_policy_tokenizer(spec: str):
 
 def make_session_reward(args, rt):
     """A :class:`SessionReward` from the shared reward flags (judge, mode, models, top-k)."""
-    from launch.cmd_synth import load_role_backend, make_embedder
-    from rewards.session_reward import SessionReward, SessionRewardConfig
+    from memgym.launch.cmd_synth import load_role_backend, make_embedder
+    from memgym.rewards.session_reward import SessionReward, SessionRewardConfig
 
     cfg = SessionRewardConfig(mode=args.mode, judge=args.judge, top_k=args.top_k, lam=args.lam, alpha=args.alpha)
     answer = load_role_backend(rt, args.answer_model, "answer", args.concurrency) if cfg.judge != "answer-recall" else None
@@ -61,9 +61,9 @@ def add_reward_flags(p) -> None:
 
 
 def _audit(args) -> int:
-    from rewards.audit import run_audit
-    from llm.runtime import Runtime
-    from rewards.samples import build_reward_samples
+    from memgym.rewards.audit import run_audit
+    from memgym.llm.runtime import Runtime
+    from memgym.rewards.samples import build_reward_samples
 
     rt = Runtime.from_config(cache=args.cache, batch_size=args.concurrency)
     try:

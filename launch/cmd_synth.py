@@ -11,9 +11,9 @@ import json
 import sys
 from pathlib import Path
 
-from data_synth.splits import LOCOMO_SPLITS
-from llm.errors import MemgymError
-from llm.checks import at_least
+from memgym.data_synth.splits import LOCOMO_SPLITS
+from memgym.llm.errors import MemgymError
+from memgym.llm.checks import at_least
 
 
 
@@ -26,7 +26,7 @@ class UsageError(MemgymError, ValueError):
 def load_role_backend(rt, spec: str, role: str, concurrency: int = 8):
     """The backend of ``spec`` for ``role`` through ``rt`` (shared, cached, accounted), with
     the concurrency knob each kind takes: hf ``batch_size``, openai ``max_concurrency``."""
-    from llm.specs import parse_spec
+    from memgym.llm.specs import parse_spec
 
     kind = parse_spec(spec).kind
     kw = {"batch_size": concurrency} if kind == "hf" else {"max_concurrency": concurrency} if kind == "openai" else {}
@@ -34,10 +34,10 @@ def load_role_backend(rt, spec: str, role: str, concurrency: int = 8):
 
 
 def embedder_arg(allow_none: bool = True):
-    """An argparse ``type=``: an embedder spec (:data:`llm.embeddings.EMBEDDER_HELP`);
+    """An argparse ``type=``: an embedder spec (:data:`memgym.llm.embeddings.EMBEDDER_HELP`);
     ``none`` only when ``allow_none``."""
     def parse(text: str) -> str:
-        from llm.embeddings import check_embedder_spec
+        from memgym.llm.embeddings import check_embedder_spec
 
         try:
             return check_embedder_spec(text, allow_none=allow_none)
@@ -50,16 +50,16 @@ def embedder_arg(allow_none: bool = True):
 
 def make_embedder(name: str, rt):
     """``minilm``: the cached all-MiniLM-L6-v2 of the runtime; any other spec:
-    :func:`llm.embeddings.load_embedder`."""
+    :func:`memgym.llm.embeddings.load_embedder`."""
     if name == "minilm":
         return rt.embedder
-    from llm.embeddings import load_embedder
+    from memgym.llm.embeddings import load_embedder
 
     return load_embedder(name)
 
 
 def test_ids(dataset: str) -> set[str]:
-    from data_synth.splits import split_ids
+    from memgym.data_synth.splits import split_ids
 
     return set(LOCOMO_SPLITS["test"]) if dataset == "locomo" else set(split_ids(dataset, "test"))
 
@@ -67,8 +67,8 @@ def test_ids(dataset: str) -> set[str]:
 def select_conversations(args):
     """Load the conversations named by ``--conversations`` or ``--split``; raises
     :class:`UsageError` for a test split or test ids, or when neither is given."""
-    from data_synth.splits import is_test_split, split_ids
-    from data_synth.datasets import conversations_by_id
+    from memgym.data_synth.splits import is_test_split, split_ids
+    from memgym.data_synth.datasets import conversations_by_id
 
     if args.split and is_test_split(args.dataset, args.split):
         raise UsageError(f"refusing the test split of {args.dataset}: synthetic QA and trajectories are training "
@@ -84,7 +84,7 @@ def select_conversations(args):
 
 
 def _runtime(args):
-    from llm.runtime import Runtime
+    from memgym.llm.runtime import Runtime
 
     return Runtime.from_config(cache=args.cache, batch_size=args.concurrency)
 
@@ -96,8 +96,8 @@ def _write_summary(out: str, summary: dict) -> None:
 
 
 def _qa(args) -> int:
-    from data_synth.synth_qa import synth_qa
-    from llm.base import GenerationParams
+    from memgym.data_synth.synth_qa import synth_qa
+    from memgym.llm.base import GenerationParams
 
     try:
         convs = select_conversations(args)
@@ -134,9 +134,9 @@ def _qa(args) -> int:
 
 
 def _trajectories(args) -> int:
-    from data_synth.qa_format import load_session_qa
-    from data_synth.trajectories import synth_trajectories
-    from llm.base import GenerationParams
+    from memgym.data_synth.qa_format import load_session_qa
+    from memgym.data_synth.trajectories import synth_trajectories
+    from memgym.llm.base import GenerationParams
 
     try:
         convs = select_conversations(args)

@@ -5,24 +5,24 @@ arguments with ``memgym launch`` (see ``launch/cmd_launch.py``).
 Each stage is a module ``training.<stage>`` with TRL's ``make_parser(subparsers)`` (its
 ``trl.TrlParser``, registered in the ``memgym`` tree when chosen, so ``memgym train sft
 --help`` lists every recipe field) and ``train_and_report(*configs)``. On a machine without CUDA
-``use_cpu true, bf16/fp16 false`` apply over the recipe (:func:`training.common.device_defaults`)."""
+``use_cpu true, bf16/fp16 false`` apply over the recipe (:func:`memgym.training.common.device_defaults`)."""
 from __future__ import annotations
 
 import importlib
 
-from launch.registry import Commands
+from memgym.launch.registry import Commands
 
 #: stage -> (module, one-line help)
 STAGES = {
-    "sft": ("training.sft", "supervised fine-tuning on expert trajectories (TRL SFTTrainer, LoRA or full)"),
-    "adrpo": ("training.adrpo", "ADRPO: GRPO with dense session rewards and contribution weighting"),
+    "sft": ("memgym.training.sft", "supervised fine-tuning on expert trajectories (TRL SFTTrainer, LoRA or full)"),
+    "adrpo": ("memgym.training.adrpo", "ADRPO: GRPO with dense session rewards and contribution weighting"),
 }
 
 
 def _stage_parser(stage: str):
     def make(subparsers):
-        from launch.registry import add_recipe_args, recipe_configs
-        from training.common import device_defaults
+        from memgym.launch.registry import add_recipe_args, recipe_configs
+        from memgym.training.common import device_defaults
 
         mod = importlib.import_module(STAGES[stage][0])
         p = mod.make_parser(subparsers)

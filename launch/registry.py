@@ -13,9 +13,9 @@ recipe command's arguments become its settings dataclasses.
   with the recipe's YAML keys as the parser's defaults (flags given override them), and
   :func:`recipe_configs` builds one instance per dataclass (each validates itself once).
 
-Errors are :class:`llm.errors.ConfigError` (a YAML key or flag no field has, each named with
+Errors are :class:`memgym.llm.errors.ConfigError` (a YAML key or flag no field has, each named with
 its closest field, or the field that replaced an old name; a recipe that is no YAML mapping;
-a missing recipe file), ``IsADirectoryError`` for a recipe path that is a folder; :func:`launch.cli.run_command`
+a missing recipe file), ``IsADirectoryError`` for a recipe path that is a folder; :func:`memgym.launch.cli.run_command`
 maps them to exit codes.
 """
 from __future__ import annotations
@@ -26,8 +26,8 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from llm.checks import unknown_names_message
-from llm.errors import ConfigError
+from memgym.llm.checks import unknown_names_message
+from memgym.llm.errors import ConfigError
 
 
 class Commands(argparse._SubParsersAction):
@@ -134,6 +134,9 @@ def load_recipe(parser, path: str) -> None:
         raise IsADirectoryError(21, "Is a directory; the recipe must be a YAML file", str(p))
     if not p.is_file():
         raise ConfigError(f"recipe {p} not found")
+    from memgym.llm.runcard import record_input
+
+    record_input(p, "recipe")
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as e:

@@ -8,7 +8,7 @@ Modules: ``base`` (protocols, params, errors, ``check_batch``), ``specs`` (``loa
 OpenAI-compatible server), ``paths`` (``cache_dir``). Heavy modules (torch, transformers) are
 imported only by the modules that need them.
 """
-from llm.base import (  # noqa: F401
+from memgym.llm.base import (  # noqa: F401
     Backend,
     BackendRequestError,
     BackendSpecError,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Protocol, runtime_checkable
 
-from llm.errors import MemgymError
+from memgym.llm.errors import MemgymError
 
 Message = dict  # {"role": "system"|"user"|"assistant", "content": str}
 Messages = list  # list[Message]
@@ -107,18 +107,50 @@ class GenerationParams:
 
 @dataclass(frozen=True)
 class Completion:
-    """One generated answer; ``finish_reason`` ``"stop"`` or ``"length"``; ``cached``: from the cache."""
+    """One generated answer; ``finish_reason`` ``"stop"`` or ``"length"``; ``cached``: from the
+    cache; ``estimated``: the token counts are estimates (:func:`memgym.llm.models.estimate_tokens`)
+    because the server's own counts were missing or failed :func:`token_count_problem`."""
 
     text: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: str = "stop"
     cached: bool = False
+    estimated: bool = False
 
     @property
     def truncated(self) -> bool:
         """True when generation stopped on the token limit, not on its own."""
         return self.finish_reason == "length"
+
+
+#: Tokens a chat template may add to a prompt beyond its contents' bytes (role markers, a default
+#: system prompt such as Qwen's or Llama 3's date header, a tool or schema preamble): generous,
+#: it only separates an absurd count from a real one.
+TEMPLATE_TOKENS = 4096
+
+
+def prompt_token_limit(messages) -> int:
+    """The most tokens a prompt of ``messages`` can have: its contents' UTF-8 bytes (a byte-level
+    BPE token covers at least one byte, the rule memgym's context budget also relies on) plus
+    :data:`TEMPLATE_TOKENS`."""
+    return sum(len(str(m.get("content", "")).encode("utf-8")) for m in messages) + TEMPLATE_TOKENS
+
+
+def token_count_problem(value, *, most: int, nonempty: bool) -> str:
+    """Why ``value`` cannot be a token count ("" when it can): not an int (a bool, a string, a
+    float, None), negative, 0 for a non-empty text (``nonempty``: a non-empty text has a
+    token), or above ``most`` (:func:`prompt_token_limit` for a prompt, ``max_new_tokens`` for
+    a completion). A server's or a recording's count that fails is never booked."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"{value!r} is not an integer"
+    if value < 0:
+        return f"{value:,} is negative"
+    if value == 0 and nonempty:
+        return "0 for a non-empty text"
+    if value > most:
+        return f"{value:,} is above the possible {most:,}"
+    return ""
 
 
 @runtime_checkable

@@ -10,8 +10,8 @@ import time
 import warnings
 from pathlib import Path
 
-from llm.base import Backend, Completion, GenerationParams, LLMError, Messages, check_batch
-from llm.structured import JsonSchema, check_schemas
+from memgym.llm.base import Backend, Completion, GenerationParams, LLMError, Messages, check_batch
+from memgym.llm.structured import JsonSchema, check_schemas
 
 
 class CacheError(LLMError):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from llm.cache import SqliteCache
-from llm.paths import dir_fingerprint
+from memgym.llm.cache import SqliteCache
+from memgym.llm.paths import dir_fingerprint
 
 
 def _check_texts(texts) -> list[str]:
@@ -33,7 +33,7 @@ def embedding_key(model_id: str, text: str) -> str:
 class EmbeddingCache(SqliteCache):
     """Thread-safe map from :func:`embedding_key` to a float32 vector, in memory plus optional
     sqlite at ``path``. A stored vector of the wrong ``dim`` is a miss. A corrupt file raises
-    :class:`llm.cache.CacheCorruptError` at open; one that breaks mid-run is dropped with a warning."""
+    :class:`memgym.llm.cache.CacheCorruptError` at open; one that breaks mid-run is dropped with a warning."""
 
     TABLE, WHAT = "embeddings", "embedding"
     SCHEMA = "CREATE TABLE IF NOT EXISTS embeddings (key TEXT PRIMARY KEY, dim INTEGER NOT NULL, vec BLOB NOT NULL)"
@@ -115,8 +115,8 @@ def _env_int(name: str, default: int | None) -> int | None:
 
 
 class STEmbedder:
-    """A sentence-transformers :class:`llm.base.Embedder` over a local model dir (default
-    :func:`llm.models.minilm_dir`: dim 384, texts truncated at 256 word pieces).
+    """A sentence-transformers :class:`memgym.llm.base.Embedder` over a local model dir (default
+    :func:`memgym.llm.models.minilm_dir`: dim 384, texts truncated at 256 word pieces).
 
     Only texts missing from ``cache`` reach the model, de-duplicated, in one encode call
     (``calls`` counts them) in mini-batches of ``batch_size`` (default ``$MEMGYM_EMBED_BATCH`` or
@@ -131,7 +131,7 @@ class STEmbedder:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
 
-        from llm.models import minilm_dir
+        from memgym.llm.models import minilm_dir
 
         path = Path(model_dir) if model_dir is not None else minilm_dir()
         if not path.is_dir():
@@ -143,6 +143,7 @@ class STEmbedder:
         if threads is not None and threads < 1:
             raise ValueError(f"STEmbedder threads must be >= 1, got {threads}")
         self.model = SentenceTransformer(str(path), device=device, local_files_only=True)
+        self.path = path
         self.dim = int(self.model.get_embedding_dimension())
         self.model_id = f"st:{path.parent.name}/{path.name}@{dir_fingerprint(path)}"
         self.batch_size = batch_size
@@ -194,7 +195,7 @@ _TOKEN = re.compile(r"\w+", re.UNICODE)
 
 
 class HashEmbedder:
-    """A deterministic, model-free :class:`llm.base.Embedder` for tests and stub runs only.
+    """A deterministic, model-free :class:`memgym.llm.base.Embedder` for tests and stub runs only.
 
     Unsigned hashing trick (Weinberger et al. 2009, "Feature Hashing for Large Scale Multitask
     Learning"): each lower-cased ``\\w+`` token (none: the empty token) adds 1 to bucket
@@ -262,6 +263,6 @@ def load_embedder(spec: str, cache: EmbeddingCache | None = None):
         return None
     if spec.startswith("hash:"):
         return HashEmbedder(int(spec[5:]))
-    from llm.paths import cache_dir
+    from memgym.llm.paths import cache_dir
 
     return STEmbedder(None if spec == "minilm" else spec, cache=cache or EmbeddingCache(cache_dir() / "embeddings.sqlite"))

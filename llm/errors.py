@@ -15,14 +15,15 @@ class MemgymError(Exception):
     status 2) or the part that failed (exit status 1): ``"backend"`` (a model server or spec),
     ``"cache"``, ``"model"`` (a model package), ``"truncated"`` (a cut-off model output),
     ``"model_output"`` (a manager output that does not parse or apply), ``"data"`` (a data,
-    trajectory, QA or bank file), ``"locked"`` (a file another process holds)."""
+    trajectory, QA or bank file), ``"locked"`` (a file another process holds); ``"offline"`` (a data
+    host that cannot be reached, so the user fetches by hand) exits 2 like ``"usage"``."""
 
     kind = "run"
 
     @property
     def exit_status(self) -> int:
-        """2 for a usage error, 1 for anything else."""
-        return 2 if self.kind == "usage" else 1
+        """2 for a usage error or an unreachable data host, 1 for anything else."""
+        return 2 if self.kind in ("usage", "offline") else 1
 
 
 class ConfigError(MemgymError, ValueError):
@@ -36,7 +37,7 @@ class OutputPathError(ConfigError):
 
 def exit_status(exc: BaseException) -> int | None:
     """The exit status of an error that is the user's input or environment: a
-    :class:`~llm.errors.MemgymError` (its ``exit_status``: 2 for ``kind == "usage"``, else 1),
+    :class:`~memgym.llm.errors.MemgymError` (its ``exit_status``: 2 for ``kind == "usage"``, else 1),
     broken YAML (2) or an ``OSError`` (a missing or unreadable file, 1).
     None for anything else: a bug, which keeps its traceback."""
     import yaml
@@ -92,7 +93,7 @@ def report_errors(prog: str, fn, *args) -> int:
     status; Ctrl-C is ``<prog>: interrupted`` and 130; a bug, or any error under
     :func:`debug_requested`, is re-raised with its traceback. ``prog`` may be a callable
     returning the name (asked only when a message is printed). Used by ``memgym`` and by the
-    trainers' standalone entries (``python -m training.sft|adrpo``, what ``memgym launch`` runs)."""
+    trainers' standalone entries (``python -m memgym.training.sft|adrpo``, what ``memgym launch`` runs)."""
     name = prog if isinstance(prog, str) else None
     try:
         return int(fn(*args) or 0)

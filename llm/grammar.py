@@ -8,8 +8,8 @@ import threading
 
 from transformers import LogitsProcessor
 
-from llm.base import LLMError
-from llm.structured import JsonSchema
+from memgym.llm.base import LLMError
+from memgym.llm.structured import JsonSchema
 
 #: JSON layout the grammar allows: ``json.dumps`` separators, no free whitespace.
 JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}

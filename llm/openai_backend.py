@@ -14,8 +14,9 @@ import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
-from llm.base import BackendRequestError, Completion, GenerationParams, Messages, check_batch
-from llm.structured import ConstraintRefusedError, JsonSchema, check_schemas
+from memgym.llm.base import (BackendRequestError, Completion, GenerationParams, Messages, check_batch, prompt_token_limit,
+                      token_count_problem)
+from memgym.llm.structured import ConstraintRefusedError, JsonSchema, check_schemas
 
 RETRY_STATUSES = frozenset({408, 429})  # plus every 5xx
 #: Words by which a 4xx answer to a constrained request is read as a refusal of response_format.
@@ -134,7 +135,10 @@ class OpenAIBackend:
     and fails the whole ``generate`` call.
     Counters: ``calls`` (completions), ``replica_calls[i]``, ``attempts`` (HTTP attempts),
     ``retries``, ``schema_ignored`` (constrained replies outside the schema: the server ignores
-    structured outputs; the first warns). Token counts come from ``usage`` (absent: 0/0, a warning).
+    structured outputs; the first warns). Token counts come from ``usage``; missing or invalid counts
+    (negative, not an int, absurd: :func:`memgym.llm.base.token_count_problem`) are never taken: the
+    completion's counts are then estimated with SmolLM2's tokenizer and marked ``estimated`` (the
+    first warns).
     """
 
     def __init__(self, base_url: str | list[str], model: str, api_key: str | None = None, max_concurrency: int = 8,
@@ -246,7 +250,7 @@ class OpenAIBackend:
                 time.sleep(delay)
                 continue
             self._release(i, answered=True)
-            completion = self._to_completion(resp, attempt)
+            completion = self._to_completion(resp, attempt, messages, params)
             if schema is not None:
                 self._check_schema(completion, schema, self.base_urls[i])
             return completion
@@ -284,7 +288,7 @@ class OpenAIBackend:
             if answered:
                 self.replica_calls[i] += 1
 
-    def _to_completion(self, resp, attempt: int) -> Completion:
+    def _to_completion(self, resp, attempt: int, messages: Messages, params: GenerationParams) -> Completion:
         if isinstance(resp, (str, bytes)) or not hasattr(resp, "choices"):
             head = (resp.decode("utf-8", "replace") if isinstance(resp, bytes) else str(resp))[:60]
             raise BackendRequestError(
@@ -295,22 +299,46 @@ class OpenAIBackend:
             raise BackendRequestError(
                 f"OpenAIBackend: {self.base_url} returned no choices for model {self.model!r}", attempts=attempt)
         choice = choices[0]
-        usage = getattr(resp, "usage", None)
-        if usage is None and not self._warned_usage:
-            self._warned_usage = True
-            warnings.warn(f"OpenAIBackend: {self.base_url} ({self.model}) returns no usage; token counts are 0")
+        text = choice.message.content or ""
         reason = choice.finish_reason or "stop"
+        prompt, completion, why = self._usage(resp, messages, text, params)
         self._count(calls=1)
-        return Completion(text=choice.message.content or "",
-                          prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-                          completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
-                          finish_reason="length" if reason == "length" else "stop")
+        return Completion(text=text, prompt_tokens=prompt, completion_tokens=completion,
+                          finish_reason="length" if reason == "length" else "stop", estimated=bool(why))
+
+    def _usage(self, resp, messages: Messages, text: str, params: GenerationParams) -> tuple[int, int, str]:
+        """(prompt, completion, why estimated): the server's ``usage`` when both counts pass
+        :func:`memgym.llm.base.token_count_problem`, else :func:`memgym.llm.models.estimate_tokens` and the
+        reason (the first such answer warns, naming the server)."""
+        usage = getattr(resp, "usage", None)
+        if usage is None:
+            why = "returns no usage"
+        else:
+            p, c = getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)
+            problems = [f"{name} {why}" for name, why in (
+                ("prompt_tokens", token_count_problem(p, most=prompt_token_limit(messages), nonempty=True)),
+                ("completion_tokens", token_count_problem(c, most=params.max_new_tokens, nonempty=bool(text))))
+                if why]
+            if not problems:
+                return p, c, ""
+            why = f"reported invalid usage ({'; '.join(problems)})"
+        from memgym.llm.models import estimate_tokens
+
+        p, c = estimate_tokens(messages, text)
+        with self._lock:
+            first, self._warned_usage = not self._warned_usage, True
+        if first:
+            msg = (f"OpenAIBackend: {self.base_url} ({self.model}) {why}; token counts are estimated with the "
+                   "SmolLM2 tokenizer and marked as estimates")
+            log.warning(msg)
+            warnings.warn(msg, stacklevel=2)
+        return p, c, why
 
     def generate(self, batch: list[Messages], params: GenerationParams,
                  schemas: list[JsonSchema | None] | None = None) -> list[Completion]:
         """One :class:`Completion` per conversation, in order, requested concurrently.
         ``schemas[i]`` is sent as a JSON-schema ``response_format`` (OpenAI structured outputs);
-        a 4xx naming it raises :class:`llm.structured.ConstraintRefusedError` (not retried)."""
+        a 4xx naming it raises :class:`memgym.llm.structured.ConstraintRefusedError` (not retried)."""
 
         check_batch(batch)
         schemas = check_schemas(schemas, len(batch))

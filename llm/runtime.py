@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from llm.base import Backend, GenerationParams
+from memgym.llm.base import Backend, GenerationParams
 
 
 class RoleBackend:
-    """Wraps a backend for one role and books its real calls and tokens to that role."""
+    """Wraps a backend for one role and books its real calls and tokens to that role (and, under
+    ``tokens[role]["estimated"]``, how many of those calls' counts are estimates)."""
 
     def __init__(self, inner: Backend, role: str, ledger: "Runtime"):
         self.inner, self.role, self.ledger = inner, role, ledger
@@ -31,13 +32,16 @@ class RoleBackend:
             out = self.inner.generate(batch, params)
         for c in out:
             if not c.cached:
+                t = self.ledger.tokens[self.role]
                 self.ledger.calls[self.role] += 1
-                self.ledger.tokens[self.role]["prompt"] += c.prompt_tokens
-                self.ledger.tokens[self.role]["completion"] += c.completion_tokens
+                t["prompt"] += c.prompt_tokens
+                t["completion"] += c.completion_tokens
+                if c.estimated:  # the server's counts were missing or invalid (memgym.llm.base.Completion)
+                    t["estimated"] = t.get("estimated", 0) + 1
         return out
 
     def forget(self, batch, params: GenerationParams, schemas=None) -> None:
-        """:meth:`llm.cache.CachedBackend.forget` where the inner backend caches, else a no-op."""
+        """:meth:`memgym.llm.cache.CachedBackend.forget` where the inner backend caches, else a no-op."""
         forget = getattr(self.inner, "forget", None)
         if callable(forget):
             forget(batch, params, schemas)
@@ -49,7 +53,7 @@ class Runtime:
     def __init__(self, cache=None, embedder=None, batch_size: int = 8, embedding_cache=None,
                  request_timeout_s: float | None = None, request_retries: int | None = None):
         self.cache = cache
-        # openai: backends only (None: llm.openai_backend.request_settings)
+        # openai: backends only (None: memgym.llm.openai_backend.request_settings)
         self.request_options = {k: v for k, v in (("timeout_s", request_timeout_s), ("max_retries", request_retries))
                                 if v is not None}
         self._embedder = embedder
@@ -64,10 +68,10 @@ class Runtime:
                     request_retries: int | None = None) -> "Runtime":
         """``cache``: sqlite path, None for ``$MEMGYM_CACHE/responses.sqlite``, ``"none"`` for no
         response cache. ``request_*``: of ``openai:`` backends. Both caches open here, before any
-        model loads (:class:`llm.cache.CacheCorruptError`)."""
-        from llm.cache import ResponseCache
-        from llm.embeddings import EmbeddingCache
-        from llm.paths import cache_dir
+        model loads (:class:`memgym.llm.cache.CacheCorruptError`)."""
+        from memgym.llm.cache import ResponseCache
+        from memgym.llm.embeddings import EmbeddingCache
+        from memgym.llm.paths import cache_dir
 
         rc = None
         if cache != "none":
@@ -78,7 +82,7 @@ class Runtime:
     @property
     def embedder(self):
         if self._embedder is None:
-            from llm.embeddings import load_embedder
+            from memgym.llm.embeddings import load_embedder
 
             self._embedder = load_embedder("minilm", cache=self._embedding_cache)
         return self._embedder
@@ -87,7 +91,7 @@ class Runtime:
         """The backend of ``spec`` for ``role``, loaded once (``load_kw`` applies to the first load)."""
 
         if spec not in self._backends:
-            from llm.specs import load_backend, parse_spec
+            from memgym.llm.specs import load_backend, parse_spec
 
             load_kw.setdefault("batch_size", self.batch_size)
             if parse_spec(spec).kind == "openai":
@@ -99,6 +103,14 @@ class Runtime:
     def register(self, spec: str, backend: Backend) -> None:
         """Use an already-built backend for ``spec`` (tests, in-process models)."""
         self._backends[spec] = backend
+
+    def loaded_specs(self) -> list[str]:
+        """The specs whose backends this runtime has loaded (or was given), in loading order."""
+        return list(self._backends)
+
+    def loaded_embedder(self):
+        """The embedder, when one was loaded or given (None: no stage embedded anything)."""
+        return self._embedder
 
     def calls_snapshot(self) -> dict:
         emb = self._embedder.calls if self._embedder is not None else 0

@@ -1,4 +1,4 @@
-"""A small OpenAI-compatible HTTP server over any :class:`llm.base.Backend` (stdlib only):
+"""A small OpenAI-compatible HTTP server over any :class:`memgym.llm.base.Backend` (stdlib only):
 ``POST /v1/chat/completions`` (non-streaming, ``n == 1``) and ``GET /v1/models`` in the OpenAI
 Chat Completions API shapes. Behind ``memgym serve`` on CPU and the ``openai`` backend's tests."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from llm.base import Backend, BatchError, GenerationParams, check_batch
-from llm.structured import JsonSchema
+from memgym.llm.base import Backend, BatchError, GenerationParams, check_batch
+from memgym.llm.structured import JsonSchema
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 

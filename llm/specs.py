@@ -1,7 +1,7 @@
 """Backend spec strings, one per role (policy, task, expert, judge, coder, annotator):
 
 - ``hf:<path>``: a local transformers model or PEFT adapter dir; ``hf:smollm2`` / ``hf:default``
-  is the embedded SmolLM2-135M-Instruct (:func:`llm.models.prepare_smollm2`).
+  is the embedded SmolLM2-135M-Instruct (:func:`memgym.llm.models.prepare_smollm2`).
 - ``openai:<base_url>[,<base_url>...]#<model>``: an OpenAI-compatible server (replicas);
   API key ``$OPENAI_API_KEY`` or ``"EMPTY"``.
 - ``vllm:<path>``: an in-process vLLM engine (GPU extra); aliases as for ``hf:``.
@@ -12,9 +12,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from llm.base import Backend, BackendSpecError
-from llm.cache import CachedBackend, ResponseCache
-from llm.errors import ConfigError
+from memgym.llm.base import Backend, BackendSpecError
+from memgym.llm.cache import CachedBackend, ResponseCache
+from memgym.llm.errors import ConfigError
 
 EXPECTED = ("expected one of 'hf:<model or adapter dir>' (or hf:smollm2 / hf:default), "
             "'openai:<http(s) base url>#<model>', 'vllm:<model dir>'")
@@ -109,7 +109,7 @@ def resolve_model_path(model: BackendSpec | str) -> Path | str:
     if not model or not str(model).strip():
         raise ValueError("model_name_or_path is empty")
     if model == EMBEDDED_MODEL:
-        from llm.models import prepare_smollm2
+        from memgym.llm.models import prepare_smollm2
 
         return str(prepare_smollm2())
     p = Path(model).expanduser()
@@ -127,7 +127,7 @@ def _spec_model_dir(s: BackendSpec) -> Path:
     if s.kind == "openai":
         raise BackendSpecError(f"spec openai:{s.target}#{s.model} names a server, not a local model dir")
     if s.target.lower() in DEFAULT_ALIASES:
-        from llm.models import prepare_smollm2
+        from memgym.llm.models import prepare_smollm2
 
         return prepare_smollm2()
     path = Path(s.target).expanduser()
@@ -148,16 +148,16 @@ def load_backend(spec: str, *, cache: ResponseCache | None = None, **kw) -> Back
         kw.pop("batch_size", None)
     backend: Backend
     if s.kind == "hf":
-        from llm.hf_backend import HFBackend
+        from memgym.llm.hf_backend import HFBackend
 
         backend = HFBackend(resolve_model_path(s), **kw)
     elif s.kind == "vllm":
-        from llm.vllm_backend import VLLMBackend, import_vllm
+        from memgym.llm.vllm_backend import VLLMBackend, import_vllm
 
         import_vllm()  # fail with the install hint before preparing any model
         backend = VLLMBackend(resolve_model_path(s), **kw)
     else:
-        from llm.openai_backend import OpenAIBackend
+        from memgym.llm.openai_backend import OpenAIBackend
 
         kw.setdefault("api_key", os.environ.get("OPENAI_API_KEY") or "EMPTY")
         backend = OpenAIBackend(s.target, s.model, **kw)

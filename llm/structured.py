@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from llm.base import BackendRequestError
+from memgym.llm.base import BackendRequestError
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -83,7 +83,7 @@ def check_schemas(schemas, n: int) -> list:
         raise ValueError(f"schemas has {len(schemas)} entries for a batch of {n} conversations")
     for i, s in enumerate(schemas):
         if s is not None and not isinstance(s, JsonSchema):
-            raise TypeError(f"schemas[{i}] must be a llm.structured.JsonSchema or None, got {type(s).__name__}")
+            raise TypeError(f"schemas[{i}] must be a memgym.llm.structured.JsonSchema or None, got {type(s).__name__}")
     return schemas
 
 

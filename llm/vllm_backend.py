@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from llm.base import BackendSpecError, Completion, GenerationParams, Messages, check_batch
-from llm.paths import dir_fingerprint
-from llm.structured import JsonSchema, check_schemas
+from memgym.llm.base import BackendSpecError, Completion, GenerationParams, Messages, check_batch
+from memgym.llm.paths import dir_fingerprint
+from memgym.llm.structured import JsonSchema, check_schemas
 
 
 def structured_params(vllm_module, schema: JsonSchema) -> dict:
@@ -34,7 +34,7 @@ def structured_params(vllm_module, schema: JsonSchema) -> dict:
 CPU_ENGINE_DEFAULTS = {"enforce_eager": True, "dtype": "float32"}
 #: Engine settings on every platform (``setdefault``): schema-constrained JSON through llguidance
 #: (vLLM's ``guidance`` backend, the library of the hf backend's grammar) without free whitespace,
-#: as :data:`llm.grammar.JSON_OPTIONS`. vLLM's default lets the model indent
+#: as :data:`memgym.llm.grammar.JSON_OPTIONS`. vLLM's default lets the model indent
 #: (``{\n  "operations": [\n    {...``: SmolLM2's four manager outputs of
 #: tests/llm/test_structured.py took 266 tokens greedy, 63 compact) and so cuts off at the token
 #: limit outputs that fit compact (vllm/config/structured_outputs.py, ``disable_any_whitespace``).

@@ -1,9 +1,9 @@
-"""JSON schemas of the four managers' outputs (``DESIGN.md`` § "Structured outputs"): pydantic's
-schema of :data:`memory_bank.actions.CoreOp` / :class:`memory_bank.actions.PartOutput`, closed
-(:func:`llm.structured.closed_schema`) and narrowed to what the prompt shows: a part's
+"""JSON schemas of the four managers' outputs (``docs/design.md`` § "Structured outputs"): pydantic's
+schema of :data:`memgym.memory_bank.actions.CoreOp` / :class:`memgym.memory_bank.actions.PartOutput`, closed
+(:func:`memgym.llm.structured.closed_schema`) and narrowed to what the prompt shows: a part's
 ``UPDATE``/``DELETE``/``MERGE`` ids become an ``enum`` of the shown ids (none shown: only ``ADD``;
 ``MERGE`` needs two), and core ``REPLACE``'s ``old_text`` an ``enum`` of the shown core lines
-(:func:`memory_bank.prompts.core_block_lines`; empty block: no ``REPLACE``). A ``MERGE`` repeating
+(:func:`memgym.memory_bank.prompts.core_block_lines`; empty block: no ``REPLACE``). A ``MERGE`` repeating
 an id, or an operation on an id deleted earlier in the output, stays a validation matter.
 """
 from __future__ import annotations
@@ -13,9 +13,9 @@ import functools
 
 from pydantic import TypeAdapter
 
-from llm.structured import JsonSchema, closed_schema
-from memory_bank.actions import ID_PREFIX, MANAGERS, CoreOp, PartOutput
-from memory_bank.prompts import ManagerPrompt
+from memgym.llm.structured import JsonSchema, closed_schema
+from memgym.memory_bank.actions import ID_PREFIX, MANAGERS, CoreOp, PartOutput
+from memgym.memory_bank.prompts import ManagerPrompt
 
 _ID_OPS = ("Update", "Delete", "Merge")
 
@@ -59,7 +59,7 @@ def _narrow_core(schema: dict, lines: tuple[str, ...]) -> dict:
 @functools.lru_cache(maxsize=4096)
 def manager_schema(manager: str, ids: tuple[str, ...] | None = None,
                    core_lines: tuple[str, ...] | None = None) -> JsonSchema:
-    """The :class:`llm.structured.JsonSchema` of ``manager``'s output (cached per shape).
+    """The :class:`memgym.llm.structured.JsonSchema` of ``manager``'s output (cached per shape).
         ``ids``: a part's shown entry ids (``()``: only ADD; None: any string; None for core);
         ``core_lines``: core's shown lines (``()``: no REPLACE; None: free). ValueError for an unknown
         manager, a misplaced argument or an id without the part's prefix.

@@ -1,7 +1,7 @@
 """The memory action space: pydantic models for the four managers' JSON outputs, tolerant
 parsing, and validation with typed errors.
 
-Source: ``DESIGN.md`` § "The memory bank and its action space"::
+Source: ``docs/design.md`` § "The memory bank and its action space"::
 
     core:  {"operation": "APPEND", "content": s} | {"operation": "REPLACE", "old_text": s, "new_text": s}
            | {"operation": "REWRITE", "content": s} | {"operation": "NONE"}
@@ -16,7 +16,7 @@ from typing import Annotated, Literal, Union
 import json_repair
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from memory_bank.errors import OutputParseError, OutputSchemaError, OutputTruncatedError, WrongPartError
+from memgym.memory_bank.errors import OutputParseError, OutputSchemaError, OutputTruncatedError, WrongPartError
 
 PARTS = ("episodic", "semantic", "procedural")
 MANAGERS = ("core",) + PARTS

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Callable
 
-from memory_bank.actions import (
+from memgym.memory_bank.actions import (
     ID_PREFIX,
     MANAGERS,
     PARTS,
@@ -22,7 +22,7 @@ from memory_bank.actions import (
     Update,
     parse_output,
 )
-from memory_bank.errors import BankFormatError, ReplaceTextNotFoundError, UnknownIdError
+from memgym.memory_bank.errors import BankFormatError, ReplaceTextNotFoundError, UnknownIdError
 
 CORE_LIMIT_CHARS = 5_000
 CORE_TARGET_CHARS = 3_000
@@ -93,12 +93,12 @@ class MemoryBank:
         """Parse ``text`` as ``manager``'s output and apply it atomically.
 
         ``finish_reason``: the completion's, when known (``"length"`` = cut off: a
-        ``truncated`` failure). Raises a :class:`~memory_bank.errors.ManagerOutputError`
+        ``truncated`` failure). Raises a :class:`~memgym.memory_bank.errors.ManagerOutputError`
         subclass; on error the bank is unchanged (byte-identical JSON)."""
         return self.apply(manager, parse_output(manager, text, finish_reason), session)
 
     def apply(self, manager: str, ops, session: int) -> ApplyResult:
-        """Apply already-parsed operations (see :mod:`memory_bank.actions`) atomically."""
+        """Apply already-parsed operations (see :mod:`memgym.memory_bank.actions`) atomically."""
         if manager not in MANAGERS:
             raise ValueError(f"unknown manager {manager!r}; expected one of {MANAGERS}")
         if manager == "core":

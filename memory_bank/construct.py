@@ -15,18 +15,18 @@ from typing import Protocol
 
 from tqdm.auto import tqdm
 
-from llm.base import Backend, Completion, GenerationParams
-from memory_bank.actions import MANAGERS
-from memory_bank.bank import MemoryBank
-from memory_bank.errors import ManagerOutputError
-from memory_bank.prompts import ManagerPrompt, build_prompt, compress_messages
-from memory_bank.schema import Conversation, Session, Turn
+from memgym.llm.base import Backend, Completion, GenerationParams
+from memgym.memory_bank.actions import MANAGERS
+from memgym.memory_bank.bank import MemoryBank
+from memgym.memory_bank.errors import ManagerOutputError
+from memgym.memory_bank.prompts import ManagerPrompt, build_prompt, compress_messages
+from memgym.memory_bank.schema import Conversation, Session, Turn
 
 
 class Extractor(Protocol):
     """Produces the raw text of each manager's output for one session: ``extract`` maps the four
         :class:`ManagerPrompt` (order of :data:`MANAGERS`) to four strings or
-        :class:`llm.base.Completion` s. ``compressor()`` may return a core compressor (or None). With a
+        :class:`memgym.llm.base.Completion` s. ``compressor()`` may return a core compressor (or None). With a
         finite context it also has ``prompt_budget()`` and ``prompt_tokens(messages)``."""
 
     name: str
@@ -54,13 +54,13 @@ def backend_context_tokens(backend) -> int | None:
 
 
 class ModelExtractor:
-    """An LLM (any :class:`llm.base.Backend`) as the memory-construction model.
+    """An LLM (any :class:`memgym.llm.base.Backend`) as the memory-construction model.
 
         ``params``: default greedy, 768 new tokens. ``constrained``: each manager output decoded under
-        :func:`memory_bank.action_schemas.prompt_schema`, strings/lists bounded by ``max_chars`` /
+        :func:`memgym.memory_bank.action_schemas.prompt_schema`, strings/lists bounded by ``max_chars`` /
         ``max_items``. ``context_tokens``: default :func:`backend_context_tokens` (None: never
         segmented). ``segment_tokens``: cut every session as segmented SFT does
-        (``training.sft_segments``). ValueError when it is < 1 or the context does not exceed the
+        (``memgym.training.sft_segments``). ValueError when it is < 1 or the context does not exceed the
         output budget. Prompts are measured with the backend's tokenizer, else characters / 3."""
 
     def __init__(self, backend: Backend, params: GenerationParams | None = None, name: str | None = None,
@@ -102,8 +102,8 @@ class ModelExtractor:
     def extract(self, conversation_id, session, prompts):
         batch = [p.messages for p in prompts]
         if self.constrained:
-            from llm.structured import bounded
-            from memory_bank.action_schemas import prompt_schema
+            from memgym.llm.structured import bounded
+            from memgym.memory_bank.action_schemas import prompt_schema
 
             comps = self.backend.generate(batch, self.params,
                                           schemas=[bounded(prompt_schema(p), *self.bounds) for p in prompts])
@@ -181,7 +181,7 @@ def split_session(session: Session, turn_tokens: Sequence[int], segment_tokens: 
 
 def fixed_segments(session: Session, extractor) -> list[Session]:
     """The session cut by the extractor's ``segment_tokens`` (a turn counts its line's tokens + 1,
-        as ``training.sft_segments`` does), else ``[session]``."""
+        as ``memgym.training.sft_segments`` does), else ``[session]``."""
     n = getattr(extractor, "segment_tokens", None)
     if not n or not session.turns:
         return [session]

@@ -2,8 +2,8 @@
 check`` prints and the reward's format gate logs."""
 from __future__ import annotations
 
-from llm.base import TruncatedOutputError
-from llm.errors import MemgymError
+from memgym.llm.base import TruncatedOutputError
+from memgym.llm.errors import MemgymError
 
 
 class ManagerOutputError(MemgymError, ValueError):
@@ -66,7 +66,7 @@ class BankFormatError(MemgymError, ValueError):
     kind = "data"
 
 
-# ---- memory programs (memory_bank.program) ----
+# ---- memory programs (memgym.memory_bank.program) ----
 
 
 class ProgramError(Exception):

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memory_bank.actions import MANAGERS, PARTS
-from memory_bank.bank import CORE_LIMIT_CHARS, Entry, MemoryBank
-from memory_bank.schema import Session
+from memgym.memory_bank.actions import MANAGERS, PARTS
+from memgym.memory_bank.bank import CORE_LIMIT_CHARS, Entry, MemoryBank
+from memgym.memory_bank.schema import Session
 
 MAX_SHOWN_ENTRIES = 20
 

@@ -1,6 +1,6 @@
 """JSON schemas of a memory program's records for constrained instruction extraction
 (``{"units": [MemoryUnit, ...]}``) and planning (one Query), from the program's dataclasses
-(:func:`memory_bank.program.describe_dataclass`): str/int/float/bool/list[str], Optional adding
+(:func:`memgym.memory_bank.program.describe_dataclass`): str/int/float/bool/list[str], Optional adding
 ``null``; every field required and no other key (OpenAI strict mode). Cached per field list.
 """
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import json
 
-from llm.structured import JsonSchema
+from memgym.llm.structured import JsonSchema
 
 _JSON_TYPE = {"str": {"type": "string"}, "int": {"type": "integer"}, "float": {"type": "number"},
               "bool": {"type": "boolean"}, "list[str]": {"type": "array", "items": {"type": "string"}}}

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from memory_bank.actions import PARTS
-from memory_bank.bank import MemoryBank
-from memory_bank.program.toolkit import unit_rows
+from memgym.memory_bank.actions import PARTS
+from memgym.memory_bank.bank import MemoryBank
+from memgym.memory_bank.program.toolkit import unit_rows
 
 DEFAULT_K = 10
 
@@ -97,7 +97,7 @@ class Retrieved:
 class BankRetriever:
     """Embeds every live entry of a bank once and answers top-k queries over it.
 
-    ``embedder`` follows :class:`llm.base.Embedder` (use a cached one so repeated banks cost
+    ``embedder`` follows :class:`memgym.llm.base.Embedder` (use a cached one so repeated banks cost
     no model call)."""
 
     def __init__(self, bank: MemoryBank, embedder, k: int = DEFAULT_K):

@@ -1,6 +1,6 @@
 """Contribution attribution: which memory part the session's questions drew on.
 
-Source: MemBuilder (arXiv 2601.05488) Eqs. 9-10; DESIGN.md § "Dense session reward and ADRPO"
+Source: MemBuilder (arXiv 2601.05488) Eqs. 9-10; docs/design.md § "Dense session reward and ADRPO"
 step 6. ``h(m)`` = retrieved entries of part m over the J questions; the dominant part is
 ``argmax h`` over episodic/semantic/procedural, and a tie (incl. all zeros) means none.
 ``w(m) = α`` for the dominant part, else 1; core is never dominant (always shown), w(core) = 1.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memory_bank.actions import MANAGERS, PARTS
+from memgym.memory_bank.actions import MANAGERS, PARTS
 
 __all__ = ["part_counts", "dominant_part", "contribution_weight"]
 

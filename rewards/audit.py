@@ -11,8 +11,8 @@ from collections import defaultdict
 import numpy as np
 from tqdm.auto import tqdm
 
-from memory_bank.actions import MANAGERS
-from rewards.samples import RewardSample
+from memgym.memory_bank.actions import MANAGERS
+from memgym.rewards.samples import RewardSample
 
 __all__ = ["CONTROLS", "EMPTY_OUTPUTS", "control_outputs", "run_audit"]
 

@@ -8,7 +8,7 @@ transcript; for APPEND / REPLACE also the current core block) or earlier in y it
     CP(y) = |{copied words of y}| / |words(y)|  in [0, 1], n = 6 by default
 
 0 for texts shorter than n words. Used as ``R = g·acc·(1 − λ·LP)·(1 − μ·CP)``
-(:class:`rewards.session_reward.SessionReward`). Source: the novel n-gram share of See et
+(:class:`memgym.rewards.session_reward.SessionReward`). Source: the novel n-gram share of See et
 al. 2017 ("Get To The Point") and the coverage of Grusky et al. 2018 (Newsroom).
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ __all__ = ["copy_rate", "prompt_transcript", "words"]
 
 _WORD = re.compile(r"\w+")
 #: The line build_prompt puts before the transcript and the one it puts after it
-#: (memory_bank.prompts.build_prompt).
+#: (memgym.memory_bank.prompts.build_prompt).
 _BEFORE = "New session transcript:\n"
 _AFTER = "\n\nNow output the JSON for the "
 
@@ -59,7 +59,7 @@ def copy_rate(written: str, source: str | Sequence[str], n: int = 6, *, self_rep
 
 def prompt_transcript(messages: list[dict]) -> str:
     """The session transcript inside a manager prompt built by
-    :func:`memory_bank.prompts.build_prompt` (the text between its "New session transcript:"
+    :func:`memgym.memory_bank.prompts.build_prompt` (the text between its "New session transcript:"
     line and its closing instruction). Raises ValueError when no user message holds it."""
     for msg in reversed(messages):
         content = msg.get("content") if isinstance(msg, dict) else None
@@ -67,4 +67,4 @@ def prompt_transcript(messages: list[dict]) -> str:
             body = content.rsplit(_BEFORE, 1)[1]
             return body.rsplit(_AFTER, 1)[0] if _AFTER in body else body
     raise ValueError("prompt_transcript: no user message with a 'New session transcript:' section "
-                     "(not a memory_bank.prompts.build_prompt prompt)")
+                     "(not a memgym.memory_bank.prompts.build_prompt prompt)")

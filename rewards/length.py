@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memory_bank.actions import CoreAppend, CoreNone, CoreReplace, CoreRewrite
+from memgym.memory_bank.actions import CoreAppend, CoreNone, CoreReplace, CoreRewrite
 
 __all__ = ["core_length_penalty", "part_length_penalty", "core_written_text", "count_tokens"]
 

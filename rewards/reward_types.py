@@ -1,6 +1,6 @@
 """The dense session reward's settings (:class:`SessionRewardConfig`), result
 (:class:`RewardBreakdown`), error type and bank :data:`MODES`. Source: MemBuilder (arXiv
-2601.05488) §3.4, Eqs. 5-10; steps in brackets refer to :mod:`rewards.session_reward`.
+2601.05488) §3.4, Eqs. 5-10; steps in brackets refer to :mod:`memgym.rewards.session_reward`.
 """
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from llm.errors import MemgymError
-from memory_bank.actions import PARTS
-from rewards.scoring.scorers import SCORER_NAMES
+from memgym.llm.errors import MemgymError
+from memgym.memory_bank.actions import PARTS
+from memgym.rewards.scoring.scorers import SCORER_NAMES
 
 __all__ = ["MODES", "SessionRewardConfig", "RewardBreakdown", "RewardDataError"]
 

@@ -1,6 +1,6 @@
 """Rollout samples of the dense session reward, one per (conversation, session t, manager m):
 the prompt is built from the expert's bank after session t-1 and the QA of session t scores
-the completion (DESIGN.md § "Dense session reward and ADRPO").
+the completion (docs/design.md § "Dense session reward and ADRPO").
 """
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from data_synth.datasets import conversations_by_id
-from data_synth.expert import TrajectoryError, banks_before_sessions, load_trajectories
-from data_synth.qa_format import load_session_qa, qa_item_from_json
-from memory_bank.actions import MANAGERS
-from memory_bank.bank import MemoryBank
-from memory_bank.prompts import build_prompt
-from memory_bank.schema import QAItem
+from memgym.data_synth.datasets import conversations_by_id
+from memgym.data_synth.expert import TrajectoryError, banks_before_sessions, load_trajectories
+from memgym.data_synth.qa_format import load_session_qa, qa_item_from_json
+from memgym.memory_bank.actions import MANAGERS
+from memgym.memory_bank.bank import MemoryBank
+from memgym.memory_bank.prompts import build_prompt
+from memgym.memory_bank.schema import QAItem
 
 __all__ = ["RewardSample", "build_reward_samples", "sample_key"]
 

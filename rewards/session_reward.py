@@ -7,10 +7,10 @@ manager m) and completion y:
 2. Bank: ``counterfactual`` = expert bank before t + expert's session-t ops with m's replaced
    by y; ``isolated`` = expert bank before t + y; ``joint`` = expert bank before t + the k-th
    rollouts of all four managers.
-3. acc = mean_j judge(answer(q_j, retrieve(bank, q_j)), a_j) (:mod:`rewards.scoring.measure`).
-4. LP in policy tokens (:mod:`rewards.length`).
-5. R = g · acc · (1 − λ·LP) · (1 − μ·CP) (:mod:`rewards.copying`; μ = 0 is MemBuilder's).
-6. w(m) = α for the dominant part, else 1 (:mod:`rewards.attribution`).
+3. acc = mean_j judge(answer(q_j, retrieve(bank, q_j)), a_j) (:mod:`memgym.rewards.scoring.measure`).
+4. LP in policy tokens (:mod:`memgym.rewards.length`).
+5. R = g · acc · (1 − λ·LP) · (1 − μ·CP) (:mod:`memgym.rewards.copying`; μ = 0 is MemBuilder's).
+6. w(m) = α for the dominant part, else 1 (:mod:`memgym.rewards.attribution`).
 
 A call makes one ``embedder.encode``, one answer ``generate`` and one judge ``generate``;
 identical (bank, session) pairs are scored once.
@@ -22,21 +22,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llm.base import GenerationParams
-from memory_bank.actions import MANAGERS, PARTS, CoreRewrite, parse_output
-from memory_bank.bank import MemoryBank
-from memory_bank.errors import ManagerOutputError
-from memory_bank.retrieval import BankRetriever, Retrieved
-from rewards.attribution import contribution_weight, dominant_part, part_counts
-from rewards.copying import copy_rate, prompt_transcript
-from rewards.length import core_length_penalty, core_written_text, count_tokens, part_length_penalty
-from rewards.reward_types import MODES, RewardBreakdown, RewardDataError, SessionRewardConfig
-from rewards.samples import RewardSample
-from rewards.scoring.measure import measure
-from rewards.scoring.scorers import make_scorer
+from memgym.llm.base import GenerationParams
+from memgym.memory_bank.actions import MANAGERS, PARTS, CoreRewrite, parse_output
+from memgym.memory_bank.bank import MemoryBank
+from memgym.memory_bank.errors import ManagerOutputError
+from memgym.memory_bank.retrieval import BankRetriever, Retrieved
+from memgym.rewards.attribution import contribution_weight, dominant_part, part_counts
+from memgym.rewards.copying import copy_rate, prompt_transcript
+from memgym.rewards.length import core_length_penalty, core_written_text, count_tokens, part_length_penalty
+from memgym.rewards.reward_types import MODES, RewardBreakdown, RewardDataError, SessionRewardConfig
+from memgym.rewards.samples import RewardSample
+from memgym.rewards.scoring.measure import measure
+from memgym.rewards.scoring.scorers import make_scorer
 
 #: The reward's public names: the computation and statistic defined here, and the settings,
-#: result and error types of :mod:`rewards.reward_types` it takes and returns.
+#: result and error types of :mod:`memgym.rewards.reward_types` it takes and returns.
 __all__ = ["MODES", "SessionRewardConfig", "RewardBreakdown", "SessionReward", "RewardDataError",
            "frac_reward_zero_std"]
 

@@ -7,7 +7,7 @@
    get different rewards (``screen_rows``), dense session reward with the offline answer-recall
    judge (``launch/recipes/demo_train_adrpo.yaml``).
 
-Both trainers measure themselves at every evaluation (:mod:`training.callbacks`): the greedy
+Both trainers measure themselves at every evaluation (:mod:`memgym.training.callbacks`): the greedy
 validation session reward on conv-30's first segment rows with per-manager format failures,
 and the answer-recall of the bank the model builds over the first turns of held-out LoCoMo
 conv-41. The report's tables and curve are read from the two ``trainer_state.json`` files'
@@ -47,10 +47,10 @@ def choose_threads(requested: int | None) -> int | None:
 
 
 def run_sft(out: Path, steps: int | None) -> tuple[dict, int | None]:
-    """Stage 1: ``training.sft.run`` with the demo recipe; returns its metrics dict and the
+    """Stage 1: ``memgym.training.sft.run`` with the demo recipe; returns its metrics dict and the
     recipe's ``segment_tokens`` (None = whole sessions): the cut the SFT model learns, which
     the held-out measurement then builds banks on."""
-    from training.sft import parse_args, run
+    from memgym.training.sft import parse_args, run
 
     argv = ["--config", str(RECIPES / "demo_train_sft.yaml"), "--output_dir", str(out / "sft")]
     if steps is not None:
@@ -62,7 +62,7 @@ def run_sft(out: Path, steps: int | None) -> tuple[dict, int | None]:
 def run_adrpo(out: Path, steps: int | None) -> list[dict]:
     """Stage 2: ADRPO from the SFT model; returns the trainer's log history (also in
     ``adrpo/trainer_state.json``)."""
-    from training.adrpo import build_trainer, parse_args, train
+    from memgym.training.adrpo import build_trainer, parse_args, train
 
     argv = ["--config", str(RECIPES / "demo_train_adrpo.yaml"), "--init_from", str(out / "sft"),
             "--output_dir", str(out / "adrpo")]
@@ -77,8 +77,8 @@ def run_adrpo(out: Path, steps: int | None) -> list[dict]:
 
 
 def measurements(history: list[dict]) -> list[dict]:
-    """The in-trainer measurements of a ``log_history`` (:mod:`training.callbacks`), in step order."""
-    from training.callbacks import PREFIX
+    """The in-trainer measurements of a ``log_history`` (:mod:`memgym.training.callbacks`), in step order."""
+    from memgym.training.callbacks import PREFIX
 
     return [h for h in history if f"{PREFIX}/validation_reward" in h]
 
@@ -127,8 +127,8 @@ def measure_table(rows: dict[str, dict]) -> list[str]:
     """Markdown lines: one row per model state (a ``log_history`` measurement) with the
     validation reward, the per-manager format-failure rates of the validation outputs, and the
     held-out bank's entries and answer recall."""
-    from memory_bank.actions import MANAGERS
-    from training.callbacks import PREFIX
+    from memgym.memory_bank.actions import MANAGERS
+    from memgym.training.callbacks import PREFIX
 
     lines = ["| model | step | validation reward | " + " | ".join(f"{m} format failures" for m in MANAGERS)
              + " | held-out bank entries | held-out answer recall | held-out QA |", "|---" * (len(MANAGERS) + 6) + "|"]

@@ -11,6 +11,8 @@ Fixtures:
   4 heads, 2 kv heads, intermediate 128, tied embeddings, init std 0.3, vocab = SmolLM2's
   49,152) with the real SmolLM2 tokenizer and chat template, saved with ``save_pretrained``.
   Seeded (0), so its weights are identical in every run.
+- ``planted_dir`` (session): ``tiny_model_dir`` with a planted bigram path to the valid manager
+  output ``{"operations": []}`` (:func:`tests.helpers.planted_policy`), for ADRPO runs.
 - ``smollm2_dir`` (session): the real SmolLM2-135M-Instruct dir from ``prepare_smollm2()``
   (about 30 s the first time, under a file lock so that pytest-xdist workers convert it once);
   use in tests marked ``@pytest.mark.slow``.
@@ -49,7 +51,8 @@ TINY_CONFIG = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, n
 
 
 #: Files whose tests take minutes, longest first (``pytest --durations``).
-SLOW_FIRST = ["tests/evolution/execution/test_extract_stage.py", "tests/launch/test_cmd_launch.py",
+SLOW_FIRST = ["tests/launch/test_zero3.py", "tests/evolution/execution/test_extract_stage.py",
+              "tests/launch/test_cmd_launch.py",
               "tests/training/test_heldout.py", "tests/evolution/search/test_loop.py",
               "tests/evolution/search/test_beam.py", "tests/evolution/search/test_experiment.py",
               "tests/training/test_adrpo.py", "tests/rewards/scoring/test_evaluate.py",
@@ -75,7 +78,7 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from llm.models import prepare_smollm2_tokenizer
+    from memgym.llm.models import prepare_smollm2_tokenizer
 
     tok = AutoTokenizer.from_pretrained(str(prepare_smollm2_tokenizer()))
     out = tmp_path_factory.mktemp("tiny_model")
@@ -92,12 +95,19 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def planted_dir(tiny_model_dir, tmp_path_factory) -> Path:
+    from tests.helpers import planted_policy
+
+    return planted_policy(tiny_model_dir, tmp_path_factory.mktemp("planted"))
+
+
+@pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
     """The prepared SmolLM2-135M-Instruct transformers dir (cached under $MEMGYM_CACHE)."""
     import fcntl
 
-    from llm.models import prepare_smollm2
-    from llm.paths import cache_dir
+    from memgym.llm.models import prepare_smollm2
+    from memgym.llm.paths import cache_dir
 
     with open(cache_dir() / ".smollm2-prepare.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released on close; a second worker then finds the dir complete

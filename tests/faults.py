@@ -9,7 +9,7 @@ Points (``<point>:<round>``, or ``run_end:<variant>/seed<k>`` for an experiment)
 - ``round_end:N``: right after round N's state is saved;
 - ``run_end:<variant>/seed<k>``: right after that experiment run is recorded as done.
 
-The kill is a callback added to every :func:`evolution.search.api.evolve` call (after the
+The kill is a callback added to every :func:`memgym.evolution.search.api.evolve` call (after the
 run's own callbacks, so what they write is on disk), plus, for ``evaluation``, a wrapper of
 :meth:`Evaluator.evaluate`; production code knows nothing of it.
 """
@@ -20,7 +20,7 @@ import signal
 import sys
 from pathlib import Path
 
-from evolution.search.protocols import Callback
+from memgym.evolution.search.protocols import Callback
 
 
 def _kill() -> None:
@@ -53,9 +53,9 @@ class KillAt(Callback):
 
 
 def install(point: str) -> None:
-    """Wrap :func:`evolution.search.api.evolve` (and the evaluator for ``evaluation``)."""
-    from evolution.search import api
-    from evolution.search.evaluator import Evaluator
+    """Wrap :func:`memgym.evolution.search.api.evolve` (and the evaluator for ``evaluation``)."""
+    from memgym.evolution.search import api
+    from memgym.evolution.search.evaluator import Evaluator
 
     real = api.evolve
     active: list[KillAt] = []
@@ -79,6 +79,6 @@ def install(point: str) -> None:
 
 if __name__ == "__main__":
     install(sys.argv[1])
-    from launch.cli import main
+    from memgym.launch.cli import main
 
     sys.exit(main(sys.argv[2:]))

@@ -1,22 +1,25 @@
 """Test helpers shared by every package's tests.
 
-:class:`ScriptedBackend` implements :class:`llm.base.Backend` without a model: answers come
+:class:`ScriptedBackend` implements :class:`memgym.llm.base.Backend` without a model: answers come
 from a list (consumed in order) or a callable ``(messages, params) -> str``. :class:`FaultyServer`
 is the builtin server with injected delays and failures (``serve_backend(server_class=...)``).
+:func:`planted_policy` writes the tiny model with a planted valid manager output (ADRPO tests);
+:func:`memgym_launch` runs ``memgym launch`` in a subprocess (multi-process tests).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from datetime import datetime
 
-from llm.base import BackendRequestError, Completion, GenerationParams, Messages, check_batch
-from llm.server import BackendHTTPServer, _RequestError
-from memory_bank.schema import Capability, Conversation, QAItem, Session, Turn
+from memgym.llm.base import BackendRequestError, Completion, GenerationParams, Messages, check_batch
+from memgym.llm.server import BackendHTTPServer, _RequestError
+from memgym.memory_bank.schema import Capability, Conversation, QAItem, Session, Turn
 
 
 class ScriptedBackend:
@@ -68,13 +71,18 @@ class ScriptedBackend:
         return out
 
 
-class FaultyServer(BackendHTTPServer):
-    """:class:`llm.server.BackendHTTPServer` for client tests: every chat completion first waits
-    ``delay_s``; the first ``fail_first`` get HTTP ``fail_status`` (type ``server_error``)."""
+_REAL = object()
 
-    def __init__(self, *args, fail_first: int = 0, fail_status: int = 503, delay_s: float = 0.0, **kw):
+
+class FaultyServer(BackendHTTPServer):
+    """:class:`memgym.llm.server.BackendHTTPServer` for client tests: every chat completion first waits
+    ``delay_s``; the first ``fail_first`` get HTTP ``fail_status`` (type ``server_error``);
+    ``usage`` (when given) is sent as the answer's ``usage`` instead of the real counts (None:
+    no ``usage`` key), as a misbehaving or hostile server would."""
+
+    def __init__(self, *args, fail_first: int = 0, fail_status: int = 503, delay_s: float = 0.0, usage=_REAL, **kw):
         super().__init__(*args, **kw)
-        self.fail_first, self.fail_status, self.delay_s = fail_first, fail_status, delay_s
+        self.fail_first, self.fail_status, self.delay_s, self.usage = fail_first, fail_status, delay_s, usage
         self._answered = 0
 
     def chat_completion(self, body: dict) -> dict:
@@ -84,7 +92,12 @@ class FaultyServer(BackendHTTPServer):
         time.sleep(self.delay_s)
         if n <= self.fail_first:
             raise _RequestError(self.fail_status, f"injected failure {n}/{self.fail_first}", "server_error")
-        return super().chat_completion(body)
+        out = super().chat_completion(body)
+        if self.usage is None:
+            del out["usage"]
+        elif self.usage is not _REAL:
+            out["usage"] = self.usage
+        return out
 
 
 def trainable_state(model) -> dict:
@@ -93,9 +106,71 @@ def trainable_state(model) -> dict:
     return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
+PLANT_LOGIT = 16.0  # target logit of each planted step; ~9/16 samples are exactly valid at T = 1
+
+
+def planted_policy(src, out):
+    """Copy of the tiny random model with attention/MLP outputs zeroed (each position sees only
+    its own token: a bigram model) and an untied LM head that gives the next token of the
+    chain a logit of PLANT_LOGIT (random tokens keep their random logits, std ~2.4)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(src))
+    model = AutoModelForCausalLM.from_pretrained(str(src))
+    chain = (tok("\n", add_special_tokens=False)["input_ids"]
+             + tok('{"operations": []}', add_special_tokens=False)["input_ids"] + [tok.eos_token_id])
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        emb = model.model.embed_tokens.weight
+        model.lm_head.weight = torch.nn.Parameter(emb.detach().clone())
+        model.config.tie_word_embeddings = False
+        d = emb.shape[1]
+        for i, t in enumerate(chain):
+            emb[t] = torch.nn.functional.one_hot(torch.tensor(i), d).float()
+        for i in range(len(chain) - 1):  # RMSNorm maps the one-hot to sqrt(d) on axis i
+            model.lm_head.weight[chain[i + 1]] = torch.nn.functional.one_hot(torch.tensor(i), d).float() \
+                * PLANT_LOGIT / math.sqrt(d)
+    model.save_pretrained(str(out))
+    tok.save_pretrained(str(out))
+    return out
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a launch's rendezvous)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def memgym_launch(config: str, stage: str, args: list[str], *, threads: str = "1", env: dict | None = None,
+                  timeout: int = 400) -> str:
+    """Run ``memgym launch --accelerate-config CONFIG train STAGE ARGS`` from the repo root in a
+    subprocess (``OMP_NUM_THREADS=threads``, offline hub); asserts exit status 0 and that the
+    printed command is ``accelerate launch --config_file launch/accelerate/CONFIG.yaml ...``.
+    Returns stdout."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "memgym.launch.cli", "launch", "--accelerate-config", config,
+           "--main-process-port", str(free_port()), "train", stage, *args]
+    env = dict(os.environ, OMP_NUM_THREADS=threads, HF_HUB_OFFLINE="1", **(env or {}))
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=repo, env=env, timeout=timeout)
+    assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-5000:])
+    assert res.stdout.splitlines()[0].startswith(f"accelerate launch --config_file launch/accelerate/{config}.yaml")
+    return res.stdout
+
+
 def load_program_module(path, module_name: str | None = None):
     """Import a TRUSTED program file in-process (seed/reference, tests). Untrusted candidates
-    must go through ``evolution.execution.sandbox.SandboxedProgram`` instead. The module is registered
+    must go through ``memgym.evolution.execution.sandbox.SandboxedProgram`` instead. The module is registered
     in ``sys.modules`` under ``module_name`` (default ``memgym_program_<stem>``) so that
     ``typing.get_type_hints`` can resolve its annotations. Raises FileNotFoundError naming
     the path."""
@@ -211,7 +286,7 @@ def qa(question: str, answer: str, evidence=("D1:1",)) -> QAItem:
 
 def bank_with(session: int = 1, episodic=(), semantic=(), core: str = ""):
     """A bank with ``core`` appended and ``episodic`` / ``semantic`` entries added in ``session``."""
-    from memory_bank.bank import MemoryBank
+    from memgym.memory_bank.bank import MemoryBank
 
     bank = MemoryBank()
     if core:
@@ -230,9 +305,9 @@ EMPTY = {"core": '{"operation": "NONE"}', "episodic": '{"operations": []}', "sem
 
 def make_samples(bank, session: int, expert: dict[str, str], qa: list[QAItem],
                  managers=("core", "episodic", "semantic", "procedural")) -> list:
-    """One :class:`rewards.samples.RewardSample` per manager of conversation ``c1``, session
+    """One :class:`memgym.rewards.samples.RewardSample` per manager of conversation ``c1``, session
     ``session``: the bank before it, the expert outputs (``EMPTY`` where not given), the QA."""
-    from rewards.samples import RewardSample, sample_key
+    from memgym.rewards.samples import RewardSample, sample_key
 
     outputs = {**EMPTY, **expert}
     return [RewardSample(sample_key("c1", session, m), "c1", session, m, [{"role": "user", "content": "x"}],
@@ -245,7 +320,7 @@ def sandbox_fails(kind: str, match: str | None = None):
     (the sandbox's one error type tells its failures apart by ``kind``)."""
     import pytest
 
-    from evolution.execution.sandbox import SandboxError
+    from memgym.evolution.execution.sandbox import SandboxError
 
     with pytest.raises(SandboxError, match=match) as ei:
         yield ei

@@ -12,11 +12,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from memory_bank.actions import MANAGERS
-from rewards.session_reward import SessionReward
-from training.adrpo_config import ADRPOConfig
-from training.adrpo_trainer import ADRPOTrainer
-from training.common import PolicyModelConfig, resume_arg  # noqa: F401  (resume_arg: re-exported)
+from memgym.memory_bank.actions import MANAGERS
+from memgym.rewards.session_reward import SessionReward
+from memgym.training.adrpo_config import ADRPOConfig
+from memgym.training.adrpo_trainer import ADRPOTrainer
+from memgym.training.common import PolicyModelConfig, resume_arg  # noqa: F401  (resume_arg: re-exported)
 
 logger = logging.getLogger(__name__)
 PROG = "memgym train adrpo"
@@ -24,8 +24,8 @@ PROG = "memgym train adrpo"
 
 def trajectory_paths(names: Sequence[str]) -> list[Path]:
     """Each name as a path, or looked up as ``$MEMGYM_DATA/expert/<name>.jsonl``
-    (:func:`data_synth.extractors.resolve_expert_path`; FileNotFoundError naming both)."""
-    from data_synth.extractors import resolve_expert_path
+    (:func:`memgym.data_synth.extractors.resolve_expert_path`; FileNotFoundError naming both)."""
+    from memgym.data_synth.extractors import resolve_expert_path
 
     return [resolve_expert_path(n) for n in names]
 
@@ -33,9 +33,9 @@ def trajectory_paths(names: Sequence[str]) -> list[Path]:
 def build_reward(args: ADRPOConfig, tokenizer, embedder, rt=None) -> SessionReward:
     """The :class:`SessionReward` of ``args``: answer/judge backends loaded from their specs
     (with the sqlite response cache unless ``reward_cache: none``; ``rt``: a
-    :class:`llm.runtime.Runtime` already opened, else one is made here)."""
-    from llm.base import GenerationParams
-    from llm.runtime import Runtime
+    :class:`memgym.llm.runtime.Runtime` already opened, else one is made here)."""
+    from memgym.llm.base import GenerationParams
+    from memgym.llm.runtime import Runtime
 
     rt = rt or Runtime.from_config(cache=args.reward_cache)
     answer = rt.backend(args.answer_model, role="answer") if args.answer_model else None
@@ -46,9 +46,9 @@ def build_reward(args: ADRPOConfig, tokenizer, embedder, rt=None) -> SessionRewa
 
 
 def trainer_class(args: ADRPOConfig) -> type[ADRPOTrainer]:
-    """:class:`ADRPOTrainer`, or :class:`training.adrpo_eq12.ADRPOEq12Trainer` for ``weighting: unclipped``."""
+    """:class:`ADRPOTrainer`, or :class:`memgym.training.adrpo_eq12.ADRPOEq12Trainer` for ``weighting: unclipped``."""
     if args.weighting == "unclipped":
-        from training.adrpo_eq12 import ADRPOEq12Trainer
+        from memgym.training.adrpo_eq12 import ADRPOEq12Trainer
 
         return ADRPOEq12Trainer
     return ADRPOTrainer
@@ -56,8 +56,8 @@ def trainer_class(args: ADRPOConfig) -> type[ADRPOTrainer]:
 
 def reward_rows(args: ADRPOConfig, paths, *, tokenizer, embedder) -> list:
     """The candidate rollout rows of ``args`` before selection
-    (:func:`training.segment_samples.reward_rows` with the recipe's data fields)."""
-    from training.segment_samples import reward_rows as rows
+    (:func:`memgym.training.segment_samples.reward_rows` with the recipe's data fields)."""
+    from memgym.training.segment_samples import reward_rows as rows
 
     return rows(paths, tokenizer=tokenizer, embedder=embedder, managers=args.managers,
                 segment_tokens=args.segment_tokens, dataset=args.dataset, data_path=args.data_path,
@@ -66,51 +66,63 @@ def reward_rows(args: ADRPOConfig, paths, *, tokenizer, embedder) -> list:
 
 def build_trainer(args: ADRPOConfig, model_args: PolicyModelConfig | None = None, callbacks=None) -> ADRPOTrainer:
     """Load the policy (``init_from`` or ``model_name_or_path``; LoRA per ``model_args``), build
-    the reward samples, the reward, the in-trainer measurement (:mod:`training.callbacks`, whose
+    the reward samples, the reward, the in-trainer measurement (:mod:`memgym.training.callbacks`, whose
     validation rows are the eval set) and the trainer.
     """
-    from llm.embeddings import load_embedder
-    from llm.runtime import Runtime
-    from training.adrpo_data import select_samples
-    from training.callbacks import build_memory_eval
-    from training.common import load_policy
+    from memgym.llm.embeddings import load_embedder
+    from memgym.llm.runtime import Runtime
+    from memgym.training.adrpo_data import select_samples
+    from memgym.training.callbacks import bind_memory_eval, build_memory_eval
+    from memgym.training.common import load_policy, outside_zero3
 
     # files and caches first: a missing trajectory or a corrupt cache fails before the policy loads
     paths = trajectory_paths(args.train_trajectories)
     rt = Runtime.from_config(cache=args.reward_cache)
-    embedder = load_embedder(args.embedder)
+    with outside_zero3(args):  # every model but the policy is loaded whole on every process
+        embedder = load_embedder(args.embedder)
     policy = load_policy(model_args or PolicyModelConfig(), init_from=args.init_from)
     samples = reward_rows(args, paths, tokenizer=policy.tokenizer, embedder=embedder)
     samples = select_samples(samples, sessions=args.sessions, max_prompt_tokens=args.max_prompt_tokens,
                              tokenizer=policy.tokenizer, whole_sessions=args.mode == "joint",
                              keys=args.row_keys)
-    reward = build_reward(args, policy.tokenizer, embedder, rt)
+    with outside_zero3(args):
+        reward = build_reward(args, policy.tokenizer, embedder, rt)
     if args.screen_rows:
         samples = screen(args, policy, samples, reward)
     logger.info("ADRPO: %d rows from %s", len(samples), args.train_trajectories)
     callback, eval_rows = build_memory_eval(args, policy.tokenizer, embedder, reward, managers=MANAGERS,
                                             segment_tokens=args.segment_tokens,
                                             max_prompt_tokens=args.max_prompt_tokens)
-    callbacks = [*(callbacks or []), *([callback] if callback is not None else [])]
-    return trainer_class(args)(policy.model, args=args, samples=samples, reward=reward,
-                               processing_class=policy.tokenizer, peft_config=policy.peft_config, callbacks=callbacks,
-                               eval_samples=[r for r in eval_rows if r.manager in args.managers] or None)
+    from memgym.training.callbacks import RunCardCallback
+
+    card = RunCardCallback([args, model_args or PolicyModelConfig()],
+                           {"policy": (model_args or PolicyModelConfig()).model_name_or_path, "init_from": args.init_from,
+                            "embedder": args.embedder, "answer_model": args.answer_model,
+                            "judge_model": args.judge_model}, runtime=rt)
+    callbacks = [*(callbacks or []), *([callback] if callback is not None else []), card]
+    return bind_memory_eval(trainer_class(args)(
+        policy.model, args=args, samples=samples, reward=reward, processing_class=policy.tokenizer,
+        peft_config=policy.peft_config, callbacks=callbacks,
+        eval_samples=[r for r in eval_rows if r.manager in args.managers] or None))
 
 
 def screen(args: ADRPOConfig, policy, samples: list, reward) -> list:
-    """``args.screen_rows`` rows with reward spread (:func:`training.adrpo_data.screen_rows`),
+    """``args.screen_rows`` rows with reward spread (:func:`memgym.training.adrpo_data.screen_rows`),
     sampled from the initial policy as training samples it; the screen is written to
-    ``<output_dir>/screen.json``."""
+    ``<output_dir>/screen.json``. Every process screens the same rows with the same seed; under
+    DeepSpeed ZeRO-3 each gathers the whole policy for it (:func:`memgym.training.common.gathered`)."""
     import json
 
-    from llm.hf_backend import HFBackend
-    from training.adrpo_data import screen_rows
+    from memgym.llm.hf_backend import HFBackend
+    from memgym.training.adrpo_data import screen_rows
+    from memgym.training.common import gathered, outside_zero3
 
     backend = HFBackend(policy.model, copy.deepcopy(policy.tokenizer), device=str(policy.model.device),
                         batch_size=args.num_generations, model_id="adrpo-screen")
-    chosen, report = screen_rows(samples, reward, backend, n=args.screen_rows, num_generations=args.num_generations,
-                                 max_new_tokens=args.max_completion_length, temperature=args.temperature,
-                                 top_p=args.top_p, seed=args.seed)
+    with gathered(policy.model), outside_zero3(args):
+        chosen, report = screen_rows(samples, reward, backend, n=args.screen_rows,
+                                     num_generations=args.num_generations, max_new_tokens=args.max_completion_length,
+                                     temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     policy.model.train()
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -138,7 +150,7 @@ DESCRIPTION = "ADRPO: GRPO with dense session rewards and contribution-aware wei
 def make_parser(subparsers=None, prog: str | None = None):
     """The ``trl.TrlParser`` of ``(ADRPOConfig, PolicyModelConfig)``, as TRL's
     ``scripts/grpo.py`` makes its own: added to ``subparsers`` as ``adrpo`` (``memgym train
-    adrpo``), or standalone (``python -m training.adrpo``)."""
+    adrpo``), or standalone (``python -m memgym.training.adrpo``)."""
     from trl import TrlParser
 
     types = (ADRPOConfig, PolicyModelConfig)
@@ -149,17 +161,17 @@ def make_parser(subparsers=None, prog: str | None = None):
 
 def parse_args(argv: list[str] | None = None) -> tuple[ADRPOConfig, PolicyModelConfig]:
     """``(ADRPOConfig, PolicyModelConfig)`` from ``--config R.yaml`` + CLI overrides
-    (:func:`training.common.parse_training_args`)."""
-    from training.common import parse_training_args
+    (:func:`memgym.training.common.parse_training_args`)."""
+    from memgym.training.common import parse_training_args
 
     return parse_training_args(make_parser(), argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m training.adrpo --config R.yaml [--field value ...]`` (what ``memgym launch``
+    """``python -m memgym.training.adrpo --config R.yaml [--field value ...]`` (what ``memgym launch``
     runs in each process): parse, then :func:`train_and_report`. A user error is one stderr line
-    and exit status 2 or 1 (:func:`llm.errors.report_errors`)."""
-    from llm.errors import report_errors
+    and exit status 2 or 1 (:func:`memgym.llm.errors.report_errors`)."""
+    from memgym.llm.errors import report_errors
 
     return report_errors(PROG, lambda: train_and_report(*parse_args(argv)))
 
@@ -173,7 +185,8 @@ def train_and_report(args: ADRPOConfig, model_args: PolicyModelConfig) -> int:
     last = next((h for h in reversed(trainer.state.log_history) if "reward" in h), {})
     summary = {k: round(v, 4) for k, v in last.items() if isinstance(v, (int, float)) and math.isfinite(v)
                and (k.startswith(("reward", "dominant", "frac_reward")) or k in ("kl", "step"))}
-    print(f"{PROG}: {trainer.state.global_step} steps, saved to {args.output_dir}; last step {summary}")
+    if trainer.accelerator.is_main_process:
+        print(f"{PROG}: {trainer.state.global_step} steps, saved to {args.output_dir}; last step {summary}")
     return 0
 
 

@@ -1,6 +1,6 @@
 """``ADRPOConfig``: TRL's ``GRPOConfig`` plus the ADRPO fields (weighting, dense session reward,
-data). Source: MemBuilder (arXiv 2601.05488) §3.4 and its review
-(``../shared/seeds/004_2e899ffbe394021e.txt``, Eq. 12).
+data). Source: MemBuilder (arXiv 2601.05488) §3.4 and Eq. 12, with
+the correction of docs/design.md § "Dense session reward and ADRPO", step 7.
 """
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 import trl
 from trl import GRPOConfig
 
-from llm.embeddings import EMBEDDER_HELP, check_embedder_spec
-from llm.errors import MemgymError
-from llm.checks import check_fields, require
-from rewards.session_reward import MODES, SessionRewardConfig
-from training.callbacks import MemoryEvalFields
+from memgym.llm.embeddings import EMBEDDER_HELP, check_embedder_spec
+from memgym.llm.errors import MemgymError
+from memgym.llm.checks import check_fields, require
+from memgym.rewards.session_reward import MODES, SessionRewardConfig
+from memgym.training.callbacks import MemoryEvalFields
 
 #: ``advantage``: the corrected weighting, stock TRL loss with each completion's advantage × w(m);
-#: ``unclipped``: the paper's Eq. 12 (ablation, :mod:`training.adrpo_eq12`); ``none``: stock GRPO.
+#: ``unclipped``: the paper's Eq. 12 (ablation, :mod:`memgym.training.adrpo_eq12`); ``none``: stock GRPO.
 WEIGHTINGS = ("advantage", "unclipped", "none")
 #: The TRL minor version whose ``GRPOTrainer._compute_loss`` :meth:`ADRPOEq12Trainer._compute_loss` mirrors.
 TRL_VERSION = "1.16."
@@ -32,7 +32,7 @@ class ADRPOConfigError(MemgymError, ValueError):
 
 def check_eq12_support(args, *, is_vlm: bool = False, aux_loss: bool = False) -> None:
     """Raise :class:`ADRPOConfigError` naming the setting when ``args`` asks for something the
-    Eq. 12 loss does not support (see :mod:`training.adrpo_eq12`)."""
+    Eq. 12 loss does not support (see :mod:`memgym.training.adrpo_eq12`)."""
     if not trl.__version__.startswith(TRL_VERSION):
         raise ADRPOConfigError(f"weighting: unclipped mirrors TRL {TRL_VERSION}x's GRPO loss; installed TRL is "
                                f"{trl.__version__} (use weighting: advantage, which runs on TRL's own loss)")
@@ -52,7 +52,7 @@ def check_eq12_support(args, *, is_vlm: bool = False, aux_loss: bool = False) ->
 class ADRPOConfig(MemoryEvalFields, GRPOConfig):
     """TRL's ``GRPOConfig`` (every field passes through to ``GRPOTrainer``) plus the ADRPO fields:
     ``init_from`` (SFT model or adapter dir), ``weighting`` (:data:`WEIGHTINGS`), ``alpha`` (> 0),
-    the :class:`rewards.session_reward.SessionRewardConfig` fields, the reward's models and the
+    the :class:`memgym.rewards.session_reward.SessionRewardConfig` fields, the reward's models and the
     rollout-row selection (``segment_tokens``: rows on session segments).
 
     Raises :class:`ADRPOConfigError` naming the field for an unknown weighting/mode/judge, an
@@ -75,7 +75,7 @@ class ADRPOConfig(MemoryEvalFields, GRPOConfig):
         "help": "advantage (corrected: TRL's loss with each advantage x w(m)) | unclipped (paper Eq. 12, ablation; "
                 "loss_type grpo/bnpo/dr_grpo/dapo only) | none"})
     alpha: float = field(default=4.0, metadata={"help": "w(m) of the dominant part (> 0); others get 1"})
-    # reward (mirrors rewards.session_reward.SessionRewardConfig)
+    # reward (mirrors memgym.rewards.session_reward.SessionRewardConfig)
     mode: str = field(default="counterfactual", metadata={"help": "counterfactual | isolated | joint"})
     judge: str = field(default="answer-recall", metadata={"help": "answer-recall | f1 | llm"})
     lam: float = field(default=0.8, metadata={"help": "length-penalty weight λ in [0, 1]"})
@@ -87,7 +87,7 @@ class ADRPOConfig(MemoryEvalFields, GRPOConfig):
                 "segment rows write far less per call, see scripts/experiments/train_cpu/adrpo.yaml"})
     copy_penalty: float = field(default=0.0, metadata={
         "help": "mu in [0, 1]: R x (1 - mu * CP), CP the share of the core output's words in a copy_ngram-word run "
-                "copied verbatim from the transcript (rewards.copying; memgym's correction, 0 = MemBuilder's reward)"})
+                "copied verbatim from the transcript (memgym.rewards.copying; memgym's correction, 0 = MemBuilder's reward)"})
     copy_ngram: int = field(default=6, metadata={"help": "n-gram length in words of the copy rate (>= 2)"})
     attribution_on: str = field(default="all", metadata={"help": "all | correct questions count for h(m)"})
     retrieval_top_k: int = field(default=10, metadata={
@@ -118,10 +118,10 @@ class ADRPOConfig(MemoryEvalFields, GRPOConfig):
         "help": "drop rows whose chat prompt is longer (policy tokens); TRL 1.16 has no prompt cap"})
     screen_rows: int | None = field(default=None, metadata={
         "help": "data preparation: train on the first N rows (after the filters above) whose num_generations rollouts "
-                "from the initial policy get different rewards (training.adrpo_data.screen_rows); null: every row"})
+                "from the initial policy get different rewards (memgym.training.adrpo_data.screen_rows); null: every row"})
     segment_tokens: int | None = field(default=None, metadata={
         "help": "one row per session SEGMENT of whole turns of <= this many transcript tokens, with the QA the "
-                "segment completes (training.segment_samples; the cut of segmented SFT's segment_tokens); "
+                "segment completes (memgym.training.segment_samples; the cut of segmented SFT's segment_tokens); "
                 "null: whole-session rows"})
     constrained: bool = field(default=False, metadata={
         "help": "refused (must stay false): schema-constrained decoding is an inference option only"})
@@ -140,7 +140,7 @@ class ADRPOConfig(MemoryEvalFields, GRPOConfig):
                 f"gradient_accumulation_steps) = {self.generation_batch_size} completions per generation batch, "
                 f"not a multiple of num_generations ({self.num_generations}); change --per_device_train_batch_size, "
                 "--gradient_accumulation_steps (or --steps_per_generation) or --num_generations") from None
-        try:  # string -> one-element list for the list fields, counts and specs (llm.checks)
+        try:  # string -> one-element list for the list fields, counts and specs (memgym.llm.checks)
             check_fields(self)
             require(self, "judge", "f1", "answer_model", "(the model whose answers F1 scores)")
             require(self, "judge", "llm", "answer_model", "(the model whose answers the judge grades)")
@@ -157,8 +157,8 @@ class ADRPOConfig(MemoryEvalFields, GRPOConfig):
                 "ADRPOConfig.constrained: ADRPO rollouts cannot be schema-constrained. GRPO's policy gradient needs "
                 "completions sampled from the policy's own distribution (a grammar mask changes it, so the "
                 "log-probability ratios and the KL term would be wrong); set constrained: false. Constrained "
-                "decoding is for inference (memgym eval / program eval / synth), see DESIGN.md "
-                "'Structured outputs'.")
+                "decoding is for inference (memgym eval / program eval / synth), see docs/design.md "
+                "§ 'Structured outputs'.")
         checks = [
             ("weighting", self.weighting in WEIGHTINGS, f"one of {WEIGHTINGS}"),
             ("alpha", self.alpha > 0, "> 0"),

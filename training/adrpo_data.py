@@ -1,5 +1,5 @@
 """ADRPO dataset rows: one per (conversation, session, manager), holding TRL's ``prompt`` and
-the ``key`` of its :class:`rewards.samples.RewardSample` in the trainer's table.
+the ``key`` of its :class:`memgym.rewards.samples.RewardSample` in the trainer's table.
 """
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import logging
 import warnings
 from collections.abc import Sequence
 
-from llm.errors import MemgymError
-from rewards.samples import RewardSample
+from memgym.llm.errors import MemgymError
+from memgym.rewards.samples import RewardSample
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def select_samples(samples: Sequence[RewardSample], *, sessions: Sequence[int] |
             warnings.warn(f"ADRPO: dropped {before - len(kept)} of {before} rows whose prompt exceeds "
                           f"max_prompt_tokens={max_prompt_tokens}", stacklevel=2)
     if whole_sessions:
-        from memory_bank.actions import MANAGERS
+        from memgym.memory_bank.actions import MANAGERS
 
         have: dict[tuple[str, int], set[str]] = {}
         for s in kept:
@@ -136,7 +136,7 @@ def screen_rows(rows: Sequence[RewardSample], reward, backend, *, n: int, num_ge
     """
     import numpy as np
 
-    from llm.base import GenerationParams
+    from memgym.llm.base import GenerationParams
 
     chosen, screen = [], []
     params = GenerationParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)

@@ -1,12 +1,12 @@
 """The paper's Eq. 12 (``weighting: unclipped``) for the ablation: TRL 1.16's loss with the
 per-token surrogate swapped, as TRL's gmpo / gspo-token trainers do.
 
-Source: MemBuilder (arXiv 2601.05488) Eq. 12 and its review
-(``../shared/seeds/004_2e899ffbe394021e.txt``). With ρ the token's importance ratio, Â its
+Source: MemBuilder (arXiv 2601.05488) Eq. 12, analysed in docs/design.md § "Dense session reward and
+ADRPO", step 7. With ρ the token's importance ratio, Â its
 group-normalised advantage and w = w(m):
 
 - ``none``: ``-min(ρÂ, clip(ρ, 1-ε_low, 1+ε_high)·Â)``;
-- ``advantage``: ``-min(ρ·wÂ, clip(ρ)·wÂ)`` (trained by :class:`training.adrpo_trainer.ADRPOTrainer`);
+- ``advantage``: ``-min(ρ·wÂ, clip(ρ)·wÂ)`` (trained by :class:`memgym.training.adrpo_trainer.ADRPOTrainer`);
 - ``unclipped`` (Eq. 12): ``-min(w·ρÂ, clip(ρ)·Â)``.
 
 :class:`ADRPOEq12Trainer` raises ValueError at construction for anything but TRL 1.16.x,
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from training.adrpo_config import WEIGHTINGS, ADRPOConfigError, check_eq12_support
-from training.adrpo_trainer import ADRPOTrainer
+from memgym.training.adrpo_config import WEIGHTINGS, ADRPOConfigError, check_eq12_support
+from memgym.training.adrpo_trainer import ADRPOTrainer
 
 def _as_column(x: torch.Tensor, name: str, batch: int) -> torch.Tensor:
     if x.dim() == 1:

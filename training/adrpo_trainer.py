@@ -1,7 +1,7 @@
 """``ADRPOTrainer``: TRL's ``GRPOTrainer`` with the dense session reward and contribution-aware
 weighting: each completion's advantage is multiplied by w(m) after
 ``_generate_and_score_completions`` (as TRL's MiniLLM trainer edits advantages) and TRL's own
-loss does the rest. Source: MemBuilder (arXiv 2601.05488) §3.4; DESIGN.md step 7.
+loss does the rest. Source: MemBuilder (arXiv 2601.05488) §3.4; docs/design.md § "Dense session reward and ADRPO", step 7.
 
 Logs ``reward_parts/*`` means, ``dominant/*`` counts, ``adrpo/weight_mean`` and
 ``frac_reward_zero_std/<mode>`` beside TRL's own logs.
@@ -17,9 +17,9 @@ from collections.abc import Sequence
 import torch
 from trl import GRPOTrainer
 
-from rewards.samples import RewardSample
-from training.adrpo_config import ADRPOConfig, ADRPOConfigError
-from training.adrpo_data import build_dataset, sample_table, session_block_sampler
+from memgym.rewards.samples import RewardSample
+from memgym.training.adrpo_config import ADRPOConfig, ADRPOConfigError
+from memgym.training.adrpo_data import build_dataset, sample_table, session_block_sampler
 
 PART_NAMES = ("episodic", "semantic", "procedural", "none")
 LOGGED_PARTS = ("reward", "gate", "acc", "lp", "weight", "format_error", "frac_correct", "copy")
@@ -63,7 +63,7 @@ class SessionRewardFunction:
 
     def __call__(self, prompts, completions, key=None, completion_ids=None, **kwargs) -> list[float]:
         if key is None:
-            raise KeyError("ADRPO reward: the batch has no 'key' column (rows must come from training.adrpo_data)")
+            raise KeyError("ADRPO reward: the batch has no 'key' column (rows must come from memgym.training.adrpo_data)")
         missing = [k for k in key if k not in self.table]
         if missing:
             raise KeyError(f"ADRPO reward: unknown sample key {missing[0]!r} ({len(missing)} unknown)")
@@ -125,7 +125,7 @@ class ADRPOTrainer(GRPOTrainer):
             raise ADRPOConfigError(f"ADRPOTrainer needs an ADRPOConfig, got {type(args).__name__}")
         if args.weighting == "unclipped" and type(self)._compute_loss is GRPOTrainer._compute_loss:
             raise ADRPOConfigError("weighting: unclipped (Eq. 12) needs its own loss: use "
-                                   "training.adrpo_eq12.ADRPOEq12Trainer")
+                                   "memgym.training.adrpo_eq12.ADRPOEq12Trainer")
         if args.mode == "joint":
             per_process = args.per_device_train_batch_size * args.steps_per_generation
             if per_process % (4 * args.num_generations):

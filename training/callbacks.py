@@ -1,4 +1,6 @@
-""":class:`MemoryEvalCallback`, a ``TrainerCallback`` for SFT and ADRPO that measures the model
+""":class:`RunCardCallback` writes the run card of a training run beside ``trainer_state.json``.
+
+:class:`MemoryEvalCallback`, a ``TrainerCallback`` for SFT and ADRPO that measures the model
 being trained at each evaluation (greedy, same process) and appends one row to
 ``state.log_history``: ``memory_eval/validation_reward`` (with ``/gate``, ``/acc``, ``/lp``;
 the dense session reward, MemBuilder arXiv 2601.05488 §3.4), ``memory_eval/format_failure/<m>``
@@ -16,9 +18,9 @@ from dataclasses import dataclass, field
 
 from transformers import TrainerCallback
 
-from memory_bank.actions import MANAGERS
-from memory_bank.schema import Conversation
-from training.heldout import FormatTally
+from memgym.memory_bank.actions import MANAGERS
+from memgym.memory_bank.schema import Conversation
+from memgym.training.heldout import FormatTally
 
 PREFIX = "memory_eval"
 
@@ -51,11 +53,12 @@ class MemoryEvalCallback(TrainerCallback):
         self.heldout, self.segment_tokens = list(heldout), segment_tokens
         self.max_new_tokens, self.top_k, self.batch_size = max_new_tokens, top_k, batch_size
         self._measured: set[int] = set()
+        self._trainer = None
 
     def measure(self, model, step: int) -> dict[str, float]:
         """The logged values for ``model`` as it is now (keys under ``memory_eval/``)."""
-        from llm.base import GenerationParams
-        from llm.hf_backend import HFBackend
+        from memgym.llm.base import GenerationParams
+        from memgym.llm.hf_backend import HFBackend
 
         was_training = model.training
         backend = HFBackend(model, self.tokenizer, device=str(model.device), batch_size=self.batch_size,
@@ -84,10 +87,10 @@ class MemoryEvalCallback(TrainerCallback):
         return out
 
     def _heldout(self, backend, params) -> dict[str, float]:
-        from memory_bank.construct import ModelExtractor, construct
-        from memory_bank.retrieval import retrieve
-        from rewards.scoring.measure import measure
-        from rewards.scoring.scorers import make_scorer
+        from memgym.memory_bank.construct import ModelExtractor, construct
+        from memgym.memory_bank.retrieval import retrieve
+        from memgym.rewards.scoring.measure import measure
+        from memgym.rewards.scoring.scorers import make_scorer
 
         extractor = ModelExtractor(backend, params, name=backend.model_id, segment_tokens=self.segment_tokens)
         scorer = make_scorer("answer-recall")
@@ -106,15 +109,102 @@ class MemoryEvalCallback(TrainerCallback):
         out[f"{PREFIX}/heldout_answer_recall"] = sum(recalls) / len(recalls) if recalls else 0.0
         return out
 
+    def bind(self, trainer) -> None:
+        """Measure ``trainer``'s model as the trainer holds it (see :meth:`on_evaluate` for ZeRO-3)."""
+        self._trainer = trainer
+
+    def _zero3(self) -> bool:
+        trainer = self._trainer
+        plugin = trainer.accelerator.state.deepspeed_plugin if trainer is not None else None
+        return plugin is not None and plugin.zero_stage == 3
+
     def on_evaluate(self, args, state, control, model=None, **kwargs):
-        # one measurement per evaluation step (a trainer with several eval splits calls this once per split)
-        if model is None or not state.is_world_process_zero or state.global_step in self._measured:
+        """Measure once per evaluation step (a trainer with several eval splits calls this once per
+        split) and log on the main process. Elsewhere the main process measures alone. Under
+        DeepSpeed ZeRO-3 (a bound trainer) every process measures the same rows: each enters TRL's
+        ``unwrap_model_for_generation`` (the block ``GRPOTrainer`` generates in: gathers the shards,
+        lifts the per-module fetch/release hooks), but the engine's start-of-forward hook stays, and
+        while it records a module trace it compares the trace across processes, a collective
+        (DeepSpeed ``PartitionedParameterCoordinator.reset_step``): no process may run forwards alone. :func:`memgym.training.common.outside_zero3` keeps ``generate``
+        from stepping in lockstep; an LLM judge gets each scoring request once per process."""
+        if model is None or state.global_step in self._measured:
+            return
+        zero3 = self._zero3()
+        if not (zero3 or state.is_world_process_zero):
             return
         self._measured.add(state.global_step)
-        values = self.measure(model, state.global_step)
+        if zero3:
+            from trl.models import unwrap_model_for_generation
+
+            from memgym.training.common import outside_zero3
+
+            trainer = self._trainer
+            with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as whole, \
+                    outside_zero3(trainer.args):
+                values = self.measure(whole, state.global_step)
+        else:
+            values = self.measure(model, state.global_step)
+        if not state.is_world_process_zero:
+            return
         state.log_history.append({**{k: round(float(v), 6) for k, v in values.items()}, "step": state.global_step})
         print(f"[{PREFIX} step {state.global_step}] " + ", ".join(
             f"{k.split('/', 1)[1]} {v:.3f}" for k, v in values.items()), flush=True)
+
+
+def bind_memory_eval(trainer):
+    """Bind each :class:`MemoryEvalCallback` of ``trainer`` to it (:meth:`MemoryEvalCallback.bind`);
+    returns ``trainer``."""
+    for cb in trainer.callback_handler.callbacks:
+        if isinstance(cb, MemoryEvalCallback):
+            cb.bind(trainer)
+    return trainer
+
+
+class RunCardCallback(TrainerCallback):
+    """Writes ``<output_dir>/run_card.json`` (:func:`memgym.llm.runcard.build_card`, beside
+    ``trainer_state.json``) when training begins, so a run that dies still has one, and again
+    when it ends, with the wall time; main process only. ``configs``: the recipe's dataclasses
+    (their fields, merged, are the card's recipe); ``models``: role -> spec (``policy`` given as
+    ``model_name_or_path``: ``smollm2`` or a dir); ``runtime``: the reward's, whose counts are the cost."""
+
+    def __init__(self, configs: Sequence, models: dict[str, str | None], runtime=None):
+        self.configs, self.runtime = list(configs), runtime
+        self.models = {r: (f"hf:{s}" if r in ("policy", "init_from") and s else s) for r, s in models.items()}
+        self.card: dict | None = None
+        self._t0 = None
+
+    def write(self, output_dir: str, wall_s: float | None = None) -> dict:
+        """Build the card and write it as ``output_dir/run_card.json``; returns it."""
+        import json
+        import time
+        from pathlib import Path
+
+        from memgym.llm.runcard import build_card
+
+        recipe: dict = {}
+        for c in self.configs:
+            recipe.update(c.to_dict() if hasattr(c, "to_dict") else dataclasses.asdict(c))
+        self.card = build_card(recipe=json.loads(json.dumps(recipe, default=str)), models=self.models,
+                               runtime=self.runtime, wall_s=wall_s)
+        out = Path(output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = out / f".run_card.json.{time.time_ns()}"
+        tmp.write_text(json.dumps(self.card, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.replace(out / "run_card.json")
+        return self.card
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        import time
+
+        self._t0 = time.time()
+        if state.is_world_process_zero:
+            self.write(args.output_dir)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        import time
+
+        if state.is_world_process_zero:
+            self.write(args.output_dir, round(time.time() - self._t0, 2) if self._t0 else None)
 
 
 @dataclass
@@ -123,7 +213,7 @@ class MemoryEvalFields:
 
     memory_eval_trajectories: list[str] = field(default_factory=list, metadata={
         "help": "validation reward rows from these expert trajectories (files or names in $MEMGYM_DATA/expert, e.g. "
-                "conv-30), measured at every evaluation (training.callbacks); empty = no validation reward"})
+                "conv-30), measured at every evaluation (memgym.training.callbacks); empty = no validation reward"})
     memory_eval_sessions: list[int] | None = field(default=None, metadata={
         "help": "validation rows of these session indices only (null: all)"})
     memory_eval_rows: int | None = field(default=None, metadata={
@@ -146,8 +236,8 @@ def build_memory_eval(cfg: MemoryEvalFields, tokenizer, embedder, reward, *, man
     """``(callback, rows)`` for the recipe's ``memory_eval_*`` fields, ``(None, [])`` when they ask
     for nothing.
     """
-    from data_synth.datasets import load_conversations
-    from training.heldout import validation_samples
+    from memgym.data_synth.datasets import load_conversations
+    from memgym.training.heldout import validation_samples
 
     if not cfg.memory_eval_on():
         return None, []

@@ -1,24 +1,25 @@
 """Helpers both trainers (SFT and ADRPO) use: loading the policy model with an optional LoRA
 config or an existing adapter. The recipe parser (``--config R.yaml`` plus CLI overrides,
-CPU-safe TRL defaults) is :func:`parse_training_args` (``python -m training.<stage>``; ``memgym
-train`` registers the same parsers in its command tree, :mod:`launch.registry`); the model path
-rules are :func:`llm.specs.resolve_model_path`.
+CPU-safe TRL defaults) is :func:`parse_training_args` (``python -m memgym.training.<stage>``; ``memgym
+train`` registers the same parsers in its command tree, :mod:`memgym.launch.registry`); the model path
+rules are :func:`memgym.llm.specs.resolve_model_path`.
 
-Sources: ``DESIGN.md`` § "Training stack" (configs are dataclasses parsed by
+Sources: ``docs/design.md`` § "Training stack" (configs are dataclasses parsed by
 ``trl.TrlParser``; CPU facts for TRL 1.16: pass ``bf16=False`` and ``use_cpu=True``) and
 § "Embedded defaults" (the policy ``smollm2`` is the SmolLM2-135M-Instruct dir prepared by
-:func:`llm.models.prepare_smollm2`).
+:func:`memgym.llm.models.prepare_smollm2`).
 """
 from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from trl import ModelConfig
 
-from llm.specs import EMBEDDED_MODEL as EMBEDDED_POLICY, resolve_model_path
+from memgym.llm.specs import EMBEDDED_MODEL as EMBEDDED_POLICY, resolve_model_path
 
 def cuda_available() -> bool:
     """True when torch sees at least one CUDA device."""
@@ -48,8 +49,8 @@ def parse_training_args(parser, argv: list[str] | None = None) -> tuple:
     import argparse
     import sys
 
-    from llm.checks import unknown_names_message
-    from llm.errors import ConfigError
+    from memgym.llm.checks import unknown_names_message
+    from memgym.llm.errors import ConfigError
 
     args = device_default_args() + list(sys.argv[1:] if argv is None else argv)
     recipe = args[args.index("--config") + 1] if "--config" in args[:-1] else None
@@ -113,9 +114,9 @@ class PolicyModelConfig(ModelConfig):
     CHECKS = {"lora_r": {"min": 1}, "lora_alpha": {"min": 1}}
 
     def __post_init__(self):
-        from llm.checks import check_fields
+        from memgym.llm.checks import check_fields
 
-        check_fields(self)  # string -> one-element list, counts (llm.checks)
+        check_fields(self)  # string -> one-element list, counts (memgym.llm.checks)
         targets = self.lora_target_modules
         super().__post_init__()
         if isinstance(targets, list) and targets != ["all-linear"]:
@@ -152,7 +153,7 @@ def load_tokenizer(path: str | Path):
     neither pad nor EOS token."""
     from transformers import AutoTokenizer
 
-    from llm.models import SMOLLM2_CHAT_TEMPLATE
+    from memgym.llm.models import SMOLLM2_CHAT_TEMPLATE
 
     tok = AutoTokenizer.from_pretrained(str(path))
     if tok.pad_token is None:
@@ -231,3 +232,45 @@ def load_policy(model_args: ModelConfig, init_from: str | None = None) -> Policy
         return Policy(model, load_tokenizer(tok_dir), None, path, base)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
     return Policy(model, load_tokenizer(path), get_peft_config(model_args), path, path)
+
+
+@contextmanager
+def outside_zero3(training_args):
+    """A block in which transformers treats this process as outside DeepSpeed ZeRO-3: models that
+    ``from_pretrained`` loads here are whole (no ``deepspeed.zero.Init``), and ``generate`` does not
+    step in lockstep with the other processes (``synced_gpus``). For every model but the policy (the
+    embedder, the reward's HF backends) and for generation by one process alone.
+
+    Why: under ``accelerate launch`` with a DeepSpeed config, ``TrainingArguments.__post_init__``
+    registers the plugin's ``HfDeepSpeedConfig`` (accelerate ``DeepSpeedPlugin.set_deepspeed_weakref``,
+    whatever ``zero3_init_flag`` says), and transformers then partitions every model it loads
+    (``modeling_utils``: ``needs_zero3_init = is_deepspeed_zero3_enabled()``); a model outside the
+    engine stays partitioned, and its first forward fails (``'weight' must be 2-D``). accelerate's
+    ``zero3_init_context_manager(enable=False)`` re-registers the same stage-3 config, so it does not
+    help. Elsewhere (no DeepSpeed, ZeRO-1/2) the block changes nothing."""
+    from transformers.integrations import set_hf_deepspeed_config, unset_hf_deepspeed_config
+
+    dschf = getattr(getattr(training_args, "deepspeed_plugin", None), "dschf", None)
+    if dschf is None or not dschf.is_zero3():
+        yield
+        return
+    unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        set_hf_deepspeed_config(dschf)
+
+
+@contextmanager
+def gathered(model):
+    """``model`` with all its weights on this process for the block, when ZeRO-3 partitioned them
+    at load and no engine manages them yet (``deepspeed.zero.GatheredParameters``: a collective, so
+    every process enters the block); a model with no partitioned weight is used as it is."""
+    params = [p for p in model.parameters() if hasattr(p, "ds_id")]
+    if not params:
+        yield
+        return
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters(params):
+        yield

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from memory_bank.actions import MANAGERS
-from memory_bank.bank import MemoryBank
-from memory_bank.errors import ManagerOutputError
+from memgym.memory_bank.actions import MANAGERS
+from memgym.memory_bank.bank import MemoryBank
+from memgym.memory_bank.errors import ManagerOutputError
 
 
 @dataclass
@@ -40,7 +40,7 @@ class FormatTally:
         return None
 
     def add_construction(self, built) -> None:
-        """Add a :class:`memory_bank.construct.ConstructionResult`'s attempts and failures."""
+        """Add a :class:`memgym.memory_bank.construct.ConstructionResult`'s attempts and failures."""
         for m in MANAGERS:
             self.attempts[m] += built.attempts[m]
         for f in built.failures:
@@ -65,9 +65,9 @@ def bank_size(bank: MemoryBank) -> dict[str, int]:
 def validation_samples(trajectories: Sequence[str], *, sessions: Sequence[int] | None, max_prompt_tokens: int | None,
                        tokenizer, embedder, managers: Sequence[str] = MANAGERS, segment_tokens: int | None = None):
     """The validation trajectories' reward rows, built as ADRPO builds its training rows."""
-    from training.adrpo import trajectory_paths
-    from training.adrpo_data import select_samples
-    from training.segment_samples import reward_rows
+    from memgym.training.adrpo import trajectory_paths
+    from memgym.training.adrpo_data import select_samples
+    from memgym.training.segment_samples import reward_rows
 
     samples = reward_rows(trajectory_paths(trajectories), tokenizer=tokenizer, embedder=embedder, managers=managers,
                           segment_tokens=segment_tokens)
@@ -76,10 +76,10 @@ def validation_samples(trajectories: Sequence[str], *, sessions: Sequence[int] |
 
 def do_nothing_reward(samples, reward) -> dict:
     """``{"reward", "by_manager"}``: the mean reward of outputs that change nothing
-    (``rewards.audit.EMPTY_OUTPUTS``) on ``rows``, the reference a validation reward is read against.
+    (``memgym.rewards.audit.EMPTY_OUTPUTS``) on ``rows``, the reference a validation reward is read against.
     """
-    from rewards.audit import EMPTY_OUTPUTS
-    from rewards.scoring.metrics import mean_or_zero
+    from memgym.rewards.audit import EMPTY_OUTPUTS
+    from memgym.rewards.scoring.metrics import mean_or_zero
 
     bds = reward(list(samples), [EMPTY_OUTPUTS[s.manager] for s in samples])
     return {"reward": mean_or_zero([b.reward for b in bds]),
@@ -88,17 +88,17 @@ def do_nothing_reward(samples, reward) -> dict:
 
 
 def core_copy_stats(outputs: dict[str, list[dict[str, str]]], convs, n: int = 6) -> dict:
-    """Copy rate (:func:`rewards.copying.copy_rate`) of the core outputs that write text, against
+    """Copy rate (:func:`memgym.rewards.copying.copy_rate`) of the core outputs that write text, against
     their conversation's built transcripts and their own earlier words.
 
     ``outputs``: ``{conversation id: [{manager: raw output}]}``; ``convs``: the conversations.
     Returns ``{"mean", "max", "n"}`` (None means without writes). Raises KeyError for a
     conversation ``convs`` lacks.
     """
-    from memory_bank.actions import parse_core
-    from memory_bank.errors import ManagerOutputError
-    from rewards.copying import copy_rate
-    from rewards.length import core_written_text
+    from memgym.memory_bank.actions import parse_core
+    from memgym.memory_bank.errors import ManagerOutputError
+    from memgym.rewards.copying import copy_rate
+    from memgym.rewards.length import core_written_text
 
     by_id = {c.id: c for c in convs}
     rates = []

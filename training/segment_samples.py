@@ -1,5 +1,5 @@
 """ADRPO reward rows on session segments, the rollout unit of segmented SFT: one row per
-(conversation, session, segment, manager) from :func:`training.sft_segments.segment_steps`.
+(conversation, session, segment, manager) from :func:`memgym.training.sft_segments.segment_steps`.
 
 The prompt is the segment's inference prompt over the bank before it; the expert outputs are
 the expert's share for the segment; the QA are the session's questions whose evidence
@@ -12,11 +12,11 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from data_synth.qa_format import qa_item_from_json
-from memory_bank.actions import MANAGERS
-from rewards.samples import RewardSample
-from training.sft_data import check_managers, expert_session_states
-from training.sft_segments import SegmentStats, segment_steps
+from memgym.data_synth.qa_format import qa_item_from_json
+from memgym.memory_bank.actions import MANAGERS
+from memgym.rewards.samples import RewardSample
+from memgym.training.sft_data import check_managers, expert_session_states
+from memgym.training.sft_segments import SegmentStats, segment_steps
 
 
 def segment_key(conversation_id: str, session: int, segment: int, manager: str) -> str:
@@ -38,7 +38,7 @@ def question_segments(evidence: Sequence[Sequence[str]], segment_turns: Sequence
 def segment_reward_samples(trajectory_paths: Sequence[str | Path], *, tokenizer, segment_tokens: int,
                            embedder=None, managers: Sequence[str] = MANAGERS, dataset: str = "locomo",
                            data_path=None, stats: SegmentStats | None = None) -> list[RewardSample]:
-    """One :class:`rewards.samples.RewardSample` per (session, segment with QA, manager), in file
+    """One :class:`memgym.rewards.samples.RewardSample` per (session, segment with QA, manager), in file
     and segment order. Raises ValueError (unknown manager, ``segment_tokens`` < 1), the
     trajectory errors, SegmentError or SessionQAError.
     """
@@ -83,7 +83,7 @@ def reward_rows(paths: Sequence[str | Path], *, tokenizer, embedder, managers: S
     ``segment_tokens`` is set (then ``qa_path`` must be None: ValueError).
     """
     if segment_tokens is None:
-        from rewards.samples import build_reward_samples
+        from memgym.rewards.samples import build_reward_samples
 
         return build_reward_samples(paths, dataset=dataset, data_path=data_path, qa_path=qa_path, embedder=embedder,
                                     managers=managers)

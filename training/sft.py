@@ -15,22 +15,22 @@ from pathlib import Path
 
 from trl import SFTConfig
 
-from data_synth.datasets import DATASETS
-from data_synth.errors import DataFormatError
-from data_synth.expert import TrajectoryError
-from llm.checks import check_fields
-from memory_bank.actions import MANAGERS
-from llm.embeddings import EMBEDDER_HELP, check_embedder_spec
-from training.callbacks import MemoryEvalFields
-from training.common import PolicyModelConfig, load_policy, parse_training_args, resume_arg
-from training.sft_data import (ExampleLengthError, TrainingDataError, check_managers, drop_overlong,
+from memgym.data_synth.datasets import DATASETS
+from memgym.data_synth.errors import DataFormatError
+from memgym.data_synth.expert import TrajectoryError
+from memgym.llm.checks import check_fields
+from memgym.memory_bank.actions import MANAGERS
+from memgym.llm.embeddings import EMBEDDER_HELP, check_embedder_spec
+from memgym.training.callbacks import MemoryEvalFields, bind_memory_eval
+from memgym.training.common import PolicyModelConfig, load_policy, outside_zero3, parse_training_args, resume_arg
+from memgym.training.sft_data import (ExampleLengthError, TrainingDataError, check_managers, drop_overlong,
                            sft_examples)
 
 PROG = "memgym train sft"
 
 
 def _expert(name: str) -> list[str]:
-    from data_synth.paths import expert_dir
+    from memgym.data_synth.paths import expert_dir
 
     return [str(expert_dir() / name)]
 
@@ -66,13 +66,13 @@ class SFTScriptArguments(MemoryEvalFields):
         "help": "evaluate on at most this many examples of each split (train and validation)"})
     segment_tokens: int | None = field(default=None, metadata={
         "help": "cut each expert session into segments of whole turns of at most this many transcript tokens, "
-                "each with the expert operations that belong to it (training.sft_segments); unset = whole sessions"})
+                "each with the expert operations that belong to it (memgym.training.sft_segments); unset = whole sessions"})
     max_empty_per_manager: int | None = field(default=None, metadata={
         "help": "keep at most this many examples per manager whose expert output changes nothing (core NONE, "
                 "empty operation list), a seeded choice after the length filter; unset = keep all"})
 
     def __post_init__(self):
-        check_fields(self)  # string -> one-element list, counts (llm.checks)
+        check_fields(self)  # string -> one-element list, counts (memgym.llm.checks)
         if self.dataset not in DATASETS:
             raise ValueError(f"dataset must be one of {DATASETS}, got {self.dataset!r}")
         check_embedder_spec(self.embedder)
@@ -101,7 +101,7 @@ DESCRIPTION = ("Fine-tune a memory manager on expert trajectories (TRL SFTTraine
 def make_parser(subparsers=None, prog: str | None = None):
     """The ``trl.TrlParser`` of ``(SFTScriptArguments, SFTTrainingConfig, PolicyModelConfig)``,
     as TRL's scripts make theirs: added to ``subparsers`` as ``sft`` (``memgym train sft``), or
-    standalone (``python -m training.sft``)."""
+    standalone (``python -m memgym.training.sft``)."""
     from trl import TrlParser
 
     types = (SFTScriptArguments, SFTTrainingConfig, PolicyModelConfig)
@@ -113,7 +113,7 @@ def make_parser(subparsers=None, prog: str | None = None):
 def parse_args(argv: list[str] | None = None):
     """``(SFTScriptArguments, SFTTrainingConfig, PolicyModelConfig)`` from ``--config R.yaml`` +
     CLI overrides, with CPU-safe defaults on machines without CUDA
-    (:func:`training.common.parse_training_args`)."""
+    (:func:`memgym.training.common.parse_training_args`)."""
     return parse_training_args(make_parser(), argv)
 
 
@@ -127,7 +127,7 @@ def _subset(ds, n: int | None, seed: int):
 class SFTData:
     """The prepared splits: ``train`` / ``valid`` (``datasets.Dataset`` of prompt-completion
     rows, ``valid`` None without eval trajectories), ``train_probe`` (the train rows whose loss
-    is measured before and after training) and the length reports (``training.sft_data.LengthReport``)."""
+    is measured before and after training) and the length reports (``memgym.training.sft_data.LengthReport``)."""
 
     train: object
     valid: object | None
@@ -138,14 +138,14 @@ class SFTData:
 def build_data(script_args: SFTScriptArguments, tokenizer, max_length: int | None, seed: int,
                progress: bool = True) -> SFTData:
     """The SFT splits, length-filtered and subsampled. Raises what
-    :func:`training.sft_data.sft_examples` raises, ValueError when a split has no example that fits.
+    :func:`memgym.training.sft_data.sft_examples` raises, ValueError when a split has no example that fits.
     """
-    from llm.embeddings import load_embedder
+    from memgym.llm.embeddings import load_embedder
 
     emb = load_embedder(script_args.embedder)
     common = dict(dataset=script_args.dataset, data_path=script_args.data_path, embedder=emb,
                   managers=script_args.managers, progress=progress)
-    from data_synth.extractors import resolve_expert_path
+    from memgym.data_synth.extractors import resolve_expert_path
 
     def examples(paths, split: str):
         if script_args.segment_tokens is None:
@@ -153,8 +153,8 @@ def build_data(script_args: SFTScriptArguments, tokenizer, max_length: int | Non
             return _balanced(drop_overlong(ds, tokenizer, max_length), script_args, seed, split, lengths)
         from datasets import Dataset
 
-        from training.sft_data import expert_session_states
-        from training.sft_segments import segment_rows
+        from memgym.training.sft_data import expert_session_states
+        from memgym.training.sft_segments import segment_rows
 
         states = expert_session_states(paths, dataset=script_args.dataset, data_path=script_args.data_path)
         rows, stats = segment_rows(states, tokenizer=tokenizer, segment_tokens=script_args.segment_tokens,
@@ -176,8 +176,8 @@ def build_data(script_args: SFTScriptArguments, tokenizer, max_length: int | Non
 
 def _balanced(kept_and_report, script_args: SFTScriptArguments, seed: int, split: str, lengths: dict):
     """The length-filtered split with at most ``max_empty_per_manager`` no-change examples per
-    manager (``training.sft_segments.cap_empty``); records the length report and the drops."""
-    from training.sft_segments import cap_empty
+    manager (``memgym.training.sft_segments.cap_empty``); records the length report and the drops."""
+    from memgym.training.sft_segments import cap_empty
 
     ds, rep = kept_and_report
     lengths[split] = rep.to_json()
@@ -202,9 +202,9 @@ def build_trainer(script_args: SFTScriptArguments, training_args, data: SFTData,
     if data.valid is not None:
         evals["valid"] = _trainer_columns(data.valid)
     training_args.prediction_loss_only = True  # never accumulate (tokens x vocab) logits in eval
-    return SFTTrainer(model=policy.model, args=training_args, train_dataset=_trainer_columns(data.train),
-                      eval_dataset=evals, processing_class=policy.tokenizer, peft_config=policy.peft_config,
-                      callbacks=callbacks)
+    return bind_memory_eval(SFTTrainer(
+        model=policy.model, args=training_args, train_dataset=_trainer_columns(data.train), eval_dataset=evals,
+        processing_class=policy.tokenizer, peft_config=policy.peft_config, callbacks=callbacks))
 
 
 def _losses(metrics: dict) -> dict:
@@ -248,7 +248,9 @@ def plot_losses(log_history: list[dict], path: Path) -> None:
 
 
 def write_report(out: Path, metrics: dict) -> None:
-    """Write ``report.md`` (a table of the losses before/after, and the run's facts)."""
+    """Write ``report.md`` (a table of the losses before/after, the run's facts and its run card)."""
+    from memgym.llm.runcard import card_markdown
+
     def f(x):
         return "-" if x is None else f"{x:.4f}"
 
@@ -269,19 +271,20 @@ def write_report(out: Path, metrics: dict) -> None:
         f"| validation split | {f(metrics['eval_loss_start'])} | {f(metrics['eval_loss_end'])} |", "",
         f"Mean training loss over the run: {f(metrics['train_loss'])}.", "",
         "![loss](loss.png)", "",
+        *card_markdown(metrics.get("run_card"), str(out / "run_card.json")),
     ]
     (out / "report.md").write_text("\n".join(lines))
 
 
 def memory_eval(script_args: SFTScriptArguments, policy) -> list:
     """The in-trainer measurement the ``memory_eval_*`` fields ask for
-    (:func:`training.callbacks.build_memory_eval`; validation rows scored by the session reward
+    (:func:`memgym.training.callbacks.build_memory_eval`; validation rows scored by the session reward
     with the offline answer-recall judge and the counterfactual bank), as a callback list."""
     if not script_args.memory_eval_on():
         return []
-    from llm.embeddings import load_embedder
-    from rewards.session_reward import SessionReward, SessionRewardConfig
-    from training.callbacks import build_memory_eval
+    from memgym.llm.embeddings import load_embedder
+    from memgym.rewards.session_reward import SessionReward, SessionRewardConfig
+    from memgym.training.callbacks import build_memory_eval
 
     embedder = load_embedder("minilm" if script_args.embedder == "none" else script_args.embedder)
     reward = SessionReward(SessionRewardConfig(judge="answer-recall"), embedder=embedder, tokenizer=policy.tokenizer)
@@ -298,11 +301,18 @@ def run(script_args: SFTScriptArguments, training_args, model_args: PolicyModelC
     """
     t0 = time.time()
     policy = load_policy(model_args or PolicyModelConfig())
-    data = build_data(script_args, policy.tokenizer, training_args.max_length, training_args.seed)
+    with outside_zero3(training_args):  # the embedder is loaded whole on every process
+        data = build_data(script_args, policy.tokenizer, training_args.max_length, training_args.seed)
+        callbacks = [*(callbacks or []), *memory_eval(script_args, policy)]
     # The "before" losses come from eval_on_start, i.e. inside train() once the model is wrapped:
     # evaluating before train() fails under DeepSpeed ZeRO-2 (HF only allows ZeRO-3 inference).
     training_args.eval_on_start = True
-    callbacks = [*(callbacks or []), *memory_eval(script_args, policy)]
+    from memgym.training.callbacks import RunCardCallback
+
+    card = RunCardCallback([script_args, training_args, model_args or PolicyModelConfig()],
+                           {"policy": (model_args or PolicyModelConfig()).model_name_or_path,
+                            "embedder": script_args.embedder})
+    callbacks = [*callbacks, card]
     trainer = build_trainer(script_args, training_args, data, policy, callbacks)
     result = trainer.train(resume_from_checkpoint=resume_arg(training_args.resume_from_checkpoint))
     start = _first_eval_losses(trainer.state.log_history)
@@ -328,6 +338,7 @@ def run(script_args: SFTScriptArguments, training_args, model_args: PolicyModelC
         "train_runtime_s": float(result.metrics.get("train_runtime", 0.0)),
         "wall_s": time.time() - t0,
         "log_history": trainer.state.log_history,
+        "run_card": card.card,
     }
     metrics["is_main_process"] = bool(trainer.is_world_process_zero())
     if metrics["is_main_process"]:
@@ -339,10 +350,10 @@ def run(script_args: SFTScriptArguments, training_args, model_args: PolicyModelC
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m training.sft`` (what ``memgym launch`` runs in each process): parse, then
+    """``python -m memgym.training.sft`` (what ``memgym launch`` runs in each process): parse, then
     :func:`train_and_report`. A user error is one stderr line and exit status 2 or 1
-    (:func:`llm.errors.report_errors`)."""
-    from llm.errors import report_errors
+    (:func:`memgym.llm.errors.report_errors`)."""
+    from memgym.llm.errors import report_errors
 
     return report_errors(PROG, lambda: train_and_report(*parse_args(argv)))
 

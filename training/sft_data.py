@@ -1,5 +1,5 @@
 """SFT examples from expert trajectories: one per manager per session, the prompt built by
-:func:`memory_bank.prompts.build_prompt` over the replayed expert bank before the session,
+:func:`memgym.memory_bank.prompts.build_prompt` over the replayed expert bank before the session,
 the completion the expert's JSON (TRL conversational prompt-completion format). An example
 longer than ``max_length`` is dropped whole (:func:`drop_overlong`), never truncated.
 """
@@ -11,13 +11,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from data_synth.datasets import conversations_by_id
-from data_synth.expert import TrajectoryStep, banks_before_sessions, load_trajectories
-from llm.errors import ConfigError, MemgymError
-from memory_bank.actions import MANAGERS
-from memory_bank.bank import MemoryBank
-from memory_bank.prompts import build_prompt
-from memory_bank.schema import Conversation, Session
+from memgym.data_synth.datasets import conversations_by_id
+from memgym.data_synth.expert import TrajectoryStep, banks_before_sessions, load_trajectories
+from memgym.llm.errors import ConfigError, MemgymError
+from memgym.memory_bank.actions import MANAGERS
+from memgym.memory_bank.bank import MemoryBank
+from memgym.memory_bank.prompts import build_prompt
+from memgym.memory_bank.schema import Conversation, Session
 
 #: Datasets whose conversations expert trajectories can refer to.
 #: Column order of :func:`sft_examples`.

@@ -1,5 +1,5 @@
 """Segmented SFT examples: expert sessions cut into runs of whole turns
-(:func:`memory_bank.construct.split_session`, as inference cuts them), each with its share of
+(:func:`memgym.memory_bank.construct.split_session`, as inference cuts them), each with its share of
 the expert's operations, in the inference prompt layout over the bank before the segment.
 
 Assignment (:func:`assign_texts`): a text (an ADD / UPDATE / MERGE memory, a core APPEND line)
@@ -19,13 +19,13 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from memory_bank.actions import MANAGERS
-from memory_bank.construct import split_session
-from memory_bank.errors import ManagerOutputError
-from memory_bank.bank import MemoryBank
-from memory_bank.prompts import build_prompt
-from memory_bank.schema import Session
-from training.sft_data import SessionState, check_managers
+from memgym.memory_bank.actions import MANAGERS
+from memgym.memory_bank.construct import split_session
+from memgym.memory_bank.errors import ManagerOutputError
+from memgym.memory_bank.bank import MemoryBank
+from memgym.memory_bank.prompts import build_prompt
+from memgym.memory_bank.schema import Session
+from memgym.training.sft_data import SessionState, check_managers
 
 _WORD = re.compile(r"[a-z0-9]{3,}")
 
@@ -166,7 +166,7 @@ def segment_steps(states: Sequence[SessionState], *, tokenizer, segment_tokens: 
 
 def segment_rows(states: Sequence[SessionState], *, tokenizer, segment_tokens: int, embedder=None,
                  managers: Sequence[str] = MANAGERS) -> tuple[list[dict], SegmentStats]:
-    """One row per (session, segment, manager) in :func:`training.sft_data.sft_rows`' columns plus
+    """One row per (session, segment, manager) in :func:`memgym.training.sft_data.sft_rows`' columns plus
     ``segment`` and ``segments``. Returns ``(rows, SegmentStats)``. Raises :class:`SegmentError`
     and ValueError for bad managers or ``segment_tokens``.
     """

@@ -1,7 +1,7 @@
 """A memory program's five components (+ shared helpers), each one's normalised-AST hash, and
 the earliest pipeline stage a revision invalidates.
 
-Source: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``), appendix "revision-aware
+Source: PrisMem (arXiv 2610.06361), appendix "revision-aware
 execution reuse" (Table 6): re-execution begins at the earliest affected stage; shared helpers
 invalidate indexing. Components: ``extraction`` (EXTRACTION_INSTRUCTION, MemoryUnit),
 ``indexing`` (class Memory except ``retrieve``), ``planning`` (PLANNING_INSTRUCTION, Query),

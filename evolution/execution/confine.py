@@ -195,7 +195,7 @@ def protected_paths(project_root: str) -> list[str]:
     current folder (where ``runs/`` usually is)."""
     out = [project_root, os.getcwd()]
     try:
-        from data_synth.paths import data_root
+        from memgym.data_synth.paths import data_root
         out.append(str(data_root()))
     except Exception:  # noqa: BLE001 - a missing data folder protects nothing
         pass
@@ -220,8 +220,10 @@ def grant_paths(allowed_modules, project_root: str, protect=()) -> tuple[list[st
         if not isinstance(path, str) or not os.path.isabs(path):
             continue
         path = _real(path)
-        top = name.partition(".")[0]
-        if _contains(os.path.join(root, top), path):  # the project's own modules (memory_bank.program, ...)
+        parts = name.split(".")
+        top = parts[0]
+        own = parts[1] if top == "memgym" and len(parts) > 1 else top  # memgym.<folder>: the folder under root
+        if _contains(os.path.join(root, own), path):  # the project's own modules (memgym.memory_bank.program, ...)
             files.add(path)
             continue
         if top in allowed_modules and name == top and getattr(mod, "__path__", None):

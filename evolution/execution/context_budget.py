@@ -1,7 +1,7 @@
 """One context budget for every program: the longest prefix of a retrieved text that fits in
 ``tokens`` tokens of a real tokenizer (``smollm2`` or ``hf:<dir>``), cut at a token boundary.
 The runner applies it between retrieval and the answer/score stages, so returning more text
-is not a gain on the offline proxies (DESIGN.md § "Judges and scoring").
+is not a gain on the offline proxies (docs/design.md § "Judges and scoring").
 """
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ def _load_tokenizer(spec: str):
     from transformers import AutoTokenizer
 
     if spec == "smollm2":
-        from llm.models import prepare_smollm2_tokenizer
+        from memgym.llm.models import prepare_smollm2_tokenizer
         path = prepare_smollm2_tokenizer()
     elif spec.startswith("hf:"):
-        from llm.specs import resolve_model_path
+        from memgym.llm.specs import resolve_model_path
         path = resolve_model_path(spec)
     else:
         raise ValueError(f"context_tokenizer must be smollm2 or hf:<dir>, got {spec!r}")

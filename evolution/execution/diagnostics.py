@@ -1,6 +1,6 @@
 """Pipeline diagnostics d_ext, d_idx, d_ret (PrisMem cold start), per task and per capability.
 
-Source: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``), appendix "diagnostics". With
+Source: PrisMem (arXiv 2610.06361), appendix "diagnostics". With
 ``m(e, Z) = max_{z ∈ Z} cos(φ(e), φ(z))`` (0.0 for empty Z) and e an evidence turn's text
 (its caption when empty): d_ext = m(e, units of e's session), d_idx = m(e, retrieve(e as the
 query)), d_ret = m(e, retrieve(the question's query)). Retrieved text is split into non-empty
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from memory_bank.program import unit_text
+from memgym.memory_bank.program import unit_text
 
 METRICS = ("d_ext", "d_idx", "d_ret")
 
@@ -125,7 +125,7 @@ def diagnose_tasks(tasks: list[DiagTask], embedder, *, progress: bool = False) -
 
 
 def tasks_from_run(run) -> list[DiagTask]:
-    """Build :class:`DiagTask` s from an :class:`evolution.execution.runner.ProgramRun`: evidence ids
+    """Build :class:`DiagTask` s from an :class:`memgym.evolution.execution.runner.ProgramRun`: evidence ids
     resolved through each conversation's ``turn_index``, U_e = the units of the evidence
     turn's session, the probes of the trace as R_e."""
     traces = {tr.conversation.id: tr for tr in run.traces}
@@ -148,7 +148,7 @@ def tasks_from_run(run) -> list[DiagTask]:
 
 
 def diagnose_run(run, embedder, *, progress: bool = False) -> dict:
-    """Diagnostics of a whole :class:`~evolution.execution.runner.ProgramRun` (see :func:`diagnose_tasks`)
+    """Diagnostics of a whole :class:`~memgym.evolution.execution.runner.ProgramRun` (see :func:`diagnose_tasks`)
     plus ``mean_unit_chars``, ``mean_retrieved_chars`` (characters; None when there is
     nothing to average) and ``n_units``."""
     rep = diagnose_tasks(tasks_from_run(run), embedder, progress=progress)

@@ -1,10 +1,10 @@
 """``memgym eval``: each extractor column (``extractor``, then every ``compare`` spec) builds
 memory on the recipe's conversations and ``program`` (default ``memory_bank/programs/bank.py``)
 retrieves with the question as the query, through
-:func:`evolution.execution.program_eval.evaluate_program`. :func:`run_eval` writes
+:func:`memgym.evolution.execution.program_eval.evaluate_program`. :func:`run_eval` writes
 ``report.json``, ``report.md``, ``predictions.jsonl`` and ``by_category.png``; answer-recall
 is always reported beside the recipe's scorer. The recipe is composed of the settings sections
-(:mod:`evolution.execution.settings`); a column's runner settings are the recipe with that
+(:mod:`memgym.evolution.execution.settings`); a column's runner settings are the recipe with that
 column's ``extractor`` and ``constrained`` (:func:`column_settings`).
 """
 from __future__ import annotations
@@ -14,17 +14,17 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from data_synth.datasets import check_selection
-from data_synth.extractors import make_extractor
-from evolution.execution.program_eval import evaluate_program, open_stage_cache
-from evolution.execution.runner import ProgramRunner
-from evolution.execution.settings import OutputSection, ProgramSection, RunnerSettings
-from llm.errors import ConfigError
-from llm.runtime import Runtime
-from memory_bank.actions import MANAGERS
-from memory_bank.programs import bank_program_path, read_program_source
-from rewards.scoring.selection import QuestionSelection, load_selected
-from rewards.scoring.summary import summarise
+from memgym.data_synth.datasets import check_selection
+from memgym.data_synth.extractors import make_extractor
+from memgym.evolution.execution.program_eval import evaluate_program, open_stage_cache
+from memgym.evolution.execution.runner import ProgramRunner
+from memgym.evolution.execution.settings import OutputSection, ProgramSection, RunnerSettings
+from memgym.llm.errors import ConfigError
+from memgym.llm.runtime import Runtime
+from memgym.memory_bank.actions import MANAGERS
+from memgym.memory_bank.programs import bank_program_path, read_program_source
+from memgym.rewards.scoring.selection import QuestionSelection, load_selected
+from memgym.rewards.scoring.summary import summarise
 
 _COLUMN_OPTIONS = ("constrained", "free")
 
@@ -32,7 +32,7 @@ _COLUMN_OPTIONS = ("constrained", "free")
 @dataclass
 class EvalConfig(QuestionSelection, RunnerSettings, OutputSection, ProgramSection):
     """A ``memgym eval`` recipe: the data (:class:`QuestionSelection`), models and runner
-    sections (:class:`evolution.execution.settings.RunnerSettings`: ``task_model`` answers;
+    sections (:class:`memgym.evolution.execution.settings.RunnerSettings`: ``task_model`` answers;
     ``extractor`` is the first column), the output section and the program, plus the
     ``compare`` columns. Every field can be overridden on the command line."""
 
@@ -99,10 +99,10 @@ def _retrieved_counts(text: str) -> dict[str, int]:
 def evaluate_column(column: str, source: str, convs, cfg: EvalConfig, rt: Runtime, cache) -> dict:
     """One extractor column's report dict (summary, recall, format failures, segments, model calls,
     diagnostics, predictions; ``answer_model`` is the recipe's ``task_model``). Raises
-    :class:`evolution.execution.runner.ProgramRunError`.
+    :class:`memgym.evolution.execution.runner.ProgramRunError`.
     """
-    from rewards.scoring.metrics import answer_recall
-    from rewards.scoring.protocols import protocol_note
+    from memgym.rewards.scoring.metrics import answer_recall
+    from memgym.rewards.scoring.protocols import protocol_note
 
     settings, label = column_settings(cfg, column)
     spec, constrained = settings.extractor, settings.constrained
@@ -146,12 +146,25 @@ def evaluate_column(column: str, source: str, convs, cfg: EvalConfig, rt: Runtim
     }
 
 
+def run_card(cfg: EvalConfig, rt: Runtime, wall_s: float) -> dict:
+    """The run card of an eval (:func:`memgym.llm.runcard.build_card`): every column's extractor spec
+    beside the recipe's other models; cost = the runtime's counts over all columns."""
+    from memgym.llm.runcard import build_card
+    from memgym.rewards.scoring.protocols import protocol_card
+
+    columns = [parse_column(c, cfg.constrained)[0] for c in (cfg.extractor, *cfg.compare)]
+    models = {**{("extractor" if i == 0 else f"compare {i}"): s for i, s in enumerate(columns)},
+              **{k: v for k, v in cfg.model_specs().items() if k != "extractor"}}
+    return build_card(recipe=asdict(cfg), models=models, runtime=rt,
+                      judge=protocol_card(cfg.dataset, cfg.judge_protocol, cfg.scorer), wall_s=wall_s)
+
+
 def run_eval(cfg: EvalConfig, rt: Runtime | None = None) -> dict:
     """Run every column through ``cfg.program`` and write the report files under ``cfg.out``.
     Raises ConfigError (a column named twice, a program that fails validation), FileNotFoundError.
     """
-    from evolution.execution.validate import ValidationLimits, validate_program
-    from rewards.scoring.report import write_eval_report
+    from memgym.evolution.execution.validate import ValidationLimits, validate_program
+    from memgym.rewards.scoring.report import write_eval_report
 
     t0 = time.time()
     source = read_program_source(cfg.program)
@@ -178,5 +191,6 @@ def run_eval(cfg: EvalConfig, rt: Runtime | None = None) -> dict:
         cache.close()
     main["config"] = asdict(cfg)
     main["wall_s"] = round(time.time() - t0, 2)
+    main["run_card"] = run_card(cfg, rt, main["wall_s"])
     write_eval_report(main, Path(cfg.out))
     return main

@@ -1,25 +1,25 @@
 """The extract stage of one program evaluation: the four extraction modes (``turns``,
 ``instruction``, a trained extractor's bank entries, an ``expert:`` replay), memory
 construction for trained extractors, and the extraction statistics (units, failures,
-segments). :class:`ExtractStage` is a :class:`~evolution.execution.stage_context.StageContext`:
+segments). :class:`ExtractStage` is a :class:`~memgym.evolution.execution.stage_context.StageContext`:
 the settings, cache, runtime, counters, stage hashes and helpers it uses are that base's, set
-in its ``__init__``; :class:`evolution.execution.run_state.RunState` adds the later stages."""
+in its ``__init__``; :class:`memgym.evolution.execution.run_state.RunState` adds the later stages."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from data_synth.extractors import check_coverage, make_extractor
-from evolution.execution.results import ConversationTrace, ProgramRunError
-from evolution.execution.stage_context import StageContext
-from evolution.execution.stages import extraction_messages, session_fingerprint, stable_hash
-from llm.base import GenerationParams, TruncatedOutputError, require_complete
-from llm.structured import bounded
-from memory_bank.program import (ProgramInfo, StructuredOutputError, parse_structured, session_entries,
+from memgym.data_synth.extractors import check_coverage, make_extractor
+from memgym.evolution.execution.results import ConversationTrace, ProgramRunError
+from memgym.evolution.execution.stage_context import StageContext
+from memgym.evolution.execution.stages import extraction_messages, session_fingerprint, stable_hash
+from memgym.llm.base import GenerationParams, TruncatedOutputError, require_complete
+from memgym.llm.structured import bounded
+from memgym.memory_bank.program import (ProgramInfo, StructuredOutputError, parse_structured, session_entries,
                                  turn_entries, units_from_entries)
-from memory_bank.actions import MANAGERS
-from memory_bank.record_schemas import units_schema
-from memory_bank.schema import Conversation
+from memgym.memory_bank.actions import MANAGERS
+from memgym.memory_bank.record_schemas import units_schema
+from memgym.memory_bank.schema import Conversation
 
 
 class ExtractStage(StageContext):
@@ -153,7 +153,7 @@ class ExtractStage(StageContext):
         return out
 
     def _construct(self, conv: Conversation) -> dict:
-        from memory_bank.construct import construct
+        from memgym.memory_bank.construct import construct
 
         extractor = make_extractor(self.settings.extractor, self.rt, self.settings.extractor_max_new_tokens,
                                    constrained=self.settings.constrained, max_chars=self.settings.constrained_max_chars,

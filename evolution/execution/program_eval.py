@@ -1,8 +1,8 @@
 """``memgym program eval``: validate one memory program, run it with the stage-cached runner,
 compute diagnostics and write ``report.json``, ``report.md``, ``tasks.jsonl`` and
-``units.jsonl``. Scores in [0, 1] are :func:`rewards.scoring.summary.summarise` of the run's
+``units.jsonl``. Scores in [0, 1] are :func:`memgym.rewards.scoring.summary.summarise` of the run's
 questions; capability labels group questions and never reach the program. The recipe is
-composed of the settings sections (:mod:`evolution.execution.settings`) and is itself the
+composed of the settings sections (:mod:`memgym.evolution.execution.settings`) and is itself the
 runner's settings.
 """
 from __future__ import annotations
@@ -13,17 +13,18 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from data_synth.datasets import check_selection
-from evolution.execution.diagnostics import METRICS, diagnose_run
-from evolution.execution.results import ProgramEvaluation
-from evolution.execution.runner import ProgramRun, ProgramRunner, dump_units
-from evolution.execution.settings import OutputSection, ProgramSection, RunnerSettings
-from evolution.execution.stages import StageCache
-from llm.errors import ConfigError
-from llm.runtime import Runtime
-from memory_bank.schema import CAPABILITY_NAMES
-from rewards.scoring.selection import CapabilityLabels, QuestionSelection, load_selected
-from rewards.scoring.summary import summarise as summarise_rows
+from memgym.data_synth.datasets import check_selection
+from memgym.evolution.execution.diagnostics import METRICS, diagnose_run
+from memgym.evolution.execution.results import ProgramEvaluation
+from memgym.evolution.execution.runner import ProgramRun, ProgramRunner, dump_units
+from memgym.evolution.execution.settings import OutputSection, ProgramSection, RunnerSettings
+from memgym.evolution.execution.stages import StageCache
+from memgym.llm.errors import ConfigError
+from memgym.llm.runtime import Runtime
+from memgym.memory_bank.programs import read_program_source
+from memgym.memory_bank.schema import CAPABILITY_NAMES
+from memgym.rewards.scoring.selection import CapabilityLabels, QuestionSelection, load_selected
+from memgym.rewards.scoring.summary import summarise as summarise_rows
 
 
 @dataclass
@@ -44,18 +45,19 @@ class ProgramEvalConfig(QuestionSelection, CapabilityLabels, RunnerSettings, Out
 
 
 def open_stage_cache(spec: str | None) -> StageCache:
-    """``None`` → ``$MEMGYM_CACHE/stages.sqlite``; ``"none"`` → in memory only; else a path."""
+    """``None`` → ``$MEMGYM_CACHE/stages.sqlite``; ``"none"`` → in memory only, without index
+    snapshots (one evaluation never reads its own back); else a path."""
     if spec == "none":
-        return StageCache()
+        return StageCache(snapshots=False)
     if spec is None:
-        from llm.paths import cache_dir
+        from memgym.llm.paths import cache_dir
         return StageCache(cache_dir() / "stages.sqlite")
     return StageCache(spec)
 
 
 def run_dataset(run: ProgramRun) -> str | None:
     """The dataset a run's questions come from, by their category labels (None if mixed)."""
-    from data_synth.capabilities import BEAM_MAP, LOCOMO_MAP, LONGMEMEVAL_MAP
+    from memgym.data_synth.capabilities import BEAM_MAP, LOCOMO_MAP, LONGMEMEVAL_MAP
 
     cats = {str(t.qa.category) for t in run.tasks}
     for name, table in (("locomo", LOCOMO_MAP), ("longmemeval", LONGMEMEVAL_MAP), ("beam", BEAM_MAP)):
@@ -65,30 +67,32 @@ def run_dataset(run: ProgramRun) -> str | None:
 
 
 def task_rows(run: ProgramRun) -> list[dict]:
-    """The run's questions as :class:`rewards.scoring.summary.QuestionResult` fields."""
+    """The run's questions as :class:`memgym.rewards.scoring.summary.QuestionResult` fields."""
     return [{"conversation": t.conversation, "id": t.qa.id, "question": t.qa.question, "gold": t.qa.answer,
              "category": str(t.qa.category), "capability": t.qa.capability.value if t.qa.capability else None,
              "prediction": t.prediction, "score": t.score, "missing": False} for t in run.tasks]
 
 
 def summarise(run: ProgramRun, dataset: str | None = None) -> dict:
-    """:func:`rewards.scoring.summary.summarise` of a run (``dataset`` None: inferred from the labels)."""
+    """:func:`memgym.rewards.scoring.summary.summarise` of a run (``dataset`` None: inferred from the labels)."""
     return summarise_rows(dataset or run_dataset(run), task_rows(run))
 
 
 def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source: str | None = None,
-                     diagnostics: bool = True, workers: int | None = None) -> tuple[ProgramEvaluation, ProgramRun]:
+                     diagnostics: bool = True, workers: int | None = None,
+                     keep_going: bool = False) -> tuple[ProgramEvaluation, ProgramRun]:
     """Run one program and build its :class:`ProgramEvaluation` (no files written, no
     validation). ``model_calls``/``tokens`` are the runtime's per-role counts during this
-    call. ``workers``: conversations evaluated concurrently (default: the runner's setting)."""
-    from rewards.scoring.official import judge_stats
-    from rewards.scoring.protocols import protocol_note
+    call. ``workers``: conversations evaluated concurrently (default: the runner's setting);
+    ``keep_going``: see :meth:`ProgramRunner.run` (``failed_conversations``)."""
+    from memgym.rewards.scoring.official import judge_stats
+    from memgym.rewards.scoring.protocols import protocol_note
 
     rt = runner.rt
     t0 = time.time()
     calls0 = rt.calls_snapshot()
     judged0 = getattr(runner._scorer, "parse_failures", 0)
-    run = runner.run(source, convs, parent_source=parent_source, workers=workers)
+    run = runner.run(source, convs, parent_source=parent_source, workers=workers, keep_going=keep_going)
     rep = summarise(run, runner.settings.dataset)
     if diagnostics:
         with runner.model_lock:
@@ -117,7 +121,7 @@ def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source
         summary={k: v for k, v in rep.items() if k not in ("by_capability", "by_category")}
         | ({"judge_note": protocol_note(runner.settings.dataset, runner.settings.judge_protocol)}
            if runner.settings.scorer == "llm" else {}),
-        judge_protocol=runner.settings.judge_protocol,
+        judge_protocol=runner.settings.judge_protocol, failed_conversations=dict(run.failed),
         judge_calls=judge_stats(runner.scorer) if runner.settings.scorer == "llm" else None, model_calls=calls["calls"],
         tokens=calls["tokens"], wall_s=round(time.time() - t0, 2), tasks=tasks)
     return ev, run
@@ -138,8 +142,8 @@ def _selection(rep: dict) -> str:
 
 def render_markdown(rep: dict) -> str:
     """``report.md``: scores and diagnostics by capability, the dataset's headline and the
-    categories (the shared renderer, :mod:`rewards.scoring.report`), stages, cost."""
-    from rewards.scoring.report import headline_table, protocol_lines, side_by_side
+    categories (the shared renderer, :mod:`memgym.rewards.scoring.report`), stages, cost."""
+    from memgym.rewards.scoring.report import headline_table, protocol_lines, side_by_side
 
     diag = rep.get("diagnostics") or {}
     dcap = diag.get("by_capability", {})
@@ -185,7 +189,7 @@ def run_program_eval(cfg: ProgramEvalConfig, rt: Runtime | None = None,
     :class:`ProgramEvaluation` (``ok`` False and no scores when validation fails). Raises
     FileNotFoundError, ValueError for a bad recipe, :class:`ProgramRunError` mid-run.
     """
-    from evolution.execution.validate import ValidationLimits, validate_program
+    from memgym.evolution.execution.validate import ValidationLimits, validate_program
 
     t0 = time.time()
     if not cfg.program:
@@ -193,12 +197,12 @@ def run_program_eval(cfg: ProgramEvalConfig, rt: Runtime | None = None,
     prog = Path(cfg.program)
     if not prog.is_file():
         raise ConfigError(f"memory program not found: {prog}")
-    source = prog.read_text(encoding="utf-8")
+    source = read_program_source(prog)
     parent_source = None
     if cfg.parent:
         if not Path(cfg.parent).is_file():
             raise ConfigError(f"parent program not found: {cfg.parent}")
-        parent_source = Path(cfg.parent).read_text(encoding="utf-8")
+        parent_source = read_program_source(cfg.parent)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     head = {"program": str(prog), "program_sha256": hashlib.sha256(source.encode()).hexdigest()[:16],
@@ -232,7 +236,13 @@ def run_program_eval(cfg: ProgramEvalConfig, rt: Runtime | None = None,
         for row in ev.tasks:
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     dump_units(run, out / "units.jsonl")
-    rep = {**ev.to_dict(tasks=False), "conversations": [c.id for c in convs]}  # what ran, e.g. a split's
+    from memgym.llm.runcard import build_card, card_markdown
+    from memgym.rewards.scoring.protocols import protocol_card
+
+    card = build_card(recipe=asdict(cfg), models=cfg.model_specs(), runtime=rt,
+                      judge=protocol_card(cfg.dataset, cfg.judge_protocol, cfg.scorer),
+                      cost={"calls": ev.model_calls, "tokens": ev.tokens}, wall_s=ev.wall_s)
+    rep = {**ev.to_dict(tasks=False), "conversations": [c.id for c in convs], "run_card": card}  # what ran
     (out / "report.json").write_text(json.dumps(rep, indent=2, ensure_ascii=False, default=str))
-    (out / "report.md").write_text(render_markdown(rep))
+    (out / "report.md").write_text(render_markdown(rep) + "\n".join(["", *card_markdown(card, str(out / "report.json"))]))
     return ev

@@ -7,10 +7,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evolution.execution.component_diff import STAGES, ComponentDiff
-from llm.errors import MemgymError
-from memory_bank.program import ProgramInfo
-from memory_bank.schema import Conversation, QAItem
+from memgym.evolution.execution.component_diff import STAGES, ComponentDiff
+from memgym.llm.errors import MemgymError
+from memgym.memory_bank.program import ProgramInfo
+from memgym.memory_bank.schema import Conversation, QAItem
 
 
 @dataclass
@@ -47,7 +47,8 @@ class ConversationTrace:
 
 @dataclass
 class ProgramRun:
-    """Everything one :meth:`ProgramRunner.run` produced (see the module docstring)."""
+    """Everything one :meth:`ProgramRunner.run` produced (see the module docstring); ``failed``:
+    conversation id → why it failed (a run that keeps going past failed conversations)."""
 
     info: ProgramInfo
     hashes: dict[str, str]
@@ -61,6 +62,7 @@ class ProgramRun:
     retrieve_errors: int
     extraction: dict
     wall_s: float
+    failed: dict[str, str] = field(default_factory=dict)
 
     @property
     def stages_run(self) -> list[str]:
@@ -87,9 +89,10 @@ def dump_units(run: ProgramRun, path: Path) -> None:
 class ProgramEvaluation:
     """The scored report of one program evaluation. ``ok`` False: validation failed
     (``validation`` holds the verdict) and nothing was measured. ``overall``, ``by_capability``,
-    ``by_category`` and ``summary`` come from :func:`rewards.scoring.summary.summarise`;
+    ``by_category`` and ``summary`` come from :func:`memgym.rewards.scoring.summary.summarise`;
     ``diagnostics`` without per-task rows; ``tasks`` one dict per question; call and token counts
-    per role; ``wall_s`` in seconds.
+    per role; ``wall_s`` in seconds; ``failed_conversations``: conversation id → why it failed
+    (its questions are scored 0 with that error), when the run kept going past it.
     """
 
     ok: bool = True
@@ -112,6 +115,7 @@ class ProgramEvaluation:
     judge_unparsable: int = 0
     summary: dict | None = None
     judge_protocol: str = "official"
+    failed_conversations: dict = field(default_factory=dict)
     judge_calls: dict | None = None
     model_calls: dict = field(default_factory=dict)
     tokens: dict = field(default_factory=dict)

@@ -4,24 +4,25 @@ then plan → retrieve → answer → score), each through the stage cache.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 from tqdm.auto import tqdm
 
-from evolution.execution.extract_stage import ExtractStage
-from evolution.execution.results import ConversationTrace, ProgramRunError, TaskResult
-from evolution.execution.sandbox import ProgramRaised, SandboxedProgram, SandboxError
-from evolution.execution.stages import planning_messages, stable_hash
-from llm.base import GenerationParams, TruncatedOutputError, require_complete
-from llm.structured import bounded
-from memory_bank.program import (OUT_CHAR_BUDGET, ProgramInfo, SessionInfo, StructuredOutputError, parse_structured,
+from memgym.evolution.execution.extract_stage import ExtractStage
+from memgym.evolution.execution.results import ConversationTrace, ProgramRunError, TaskResult
+from memgym.evolution.execution.sandbox import ProgramRaised, SandboxedProgram, SandboxError
+from memgym.evolution.execution.stages import planning_messages, stable_hash
+from memgym.llm.base import GenerationParams, TruncatedOutputError, require_complete
+from memgym.llm.structured import bounded
+from memgym.memory_bank.program import (OUT_CHAR_BUDGET, ProgramInfo, SessionInfo, StructuredOutputError, parse_structured,
                                  text_query)
-from memory_bank.record_schemas import query_schema
-from memory_bank.schema import Conversation, QAItem
-from rewards.scoring.measure import answer_items, score_items
+from memgym.memory_bank.record_schemas import query_schema
+from memgym.memory_bank.schema import Conversation, QAItem
+from memgym.rewards.scoring.measure import answer_items, score_items
 
 
 class RunState(ExtractStage):
-    """One evaluation's state (:class:`~evolution.execution.stage_context.StageContext`) with
+    """One evaluation's state (:class:`~memgym.evolution.execution.stage_context.StageContext`) with
     the stage methods that fill it: :meth:`run_conversation` and its index, plan, retrieve,
     answer and score stages (extract: :class:`ExtractStage`)."""
 
@@ -34,10 +35,11 @@ class RunState(ExtractStage):
         index_key = stable_hash("index", self.stage_hash["index"], self.rt.embedder.model_id,
                                 self._identity("task") if self.settings.program_llm_calls else None,
                                 self.settings.program_llm_calls, extract_keys)
-        blob = self.cache.get("index", index_key)
+        blob = self.cache.get("index", index_key) if self.cache.wants("index") else None
         if blob is None:
             self._index(conv, trace, sandbox)
-            self.cache.put("index", index_key, sandbox.snapshot())
+            if self.cache.wants("index"):
+                self._keep_snapshot(conv, index_key, sandbox)
             live = sandbox
         else:
             self._count("index", reused=len(trace.units))
@@ -67,10 +69,24 @@ class RunState(ExtractStage):
         budget = self.runner.context_budget
         texts = [budget.cut(r["text"]) if budget else r["text"] for r in results]
         preds = self._answer(questions, info, texts)
-        scores = self._score(questions, texts, preds)
+        scores = self._score(questions, texts, preds, conv)
         tasks = [TaskResult(conv.id, q, p["query"], p["ok"], t, pr, s["score"], r["error"], s["judge"], s["detail"])
                  for q, p, r, t, pr, s in zip(questions, plans, results, texts, preds, scores)]
         return tasks, trace
+
+    def _keep_snapshot(self, conv: Conversation, index_key: str, sandbox: SandboxedProgram) -> None:
+        """Cache the built memory; a snapshot the sandbox cannot take (larger than its message cap,
+        unpicklable) only costs a cache miss: the live memory goes on. ProgramRunError when the
+        child died taking it."""
+        try:
+            self.cache.put("index", index_key, sandbox.snapshot())
+        except SandboxError as e:
+            if not sandbox.alive:
+                raise ProgramRunError(f"{e.kind}: {e.reason}", stage="index", conversation=conv.id) from None
+            what = (f"is larger than the sandbox's {sandbox.limits.max_message_bytes:,}-byte message cap"
+                    if e.kind == "oversized" else f"failed ({e.kind})")
+            warnings.warn(f"the index snapshot of conversation {conv.id} {what}: not cached, rebuilt when needed",
+                          stacklevel=2)
 
     # ------------------------------------------------------------------ stages
 
@@ -175,12 +191,18 @@ class RunState(ExtractStage):
                 self.cache.put_json("answer", keys[i], cached[i])
         return cached
 
-    def _score(self, questions: list[QAItem], retrieved: list[str], preds: list[str | None]) -> list[dict]:
+    def _score(self, questions: list[QAItem], retrieved: list[str], preds: list[str | None],
+               conv: Conversation) -> list[dict]:
         """``{"score", "judge", "detail"}`` per question (judge requests and replies of an LLM
-        scorer; a cached plain float from an older cache reads as a score without them)."""
+        scorer, a grounded scorer's parts; a cached plain float from an older cache reads as a
+        score without them). A scorer reading the source text keys on the evidence ids and the
+        conversation's text."""
+        grounded = getattr(self.scorer, "needs_source", False)
+        source = stable_hash("source", *(t.render() for x in conv.sessions for t in x.turns)) if grounded else None
         keys = [stable_hash("score", self.stage_hash["score"], self._identity("scorer"), q.question, q.answer,
                             q.category, p, r if not self.scorer.needs_prediction else None,
-                            *([q.id, list(q.rubric)] if q.rubric or self.settings.scorer == "llm" else []))
+                            *([q.id, list(q.rubric)] if q.rubric or self.settings.scorer == "llm" else []),
+                            *([list(q.evidence), source] if grounded else []))
                 for q, r, p in zip(questions, retrieved, preds)]
         cached = [self.cache.get_json("score", k) for k in keys]
         cached = [c if c is None or isinstance(c, dict) else {"score": float(c), "judge": [], "detail": None}
@@ -191,7 +213,7 @@ class RunState(ExtractStage):
             with self.runner.model_lock:
                 calls0 = self.rt.calls_snapshot()
                 values, last = score_items(self.scorer, [questions[i] for i in todo], [retrieved[i] for i in todo],
-                                           [preds[i] for i in todo])
+                                           [preds[i] for i in todo], conv)
                 judged = self.rt.calls_since(calls0)["calls"].get("judge", 0)
             if len(last) != len(todo):
                 last = [None] * len(todo)

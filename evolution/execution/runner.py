@@ -1,8 +1,8 @@
 """The stage-cached memory-program runner: extract → index → plan → retrieve → answer → score.
 
-Source: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``), appendices "memory interface"
+Source: PrisMem (arXiv 2610.06361), appendices "memory interface"
 and "revision-aware execution reuse". Program code runs only inside
-:class:`evolution.execution.sandbox.SandboxedProgram`. Each stage output is cached under the
+:class:`memgym.evolution.execution.sandbox.SandboxedProgram`. Each stage output is cached under the
 stage's cumulative component hash and the hash of its actual inputs, so a child re-executes
 from its earliest changed stage; reused state is decoded afresh (the built Memory is a
 snapshot restored into a new sandbox). ``retrieve`` is assumed a function of (memory, query).
@@ -16,17 +16,18 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from tqdm.auto import tqdm
 
-from data_synth.extractors import expert_paths
-from evolution.execution.component_diff import component_hashes, diff_components
-from evolution.execution.results import ProgramRun, ProgramRunError, dump_units  # noqa: F401 (dump_units re-exported)
-from evolution.execution.run_state import RunState
-from evolution.execution.sandbox import SandboxedProgram, SandboxError
-from evolution.execution.settings import RunnerSettings
-from evolution.execution.stages import StageCache, file_sha, model_identity
-from llm.runtime import Runtime
-from memory_bank.program import BackendToolkitHost, ContractError
-from memory_bank.schema import Conversation
-from rewards.scoring.scorers import make_scorer
+from memgym.data_synth.extractors import expert_paths
+from memgym.evolution.execution.component_diff import component_hashes, diff_components
+from memgym.evolution.execution.results import (ConversationTrace, ProgramRun, ProgramRunError, TaskResult,  # noqa: F401
+                                         dump_units)  # dump_units re-exported
+from memgym.evolution.execution.run_state import RunState
+from memgym.evolution.execution.sandbox import SandboxedProgram, SandboxError
+from memgym.evolution.execution.settings import RunnerSettings
+from memgym.evolution.execution.stages import StageCache, file_sha, model_identity
+from memgym.llm.runtime import Runtime
+from memgym.memory_bank.program import BackendToolkitHost, ContractError
+from memgym.memory_bank.schema import Conversation
+from memgym.rewards.scoring.scorers import make_scorer
 
 __all__ = ["ProgramRun", "ProgramRunError", "ProgramRunner", "RunnerSettings", "dump_units"]
 
@@ -51,7 +52,7 @@ class ProgramRunner:
         self._init_lock = threading.Lock()
         self.context_budget = None
         if self.settings.context_tokens is not None:
-            from evolution.execution.context_budget import ContextBudget
+            from memgym.evolution.execution.context_budget import ContextBudget
             self.context_budget = ContextBudget(self.settings.context_tokens, self.settings.context_tokenizer)
 
     # ------------------------------------------------------------------ resources
@@ -66,7 +67,7 @@ class ProgramRunner:
 
     @property
     def scorer(self):
-        """The scorer named by the settings (:func:`rewards.scoring.scorers.make_scorer`), built once."""
+        """The scorer named by the settings (:func:`memgym.rewards.scoring.scorers.make_scorer`), built once."""
         with self._init_lock:
             if self._scorer is None:
                 s = self.settings
@@ -95,7 +96,9 @@ class ProgramRunner:
                 return "turns"
             return model_identity(s.extractor)
         if what == "scorer":
-            return (s.scorer + (f"|{model_identity(s.judge_model)}|{s.dataset}|{s.judge_protocol}"
+            from memgym.rewards.scoring.protocols import protocol_identity
+            return (s.scorer + (f"|{model_identity(s.judge_model)}|{s.dataset}|"
+                                f"{protocol_identity(s.dataset, s.judge_protocol)}"
                                 if s.scorer == "llm" and s.judge_model else "")
                     + ("|constrained" if s.scorer == "llm" and s.judge_constrained else ""))
         raise KeyError(what)
@@ -115,9 +118,12 @@ class ProgramRunner:
     # ------------------------------------------------------------------ the run
 
     def run(self, source: str, conversations: list[Conversation], *, parent_source: str | None = None,
-            workers: int | None = None) -> ProgramRun:
+            workers: int | None = None, keep_going: bool = False) -> ProgramRun:
         """Evaluate ``source`` on ``conversations`` and return a :class:`ProgramRun` (conversation
-        order kept). ``parent_source`` only feeds the reported diff. Raises :class:`ProgramRunError`
+        order kept). ``parent_source`` only feeds the reported diff. ``keep_going``: a conversation
+        that fails (:class:`ProgramRunError`: its sandbox dies, times out, ...) is recorded in
+        ``failed`` and its questions scored 0 with the error, and the others run on. Raises
+        :class:`ProgramRunError` (a program that does not load; any failure without ``keep_going``)
         and the backends' errors.
         """
         t0 = time.time()
@@ -134,17 +140,25 @@ class ProgramRunner:
             first.close()
             raise ProgramRunError(f"contract (level {e.level}): {e}", stage="load") from None
         n_workers = max(1, min(workers or self.settings.workers, len(conversations) or 1))
+        failed: dict[str, str] = {}
         spare = [first]
         spare_lock = threading.Lock()
 
         def one(conv: Conversation):
             with spare_lock:
                 box = spare.pop() if spare else None
-            box = box or self.sandbox(source, conv.id)
             try:
+                box = box or self.sandbox(source, conv.id)
                 return state.run_conversation(conv, info, box)
+            except ProgramRunError as e:
+                if not keep_going:
+                    raise
+                failed[conv.id] = str(e)
+                return ([TaskResult(conv.id, q, None, False, "", None, 0.0, f"conversation failed: {e}")
+                         for q in conv.questions], ConversationTrace(conv, [], []))
             finally:
-                box.close()
+                if box is not None:
+                    box.close()
 
         results = [None] * len(conversations)
         bar = tqdm(total=len(conversations), desc="conversations", disable=not self.settings.progress, unit="conv",
@@ -174,4 +188,4 @@ class ProgramRunner:
         answer_skipped = not self.scorer.needs_prediction
         return ProgramRun(info, hashes, diff, tasks, traces, state.stage_items, state.stage_llm_calls, answer_skipped,
                           state.plan_failures, state.retrieve_errors, state.extraction_stats,
-                          round(time.time() - t0, 3))
+                          round(time.time() - t0, 3), {c.id: failed[c.id] for c in conversations if c.id in failed})

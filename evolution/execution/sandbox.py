@@ -1,9 +1,9 @@
 """Run an untrusted memory-program source in a subprocess sandbox.
 
-Source: PrisMem (shared/seeds/000_0e559b88b400976a.txt), appendix "execution checks": allowed
-imports only, no network, bounded time and memory. The child (``evolution.execution.sandbox_child``)
+Source: PrisMem (arXiv 2610.06361), appendix "execution checks": allowed
+imports only, no network, bounded time and memory. The child (``memgym.evolution.execution.sandbox_child``)
 runs under ``prlimit`` rlimits in its own session, ``python -I -B`` in a scratch dir with a
-minimal environment, confined by the kernel (:mod:`evolution.execution.confine`; refused
+minimal environment, confined by the kernel (:mod:`memgym.evolution.execution.confine`; refused
 without Landlock unless ``MEMGYM_ALLOW_UNCONFINED_SANDBOX=1``), behind a static check and an
 audit hook. Toolkit calls are proxied to the parent and counted there; per-call wall time
 excludes host serving time. Every failure is a :class:`SandboxError`; violations, timeouts,
@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from evolution.execution import confine
-from evolution.execution.sandbox_process import (CHILD_KINDS, PROJECT_ROOT, ProgramRaised, SandboxError, SandboxLimits,
+from memgym.evolution.execution import confine
+from memgym.evolution.execution.sandbox_process import (CHILD_KINDS, PROJECT_ROOT, ProgramRaised, SandboxError, SandboxLimits,
                                                  SandboxProcess)
-from evolution.execution.static_check import DEFAULT_ALLOWED_IMPORTS, FORBIDDEN_ATTRS, FORBIDDEN_NAMES, static_check  # noqa: F401
-from memory_bank.program import (BudgetExceededError, ContractError, ProgramInfo, SessionInfo, Toolkit, ToolkitError,
+from memgym.evolution.execution.static_check import DEFAULT_ALLOWED_IMPORTS, FORBIDDEN_ATTRS, FORBIDDEN_NAMES, static_check  # noqa: F401
+from memgym.memory_bank.program import (BudgetExceededError, ContractError, ProgramInfo, SessionInfo, Toolkit, ToolkitError,
                                  ToolkitHost, contract_from_report)
 
 
@@ -53,6 +53,7 @@ class SandboxedProgram(SandboxProcess):
         self._info: ProgramInfo | None = None
         self._constructed = False
         self.stats = {"calls": 0, "cpu_s": 0.0, "wall_s": 0.0, "host_s": 0.0}
+        self._cpu_seen: dict[str, float] = {}  # the child's and the kernel's CPU totals at the last result
         if not isinstance(source, str):
             raise SandboxError(f"source must be str, got {type(source).__name__}", kind="violation", stage="load")
         if not skip_static_check:
@@ -128,7 +129,7 @@ class SandboxedProgram(SandboxProcess):
         self.stats["calls"] += 1
         self.stats["host_s"] += host_s
         self.stats["wall_s"] += time.monotonic() - t0 - host_s
-        self.stats["cpu_s"] += float(reply.get("cpu_s", 0.0))
+        self.stats["cpu_s"] += self._charge_cpu(reply)
         if reply.get("ok"):
             return reply.get("value")
         kind = reply.get("kind", "raised")
@@ -144,6 +145,19 @@ class SandboxedProgram(SandboxProcess):
         if kind == "memory":
             raise self._fail("memory", f"memory limit exceeded ({message or 'MemoryError'})", stage)
         raise self._fail(kind if kind in CHILD_KINDS else "crash", message or kind, stage)
+
+    def _charge_cpu(self, reply: dict) -> float:
+        """CPU seconds to charge for the call ``reply`` ends: the child's process CPU (every thread)
+        since the previous result, as it reports it (``cpu_total``) and as the kernel counts it,
+        whichever is larger, so CPU spent between calls (a thread left running) is charged to the
+        next call; the first result is charged its own ``cpu_s``."""
+        charged = float(reply.get("cpu_s", 0.0))
+        for what, total in (("child", reply.get("cpu_total")), ("kernel", self.kernel_cpu_s())):
+            if isinstance(total, (int, float)):
+                if what in self._cpu_seen:
+                    charged = max(charged, float(total) - self._cpu_seen[what])
+                self._cpu_seen[what] = float(total)
+        return charged
 
     # ------------------------------------------------------------------ API
 

@@ -1,13 +1,18 @@
-"""Child side of :mod:`evolution.execution.sandbox`: load ONE candidate memory program and serve
+"""Child side of :mod:`memgym.evolution.execution.sandbox`: load ONE candidate memory program and serve
 calls as JSON lines on private copies of the original stdin/stdout (fd 0 is /dev/null, fd 1
 and ``sys.stdout`` are stderr). Never imports model code.
 
-First filter (not the boundary): builtins without eval/exec/compile/input/breakpoint and an
-allow-list ``__import__``; a permanent audit hook refusing sockets, process spawning, ctypes,
-signals, env changes, threads, code objects, writes outside the scratch dir, reads outside
-the kernel grants, and non-allow-listed imports and unpickled globals. A refused event raises
+First filter (not the boundary): builtins without eval/exec/compile/input/breakpoint, an
+allow-list ``__import__`` that hands out module views and a guarded ``getattr``
+(:mod:`memgym.evolution.execution.module_view`: no module object outside the allow list is ever reachable);
+a permanent audit hook refusing sockets, process spawning, ctypes, signals, env changes, threads,
+code objects, frame and code introspection from the candidate's own code, introspection attributes
+in source compiled at run time, writes outside the scratch dir, reads outside the kernel grants,
+and non-allow-listed imports and unpickled globals. A refused event raises
 :class:`SandboxViolationError` (a BaseException) and is recorded. The boundary is
-:mod:`evolution.execution.confine`, applied before the candidate's first line.
+:mod:`memgym.evolution.execution.confine`, applied before the candidate's first line. Every result
+carries ``cpu_total``, the process's CPU seconds over all its threads so far, so the parent charges
+CPU spent between calls too.
 """
 from __future__ import annotations
 
@@ -25,8 +30,10 @@ import types
 
 import numpy as np
 
-from evolution.execution import confine
-from memory_bank.program import BudgetExceededError, Toolkit, ToolkitError, describe_module
+from memgym.evolution.execution import confine
+from memgym.evolution.execution.module_view import NamespaceGuard
+from memgym.evolution.execution.static_check import introspection_problems
+from memgym.memory_bank.program import BudgetExceededError, Toolkit, ToolkitError, describe_module
 
 MODULE_NAME = "memgym_candidate"
 # Unpickling (restore) may only resolve globals from these modules (plus the candidate's).
@@ -62,6 +69,12 @@ class SandboxImportError(ImportError):
 
 
 _violations: list[str] = []
+
+
+def violate(what: str) -> None:
+    """Record a violation and raise :class:`SandboxViolationError`."""
+    _violations.append(what)
+    raise SandboxViolationError(what)
 
 
 class Channel:
@@ -119,15 +132,12 @@ def _under(path: str, roots: tuple[str, ...]) -> bool:
     return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
 
 
-def make_audit_hook(scratch: str, read_roots: tuple[str, ...], allowed_modules: frozenset, module_name: str):
-    """The always-on audit hook (see the module docstring)."""
+def make_audit_hook(scratch: str, read_roots: tuple[str, ...], allowed_modules: frozenset, module_name: str,
+                    filename: str = "<memory-program>"):
+    """The always-on audit hook (see the module docstring); ``filename``: the candidate's code."""
     scratch_roots = (os.path.realpath(scratch),)
     read_roots = tuple(os.path.realpath(r) for r in read_roots) + scratch_roots
     busy = [False]
-
-    def violate(what: str):
-        _violations.append(what)
-        raise SandboxViolationError(what)
 
     def path_ok(p, roots) -> bool:
         if isinstance(p, int) or p is None:
@@ -144,6 +154,18 @@ def make_audit_hook(scratch: str, read_roots: tuple[str, ...], allowed_modules: 
         try:
             if event in _BLOCKED_EVENTS or event.startswith(_BLOCKED_PREFIXES):
                 violate(f"forbidden operation: {event}")
+            elif event in ("sys._getframe", "object.__getattr__"):
+                try:
+                    asker = sys._getframe(1).f_code.co_filename
+                except ValueError:  # raised from C with no Python frame above the hook
+                    asker = None
+                if asker == filename:  # the candidate's own line asked
+                    what = f"{type(args[0]).__name__}.{args[1]}" if event == "object.__getattr__" else event
+                    violate(f"frame and code introspection is not allowed: {what}")
+            elif event == "compile" and isinstance(args[0], (str, bytes)):
+                problems = introspection_problems(args[0])
+                if problems:
+                    violate(f"introspection in code compiled at run time: {problems[0]}")
             elif event == "open":
                 path, mode, flags = args
                 write = bool(mode and any(c in mode for c in "wax+")) or bool((flags or 0) & _WRITE_FLAGS)
@@ -182,9 +204,11 @@ def project_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def make_builtins(allowed: frozenset) -> dict:
-    """The candidate's ``__builtins__``: no eval/exec/compile/input/..., guarded __import__."""
+def make_builtins(allowed: frozenset, guard: NamespaceGuard | None = None) -> dict:
+    """The candidate's ``__builtins__``: no eval/exec/compile/input/..., guarded ``__import__``
+    (handing out ``guard``'s module views) and ``getattr``."""
     real_import = builtins.__import__
+    guard = guard or NamespaceGuard(allowed, violate)
 
     def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
         if level:
@@ -192,18 +216,20 @@ def make_builtins(allowed: frozenset) -> dict:
         top = name.partition(".")[0]
         if top not in allowed:
             raise SandboxImportError(f"import of {name!r} is not allowed (allowed: {', '.join(sorted(allowed))})")
-        return real_import(name, globals, locals, fromlist, level)
+        return guard.screen(real_import(name, globals, locals, fromlist, level), f"import {name}")
 
     b = dict(vars(builtins))
     for n in _REMOVED_BUILTINS:
         b.pop(n, None)
     b["__import__"] = guarded_import
+    b["getattr"] = guard.guarded_getattr()
     return b
 
 
 def _error(kind: str, e: BaseException, filename: str) -> dict:
     if _violations:
-        return {"type": "result", "ok": False, "kind": "violation", "message": _violations[0]}
+        return {"type": "result", "ok": False, "kind": "violation", "message": _violations[0],
+                "cpu_total": time.process_time()}
     if isinstance(e, MemoryError):
         kind = "memory"
     try:
@@ -214,7 +240,8 @@ def _error(kind: str, e: BaseException, filename: str) -> dict:
         msg = str(e)[:2000]
     except BaseException:  # noqa: BLE001
         msg = "<unprintable>"
-    return {"type": "result", "ok": False, "kind": kind, "exc_type": type(e).__name__, "message": msg, "traceback": tb}
+    return {"type": "result", "ok": False, "kind": kind, "exc_type": type(e).__name__, "message": msg, "traceback": tb,
+            "cpu_total": time.process_time()}
 
 
 class _Persist(pickle.Pickler):
@@ -268,7 +295,12 @@ def serve(chan: Channel, cfg: dict) -> None:
             chan.send({"type": "result", "ok": False, "kind": "unconfined", "message": str(e)})
             os._exit(3)
     sys.modules.pop("ctypes", None)
-    sys.addaudithook(make_audit_hook(cfg["scratch"], tuple(dirs) + tuple(files), allowed | loaded_tops, MODULE_NAME))
+    try:  # compiled before the hook: its source passed the static check; what it compiles later is scanned
+        code = compile(source, filename, "exec")
+    except SyntaxError as e:
+        code = e
+    sys.addaudithook(make_audit_hook(cfg["scratch"], tuple(dirs) + tuple(files), allowed | loaded_tops, MODULE_NAME,
+                                     filename))
     instance = None
 
     def run(stage: str, fn):
@@ -278,20 +310,24 @@ def serve(chan: Channel, cfg: dict) -> None:
         except BaseException as e:  # noqa: BLE001 - every candidate failure becomes a reply
             chan.send(_error("raised", e, filename))
             return
-        stats = {"cpu_s": time.process_time() - c0, "wall_s": time.perf_counter() - t0}
+        c1 = time.process_time()  # CLOCK_PROCESS_CPUTIME_ID: every thread of the process
+        stats = {"cpu_s": c1 - c0, "cpu_total": c1, "wall_s": time.perf_counter() - t0}
         if _violations:
             chan.send({"type": "result", "ok": False, "kind": "violation", "message": _violations[0], **stats})
             return
         try:
             chan.send({"type": "result", "ok": True, "value": value, **stats})
         except OverflowError as e:
-            chan.send({"type": "result", "ok": False, "kind": "oversized", "message": f"{stage} result: {e}"})
+            chan.send({"type": "result", "ok": False, "kind": "oversized", "message": f"{stage} result: {e}",
+                       "cpu_total": c1})
         except (TypeError, ValueError) as e:
-            chan.send({"type": "result", "ok": False, "kind": "bad_result",
+            chan.send({"type": "result", "ok": False, "kind": "bad_result", "cpu_total": c1,
                        "message": f"{stage} returned a non-JSON value of type {type(value).__name__}: {e}"})
 
     def load():
-        exec(compile(source, filename, "exec"), module.__dict__)  # noqa: S102 - the sandboxed candidate
+        if isinstance(code, SyntaxError):
+            raise code
+        exec(code, module.__dict__)  # noqa: S102 - the sandboxed candidate
         return describe_module(module)
 
     run("load", load)

@@ -1,4 +1,4 @@
-"""The process side of a sandbox (:mod:`evolution.execution.sandbox`): its limits, the one
+"""The process side of a sandbox (:mod:`memgym.evolution.execution.sandbox`): its limits, the one
 failure type :class:`SandboxError` (with ``kind``), and :class:`SandboxProcess`, the child
 process started under ``prlimit`` in its own session, fed and read as JSON lines within
 deadlines, and classified (memory, signal, exit) when it stops answering."""
@@ -63,7 +63,7 @@ class ProgramRaised(SandboxError):
 #: The failure kinds the child reports by name (anything else is a ``crash``).
 CHILD_KINDS = ("violation", "timeout", "memory", "crash", "oversized", "raised", "bad_result", "unconfined")
 
-_BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv[1]); from evolution.execution.sandbox_child import main; main()"
+_BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv[1]); from memgym.evolution.execution.sandbox_child import main; main()"
 # argv after the bootstrap: project root, parent pid, "1" if spawned from the main thread (PDEATHSIG)
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -113,6 +113,18 @@ class SandboxProcess:
         self._set_rlimits(self._proc.pid)
         for f in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
             os.set_blocking(f.fileno(), False)
+
+    def kernel_cpu_s(self) -> float | None:
+        """CPU seconds (user + system) the kernel has charged the child, every thread included,
+        from ``/proc/<pid>/stat`` (proc(5)); None where it cannot be read."""
+        if self._proc is None:
+            return None
+        try:
+            with open(f"/proc/{self._proc.pid}/stat", "rb") as f:
+                fields = f.read().rpartition(b")")[2].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return None
 
     @property
     def alive(self) -> bool:

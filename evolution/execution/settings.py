@@ -3,31 +3,31 @@ recipes of ``memgym eval``, ``memgym program eval`` and ``memgym evolve`` by inh
 
 - :class:`ModelsSection`: the task and judge models and how they are reached (batch, response
   cache, request timeout and retries); :meth:`ModelsSection.runtime` builds the
-  :class:`llm.runtime.Runtime`;
+  :class:`memgym.llm.runtime.Runtime`;
 - :class:`OutputSection`: the output directory and the stage-output cache;
 - :class:`ProgramSection`: the memory program a command runs;
 - :class:`RunnerSettings`: how the program runner executes a program (extraction, planning,
   scoring, token limits, constrained decoding, sandbox time, concurrency, the context budget),
-  over the data section :class:`rewards.scoring.selection.BenchmarkFields` (the dataset and
+  over the data section :class:`memgym.rewards.scoring.selection.BenchmarkFields` (the dataset and
   judge protocol reach the scorer) and :class:`ModelsSection`. A recipe composed of it IS the
-  runner's settings: :class:`evolution.execution.runner.ProgramRunner` receives the recipe itself.
+  runner's settings: :class:`memgym.evolution.execution.runner.ProgramRunner` receives the recipe itself.
 
-Each section validates itself once, when built (:class:`llm.checks.Section`). Every field that
-changes a stage's output is part of that stage's cache key (:mod:`evolution.execution.run_state`).
+Each section validates itself once, when built (:class:`memgym.llm.checks.Section`). Every field that
+changes a stage's output is part of that stage's cache key (:mod:`memgym.evolution.execution.run_state`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from data_synth.extractors import extractor_kind
-from evolution.execution.sandbox import SandboxLimits
-from llm.checks import Section, require
-from rewards.scoring.selection import BenchmarkFields, answer_tokens_for
+from memgym.data_synth.extractors import extractor_kind
+from memgym.evolution.execution.sandbox import SandboxLimits
+from memgym.llm.checks import Section, require
+from memgym.rewards.scoring.selection import BenchmarkFields, answer_tokens_for
 
 
 @dataclass
 class ModelsSection(Section):
     """The task and judge models and their endpoints. Backend specs: ``hf:<dir or name>``,
-    ``openai:<url>#<model>``, ``vllm:<dir>`` (:func:`llm.specs.parse_spec`)."""
+    ``openai:<url>#<model>``, ``vllm:<dir>`` (:func:`memgym.llm.specs.parse_spec`)."""
 
     CHECKS = {"task_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}, "batch_size": {"min": 1},
               "request_timeout_s": {"min": 0.001}, "request_retries": {"min": 0}}
@@ -45,9 +45,9 @@ class ModelsSection(Section):
                 "or 5)"})
 
     def runtime(self, cache: str | None = None, embedder=None):
-        """The :class:`llm.runtime.Runtime` of these settings: response cache ``self.cache``, else
+        """The :class:`memgym.llm.runtime.Runtime` of these settings: response cache ``self.cache``, else
         ``cache``; ``embedder`` (an embedder object) replaces the default one."""
-        from llm.runtime import Runtime
+        from memgym.llm.runtime import Runtime
 
         kw = dict(batch_size=self.batch_size, request_timeout_s=self.request_timeout_s,
                   request_retries=self.request_retries)
@@ -70,7 +70,7 @@ class OutputSection(Section):
 
 @dataclass
 class ProgramSection(Section):
-    """The memory program a command runs: a Python module file (:mod:`memory_bank.program`)."""
+    """The memory program a command runs: a Python module file (:mod:`memgym.memory_bank.program`)."""
 
     program: str | None = field(default=None, metadata={
         "help": "memory program file (eval: default memory_bank/programs/bank.py, MemBuilder's four-part bank, core "
@@ -86,30 +86,33 @@ class RunnerSettings(BenchmarkFields, ModelsSection):
     conv-NN>[,...]`` (replay), or a trained extractor's backend spec ``hf:<dir>`` /
     ``openai:<url>#<model>``. plan_mode: ``llm`` (the task LLM with PLANNING_INSTRUCTION) or
     ``question`` (no LLM call: the question text goes into the Query by
-    :func:`memory_bank.program.text_query`; an offline/ablation setting). scorer: ``answer-recall`` |
-    ``f1`` | ``rubric-recall`` (BEAM) | ``llm`` (then ``judge_model``: the official judge of
-    ``dataset``, see :func:`rewards.scoring.scorers.make_scorer`). The three left None = the
-    command's default (``COMMAND_DEFAULTS``, :class:`llm.checks.Section`; a bare
-    :class:`RunnerSettings` takes ``instruction``, ``llm``, ``answer-recall``). Token limits are in tokens of the respective
+    :func:`memgym.memory_bank.program.text_query`; an offline/ablation setting). scorer: ``grounded-recall``
+    (the default offline scorer, :mod:`memgym.rewards.scoring.grounded`: gold evidence held verbatim, so it
+    measures programs over ``turns`` or extractors that copy text) | ``f1`` | ``llm`` (then
+    ``judge_model``: the official judge of ``dataset``, see
+    :func:`memgym.rewards.scoring.scorers.make_scorer`) | the word-coverage proxies ``answer-recall`` and
+    ``rubric-recall`` (BEAM), kept as named alternatives (:data:`memgym.rewards.scoring.scorers.BLIND_SPOTS`).
+    The three left None = the command's default (``COMMAND_DEFAULTS``, :class:`memgym.llm.checks.Section`;
+    a bare :class:`RunnerSettings` takes ``instruction``, ``llm``, ``grounded-recall``). Token limits are in tokens of the respective
     model; ``answer_max_new_tokens`` None = the dataset's (:attr:`answer_tokens`).
     program_llm_calls: toolkit.llm budget per conversation's sandbox. diagnostics: also retrieve
     with each evidence turn as the query (d_idx). workers: conversations of one evaluation run
     concurrently (one sandbox each). constrained: decode instruction extraction under the
     program's MemoryUnit-list schema, plans under its Query schema, and a trained extractor's
-    manager outputs under theirs (:mod:`memory_bank.record_schemas`,
-    :mod:`memory_bank.action_schemas`); judge_constrained: the judge's verdicts under theirs
+    manager outputs under theirs (:mod:`memgym.memory_bank.record_schemas`,
+    :mod:`memgym.memory_bank.action_schemas`); judge_constrained: the judge's verdicts under theirs
     (memgym's own judge only, ``dataset`` None); constrained_max_chars / constrained_max_items
-    bound every string / list of the extraction and plan schemas (:func:`llm.structured.bounded`).
+    bound every string / list of the extraction and plan schemas (:func:`memgym.llm.structured.bounded`).
     call_timeout_s: sandbox seconds per index/retrieve call (:attr:`sandbox`). context_tokens:
     the context budget (None = none): each retrieved text is cut to this many tokens of
     ``context_tokenizer`` before the answer and score stages
-    (:class:`evolution.execution.context_budget.ContextBudget`), the same for every program.
+    (:class:`memgym.evolution.execution.context_budget.ContextBudget`), the same for every program.
     """
 
-    COMMAND_DEFAULTS = {"extractor": "instruction", "plan_mode": "llm", "scorer": "answer-recall"}
+    COMMAND_DEFAULTS = {"extractor": "instruction", "plan_mode": "llm", "scorer": "grounded-recall"}
     CHECKS = {"extractor": {"spec": "extractor", "words": ("instruction", "turns")},
               "plan_mode": {"choices": ("llm", "question")},
-              "scorer": {"choices": ("answer-recall", "rubric-recall", "f1", "llm")},
+              "scorer": {"choices": ("grounded-recall", "answer-recall", "rubric-recall", "f1", "llm")},
               "extract_max_new_tokens": {"min": 1}, "extractor_max_new_tokens": {"min": 1},
               "extractor_context_tokens": {"min": 2}, "extractor_segment_tokens": {"min": 1},
               "plan_max_new_tokens": {"min": 1}, "answer_max_new_tokens": {"min": 1}, "program_llm_calls": {"min": 0},
@@ -125,8 +128,10 @@ class RunnerSettings(BenchmarkFields, ModelsSection):
         "help": "llm (PLANNING_INSTRUCTION) | question (no LLM: the question fills the Query) (default: eval and "
                 "evolve question, program eval llm)"})
     scorer: str | None = field(default=None, metadata={
-        "help": "answer-recall | rubric-recall (beam) | f1 | llm (the dataset's official judge) (default: eval f1, "
-                "program eval and evolve answer-recall; eval also reports answer-recall beside it)"})
+        "help": "grounded-recall (offline: the gold evidence held verbatim and the answer inside real conversation "
+                "text) | f1 | llm (the dataset's official judge) | answer-recall | rubric-recall (beam; word-coverage "
+                "proxies a query-independent word list games) (default: eval f1, program eval and evolve "
+                "grounded-recall; eval also reports answer-recall beside it)"})
     extract_max_new_tokens: int = field(default=1024, metadata={"help": "tokens per instruction extraction"})
     extractor_max_new_tokens: int = field(default=512, metadata={"help": "tokens per trained-extractor output"})
     extractor_context_tokens: int | None = field(default=None, metadata={
@@ -162,18 +167,30 @@ class RunnerSettings(BenchmarkFields, ModelsSection):
     def check(self) -> None:
         super().check()
         if self.plan_mode not in ("llm", "question"):
-            from llm.errors import ConfigError
+            from memgym.llm.errors import ConfigError
             raise ConfigError(f"--plan_mode: {self.plan_mode!r} is not one of llm, question")
         require(self, "scorer", "llm", "judge_model", "(a backend spec of the LLM judge)")
+        if self.scorer == "llm" and self.dataset is not None:
+            from memgym.rewards.scoring.protocols import load_judge_file
+            load_judge_file(self.dataset, self.judge_protocol)  # a changed official file: refused before any run
         if self.scorer == "rubric-recall" and self.dataset not in (None, "beam"):
-            from llm.errors import ConfigError
+            from memgym.llm.errors import ConfigError
             raise ConfigError("--scorer rubric-recall needs --dataset beam (it scores BEAM rubrics)")
         if self.context_tokens is not None:
-            from evolution.execution.context_budget import ContextBudget
+            from memgym.evolution.execution.context_budget import ContextBudget
             ContextBudget(self.context_tokens, self.context_tokenizer)  # ValueError names the field
         if extractor_kind(self.extractor) == "extractor":
-            from llm.specs import parse_spec
+            from memgym.llm.specs import parse_spec
             parse_spec(self.extractor)  # BackendSpecError names the spec
+
+    def model_specs(self) -> dict[str, str | None]:
+        """Role -> model spec of these settings, for the run card (:func:`memgym.llm.runcard.build_card`):
+        the extractor, the task model, the judge (scorer ``llm`` only), the context budget's
+        tokenizer (when set) and a coder (evolve's ``coder_model``, when the recipe has one)."""
+        return {"extractor": self.extractor, "task_model": self.task_model,
+                "judge_model": self.judge_model if self.scorer == "llm" else None,
+                "context_tokenizer": self.context_tokenizer if self.context_tokens else None,
+                "coder_model": getattr(self, "coder_model", None)}
 
     @property
     def extraction_mode(self) -> str:
@@ -181,7 +198,7 @@ class RunnerSettings(BenchmarkFields, ModelsSection):
 
     @property
     def answer_tokens(self) -> int:
-        """``answer_max_new_tokens``, or the dataset's default (:data:`rewards.scoring.selection.ANSWER_TOKENS`)."""
+        """``answer_max_new_tokens``, or the dataset's default (:data:`memgym.rewards.scoring.selection.ANSWER_TOKENS`)."""
         return answer_tokens_for(self.dataset, self.answer_max_new_tokens)
 
     @property

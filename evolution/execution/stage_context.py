@@ -9,17 +9,17 @@ from typing import Protocol
 
 from tqdm.auto import tqdm
 
-from evolution.execution.component_diff import STAGES, stage_component_hashes
-from evolution.execution.context_budget import ContextBudget
-from evolution.execution.settings import RunnerSettings
-from evolution.execution.stages import StageCache
-from llm.base import Backend, Completion, GenerationParams
-from llm.runtime import Runtime
-from rewards.scoring.judge import Scorer
+from memgym.evolution.execution.component_diff import STAGES, stage_component_hashes
+from memgym.evolution.execution.context_budget import ContextBudget
+from memgym.evolution.execution.settings import RunnerSettings
+from memgym.evolution.execution.stages import StageCache
+from memgym.llm.base import Backend, Completion, GenerationParams
+from memgym.llm.runtime import Runtime
+from memgym.rewards.scoring.judge import Scorer
 
 
 class RunnerResources(Protocol):
-    """What one evaluation uses of its :class:`~evolution.execution.runner.ProgramRunner`:
+    """What one evaluation uses of its :class:`~memgym.evolution.execution.runner.ProgramRunner`:
     ``rt`` (backends, embedder, per-role call ledger), ``settings``, the stage ``cache``,
     ``model_lock`` (held around every model call), ``context_budget`` (None = no cut), the
     lazily built ``task`` backend and ``scorer``, and ``identity(what)``, the cache identity of
@@ -86,7 +86,7 @@ class StageContext:
     def _generate(self, stage: str, batch: list[list[dict]], params: GenerationParams, desc: str,
                   schema=None) -> list[Completion]:
         """Task-LLM completions in chunks of the runtime's batch size; counts real calls.
-        ``schema`` (a :class:`llm.structured.JsonSchema`) constrains every completion."""
+        ``schema`` (a :class:`memgym.llm.structured.JsonSchema`) constrains every completion."""
         out = []
         bs = max(1, self.rt.batch_size)
         for i in tqdm(range(0, len(batch), bs), desc=desc, disable=not self.settings.progress or len(batch) <= bs,

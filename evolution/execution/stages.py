@@ -1,5 +1,5 @@
 """Building blocks of the stage-cached runner: the stage output cache, cache keys and the
-host-side extract and plan prompts. Source: PrisMem (``shared/seeds/000_0e559b88b400976a.txt``),
+host-side extract and plan prompts. Source: PrisMem (arXiv 2610.06361),
 appendices "memory interface" and "revision-aware execution reuse". Lengths in characters.
 """
 from __future__ import annotations
@@ -10,9 +10,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from llm.base import BackendSpecError
-from memory_bank.program import FieldSpec, schema_hint
-from memory_bank.schema import Session
+from memgym.llm.base import BackendSpecError
+from memgym.memory_bank.program import FieldSpec, schema_hint
+from memgym.memory_bank.schema import Session
 
 CACHE_FORMAT = "memgym-stages-v1"
 """Mixed into every key so that a change of the runner's output format never reads old values."""
@@ -36,22 +36,28 @@ def session_fingerprint(session: Session) -> str:
 class StageCache:
     """Stage outputs keyed by (stage, key): a dict in front of an optional sqlite file (WAL).
     Values are immutable ``bytes`` (JSON or a sandbox snapshot); ``hits``/``misses`` count
-    lookups. Thread-safe.
+    lookups. ``snapshots`` False: built memories (the ``index`` stage) have no later reader here,
+    so the runner takes no snapshot (:meth:`wants`). Thread-safe.
     """
 
-    def __init__(self, path: str | Path | None = None):
+    def __init__(self, path: str | Path | None = None, *, snapshots: bool = True):
         self.path = None if path is None else Path(path)
+        self.snapshots = snapshots
         self._mem: dict[tuple[str, str], bytes] = {}
         self._lock = threading.Lock()
         self._conn = None
         self.hits = self.misses = 0
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            from llm.cache import open_cache_db  # CacheCorruptError names the file and the recovery
+            from memgym.llm.cache import open_cache_db  # CacheCorruptError names the file and the recovery
 
             self._conn = open_cache_db(str(self.path), "CREATE TABLE IF NOT EXISTS stages (stage TEXT NOT NULL, "
                                                        "key TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (stage, key))",
                                        "stage", "with --stage_cache none")
+
+    def wants(self, stage: str) -> bool:
+        """Whether outputs of ``stage`` are kept (every stage but ``index`` without ``snapshots``)."""
+        return self.snapshots or stage != "index"
 
     def get(self, stage: str, key: str) -> bytes | None:
         """The stored bytes, or None."""
@@ -133,8 +139,8 @@ def planning_messages(instruction: str, question: str, question_date: str | None
 def model_identity(spec: str) -> str:
     """A cache identity for a backend spec: ``spec@<dir fingerprint>`` for local ``hf:``/``vllm:``
     dirs (retraining in place changes it), the spec itself otherwise."""
-    from llm.paths import dir_fingerprint
-    from llm.specs import parse_spec, resolve_model_path
+    from memgym.llm.paths import dir_fingerprint
+    from memgym.llm.specs import parse_spec, resolve_model_path
 
     try:
         s = parse_spec(spec)

@@ -1,5 +1,7 @@
 """The static first filter of the sandbox (AST): imports outside
-:data:`DEFAULT_ALLOWED_IMPORTS`, forbidden names and introspection attributes.
+:data:`DEFAULT_ALLOWED_IMPORTS`, forbidden names and introspection attributes, in the program's
+source (:func:`static_check`) and in source it has compiled at run time
+(:func:`introspection_problems`).
 """
 from __future__ import annotations
 
@@ -14,12 +16,18 @@ DEFAULT_ALLOWED_IMPORTS = frozenset({
 
 FORBIDDEN_NAMES = frozenset({"eval", "exec", "compile", "__import__", "breakpoint", "input", "globals", "locals",
                              "__builtins__", "__loader__", "__spec__", "exit", "quit", "help"})
-FORBIDDEN_ATTRS = frozenset({
+INTROSPECTION_ATTRS = frozenset({
     "__subclasses__", "__globals__", "__builtins__", "__code__", "__closure__", "__base__", "__bases__", "__mro__",
     "mro", "__self__", "__func__", "__wrapped__", "__traceback__", "__loader__", "__spec__", "__import__",
     "__reduce__", "__reduce_ex__", "__getattribute__", "tb_frame", "tb_next", "f_globals", "f_locals", "f_builtins",
     "f_back", "f_code", "gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame", "co_code",
-    # modules reachable as attributes of allowed modules (e.g. typing.sys, re.os)
+})
+"""Attributes that lead from an ordinary object to frames, code, globals or the class graph; also
+refused at run time when the name is computed (``getattr``, :mod:`memgym.evolution.execution.module_view`)
+and in source compiled at run time (:func:`introspection_problems`)."""
+FORBIDDEN_ATTRS = INTROSPECTION_ATTRS | frozenset({
+    # modules reachable as attributes of allowed modules (e.g. typing.sys, re.os); at run time every
+    # module object outside the allow list is refused by object (memgym.evolution.execution.module_view)
     "sys", "os", "builtins", "posix", "importlib", "subprocess", "shutil", "ctypes", "socket", "io", "_io", "_os",
     "_sys",
 })
@@ -56,3 +64,20 @@ def static_check(source: str, allowed_imports: frozenset = DEFAULT_ALLOWED_IMPOR
                 and node.value.startswith("__"):
             problems.append((line, f"line {line}: string {node.value!r} names a forbidden attribute"))
     return [msg for _, msg in sorted(problems, key=lambda p: p[0])]
+
+
+def introspection_problems(source: str | bytes) -> list[str]:
+    """The :data:`INTROSPECTION_ATTRS` rule of :func:`static_check` alone, for source compiled at
+    run time (``typing`` forward references, ``dataclasses``' generated methods): ``"line N:
+    ..."`` per attribute or string constant naming one ([] also when ``source`` does not parse)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    out = []
+    for node in ast.walk(tree):
+        name = node.attr if isinstance(node, ast.Attribute) else (
+            node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None)
+        if name in INTROSPECTION_ATTRS:
+            out.append(f"line {getattr(node, 'lineno', 0)}: {name!r} in code compiled at run time")
+    return out

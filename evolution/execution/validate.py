@@ -1,6 +1,6 @@
 """Four-level validation of a candidate memory program before any task-model call.
 
-Source: PrisMem (shared/seeds/000_0e559b88b400976a.txt), appendix "execution checks":
+Source: PrisMem (arXiv 2610.06361), appendix "execution checks":
 1. source and module completeness (parses, allowed imports, differs from its parent, loads,
    defines MemoryUnit, Query, Memory and the three instructions);
 2. schema and signature compatibility;
@@ -16,10 +16,10 @@ from datetime import date, timedelta
 import numpy as np
 from tqdm import tqdm
 
-from evolution.execution.component_diff import normalised_ast
-from evolution.execution.sandbox import DEFAULT_ALLOWED_IMPORTS, SandboxError, SandboxedProgram, SandboxLimits, static_check
-from llm.embeddings import HashEmbedder
-from memory_bank.program import OUT_CHAR_BUDGET, ContractError, FieldSpec, SessionInfo
+from memgym.evolution.execution.component_diff import normalised_ast
+from memgym.evolution.execution.sandbox import DEFAULT_ALLOWED_IMPORTS, SandboxError, SandboxedProgram, SandboxLimits, static_check
+from memgym.llm.embeddings import HashEmbedder
+from memgym.memory_bank.program import OUT_CHAR_BUDGET, ContractError, FieldSpec, SessionInfo
 
 _WORDS = ("hiking", "painting", "guitar", "adoption", "marathon", "pottery", "camping", "museum", "sunrise",
           "violin", "career", "counseling", "festival", "library", "garden", "recipe", "puppy", "concert")

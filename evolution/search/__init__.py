@@ -7,8 +7,8 @@ strategies (the full method and its ablations by name), cases (compact diagnosti
 edits (SEARCH/REPLACE application), proposers (coder, params, scripted), ledger (tokens and
 budgets per role), journal (typed step records), engine (cold start → capability refinement →
 [integration] → frozen final), callbacks (run directory, progress, reports), report. Imports
-:mod:`evolution.execution`, never the other way.
+:mod:`memgym.evolution.execution`, never the other way.
 """
-from evolution.search.api import evolve  # noqa: F401
-from evolution.search.protocols import Callback, Strategy  # noqa: F401
-from evolution.search.result import EvolveResult, FrozenProgram, ProgramScores  # noqa: F401
+from memgym.evolution.search.api import evolve  # noqa: F401
+from memgym.evolution.search.protocols import Callback, Strategy  # noqa: F401
+from memgym.evolution.search.result import EvolveResult, FrozenProgram, ProgramScores  # noqa: F401

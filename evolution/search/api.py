@@ -2,47 +2,49 @@
 recipe to a run for ``memgym evolve``, ``--resume``, ``memgym evolve experiment`` and users.
 
 :func:`build_engine` is the composition root: the runtime (:func:`build_runtime`), the
-strategy named by the recipe's ``ablation`` (:func:`evolution.search.strategies.strategy_for`),
-the proposer (:func:`evolution.search.proposers.make_proposer` unless one is given), the
+strategy named by the recipe's ``ablation`` (:func:`memgym.evolution.search.strategies.strategy_for`),
+the proposer (:func:`memgym.evolution.search.proposers.make_proposer` unless one is given), the
 trace-guided integrator, the stage cache, the evaluator, the validation limits and the
-run state with its callbacks: :class:`~evolution.search.callbacks.RunDirWriter`,
-:class:`~evolution.search.callbacks.ProgressBar`, :class:`~evolution.search.callbacks.ReportWriter`,
+run state with its callbacks: :class:`~memgym.evolution.search.callbacks.RunDirWriter`, the proposer
+when it is a :class:`~memgym.evolution.search.protocols.Callback` (``replay``),
+:class:`~memgym.evolution.search.callbacks.ProgressBar`, :class:`~memgym.evolution.search.callbacks.ReportWriter`,
 then the caller's.
 """
 from __future__ import annotations
 
-from llm.errors import OutputPathError
+from memgym.llm.errors import OutputPathError
 
 import shutil
 from pathlib import Path
 
-from evolution.search.config import EvolveConfig
-from evolution.search.result import EvolveResult
-from evolution.search.rundir import LOCK_NAME, run_lock
+from memgym.evolution.search.config import EvolveConfig
+from memgym.evolution.search.result import EvolveResult
+from memgym.evolution.search.rundir import LOCK_NAME, run_lock
 
 
 def build_runtime(cfg: EvolveConfig, root: str | Path):
-    """The :class:`llm.runtime.Runtime` of a recipe: response cache ``cfg.cache`` (default
-    ``root/responses.sqlite``); any embedder other than ``minilm`` from :func:`llm.embeddings.load_embedder`."""
+    """The :class:`memgym.llm.runtime.Runtime` of a recipe: response cache ``cfg.cache`` (default
+    ``root/responses.sqlite``); any embedder other than ``minilm`` from :func:`memgym.llm.embeddings.load_embedder`."""
     embedder = None
     if cfg.embedder != "minilm":
-        from llm.embeddings import load_embedder
+        from memgym.llm.embeddings import load_embedder
         embedder = load_embedder(cfg.embedder)
     return cfg.runtime(cache=str(Path(root) / "responses.sqlite"), embedder=embedder)
 
 
 def build_engine(config: EvolveConfig, *, proposer=None, callbacks=(), rt=None):
-    """The :class:`~evolution.search.engine.Engine` of recipe ``config`` with its collaborators
+    """The :class:`~memgym.evolution.search.engine.Engine` of recipe ``config`` with its collaborators
     (module doc); ``rt``: a shared runtime (default :func:`build_runtime`). Loads the splits."""
-    from evolution.execution.sandbox import SandboxLimits
-    from evolution.execution.stages import StageCache
-    from evolution.execution.validate import ValidationLimits
-    from evolution.search.callbacks import ProgressBar, ReportWriter, RunDirWriter
-    from evolution.search.engine import Engine
-    from evolution.search.evaluator import Evaluator
-    from evolution.search.proposers import make_proposer
-    from evolution.search.state import EvolutionState
-    from evolution.search.strategies import strategy_for
+    from memgym.evolution.execution.sandbox import SandboxLimits
+    from memgym.evolution.execution.stages import StageCache
+    from memgym.evolution.execution.validate import ValidationLimits
+    from memgym.evolution.search.callbacks import ProgressBar, ReportWriter, RunDirWriter
+    from memgym.evolution.search.protocols import Callback
+    from memgym.evolution.search.engine import Engine
+    from memgym.evolution.search.evaluator import Evaluator
+    from memgym.evolution.search.proposers import make_proposer
+    from memgym.evolution.search.state import EvolutionState
+    from memgym.evolution.search.strategies import strategy_for
 
     strategy = strategy_for(config.ablation)
     cfg = strategy.run_config(config)
@@ -50,31 +52,29 @@ def build_engine(config: EvolveConfig, *, proposer=None, callbacks=(), rt=None):
     rt = rt if rt is not None else build_runtime(cfg, state.dir.root)
     integrator = None
     if cfg.rounds_integrate:
-        from evolution.search.integrate import TraceGuidedIntegrator
+        from memgym.evolution.search.integrate import TraceGuidedIntegrator
         integrator = TraceGuidedIntegrator(cfg.delta, random_cases=strategy.random_paired,
                                            offline_first=cfg.integrate_offline_first, onto=cfg.integrate_onto,
                                            condition=cfg.integrate_condition)
-    cache = StageCache(cfg.stage_cache or state.dir.root / "stages.sqlite")
+    cache = StageCache() if cfg.stage_cache == "none" else StageCache(cfg.stage_cache or state.dir.root / "stages.sqlite")
     limits = ValidationLimits(
         sandbox=SandboxLimits(call_timeout_s=cfg.validate_timeout_s, load_timeout_s=max(10.0, cfg.validate_timeout_s)),
         probe_units=cfg.probe_units, probe_batches=cfg.probe_batches)
-    return Engine(state, strategy, proposer or make_proposer(cfg, rt), Evaluator(rt, cfg, cache, state.splits),
-                  limits, integrator)
+    proposer = proposer or make_proposer(cfg, rt, state.splits)
+    if isinstance(proposer, Callback):  # e.g. replay, which checks each round against its recording
+        state.callbacks.insert(1, proposer)
+    return Engine(state, strategy, proposer, Evaluator(rt, cfg, cache, state.splits), limits, integrator)
 
 
 def fresh_dir_problem(out: Path) -> str:
-    """Why ``out`` cannot take a new run ("" when it can): it holds a run, or other files."""
+    """Why ``out`` cannot take a new run ("" when it can): it holds a run, or other files
+    (:func:`memgym.llm.checks.out_dir_problem`)."""
+    from memgym.llm.checks import out_dir_problem
+
     if (out / "state.json").exists() or (out / "recipe.json").exists():
         return f"{out} already holds a run; continue it with: memgym evolve --resume {out}"
-    if out.exists() and not out.is_dir():
-        return f"--out {out} is a file, not a folder"
-    if out.is_dir():
-        others = sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME)
-        if others:
-            shown = ", ".join(others[:5]) + (f" (+{len(others) - 5} more)" if len(others) > 5 else "")
-            return (f"{out} holds files but no memgym evolve run ({shown}); a run would overwrite report.md, best.py, "
-                    "summary.json and others there: choose a new or empty folder")
-    return ""
+    return out_dir_problem(out, what="memgym evolve run", own=(LOCK_NAME,),
+                           writes="a run would overwrite report.md, best.py, summary.json and others there")
 
 
 def _remove_new(out: Path, before: set[str], existed: bool) -> None:
@@ -98,15 +98,15 @@ def evolve(config: EvolveConfig, *, proposer=None, callbacks=(), resume: bool = 
     """Run the evolution of recipe ``config`` in ``config.out`` and return its :class:`EvolveResult`
     (the run directory holds report.md, summary.json, best.py, ...).
 
-    ``proposer``: any :class:`~evolution.search.protocols.Proposer` (default the recipe's);
-    ``callbacks``: :class:`~evolution.search.protocols.Callback` objects, told after the run
+    ``proposer``: any :class:`~memgym.evolution.search.protocols.Proposer` (default the recipe's);
+    ``callbacks``: :class:`~memgym.evolution.search.protocols.Callback` objects, told after the run
     directory's writer; ``resume``: continue the run stored in ``config.out`` (replaying its
     journal) instead of starting one; ``rt``: a shared runtime. Holds the run directory's lock
     throughout. Raises FileExistsError when a fresh start finds a run or other files in
     ``config.out`` (a failed fresh start leaves nothing behind there), FileNotFoundError when
-    there is nothing to resume, :class:`~evolution.search.rundir.RunLockedError` when another
-    process works there, :class:`~evolution.search.rundir.RunStateError` for a damaged or
-    mismatched run state, :class:`evolution.search.stops.EndpointUnreachable` (state saved)
+    there is nothing to resume, :class:`~memgym.evolution.search.rundir.RunLockedError` when another
+    process works there, :class:`~memgym.evolution.search.rundir.RunStateError` for a damaged or
+    mismatched run state, :class:`memgym.evolution.search.stops.EndpointUnreachable` (state saved)
     when the coder's endpoint keeps failing, ValueError when the seed program fails validation.
     """
     out = Path(config.out)

@@ -1,5 +1,5 @@
 """The evolution archive: every candidate with its lineage and scores per split, the base program,
-one specialist per capability and the selection history (PrisMem Algorithm 1; DESIGN.md § "Run
+one specialist per capability and the selection history (PrisMem Algorithm 1; docs/design.md § "Run
 state"). Plain JSON (:meth:`Archive.to_json` / :meth:`Archive.from_json`), restored exactly on
 ``--resume``.
 """
@@ -9,12 +9,12 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 
-from evolution.execution.component_diff import component_hashes
-from memory_bank.schema import CAPABILITY_NAMES
+from memgym.evolution.execution.component_diff import component_hashes
+from memgym.memory_bank.schema import CAPABILITY_NAMES
 
 CAPABILITIES: tuple[str, ...] = tuple(CAPABILITY_NAMES)
 """PrisMem's five capability letters in table order ("F", "T", "P", "M", "A"), read from the one
-F/T/P/M/A table :data:`memory_bank.schema.CAPABILITY_NAMES`."""
+F/T/P/M/A table :data:`memgym.memory_bank.schema.CAPABILITY_NAMES`."""
 
 
 def program_key(source: str) -> str:
@@ -28,29 +28,34 @@ def program_key(source: str) -> str:
 class SplitScores:
     """Scores of one program on one split, all in [0, 1]: ``overall`` (mean over tasks),
     ``by_capability`` (mean over each capability's primary tasks), ``tasks`` (task id → score),
-    ``by_category`` (mean per native label) and ``retrieved_chars`` (mean characters scored on,
-    after the context budget; None when unknown)."""
+    ``by_category`` (mean per native label), ``retrieved_chars`` (mean characters scored on,
+    after the context budget; None when unknown) and ``failed`` (conversation id → why it failed;
+    its tasks score 0)."""
 
     overall: float
     by_capability: dict[str, float]
     tasks: dict[str, float]
     by_category: dict[str, float] = field(default_factory=dict)
     retrieved_chars: float | None = None
+    failed: dict[str, str] = field(default_factory=dict)
 
     def scores(self) -> dict:
-        """The summary's SCORES form ``{"overall", "by_capability"}`` plus ``by_category`` and
-        ``retrieved_chars`` when known."""
+        """The summary's SCORES form ``{"overall", "by_capability"}`` plus ``by_category``,
+        ``retrieved_chars`` and ``failed`` when known."""
         out = {"overall": self.overall, "by_capability": dict(self.by_capability)}
         if self.by_category:
             out["by_category"] = dict(self.by_category)
         if self.retrieved_chars is not None:
             out["retrieved_chars"] = self.retrieved_chars
+        if self.failed:
+            out["failed"] = dict(self.failed)
         return out
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "SplitScores | None":
         return None if d is None else cls(d["overall"], dict(d["by_capability"]), dict(d["tasks"]),
-                                          dict(d.get("by_category") or {}), d.get("retrieved_chars"))
+                                          dict(d.get("by_category") or {}), d.get("retrieved_chars"),
+                                          dict(d.get("failed") or {}))
 
 
 @dataclass

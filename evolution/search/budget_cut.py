@@ -1,9 +1,9 @@
 """How much gold evidence a program loses to the context budget: the share of evidence turns that
 the program retrieves for themselves but that the budget's cut removes.
 
-Source: DESIGN.md § "Judges and scoring" (one context budget for every program,
-:mod:`evolution.execution.context_budget`). Read from a diagnostics run's probes
-(:class:`evolution.execution.results.ConversationTrace.probes`: what ``retrieve`` returned with each
+Source: docs/design.md § "Judges and scoring" (one context budget for every program,
+:mod:`memgym.evolution.execution.context_budget`). Read from a diagnostics run's probes
+(:class:`memgym.evolution.execution.results.ConversationTrace.probes`: what ``retrieve`` returned with each
 evidence turn's own text as the query). For every train task and each evidence turn e with a probe:
 
 - e is **found** when its marker (the turn's text, whitespace collapsed, first
@@ -14,7 +14,7 @@ evidence turn's own text as the query). For every train task and each evidence t
 ``share`` = cut / found per capability (primary label) and overall, in [0, 1]; None where
 nothing was found. A task counts each distinct evidence turn once; a turn shared by several
 tasks counts for each. The params proposer weighs budget variants by this share
-(:mod:`evolution.search.proposers.params`).
+(:mod:`memgym.evolution.search.proposers.params`).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _collapse(text: str) -> str:
 
 def evidence_cut(run, budget) -> dict | None:
     """``{capability | "overall": {"found": int, "cut": int, "share": float | None}}`` for a
-    :class:`~evolution.execution.results.ProgramRun` with probes, under ``budget`` (an object
+    :class:`~memgym.evolution.execution.results.ProgramRun` with probes, under ``budget`` (an object
     with ``cut(text) -> str``). None when ``budget`` is None (no budget: nothing is cut) or
     the run has no probes (a run without diagnostics)."""
     if budget is None or not any(tr.probes for tr in run.traces):

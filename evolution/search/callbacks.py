@@ -1,18 +1,18 @@
-"""The engine's own callbacks (:class:`evolution.search.protocols.Callback`): the run
-directory's writer, the rounds' progress bar and the reports. :func:`evolution.search.api.evolve`
+"""The engine's own callbacks (:class:`memgym.evolution.search.protocols.Callback`): the run
+directory's writer, the rounds' progress bar and the reports. :func:`memgym.evolution.search.api.evolve`
 puts them first, in this order, before a caller's callbacks.
 """
 from __future__ import annotations
 
 import dataclasses
 
-from evolution.search.journal import FinalRecord, OutcomeRecord, final_path, record_path
-from evolution.search.protocols import Callback
-from evolution.search.rundir import atomic_write_json, atomic_write_text
+from memgym.evolution.search.journal import FinalRecord, OutcomeRecord, final_path, record_path
+from memgym.evolution.search.protocols import Callback
+from memgym.evolution.search.rundir import atomic_write_json, atomic_write_text
 
 
 class RunDirWriter(Callback):
-    """Persists the run (layout: :mod:`evolution.search.rundir`): ``recipe.json`` (``recipe``,
+    """Persists the run (layout: :mod:`memgym.evolution.search.rundir`): ``recipe.json`` (``recipe``,
     the recipe as given, on a fresh start), every journal record as
     ``candidates/<id>/<step>.json``, a candidate's ``program.py`` (and ``seed.py``) with its
     outcome, ``final.json``, ``state.json`` after every round and at the end, ``best.py``."""
@@ -70,9 +70,9 @@ class ProgressBar(Callback):
 
 class ReportWriter(Callback):
     """summary.json, report.md, capabilities.png and boundary.png at the end
-    (:func:`evolution.search.report.write_reports`)."""
+    (:func:`memgym.evolution.search.report.write_reports`)."""
 
     def on_run_end(self, state, result) -> None:
-        from evolution.search.report import write_reports
+        from memgym.evolution.search.report import write_reports
 
         write_reports(state, result.summary)

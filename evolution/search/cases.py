@@ -1,4 +1,4 @@
-"""Compact diagnostic cases (PrisMem appendix "diagnostic cases"; DESIGN.md § "Compact
+"""Compact diagnostic cases (PrisMem appendix "diagnostic cases"; docs/design.md § "Compact
 diagnostic cases").
 
 A case shows the capability labels (primary, secondary), question, reference answer,
@@ -63,11 +63,12 @@ class CaseMaterial:
     query: dict | None
     retrieved: str
     evidence: list[EvidenceView] = field(default_factory=list)
+    rubric: tuple[str, ...] = ()
 
 
 def stem_tokens(text: str) -> set[str]:
     """Porter-stemmed lower-case word tokens of ``text`` without stopwords."""
-    from rewards.scoring.metrics import stem
+    from memgym.rewards.scoring.metrics import stem
 
     return {stem(w) for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _STOP}
 
@@ -194,8 +195,9 @@ def compact_text(text: str, sim: _Sim, budget: int = BUDGET, records: list[str] 
 def _header(case: CaseMaterial) -> list[str]:
     labels = (case.primary or "?") + (f" (secondary {', '.join(case.secondary)})" if case.secondary else "")
     return [f"## Case {case.task_id} [{labels}] score {case.score:.2f}", f"Question: {case.question}",
-            f"Reference answer: {case.answer}", f"Prediction: {case.prediction if case.prediction is not None else '-'}",
-            f"Query plan: {case.query}"]
+            f"Reference answer: {case.answer}",
+            *([f"Rubric (what the scorer reads): {' | '.join(case.rubric)}"] if case.rubric else []),
+            f"Prediction: {case.prediction if case.prediction is not None else '-'}", f"Query plan: {case.query}"]
 
 
 def render_full(case: CaseMaterial) -> str:
@@ -209,7 +211,7 @@ def render_full(case: CaseMaterial) -> str:
 
 def render_compact(case: CaseMaterial, embedder, budget: int = BUDGET) -> tuple[str, dict]:
     """The compact case and its stats ``{"evidence": n, "best_unit_kept": n}``."""
-    cues = [(f"{case.question} {case.answer}", QA_W)]
+    cues = [(" ".join([case.question, case.answer, *case.rubric]), QA_W)]
     n_ev = len(case.evidence)
     cues += [(ev.text, EVIDENCE_W / n_ev) for ev in case.evidence]
     if case.prediction:
@@ -252,8 +254,8 @@ def evidence_survival(cases: list[CaseMaterial], embedder, budget: int = BUDGET)
 
 
 def case_from_run(task, trace, unit_text_fn) -> CaseMaterial:
-    """A :class:`CaseMaterial` from a runner :class:`~evolution.execution.results.TaskResult`
-    and its :class:`~evolution.execution.results.ConversationTrace`; ``unit_text_fn(unit)``
+    """A :class:`CaseMaterial` from a runner :class:`~memgym.evolution.execution.results.TaskResult`
+    and its :class:`~memgym.evolution.execution.results.ConversationTrace`; ``unit_text_fn(unit)``
     renders a unit dict."""
     conv = trace.conversation
     index = conv.turn_index
@@ -273,4 +275,4 @@ def case_from_run(task, trace, unit_text_fn) -> CaseMaterial:
     qa = task.qa
     return CaseMaterial(f"{task.conversation}/{qa.id}", qa.capability.value if qa.capability else None,
                         tuple(c.value for c in qa.secondary), qa.question, str(qa.answer), task.prediction, task.score,
-                        task.query, task.retrieved, ev)
+                        task.query, task.retrieved, ev, tuple(qa.rubric))

@@ -1,6 +1,6 @@
 """Condition-level merge: one program that keeps two behaviours and picks one per question by its
 own reading of the question (PrisMem stage III: integration "reconciles their conditions of use",
-shared/seeds/000_0e559b88b400976a.txt).
+arXiv 2610.06361).
 
 - :class:`QuestionReader`: a Bernoulli naive-Bayes reader trained on the train split's questions
   and primary labels: ``bias + sum(weight[w] for each distinct kept word w) > 0``, the kept words
@@ -19,7 +19,7 @@ import re
 import textwrap
 from dataclasses import dataclass
 
-from evolution.search.elements import MergeError, split_program
+from memgym.evolution.search.elements import MergeError, split_program
 
 __all__ = ["CONTRACT_KEYS", "QuestionReader", "condition_merge", "question_words"]
 

@@ -3,7 +3,7 @@ overrides). The field names in the issue's Contract (dataset, path, train, valid
 extractor, plan_mode, scorer, task_model, proposer, coder_model, rounds_cold, rounds_refine,
 rounds_integrate, seed, workers, out) are stable: scripts and later issues rely on them.
 
-Splits (DESIGN.md § "Capability-driven evolution"): LoCoMo train conv-26, conv-30; valid
+Splits (docs/design.md § "Capability-driven evolution"): LoCoMo train conv-26, conv-30; valid
 conv-41, conv-42; test the other six. LongMemEval: the S subset with ``s_splits.json`` (train
 52, valid 47, test 100 question ids). BEAM (PrisMem's protocol, ``beam/README.md``): train the
 100K chats 3-10 (160 questions), valid the 100K chats 11-16 (120), test the eight 1M chats
@@ -16,16 +16,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from data_synth.splits import LOCOMO_SPLITS
-from evolution.execution.settings import OutputSection, RunnerSettings
-from llm.checks import Section
-from llm.errors import ConfigError
-from rewards.scoring.selection import CapabilityLabels
-from llm.embeddings import EMBEDDER_HELP, check_embedder_spec
+from memgym.data_synth.splits import LOCOMO_SPLITS
+from memgym.evolution.execution.settings import OutputSection, RunnerSettings
+from memgym.llm.checks import Section
+from memgym.llm.errors import ConfigError
+from memgym.rewards.scoring.selection import CapabilityLabels
+from memgym.llm.embeddings import EMBEDDER_HELP, check_embedder_spec
 
 ABLATIONS = ("none", "holistic", "round_robin", "random_cases", "no_integration")
-"""DESIGN.md § "Capability-driven evolution" (ablations; PrisMem Table 4), see
-:mod:`evolution.search.strategies`."""
+"""docs/design.md § "Capability-driven evolution" (ablations; PrisMem Table 4), see
+:mod:`memgym.evolution.search.strategies`."""
 ROLE_BUDGETS = ("coder", "extract", "plan", "answer", "extractor", "judge")
 PROPOSERS = ("params", "coder", "replay", "scripted")
 
@@ -53,7 +53,7 @@ class Budgets(dict):
 @dataclass
 class SplitSelection(Section):
     """The data of an evolution run: ids per split (``dataset`` and the rest of the data section
-    come from :class:`rewards.scoring.selection.BenchmarkFields`)."""
+    come from :class:`memgym.rewards.scoring.selection.BenchmarkFields`)."""
 
     test_path: str | None = field(default=None, metadata={"help": "data file of the test split (default: path), "
                                                                   "e.g. a LongMemEval-M file"})
@@ -104,12 +104,12 @@ class SearchSettings(Section):
                 "behaviour for questions read as its contributors' capabilities that did not drop) | dropped (the "
                 "base's behaviour for questions read as the capabilities that dropped beyond delta)"})
     ablation: str = field(default="none", metadata={
-        "help": "none | holistic | round_robin | random_cases | no_integration (DESIGN.md ablations)"})
+        "help": "none | holistic | round_robin | random_cases | no_integration (docs/design.md § 'Ablations')"})
     test_specialists: bool = field(default=True, metadata={
         "help": "also run every specialist once on the test split (report rows, oracle-label router baseline)"})
     baselines: list[str] = field(default_factory=list, metadata={
         "help": "static baseline programs run once on valid and test beside the frozen one (names of "
-                "memory_bank.programs.BASELINES: full_history, bm25, dense_topk, hybrid_rrf, reference)"})
+                "memgym.memory_bank.programs.BASELINES: full_history, bm25, dense_topk, hybrid_rrf, reference)"})
     cases: int = field(default=5, metadata={"help": "compact cases per proposal"})
     case_budget: int = field(default=2400, metadata={"help": "characters per displayed excerpt"})
     seed: int = field(default=0, metadata={"help": "RNG seed of the run"})
@@ -137,8 +137,8 @@ class SearchSettings(Section):
             raise ConfigError(f"--embedder: {e}") from None
         if isinstance(self.baselines, str):
             self.baselines = [x.strip() for x in self.baselines.split(",") if x.strip()]
-        from memory_bank.programs import BASELINES
-        unknown = [b for b in self.baselines if b not in BASELINES]
+        from memgym.memory_bank.programs import BASELINES
+        unknown = list(dict.fromkeys(b for b in self.baselines if b not in BASELINES))
         if unknown:
             raise ConfigError(f"--baselines: unknown baseline program(s) {', '.join(unknown)}; known: "
                               f"{', '.join(BASELINES)}")
@@ -161,7 +161,7 @@ class SearchSettings(Section):
 
 @dataclass
 class EvolveConfig(SplitSelection, CapabilityLabels, RunnerSettings, SearchSettings, OutputSection):
-    """A ``memgym evolve`` recipe: the data section (:class:`rewards.scoring.selection.BenchmarkFields`
+    """A ``memgym evolve`` recipe: the data section (:class:`memgym.rewards.scoring.selection.BenchmarkFields`
     plus the split ids), labels, the models and runner sections (:class:`RunnerSettings`: the
     recipe is the runner's settings), the search section and the run directory (``out``). Every field can be overridden on
     the command line."""
@@ -194,9 +194,9 @@ class EvolveConfig(SplitSelection, CapabilityLabels, RunnerSettings, SearchSetti
         if self.dataset == "locomo":
             return {k: list(v) for k, v in LOCOMO_SPLITS.items()}
         if self.dataset == "beam":
-            from data_synth.splits import BEAM_SPLITS
+            from memgym.data_synth.splits import BEAM_SPLITS
             return {k: list(v) for k, v in BEAM_SPLITS.items()}
-        from data_synth.paths import data_root
+        from memgym.data_synth.paths import data_root
         return json.loads((data_root() / "longmemeval" / "s_splits.json").read_text())
 
     def data_path(self, split: str = "train") -> str | None:
@@ -206,13 +206,13 @@ class EvolveConfig(SplitSelection, CapabilityLabels, RunnerSettings, SearchSetti
             return self.test_path
         if self.path or self.dataset in ("locomo", "beam"):
             return self.path
-        from data_synth.paths import data_root
+        from memgym.data_synth.paths import data_root
         return str(data_root() / "longmemeval" / "longmemeval_s_subset.json")
 
     def load_split(self, split: str) -> list:
         """The conversations of ``split`` (its ids, first ``n_sessions``, ``max_questions``,
         BEAM options) with their native labels; [] when the split has no ids."""
-        from data_synth.datasets import load_conversations
+        from memgym.data_synth.datasets import load_conversations
 
         ids = getattr(self, split)
         if not ids:

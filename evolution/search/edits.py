@@ -1,6 +1,6 @@
 """SEARCH/REPLACE edits: parsing a proposer's answer and applying it strictly.
 
-Source: DESIGN.md § "Capability-driven evolution" (proposers): a SEARCH text must occur exactly
+Source: docs/design.md § "Capability-driven evolution" (proposers): a SEARCH text must occur exactly
 once (whitespace-normalised matching is a second try); a miss names the closest region::
 
     <<<<<<< SEARCH

@@ -1,7 +1,7 @@
 """Programs as sets of mergeable elements: the granularity of the offline component merge
-(:mod:`evolution.search.merge`) and of the element key (a program up to statement order).
+(:mod:`memgym.evolution.search.merge`) and of the element key (a program up to statement order).
 
-Source: DESIGN.md § "Capability-driven evolution" (trace-guided integration). An element is one
+Source: docs/design.md § "Capability-driven evolution" (trace-guided integration). An element is one
 top-level statement (keyed by the names it defines, else its ``ast.unparse`` text, e.g. an
 import) or one member of ``class Memory`` (keyed ``Memory.<name>``; ``Memory.retrieve`` is the
 retrieval component, every other member indexing). ``norm``: the normalised AST (docstrings
@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from evolution.execution.component_diff import NAMED_COMPONENTS, normalised_dump
+from memgym.evolution.execution.component_diff import NAMED_COMPONENTS, normalised_dump
 
 ABSENT = "<absent>"
 

@@ -1,7 +1,7 @@
-"""The evolution engine (PrisMem Algorithm 1; DESIGN.md § "Capability-driven evolution").
+"""The evolution engine (PrisMem Algorithm 1; docs/design.md § "Capability-driven evolution").
 
-:class:`Engine` changes an :class:`~evolution.search.state.EvolutionState` round by round through
-the stages of its :class:`~evolution.search.protocols.Strategy`: cold start (a child becomes the
+:class:`Engine` changes an :class:`~memgym.evolution.search.state.EvolutionState` round by round through
+the stages of its :class:`~memgym.evolution.search.protocols.Strategy`: cold start (a child becomes the
 base when valid overall improves), capability refinement (a child becomes the specialist of every
 capability whose valid score it beats), integration (the integrator), and the final step (the
 frozen program, the seed, specialists and baselines on test). A round is proposal → checks →
@@ -11,22 +11,22 @@ records, so nothing is proposed, validated or evaluated twice.
 """
 from __future__ import annotations
 
-from llm.errors import ConfigError, OutputPathError
+from memgym.llm.errors import ConfigError, OutputPathError
 
 from pathlib import Path
 
-from evolution.execution.runner import ProgramRunError
-from evolution.execution.validate import ValidationLimits, validate_program
-from evolution.search.archive import CAPABILITIES, Archive, Candidate, program_key
-from evolution.search.evaluator import Evaluator, book_final, split_scores
-from evolution.search.journal import (FinalRecord, HistoryRow, OutcomeRecord, ProposalRecord, ValidationRecord, load_final,
+from memgym.evolution.execution.runner import ProgramRunError
+from memgym.evolution.execution.validate import ValidationLimits, validate_program
+from memgym.evolution.search.archive import CAPABILITIES, Archive, Candidate, program_key
+from memgym.evolution.search.evaluator import Evaluator, book_final, split_scores
+from memgym.evolution.search.journal import (FinalRecord, HistoryRow, OutcomeRecord, ProposalRecord, ValidationRecord, load_final,
                                       load_record, rng_from_json, rng_to_json)
-from evolution.search.ledger import BudgetExhausted, usage_from_eval
-from evolution.search.proposers.base import ProposalInput
-from evolution.search.protocols import Integrator, Proposer, RoundSteps, Strategy
-from evolution.search.select import record_cases
-from evolution.search.state import EvolutionState
-from evolution.search.stops import check_endpoint
+from memgym.evolution.search.ledger import BudgetExhausted, usage_from_eval
+from memgym.evolution.search.proposers.base import ProposalInput
+from memgym.evolution.search.protocols import Integrator, Proposer, RoundSteps, Strategy
+from memgym.evolution.search.select import record_cases
+from memgym.evolution.search.state import EvolutionState
+from memgym.evolution.search.stops import check_anything_proposed, check_endpoint
 
 
 def precheck(source: str, parent: Candidate, archive: Archive) -> str:
@@ -56,7 +56,7 @@ class Engine:
 
     def start(self) -> None:
         """Archive and evaluate the seed program (once)."""
-        from memory_bank.programs import read_program_source, seed_program_path
+        from memgym.memory_bank.programs import read_program_source, seed_program_path
 
         state = self.state
         src_path = Path(self.cfg.seed_program) if self.cfg.seed_program else seed_program_path()
@@ -115,7 +115,8 @@ class Engine:
         proposer = proposer or self.proposer
         cand = Candidate(cid, parent.id, round_no, stage, target, proposer.name)
         result = self._propose(cid, round_no, lambda rng: proposer.propose(inp, rng), inp, False).result
-        state.ledger.add(round_no, "coder", result.turns, result.prompt_tokens, result.completion_tokens)
+        state.ledger.add(round_no, "coder", result.turns, result.prompt_tokens, result.completion_tokens,
+                         result.estimated)
         cand.description = result.description
         cand.edits = [e.to_dict() for e in result.edits] or ([{"whole_file": True}] if result.whole_file else [])
         if not result.ok:
@@ -133,7 +134,8 @@ class Engine:
                 if again is not None:
                     state.ledger.add(round_no, "coder", again.turns - result.turns,
                                      again.prompt_tokens - result.prompt_tokens,
-                                     again.completion_tokens - result.completion_tokens)
+                                     again.completion_tokens - result.completion_tokens,
+                                     again.estimated - result.estimated)
                     if again.ok:
                         source, reason = again.source, precheck(again.source, parent, state.archive)
                         cand.edits = [e.to_dict() for e in again.edits] or [{"whole_file": True}]
@@ -152,7 +154,7 @@ class Engine:
             cand.status, cand.reason = "rejected", reason
             state.archive.add(cand)
             return cand
-        from evolution.execution.component_diff import diff_components
+        from memgym.evolution.execution.component_diff import diff_components
         parent_source = state.source_of(parent.id)
         cand.changed = list(diff_components(parent_source, source).changed)
         try:
@@ -228,7 +230,9 @@ class Engine:
 
     def final_runs(self) -> dict:
         """The final step (once; replayed on resume): frozen program, seed, specialists when
-        ``test_specialists``, baselines on test. Returns the :class:`FinalRecord`'s dict."""
+        ``test_specialists``, baselines on test, each reported per conversation (one that fails
+        is listed in its scores' ``failed`` and scored 0, the others run on). Returns the
+        :class:`FinalRecord`'s dict."""
         state = self.state
         stored = load_final(state.dir.root) if self.replay else None
         if stored is not None:
@@ -241,7 +245,7 @@ class Engine:
                 if key == "seed_test" and cid == final_id:
                     fin[key] = fin["final_test"]
                     continue
-                ev, _ = self.evaluator.evaluate(state.source_of(cid), "test")
+                ev, _ = self.evaluator.evaluate(state.source_of(cid), "test", keep_going=True)
                 fin[key] = split_scores(ev).__dict__
                 book_final(state.ledger, ev)
                 if key == "final_test":
@@ -251,7 +255,7 @@ class Engine:
                 for cid in dict.fromkeys(state.archive.specialists.values()):
                     if cid in ("seed", final_id):
                         continue
-                    ev, _ = self.evaluator.evaluate(state.source_of(cid), "test")
+                    ev, _ = self.evaluator.evaluate(state.source_of(cid), "test", keep_going=True)
                     fin["specialists_test"][cid] = split_scores(ev).__dict__
                     book_final(state.ledger, ev)
         fin["baselines"] = self.evaluator.baselines(self.cfg.baselines, state.ledger)
@@ -261,8 +265,9 @@ class Engine:
 
     def run(self, *, resume: bool = False):
         """Run (or continue, ``resume``) the loop; returns the :class:`EvolveResult`. The caller
-        holds the run dir's lock. Raises :class:`EndpointUnreachable` (state saved)."""
-        from evolution.search.result import build_result
+        holds the run dir's lock. Raises :class:`EndpointUnreachable` (state saved) when the
+        coder's endpoint keeps failing, or, after the run is written, when it failed every round."""
+        from memgym.evolution.search.result import build_result
 
         state = self.state
         if resume and not state.load() and not state.dir.recipe.exists():
@@ -290,6 +295,7 @@ class Engine:
             state.notify("on_loop_end")
         fin = self.final_runs()
         state.tick()
-        result = build_result(state, fin)
+        result = build_result(state, fin, rt=self.evaluator.rt)
         state.notify("on_run_end", result)
+        check_anything_proposed(state.history, state.archive, state.dir.root)
         return result

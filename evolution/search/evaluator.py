@@ -8,36 +8,40 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from evolution.execution.program_eval import evaluate_program
-from evolution.execution.runner import ProgramRunError, ProgramRunner
-from evolution.search.archive import SplitScores
-from evolution.search.budget_cut import evidence_cut
-from evolution.search.cases import case_from_run, render_compact
-from evolution.search.journal import EvaluationRecord
-from evolution.search.ledger import Ledger, usage_from_eval
-from memory_bank.program import unit_text
+from memgym.evolution.execution.program_eval import evaluate_program
+from memgym.evolution.execution.runner import ProgramRunError, ProgramRunner
+from memgym.evolution.search.archive import SplitScores
+from memgym.evolution.search.budget_cut import evidence_cut
+from memgym.evolution.search.cases import case_from_run, render_compact
+from memgym.evolution.search.journal import EvaluationRecord
+from memgym.evolution.search.ledger import Ledger, usage_from_eval
+from memgym.memory_bank.program import unit_text
 
 
 def split_scores(ev) -> SplitScores:
     """The :class:`SplitScores` of a :class:`ProgramEvaluation` (mean retrieved characters
-    rounded to 0.1, None when no task reports them)."""
+    rounded to 0.1, None when no task reports them; its failed conversations)."""
     ret = [t.get("retrieved_chars") for t in ev.tasks if t.get("retrieved_chars") is not None]
     return SplitScores(ev.overall, {k: v["score"] for k, v in ev.by_capability.items() if k != "?"},
                        ev.task_scores(), {str(k): v["score"] for k, v in ev.by_category.items()},
-                       round(sum(ret) / len(ret), 1) if ret else None)
+                       round(sum(ret) / len(ret), 1) if ret else None, dict(ev.failed_conversations))
 
 
 def diag_table(ev, cut: dict | None = None) -> dict:
     """The diagnostics table a proposer sees: per capability and ``overall``: n, score,
     d_ext, d_idx, d_ret, mean unit and retrieved characters, ``budget_cut`` (the share of
-    found evidence the context budget cuts off, :func:`evolution.search.budget_cut.evidence_cut`
+    found evidence the context budget cuts off, :func:`memgym.evolution.search.budget_cut.evidence_cut`
     given as ``cut``; None without a budget); ``overall`` also says whether answers were
     generated (``answered``: False when the scorer reads the retrieved text)."""
     d = ev.diagnostics or {}
     dcap = d.get("by_capability", {})
-    ret = {}
+    ret, grounded = {}, {}
     for t in ev.tasks:
         ret.setdefault(t["capability"] or "?", []).append(t["retrieved_chars"])
+        g = (t.get("detail") or {}).get("grounded")
+        if g is not None:
+            grounded.setdefault(t["capability"] or "?", []).append(g)
+            grounded.setdefault("overall", []).append(g)
     table = {}
     for cap, v in ev.by_capability.items():
         dc = dcap.get(cap, {})
@@ -45,19 +49,23 @@ def diag_table(ev, cut: dict | None = None) -> dict:
                       "d_ret": dc.get("d_ret"), "unit_chars": d.get("mean_unit_chars"),
                       "retrieved_chars": sum(ret.get(cap, [0])) / max(1, len(ret.get(cap, []))),
                       "budget_cut": ((cut or {}).get(cap) or {}).get("share")}
+        if cap in grounded:
+            table[cap]["grounded"] = sum(grounded[cap]) / len(grounded[cap])
     o = d.get("overall", {})
     table["overall"] = {"n": ev.n, "score": ev.overall, "d_ext": o.get("d_ext"), "d_idx": o.get("d_idx"),
                         "d_ret": o.get("d_ret"), "unit_chars": d.get("mean_unit_chars"),
                         "retrieved_chars": d.get("mean_retrieved_chars"),
                         "answered": "answer" not in ev.stages_skipped,
                         "budget_cut": ((cut or {}).get("overall") or {}).get("share")}
+    if "overall" in grounded:
+        g = grounded["overall"]
+        table["overall"].update(grounded=sum(g) / len(g), ungrounded=sum(1 for x in g if x == 0))
     return table
 
 
 def book_final(ledger: Ledger, ev) -> None:
     """Book an evaluation's calls on the ledger's ``final`` row."""
-    for role, u in usage_from_eval(ev).items():
-        ledger.add("final", role, u["calls"], u["prompt"], u["completion"])
+    ledger.add_usage("final", usage_from_eval(ev))
 
 
 class Evaluator:
@@ -70,11 +78,13 @@ class Evaluator:
         self.keep_runs = keep_runs
         self.train_runs: OrderedDict[str, object] = OrderedDict()
 
-    def evaluate(self, source: str, split: str, *, parent_source: str | None = None, diagnostics: bool = False):
-        """(:class:`ProgramEvaluation`, ProgramRun) of ``source`` on ``split``."""
+    def evaluate(self, source: str, split: str, *, parent_source: str | None = None, diagnostics: bool = False,
+                 keep_going: bool = False):
+        """(:class:`ProgramEvaluation`, ProgramRun) of ``source`` on ``split`` (``keep_going``: a
+        failed conversation is reported and scored 0, the others run on)."""
         runner = self.runner_diag if diagnostics else self.runner
         return evaluate_program(source, self.splits[split], runner, parent_source=parent_source,
-                                diagnostics=diagnostics)
+                                diagnostics=diagnostics, keep_going=keep_going)
 
     def evaluate_candidate(self, cid: str, round_no: int, source: str, parent_source: str | None) -> EvaluationRecord:
         """Train (with diagnostics) then valid evaluation of candidate ``cid``, as its journal
@@ -110,7 +120,7 @@ class Evaluator:
         return run
 
     def case_texts(self, source: str, task_ids: list[str]) -> list[str]:
-        """The compact diagnostic case (DESIGN.md compact-case rules, ``cfg.case_budget``) of
+        """The compact diagnostic case (docs/design.md § "Compact diagnostic cases", ``cfg.case_budget``) of
         ``source`` on each train task id (``conversation/qa``), in order."""
         run = self.train_run(source)
         traces = {tr.conversation.id: tr for tr in run.traces}
@@ -125,10 +135,11 @@ class Evaluator:
 
     def baselines(self, names, ledger: Ledger) -> dict:
         """``{name: {"valid": SCORES, "test": SCORES or None}}`` of every recipe baseline
-        (:data:`memory_bank.programs.BASELINES`), each run once on valid and, when the run
-        has a test split, on test (calls booked on the ledger's ``final`` row). A baseline whose
-        run fails (:class:`ProgramRunError`) gets None scores and ``error``."""
-        from memory_bank.programs import baseline_program_path, read_program_source
+        (:data:`memgym.memory_bank.programs.BASELINES`), each run once on valid and, when the run
+        has a test split, on test (calls booked on the ledger's ``final`` row). A conversation that
+        fails is reported in the scores' ``failed``; a baseline that cannot run at all
+        (:class:`ProgramRunError`) gets None scores and ``error``."""
+        from memgym.memory_bank.programs import baseline_program_path, read_program_source
 
         out = {}
         for name in names:
@@ -139,7 +150,7 @@ class Evaluator:
                     row[split] = None
                     continue
                 try:
-                    ev, _ = self.evaluate(source, split)
+                    ev, _ = self.evaluate(source, split, keep_going=True)
                 except ProgramRunError as e:  # a baseline that cannot run here is reported, not fatal
                     row[split], row["error"] = None, f"{split}: {e}"
                     continue

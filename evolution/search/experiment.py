@@ -13,21 +13,21 @@ Layout of the experiment directory ``OUT`` (the recipe's ``out``)::
                                  same conversations are executed once in the whole experiment)
     OUT/experiment.json, experiment.md, boundary.png
 
-Every run goes through :func:`evolution.search.api.evolve`; a :class:`RunBook` callback marks it
+Every run goes through :func:`memgym.evolution.search.api.evolve`; a :class:`RunBook` callback marks it
 done when it ends. Resume: done runs are never started again, a killed run resumes, unstarted
-runs start. Metrics (:mod:`evolution.search.experiment_report`) come from the run directories.
+runs start. Metrics (:mod:`memgym.evolution.search.experiment_report`) come from the run directories.
 """
 from __future__ import annotations
 
-from llm.errors import ConfigError, OutputPathError
+from memgym.llm.errors import ConfigError, OutputPathError
 
 import dataclasses
 import time
 from pathlib import Path
 
-from evolution.search.config import EvolveConfig
-from evolution.search.protocols import Callback
-from evolution.search.rundir import atomic_write_json, read_json
+from memgym.evolution.search.config import EvolveConfig
+from memgym.evolution.search.protocols import Callback
+from memgym.evolution.search.rundir import atomic_write_json, read_json
 
 VARIANTS = {"full": "none", "holistic": "holistic", "round_robin": "round_robin", "random_cases": "random_cases",
             "no_integration": "no_integration"}
@@ -63,7 +63,7 @@ class Experiment:
     def rt(self):
         """The runtime every run shares (response cache in OUT unless the recipe names one)."""
         if self._rt is None:
-            from evolution.search.api import build_runtime
+            from memgym.evolution.search.api import build_runtime
             self._rt = build_runtime(self.cfg, self.root)
         return self._rt
 
@@ -100,8 +100,8 @@ class Experiment:
         ``resume`` is False."""
         from tqdm.auto import tqdm
 
-        from evolution.search import api
-        from evolution.search.experiment_report import write_experiment
+        from memgym.evolution.search import api
+        from memgym.evolution.search.experiment_report import write_experiment
 
         spec_path = self.root / "experiment_recipe.json"
         if spec_path.exists() and not resume:

@@ -1,4 +1,4 @@
-"""Metrics and reports of an ablation experiment (:mod:`evolution.search.experiment`).
+"""Metrics and reports of an ablation experiment (:mod:`memgym.evolution.search.experiment`).
 
 Per run (variant × seed), read back from its run directory: final valid/test scores, rounds,
 candidates, calls and tokens per role, the boundary (PrisMem Fig. 3b), per-task test scores.
@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from evolution.search.archive import CAPABILITIES, Archive
-from evolution.search.report import capability_bars, test_of
-from evolution.search.rundir import atomic_write_json, atomic_write_text, read_json
-from memory_bank.schema import CAPABILITY_NAMES
+from memgym.evolution.search.archive import CAPABILITIES, Archive
+from memgym.evolution.search.report import capability_bars, test_of
+from memgym.evolution.search.rundir import atomic_write_json, atomic_write_text, read_json
+from memgym.memory_bank.schema import CAPABILITY_NAMES
 
 N_RESAMPLES = 2000
 CONFIDENCE = 0.90

@@ -1,13 +1,13 @@
 """Trace-guided integration (PrisMem stage III): consolidate the capability specialists into one
-program. Source: DESIGN.md § "Capability-driven evolution", step 3.
+program. Source: docs/design.md § "Capability-driven evolution", step 3.
 
 - paired differential case (:func:`paired_cases`), acceptance (:func:`integration_verdict`),
-  blame (:func:`blame`, :func:`blame_elements`): :mod:`evolution.search.integration_rules`.
+  blame (:func:`blame`, :func:`blame_elements`): :mod:`memgym.evolution.search.integration_rules`.
 - merged onto (:meth:`TraceGuidedIntegrator.anchor`): the last accepted merge, else recipe
   ``integrate_onto``: ``base`` or ``best`` (best valid overall among base and specialists).
-- attempts (one per integration round): the offline merge (:mod:`evolution.search.merge`; the
+- attempts (one per integration round): the offline merge (:mod:`memgym.evolution.search.merge`; the
   whole integration of ``params``, the coder's first try); after a failure, optionally its
-  condition-level form (:mod:`evolution.search.condition`), then an element-level retry leaving
+  condition-level form (:mod:`memgym.evolution.search.condition`), then an element-level retry leaving
   out the blamed elements; an LLM proposer instead gets diffs and paired-case traces.
 - every attempt is one history row (stage ``integrate``); the integrator keeps no state of its
   own (all read back from archive and history), so a resumed run continues exactly.
@@ -18,14 +18,14 @@ import difflib
 import random
 from dataclasses import dataclass
 
-from evolution.search.archive import CAPABILITIES, Candidate, program_key
-from evolution.search.condition import CONDITION_RULES, QuestionReader, condition_merge, condition_plan
-from evolution.search.integration_rules import (DEFAULT_DELTA, blame, blame_elements, common_ancestor,
+from memgym.evolution.search.archive import CAPABILITIES, Candidate, program_key
+from memgym.evolution.search.condition import CONDITION_RULES, QuestionReader, condition_merge, condition_plan
+from memgym.evolution.search.integration_rules import (DEFAULT_DELTA, blame, blame_elements, common_ancestor,
                                                 integration_verdict, paired_case, paired_cases, worst_drop)
-from evolution.search.journal import HistoryRow
-from evolution.search.merge import Contender, MergeError, component_merge, element_key
-from evolution.search.proposers.base import ProposalInput, ProposalResult
-from evolution.search.protocols import RoundSteps
+from memgym.evolution.search.journal import HistoryRow
+from memgym.evolution.search.merge import Contender, MergeError, component_merge, element_key
+from memgym.evolution.search.proposers.base import ProposalInput, ProposalResult
+from memgym.evolution.search.protocols import RoundSteps
 
 __all__ = ["DEFAULT_DELTA", "MergeProposer", "OFFLINE_PROPOSERS", "TraceGuidedIntegrator", "blame",
            "blame_elements", "common_ancestor", "integration_verdict", "paired_case", "paired_cases", "unified_diff"]
@@ -83,14 +83,14 @@ class TraceGuidedIntegrator:
     def anchor(self, state) -> Candidate:
         """The program merged onto: the last accepted merge once there is one (later rounds add
         the remaining specialists onto it), else by ``onto``: the base, or the best single
-        program (:func:`evolution.search.select.freeze_choice` without merges)."""
+        program (:func:`memgym.evolution.search.select.freeze_choice` without merges)."""
         arch = state.archive
         done = [h for h in self.rows(state) if h.get("integrated")]
         if done:
             return arch.get(done[-1]["candidate"])
         if self.onto == "base":
             return arch.get(arch.base)
-        from evolution.search.select import freeze_choice
+        from memgym.evolution.search.select import freeze_choice
         return arch.get(freeze_choice(arch, [])["frozen"])
 
     @staticmethod

@@ -2,16 +2,16 @@
 differential cases, the acceptance verdict, and blame (which specialist, and which of its
 elements, a retry leaves out).
 
-Source: DESIGN.md § "Capability-driven evolution", step 3. Applied by :mod:`evolution.search.integrate`.
+Source: docs/design.md § "Capability-driven evolution", step 3. Applied by :mod:`memgym.evolution.search.integrate`.
 """
 from __future__ import annotations
 
 import random
 from typing import Callable
 
-from evolution.search.archive import CAPABILITIES, Archive, Candidate
-from evolution.search.elements import MergeError, split_program
-from evolution.search.select import TaskInfo
+from memgym.evolution.search.archive import CAPABILITIES, Archive, Candidate
+from memgym.evolution.search.elements import MergeError, split_program
+from memgym.evolution.search.select import TaskInfo
 
 DEFAULT_DELTA = 0.02
 _EPS = 1e-9
@@ -107,7 +107,7 @@ def worst_drop(drops: dict[str, float], delta: float) -> str | None:
 
 
 def step_elements(parent_source: str, child_source: str) -> set[str]:
-    """Keys of the elements (:mod:`evolution.search.elements`) one lineage step changed, added
+    """Keys of the elements (:mod:`memgym.evolution.search.elements`) one lineage step changed, added
     or removed, imports and other unnamed statements left out (a retry keeps those: an unused
     import is harmless, a missing one breaks the program). Empty when a side cannot be split."""
     try:

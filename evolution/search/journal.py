@@ -11,9 +11,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar, TypedDict
 
-from evolution.search.archive import SplitScores
-from evolution.search.proposers.base import ProposalResult
-from evolution.search.rundir import read_json
+from memgym.evolution.search.archive import SplitScores
+from memgym.evolution.search.proposers.base import ProposalResult
+from memgym.evolution.search.rundir import read_json
 
 
 class HistoryRow(TypedDict, total=False):
@@ -25,7 +25,7 @@ class HistoryRow(TypedDict, total=False):
     ``skipped: ...``), ``valid`` (SCORES or None), ``tokens`` (the round's, all roles). Rounds
     booked by :meth:`EvolutionState.record_round` add ``specialists`` ({letter: valid score of
     its specialist}), ``base``, ``base_overall`` and, after a parent fallback,
-    ``fallback_from``. Integration rows (:mod:`evolution.search.integrate`) add ``kind``
+    ``fallback_from``. Integration rows (:mod:`memgym.evolution.search.integrate`) add ``kind``
     (merge | condition | coder | -), ``anchor``, ``integrated``, ``merged_from``, ``paired``,
     ``conflicts``, ``components``, ``contributor_caps``, ``excluded``, ``drops``, ``blamed``,
     ``blamed_step``, ``left_out``, ``stuck``, ``merged_side``, ``condition``."""
@@ -144,7 +144,7 @@ class ValidationRecord:
 @dataclass
 class EvaluationRecord(FieldsRecord):
     """Train (with diagnostics) and valid evaluation of a candidate. ``diagnostics``: the
-    proposer's table (:func:`evolution.search.evaluator.diag_table`); ``usage``: ``{role:
+    proposer's table (:func:`memgym.evolution.search.evaluator.diag_table`); ``usage``: ``{role:
     {"calls", "prompt", "completion"}}``; ``stage_items``: ``{split: {stage: {"run",
     "cached"}}}``; ``reuse``: the valid run's reuse counts."""
 
@@ -214,8 +214,8 @@ def record_path(root: str | Path, cid: str, step: str) -> Path:
 def load_record(root: str | Path, cid: str, step: str):
     """The stored record of ``step`` (``proposal`` | ``revise`` | ``validation`` |
     ``validation2`` | ``eval`` | ``outcome``) of candidate ``cid``, None when absent; a damaged
-    file raises :class:`~evolution.search.rundir.RunStateError` naming it."""
-    from evolution.search.rundir import RunStateError
+    file raises :class:`~memgym.evolution.search.rundir.RunStateError` naming it."""
+    from memgym.evolution.search.rundir import RunStateError
 
     path = record_path(root, cid, step)
     d = read_json(path)

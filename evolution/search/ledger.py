@@ -1,10 +1,10 @@
 """The token ledger of an evolution run: model calls and tokens per role and round, budgets.
 
-Source: DESIGN.md § "Run state". Roles: ``coder``, ``extract`` / ``plan`` / ``answer`` (the
+Source: docs/design.md § "Run state". Roles: ``coder``, ``extract`` / ``plan`` / ``answer`` (the
 runner's task-LLM stages), ``extractor`` (a trained extractor), ``judge``, ``embed`` (calls only),
 ``annotator`` (capability labels, booked on round "0"). Cache hits cost nothing. A budget caps a
 role's prompt + completion tokens (calls for ``embed``). Cost as the field reports it (PrisMem,
-shared/seeds/000_0e559b88b400976a.txt): :func:`tokens_by_round` and :func:`per_question`.
+arXiv 2610.06361): :func:`tokens_by_round` and :func:`per_question`.
 """
 from __future__ import annotations
 
@@ -29,25 +29,36 @@ class BudgetExhausted(RuntimeError):
 @dataclass
 class Ledger:
     """``rounds``: round number (str, "0" = seed/setup, "final" = test) → role →
-    ``{"calls", "prompt", "completion"}``. ``budgets``: role → token cap (None = none)."""
+    ``{"calls", "prompt", "completion"}``, plus ``"estimated"``: how many of those calls' token
+    counts are tokenizer estimates (the server's or the recording's counts were missing or
+    invalid, :func:`memgym.llm.base.token_count_problem`; absent when none). ``budgets``: role →
+    token cap (None = none)."""
 
     rounds: dict = field(default_factory=dict)
     budgets: dict = field(default_factory=dict)
 
-    def add(self, round_key, role: str, calls: int = 0, prompt: int = 0, completion: int = 0) -> None:
-        """Book usage to ``role`` in ``round_key`` (ValueError for an unknown role)."""
+    def add(self, round_key, role: str, calls: int = 0, prompt: int = 0, completion: int = 0,
+            estimated: int = 0) -> None:
+        """Book usage to ``role`` in ``round_key`` (ValueError for an unknown role or a
+        negative count)."""
         if role not in ROLES:
             raise ValueError(f"unknown ledger role {role!r}; expected one of {', '.join(ROLES)}")
+        if min(calls, prompt, completion, estimated) < 0:
+            raise ValueError(f"negative usage for role {role!r}: {calls} calls, {prompt} prompt, {completion} "
+                             f"completion tokens, {estimated} estimated")
         r = self.rounds.setdefault(str(round_key), {})
         row = r.setdefault(role, {"calls": 0, "prompt": 0, "completion": 0})
         row["calls"] += int(calls)
         row["prompt"] += int(prompt)
         row["completion"] += int(completion)
+        if estimated:
+            row["estimated"] = row.get("estimated", 0) + int(estimated)
 
     def add_usage(self, round_key, usage: dict) -> None:
-        """Book a usage dict ``{role: {"calls", "prompt", "completion"}}``."""
+        """Book a usage dict ``{role: {"calls", "prompt", "completion"[, "estimated"]}}``."""
         for role, u in usage.items():
-            self.add(round_key, role, u.get("calls", 0), u.get("prompt", 0), u.get("completion", 0))
+            self.add(round_key, role, u.get("calls", 0), u.get("prompt", 0), u.get("completion", 0),
+                     u.get("estimated", 0))
 
     def totals(self) -> dict:
         """role → summed ``{"calls", "prompt", "completion"}`` over all rounds."""
@@ -57,6 +68,14 @@ class Ledger:
                 for k in ("calls", "prompt", "completion"):
                     out[role][k] += u[k]
         return {k: dict(v) for k, v in out.items()}
+
+    def estimated(self) -> dict:
+        """role → calls whose token counts are estimates, over all rounds (roles with none left out)."""
+        out: dict = defaultdict(int)
+        for r in self.rounds.values():
+            for role, u in r.items():
+                out[role] += u.get("estimated", 0)
+        return {k: v for k, v in out.items() if v}
 
     def used(self, role: str) -> int:
         """Tokens used by ``role`` (calls for ``embed``)."""
@@ -82,7 +101,7 @@ class Ledger:
 
 
 def usage_from_eval(ev) -> dict:
-    """Ledger usage of one :class:`~evolution.execution.results.ProgramEvaluation`: task-LLM
+    """Ledger usage of one :class:`~memgym.evolution.execution.results.ProgramEvaluation`: task-LLM
     calls split by stage (extract, plan, answer; tokens apportioned by call share), the
     extractor, judge and embed roles from the runtime counts."""
     out = {}
@@ -90,11 +109,14 @@ def usage_from_eval(ev) -> dict:
     task_tok = ev.tokens.get("task", {"prompt": 0, "completion": 0})
     stage_calls = {s: ev.stage_llm_calls.get(s, 0) for s in ("extract", "plan", "answer")}
     total = sum(stage_calls.values())
+    estimated = task_tok.get("estimated", 0)  # calls with estimated counts: marked on the stages in order
     for s, n in stage_calls.items():
         if n:
             share = n / total if total else 0.0
             out[s] = {"calls": n, "prompt": round(task_tok["prompt"] * share),
                       "completion": round(task_tok["completion"] * share)}
+            if estimated:
+                out[s]["estimated"], estimated = min(n, estimated), estimated - min(n, estimated)
     if task_calls and not total:  # program toolkit.llm calls: booked to answer
         out["answer"] = {"calls": task_calls, **task_tok}
     for role in ("extractor", "judge"):
@@ -144,7 +166,7 @@ def label_usage(labels: str, splits: dict) -> dict:
     (``{split: [Conversation]}``); {} for ``native``. Booked on round "0"."""
     if labels == "native":
         return {}
-    from data_synth.annotate import load_labels
+    from memgym.data_synth.annotate import load_labels
 
     got = load_labels(labels)
     qids = {q.id for s in ("train", "valid") for c in splits.get(s, []) for q in c.questions}

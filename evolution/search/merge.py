@@ -1,7 +1,7 @@
 """Offline component-level merge of capability specialists (PrisMem stage III without an LLM).
 
-Source: DESIGN.md § "Capability-driven evolution" (trace-guided integration). Granularity: the
-elements of :mod:`evolution.search.elements`. Each specialist S is compared, element by element,
+Source: docs/design.md § "Capability-driven evolution" (trace-guided integration). Granularity: the
+elements of :mod:`memgym.evolution.search.elements`. Each specialist S is compared, element by element,
 with its merge base: the latest version of the element in S's lineage that the base's lineage also
 holds (else S's common ancestor with the base). No specialist changed it → the base's version; one
 distinct changed version the base did not also change → that version; otherwise a conflict,
@@ -15,8 +15,8 @@ import ast
 import textwrap
 from dataclasses import dataclass, field
 
-from evolution.search.archive import CAPABILITIES
-from evolution.search.elements import (ABSENT, Element, MergeError, ProgramParts, element_key, render,
+from memgym.evolution.search.archive import CAPABILITIES
+from memgym.evolution.search.elements import (ABSENT, Element, MergeError, ProgramParts, element_key, render,
                                        split_program)
 
 __all__ = ["ABSENT", "Conflict", "Contender", "Element", "MergeError", "MergeResult", "ProgramParts",

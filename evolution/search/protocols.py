@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
 if TYPE_CHECKING:
-    from evolution.search.archive import Archive, Candidate
-    from evolution.search.config import EvolveConfig
-    from evolution.search.proposers.base import ProposalInput, ProposalResult
-    from evolution.search.select import TaskInfo
+    from memgym.evolution.search.archive import Archive, Candidate
+    from memgym.evolution.search.config import EvolveConfig
+    from memgym.evolution.search.proposers.base import ProposalInput, ProposalResult
+    from memgym.evolution.search.select import TaskInfo
 
 
 class Proposer(Protocol):
@@ -114,7 +114,7 @@ class RoundSteps:
 
 class Integrator(Protocol):
     """Stage III: ``run_round(state, steps, round_no, rng)`` makes and books one integration
-    attempt on the :class:`~evolution.search.state.EvolutionState` (through
+    attempt on the :class:`~memgym.evolution.search.state.EvolutionState` (through
     ``state.record_round`` / ``state.log_row``); ``final(state)``: the integration's program id."""
 
     name: str
@@ -133,10 +133,10 @@ class Callback:
     - ``on_round_start(state, round_no)`` / ``on_round_end(state, round_no)`` (round 0: the
       seed); ``on_loop_end(state)``: the rounds are over (also when one raised);
     - ``on_record(state, record)``: a new journal record
-      (:mod:`evolution.search.journal`: proposal, validation, evaluation, outcome,
+      (:mod:`memgym.evolution.search.journal`: proposal, validation, evaluation, outcome,
       integration attempt); records replayed on resume are not re-sent;
     - ``on_run_end(state, result)``: the finished run's
-      :class:`~evolution.search.api.EvolveResult`.
+      :class:`~memgym.evolution.search.api.EvolveResult`.
     """
 
     def on_run_start(self, state, resumed: bool) -> None: ...

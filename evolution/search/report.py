@@ -11,25 +11,31 @@ summary.json::
      "final": {"valid": SCORES, "test": SCORES or null, "program": "<path of best.py>"},
      "specialists": {"F"|"T"|"P"|"M"|"A": {"valid": SCORES, "program": "<path>"}}}
     SCORES = {"overall": float, "by_capability": {"F": float, ...}, "by_category": {label: float},
-              "retrieved_chars": float}   (the last two when known)
+              "retrieved_chars": float, "failed": {conversation: why}}   (the last three when known;
+              a failed conversation's questions count 0)
 
 plus ``candidates_rejected``, ``final_id``, ``boundary`` (:func:`boundary`), ``baselines``
 (``{name: {"valid": SCORES, "test": SCORES or null}}``), ``frozen``
-(:func:`evolution.search.select.freeze_choice`), ``integrated``, ``stopped`` (reason or null),
-``ledger``, ``scorer``, ``judge_protocol``, ``sandbox`` (mode label) and the cost keys
+(:func:`memgym.evolution.search.select.freeze_choice`), ``integrated``, ``stopped`` (reason or null),
+``ledger``, ``scorer``, ``judge_protocol`` (with ``judge_note``, the protocol's source or a custom
+file's sha256, under scorer llm), ``sandbox`` (mode label), ``run_card``
+(:func:`memgym.llm.runcard.build_card`) and the cost keys
 (:func:`cost_summary`): ``tokens_by_round`` (``{"rounds": {round: {role: tokens, "total"}}, "run":
-{...}}``), ``test_tokens_per_question`` (``{role: float}``, {} without a test run) and ``budgets``.
+{...}}``), ``test_tokens_per_question`` (``{role: float}``, {} without a test run), ``budgets`` and
+``estimated_calls`` (``{role: calls whose token counts are tokenizer estimates}``, {} when none).
 ``candidates_evaluated`` excludes the seed; ``proposals_failed`` counts proposals not evaluated.
 """
 from __future__ import annotations
 
 import json
 
-from evolution.execution.confine import current_label
-from evolution.search.archive import CAPABILITIES
-from evolution.search.ledger import TABLE_ROLES, per_question, tokens_by_round
-from evolution.search.rundir import atomic_write_json, atomic_write_text
-from memory_bank.schema import CAPABILITY_NAMES
+from memgym.evolution.execution.confine import current_label
+from memgym.evolution.search.archive import CAPABILITIES
+from memgym.evolution.search.ledger import TABLE_ROLES, per_question, tokens_by_round
+from memgym.evolution.search.rundir import atomic_write_json, atomic_write_text
+from memgym.llm.runcard import card_markdown
+from memgym.memory_bank.schema import CAPABILITY_NAMES
+from memgym.rewards.scoring.protocols import protocol_note
 
 
 def _scores(split) -> dict | None:
@@ -37,7 +43,7 @@ def _scores(split) -> dict | None:
     if split is None:
         return None
     out = {"overall": split["overall"], "by_capability": dict(split["by_capability"])}
-    for k in ("by_category", "retrieved_chars"):
+    for k in ("by_category", "retrieved_chars", "failed"):
         if split.get(k):
             out[k] = split[k]
     return out
@@ -53,8 +59,14 @@ def test_of(fin: dict, cid: str) -> dict | None:
     return (fin.get("specialists_test") or {}).get(cid)
 
 
-def build_summary(state, fin: dict) -> dict:
-    """The summary dict of a finished (or stopped) run ``state`` with ``final.json`` ``fin``."""
+def build_summary(state, fin: dict, rt=None) -> dict:
+    """The summary dict of a finished (or stopped) run ``state`` with ``final.json`` ``fin``;
+    ``run_card`` (:func:`memgym.llm.runcard.build_card`) with ``rt``, the run's runtime (which models it loaded)."""
+    from dataclasses import asdict
+
+    from memgym.llm.runcard import build_card
+    from memgym.rewards.scoring.protocols import protocol_card
+
     arch = state.archive
     cands = [c for c in arch.candidates.values() if c.id != "seed"]
     totals = state.ledger.totals()
@@ -83,7 +95,15 @@ def build_summary(state, fin: dict) -> dict:
         "frozen": state.freeze(),
         "final_id": final.id, "dataset": state.cfg.dataset, "stopped": state.stopped, "ledger": state.ledger.rounds,
         "scorer": state.cfg.scorer, "judge_protocol": state.cfg.judge_protocol, "sandbox": current_label(),
+        **({"judge_note": protocol_note(state.cfg.dataset, state.cfg.judge_protocol)}
+           if state.cfg.scorer == "llm" else {}),
         **cost_summary(state, fin),
+        "run_card": build_card(recipe=asdict(state.cfg), models=state.cfg.model_specs(), runtime=rt,
+                               judge=protocol_card(state.cfg.dataset, state.cfg.judge_protocol, state.cfg.scorer),
+                               cost={"calls": {r: u["calls"] for r, u in totals.items()},
+                                     "tokens": {r: {"prompt": u["prompt"], "completion": u["completion"]}
+                                                for r, u in totals.items()}},
+                               wall_s=round(state.elapsed_s, 1)),
     }
 
 
@@ -180,7 +200,7 @@ def category_table(rows, dataset: str) -> list[str]:
         return []
     labels = list(dict.fromkeys(k for r in rows for k in r[2]["by_category"]))
     if dataset == "beam":
-        from data_synth.beam import BEAM_ABILITIES
+        from memgym.data_synth.beam import BEAM_ABILITIES
         labels = [a for a in BEAM_ABILITIES if a in labels] + [a for a in labels if a not in BEAM_ABILITIES]
     out = [f"| {CATEGORY_WORD.get(dataset, 'category')} | " + " | ".join(f"{n} ({cid})" for n, cid, _ in rows) + " |",
            "|" + "---|" * (1 + len(rows))]
@@ -200,7 +220,8 @@ def render_report(state, summary: dict) -> str:
            f"{cfg.rounds_integrate}",
            f"- judge_protocol `{summary.get('judge_protocol', cfg.judge_protocol)}` (scorer `{cfg.scorer}`; "
            "`official` = the benchmark's own protocol from data/judges; offline proxies are memgym's, not "
-           "the benchmark's number); sandbox `" + str(summary.get("sandbox", current_label())) + "`",
+           "the benchmark's number" + (f"; {summary['judge_note']}" if summary.get("judge_note") else "")
+           + "); sandbox `" + str(summary.get("sandbox", current_label())) + "`",
            "- context budget: " + (f"every retrieved text cut to {cfg.context_tokens} tokens of "
                                    f"`{cfg.context_tokenizer}` before answering/scoring (the same for every program)"
                                    if cfg.context_tokens else "none (the program's 16,000-character limit only)"),
@@ -239,6 +260,8 @@ def render_report(state, summary: dict) -> str:
         rows += [(f"specialist {c}", s["id"], s.get("test")) for c, s in summary["specialists"].items()]
         rows += [(n, cid, b["test"]) for n, cid, b in base_rows]
         out += ["", "## Test split (frozen program, run once)", ""] + score_table(rows, caps)
+        out += [f"- {name} ({cid}) failed on test conversation {conv} (its questions scored 0): {why}"
+                for name, cid, s in rows for conv, why in ((s or {}).get("failed") or {}).items()]
     for split, rows in (("valid", valid_rows), ("test", rows if summary["final"]["test"] is not None else [])):
         table = category_table(rows, state.cfg.dataset)
         if table:
@@ -255,7 +278,8 @@ def render_report(state, summary: dict) -> str:
     out += ["", "## Cost", "", f"- model calls per role: `{json.dumps(summary['model_calls'])}`",
             f"- tokens per role: `{json.dumps(summary['tokens'])}`", ""] + cost_section(summary) + ["",
             "Files: `best.py` (the frozen program), `capabilities.png`, `summary.json`, `candidates/<id>/` "
-            "(program, proposal transcript, validation, scores)."]
+            "(program, proposal transcript, validation, scores).", "",
+            *card_markdown(summary.get("run_card"), str(state.dir.root / "summary.json"))]
     return "\n".join(out) + "\n"
 
 
@@ -354,7 +378,8 @@ def cost_summary(state, fin: dict) -> dict:
     n = len(final_test.get("tasks") or {})
     return {"tokens_by_round": tokens_by_round(state.ledger),
             "test_tokens_per_question": per_question(fin.get("final_test_usage") or {}, n),
-            "test_questions": n, "budgets": {r: b for r, b in state.ledger.budgets.items() if b is not None}}
+            "test_questions": n, "budgets": {r: b for r, b in state.ledger.budgets.items() if b is not None},
+            "estimated_calls": state.ledger.estimated()}
 
 
 def _k(v) -> str:
@@ -381,6 +406,11 @@ def cost_section(summary: dict) -> list[str]:
                    + " | ".join(_k(pq[c]) for c in TABLE_ROLES) + f" | {_k(pq['total'])} |")
     out += ["", "`task` = the task model's extract + plan + answer calls; PrisMem reports 73.7M tokens per "
                 "20-round BEAM run (M* 76.5M) and 100.59K task tokens per BEAM-1M test question."]
+    est = summary.get("estimated_calls") or {}
+    if est:
+        out.append("- **estimated token counts**: " + ", ".join(f"{r} {n:,} call{'s' * (n != 1)}" for r, n in est.items())
+                   + " (the server's or the recording's counts were missing or invalid, so they were counted with the "
+                     "SmolLM2 tokenizer)")
     budgets = summary.get("budgets") or {}
     out.append("- budgets: " + (", ".join(f"{r} {b:,} tokens" for r, b in budgets.items()) if budgets else "none")
                + (f"; **the run ended early: {summary['stopped']}**" if summary.get("stopped") else ""))

@@ -1,4 +1,4 @@
-"""What :func:`evolution.search.evolve` returns: :class:`EvolveResult`.
+"""What :func:`memgym.evolution.search.evolve` returns: :class:`EvolveResult`.
 
 SCORES below is the summary form ``{"overall": float, "by_capability": {"F": float, ...},
 "by_category": {label: float}, "retrieved_chars": float}`` (the last two when known; scores
@@ -12,7 +12,7 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class FrozenProgram:
-    """The program the run froze (:func:`evolution.search.select.freeze_choice`): ``id``, its
+    """The program the run froze (:func:`memgym.evolution.search.select.freeze_choice`): ``id``, its
     ``source``, ``why`` it was frozen, the ``runner_up``'s id (None when alone)."""
 
     id: str
@@ -37,7 +37,7 @@ class EvolveResult:
     ``test`` SCORES, the ``seed``'s, the capability ``specialists`` (letter → scores), the
     recipe's ``baselines`` (name → scores), ``stopped`` (why the run stopped early, else
     None), the ``run_dir`` and the full ``summary`` (summary.json's dict,
-    :mod:`evolution.search.report`)."""
+    :mod:`memgym.evolution.search.report`)."""
 
     frozen: FrozenProgram
     valid: dict
@@ -50,12 +50,12 @@ class EvolveResult:
     summary: dict
 
 
-def build_result(state, fin: dict) -> EvolveResult:
+def build_result(state, fin: dict, rt=None) -> EvolveResult:
     """The :class:`EvolveResult` of ``state`` after the final runs ``fin`` (the
-    :class:`~evolution.search.journal.FinalRecord`'s dict)."""
-    from evolution.search.report import build_summary
+    :class:`~memgym.evolution.search.journal.FinalRecord`'s dict); ``rt``: the run's runtime (its run card)."""
+    from memgym.evolution.search.report import build_summary
 
-    s = build_summary(state, fin)
+    s = build_summary(state, fin, rt)
     fr = s["frozen"]
     return EvolveResult(
         FrozenProgram(s["final_id"], state.source_of(s["final_id"]), fr["why"], fr["runner_up"]),

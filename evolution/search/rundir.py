@@ -1,12 +1,12 @@
 """The run directory of ``memgym evolve``: atomic JSON/text writes and the file layout.
 
-Layout (DESIGN.md § "Run state")::
+Layout (docs/design.md § "Run state")::
 
     DIR/recipe.json          the recipe as run (``--resume`` reads it)
     DIR/seed.py              the starting program
     DIR/state.json           archive, RNG state, ledger, history, next round (after every round)
     DIR/candidates/<id>/     program.py and one file per journal record
-                             (:mod:`evolution.search.journal`): proposal.json (prompt/response
+                             (:mod:`memgym.evolution.search.journal`): proposal.json (prompt/response
                              transcript, edits, outcome, RNG state after it), validation.json,
                              eval.json (train/valid scores, diagnostics, usage), revise.json,
                              outcome.json (status, reason, what it became)
@@ -31,7 +31,7 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from llm.errors import ConfigError, MemgymError
+from memgym.llm.errors import ConfigError, MemgymError
 
 LOCK_NAME = ".lock"
 # recipe fields that only change the display: a --resume may differ in them

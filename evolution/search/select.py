@@ -1,7 +1,7 @@
 """Selection policies of the loop (target, parent, cases, acceptance; the ablations' alternatives
-are bundled in :mod:`evolution.search.strategies`).
+are bundled in :mod:`memgym.evolution.search.strategies`).
 
-Source: DESIGN.md § "Capability-driven evolution", step 2 (PrisMem Algorithm 1):
+Source: docs/design.md § "Capability-driven evolution", step 2 (PrisMem Algorithm 1):
 
 - target c maximising  (err_c + max_{c' ≠ c} pressure(c→c')) / (1 + n_c), with
   err_c = 1 − s_c, s_c = the valid score on c of c's specialist;
@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from evolution.search.archive import CAPABILITIES, Archive, Candidate
+from memgym.evolution.search.archive import CAPABILITIES, Archive, Candidate
 
 FAIL_THRESHOLD = 0.8
 
@@ -69,7 +69,7 @@ def target_scores(archive: Archive, valid_tasks: list[TaskInfo]) -> dict[str, fl
 
 
 class CapabilityAcceptance:
-    """DESIGN.md: in cold start a child whose valid overall beats the base's becomes the base;
+    """docs/design.md § "The loop": in cold start a child whose valid overall beats the base's becomes the base;
     in every stage a child becomes the specialist of each capability whose valid score it
     beats strictly (:meth:`Archive.promote`)."""
 

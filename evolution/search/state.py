@@ -8,14 +8,15 @@ from __future__ import annotations
 import random
 import time
 
-from evolution.search.archive import Archive, Candidate
-from evolution.search.config import EvolveConfig
-from evolution.search.journal import HistoryRow, IntegrationAttempt, OutcomeRecord, load_record, rng_from_json, rng_to_json
-from evolution.search.ledger import Ledger, label_usage
-from evolution.search.proposers.base import LineageEntry
-from evolution.search.rundir import (RunDir, RunStateError, atomic_write_json, check_recipe, check_state, read_json,
+from memgym.evolution.search.archive import Archive, Candidate, program_key
+from memgym.evolution.search.config import EvolveConfig
+from memgym.evolution.search.journal import (HistoryRow, IntegrationAttempt, OutcomeRecord, load_record, record_path,
+                                      rng_from_json, rng_to_json)
+from memgym.evolution.search.ledger import Ledger, label_usage
+from memgym.evolution.search.proposers.base import LineageEntry
+from memgym.evolution.search.rundir import (RunDir, RunStateError, atomic_write_json, check_recipe, check_state, read_json,
                                      recipe_fields)
-from evolution.search.select import TaskInfo, freeze_choice
+from memgym.evolution.search.select import TaskInfo, freeze_choice
 
 
 def load_splits(cfg: EvolveConfig) -> dict:
@@ -25,7 +26,7 @@ def load_splits(cfg: EvolveConfig) -> dict:
     for split in ("train", "valid", "test"):
         convs = cfg.load_split(split)
         if getattr(cfg, split) and cfg.labels != "native" and split != "test":
-            from data_synth.annotate import apply_labels, load_labels
+            from memgym.data_synth.annotate import apply_labels, load_labels
             convs = apply_labels(convs, load_labels(cfg.labels))
         out[split] = convs
     return out
@@ -114,20 +115,32 @@ class EvolutionState:
         return True
 
     def _replay_journal(self) -> None:
-        """The sources (``program.py``) and diagnostics (``eval`` records) of the restored
-        archive's candidates."""
+        """The sources (``program.py``, checked against the archived program key) and
+        diagnostics (``eval`` records) of the restored archive's candidates; a missing, unreadable
+        or changed file is a :class:`RunStateError` naming it."""
         for c in self.archive.candidates.values():
             if c.program:
                 path = self.dir.root / c.program
                 try:
-                    self.sources[c.id] = path.read_text(encoding="utf-8")
-                except OSError as e:
+                    source = path.read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError) as e:
                     raise RunStateError(f"{path}: the program of archived candidate {c.id} cannot be read: "
-                                        f"{e.strerror}") from None
+                                        f"{getattr(e, 'strerror', None) or e}") from None
+                if c.key is not None:
+                    try:
+                        key = program_key(source)
+                    except SyntaxError as e:
+                        key = f"a syntax error at line {e.lineno}"
+                    if key != c.key:
+                        raise RunStateError(f"{path}: the program of archived candidate {c.id} was changed "
+                                            f"(program key {c.key} in {self.dir.state.name}, {key} on disk)")
+                self.sources[c.id] = source
             if c.status == "evaluated":
                 ev = load_record(self.dir.root, c.id, "eval")
-                if ev is not None:
-                    self.diagnostics[c.id] = ev.diagnostics
+                if ev is None:
+                    raise RunStateError(f"{record_path(self.dir.root, c.id, 'eval')}: missing: the archive holds "
+                                        f"{c.id} as evaluated and the run needs its diagnostics")
+                self.diagnostics[c.id] = ev.diagnostics
 
     def lineage(self, parent: Candidate, target: str | None, stage: str = "cold") -> tuple[list, list]:
         """(ancestors, the last 5 failed attempts for ``target``, or for ``stage`` without a
@@ -150,7 +163,7 @@ class EvolutionState:
         return [h["candidate"] for h in self.history if h.get("stage") == "integrate" and h.get("integrated")]
 
     def freeze(self) -> dict:
-        """:func:`evolution.search.select.freeze_choice` over the base, every specialist and
+        """:func:`memgym.evolution.search.select.freeze_choice` over the base, every specialist and
         every accepted merge: ``{"frozen", "runner_up", "pool", "why"}``."""
         return freeze_choice(self.archive, self.accepted_merges())
 

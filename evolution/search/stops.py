@@ -6,11 +6,13 @@ that one bad reply costs one round, not the run. An unreachable server, though, 
 every round and the run would end with exit 0, "0 candidates evaluated" and the seed as the
 final program. :func:`check_endpoint` stops the run after :data:`ENDPOINT_FAILURES_STOP`
 consecutive rounds whose proposals failed that way; the run state is saved first, so
-``memgym evolve --resume DIR`` continues once the server is back.
+``memgym evolve --resume DIR`` continues once the server is back. A shorter run in which every
+round's proposal failed that way ends written (report, best.py = the seed) and then raises
+:class:`EndpointUnreachable` too (:func:`check_anything_proposed`): it did not evolve anything.
 """
 from __future__ import annotations
 
-from llm.errors import MemgymError
+from memgym.llm.errors import MemgymError
 
 ENDPOINT_FAILURES_STOP = 3
 """Consecutive rounds whose model calls all failed after their retries before the run stops."""
@@ -44,3 +46,16 @@ def check_endpoint(history: list[dict], archive, limit: int = ENDPOINT_FAILURES_
     if n >= limit:
         raise EndpointUnreachable(f"stopped after {n} consecutive rounds whose model requests failed; last: {last}. "
                                   "Fix the server (or the coder_model URL), then continue with --resume")
+
+
+def check_anything_proposed(history: list[dict], archive, root) -> None:
+    """Raise :class:`EndpointUnreachable` when the run had rounds and every one of them ended in
+    a proposal that failed on a model request (``root``: the run directory, named as written)."""
+    cands = [archive.get(r["candidate"]) for r in history
+             if r.get("round", 0) not in (0, None) and r.get("candidate") in archive.candidates]
+    if cands and all(c.status == "failed" and _MARK in (c.reason or "") for c in cands):
+        raise EndpointUnreachable(f"every proposal of the {len(cands)} round(s) failed because the coder endpoint "
+                                  f"failed, so nothing was evolved (the seed is the frozen program); last: "
+                                  f"{cands[-1].reason}. "
+                                  f"The run directory {root} is written; fix the server (or the coder_model URL) "
+                                  "and start a new run")

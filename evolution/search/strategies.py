@@ -1,6 +1,6 @@
-"""Search strategies by name: the full method and its ablations (PrisMem Table 4; DESIGN.md §
+"""Search strategies by name: the full method and its ablations (PrisMem Table 4; docs/design.md §
 "Capability-driven evolution": "Ablations are switches"). A strategy
-(:class:`evolution.search.protocols.Strategy`) bundles the target, parent and case policies,
+(:class:`memgym.evolution.search.protocols.Strategy`) bundles the target, parent and case policies,
 the acceptance rule and the stage schedule; the recipe's ``ablation`` names it
 (:func:`strategy_for`, the one place the policies' defaults are set).
 
@@ -13,19 +13,19 @@ the acceptance rule and the stage schedule; the recipe's ``ablation`` names it
   (:class:`LowestScoreCases`), and a child becomes the new base only when the valid overall
   score improves. No specialists are kept, no integration runs; the final program is the base.
 - ``round_robin``: refinement targets F, T, P, M, A in turn
-  (:class:`evolution.search.select.RoundRobinTarget`, capabilities with valid tasks only);
+  (:class:`memgym.evolution.search.select.RoundRobinTarget`, capabilities with valid tasks only);
 - ``random_cases``: cases are train tasks drawn uniformly with the run's seeded RNG
-  (:class:`evolution.search.select.RandomCases`) in every stage, including the integration's
+  (:class:`memgym.evolution.search.select.RandomCases`) in every stage, including the integration's
   paired cases;
 - ``no_integration``: the full method without stage III (``rounds_integrate`` taken as 0);
   the final program is the base.
 """
 from __future__ import annotations
 
-from evolution.search.archive import Archive, Candidate
-from evolution.search.config import ABLATIONS
-from evolution.search.protocols import Strategy
-from evolution.search.select import (CapabilityAcceptance, DependencyAwareTarget, HistoryGuidedCases, RandomCases,
+from memgym.evolution.search.archive import Archive, Candidate
+from memgym.evolution.search.config import ABLATIONS
+from memgym.evolution.search.protocols import Strategy
+from memgym.evolution.search.select import (CapabilityAcceptance, DependencyAwareTarget, HistoryGuidedCases, RandomCases,
                                      RoundRobinTarget, SpecialistParent)
 
 class BestOverallParent:

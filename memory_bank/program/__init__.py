@@ -3,15 +3,15 @@ session metadata), :mod:`.records` (record field kinds, structured-output parsin
 :mod:`.toolkit` (what a program may call), all re-exported here. Programs never import this
 package; the sandbox child does, to build their toolkit.
 """
-from memory_bank.errors import (BudgetExceededError, ContractError, ProgramError, StructuredOutputError,
+from memgym.memory_bank.errors import (BudgetExceededError, ContractError, ProgramError, StructuredOutputError,
                                 ToolkitError)
-from memory_bank.program.contract import (INSTRUCTION_NAMES, METHOD_PARAMS, OUT_CHAR_BUDGET, REQUIRED_NAMES,
+from memgym.memory_bank.program.contract import (INSTRUCTION_NAMES, METHOD_PARAMS, OUT_CHAR_BUDGET, REQUIRED_NAMES,
                                           ProgramInfo, SessionInfo, contract_from_report, describe_module)
-from memory_bank.program.records import (FIELD_KINDS, QUERY_FIELD_HINTS, TEXT_FIELD_NAMES, FieldSpec, coerce_record,
+from memgym.memory_bank.program.records import (FIELD_KINDS, QUERY_FIELD_HINTS, TEXT_FIELD_NAMES, FieldSpec, coerce_record,
                                          dataclass_from_schema, describe_dataclass, parse_structured, schema_hint,
                                          session_entries, text_query, turn_entries, unit_text,
                                          units_from_entries)
-from memory_bank.program.toolkit import BackendToolkitHost, Toolkit, ToolkitHost
+from memgym.memory_bank.program.toolkit import BackendToolkitHost, Toolkit, ToolkitHost
 
 __all__ = [
     "BackendToolkitHost", "BudgetExceededError", "ContractError", "FIELD_KINDS", "FieldSpec", "INSTRUCTION_NAMES",

@@ -13,7 +13,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from memory_bank.errors import ContractError, StructuredOutputError
+from memgym.memory_bank.errors import ContractError, StructuredOutputError
 
 FIELD_KINDS = ("str", "int", "float", "bool", "list[str]")
 """Supported dataclass field kinds; each may also be ``Optional`` (``X | None``)."""
@@ -272,7 +272,7 @@ def session_entries(before: dict | None, after: dict, session_index: int, sessio
     else ``session_date``. ``deletions``: also removed entries and an emptied core, with
     ``"deleted": True``.
     """
-    from memory_bank.actions import PARTS  # host side only: keeps pydantic out of the sandbox child's imports
+    from memgym.memory_bank.actions import PARTS  # host side only: keeps pydantic out of the sandbox child's imports
 
     out = []
     old_core = (before or {}).get("core", "")

@@ -1,6 +1,6 @@
 """The toolkit a memory program gets in ``Memory.__init__`` (the task LLM and the embedder behind
 call budgets and argument limits, plus pure helpers; PrisMem's memory interface,
-``shared/seeds/000_0e559b88b400976a.txt``) and the adapter from memgym's backends to its host."""
+arXiv 2610.06361) and the adapter from memgym's backends to its host."""
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
@@ -8,8 +8,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from memory_bank.errors import BudgetExceededError, ToolkitError
-from memory_bank.program.contract import OUT_CHAR_BUDGET
+from memgym.memory_bank.errors import BudgetExceededError, ToolkitError
+from memgym.memory_bank.program.contract import OUT_CHAR_BUDGET
 
 
 @runtime_checkable
@@ -24,7 +24,7 @@ class ToolkitHost(Protocol):
 
 
 class BackendToolkitHost:
-    """The adapter from an ``llm.base`` Backend + Embedder to :class:`ToolkitHost`. ``backend`` /
+    """The adapter from an ``memgym.llm.base`` Backend + Embedder to :class:`ToolkitHost`. ``backend`` /
         ``embedder``: the objects or zero-argument callables resolved on first use; ``lock``: a context
         manager held around every model call (default none). ``llm`` sends one user message, greedy.
         """
@@ -42,7 +42,7 @@ class BackendToolkitHost:
             return self._get(self._embedder).encode(list(texts))
 
     def llm(self, prompt: str, max_tokens: int) -> str:
-        from llm.base import GenerationParams
+        from memgym.llm.base import GenerationParams
 
         params = GenerationParams(max_new_tokens=max_tokens)
         with self._lock:
@@ -52,7 +52,7 @@ class BackendToolkitHost:
 def unit_rows(arr: np.ndarray) -> np.ndarray:
     """``arr`` (n, dim) float32 with each nonzero row divided by its L2 norm (zero rows kept):
     the vectors a program's ``toolkit.embed`` returns, and those
-    :class:`memory_bank.retrieval.BankRetriever` ranks with, so the two agree to the bit."""
+    :class:`memgym.memory_bank.retrieval.BankRetriever` ranks with, so the two agree to the bit."""
     norms = np.linalg.norm(arr, axis=1, keepdims=True)
     return arr / np.where(norms > 0, norms, 1.0)
 

@@ -2,8 +2,8 @@
 four-part bank: the core block plus the top-10 entries by cosine; what ``memgym eval`` runs),
 ``seed.py`` (PrisMem's seed: units in input order, truncated, unranked), ``reference.py`` (dense
 retrieval with planning) and the static retrieval baselines ``bm25.py``, ``dense_topk.py``,
-``hybrid_rrf.py`` (:data:`BASELINES`). All follow :mod:`memory_bank.program`'s contract and run
-unchanged in ``evolution.execution.sandbox``.
+``hybrid_rrf.py`` (:data:`BASELINES`). All follow :mod:`memgym.memory_bank.program`'s contract and run
+unchanged in ``memgym.evolution.execution.sandbox``.
 """
 from __future__ import annotations
 
@@ -36,12 +36,16 @@ def baseline_program_path(name: str) -> Path:
 
 
 def read_program_source(path: str | Path) -> str:
-    """The UTF-8 source text of a program file (:class:`llm.errors.ConfigError` names a missing path)."""
-    from llm.errors import ConfigError
+    """The UTF-8 source text of a program file, recorded as an input of the run
+    (:func:`memgym.llm.runcard.record_input`; :class:`memgym.llm.errors.ConfigError` names a missing path)."""
+    from memgym.llm.errors import ConfigError
+
+    from memgym.llm.runcard import record_input
 
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"memory program not found: {p}")
+    record_input(p, "memory program")
     return p.read_text(encoding="utf-8")
 
 

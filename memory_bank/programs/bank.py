@@ -1,14 +1,14 @@
 """MemBuilder's four-part memory bank as a memory program: the trained extractor's bank, read by
 MemBuilder's retriever.
 
-Source: MemBuilder (arXiv 2601.05488) §3.3 and ``DESIGN.md`` § "Retrieval for QA": the answer
+Source: MemBuilder (arXiv 2601.05488) §3.3 and ``docs/design.md`` § "Retrieval for QA": the answer
 model sees the core block plus the top-k (k = 10) entries of episodic ∪ semantic ∪ procedural
 by cosine similarity of the question to the entry text. This program reproduces
-``memory_bank.retrieval.BankRetriever`` and ``Retrieved.render`` exactly, so that
+``memgym.memory_bank.retrieval.BankRetriever`` and ``Retrieved.render`` exactly, so that
 ``memgym eval`` (which runs this file) scores what the bank holds.
 
 Units: a trained extractor's (or expert replay's) bank entries, one per entry written in a
-session (``memory_bank.program.session_entries``): ``part`` in core | episodic | semantic |
+session (``memgym.memory_bank.program.session_entries``): ``part`` in core | episodic | semantic |
 procedural, ``entry_id``, ``content`` (the entry's text, the whole core block for ``core``) and
 ``deleted`` (True for an entry removed in that session by DELETE or MERGE). ``index`` applies
 them to the four parts in bank order: an existing id is rewritten in place, a new id is
@@ -18,10 +18,10 @@ appended, a deleted id is dropped, ``core`` replaces the core block. ``turns`` o
 Retrieval: every live entry's text is embedded in one ``toolkit.embed`` call (in part order
 episodic, semantic, procedural, then bank order), the question in another; cosine = inner
 product of the L2-normalised float32 vectors (summed in float64); top TOP_K by score (ties: the stable order of
-``numpy.argsort`` over ``numpy.argpartition``, as ``memory_bank.retrieval.VectorIndex``; both
+``numpy.argsort`` over ``numpy.argpartition``, as ``memgym.memory_bank.retrieval.VectorIndex``; both
 score one question at a time as ``(n, d) @ (d,)`` in float64, so the rankings agree exactly).
 Rendered as ``# Core memory`` / core / blank / ``# Retrieved memories`` / ``[id] (part) text``
-lines, then cut to CONTEXT_CHARS characters as ``rewards.scoring.answer.truncate_context``
+lines, then cut to CONTEXT_CHARS characters as ``memgym.rewards.scoring.answer.truncate_context``
 cuts the answer model's memory (at the last newline in the kept second half).
 """
 from dataclasses import dataclass

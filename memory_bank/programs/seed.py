@@ -1,6 +1,6 @@
 """PrisMem seed memory program: append units in input order, return their concatenation.
 
-Source: PrisMem (shared/seeds/000_0e559b88b400976a.txt), appendix "seed program": "It appends
+Source: PrisMem (arXiv 2610.06361), appendix "seed program": "It appends
 extracted units in input order and returns their concatenation, truncated to the context
 budget, without query-dependent ranking." OUT_CHAR_BUDGET = 16,000 characters.
 

@@ -1,8 +1,8 @@
 """Answering a question from retrieved memory with an LLM backend.
 
-Source: DESIGN.md § "Dense session reward" step 3 (acc = judge(answer(q, retrieve(bank, q)), a)).
+Source: docs/design.md § "Dense session reward and ADRPO", step 3 (acc = judge(answer(q, retrieve(bank, q)), a)).
 The prompt wording is memgym's own. The abstention phrase it asks for, "No information
-available", is the one LoCoMo's category-5 rule accepts (see :mod:`rewards.scoring.metrics`).
+available", is the one LoCoMo's category-5 rule accepts (see :mod:`memgym.rewards.scoring.metrics`).
 All budgets here are in characters, except ``max_new_tokens`` (tokens of the answer model).
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from llm.base import Backend, GenerationParams, LLMError
+from memgym.llm.base import Backend, GenerationParams, LLMError
 
 __all__ = [
     "DEFAULT_CONTEXT_CHARS",
@@ -155,7 +155,7 @@ def answer_questions(backend: Backend, items: list[tuple[str, str, str | None]],
                      max_context_chars: int = DEFAULT_CONTEXT_CHARS,
                      system_prompt: str = ANSWER_SYSTEM_PROMPT) -> list[str]:
     """One cleaned answer per (question, context, question_date), from one batched ``generate``.
-    Raises ValueError/TypeError before any call, :class:`llm.base.LLMError` on a count mismatch.
+    Raises ValueError/TypeError before any call, :class:`memgym.llm.base.LLMError` on a count mismatch.
     """
     checked = _check_items(items)
     if not checked:

@@ -1,12 +1,12 @@
 """BEAM's ability names and the offline rubric-recall proxy (the official judge is
-:class:`rewards.scoring.official.BeamScorer`).
+:class:`memgym.rewards.scoring.official.BeamScorer`).
 """
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
 
-from rewards.scoring.metrics import answer_tokens
+from memgym.rewards.scoring.metrics import answer_tokens
 
 __all__ = ["BEAM_ABILITY_ORDER", "EVENT_ORDERING", "rubric_item_tokens", "rubric_recall"]
 

@@ -9,10 +9,10 @@ from typing import Protocol, runtime_checkable
 
 import json_repair
 
-from llm.base import Backend, GenerationParams, LLMError
-from llm.structured import JsonSchema
-from rewards.scoring.answer import check_triples, strip_thinking
-from rewards.scoring.metrics import LOCOMO_CATEGORIES, answer_recall, f1_score, locomo_f1
+from memgym.llm.base import Backend, GenerationParams, LLMError
+from memgym.llm.structured import JsonSchema
+from memgym.rewards.scoring.answer import check_triples, strip_thinking
+from memgym.rewards.scoring.metrics import LOCOMO_CATEGORIES, answer_recall, f1_score, locomo_f1
 
 __all__ = [
     "JUDGE_SYSTEM_PROMPT",
@@ -108,7 +108,7 @@ def _check_judge_items(items) -> list[tuple[str, str, str]]:
 
 
 class LLMJudge:
-    """Binary CORRECT/WRONG judge over any :class:`llm.base.Backend`, one batched ``generate`` per
+    """Binary CORRECT/WRONG judge over any :class:`memgym.llm.base.Backend`, one batched ``generate`` per
     call; unparseable outputs are WRONG with ``parse_ok=False``. ``constrained`` decodes under
     :data:`JUDGE_SCHEMA`.
     """
@@ -116,7 +116,7 @@ class LLMJudge:
     def __init__(self, backend: Backend, params: GenerationParams = GenerationParams(max_new_tokens=64, temperature=0),
                  constrained: bool = False):
         if not callable(getattr(backend, "generate", None)):
-            raise TypeError(f"backend must implement llm.base.Backend (a generate method), got {type(backend).__name__}")
+            raise TypeError(f"backend must implement memgym.llm.base.Backend (a generate method), got {type(backend).__name__}")
         self.backend = backend
         self.params = params
         self.constrained = constrained
@@ -150,7 +150,9 @@ class LLMJudge:
 @dataclass(frozen=True)
 class ScoreItem:
     """What a scorer may look at for one question: question, gold (int -> str), prediction,
-    context, category, qid, rubric. Raises TypeError naming a wrongly typed field.
+    context, category, qid, rubric, ``evidence`` (gold evidence turn ids) and ``source`` (the
+    conversation's :class:`memgym.rewards.scoring.grounded.SourceIndex`, for scorers with
+    ``needs_source``). Raises TypeError naming a wrongly typed field.
     """
 
     question: str
@@ -160,6 +162,8 @@ class ScoreItem:
     category: str | int | None = None
     qid: str | None = None
     rubric: tuple[str, ...] = ()
+    evidence: tuple[str, ...] = ()
+    source: object = None
 
     def __post_init__(self):
         if isinstance(self.gold, int) and not isinstance(self.gold, bool):
@@ -168,8 +172,9 @@ class ScoreItem:
             value = getattr(self, name)
             if not isinstance(value, str):
                 raise TypeError(f"ScoreItem.{name} must be a str, got {type(value).__name__}: {value!r:.80}")
-        if not isinstance(self.rubric, tuple):
-            object.__setattr__(self, "rubric", tuple(self.rubric))
+        for name in ("rubric", "evidence"):
+            if not isinstance(getattr(self, name), tuple):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         if self.qid is not None and not isinstance(self.qid, str):
             raise TypeError(f"ScoreItem.qid must be a str or None, got {type(self.qid).__name__}")
         if self.category is not None and (isinstance(self.category, bool) or not isinstance(self.category, (str, int))):
@@ -202,7 +207,7 @@ def check_score_items(items) -> list[ScoreItem]:
 
 
 class F1Scorer:
-    """LoCoMo token F1 (:func:`rewards.scoring.metrics.locomo_f1`); non-LoCoMo categories get
+    """LoCoMo token F1 (:func:`memgym.rewards.scoring.metrics.locomo_f1`); non-LoCoMo categories get
     plain F1, or raise ValueError (naming the item) when ``strict``.
     """
 
@@ -226,7 +231,7 @@ class F1Scorer:
 
 
 class RecallScorer:
-    """Answer-recall of the gold over the retrieved context (:func:`rewards.scoring.metrics.answer_recall`).
+    """Answer-recall of the gold over the retrieved context (:func:`memgym.rewards.scoring.metrics.answer_recall`).
     Needs no model call and ignores the prediction."""
 
     name = "answer-recall"

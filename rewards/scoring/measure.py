@@ -1,6 +1,6 @@
 """The one measure step: answer each question from the memory retrieved for it, then score the
 answers under one scorer (used by the program runner, the session reward and the training
-callback). Source: DESIGN.md § "Dense session reward" step 3; MemBuilder §3.3-3.4.
+callback). Source: docs/design.md § "Dense session reward and ADRPO", step 3; MemBuilder §3.3-3.4.
 ``max_new_tokens`` in answer-model tokens, ``max_context_chars`` in characters.
 """
 from __future__ import annotations
@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from llm.base import Backend, GenerationParams
-from memory_bank.schema import QAItem
-from rewards.scoring.answer import ANSWER_SYSTEM_PROMPT, DEFAULT_CONTEXT_CHARS, answer_questions
-from rewards.scoring.judge import Scorer, ScoreItem
+from memgym.llm.base import Backend, GenerationParams
+from memgym.memory_bank.schema import Conversation, QAItem
+from memgym.rewards.scoring.answer import ANSWER_SYSTEM_PROMPT, DEFAULT_CONTEXT_CHARS, answer_questions
+from memgym.rewards.scoring.judge import Scorer, ScoreItem
 
 __all__ = ["Measured", "answer_items", "score_items", "measure"]
 
@@ -31,7 +31,7 @@ def answer_items(backend: Backend, items: Sequence[tuple[str, str, str | None]],
                  system_prompt: str = ANSWER_SYSTEM_PROMPT, max_context_chars: int = DEFAULT_CONTEXT_CHARS,
                  batch_size: int | None = None) -> list[str]:
     """Answers to ``items`` = ``[(question, retrieved text, question date or None)]`` from
-    ``backend`` (:func:`rewards.scoring.answer.answer_questions`), in chunks of ``batch_size``
+    ``backend`` (:func:`memgym.rewards.scoring.answer.answer_questions`), in chunks of ``batch_size``
     prompts (None: one call). Returns one cleaned answer per item, in order."""
     items = list(items)
     bs = batch_size or max(1, len(items))
@@ -42,11 +42,16 @@ def answer_items(backend: Backend, items: Sequence[tuple[str, str, str | None]],
 
 
 def score_items(scorer: Scorer, questions: Sequence[QAItem], contexts: Sequence[str],
-                predictions: Sequence[str | None]) -> tuple[list[float], list]:
+                predictions: Sequence[str | None], conversation: Conversation | None = None) -> tuple[list[float], list]:
     """``scorer``'s scores of each question's prediction (None reads as "") over its retrieved
     text, in one ``score`` call, and the scorer's per-item records (``last``; [] when it keeps
-    none or they do not line up)."""
-    items = [ScoreItem(q.question, q.answer, p or "", c, q.category or None, q.id, q.rubric)
+    none or they do not line up). ``conversation``: the questions' conversation, whose source
+    text a scorer with ``needs_source`` reads (:mod:`memgym.rewards.scoring.grounded`)."""
+    source = None
+    if getattr(scorer, "needs_source", False) and conversation is not None:
+        from memgym.rewards.scoring.grounded import source_index
+        source = source_index(conversation)
+    items = [ScoreItem(q.question, q.answer, p or "", c, q.category or None, q.id, q.rubric, q.evidence, source)
              for q, c, p in zip(questions, contexts, predictions)]
     if not items:
         return [], []
@@ -56,6 +61,7 @@ def score_items(scorer: Scorer, questions: Sequence[QAItem], contexts: Sequence[
 
 
 def measure(scorer: Scorer, questions: Sequence[QAItem], contexts: Sequence[str], *, answerer: Backend | None = None,
+            conversation: Conversation | None = None,
             params: GenerationParams | None = None, system_prompt: str = ANSWER_SYSTEM_PROMPT,
             max_context_chars: int = DEFAULT_CONTEXT_CHARS, batch_size: int | None = None) -> Measured:
     """Answer (when ``scorer.needs_prediction``; ``answerer`` then required, ValueError
@@ -70,5 +76,5 @@ def measure(scorer: Scorer, questions: Sequence[QAItem], contexts: Sequence[str]
         preds = answer_items(answerer, [(q.question, c, q.question_date) for q, c in zip(questions, contexts)],
                              params or GenerationParams(max_new_tokens=48, temperature=0),
                              system_prompt=system_prompt, max_context_chars=max_context_chars, batch_size=batch_size)
-    scores, last = score_items(scorer, questions, contexts, preds)
+    scores, last = score_items(scorer, questions, contexts, preds, conversation)
     return Measured(preds, scores, last)

@@ -3,7 +3,7 @@
 Source: snap-research/LoCoMo ``task_eval/evaluation.py`` (``normalize_answer``, ``f1_score``,
 ``f1``, ``eval_question_answering``): lowercase, no punctuation or a/an/the/and, Porter stems;
 category 1 split on ","; 3 gold before ";"; 5 abstention phrases; 2/4 plain F1.
-``answer_recall`` is memgym's offline proxy (DESIGN.md § "Dense session reward").
+``answer_recall`` is memgym's offline proxy (docs/design.md § "Dense session reward and ADRPO").
 """
 from __future__ import annotations
 
@@ -132,7 +132,7 @@ def locomo_f1(prediction: str, answer: str | int, category: str | int) -> float:
 
 def answer_recall(answer: str | int, context: str) -> float:
     """Share in [0, 1] of the gold's distinct stemmed tokens found in the context's; 0.0 for a gold
-    without tokens. Source: DESIGN.md § "Dense session reward". Raises TypeError.
+    without tokens. Source: docs/design.md § "Dense session reward and ADRPO". Raises TypeError.
     """
     gold = set(answer_tokens(_gold_text(answer)))
     if not gold:

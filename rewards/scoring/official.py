@@ -1,5 +1,5 @@
-"""Each benchmark's official LLM judge as a :class:`rewards.scoring.judge.Scorer`, over the
-protocol files (:mod:`rewards.scoring.protocols`), and the offline rubric-recall proxy.
+"""Each benchmark's official LLM judge as a :class:`memgym.rewards.scoring.judge.Scorer`, over the
+protocol files (:mod:`memgym.rewards.scoring.protocols`), and the offline rubric-recall proxy.
 
 One :meth:`score` sends one batched ``generate`` (BEAM event ordering: one per answer line)
 through the response cache; nothing is retried. An unreadable reply is scored as officially,
@@ -13,10 +13,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from llm.base import Backend, GenerationParams, LLMError
-from rewards.scoring import protocols as P
-from rewards.scoring.beam_judge import EVENT_ORDERING, rubric_recall
-from rewards.scoring.judge import ScoreItem, check_score_items
+from memgym.llm.base import Backend, GenerationParams, LLMError
+from memgym.rewards.scoring import protocols as P
+from memgym.rewards.scoring.beam_judge import EVENT_ORDERING, rubric_recall
+from memgym.rewards.scoring.judge import ScoreItem, check_score_items
 
 __all__ = ["JudgeStats", "Judged", "LongMemEvalScorer", "BeamScorer", "LoCoMoJudgeScorer", "RubricRecallScorer",
            "judge_stats"]
@@ -57,9 +57,10 @@ class _ProtocolScorer(ABC):
 
     def __init__(self, backend: Backend, protocol: str = "official"):
         if not callable(getattr(backend, "generate", None)):
-            raise TypeError(f"judge backend must implement llm.base.Backend, got {type(backend).__name__}")
+            raise TypeError(f"judge backend must implement memgym.llm.base.Backend, got {type(backend).__name__}")
         self.backend = backend
         self.protocol = P.check_protocol(self.dataset, protocol)
+        P.load_judge_file(self.dataset, self.protocol)  # a changed official file is refused before any call
         self.stats = JudgeStats()
         self.last: list[Judged] = []
 
@@ -78,8 +79,9 @@ class _ProtocolScorer(ABC):
         if not prompts:
             return []
         # The protocol is part of the response-cache key (a reply is never replayed under another
-        # protocol); cache_tag is never sent to the model.
-        params = dataclasses.replace(params, cache_tag=f"judge:{self.dataset}:{self.protocol}")
+        # protocol; a custom one by its file's sha256); cache_tag is never sent to the model.
+        params = dataclasses.replace(params,
+                                     cache_tag=f"judge:{self.dataset}:{P.protocol_identity(self.dataset, self.protocol)}")
         schemas = [schema] * len(prompts) if schema is not None else None
         out = self.backend.generate(prompts, params, schemas=schemas) if schemas else self.backend.generate(prompts, params)
         if len(out) != len(prompts):
@@ -118,37 +120,38 @@ def _judged_one(pairs: list[tuple[object, dict]], value: float) -> Judged:
 
 
 class LongMemEvalScorer(_ProtocolScorer):
-    """LongMemEval's answer check (:func:`rewards.scoring.protocols.longmemeval_messages`): items need
+    """LongMemEval's answer check (:func:`memgym.rewards.scoring.protocols.longmemeval_messages`): items need
     ``category`` (the question type) and ``qid``; 1.0 for a yes, 0.0 otherwise."""
 
     dataset = "longmemeval"
 
     def judge(self, items: Sequence[ScoreItem]) -> list[Judged]:
-        prompts = [P.longmemeval_messages(str(it.category), it.question, it.gold, it.prediction, it.qid) for it in items]
+        prompts = [P.longmemeval_messages(str(it.category), it.question, it.gold, it.prediction, it.qid, self.protocol)
+                   for it in items]
 
         def read(reply):
             low = reply.strip().lower()
             return P.longmemeval_label(reply), ("yes" in low or "no" in low)
 
-        res = self._ask(prompts, P.longmemeval_params(), read)
+        res = self._ask(prompts, P.longmemeval_params(self.protocol), read)
         return [_judged_one([r], 1.0 if r[0] else 0.0) for r in res]
 
 
 class LoCoMoJudgeScorer(_ProtocolScorer):
-    """MemBuilder's CORRECT/WRONG judge for LoCoMo (:func:`rewards.scoring.protocols.membuilder_messages`,
+    """MemBuilder's CORRECT/WRONG judge for LoCoMo (:func:`memgym.rewards.scoring.protocols.membuilder_messages`,
     ``response_format`` JSON object)."""
 
     dataset = "locomo"
 
     def judge(self, items: Sequence[ScoreItem]) -> list[Judged]:
-        prompts = [P.membuilder_messages(it.question, it.gold, it.prediction) for it in items]
-        res = self._ask(prompts, P.membuilder_params(), P.membuilder_label, schema=P.JSON_OBJECT)
+        prompts = [P.membuilder_messages(it.question, it.gold, it.prediction, self.protocol) for it in items]
+        res = self._ask(prompts, P.membuilder_params(self.protocol), P.membuilder_label, schema=P.JSON_OBJECT)
         return [_judged_one([r], float(r[0])) for r in res]
 
 
 class BeamScorer(_ProtocolScorer):
     """BEAM's judge: the mean rubric item score, or for event ordering ``tau_norm`` after greedy
-    alignment (:mod:`rewards.scoring.protocols`). Items need ``category`` (the ability).
+    alignment (:mod:`memgym.rewards.scoring.protocols`). Items need ``category`` (the ability).
     """
 
     dataset = "beam"
@@ -195,7 +198,7 @@ class BeamScorer(_ProtocolScorer):
                 if k < len(s):
                     for j, r in enumerate(refs[i]):
                         if j not in used[i]:
-                            prompts.append(P.beam_equivalence_messages(r, s[k]))
+                            prompts.append(P.beam_equivalence_messages(r, s[k], self.protocol))
                             where.append((i, j))
             res = self._ask(prompts, params, lambda reply: (P.beam_equivalence_label(reply),
                                                             "yes" in reply.lower() or "no" in reply.lower()))
@@ -221,7 +224,7 @@ class BeamScorer(_ProtocolScorer):
 
 
 class RubricRecallScorer:
-    """Offline BEAM proxy (:func:`rewards.scoring.beam_judge.rubric_recall`) over the text scored:
+    """Offline BEAM proxy (:func:`memgym.rewards.scoring.beam_judge.rubric_recall`) over the text scored:
     the retrieved context when there is one, else the prediction. No model call."""
 
     name = "rubric-recall"

@@ -2,20 +2,25 @@
 
 Input JSONL: ``{"question_id", "prediction"}`` or LongMemEval's ``{"question_id",
 "hypothesis"}``, optional ``"context"``. Output: ``scores.json`` (the summary plus
-``judge_protocol``, ``unknown``, ``judge_calls``), ``rows.jsonl`` and ``report.md``.
+``judge_protocol``, ``unknown``, ``judge_calls``, ``coverage``), ``rows.jsonl`` and ``report.md``.
+A file that covers only some of the questions scores those (the official metrics leave
+missing predictions out) but its ``coverage`` says ``partial: k of n questions``; an offline
+scorer reads each context cut to the same token budget as an evaluation.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from memory_bank.schema import Conversation
-from rewards.scoring.official import judge_stats
-from rewards.scoring.summary import score_questions, summarise
+from memgym.memory_bank.schema import Conversation
+from memgym.rewards.scoring.official import judge_stats
+from memgym.rewards.scoring.summary import score_questions, summarise
 
 __all__ = ["PredictionsError", "read_predictions", "score_predictions", "render_scores", "write_scores"]
 
-OFFLINE_JUDGES = ("f1", "answer-recall", "rubric-recall")
+OFFLINE_JUDGES = ("grounded-recall", "f1", "answer-recall", "rubric-recall")
+#: Offline scorers that read the context (each cut to the evaluation's token budget).
+CONTEXT_JUDGES = ("grounded-recall", "answer-recall", "rubric-recall")
 #: The answer field of each accepted format: memgym's, then LongMemEval's.
 ANSWER_FIELDS = ("prediction", "hypothesis")
 
@@ -35,6 +40,9 @@ def read_predictions(path: Path | str) -> dict[str, dict]:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"predictions file not found: {p}")
+    from memgym.llm.runcard import record_input
+
+    record_input(p, "predictions")
     out: dict[str, dict] = {}
     for n, raw in enumerate(p.read_bytes().split(b"\n"), start=1):
         try:
@@ -66,24 +74,35 @@ def read_predictions(path: Path | str) -> dict[str, dict]:
         if qid in out:
             raise PredictionsError(p, n, "question_id", f"duplicate id {qid!r} (line {out[qid]['line']})")
         out[qid] = {"prediction": rec[given[0]], "context": ctx, "line": n}
+    if not out:
+        raise PredictionsError(p, "-", "-", "no predictions (the file holds no JSON line)")
     return out
 
 
-def score_predictions(dataset: str, convs: list[Conversation], predictions: dict[str, dict], scorer, *,
-                      judge_protocol: str = "official", missing_as_wrong: bool = False) -> dict:
-    """Score every question of ``convs`` with a prediction in one ``score`` call, the rest missing.
-    Returns the ``scores.json`` dict plus ``rows``.
-    """
-    from rewards.scoring.protocols import protocol_note
+def coverage(n: int, judged: int) -> str:
+    """``complete: n questions`` or ``partial: k of n questions`` (k = questions with a prediction)."""
+    return f"complete: {n} questions" if judged == n else f"partial: {judged} of {n} questions"
 
+
+def score_predictions(dataset: str, convs: list[Conversation], predictions: dict[str, dict], scorer, *,
+                      judge_protocol: str = "official", missing_as_wrong: bool = False, budget=None) -> dict:
+    """Score every question of ``convs`` with a prediction in one ``score`` call, the rest missing.
+    ``budget``: a context budget (``cut(text) -> text``, e.g.
+    :class:`memgym.evolution.execution.context_budget.ContextBudget`) applied to each context before an
+    offline scorer reads it. Returns the ``scores.json`` dict plus ``rows``.
+    """
+    from memgym.rewards.scoring.protocols import protocol_note
+
+    cut = budget.cut if budget is not None else (lambda t: t)
     entries, known = [], set()
     for c in convs:
         for q in c.questions:
             known.add(q.id)
             pr = predictions.get(q.id)
-            ctx = (pr["context"] if pr["context"] is not None else pr["prediction"]) if pr else None
+            ctx = cut(pr["context"] if pr["context"] is not None else pr["prediction"]) if pr else None
             entries.append((c.id, q, pr["prediction"] if pr else None, ctx))
-    rows = score_questions(scorer, dataset, entries, missing={q.id for _, q, p, _ in entries if p is None})
+    rows = score_questions(scorer, dataset, entries, missing={q.id for _, q, p, _ in entries if p is None},
+                           conversations={c.id: c for c in convs})
     for r in rows:
         if r.id in predictions:
             r.trace = f"predictions line {predictions[r.id]['line']}"
@@ -91,20 +110,27 @@ def score_predictions(dataset: str, convs: list[Conversation], predictions: dict
     name = getattr(scorer, "name", "?")
     return {"dataset": dataset, "scorer": name, "judge_protocol": judge_protocol,
             **({"judge_note": protocol_note(dataset, judge_protocol)} if name == "llm" else {}),
-            **summary, "unknown": [q for q in predictions if q not in known], "judge_calls": judge_stats(scorer),
+            **summary, "coverage": coverage(summary["n"], summary["judged"]),
+            "context_budget": getattr(budget, "identity", None),
+            "unknown": [q for q in predictions if q not in known], "judge_calls": judge_stats(scorer),
             "rows": [r.to_dict() for r in rows]}
 
 
 def render_scores(rep: dict, judge_spec: str) -> str:
     """``report.md`` of a :func:`score_predictions` result (the shared renderer,
-    :mod:`rewards.scoring.report`, with one column: the predictions scored)."""
-    from rewards.scoring.report import headline_table, protocol_lines, side_by_side
+    :mod:`memgym.rewards.scoring.report`, with one column: the predictions scored)."""
+    from memgym.rewards.scoring.report import headline_table, protocol_lines, side_by_side
 
     col = [("predictions", rep)]
+    partial = rep.get("coverage", "").startswith("partial")
     out = [f"# memgym score: {rep['dataset']}", "",
+           *([f"**{rep['coverage']}**: the scores below cover only the questions with a prediction", ""]
+             if partial else []),
            f"- judge: `{judge_spec}`; questions: {rep['n']}, judged: {rep['judged']}, missing: {len(rep['missing'])} "
            f"({'counted as wrong' if rep['missing_as_wrong'] else 'not counted, as the official metrics'}), "
            f"unknown ids ignored: {len(rep['unknown'])}",
+           *([f"- context budget: every context cut to {rep['context_budget']} before scoring"]
+             if rep.get("context_budget") else []),
            *protocol_lines(rep), "", "## Headline", "", *headline_table(rep["dataset"], col, digits=4), "",
            "## By category", "", side_by_side(rep, "by_category", col, digits=4), "",
            "## By capability", "", side_by_side(rep, "by_capability", col, digits=4)]
@@ -119,7 +145,10 @@ def render_scores(rep: dict, judge_spec: str) -> str:
 
 
 def write_scores(rep: dict, out: Path | str, judge_spec: str) -> None:
-    """Write ``scores.json`` (without the per-question rows), ``rows.jsonl`` and ``report.md``."""
+    """Write ``scores.json`` (without the per-question rows), ``rows.jsonl`` and ``report.md`` (with
+    the run card's section when ``rep`` has ``run_card``)."""
+    from memgym.llm.runcard import card_markdown
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     slim = {k: v for k, v in rep.items() if k != "rows"}
@@ -128,4 +157,5 @@ def write_scores(rep: dict, out: Path | str, judge_spec: str) -> None:
     with open(out / "rows.jsonl", "w", encoding="utf-8") as fh:
         for r in rep["rows"]:
             fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-    (out / "report.md").write_text(render_scores(rep, judge_spec), encoding="utf-8")
+    card = card_markdown(rep.get("run_card"), str(out / "scores.json"))
+    (out / "report.md").write_text(render_scores(rep, judge_spec) + "\n".join(["", *card]), encoding="utf-8")

@@ -3,45 +3,80 @@
 README.md) and applied as the cited code does: LongMemEval @ 9e0b455
 ``src/evaluation/evaluate_qa.py``, BEAM @ b2a3ee8 ``src/evaluation/compute_metrics.py``,
 MemBuilder @ 422d053 ``eval/llm_judge.py``. Budgets the official code leaves to the API
-default are :data:`DEFAULT_MAX_TOKENS`. Raises :class:`JudgeProtocolError` (a ValueError)
-naming the file and key for a missing or broken protocol.
+default are :data:`DEFAULT_MAX_TOKENS`.
+
+A protocol is trusted by content, not by name: ``official`` and ``corrected`` read the file
+under ``$MEMGYM_DATA/judges`` only when its sha256 is the shipped one (:data:`OFFICIAL_SHA256`);
+any other protocol text runs only as ``custom:<file>``, named with its sha256 in every report.
+Raises :class:`JudgeProtocolError` naming the file (and key, or the hashes) for a missing,
+broken or changed protocol, or a protocol name that is not offered.
 """
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from llm.base import GenerationParams
-from llm.structured import JsonSchema
+from memgym.llm.base import GenerationParams
+from memgym.llm.errors import MemgymError
+from memgym.llm.structured import JsonSchema
 
-__all__ = ["PROTOCOLS", "JudgeProtocolError", "check_protocol", "judges_dir", "load_judge_file",
+__all__ = ["PROTOCOLS", "OFFICIAL_SHA256", "JudgeProtocolError", "check_protocol", "judges_dir", "load_judge_file",
+           "protocol_file", "protocol_identity", "official_file_problem",
            "longmemeval_messages", "longmemeval_params", "longmemeval_label",
            "beam_rubric_messages", "beam_rubric_params", "beam_parse_json", "beam_item_score",
            "beam_equivalence_messages", "beam_equivalence_label", "beam_system_list", "beam_event_ordering",
            "membuilder_messages", "membuilder_params", "membuilder_label", "JSON_OBJECT", "DEFAULT_MAX_TOKENS",
-           "protocol_note"]
+           "protocol_note", "protocol_card"]
 
-#: ``judge_protocol`` values: ``official`` (every dataset, the default) and ``corrected`` (BEAM only).
-PROTOCOLS = ("official", "corrected")
+#: ``judge_protocol`` values: ``official`` (every dataset, the default), ``corrected`` (BEAM only) and
+#: ``custom:<file>`` (any dataset: that protocol file, under the official rules, never called official).
+PROTOCOLS = ("official", "corrected", "custom:<file>")
 
 #: memgym's token budgets where the official request sets none (the API default then applies).
 DEFAULT_MAX_TOKENS = {"beam_rubric": 512, "beam_equivalence": 16, "membuilder": 256}
 
 _FILES = {"longmemeval": "longmemeval.json", "beam": "beam.json", "locomo": "locomo_membuilder.json"}
 
+#: sha256 of each protocol file as extracted from its source (``$MEMGYM_DATA/judges/README.md``).
+OFFICIAL_SHA256 = {
+    "longmemeval.json": "f2eda9e881532b464d4b3cce6f4cc04f395dbe7840768bce8fe186cc28b184fe",
+    "beam.json": "f42a8fbe0c95880e9aa2d8bb844bbc104cf25d9d190163c0dc1e6e1710ad1d72",
+    "locomo_membuilder.json": "2a3394fb422b4db6a9de61b4438120d9b55544fa84429f824dda42d9d06ec0dd",
+}
 
-class JudgeProtocolError(ValueError):
-    """A judge protocol file is missing or lacks a key, or a protocol name is not offered."""
+
+class JudgeProtocolError(MemgymError, ValueError):
+    """A judge protocol name is not offered, or its file is missing, broken or not the official
+    text (``kind`` ``usage``: exit status 2; a missing file is ``data``: 1)."""
+
+    kind = "usage"
+
+    def __init__(self, message: str, kind: str = "usage"):
+        super().__init__(message)
+        self.kind = kind
+
+
+def _custom_path(protocol: str) -> str | None:
+    return protocol[len("custom:"):].strip() if protocol.startswith("custom:") else None
 
 
 def check_protocol(dataset: str | None, protocol: str) -> str:
-    """``protocol`` if ``dataset`` offers it (``corrected``: BEAM only); else JudgeProtocolError."""
-    if protocol not in PROTOCOLS:
-        raise JudgeProtocolError(f"judge_protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+    """``protocol`` if ``dataset`` offers it (``corrected``: BEAM only; ``custom:<file>``: a file
+    must be named, and a dataset whose judge it replaces); else JudgeProtocolError."""
+    custom = _custom_path(protocol) if isinstance(protocol, str) else None
+    if custom is not None:
+        if not custom:
+            raise JudgeProtocolError("judge_protocol custom:<file> needs the protocol file after 'custom:'")
+        if dataset is not None and dataset not in _FILES:
+            raise JudgeProtocolError(f"judge_protocol {protocol!r}: {dataset} has no benchmark judge to replace")
+        return protocol
+    if protocol not in ("official", "corrected"):
+        raise JudgeProtocolError(f"judge_protocol must be official, corrected or custom:<file>, got {protocol!r}")
     if protocol == "corrected" and dataset != "beam":
         raise JudgeProtocolError(f"judge_protocol 'corrected' exists for beam only (it fills BEAM's <question> and "
                                  f"keeps its 0.5 scores); {dataset or 'this dataset'} has only 'official'")
@@ -49,51 +84,111 @@ def check_protocol(dataset: str | None, protocol: str) -> str:
 
 
 def judges_dir() -> Path:
-    """``$MEMGYM_DATA/judges`` (see :func:`data_synth.paths.data_root`)."""
-    from data_synth.paths import data_root
+    """``$MEMGYM_DATA/judges`` (see :func:`memgym.data_synth.paths.data_root`)."""
+    from memgym.data_synth.paths import data_root
     return data_root() / "judges"
 
 
-_LOADED: dict[tuple[str, float], dict] = {}
-
-
-def load_judge_file(dataset: str) -> dict:
-    """The parsed protocol file of ``dataset``, cached per path and mtime. Raises
-    JudgeProtocolError (unknown dataset, missing file, not a JSON object).
-    """
+def protocol_file(dataset: str, protocol: str = "official") -> Path:
+    """The file ``protocol`` reads for ``dataset``: ``judges/<file>`` for official and corrected,
+    the named file for ``custom:<file>``. Raises JudgeProtocolError (unknown dataset)."""
     if dataset not in _FILES:
         raise JudgeProtocolError(f"no judge protocol file for dataset {dataset!r}; expected one of {', '.join(_FILES)}")
-    path = judges_dir() / _FILES[dataset]
+    custom = _custom_path(protocol)
+    return Path(custom).expanduser() if custom else judges_dir() / _FILES[dataset]
+
+
+_LOADED: dict[tuple[str, int, int], tuple[dict, str]] = {}
+
+
+def _read(path: Path) -> tuple[dict, str]:
+    """(parsed JSON object, sha256 hex) of ``path``, cached per path, mtime and size."""
     try:
-        key = (str(path), path.stat().st_mtime)
+        st = path.stat()
     except FileNotFoundError:
         raise JudgeProtocolError(f"judge protocol file not found: {path} (set MEMGYM_DATA to the data folder that "
-                                 f"holds judges/)") from None
+                                 f"holds judges/, or name an existing file after custom:)", kind="data") from None
+    from memgym.llm.runcard import record_input
+
+    record_input(path, "judge protocol", data_root=judges_dir().parent)
+    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
     if key not in _LOADED:
+        raw = path.read_bytes()
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(raw.decode("utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise JudgeProtocolError(f"judge protocol file {path}: not valid JSON ({e})") from None
         if not isinstance(data, dict):
             raise JudgeProtocolError(f"judge protocol file {path}: expected a JSON object")
-        _LOADED[key] = data
+        _LOADED[key] = (data, hashlib.sha256(raw).hexdigest())
     return _LOADED[key]
 
 
-def _get(dataset: str, *keys: str):
-    node = load_judge_file(dataset)
+def protocol_card(dataset: str | None, protocol: str, scorer: str | None) -> dict:
+    """The run card's judge entry: the scorer, the protocol name and, for the LLM judge
+    (``scorer`` ``llm``) of a dataset with a protocol file, that file and its sha256 (None when
+    missing); offline scorers and F1 read no file."""
+    from memgym.llm.runcard import file_sha256
+
+    path = protocol_file(dataset, protocol) if scorer == "llm" and dataset in _FILES else None
+    return {"scorer": scorer, "judge_protocol": protocol, "file": str(path) if path else None,
+            "sha256": file_sha256(path) if path else None}
+
+
+def official_file_problem(dataset: str) -> str:
+    """Why ``judges/<file>`` of ``dataset`` is not the official protocol ("" when it is): one line
+    naming the file, the expected and the actual sha256. Raises JudgeProtocolError (missing or
+    unreadable file)."""
+    path = protocol_file(dataset)
+    _, sha = _read(path)
+    want = OFFICIAL_SHA256[_FILES[dataset]]
+    if sha == want:
+        return ""
+    return (f"judge protocol file {path} is not the official {dataset} protocol: sha256 {sha}, expected {want}; "
+            f"a changed protocol runs only as judge_protocol custom:{path}")
+
+
+def load_judge_file(dataset: str, protocol: str = "official") -> dict:
+    """The parsed protocol file of ``dataset`` under ``protocol`` (official and corrected: only
+    when its sha256 is :data:`OFFICIAL_SHA256`'s). Raises JudgeProtocolError (unknown dataset,
+    missing file, not a JSON object, a changed official file)."""
+    check_protocol(dataset, protocol)
+    path = protocol_file(dataset, protocol)
+    data, _ = _read(path)
+    if _custom_path(protocol) is None:
+        problem = official_file_problem(dataset)
+        if problem:
+            raise JudgeProtocolError(problem)
+    return data
+
+
+def protocol_identity(dataset: str | None, protocol: str) -> str:
+    """``protocol`` as a cache identity: a custom protocol by its file's sha256, not its path."""
+    if _custom_path(protocol) is None or dataset is None:
+        return protocol
+    return f"custom@{_read(protocol_file(dataset, protocol))[1]}"
+
+
+def _get(dataset: str, *keys: str, protocol: str = "official"):
+    node = load_judge_file(dataset, protocol)
     for i, k in enumerate(keys):
         if not isinstance(node, dict) or k not in node:
-            raise JudgeProtocolError(f"judge protocol file {judges_dir() / _FILES[dataset]}: no key "
+            raise JudgeProtocolError(f"judge protocol file {protocol_file(dataset, protocol)}: no key "
                                      f"{'.'.join(keys[: i + 1])!r}")
         node = node[k]
     return node
 
 
 def protocol_note(dataset: str | None, protocol: str) -> str:
-    """One line naming the protocol behind a number, with its source (for reports)."""
+    """One line naming the protocol behind a number, with its source (for reports); a custom
+    protocol by its file and sha256, never as official."""
+    custom = _custom_path(protocol)
+    if custom is not None and dataset in _FILES:
+        path = protocol_file(dataset, protocol)
+        return (f"{dataset} CUSTOM judge protocol {path} (sha256 {_read(path)[1][:16]}), not the benchmark's official "
+                f"one: its numbers are not comparable with published ones")
     if dataset == "beam":
-        src = _get("beam", "source")
+        src = _get("beam", "source", protocol=protocol)
         what = ("official (the benchmark's code as is: '<question>' left unfilled, int() of each item score)"
                 if protocol == "official" else "corrected (question filled in, 0.5 kept; everything else official)")
         return f"BEAM {what}; {src['repository']} @ {src['commit'][:7]}"
@@ -110,11 +205,11 @@ def protocol_note(dataset: str | None, protocol: str) -> str:
 
 
 def longmemeval_messages(question_type: str, question: str, answer: str, response: str,
-                         question_id: str | None) -> list[dict]:
+                         question_id: str | None, protocol: str = "official") -> list[dict]:
     """LongMemEval's one user message (``abstention`` template for ``_abs`` ids). Raises
     JudgeProtocolError when the type has no template.
     """
-    templates = _get("longmemeval", "templates")
+    templates = _get("longmemeval", "templates", protocol=protocol)
     key = "abstention" if question_id is not None and "_abs" in question_id else question_type
     if key not in templates:
         raise JudgeProtocolError(f"LongMemEval has no judge template for question type {question_type!r} "
@@ -122,9 +217,9 @@ def longmemeval_messages(question_type: str, question: str, answer: str, respons
     return [{"role": "user", "content": templates[key].format(question, answer, response)}]
 
 
-def longmemeval_params() -> GenerationParams:
+def longmemeval_params(protocol: str = "official") -> GenerationParams:
     """The official request settings (temperature 0, ``max_tokens`` 10)."""
-    req = _get("longmemeval", "request")
+    req = _get("longmemeval", "request", protocol=protocol)
     return GenerationParams(max_new_tokens=int(req["max_tokens"]), temperature=float(req["temperature"]))
 
 
@@ -139,8 +234,8 @@ def longmemeval_label(reply: str) -> bool:
 def beam_rubric_messages(question: str, item: str, response: str, protocol: str = "official") -> list[dict]:
     """The rubric prompt as the whole input (one user message). ``official`` replaces only
     ``<rubric_item>`` then ``<llm_response>`` (the official code); ``corrected`` first fills
-    ``<question>``."""
-    prompt = _get("beam", "rubric_prompt")
+    ``<question>``; ``custom:<file>`` is read as official."""
+    prompt = _get("beam", "rubric_prompt", protocol=protocol)
     if protocol == "corrected":
         prompt = prompt.replace("<question>", question)
     return [{"role": "user", "content": prompt.replace("<rubric_item>", item).replace("<llm_response>", response)}]
@@ -182,15 +277,15 @@ def beam_parse_json(reply: str):
 
 
 def beam_item_score(reply: str, protocol: str = "official") -> float | None:
-    """One rubric item's score: ``official`` int, ``corrected`` float of ``response['score']``;
-    None where the official code would raise.
+    """One rubric item's score: ``official`` (and ``custom:``) int, ``corrected`` float of
+    ``response['score']``; None where the official code would raise.
     """
     try:
         obj = beam_parse_json(reply)
         value = obj["score"]
         if isinstance(value, bool):
             value = int(value)
-        return float(int(value)) if protocol == "official" else float(value)
+        return float(value) if protocol == "corrected" else float(int(value))
     except Exception:  # what the official code would raise on: counted, scored 0
         return None
 
@@ -213,10 +308,10 @@ def _fstring_template(source: str, names: tuple[str, ...]) -> str:
     return "".join(parts)
 
 
-def beam_equivalence_messages(first: str, second: str) -> list[dict]:
+def beam_equivalence_messages(first: str, second: str, protocol: str = "official") -> list[dict]:
     """``llm_equivalence(first_paragraph=reference item, second_paragraph=answer line)``: the
     system message and the f-string user message of the official code."""
-    eo = _get("beam", "event_ordering")
+    eo = _get("beam", "event_ordering", protocol=protocol)
     user = _fstring_template(eo["equivalence_user_message_fstring"], ("first_paragraph", "second_paragraph"))
     return [{"role": "system", "content": eo["equivalence_system_message"]},
             {"role": "user", "content": user.format(first_paragraph=first, second_paragraph=second)}]
@@ -276,15 +371,15 @@ class _JsonObject(JsonSchema):
 JSON_OBJECT = _JsonObject("json_object", {"type": "object"})
 
 
-def membuilder_messages(question: str, gold: str, generated: str) -> list[dict]:
+def membuilder_messages(question: str, gold: str, generated: str, protocol: str = "official") -> list[dict]:
     """MemBuilder's ACCURACY_PROMPT filled by ``str.format``, one user message."""
-    prompt = _get("locomo", "prompt")
+    prompt = _get("locomo", "prompt", protocol=protocol)
     return [{"role": "user", "content": prompt.format(question=question, gold_answer=gold, generated_answer=generated)}]
 
 
-def membuilder_params() -> GenerationParams:
+def membuilder_params(protocol: str = "official") -> GenerationParams:
     """Temperature 0.0 (MemBuilder's request); ``max_tokens``: memgym's (none officially)."""
-    req = _get("locomo", "request")
+    req = _get("locomo", "request", protocol=protocol)
     return GenerationParams(max_new_tokens=DEFAULT_MAX_TOKENS["membuilder"], temperature=float(req["temperature"]))
 
 

@@ -7,9 +7,10 @@ import json
 import math
 from pathlib import Path
 
-from data_synth.capabilities import LOCOMO_CATEGORY_NAMES as CATEGORY_NAMES
-from memory_bank.actions import MANAGERS
-from memory_bank.schema import CAPABILITY_NAMES
+from memgym.data_synth.capabilities import LOCOMO_CATEGORY_NAMES as CATEGORY_NAMES
+from memgym.llm.runcard import card_markdown
+from memgym.memory_bank.actions import MANAGERS
+from memgym.memory_bank.schema import CAPABILITY_NAMES
 
 
 def _runs(report: dict) -> list[tuple[str, dict]]:
@@ -51,7 +52,7 @@ def side_by_side(report: dict, group: str = "by_category", columns: list[tuple[s
 
 
 def headline_table(dataset: str | None, columns: list[tuple[str, dict]], digits: int = 3) -> list[str]:
-    """Markdown lines of the benchmark's own numbers (:func:`rewards.scoring.summary.summarise`),
+    """Markdown lines of the benchmark's own numbers (:func:`memgym.rewards.scoring.summary.summarise`),
     one column per system.
     """
     head = "| | " + " | ".join(label for label, _ in columns) + " |"
@@ -80,8 +81,8 @@ def headline_table(dataset: str | None, columns: list[tuple[str, dict]], digits:
     return out
 
 
-#: Scorers that are memgym's offline proxies, not a benchmark's metric (DESIGN.md § Judges and scoring).
-OFFLINE_PROXIES = ("answer-recall", "rubric-recall")
+#: Scorers that are memgym's offline proxies, not a benchmark's metric (docs/design.md § Judges and scoring).
+OFFLINE_PROXIES = ("grounded-recall", "answer-recall", "rubric-recall")
 
 
 def protocol_lines(rep: dict) -> list[str]:
@@ -93,6 +94,13 @@ def protocol_lines(rep: dict) -> list[str]:
         line += (" — an offline proxy of memgym's (no judge call), not the benchmark's own number; "
                  "judge_protocol applies to the LLM judges only")
     out = [line]
+    from memgym.rewards.scoring.scorers import BLIND_SPOTS
+    if rep.get("scorer") in BLIND_SPOTS:
+        out.append(f"- what `{rep['scorer']}` cannot see: {BLIND_SPOTS[rep['scorer']]}")
+    elif rep.get("scorer") == "grounded-recall":
+        out.append("- grounded-recall: half the gold evidence turns held verbatim (runs of 4 normalised tokens), half "
+                   "the answer's (BEAM: rubric items') words inside conversation text; questions without gold "
+                   "evidence are undefined (NaN, left out of the means)")
     jc = rep.get("judge_calls")
     if jc:
         out.append(f"- judge calls: {jc['prompts']} requests, no retries (the official protocols retry none); "
@@ -175,8 +183,8 @@ def plot_categories(report: dict, path: Path) -> None:
 
 
 def write_eval_report(report: dict, out: Path) -> None:
-    """Write ``report.json`` (predictions moved to ``predictions.jsonl``), ``report.md`` and
-    ``by_category.png`` under ``out``."""
+    """Write ``report.json`` (predictions moved to ``predictions.jsonl``), ``report.md`` (with the
+    run card's section when the report has ``run_card``) and ``by_category.png`` under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "predictions.jsonl", "w", encoding="utf-8") as fh:
         for spec, r in _runs(report):
@@ -189,5 +197,6 @@ def write_eval_report(report: dict, out: Path) -> None:
     slim = strip(report)
     slim["compare"] = {spec: strip(r) for spec, r in report.get("compare", {}).items()}
     (out / "report.json").write_text(json.dumps(slim, indent=2, ensure_ascii=False), encoding="utf-8")
-    (out / "report.md").write_text(render_markdown(report), encoding="utf-8")
+    card = card_markdown(report.get("run_card"), str(out / "report.json"))
+    (out / "report.md").write_text(render_markdown(report) + "\n".join(["", *card]), encoding="utf-8")
     plot_categories(report, out / "by_category.png")

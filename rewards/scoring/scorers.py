@@ -1,25 +1,38 @@
-"""The scorer factory: a scorer by its CLI name (``--scorer f1|answer-recall|rubric-recall|llm``).
-It sits above both the scorer types (:mod:`rewards.scoring.judge`) and the official judges
-(:mod:`rewards.scoring.official`), which build on those types."""
+"""The scorer factory: a scorer by its CLI name (``--scorer grounded-recall|f1|answer-recall|rubric-recall|llm``).
+It sits above both the scorer types (:mod:`memgym.rewards.scoring.judge`) and the official judges
+(:mod:`memgym.rewards.scoring.official`), which build on those types."""
 from __future__ import annotations
 
-from llm.base import Backend, GenerationParams
-from rewards.scoring.judge import F1Scorer, LLMJudgeScorer, RecallScorer, Scorer
-from rewards.scoring.official import BeamScorer, LoCoMoJudgeScorer, LongMemEvalScorer, RubricRecallScorer
-from rewards.scoring.protocols import check_protocol
+from memgym.llm.base import Backend, GenerationParams
+from memgym.rewards.scoring.grounded import GroundedRecallScorer
+from memgym.rewards.scoring.judge import F1Scorer, LLMJudgeScorer, RecallScorer, Scorer
+from memgym.rewards.scoring.official import BeamScorer, LoCoMoJudgeScorer, LongMemEvalScorer, RubricRecallScorer
+from memgym.rewards.scoring.protocols import check_protocol
 
-SCORER_NAMES: tuple[str, ...] = ("f1", "answer-recall", "rubric-recall", "llm")
+SCORER_NAMES: tuple[str, ...] = ("grounded-recall", "f1", "answer-recall", "rubric-recall", "llm")
+#: Offline scorers that read only the retrieved text (no answer model).
+OFFLINE_SCORERS: tuple[str, ...] = ("grounded-recall", "answer-recall", "rubric-recall")
+#: What each word-coverage proxy cannot see, printed beside its numbers.
+BLIND_SPOTS: dict[str, str] = {
+    "answer-recall": "word coverage: credits the gold answer's words anywhere in the text, so a query-independent "
+                     "word list outscores retrieval; use grounded-recall",
+    "rubric-recall": "word coverage: credits rubric words anywhere in the text, so a query-independent word list "
+                     "outscores retrieval; use grounded-recall",
+}
 
 
 def make_scorer(name: str, judge_backend: Backend | None = None,
                 judge_params: GenerationParams | None = None, judge_constrained: bool = False,
                 dataset: str | None = None, judge_protocol: str = "official") -> Scorer:
-    """A scorer by CLI name: f1, answer-recall, rubric-recall, or llm (the official judge of
+    """A scorer by CLI name: grounded-recall (the default offline scorer), f1, answer-recall,
+    rubric-recall (word-coverage proxies, :data:`BLIND_SPOTS`), or llm (the official judge of
     ``dataset`` under ``judge_protocol``; memgym's :class:`LLMJudgeScorer` without a dataset,
     the only one ``judge_params`` / ``judge_constrained`` apply to). Raises ValueError for an
     unknown name or protocol, a missing backend, or judge options with an official protocol.
     """
     check_protocol(dataset, judge_protocol)
+    if name == "grounded-recall":
+        return GroundedRecallScorer()
     if name == "f1":
         return F1Scorer()
     if name == "answer-recall":

@@ -8,15 +8,14 @@ declared once and shared by every recipe (``memgym eval``, ``memgym program eval
   names its ids per split instead: ``train`` / ``valid`` / ``test``).
 - :class:`CapabilityLabels`: ``labels``, the capability labels questions are grouped by.
 
-:func:`load_selected` loads what a recipe selects (:func:`data_synth.datasets.load_conversations`).
+:func:`load_selected` loads what a recipe selects (:func:`memgym.data_synth.datasets.load_conversations`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from data_synth.datasets import DATASETS, load_conversations
-from llm.checks import Section
-from rewards.scoring.protocols import PROTOCOLS
+from memgym.data_synth.datasets import DATASETS, load_conversations
+from memgym.llm.checks import Section
 
 __all__ = ["BenchmarkFields", "QuestionSelection", "CapabilityLabels", "load_selected", "ANSWER_TOKENS",
            "answer_tokens_for"]
@@ -47,8 +46,9 @@ class BenchmarkFields(Section):
                                                                      "all its evidence lies in them"})
     max_questions: int | None = field(default=None, metadata={"help": "cap on QA per conversation (>= 1)"})
     judge_protocol: str = field(default="official", metadata={
-        "help": "official (the benchmark's own judge code, byte for byte; the default, comparable with published "
-                "numbers) | corrected (beam only: the question filled in and 0.5 kept)", "choices": PROTOCOLS})
+        "help": "official (the benchmark's own judge code, byte for byte, its file checked by sha256; the default, "
+                "comparable with published numbers) | corrected (beam only: the question filled in and 0.5 kept) | "
+                "custom:<file> (another protocol file, e.g. an edited one, named with its sha256 in every report)"})
 
     def check(self) -> None:
         super().check()
@@ -56,9 +56,10 @@ class BenchmarkFields(Section):
             self.check_protocol()
 
     def check_protocol(self) -> None:
-        """Raises :class:`llm.errors.ConfigError` for ``corrected`` on a dataset other than BEAM."""
-        from llm.errors import ConfigError
-        from rewards.scoring.protocols import JudgeProtocolError, check_protocol
+        """Raises :class:`memgym.llm.errors.ConfigError` for a protocol the dataset does not offer
+        (:func:`memgym.rewards.scoring.protocols.check_protocol`)."""
+        from memgym.llm.errors import ConfigError
+        from memgym.rewards.scoring.protocols import JudgeProtocolError, check_protocol
 
         try:
             check_protocol(self.dataset, self.judge_protocol)
@@ -97,6 +98,6 @@ def load_selected(cfg: QuestionSelection):
                                beam_truncated=not cfg.beam_full_chat, beam_strip_markers=not cfg.beam_keep_markers)
     labels = getattr(cfg, "labels", "native")
     if labels != "native":
-        from data_synth.annotate import apply_labels, load_labels
+        from memgym.data_synth.annotate import apply_labels, load_labels
         convs = apply_labels(convs, load_labels(labels))
     return convs

@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from data_synth.capabilities import CAPABILITY_ORDER
+from memgym.data_synth.capabilities import CAPABILITY_ORDER
 
 __all__ = ["QuestionResult", "score_questions", "summarise", "BEAM_OVERALL_NOTE", "SUMMARY_DATASETS"]
 
@@ -50,13 +50,14 @@ class QuestionResult:
 
 
 def score_questions(scorer, dataset: str | None, entries: Sequence[tuple], trace: str | None = None,
-                    missing: set | None = None) -> list[QuestionResult]:
+                    missing: set | None = None, conversations: dict | None = None) -> list[QuestionResult]:
     """One :class:`QuestionResult` per ``(conversation_id, qa, prediction, context)`` entry, from
     one ``scorer.score`` call; ``missing`` ids are not judged. ``trace``: a format with ``{i}``.
+    ``conversations``: id -> Conversation, the source text a scorer with ``needs_source`` reads.
     """
-    from data_synth.capabilities import capability_for
-    from rewards.scoring.judge import ScoreItem
-    from rewards.scoring.metrics import answer_recall
+    from memgym.data_synth.capabilities import capability_for
+    from memgym.rewards.scoring.judge import ScoreItem
+    from memgym.rewards.scoring.metrics import answer_recall
 
     need = getattr(scorer, "needs_prediction", True)
     rows, todo = [], []
@@ -68,7 +69,12 @@ def score_questions(scorer, dataset: str | None, entries: Sequence[tuple], trace
                                    answer_recall(q.answer, ctx) if ctx is not None else None,
                                    trace=trace.format(i=i) if trace else None))
         if not miss:
-            todo.append((i, ScoreItem(q.question, q.answer, pred or "", ctx or "", q.category, q.id, q.rubric)))
+            source = None
+            if getattr(scorer, "needs_source", False) and conversations and conv_id in conversations:
+                from memgym.rewards.scoring.grounded import source_index
+                source = source_index(conversations[conv_id])
+            todo.append((i, ScoreItem(q.question, q.answer, pred or "", ctx or "", q.category, q.id, q.rubric,
+                                      q.evidence, source)))
     scores = scorer.score([it for _, it in todo]) if todo else []
     last = getattr(scorer, "last", None) or []
     for k, ((i, _), s) in enumerate(zip(todo, scores)):
@@ -135,7 +141,7 @@ def summarise(dataset: str | None, rows: Sequence, *, missing_as_wrong: bool = F
         out.update(task_averaged=_mean(list(types.values())), abstention=_mean(abst) if abst else None,
                    n_abstention=len(abst), by_type=types)
     elif dataset == "beam":
-        from rewards.scoring.beam_judge import BEAM_ABILITY_ORDER
+        from memgym.rewards.scoring.beam_judge import BEAM_ABILITY_ORDER
 
         per: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         for r, v in zip(rows, vals):

@@ -5,14 +5,14 @@
 evidence): "when"/dates -> T; "would"/"likely"/"favorite"/"prefer" -> P; "how many"/"both"/
 "what ... and" -> M; a reference answer that says nothing is known -> A; else F. Evidence from
 two or more sessions ("D3:", "D7:" prefixes) adds M as a secondary. :func:`serve_annotator`
-serves it over :func:`llm.server.serve_backend` (``requests_total`` counts calls).
+serves it over :func:`memgym.llm.server.serve_backend` (``requests_total`` counts calls).
 """
 from __future__ import annotations
 
 import json
 import re
 
-from llm.server import serve_backend
+from memgym.llm.server import serve_backend
 from tests.helpers import ScriptedBackend
 
 

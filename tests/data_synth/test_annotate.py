@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from data_synth.annotate import (AnnotatedLabel, CapabilityAnnotator, LabelValidationError, apply_labels, load_labels,
+from memgym.data_synth.annotate import (AnnotatedLabel, CapabilityAnnotator, LabelValidationError, apply_labels, load_labels,
                                  parse_label)
-from data_synth.errors import DataFormatError
-from memory_bank.schema import Capability
+from memgym.data_synth.errors import DataFormatError
+from memgym.memory_bank.schema import Capability
 from tests.helpers import ScriptedBackend, conversation
 
 F, T, P, M, A = (Capability.FACTUAL, Capability.TEMPORAL, Capability.PREFERENCE, Capability.MULTI_SESSION,

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from data_synth.beam import BEAM_ABILITIES, beam_root, flatten_ids, load_beam, load_beam_chat, strip_plan_markers
-from data_synth.capabilities import count_by_capability
-from data_synth.datasets import dataset_stats, load_conversations
-from data_synth.errors import DataFormatError, DataQuirkWarning
-from data_synth.paths import data_root
-from data_synth.splits import split_ids
-from llm.errors import ConfigError
+from memgym.data_synth.beam import BEAM_ABILITIES, beam_root, flatten_ids, load_beam, load_beam_chat, strip_plan_markers
+from memgym.data_synth.capabilities import count_by_capability
+from memgym.data_synth.datasets import dataset_stats, load_conversations
+from memgym.data_synth.errors import DataFormatError, DataQuirkWarning
+from memgym.data_synth.paths import data_root
+from memgym.data_synth.splits import split_ids
+from memgym.llm.errors import ConfigError
 
 
 @pytest.fixture(scope="module")
@@ -153,8 +153,8 @@ def _beam_chat(tmp_path: Path, chat=None, questions=None) -> Path:
     (None, {"temporal_reasoning": []}, "probing_questions.json, record -, field -: no probing questions"),
 ])
 def test_an_empty_beam_chat_or_question_file_is_refused(tmp_path, chat, questions, what):
-    from data_synth.beam import load_beam_chat
-    from data_synth.errors import DataFormatError
+    from memgym.data_synth.beam import load_beam_chat
+    from memgym.data_synth.errors import DataFormatError
 
     folder = _beam_chat(tmp_path, chat, questions)
     with pytest.raises(DataFormatError) as e:
@@ -163,7 +163,7 @@ def test_an_empty_beam_chat_or_question_file_is_refused(tmp_path, chat, question
 
 
 def test_beam_selection_checks(tmp_path):
-    from data_synth.datasets import check_selection, load_conversations
+    from memgym.data_synth.datasets import check_selection, load_conversations
 
     folder = _beam_chat(tmp_path)
     for default in (["conv-30"], ["conv-26", "conv-30"]):  # the eval / program-eval recipe defaults

@@ -1,4 +1,4 @@
-"""Capability mapping (DESIGN.md tables), splits and data paths."""
+"""Capability mapping (docs/design.md § "Data model"), splits and data paths."""
 from __future__ import annotations
 
 import json
@@ -6,13 +6,13 @@ import os
 
 import pytest
 
-from data_synth import paths
-from data_synth.capabilities import (BEAM_MAP, by_capability, capability_for, count_by_capability, native_capability,
+from memgym.data_synth import paths
+from memgym.data_synth.capabilities import (BEAM_MAP, by_capability, capability_for, count_by_capability, native_capability,
                                      secondary_for)
-from data_synth.errors import DataFileNotFoundError, DataFormatError
-from data_synth.paths import data_root
-from data_synth.splits import is_test_split, longmemeval_splits, split_ids, split_names
-from memory_bank.schema import Capability, QAItem
+from memgym.data_synth.errors import DataFileNotFoundError, DataFormatError
+from memgym.data_synth.paths import data_root
+from memgym.data_synth.splits import is_test_split, longmemeval_splits, split_ids, split_names
+from memgym.memory_bank.schema import Capability, QAItem
 
 F, T, P, M, A = (Capability.FACTUAL, Capability.TEMPORAL, Capability.PREFERENCE,
                  Capability.MULTI_SESSION, Capability.ADVERSARIAL)

@@ -1,4 +1,4 @@
-"""data_synth.datasets: the one name → loader dispatch, with ids, splits and trimming
+"""memgym.data_synth.datasets: the one name → loader dispatch, with ids, splits and trimming
 (exact counts from the shipped LoCoMo and LongMemEval files)."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from data_synth.datasets import conversations_by_id, load_conversations
+from memgym.data_synth.datasets import conversations_by_id, load_conversations
 
 
 @pytest.fixture(autouse=True)

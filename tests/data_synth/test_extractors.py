@@ -1,12 +1,12 @@
-"""data_synth.extractors: the one parser of extractor specs (kinds, expert files, errors)."""
+"""memgym.data_synth.extractors: the one parser of extractor specs (kinds, expert files, errors)."""
 from __future__ import annotations
 
 import pytest
 
-from data_synth.expert import ExpertExtractor
-from data_synth.extractors import expert_paths, extractor_kind, make_extractor, resolve_expert_path
-from data_synth.paths import expert_dir
-from launch.cli import main as memgym
+from memgym.data_synth.expert import ExpertExtractor
+from memgym.data_synth.extractors import expert_paths, extractor_kind, make_extractor, resolve_expert_path
+from memgym.data_synth.paths import expert_dir
+from memgym.launch.cli import main as memgym
 
 
 def test_kinds_and_expert_paths():
@@ -33,8 +33,8 @@ def test_make_extractor_expert_and_instruction():
 
 
 def test_an_expert_file_of_another_conversation(tiny_model_dir, tmp_path, capsys):
-    from data_synth.datasets import load_conversations
-    from data_synth.extractors import ExtractorCoverageError, make_extractor
+    from memgym.data_synth.datasets import load_conversations
+    from memgym.data_synth.extractors import ExtractorCoverageError, make_extractor
 
     conv = load_conversations("locomo", ids=["conv-26"], n_sessions=2)
     with pytest.raises(ExtractorCoverageError, match=r"^expert:conv-30.jsonl holds trajectories of conv-30, none of "

@@ -9,11 +9,11 @@ from datetime import datetime
 
 import pytest
 
-from data_synth.datasets import restrict
-from data_synth.errors import DataFileNotFoundError, DataFormatError, DataQuirkWarning
-from data_synth.locomo import LOCOMO_ABSTAIN_ANSWER, load_locomo, parse_locomo_date
-from data_synth.paths import locomo_path
-from memory_bank.schema import Capability
+from memgym.data_synth.datasets import restrict
+from memgym.data_synth.errors import DataFileNotFoundError, DataFormatError, DataQuirkWarning
+from memgym.data_synth.locomo import LOCOMO_ABSTAIN_ANSWER, load_locomo, parse_locomo_date
+from memgym.data_synth.paths import locomo_path
+from memgym.memory_bank.schema import Capability
 
 
 @pytest.fixture(scope="module")

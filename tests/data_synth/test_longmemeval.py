@@ -9,10 +9,10 @@ from datetime import datetime
 
 import pytest
 
-from data_synth.errors import DataFormatError, DataQuirkWarning
-from data_synth.longmemeval import load_longmemeval, parse_longmemeval_date
-from data_synth.paths import longmemeval_oracle_path
-from memory_bank.schema import Capability
+from memgym.data_synth.errors import DataFormatError, DataQuirkWarning
+from memgym.data_synth.longmemeval import load_longmemeval, parse_longmemeval_date
+from memgym.data_synth.paths import longmemeval_oracle_path
+from memgym.memory_bank.schema import Capability
 
 
 @pytest.fixture(scope="module")

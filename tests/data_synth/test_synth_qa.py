@@ -5,16 +5,16 @@ import json
 
 import pytest
 
-from data_synth.jsonl import JsonlCorruptError, JsonlLockedError, ResumableJsonl
-from data_synth.locomo import load_locomo
-from data_synth.qa_format import load_session_qa
-from data_synth.synth_qa import bucket_benchmark_qa, synth_qa
-from data_synth.synth_qa_prompt import kind_quota, validate_output
-from launch.cli import main
-from llm.embeddings import HashEmbedder
+from memgym.data_synth.jsonl import JsonlCorruptError, JsonlLockedError, ResumableJsonl
+from memgym.data_synth.locomo import load_locomo
+from memgym.data_synth.qa_format import load_session_qa
+from memgym.data_synth.synth_qa import bucket_benchmark_qa, synth_qa
+from memgym.data_synth.synth_qa_prompt import kind_quota, validate_output
+from memgym.launch.cli import main
+from memgym.llm.embeddings import HashEmbedder
 from tests.helpers import ScriptedBackend, fake_expert
 
-pytestmark = pytest.mark.filterwarnings("ignore::data_synth.errors.DataQuirkWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::memgym.data_synth.errors.DataQuirkWarning")
 
 
 @pytest.fixture(scope="module")

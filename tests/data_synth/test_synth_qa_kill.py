@@ -1,6 +1,6 @@
 """``memgym synth qa`` killed with SIGKILL mid-run, then re-run: one line per session, no
 duplicates, nothing lost. The expert is a deterministic scripted backend behind the
-loopback OpenAI-compatible server of :mod:`llm.server`."""
+loopback OpenAI-compatible server of :mod:`memgym.llm.server`."""
 from __future__ import annotations
 
 import json
@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from data_synth.locomo import load_locomo
-from data_synth.synth_qa import synth_qa
-from llm.embeddings import HashEmbedder
-from llm.server import serve_backend
+from memgym.data_synth.locomo import load_locomo
+from memgym.data_synth.synth_qa import synth_qa
+from memgym.llm.embeddings import HashEmbedder
+from memgym.llm.server import serve_backend
 from tests.helpers import FaultyServer, ScriptedBackend, fake_expert
 
-pytestmark = pytest.mark.filterwarnings("ignore::data_synth.errors.DataQuirkWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::memgym.data_synth.errors.DataQuirkWarning")
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,7 +34,7 @@ def test_synth_qa_sigkill_then_rerun_resumes_exactly(tmp_path):
     server, _, url = serve_backend(ScriptedBackend(fake_expert, model_id="fake"), server_class=FaultyServer,
                                    delay_s=0.3)
     out = tmp_path / "qa.jsonl"
-    cmd = [sys.executable, "-m", "launch.cli", "synth", "qa", "--expert", f"openai:{url}#fake",
+    cmd = [sys.executable, "-m", "memgym.launch.cli", "synth", "qa", "--expert", f"openai:{url}#fake",
            "--conversations", "conv-26", "--n-sessions", str(N_SESSIONS), "--concurrency", "1",
            "--embedder", "hash:256", "--cache", "none", "--out", str(out), "--quiet"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OPENAI_API_KEY": "EMPTY"}

@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from data_synth.locomo import load_locomo
-from data_synth.synth_qa import synth_qa
-from launch.cli import main
-from llm.embeddings import HashEmbedder
+from memgym.data_synth.locomo import load_locomo
+from memgym.data_synth.synth_qa import synth_qa
+from memgym.launch.cli import main
+from memgym.llm.embeddings import HashEmbedder
 from tests.helpers import ScriptedBackend, fake_expert
 
-pytestmark = pytest.mark.filterwarnings("ignore::data_synth.errors.DataQuirkWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::memgym.data_synth.errors.DataQuirkWarning")
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def test_empty_sessions_are_retried_and_an_all_empty_run_fails(tmp_path, conv26,
 
 
 def test_cli_exits_nonzero_when_every_session_is_empty(tmp_path, capsys, monkeypatch):
-    import launch.cmd_synth as cmd
+    import memgym.launch.cmd_synth as cmd
 
     monkeypatch.setattr(cmd, "load_role_backend",
                         lambda rt, spec, role, c=8: ScriptedBackend(lambda m, p: "{}", model_id="x"))

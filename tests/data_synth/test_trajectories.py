@@ -7,15 +7,15 @@ import re
 
 import pytest
 
-from data_synth.expert import load_trajectories, replay
-from data_synth.locomo import load_locomo
-from data_synth.paths import expert_dir
-from data_synth.trajectories import synth_trajectories
-from launch.cli import main
-from llm.server import serve_backend
+from memgym.data_synth.expert import load_trajectories, replay
+from memgym.data_synth.locomo import load_locomo
+from memgym.data_synth.paths import expert_dir
+from memgym.data_synth.trajectories import synth_trajectories
+from memgym.launch.cli import main
+from memgym.llm.server import serve_backend
 from tests.helpers import ScriptedBackend
 
-pytestmark = pytest.mark.filterwarnings("ignore::data_synth.errors.DataQuirkWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::memgym.data_synth.errors.DataQuirkWarning")
 
 CONV30 = expert_dir() / "conv-30.jsonl"
 EXPERT = {(s.session, m): json.dumps(s.outputs[m]) for s in load_trajectories(CONV30) for m in s.outputs}

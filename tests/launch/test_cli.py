@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from launch.cli import main as memgym, passive_openmp
-from llm.errors import ConfigError, OutputPathError
-from evolution.execution.eval_job import EvalConfig
+from memgym.launch.cli import main as memgym, passive_openmp
+from memgym.llm.errors import ConfigError, OutputPathError
+from memgym.evolution.execution.eval_job import EvalConfig
 
 
 def test_models_prepare_refuses_a_folder_holding_a_file(tmp_path, capsys):
@@ -57,9 +57,9 @@ def test_program_eval_rejects_zero_sessions_and_bad_timeouts(capsys, tmp_path):
 
 
 def test_yaml_string_becomes_a_one_element_list(tmp_path):
-    from evolution.execution.program_eval import ProgramEvalConfig
-    from launch.cli import build_parser
-    from launch.registry import parse, recipe_configs
+    from memgym.evolution.execution.program_eval import ProgramEvalConfig
+    from memgym.launch.cli import build_parser
+    from memgym.launch.registry import parse, recipe_configs
 
     r = tmp_path / "r.yaml"
     r.write_text("conversations: conv-30\ncompare: expert:conv-30\n")
@@ -119,7 +119,7 @@ def test_a_bad_recipe_value_names_the_recipe_and_the_key(tmp_path, capsys):
 @pytest.mark.parametrize("command", [["evolve"], ["eval"], ["program", "eval", "memory_bank/programs/bm25.py"]])
 def test_debug_shows_the_traceback_of_recipe_errors(command, tmp_path, capsys):
     """A missing recipe is a usage error: one line and exit 2, mapped in one place
-    (:func:`launch.cli.run_command`); ``memgym --debug`` re-raises it with its traceback."""
+    (:func:`memgym.launch.cli.run_command`); ``memgym --debug`` re-raises it with its traceback."""
     missing = str(tmp_path / "nope.yaml")
     assert memgym([*command, "--config", missing]) == 2
     plain = capsys.readouterr().err
@@ -131,7 +131,7 @@ def test_debug_shows_the_traceback_of_recipe_errors(command, tmp_path, capsys):
 
 
 def test_genuine_bugs_keep_their_traceback():
-    from launch.cli import run_command
+    from memgym.launch.cli import run_command
 
     class Args:
         debug = False
@@ -168,7 +168,7 @@ def test_synth_qa_help_has_no_literal_double_percent(capsys):
 
 
 def test_audit_with_a_qa_file_matching_nothing_says_so(tmp_path, capsys):
-    from data_synth.paths import expert_dir
+    from memgym.data_synth.paths import expert_dir
 
     qa = tmp_path / "qa.jsonl"
     qa.write_text(json.dumps({"conversation_id": "conv-99", "session": 1, "qa": []}) + "\n")
@@ -194,15 +194,15 @@ def test_serve_on_a_busy_port_is_one_line_before_loading(capsys):
 
 
 def test_bank_replay_out_dir_is_refused_before_replaying(tmp_path, capsys):
-    from data_synth.paths import expert_dir
+    from memgym.data_synth.paths import expert_dir
 
     assert memgym(["bank", "replay", str(expert_dir() / "conv-30.jsonl"), "--out", str(tmp_path)]) == 2
     assert "is a directory; give a file path" in capsys.readouterr().err
 
 
 def test_training_configs_share_the_checks(tmp_path):
-    from training.adrpo_config import ADRPOConfig, ADRPOConfigError
-    from training.sft import SFTScriptArguments
+    from memgym.training.adrpo_config import ADRPOConfig, ADRPOConfigError
+    from memgym.training.sft import SFTScriptArguments
 
     assert SFTScriptArguments(train_trajectories="a.jsonl", eval_trajectories="b.jsonl").eval_trajectories == ["b.jsonl"]
     with pytest.raises(ConfigError, match="--max_examples: must be >= 1, got 0"):
@@ -242,23 +242,23 @@ def test_help_reads_right_for_progress_and_path(argv, capsys):
 
 
 def test_user_errors_share_one_base_whose_kind_sets_the_exit_status():
-    from data_synth.annotate import LabelValidationError
-    from data_synth.errors import DataFormatError
-    from data_synth.expert import TrajectoryError
-    from data_synth.jsonl import JsonlCorruptError, JsonlLockedError
-    from data_synth.qa_format import SessionQAError
-    from launch.cmd_launch import LaunchError
-    from launch.cmd_synth import UsageError
-    from llm.errors import exit_status
-    from llm.base import BackendSpecError, BatchError, LLMError, TruncatedOutputError
-    from llm.cache import CacheCorruptError
-    from llm.errors import MemgymError, OutputPathError
-    from llm.models import ModelPackageMissing
-    from memory_bank.errors import BankFormatError, OutputTruncatedError
-    from rewards.session_reward import RewardDataError
-    from training.adrpo_config import ADRPOConfigError
-    from training.adrpo_data import ADRPODataError
-    from training.sft_data import ExampleLengthError, TrainingDataError
+    from memgym.data_synth.annotate import LabelValidationError
+    from memgym.data_synth.errors import DataFormatError
+    from memgym.data_synth.expert import TrajectoryError
+    from memgym.data_synth.jsonl import JsonlCorruptError, JsonlLockedError
+    from memgym.data_synth.qa_format import SessionQAError
+    from memgym.launch.cmd_launch import LaunchError
+    from memgym.launch.cmd_synth import UsageError
+    from memgym.llm.errors import exit_status
+    from memgym.llm.base import BackendSpecError, BatchError, LLMError, TruncatedOutputError
+    from memgym.llm.cache import CacheCorruptError
+    from memgym.llm.errors import MemgymError, OutputPathError
+    from memgym.llm.models import ModelPackageMissing
+    from memgym.memory_bank.errors import BankFormatError, OutputTruncatedError
+    from memgym.rewards.session_reward import RewardDataError
+    from memgym.training.adrpo_config import ADRPOConfigError
+    from memgym.training.adrpo_data import ADRPODataError
+    from memgym.training.sft_data import ExampleLengthError, TrainingDataError
 
     usage = (ConfigError, OutputPathError, LaunchError, UsageError, ADRPOConfigError)
     run = (LLMError, BackendSpecError, TruncatedOutputError, CacheCorruptError, BatchError, ModelPackageMissing,

@@ -12,10 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-from data_synth.capabilities import capability_for
-from data_synth.datasets import load_conversations
-from data_synth.paths import data_root
-from launch.cli import main
+from memgym.data_synth.capabilities import capability_for
+from memgym.data_synth.datasets import load_conversations
+from memgym.data_synth.paths import data_root
+from memgym.launch.cli import main
 from tests.data_synth.fake_annotator import rule_label, serve_annotator
 from tests.helpers import FaultyServer
 
@@ -35,7 +35,7 @@ def test_annotate_locomo_train_resumes_after_kill9_is_cached_and_reports_agreeme
     args = ["annotate", "--dataset", "locomo", "--split", "train", "--annotator", spec, "--out", str(out),
             "--cache", str(cache), "--chunk", "8", "--concurrency", "1"]
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "launch.cli", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
+        proc = subprocess.Popen([sys.executable, "-m", "memgym.launch.cli", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)})
         t0 = time.time()
         while (not out.exists() or len(out.read_text().splitlines()) < 16) and time.time() - t0 < 300:
@@ -80,3 +80,40 @@ def test_annotate_locomo_train_resumes_after_kill9_is_cached_and_reports_agreeme
     agree = json.loads((tmp_path / "labels.train.agreement.json").read_text())
     assert agree["n"] == n_train and agree["matched"] == total
     assert sum(sum(r.values()) for r in agree["confusion"].values()) == n_train
+
+
+def test_annotate_with_every_reply_unusable_exits_nonzero_and_a_rerun_asks_again(tmp_path, capsys):
+    """Every reply fails validation: the agreement leaves the native fallbacks out (no 100%), the
+    command exits 1 in one line, nothing is saved or cached; the same server fixed answers the rerun."""
+    from memgym.llm.server import serve_backend
+    from tests.data_synth.fake_annotator import rule_reply
+    from tests.helpers import ScriptedBackend
+
+    fixed = {"now": False}
+    server, _, url = serve_backend(ScriptedBackend(lambda m, p: rule_reply(m) if fixed["now"] else
+                                                   "I cannot label this question.", model_id="a"),
+                                   served_model_name="a")
+    out, cache = tmp_path / "labels.jsonl", tmp_path / "cache.sqlite"
+    args = ["annotate", "--dataset", "locomo", "--split", "train", "--annotator", f"openai:{url}#a", "--out", str(out),
+            "--cache", str(cache), "--max_questions", "3", "--max_retries", "1"]
+    try:
+        assert main(args) == 1
+        printed, err = capsys.readouterr()
+        assert err.splitlines()[-1] == (
+            "memgym annotate: 6 of 6 questions got no valid annotator label (every reply failed validation, e.g. no JSON "
+            f"object in the reply 'I cannot label this question.'); they are not saved in {out} and a rerun asks them "
+            "again: is --annotator a working model?")
+        assert "| **all** | | **0** | **0** | **-** |" in printed and "100.00%" not in printed
+        assert "asked again by a rerun): 6." in printed
+        agree = json.loads((tmp_path / "labels.train.agreement.json").read_text())
+        assert (agree["n"], agree["fallbacks"], agree["primary_match_rate"]) == (0, 6, None)
+        assert out.read_text() == "" and server.requests_total == 12  # 6 questions x (1 + 1 retry)
+        fixed["now"] = True  # same URL and model: same cache keys
+        assert main(args) == 0
+        assert server.requests_total == 18  # every question asked again, none answered from the cache
+        labels = [json.loads(line) for line in out.read_text().splitlines()]
+        assert len(labels) == 6 and {x["source"] for x in labels} == {"annotator"}
+        assert "| **all** | | **6** |" in capsys.readouterr().out
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from data_synth.paths import expert_dir
-from launch.cmd_bank import check_output
+from memgym.data_synth.paths import expert_dir
+from memgym.launch.cmd_bank import check_output
 from tests.helpers import CUT
 
 
 def memgym(*args, stdin: bytes = b""):
-    return subprocess.run([sys.executable, "-m", "launch.cli", *args], input=stdin, capture_output=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "memgym.launch.cli", *args], input=stdin, capture_output=True, timeout=120)
 
 
 def test_replay_prints_counts_and_writes_bank(tmp_path):

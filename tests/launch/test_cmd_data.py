@@ -1,12 +1,12 @@
-"""``memgym data stats`` through ``launch.cli.main``."""
+"""``memgym data stats`` through ``memgym.launch.cli.main``."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from data_synth.paths import data_root
-from launch.cli import main
+from memgym.data_synth.paths import data_root
+from memgym.launch.cli import main
 
 
 def test_stats_locomo(capsys):
@@ -22,7 +22,7 @@ def test_stats_locomo(capsys):
 
 
 def test_stats_locomo_split_with_explicit_path(capsys):
-    from data_synth.paths import locomo_path
+    from memgym.data_synth.paths import locomo_path
 
     assert main(["data", "stats", "--dataset", "locomo", "--path", str(locomo_path()),
                  "--split", "train"]) == 0

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from evolution.search.config import EvolveConfig
-from evolution.search.api import build_runtime
-from launch.cli import main, main as memgym
+from memgym.evolution.search.config import EvolveConfig
+from memgym.evolution.search.api import build_runtime
+from memgym.launch.cli import main, main as memgym
 
 ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["--train", "conv-26", "--valid", "conv-30", "--test", "", "--n_sessions", "2", "--max_questions", "6",
@@ -38,6 +38,21 @@ def _one_line_error(capsys) -> str:
     err = [ln for ln in capsys.readouterr().err.splitlines() if not ln.startswith("warning: ")]
     assert len(err) == 1 and "Traceback" not in err[0], err
     return err[0]
+
+
+def test_the_summary_carries_the_run_card(finished_run, capsys):
+    s = json.loads((finished_run / "summary.json").read_text())
+    card = s["run_card"]
+    assert card["command"] == ["memgym", "evolve", *ARGS, "--out", str(finished_run)]
+    assert card["seeds"] == {"seed": 0} and card["wall_s"] == s["wall_s"] and card["recipe"]["rounds_cold"] == 1
+    assert card["models"]["extractor"]["model"] is None and card["models"]["embedder"]["spec"] == "hash-256"
+    assert card["models"]["task_model"] == {"spec": "hf:smollm2", "used": False}
+    assert card["cost"]["calls"] == s["model_calls"]
+    assert {"locomo/locomo10.json", "memory_bank/programs/seed.py"} <= {e.get("rel") for e in card["inputs"]}
+    assert "## Run card" in (finished_run / "report.md").read_text()
+    capsys.readouterr()
+    assert memgym(["reproduce", str(finished_run), "--check"]) == 0
+    assert "inputs and environment: the same as recorded" in capsys.readouterr().out
 
 
 def test_f1_a_folder_with_files_and_no_run_is_refused(tmp_path, capsys):
@@ -155,11 +170,38 @@ def test_f6_an_unreachable_coder_stops_the_run_non_zero_naming_the_url(tmp_path,
                                                                                 "failed"]
 
 
+def test_a_coder_endpoint_that_fails_every_round_exits_nonzero_with_the_run_written(tmp_path, capsys):
+    """Two rounds, both proposals failed on the dead endpoint (fewer than the 3 that stop a run):
+    the run is written (the seed frozen), and the command says so and exits 1, not 0."""
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    out = tmp_path / "run"
+    args = [a for a in ARGS]
+    args[args.index("--proposer") + 1] = "coder"
+    args[args.index("--rounds_cold") + 1] = "2"
+    rc = memgym(["evolve", *args, "--coder_model", f"openai:{url}#coder", "--request_retries", "0",
+                 "--out", str(out)])
+    assert rc == 1
+    line = _one_line_error(capsys)
+    assert line.startswith("memgym evolve: every proposal of the 2 round(s) failed because the coder endpoint failed, so "
+                           "nothing was evolved (the seed is the frozen program); last: coder call failed: "
+                           f"BackendRequestError: OpenAIBackend: request to {url} ")
+    assert line.endswith(f"The run directory {out} is written; fix the server (or the coder_model URL) and start a "
+                         "new run")
+    s = json.loads((out / "summary.json").read_text())
+    assert s["final_id"] == "seed" and s["rounds"] == 2 and s["proposals_failed"] == 2
+    assert (out / "best.py").read_text() == (out / "seed.py").read_text() and (out / "report.md").exists()
+    assert memgym(["evolve", "--resume", str(out), "--no_progress"]) == 1  # resuming the finished run says it again
+    assert _one_line_error(capsys) == line
+
+
 def test_f7_a_second_process_on_the_same_run_is_refused(finished_run, tmp_path, capsys):
     run = _copy(finished_run, tmp_path)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; sys.path.insert(0, sys.argv[1]); "
-         "from evolution.search.rundir import run_lock\nwith run_lock(sys.argv[2]):\n print('held', flush=True); "
+         "from memgym.evolution.search.rundir import run_lock\nwith run_lock(sys.argv[2]):\n print('held', flush=True); "
          "time.sleep(120)", str(ROOT), str(run)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,13 +12,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from data_synth.paths import expert_dir
-from launch.cli import main as cli_main
-from launch.cmd_launch import LaunchError, available_configs, build_command
+from memgym.launch.cli import main as cli_main
+from memgym.launch.cmd_launch import LaunchError, available_configs, build_command
+from tests.helpers import memgym_launch
 
 REPO = Path(__file__).resolve().parents[2]
 ACC = REPO / "launch" / "accelerate"
-CONFIGS = ["cpu_ddp", "cpu_deepspeed_zero2", "deepspeed_zero2", "deepspeed_zero3", "multi_gpu", "single_gpu"]
+CONFIGS = ["cpu_ddp", "cpu_deepspeed_zero2", "cpu_deepspeed_zero3", "deepspeed_zero2", "deepspeed_zero3", "multi_gpu",
+           "single_gpu"]
 
 
 def test_dry_run_prints_the_exact_command(capsys, monkeypatch):
@@ -28,13 +28,13 @@ def test_dry_run_prints_the_exact_command(capsys, monkeypatch):
                    "train", "adrpo", "--config", "launch/recipes/adrpo_qwen3_4b_server.yaml", "--max_steps", "10"])
     assert rc == 0
     assert capsys.readouterr().out == (
-        "accelerate launch --config_file launch/accelerate/multi_gpu.yaml --num_processes 7 -m training.adrpo "
+        "accelerate launch --config_file launch/accelerate/multi_gpu.yaml --num_processes 7 -m memgym.training.adrpo "
         "--config launch/recipes/adrpo_qwen3_4b_server.yaml --max_steps 10\n")
     rc = cli_main(["launch", "--accelerate-config", "cpu_ddp", "--main-process-port", "29601", "--dry-run",
                    "train", "sft", "--config", "launch/recipes/sft_cpu.yaml", "--output_dir", "runs/my run"])
     assert rc == 0
     assert capsys.readouterr().out == (
-        "accelerate launch --config_file launch/accelerate/cpu_ddp.yaml --main_process_port 29601 -m training.sft "
+        "accelerate launch --config_file launch/accelerate/cpu_ddp.yaml --main_process_port 29601 -m memgym.training.sft "
         "--config launch/recipes/sft_cpu.yaml --output_dir 'runs/my run'\n")
 
 
@@ -58,12 +58,16 @@ def test_accelerate_configs_load():
     cfg = {n: load_config_from_file(str(ACC / f"{n}.yaml")) for n in CONFIGS}
     got = {n: (c.distributed_type.value, c.num_processes, c.mixed_precision) for n, c in cfg.items()}
     assert got == {"cpu_ddp": ("MULTI_GPU", 2, "no"), "cpu_deepspeed_zero2": ("DEEPSPEED", 1, "no"),
-                   "deepspeed_zero2": ("DEEPSPEED", 8, "bf16"), "deepspeed_zero3": ("DEEPSPEED", 8, "bf16"),
+                   "cpu_deepspeed_zero3": ("DEEPSPEED", 2, "no"), "deepspeed_zero2": ("DEEPSPEED", 8, "bf16"), "deepspeed_zero3": ("DEEPSPEED", 8, "bf16"),
                    "multi_gpu": ("MULTI_GPU", 8, "bf16"), "single_gpu": ("NO", 1, "bf16")}
-    for n, stage in (("deepspeed_zero2", 2), ("deepspeed_zero3", 3), ("cpu_deepspeed_zero2", 2)):
+    for n, stage in (("deepspeed_zero2", 2), ("deepspeed_zero3", 3), ("cpu_deepspeed_zero2", 2),
+                     ("cpu_deepspeed_zero3", 3)):
         ds = cfg[n].deepspeed_config
         assert (ds["zero_stage"], ds["offload_optimizer_device"], ds["offload_param_device"],
                 ds["gradient_clipping"]) == (stage, "none", "none", 1.0)
+    # the CPU ZeRO-3 config shards, initialises and saves as the GPU one does
+    gpu, cpu = (yaml.safe_load((ACC / f"{n}.yaml").read_text()) for n in ("deepspeed_zero3", "cpu_deepspeed_zero3"))
+    assert cpu["deepspeed_config"] == gpu["deepspeed_config"]
     for n in CONFIGS:
         assert yaml.safe_load((ACC / f"{n}.yaml").read_text())["num_machines"] == 1
 
@@ -77,34 +81,16 @@ def test_train_help_lists_fields(capsys):
     assert "--lora_target_modules" in out and "--max_length" in out and "--train_trajectories" in out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _launch(config: str, tiny_model_dir: Path, traj: Path, out: Path, extra: list[str], threads: str,
             env: dict | None = None) -> dict:
-    cmd = [sys.executable, "-m", "launch.cli", "launch", "--accelerate-config", config,
-           "--main-process-port", str(_free_port()), "train", "sft",
-           "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out),
-           "--train_trajectories", str(traj), "--eval_trajectories", str(traj),
-           "--managers", "core", "procedural", "--embedder", "none", "--max_length", "1000",
-           "--max_eval_examples", "1", "--per_device_train_batch_size", "1", "--per_device_eval_batch_size", "1",
-           "--activation_checkpointing", "false", "--logging_steps", "1", "--save_strategy", "no",
-           "--report_to", "none", "--disable_tqdm", "true", *extra]
-    env = dict(os.environ, OMP_NUM_THREADS=threads, HF_HUB_OFFLINE="1", **(env or {}))
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=400)
-    assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-5000:])
-    assert res.stdout.splitlines()[0].startswith(f"accelerate launch --config_file launch/accelerate/{config}.yaml")
+    memgym_launch(config, "sft", [
+        "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out),
+        "--train_trajectories", str(traj), "--eval_trajectories", str(traj),
+        "--managers", "core", "procedural", "--embedder", "none", "--max_length", "1000",
+        "--max_eval_examples", "1", "--per_device_train_batch_size", "1", "--per_device_eval_batch_size", "1",
+        "--activation_checkpointing", "false", "--logging_steps", "1", "--save_strategy", "no",
+        "--report_to", "none", "--disable_tqdm", "true", *extra], threads=threads, env=env)
     return json.loads((out / "metrics.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def session1_file(tmp_path_factory) -> Path:
-    p = tmp_path_factory.mktemp("traj") / "conv-26-s1.jsonl"
-    p.write_text((expert_dir() / "conv-26.jsonl").read_text().splitlines()[0] + "\n")
-    return p
 
 
 def test_cpu_ddp_two_processes(tiny_model_dir, session1_file, tmp_path):
@@ -148,11 +134,11 @@ def test_gpu_check_dry_run_builds_every_stage(tmp_path):
 
 def test_eval_and_evolve_recipes_parse_without_importing_training():
     """``memgym eval`` / ``program eval`` / ``evolve`` parse their recipes through the command
-    registry (:mod:`launch.registry`) without loading ``training/``."""
+    registry (:mod:`memgym.launch.registry`) without loading ``training/``."""
     code = (
         "import sys\n"
-        "from launch.cli import build_parser\n"
-        "from launch.registry import parse, recipe_configs\n"
+        "from memgym.launch.cli import build_parser\n"
+        "from memgym.launch.registry import parse, recipe_configs\n"
         "for cmd, recipe in ((['eval'], 'demo_locomo'), (['program', 'eval'], 'program_locomo'),\n"
         "                    (['evolve'], 'demo_evolve')):\n"
         "    (cfg,) = recipe_configs(parse(build_parser(), [*cmd, '--config', f'launch/recipes/{recipe}.yaml']))\n"

@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from launch import cmd_models, cmd_serve
-from llm.base import GenerationParams
-from llm.openai_backend import OpenAIBackend
+from memgym.launch import cmd_models, cmd_serve
+from memgym.llm.base import GenerationParams
+from memgym.llm.openai_backend import OpenAIBackend
 
 
 def parser():

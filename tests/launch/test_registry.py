@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from launch.cli import build_parser, main as memgym
-from launch.registry import parse, recipe_configs
+from memgym.launch.cli import build_parser, main as memgym
+from memgym.launch.registry import parse, recipe_configs
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = sorted((REPO / "launch" / "recipes").glob("*.yaml")) + sorted((REPO / "scripts").rglob("*.yaml"))
@@ -40,9 +40,9 @@ def declared_in(cls) -> dict[str, list[str]]:
 
 
 def test_no_setting_is_declared_twice():
-    from evolution.execution.eval_job import EvalConfig
-    from evolution.execution.program_eval import ProgramEvalConfig
-    from evolution.search.config import EvolveConfig
+    from memgym.evolution.execution.eval_job import EvalConfig
+    from memgym.evolution.execution.program_eval import ProgramEvalConfig
+    from memgym.evolution.search.config import EvolveConfig
 
     configs = (EvolveConfig, ProgramEvalConfig, EvalConfig)
     for cls in configs:
@@ -63,8 +63,8 @@ def test_no_setting_is_declared_twice():
 
 
 def test_eval_defaults_and_columns():
-    from evolution.execution.eval_job import EvalConfig, column_settings
-    from memory_bank.programs import bank_program_path
+    from memgym.evolution.execution.eval_job import EvalConfig, column_settings
+    from memgym.memory_bank.programs import bank_program_path
 
     cfg = EvalConfig(compare=["hf:smollm2 constrained", "expert:conv-30"], constrained_max_chars=160)
     assert (cfg.extractor, cfg.task_model, cfg.plan_mode, cfg.scorer, cfg.out, cfg.program, cfg.conversations) == \

@@ -1,7 +1,7 @@
-"""A mistyped field is one line naming its closest field (:mod:`launch.registry`)."""
+"""A mistyped field is one line naming its closest field (:mod:`memgym.launch.registry`)."""
 from __future__ import annotations
 
-from launch.cli import main
+from memgym.launch.cli import main
 
 
 def test_a_flag_typo_names_the_closest_field(capsys):

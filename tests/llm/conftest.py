@@ -9,8 +9,8 @@ import pytest
 def compiler():
     from transformers import AutoTokenizer
 
-    from llm.grammar import SchemaCompiler
-    from llm.models import prepare_smollm2_tokenizer
+    from memgym.llm.grammar import SchemaCompiler
+    from memgym.llm.models import prepare_smollm2_tokenizer
 
     tok = AutoTokenizer.from_pretrained(str(prepare_smollm2_tokenizer()))
     return SchemaCompiler(tok, [tok.eos_token_id])
@@ -18,6 +18,6 @@ def compiler():
 
 @pytest.fixture(scope="module")
 def tiny(tiny_model_dir):
-    from llm.hf_backend import HFBackend
+    from memgym.llm.hf_backend import HFBackend
 
     return HFBackend(tiny_model_dir, batch_size=8)

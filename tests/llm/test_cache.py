@@ -5,8 +5,8 @@ import threading
 
 import pytest
 
-from llm.base import Completion, GenerationParams, LLMError
-from llm.cache import CachedBackend, ResponseCache, cache_key
+from memgym.llm.base import Completion, GenerationParams, LLMError
+from memgym.llm.cache import CachedBackend, ResponseCache, cache_key
 from tests.helpers import ScriptedBackend
 
 A = [{"role": "user", "content": "a"}]

@@ -7,11 +7,11 @@ import sqlite3
 import numpy as np
 import pytest
 
-from evolution.execution.stages import StageCache
-from launch.cli import main as memgym
-from llm.base import Completion
-from llm.cache import CacheCorruptError, ResponseCache
-from llm.embeddings import EmbeddingCache
+from memgym.evolution.execution.stages import StageCache
+from memgym.launch.cli import main as memgym
+from memgym.llm.base import Completion
+from memgym.llm.cache import CacheCorruptError, ResponseCache
+from memgym.llm.embeddings import EmbeddingCache
 
 
 def _garbage(path):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llm.base import Embedder
-from llm.embeddings import DEFAULT_BATCH, EmbeddingCache, HashEmbedder, STEmbedder, _env_int, embedding_key
+from memgym.llm.base import Embedder
+from memgym.llm.embeddings import DEFAULT_BATCH, EmbeddingCache, HashEmbedder, STEmbedder, _env_int, embedding_key
 
 TEXTS = ["Caroline adopted a dog named Max.", "Melanie painted a sunrise.", "The weather is nice today."]
 
@@ -74,7 +74,7 @@ def test_hash_embedder_is_deterministic_and_counts_tokens():
 
 
 def test_one_vocabulary_of_embedder_specs(tmp_path):
-    from llm.embeddings import check_embedder_spec, load_embedder
+    from memgym.llm.embeddings import check_embedder_spec, load_embedder
 
     for ok in ("minilm", "none", "hash:1", "hash:256", str(tmp_path)):
         assert check_embedder_spec(ok) == ok

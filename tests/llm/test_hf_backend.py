@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llm.base import BackendSpecError, BatchError, GenerationParams
-from llm.hf_backend import HFBackend
+from memgym.llm.base import BackendSpecError, BatchError, GenerationParams
+from memgym.llm.hf_backend import HFBackend
 
 BATCH = [
     [{"role": "user", "content": "hi"}],

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from llm import models
-from llm.base import GenerationParams
-from llm.paths import cache_dir, dir_fingerprint
+from memgym.llm import models
+from memgym.llm.base import GenerationParams
+from memgym.llm.paths import cache_dir, dir_fingerprint
 
 
 def test_cache_dir_follows_env(monkeypatch, tmp_path):
@@ -61,7 +61,7 @@ def test_dir_fingerprint_changes_with_weights(tmp_path):
 
 @pytest.mark.slow
 def test_prepare_smollm2_is_idempotent_and_generates(smollm2_dir):
-    from llm.hf_backend import HFBackend
+    from memgym.llm.hf_backend import HFBackend
 
     again = models.ensure_smollm2()
     assert again.path == smollm2_dir and again.created is False  # the complete dir is reused, not rebuilt
@@ -84,7 +84,7 @@ def test_saved_model_reloads_identically_without_importing_deepspeed(tiny_model_
     code = (
         "import sys, torch\n"
         "from transformers import AutoModelForCausalLM\n"
-        "from llm.models import _save_model\n"
+        "from memgym.llm.models import _save_model\n"
         f"src = AutoModelForCausalLM.from_pretrained({str(tiny_model_dir)!r})\n"
         f"_save_model(src, __import__('pathlib').Path({str(tmp_path / 'out')!r}))\n"
         f"back = AutoModelForCausalLM.from_pretrained({str(tmp_path / 'out')!r})\n"

@@ -1,4 +1,4 @@
-"""OpenAIBackend against a real loopback HTTP server (llm.server over HFBackend on the tiny model)."""
+"""OpenAIBackend against a real loopback HTTP server (memgym.llm.server over HFBackend on the tiny model)."""
 from __future__ import annotations
 
 import logging
@@ -9,12 +9,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from llm.base import BackendRequestError, GenerationParams
-from llm.hf_backend import HFBackend
-from llm.openai_backend import OpenAIBackend, backoff_delay, request_settings
-from llm.runtime import Runtime
-from llm.server import serve_backend
-from evolution.execution.eval_job import EvalConfig
+from memgym.llm.base import BackendRequestError, GenerationParams
+from memgym.llm.hf_backend import HFBackend
+from memgym.llm.openai_backend import OpenAIBackend, backoff_delay, request_settings
+from memgym.llm.runtime import Runtime
+from memgym.llm.server import serve_backend
+from memgym.evolution.execution.eval_job import EvalConfig
 from tests.helpers import FaultyServer, ScriptedBackend
 
 BATCH = [
@@ -230,3 +230,50 @@ def test_an_html_200_is_named_as_a_non_json_response():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_invalid_server_usage_is_never_trusted_but_estimated_and_marked(recwarn):
+    """A server's ``usage`` that is missing, negative, not an int, a bool or absurd is replaced
+    by SmolLM2-tokenizer counts, marked ``estimated``; the role's tokens in the runtime count them."""
+    from memgym.llm.models import estimate_tokens
+
+    msg = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Caroline adopted a dog named Max."}]
+    reply = "She named the dog Max."
+    want = estimate_tokens(msg, reply)
+    # SmolLM2's ChatML: 5 tokens around each message (<|im_start|> role \n ... <|im_end|> \n), its contents
+    # ("Be brief." 3, "Caroline adopted a dog named Max." 8), 4 for the generation prompt; the reply 6
+    assert want == (2 * 5 + 3 + 8 + 4, 6)
+    params = GenerationParams(max_new_tokens=64)
+    cases = [({"prompt_tokens": -1_000_000_000, "completion_tokens": 5000}, "prompt_tokens -1,000,000,000 is "
+              "negative; completion_tokens 5,000 is above the possible 64"),
+             ({"prompt_tokens": "12abc", "completion_tokens": 3}, "prompt_tokens '12abc' is not an integer"),
+             ({"prompt_tokens": True, "completion_tokens": True}, "prompt_tokens True is not an integer"),
+             ({"prompt_tokens": 10 ** 12, "completion_tokens": 3}, "prompt_tokens 1,000,000,000,000 is above"),
+             ({"prompt_tokens": 0, "completion_tokens": 0}, "prompt_tokens 0 for a non-empty text"),
+             ({"prompt_tokens": 12.5, "completion_tokens": 3}, "prompt_tokens 12.5 is not an integer"),
+             ({"completion_tokens": 3}, "prompt_tokens None is not an integer"),
+             (None, "returns no usage")]
+    for usage, why in cases:
+        server, _, url = serve_backend(ScriptedBackend(lambda m, p: reply), served_model_name="m",
+                                       server_class=FaultyServer, usage=usage)
+        try:
+            rt = Runtime()
+            rt.register("openai:x", OpenAIBackend(url, "m", max_retries=0))
+            recwarn.clear()
+            c = rt.backend("openai:x", role="coder").generate([msg], params)[0]
+        finally:
+            server.shutdown()
+            server.server_close()
+        assert (c.prompt_tokens, c.completion_tokens, c.estimated) == (*want, True), usage
+        assert rt.tokens["coder"] == {"prompt": want[0], "completion": want[1], "estimated": 1}
+        warned = [str(w.message) for w in recwarn]
+        assert len(warned) == 1 and why in warned[0] and "estimated with the SmolLM2 tokenizer" in warned[0], warned
+    # a valid usage is taken as reported, not marked
+    server, _, url = serve_backend(ScriptedBackend(lambda m, p: reply), served_model_name="m", server_class=FaultyServer,
+                                   usage={"prompt_tokens": 31, "completion_tokens": 5})
+    try:
+        c = OpenAIBackend(url, "m", max_retries=0).generate([msg], params)[0]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (c.prompt_tokens, c.completion_tokens, c.estimated) == (31, 5, False)

@@ -8,7 +8,7 @@ import urllib.request
 import openai
 import pytest
 
-from llm.server import serve_backend
+from memgym.llm.server import serve_backend
 from tests.helpers import ScriptedBackend
 
 

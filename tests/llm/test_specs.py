@@ -5,12 +5,12 @@ import importlib.util
 
 import pytest
 
-from llm.base import BackendSpecError, GenerationParams
-from llm.cache import CachedBackend, ResponseCache
-from llm.errors import ConfigError
-from llm.hf_backend import HFBackend
-from llm.openai_backend import OpenAIBackend
-from llm.specs import BackendSpec, load_backend, parse_spec, resolve_model_path
+from memgym.llm.base import BackendSpecError, GenerationParams
+from memgym.llm.cache import CachedBackend, ResponseCache
+from memgym.llm.errors import ConfigError
+from memgym.llm.hf_backend import HFBackend
+from memgym.llm.openai_backend import OpenAIBackend
+from memgym.llm.specs import BackendSpec, load_backend, parse_spec, resolve_model_path
 
 
 @pytest.mark.parametrize("spec, parsed", [
@@ -75,8 +75,8 @@ def test_vllm_spec_without_vllm_says_how_to_install(tiny_model_dir):
 
 
 def test_model_name_typos_suggest_the_embedded_model(tmp_path, monkeypatch):
-    from llm.specs import resolve_model_path
-    from training.common import resolve_model_path as policy_path
+    from memgym.llm.specs import resolve_model_path
+    from memgym.training.common import resolve_model_path as policy_path
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(BackendSpecError, match="did you mean hf:smollm2"):

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from data_synth.expert import banks_before_sessions, load_trajectories, replay
-from data_synth.paths import expert_dir
-from llm.base import Completion, GenerationParams
-from llm.cache import CachedBackend, ResponseCache
-from llm.structured import bounded
-from memory_bank.action_schemas import manager_schema, prompt_schema
-from memory_bank.actions import MANAGERS, Delete, Merge, Update, parse_output
-from memory_bank.bank import MemoryBank
-from memory_bank.errors import ManagerOutputError
-from memory_bank.program import FieldSpec, parse_structured
-from memory_bank.prompts import build_prompt
-from memory_bank.record_schemas import query_schema, units_schema
-from memory_bank.schema import Session, Turn
+from memgym.data_synth.expert import banks_before_sessions, load_trajectories, replay
+from memgym.data_synth.paths import expert_dir
+from memgym.llm.base import Completion, GenerationParams
+from memgym.llm.cache import CachedBackend, ResponseCache
+from memgym.llm.structured import bounded
+from memgym.memory_bank.action_schemas import manager_schema, prompt_schema
+from memgym.memory_bank.actions import MANAGERS, Delete, Merge, Update, parse_output
+from memgym.memory_bank.bank import MemoryBank
+from memgym.memory_bank.errors import ManagerOutputError
+from memgym.memory_bank.program import FieldSpec, parse_structured
+from memgym.memory_bank.prompts import build_prompt
+from memgym.memory_bank.record_schemas import query_schema, units_schema
+from memgym.memory_bank.schema import Session, Turn
 
 
 # ------------------------------------------------------------------ manager schemas
@@ -168,7 +168,7 @@ def test_cache_key_includes_the_schema():
             self.calls += len(batch)
             return [Completion(text="{}" if s is None else '{"label": "WRONG"}') for s in (schemas or [None] * len(batch))]
 
-    from rewards.scoring.judge import JUDGE_SCHEMA
+    from memgym.rewards.scoring.judge import JUDGE_SCHEMA
 
     inner = Recorder()
     cb = CachedBackend(inner, ResponseCache(":memory:"))
@@ -186,7 +186,7 @@ def test_cache_key_includes_the_schema():
 
 
 def test_constrained_judge_always_parses(tiny):
-    from rewards.scoring.judge import LLMJudge
+    from memgym.rewards.scoring.judge import LLMJudge
 
     items = [(f"What did Gina sell in week {i}?", "dresses", f"answer {i}") for i in range(6)]
     free = LLMJudge(tiny, GenerationParams(max_new_tokens=16)).judge(items)
@@ -206,17 +206,17 @@ def test_record_schemas_follow_the_program_dataclasses(compiler):
     assert not compiler.accepts(u, '{"units": [{"content": "a", "tags": null}]}')
     q = query_schema((FieldSpec("search_text", "str"), FieldSpec("k", "float")))
     assert compiler.accepts(q, '{"search_text": "x", "k": 0.5}') and not compiler.accepts(q, '{"search_text": 1}')
-    from memory_bank.program import dataclass_from_schema
+    from memgym.memory_bank.program import dataclass_from_schema
 
     cls = dataclass_from_schema("MemoryUnit", list(fields))
     assert parse_structured('{"units": [{"content": "a", "tags": null, "session": 3}]}', cls, many=True)[0].session == 3
 
 
 def test_runner_plans_and_units_parse_under_constraint_with_the_tiny_model(tiny):
-    from evolution.execution.runner import ProgramRunner, RunnerSettings
-    from llm.embeddings import HashEmbedder
-    from memory_bank.programs import read_program_source, reference_program_path
-    from llm.runtime import Runtime
+    from memgym.evolution.execution.runner import ProgramRunner, RunnerSettings
+    from memgym.llm.embeddings import HashEmbedder
+    from memgym.memory_bank.programs import read_program_source, reference_program_path
+    from memgym.llm.runtime import Runtime
     from tests.helpers import TASK, conversation
 
     def run(constrained):

@@ -10,17 +10,17 @@ import warnings
 
 import pytest
 
-from llm.base import GenerationParams
-from llm.structured import ConstraintRefusedError, JsonSchema, bounded
-from memory_bank.action_schemas import manager_schema, prompt_schema
-from memory_bank.actions import parse_output
+from memgym.llm.base import GenerationParams
+from memgym.llm.structured import ConstraintRefusedError, JsonSchema, bounded
+from memgym.memory_bank.action_schemas import manager_schema, prompt_schema
+from memgym.memory_bank.actions import parse_output
 from tests.helpers import ScriptedBackend
 from tests.llm.test_structured import _ids_used, _manager_prompts
 
 
 def test_openai_response_format_reaches_the_builtin_server(tiny):
-    from llm.openai_backend import OpenAIBackend
-    from llm.server import serve_backend
+    from memgym.llm.openai_backend import OpenAIBackend
+    from memgym.llm.server import serve_backend
 
     prompt = _manager_prompts()[2]
     schema = bounded(prompt_schema(prompt), 16, 2)
@@ -39,9 +39,9 @@ def test_openai_response_format_reaches_the_builtin_server(tiny):
 
 
 def test_a_server_that_refuses_response_format_gives_one_clear_error(tiny):
-    from llm.openai_backend import OpenAIBackend
-    from llm.server import serve_backend
-    from rewards.scoring.judge import JUDGE_SCHEMA
+    from memgym.llm.openai_backend import OpenAIBackend
+    from memgym.llm.server import serve_backend
+    from memgym.rewards.scoring.judge import JUDGE_SCHEMA
 
     server, _, url = serve_backend(tiny, served_model_name="tiny", structured_outputs=False)
     try:
@@ -58,8 +58,8 @@ def test_a_server_that_refuses_response_format_gives_one_clear_error(tiny):
 
 
 def test_vllm_structured_params_use_the_same_schema():
-    from llm.vllm_backend import structured_params
-    from rewards.scoring.judge import JUDGE_SCHEMA
+    from memgym.llm.vllm_backend import structured_params
+    from memgym.rewards.scoring.judge import JUDGE_SCHEMA
 
     class SOP:
         def __init__(self, json):
@@ -73,7 +73,7 @@ def test_vllm_structured_params_use_the_same_schema():
 
 
 def test_eval_columns_say_whether_constrained():
-    from evolution.execution.eval_job import EvalConfig, parse_column
+    from memgym.evolution.execution.eval_job import EvalConfig, parse_column
 
     assert parse_column("hf:smollm2", False) == ("hf:smollm2", False, "hf:smollm2")
     assert parse_column("hf:smollm2 constrained", False) == ("hf:smollm2", True, "hf:smollm2 (constrained)")
@@ -86,7 +86,7 @@ def test_eval_columns_say_whether_constrained():
 
 
 def test_adrpo_refuses_constrained_rollouts(tmp_path):
-    from training.adrpo_config import ADRPOConfig, ADRPOConfigError
+    from memgym.training.adrpo_config import ADRPOConfig, ADRPOConfigError
 
     with pytest.raises(ADRPOConfigError, match="own distribution"):
         ADRPOConfig(output_dir=str(tmp_path / "o"), use_cpu=True, bf16=False, report_to="none", constrained=True)
@@ -118,9 +118,9 @@ class SchemaRecorder:
 def test_synth_trajectories_constrained_sends_each_prompts_schema(tmp_path, compiler):
     import re
 
-    from data_synth.locomo import load_locomo
-    from data_synth.trajectories import synth_trajectories
-    from memory_bank.prompts import core_block_lines
+    from memgym.data_synth.locomo import load_locomo
+    from memgym.data_synth.trajectories import synth_trajectories
+    from memgym.memory_bank.prompts import core_block_lines
     from tests.data_synth.test_trajectories import EXPERT, replaying_expert, session_and_manager
     from tests.helpers import ScriptedBackend
 
@@ -164,11 +164,11 @@ def test_synth_trajectories_constrained_sends_each_prompts_schema(tmp_path, comp
 
 
 def test_synth_qa_constrained_sends_the_qa_schema(tmp_path, compiler):
-    from data_synth.locomo import load_locomo
-    from data_synth.synth_qa import synth_qa
-    from data_synth.synth_qa_prompt import QA_SCHEMA
-    from data_synth.qa_format import KINDS
-    from llm.embeddings import HashEmbedder
+    from memgym.data_synth.locomo import load_locomo
+    from memgym.data_synth.synth_qa import synth_qa
+    from memgym.data_synth.synth_qa_prompt import QA_SCHEMA
+    from memgym.data_synth.qa_format import KINDS
+    from memgym.llm.embeddings import HashEmbedder
     from tests.helpers import ScriptedBackend
 
     reply = json.dumps({"qa": [{"question": "Who?", "answer": "Jon", "evidence": ["D1:1"], "kind": "single-session"}]})
@@ -189,7 +189,7 @@ class SchemaIgnoringBackend(ScriptedBackend):
 
 
 def _ask(url: str, schema):
-    from llm.openai_backend import OpenAIBackend
+    from memgym.llm.openai_backend import OpenAIBackend
 
     client = OpenAIBackend(url, "m", max_retries=0)
     with warnings.catch_warnings(record=True) as caught:
@@ -200,8 +200,8 @@ def _ask(url: str, schema):
 
 
 def test_a_server_that_ignores_response_format_is_named():
-    from llm.server import serve_backend
-    from memory_bank.action_schemas import manager_schema
+    from memgym.llm.server import serve_backend
+    from memgym.memory_bank.action_schemas import manager_schema
 
     schema = manager_schema("core")
     for reply, ignored in (("Sure! Here is the update you asked for.", 1), ('{"operation": "NONE"}', 0)):
@@ -224,8 +224,8 @@ def test_a_server_that_ignores_response_format_is_named():
 
 
 def test_schema_mismatch_reads_the_manager_schemas():
-    from llm.openai_backend import schema_mismatch
-    from memory_bank.action_schemas import manager_schema
+    from memgym.llm.openai_backend import schema_mismatch
+    from memgym.memory_bank.action_schemas import manager_schema
 
     core = manager_schema("core", None, ("Jon: dancer.", "Gina: lost her job.")).schema
     assert schema_mismatch('{"operation": "REPLACE", "old_text": "Jon: dancer.", "new_text": "Jon: studio owner."}',

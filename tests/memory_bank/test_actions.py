@@ -1,12 +1,12 @@
-"""Tests of :mod:`memory_bank.actions`."""
+"""Tests of :mod:`memgym.memory_bank.actions`."""
 from __future__ import annotations
 
 import pytest
 
-from llm.base import Completion, TruncatedOutputError, require_complete
-from memory_bank.actions import parse_core, parse_part, unterminated_json
-from memory_bank.bank import MemoryBank
-from memory_bank.errors import OutputTruncatedError
+from memgym.llm.base import Completion, TruncatedOutputError, require_complete
+from memgym.memory_bank.actions import parse_core, parse_part, unterminated_json
+from memgym.memory_bank.bank import MemoryBank
+from memgym.memory_bank.errors import OutputTruncatedError
 from tests.helpers import CUT
 
 

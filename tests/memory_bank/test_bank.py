@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from data_synth.expert import TrajectoryError, banks_before_sessions, load_trajectories, replay
-from data_synth.paths import expert_dir
-from memory_bank.actions import parse_core, parse_part
-from memory_bank.bank import MemoryBank
-from memory_bank.construct import ModelExtractor, construct
-from memory_bank.errors import (ManagerOutputError, OutputParseError, OutputSchemaError, ReplaceTextNotFoundError,
+from memgym.data_synth.expert import TrajectoryError, banks_before_sessions, load_trajectories, replay
+from memgym.data_synth.paths import expert_dir
+from memgym.memory_bank.actions import parse_core, parse_part
+from memgym.memory_bank.bank import MemoryBank
+from memgym.memory_bank.construct import ModelExtractor, construct
+from memgym.memory_bank.errors import (ManagerOutputError, OutputParseError, OutputSchemaError, ReplaceTextNotFoundError,
                                 UnknownIdError, WrongPartError)
-from memory_bank.prompts import MAX_SHOWN_ENTRIES, build_prompt
-from memory_bank.retrieval import BankRetriever, VectorIndex
-from memory_bank.schema import Conversation, Session, Turn
+from memgym.memory_bank.prompts import MAX_SHOWN_ENTRIES, build_prompt
+from memgym.memory_bank.retrieval import BankRetriever, VectorIndex
+from memgym.memory_bank.schema import Conversation, Session, Turn
 from tests.helpers import ScriptedBackend
 
 
@@ -244,12 +244,12 @@ def test_construct_counts_format_failures_and_snapshots():
 
 
 def test_core_replace_is_narrowed_to_the_lines_of_the_block():
-    from llm.grammar import SchemaCompiler
-    from llm.models import prepare_smollm2_tokenizer
-    from memory_bank.action_schemas import prompt_schema
-    from memory_bank.bank import MemoryBank
-    from memory_bank.prompts import build_prompt
-    from memory_bank.schema import Session, Turn
+    from memgym.llm.grammar import SchemaCompiler
+    from memgym.llm.models import prepare_smollm2_tokenizer
+    from memgym.memory_bank.action_schemas import prompt_schema
+    from memgym.memory_bank.bank import MemoryBank
+    from memgym.memory_bank.prompts import build_prompt
+    from memgym.memory_bank.schema import Session, Turn
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(prepare_smollm2_tokenizer()))

@@ -1,22 +1,22 @@
 """memory_bank/programs/bank.py, MemBuilder's four-part bank as a memory program: it passes the
 four validation levels, and run by the program runner over conv-30's expert replay its
-retrieved text equals, question by question, what memory_bank.retrieval.BankRetriever renders
+retrieved text equals, question by question, what memgym.memory_bank.retrieval.BankRetriever renders
 from the bank that construct builds (cut to the answer model's 6000 characters), deletions
 and merges included."""
 from __future__ import annotations
 
-from data_synth.datasets import load_conversations
-from data_synth.extractors import make_extractor
-from evolution.execution.runner import ProgramRunner, RunnerSettings
-from evolution.execution.validate import ValidationLimits, validate_program
-from llm.embeddings import HashEmbedder
-from llm.runtime import Runtime
-from memory_bank.bank import MemoryBank
-from memory_bank.construct import construct
-from memory_bank.program import session_entries, units_from_entries
-from memory_bank.programs import bank_program_path, read_program_source
-from memory_bank.retrieval import BankRetriever, program_vectors
-from rewards.scoring.answer import truncate_context
+from memgym.data_synth.datasets import load_conversations
+from memgym.data_synth.extractors import make_extractor
+from memgym.evolution.execution.runner import ProgramRunner, RunnerSettings
+from memgym.evolution.execution.validate import ValidationLimits, validate_program
+from memgym.llm.embeddings import HashEmbedder
+from memgym.llm.runtime import Runtime
+from memgym.memory_bank.bank import MemoryBank
+from memgym.memory_bank.construct import construct
+from memgym.memory_bank.program import session_entries, units_from_entries
+from memgym.memory_bank.programs import bank_program_path, read_program_source
+from memgym.memory_bank.retrieval import BankRetriever, program_vectors
+from memgym.rewards.scoring.answer import truncate_context
 
 
 def test_bank_program_passes_the_four_validation_levels():

@@ -8,13 +8,13 @@ from datetime import datetime
 
 import pytest
 
-from data_synth.beam import beam_root, load_beam
-from data_synth.datasets import restrict
-from data_synth.errors import DataQuirkWarning
-from llm.base import GenerationParams
-from memory_bank.bank import MemoryBank
-from memory_bank.construct import ModelExtractor, construct
-from memory_bank.schema import Conversation, Session, Turn
+from memgym.data_synth.beam import beam_root, load_beam
+from memgym.data_synth.datasets import restrict
+from memgym.data_synth.errors import DataQuirkWarning
+from memgym.llm.base import GenerationParams
+from memgym.memory_bank.bank import MemoryBank
+from memgym.memory_bank.construct import ModelExtractor, construct
+from memgym.memory_bank.schema import Conversation, Session, Turn
 from tests.helpers import LengthMarked, ScriptedBackend
 
 
@@ -81,8 +81,8 @@ def test_a_turn_longer_than_the_room_is_split_into_parts(chat3):
 
 
 def test_sessions_with_zero_turns_are_flagged_and_cost_nothing():
-    from memory_bank.construct import ModelExtractor, construct
-    from memory_bank.schema import Conversation, Session, Turn
+    from memgym.memory_bank.construct import ModelExtractor, construct
+    from memgym.memory_bank.schema import Conversation, Session, Turn
     from tests.helpers import ScriptedBackend
 
     s1 = Session(1, "s1", datetime(2023, 5, 8), "8 May 2023", (Turn("D1:1", "A", "hi"),))
@@ -102,7 +102,7 @@ def _conv() -> Conversation:
 def test_construction_counts_a_cut_off_rewrite_as_truncated_and_keeps_the_core():
     """The eval path (memory construction with a model extractor): a REWRITE that stopped on the
     token limit would shrink the core block to a fragment; it is a failure and the core stays."""
-    from memory_bank.prompts import SYSTEM_PROMPTS
+    from memgym.memory_bank.prompts import SYSTEM_PROMPTS
 
     def is_core(messages):
         return messages[0]["content"] == SYSTEM_PROMPTS["core"]

@@ -13,12 +13,12 @@ from typing import Optional
 import numpy as np
 import pytest
 
-from memory_bank.program import (OUT_CHAR_BUDGET, BackendToolkitHost, BudgetExceededError, ContractError, SessionInfo,
+from memgym.memory_bank.program import (OUT_CHAR_BUDGET, BackendToolkitHost, BudgetExceededError, ContractError, SessionInfo,
                                  StructuredOutputError, Toolkit, ToolkitError, contract_from_report,
                                  dataclass_from_schema, describe_dataclass, describe_module, parse_structured,
                                  units_from_entries)
-from memory_bank.programs import reference_program_path, seed_program_path
-from memory_bank.schema import Session, Turn
+from memgym.memory_bank.programs import reference_program_path, seed_program_path
+from memgym.memory_bank.schema import Session, Turn
 from tests.helpers import load_program_module
 
 
@@ -229,7 +229,7 @@ def test_toolkit_budget_and_counts():
 
 
 def test_backend_toolkit_host_adapts_llm_protocols():
-    from llm.base import Completion
+    from memgym.llm.base import Completion
 
     class Backend:
         model_id, calls, seen = "fake", 0, []

@@ -10,12 +10,12 @@ from datetime import datetime
 
 import pytest
 
-from evolution.execution.runner import ProgramRunner, RunnerSettings
-from evolution.execution.validate import ValidationLimits, validate_program
-from llm.embeddings import HashEmbedder
-from llm.runtime import Runtime
-from memory_bank.programs import BASELINES, baseline_program_path, read_program_source
-from memory_bank.schema import Capability, Conversation, QAItem, Session, Turn
+from memgym.evolution.execution.runner import ProgramRunner, RunnerSettings
+from memgym.evolution.execution.validate import ValidationLimits, validate_program
+from memgym.llm.embeddings import HashEmbedder
+from memgym.llm.runtime import Runtime
+from memgym.memory_bank.programs import BASELINES, baseline_program_path, read_program_source
+from memgym.memory_bank.schema import Capability, Conversation, QAItem, Session, Turn
 
 LINES = ["[2023-05-08] Ann: I adopted a cat named Miso", "[2023-05-08] Bob: My dog likes the park",
          "[2023-05-08] Ann: Miso sleeps all day", "[2023-05-08] Bob: I bought a red bike"]
@@ -87,9 +87,9 @@ def test_baselines_retrieve_and_score_the_hand_count():
 
 
 def test_a_baseline_that_cannot_run_is_reported_not_fatal(tmp_path, monkeypatch):
-    import memory_bank.programs as programs
-    from evolution.search.config import EvolveConfig
-    from evolution.search.api import evolve
+    import memgym.memory_bank.programs as programs
+    from memgym.evolution.search.config import EvolveConfig
+    from memgym.evolution.search.api import evolve
 
     broken = tmp_path / "broken.py"
     broken.write_text("def (\n")

@@ -5,16 +5,16 @@ import json
 
 import pytest
 
-from data_synth.paths import expert_dir
-from launch.cli import main
-from llm.embeddings import HashEmbedder
-from memory_bank.bank import MemoryBank
-from rewards.audit import control_outputs, run_audit
-from rewards.samples import RewardSample, build_reward_samples
-from rewards.session_reward import SessionReward, SessionRewardConfig
+from memgym.data_synth.paths import expert_dir
+from memgym.launch.cli import main
+from memgym.llm.embeddings import HashEmbedder
+from memgym.memory_bank.bank import MemoryBank
+from memgym.rewards.audit import control_outputs, run_audit
+from memgym.rewards.samples import RewardSample, build_reward_samples
+from memgym.rewards.session_reward import SessionReward, SessionRewardConfig
 from tests.helpers import DOG, PILOT, WordTokenizer, bank_with, ops, qa
 
-pytestmark = pytest.mark.filterwarnings("ignore::data_synth.errors.DataQuirkWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::memgym.data_synth.errors.DataQuirkWarning")
 CONV30 = expert_dir() / "conv-30.jsonl"
 
 

@@ -1,17 +1,17 @@
-"""The verbatim-copy rate (:mod:`rewards.copying`) and its optional price in the session reward."""
+"""The verbatim-copy rate (:mod:`memgym.rewards.copying`) and its optional price in the session reward."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from llm.embeddings import HashEmbedder
-from memory_bank.bank import MemoryBank
-from memory_bank.prompts import build_prompt
-from rewards.copying import copy_rate, prompt_transcript, words
-from rewards.reward_types import RewardDataError
-from rewards.samples import RewardSample, sample_key
-from rewards.session_reward import SessionReward, SessionRewardConfig
+from memgym.llm.embeddings import HashEmbedder
+from memgym.memory_bank.bank import MemoryBank
+from memgym.memory_bank.prompts import build_prompt
+from memgym.rewards.copying import copy_rate, prompt_transcript, words
+from memgym.rewards.reward_types import RewardDataError
+from memgym.rewards.samples import RewardSample, sample_key
+from memgym.rewards.session_reward import SessionReward, SessionRewardConfig
 from tests.helpers import EMPTY, WordTokenizer, conversation, make_samples, qa
 
 COPIED = "Caroline: Caroline went to the LGBTQ support group. She enjoyed it."  # 11 words, first 8 copied

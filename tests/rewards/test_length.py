@@ -1,19 +1,19 @@
-"""Length penalty: exact values (DESIGN.md step 4) and token (never character) counting."""
+"""Length penalty: exact values (docs/design.md § "Dense session reward and ADRPO", step 4) and token (never character) counting."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from memory_bank.actions import parse_core
-from rewards.length import core_length_penalty, core_written_text, count_tokens, part_length_penalty
+from memgym.memory_bank.actions import parse_core
+from memgym.rewards.length import core_length_penalty, core_written_text, count_tokens, part_length_penalty
 
 
 @pytest.fixture(scope="module")
 def policy_tokenizer():
     from transformers import AutoTokenizer
 
-    from llm.models import prepare_smollm2_tokenizer
+    from memgym.llm.models import prepare_smollm2_tokenizer
 
     return AutoTokenizer.from_pretrained(str(prepare_smollm2_tokenizer()))
 

@@ -2,7 +2,7 @@
 tests/rewards/test_session_reward.py)."""
 from __future__ import annotations
 
-from rewards.reward_types import RewardBreakdown
+from memgym.rewards.reward_types import RewardBreakdown
 
 
 def test_breakdown_is_a_dataclass_with_every_part():

@@ -5,15 +5,15 @@ import json
 
 import pytest
 
-from data_synth.expert import replay
-from data_synth.locomo import load_locomo
-from data_synth.paths import expert_dir
-from llm.embeddings import HashEmbedder
-from memory_bank.actions import MANAGERS
-from memory_bank.prompts import build_prompt
-from rewards.samples import build_reward_samples
+from memgym.data_synth.expert import replay
+from memgym.data_synth.locomo import load_locomo
+from memgym.data_synth.paths import expert_dir
+from memgym.llm.embeddings import HashEmbedder
+from memgym.memory_bank.actions import MANAGERS
+from memgym.memory_bank.prompts import build_prompt
+from memgym.rewards.samples import build_reward_samples
 
-pytestmark = pytest.mark.filterwarnings("ignore::data_synth.errors.DataQuirkWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::memgym.data_synth.errors.DataQuirkWarning")
 
 
 CONV30 = expert_dir() / "conv-30.jsonl"

@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from llm.base import GenerationParams
-from llm.cache import CachedBackend, ResponseCache
-from llm.embeddings import HashEmbedder
-from memory_bank.bank import MemoryBank
-from rewards.session_reward import SessionReward, SessionRewardConfig, frac_reward_zero_std
+from memgym.llm.base import GenerationParams
+from memgym.llm.cache import CachedBackend, ResponseCache
+from memgym.llm.embeddings import HashEmbedder
+from memgym.memory_bank.bank import MemoryBank
+from memgym.rewards.session_reward import SessionReward, SessionRewardConfig, frac_reward_zero_std
 from tests.helpers import CUT, DOG, EMPTY, PILOT, ScriptedBackend, WordTokenizer, bank_with, make_samples, ops, qa
 
 
@@ -217,7 +217,7 @@ def test_frac_reward_zero_std():
 
 
 def test_session_reward_counts_unparsable_judge_replies_and_empty_answers():
-    from rewards.session_reward import SessionReward, SessionRewardConfig
+    from memgym.rewards.session_reward import SessionReward, SessionRewardConfig
     from tests.helpers import DOG, WordTokenizer, bank_with, make_samples, qa
 
     samples = make_samples(bank_with(1, episodic=[DOG]), 2, {},
@@ -232,10 +232,10 @@ def test_session_reward_counts_unparsable_judge_replies_and_empty_answers():
 
 
 def test_session_reward_gates_truncated_completions():
-    from rewards.samples import RewardSample, sample_key
-    from rewards.session_reward import SessionReward, SessionRewardConfig
-    from memory_bank.schema import QAItem
-    from llm.embeddings import HashEmbedder
+    from memgym.rewards.samples import RewardSample, sample_key
+    from memgym.rewards.session_reward import SessionReward, SessionRewardConfig
+    from memgym.memory_bank.schema import QAItem
+    from memgym.llm.embeddings import HashEmbedder
 
     class WordTok:
         def __call__(self, texts, add_special_tokens=False):

@@ -4,9 +4,9 @@ the sampler and the reward function have their own files (test_adrpo_eq12, test_
 test_adrpo_data, test_adrpo_trainer).
 
 The tiny policy is the ``tiny_model_dir`` fixture (random weights, SmolLM2's tokenizer) with a
-planted bigram path "\\n" → '{"' → 'operations' → '":' → ' []' → '}' → EOS (see
-:func:`planted_policy`): a purely random model never writes a valid manager output, so every
-reward would be 0 and GRPO would have no signal. With the plant, sampling at temperature 1
+planted bigram path "\\n" → '{"' → 'operations' → '":' → ' []' → '}' → EOS (fixture
+``planted_dir``, :func:`tests.helpers.planted_policy`): a purely random model never writes a valid
+manager output, so every reward would be 0 and GRPO would have no signal. With the plant, sampling at temperature 1
 writes the valid episodic output ``{"operations": []}`` about half of the time.
 """
 from __future__ import annotations
@@ -22,52 +22,16 @@ from tests.helpers import trainable_state
 ALPHA = 4.0
 
 
-# ---- real TRL steps on a tiny planted policy -----------------------------------------------
-PLANT_LOGIT = 16.0  # target logit of each planted step; ~9/16 samples are exactly valid at T = 1
-
-
-def planted_policy(src, out):
-    """Copy of the tiny random model with attention/MLP outputs zeroed (each position sees only
-    its own token: a bigram model) and an untied LM head that gives the next token of the
-    chain a logit of PLANT_LOGIT (random tokens keep their random logits, std ~2.4)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(src))
-    model = AutoModelForCausalLM.from_pretrained(str(src))
-    chain = (tok("\n", add_special_tokens=False)["input_ids"]
-             + tok('{"operations": []}', add_special_tokens=False)["input_ids"] + [tok.eos_token_id])
-    with torch.no_grad():
-        for layer in model.model.layers:
-            layer.self_attn.o_proj.weight.zero_()
-            layer.mlp.down_proj.weight.zero_()
-        emb = model.model.embed_tokens.weight
-        model.lm_head.weight = torch.nn.Parameter(emb.detach().clone())
-        model.config.tie_word_embeddings = False
-        d = emb.shape[1]
-        for i, t in enumerate(chain):
-            emb[t] = torch.nn.functional.one_hot(torch.tensor(i), d).float()
-        for i in range(len(chain) - 1):  # RMSNorm maps the one-hot to sqrt(d) on axis i
-            model.lm_head.weight[chain[i + 1]] = torch.nn.functional.one_hot(torch.tensor(i), d).float() \
-                * PLANT_LOGIT / math.sqrt(d)
-    model.save_pretrained(str(out))
-    tok.save_pretrained(str(out))
-    return out
-
-
-@pytest.fixture(scope="module")
-def planted_dir(tiny_model_dir, tmp_path_factory):
-    return planted_policy(tiny_model_dir, tmp_path_factory.mktemp("planted"))
-
-
+# ---- real TRL steps on a tiny planted policy (tests.helpers.planted_policy) ------------------
 @pytest.fixture(scope="module")
 def short_samples():
     """The 4 real conv-26 session-1 reward samples (expert bank before the session, expert
     outputs, 5 QA) with a one-line prompt: the planted policy ignores its context, and on CPU
     TRL scores every prompt position against the 49K-token vocabulary, so long prompts only
     cost time here."""
-    from llm.embeddings import HashEmbedder
-    from rewards.samples import build_reward_samples
-    from training.adrpo import trajectory_paths
+    from memgym.llm.embeddings import HashEmbedder
+    from memgym.rewards.samples import build_reward_samples
+    from memgym.training.adrpo import trajectory_paths
 
     samples = [s for s in build_reward_samples(trajectory_paths(["conv-26"]), embedder=HashEmbedder(64))
                if s.session == 1]
@@ -76,11 +40,11 @@ def short_samples():
 
 
 def _trainer(policy_dir, samples, out, **kw):
-    from llm.embeddings import HashEmbedder
-    from rewards.session_reward import SessionReward
-    from training.adrpo import trainer_class
-    from training.adrpo_config import ADRPOConfig
-    from training.common import PolicyModelConfig, load_policy
+    from memgym.llm.embeddings import HashEmbedder
+    from memgym.rewards.session_reward import SessionReward
+    from memgym.training.adrpo import trainer_class
+    from memgym.training.adrpo_config import ADRPOConfig
+    from memgym.training.common import PolicyModelConfig, load_policy
 
     policy = load_policy(PolicyModelConfig(model_name_or_path=str(policy_dir), lora_r=4, lora_alpha=8,
                                            lora_dropout=0.0, lora_target_modules=["q_proj", "v_proj", "o_proj"]))
@@ -234,8 +198,8 @@ def test_eq12_trainer_loss_is_trl_loss_at_w1_and_ignores_w_for_positive_advantag
     defect the corrected weighting fixes."""
     from trl import GRPOTrainer
 
-    from training.adrpo_config import EQ12_LOSS_TYPES
-    from training.adrpo_eq12 import ADRPOEq12Trainer
+    from memgym.training.adrpo_config import EQ12_LOSS_TYPES
+    from memgym.training.adrpo_eq12 import ADRPOEq12Trainer
 
     trainer, _, _ = trained
     eq12 = _trainer(planted_dir, short_samples, tmp_path / "eq12", weighting="unclipped", max_steps=1,
@@ -270,7 +234,7 @@ def test_eq12_trainer_loss_is_trl_loss_at_w1_and_ignores_w_for_positive_advantag
     assert eq12.state.global_step == 1
     assert any("reward_parts/weight" in h and math.isfinite(h["loss"]) for h in eq12.state.log_history if "loss" in h)
 
-    from training.adrpo_trainer import ADRPOTrainer
+    from memgym.training.adrpo_trainer import ADRPOTrainer
 
     with pytest.raises(ValueError, match="needs its own loss"):
         ADRPOTrainer(eq12.model, args=eq12.args, samples=short_samples, reward=None)
@@ -335,7 +299,7 @@ def test_init_from_an_adapter_continues_it(trained, short_samples, tmp_path):
 def test_recipes_parse_and_pass_trl_fields_through(name, expect):
     from pathlib import Path
 
-    from training.adrpo import parse_args
+    from memgym.training.adrpo import parse_args
 
     repo = Path(__file__).resolve().parents[2]
     recipe = next(p for p in (repo / "launch" / "recipes" / f"{name}.yaml",

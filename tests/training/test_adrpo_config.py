@@ -1,4 +1,4 @@
-"""ADRPO's config checks (:mod:`training.adrpo_config`): the weighting, the Eq. 12 limits,
+"""ADRPO's config checks (:mod:`memgym.training.adrpo_config`): the weighting, the Eq. 12 limits,
 the reward fields and the batch divisibility message."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 
 def _cfg(tmp_path, **kw):
-    from training.adrpo_config import ADRPOConfig
+    from memgym.training.adrpo_config import ADRPOConfig
 
     base = dict(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
                 activation_checkpointing=False)
@@ -14,9 +14,9 @@ def _cfg(tmp_path, **kw):
 
 
 def test_config_checks(tmp_path):
-    from training.adrpo import main
-    from training.adrpo_config import ADRPOConfigError
-    from training.adrpo_config import check_eq12_support
+    from memgym.training.adrpo import main
+    from memgym.training.adrpo_config import ADRPOConfigError
+    from memgym.training.adrpo_config import check_eq12_support
 
     cfg = _cfg(tmp_path, loss_type="grpo", use_vllm=False, mode="isolated", retrieval_top_k=5, alpha=2.0)
     rc = cfg.reward_config()
@@ -48,7 +48,7 @@ def test_config_checks(tmp_path):
 
 
 def test_adrpo_divisibility_names_the_flags_the_user_set(tmp_path):
-    from training.adrpo_config import ADRPOConfig, ADRPOConfigError
+    from memgym.training.adrpo_config import ADRPOConfig, ADRPOConfigError
 
     with pytest.raises(ADRPOConfigError) as e:
         ADRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none",
@@ -64,9 +64,9 @@ def test_core_length_thresholds_reach_the_reward(tmp_path):
     (175 - 100) / 150 = 0.5 at 100 / 250, so R = 1 - 0.8 * LP = 0.92 and 0.6."""
     import json
 
-    from llm.embeddings import HashEmbedder
-    from rewards.session_reward import SessionReward
-    from training.adrpo_config import ADRPOConfigError
+    from memgym.llm.embeddings import HashEmbedder
+    from memgym.rewards.session_reward import SessionReward
+    from memgym.training.adrpo_config import ADRPOConfigError
     from tests.helpers import DOG, WordTokenizer, bank_with, make_samples, qa
 
     samples = make_samples(bank_with(1, episodic=[DOG]), 2, {},
@@ -84,7 +84,7 @@ def test_core_length_thresholds_reach_the_reward(tmp_path):
 def test_copy_penalty_reaches_the_reward(tmp_path):
     """copy_penalty / copy_ngram pass from the ADRPO recipe into the session reward (default off,
     MemBuilder's reward); out of range names the ADRPO field."""
-    from training.adrpo_config import ADRPOConfigError
+    from memgym.training.adrpo_config import ADRPOConfigError
 
     assert (_cfg(tmp_path).reward_config().copy_penalty, _cfg(tmp_path).reward_config().copy_ngram) == (0.0, 6)
     rc = _cfg(tmp_path, copy_penalty=0.5, copy_ngram=8).reward_config()

@@ -1,11 +1,11 @@
-"""ADRPO's data layer (:mod:`training.adrpo_data`): the session-block sampler."""
+"""ADRPO's data layer (:mod:`memgym.training.adrpo_data`): the session-block sampler."""
 from __future__ import annotations
 
 import pytest
 
 
 def test_session_block_sampler_keeps_sessions_whole():
-    from training.adrpo_data import ADRPODataError, session_block_sampler
+    from memgym.training.adrpo_data import ADRPODataError, session_block_sampler
 
     data = list(range(12))  # 3 sessions x 4 managers
     s = session_block_sampler(data, block=4, mini_repeat_count=2, batch_size=4, repeat_count=1, shuffle=True, seed=3)
@@ -22,15 +22,15 @@ def test_session_block_sampler_keeps_sessions_whole():
 
 
 def _sample(conv: str, session: int, manager: str):
-    from memory_bank.bank import MemoryBank
-    from rewards.samples import RewardSample
+    from memgym.memory_bank.bank import MemoryBank
+    from memgym.rewards.samples import RewardSample
 
     return RewardSample(key=f"{conv}/s{session}/{manager}", conversation_id=conv, session=session, manager=manager,
                         messages=[{"role": "user", "content": "x"}], expert_outputs={}, bank_before=MemoryBank())
 
 
 def test_select_samples_keeps_the_row_keys_in_file_order():
-    from training.adrpo_data import ADRPODataError, select_samples
+    from memgym.training.adrpo_data import ADRPODataError, select_samples
 
     samples = [_sample("conv-26", s, m) for s in (1, 2) for m in ("core", "episodic", "semantic")]
     kept = select_samples(samples, keys=["conv-26/s2/core", "conv-26/s1/semantic"])

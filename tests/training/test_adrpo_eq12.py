@@ -1,5 +1,5 @@
 """The per-token objective of ADRPO and of the Eq. 12 ablation
-(:func:`training.adrpo_eq12.weighted_clipped_objective`): the gradient of one token,
+(:func:`memgym.training.adrpo_eq12.weighted_clipped_objective`): the gradient of one token,
 hand-computed, for every weighting, inside and outside the clipping band."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from training.adrpo_eq12 import weighted_clipped_objective
+from memgym.training.adrpo_eq12 import weighted_clipped_objective
 
 EPS = 0.2
 ALPHA = 4.0

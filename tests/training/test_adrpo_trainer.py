@@ -1,4 +1,4 @@
-"""ADRPO's reward function for TRL (:class:`training.adrpo_trainer.SessionRewardFunction`):
+"""ADRPO's reward function for TRL (:class:`memgym.training.adrpo_trainer.SessionRewardFunction`):
 rollout indices, unknown keys and truncation read from token ids. The trainer's real TRL steps
 are in tests/training/test_adrpo.py."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 
 def test_reward_function_rollout_index_and_unknown_key():
-    from training.adrpo_trainer import SessionRewardFunction
+    from memgym.training.adrpo_trainer import SessionRewardFunction
 
     seen = {}
 
@@ -36,7 +36,7 @@ def test_reward_function_rollout_index_and_unknown_key():
 
 
 def test_adrpo_reward_function_reads_truncation_from_token_ids():
-    from training.adrpo_trainer import SessionRewardFunction
+    from memgym.training.adrpo_trainer import SessionRewardFunction
 
     fn = SessionRewardFunction(None, {}, num_generations=2)
     assert fn.finish_reasons([[5, 6, 2], [5, 6, 7]]) is None  # stop ids not set yet

@@ -1,6 +1,6 @@
-"""training.callbacks: the in-trainer measurement (validation session reward, per-manager format
+"""memgym.training.callbacks: the in-trainer measurement (validation session reward, per-manager format
 failures, held-out answer recall through the one measure step) on a tiny random-weight model,
-the held-out cut, and the ADRPO row screen (training.adrpo_data.screen_rows)."""
+the held-out cut, and the ADRPO row screen (memgym.training.adrpo_data.screen_rows)."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -8,14 +8,14 @@ from types import SimpleNamespace
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerControl, TrainerState
 
-from data_synth.datasets import load_conversations
-from llm.base import Completion
-from llm.embeddings import HashEmbedder
-from memory_bank.actions import MANAGERS
-from rewards.session_reward import SessionReward, SessionRewardConfig
-from training.adrpo_data import ADRPODataError, screen_rows
-from training.callbacks import PREFIX, MemoryEvalCallback, first_turns
-from training.heldout import validation_samples
+from memgym.data_synth.datasets import load_conversations
+from memgym.llm.base import Completion
+from memgym.llm.embeddings import HashEmbedder
+from memgym.memory_bank.actions import MANAGERS
+from memgym.rewards.session_reward import SessionReward, SessionRewardConfig
+from memgym.training.adrpo_data import ADRPODataError, screen_rows
+from memgym.training.callbacks import PREFIX, MemoryEvalCallback, first_turns
+from memgym.training.heldout import validation_samples
 
 
 def test_first_turns_keeps_the_qa_whose_evidence_lies_in_them():
@@ -88,12 +88,12 @@ def test_screen_rows_keeps_the_first_rows_whose_rollouts_differ():
 
 
 def test_sft_trainer_state_holds_the_measurement_at_every_evaluation(tiny_model_dir, tmp_path):
-    """training.sft.main with memory_eval_* fields: evaluations at step 0 (eval_on_start), step 2
+    """memgym.training.sft.main with memory_eval_* fields: evaluations at step 0 (eval_on_start), step 2
     (eval_steps) and after training each append one memory_eval row; trainer_state.json (saved by
     the run) holds the validation reward and every manager's format-failure rate at each."""
     import json
 
-    from training.sft import main
+    from memgym.training.sft import main
 
     out = tmp_path / "sft"
     rc = main(["--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out),
@@ -111,3 +111,29 @@ def test_sft_trainer_state_holds_the_measurement_at_every_evaluation(tiny_model_
     for h in rows:
         assert [h[f"{PREFIX}/format_failure/{m}"] for m in MANAGERS] == [1.0] * 4  # 4 tokens hold no JSON
         assert h[f"{PREFIX}/validation_reward"] == 0.0 and h[f"{PREFIX}/validation_rows"] == 4.0
+
+
+def test_run_card_callback_writes_the_card_of_an_adrpo_recipe_on_the_main_process(tiny_model_dir, tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    from memgym.llm.runcard import dir_entry
+    from memgym.training.adrpo_config import ADRPOConfig
+    from memgym.training.callbacks import RunCardCallback
+    from memgym.training.common import PolicyModelConfig
+
+    args = ADRPOConfig(output_dir=str(tmp_path / "a"), use_cpu=True, bf16=False, report_to="none", seed=7,
+                       embedder="hash:64", weighting="unclipped")
+    cb = RunCardCallback([args, PolicyModelConfig(model_name_or_path=str(tiny_model_dir))],
+                         {"policy": str(tiny_model_dir), "init_from": None, "embedder": args.embedder,
+                          "judge_model": None})
+    cb.on_train_begin(args, SimpleNamespace(is_world_process_zero=False), None)
+    assert not (tmp_path / "a" / "run_card.json").exists()  # another rank writes nothing
+    cb.on_train_begin(args, SimpleNamespace(is_world_process_zero=True), None)
+    cb.on_train_end(args, SimpleNamespace(is_world_process_zero=True), None)
+    card = json.loads((tmp_path / "a" / "run_card.json").read_text())
+    assert card["recipe"]["weighting"] == "unclipped" and card["recipe"]["model_name_or_path"] == str(tiny_model_dir)
+    assert card["seeds"] == {"seed": 7, "data_seed": None} and card["wall_s"] >= 0
+    assert card["models"]["policy"]["weights_sha256"] == dir_entry(tiny_model_dir)["weights_sha256"]
+    assert card["models"]["embedder"] == {"spec": "hash:64", "model": None, "note": "no model: a hashing embedder"}
+    assert set(card["models"]) == {"policy", "embedder"}

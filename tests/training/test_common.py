@@ -1,7 +1,11 @@
 """The trainers' CPU switch for TRL's fused LM head: scoring only the labelled positions keeps
-the loss, the per-token log-probabilities and every gradient."""
+the loss, the per-token log-probabilities and every gradient; and the block in which transformers
+loads models whole under DeepSpeed ZeRO-3 (``outside_zero3``; end to end in tests/launch/test_zero3.py)."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pytest
 import torch
 
 
@@ -10,7 +14,7 @@ def test_labelled_positions_only_keeps_loss_log_probs_and_gradients(tiny_model_d
     from transformers import AutoModelForCausalLM
     from trl.trainer.utils import add_fused_lm_head
 
-    from training.common import score_labelled_positions_only
+    from memgym.training.common import score_labelled_positions_only
 
     score_labelled_positions_only()
     score_labelled_positions_only()  # idempotent: one wrapper, TRL's rule kept beside it
@@ -46,3 +50,32 @@ def test_labelled_positions_only_keeps_loss_log_probs_and_gradients(tiny_model_d
     assert len(grads_l) == len(grads_e) and all(torch.allclose(a, b, rtol=1e-5, atol=1e-7)
                                                 for a, b in zip(grads_l, grads_e))
     assert any(float(g.abs().sum()) > 0 for g in grads_l)
+
+
+def test_outside_zero3_turns_transformers_zero3_off_for_the_block_only():
+    """Under ``accelerate launch``, ``TrainingArguments.__post_init__`` registers the plugin's config
+    (``set_deepspeed_weakref``) and transformers then loads every model partitioned (zero.Init):
+    neither ``zero3_init_flag: false`` nor accelerate's ``zero3_init_context_manager(enable=False)``
+    turns that off; ``outside_zero3`` does, for its block."""
+    pytest.importorskip("deepspeed", reason="deepspeed is not installed")
+    from accelerate.utils import DeepSpeedPlugin
+    from transformers.integrations import deepspeed_config, is_deepspeed_zero3_enabled, unset_hf_deepspeed_config
+
+    from memgym.training.common import outside_zero3
+
+    try:
+        for flag in (False, True):
+            plugin = DeepSpeedPlugin(zero_stage=3, zero3_init_flag=flag)
+            plugin.set_deepspeed_weakref()
+            assert is_deepspeed_zero3_enabled()
+            with plugin.zero3_init_context_manager(enable=False):
+                assert is_deepspeed_zero3_enabled()
+            with outside_zero3(SimpleNamespace(deepspeed_plugin=plugin)):
+                assert not is_deepspeed_zero3_enabled()
+            assert is_deepspeed_zero3_enabled()
+        stage2 = DeepSpeedPlugin(zero_stage=2)
+        stage2.set_deepspeed_weakref()
+        with outside_zero3(SimpleNamespace(deepspeed_plugin=stage2)), outside_zero3(SimpleNamespace()):
+            assert deepspeed_config() is stage2.dschf.config  # ZeRO-2, no DeepSpeed: left as registered
+    finally:
+        unset_hf_deepspeed_config()

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from data_synth.paths import expert_dir
-from memory_bank.bank import MemoryBank
-from training.heldout import FormatTally, bank_size
+from memgym.data_synth.paths import expert_dir
+from memgym.memory_bank.bank import MemoryBank
+from memgym.training.heldout import FormatTally, bank_size
 
 CONV26 = expert_dir() / "conv-26.jsonl"
 
@@ -56,8 +56,8 @@ def test_format_tally_counts_good_and_bad_outputs():
 
 def test_format_tally_adds_a_construction_result(stub_backend):
     """The counter over a real construction: one session, four scripted manager outputs, one bad."""
-    from data_synth.datasets import conversations_by_id
-    from memory_bank.construct import ModelExtractor, construct
+    from memgym.data_synth.datasets import conversations_by_id
+    from memgym.memory_bank.construct import ModelExtractor, construct
 
     conv = conversations_by_id("locomo", ["conv-26"])["conv-26"]
     backend = stub_backend([GOOD_CORE, GOOD_EPISODIC, PROSE, GOOD_PROCEDURAL])
@@ -95,7 +95,7 @@ def test_sft_killed_after_a_checkpoint_resumes_to_the_same_weights(tiny_model_di
     from safetensors.torch import load_file
     from transformers import TrainerCallback
 
-    from training.sft import parse_args, run
+    from memgym.training.sft import parse_args, run
 
     traj = tmp_path / "conv-26-s1.jsonl"
     traj.write_text(CONV26.read_text().splitlines()[0] + "\n")
@@ -145,7 +145,7 @@ def test_sft_killed_after_a_checkpoint_resumes_to_the_same_weights(tiny_model_di
 ])
 def test_sft_recipes_parse(name, expect):
     """The SFT recipes parse; both train on 200-token segments (demo_train_sft: 16 steps, content examples only)."""
-    from training.sft import parse_args
+    from memgym.training.sft import parse_args
 
     repo = Path(__file__).resolve().parents[2]
     recipe = next(p for p in (repo / "launch" / "recipes" / f"{name}.yaml",
@@ -160,11 +160,11 @@ def test_sft_recipes_parse(name, expect):
 def test_do_nothing_reward_scores_the_empty_outputs_against_the_experts_other_parts():
     """The core row's empty output keeps the expert's episodic entry (the answer): reward 1; the
     episodic row's empty output removes it: reward 0 (hand-computed, answer-recall judge)."""
-    from llm.embeddings import HashEmbedder
-    from memory_bank.bank import MemoryBank
-    from rewards.session_reward import SessionReward, SessionRewardConfig
+    from memgym.llm.embeddings import HashEmbedder
+    from memgym.memory_bank.bank import MemoryBank
+    from memgym.rewards.session_reward import SessionReward, SessionRewardConfig
     from tests.helpers import DOG, WordTokenizer, make_samples, qa
-    from training.heldout import do_nothing_reward
+    from memgym.training.heldout import do_nothing_reward
 
     samples = make_samples(MemoryBank(), 1, {"episodic": json.dumps({"operations": [{"action": "ADD", "memory": DOG}]})},
                            [qa("What is the name of Alice's dog?", "Biscuit")], managers=("core", "episodic"))
@@ -178,8 +178,8 @@ def test_core_copy_stats_on_hand_written_core_outputs():
     """Copy rate of core outputs against conv-26 session 1 (hand-counted): an APPEND of turn
     D1:1's words 11/11, a novel profile line 0/7, 'Melanie has kids.' + 9 words of D1:2 9/12;
     NONE, prose and a step without a core output write nothing and are left out."""
-    from data_synth.datasets import load_conversations
-    from training.heldout import core_copy_stats
+    from memgym.data_synth.datasets import load_conversations
+    from memgym.training.heldout import core_copy_stats
 
     conv = load_conversations("locomo", None, ids=["conv-26"], n_sessions=1)[0]
     append = '{{"operation": "APPEND", "content": "{}"}}'.format

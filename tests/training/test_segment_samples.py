@@ -8,18 +8,18 @@ from collections import Counter
 
 import pytest
 
-from data_synth.paths import expert_dir
-from llm.embeddings import HashEmbedder
-from rewards.session_reward import SessionReward, SessionRewardConfig
+from memgym.data_synth.paths import expert_dir
+from memgym.llm.embeddings import HashEmbedder
+from memgym.rewards.session_reward import SessionReward, SessionRewardConfig
 from tests.helpers import WordTokenizer
-from training.segment_samples import question_segments, segment_key, segment_reward_samples
+from memgym.training.segment_samples import question_segments, segment_key, segment_reward_samples
 
 CONV26 = expert_dir() / "conv-26.jsonl"
 
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_model_dir):
-    from training.common import load_tokenizer
+    from memgym.training.common import load_tokenizer
 
     return load_tokenizer(tiny_model_dir)  # SmolLM2's real tokenizer
 
@@ -40,7 +40,7 @@ def rows(tokenizer):
 
 
 def test_segment_rows_of_conv26_partition_each_sessions_questions(rows, tokenizer):
-    from training.sft_data import expert_session_states
+    from memgym.training.sft_data import expert_session_states
 
     states = {st.session.index: st for st in expert_session_states([CONV26])}
     first2 = [r for r in rows if r.session in (1, 2)]
@@ -86,7 +86,7 @@ def test_reward_scores_each_segment_against_its_own_expert_share(rows):
 
 
 def test_reward_rows_chooses_whole_sessions_or_segments(tokenizer):
-    from training.segment_samples import reward_rows
+    from memgym.training.segment_samples import reward_rows
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from data_synth.expert import load_trajectories, replay
-from data_synth.paths import expert_dir
-from memory_bank.actions import MANAGERS
+from memgym.data_synth.expert import load_trajectories, replay
+from memgym.data_synth.paths import expert_dir
+from memgym.memory_bank.actions import MANAGERS
 from tests.helpers import trainable_state
-from training.sft_data import (ExampleLengthError, TrainingDataError, chat_token_ids, drop_overlong,
+from memgym.training.sft_data import (ExampleLengthError, TrainingDataError, chat_token_ids, drop_overlong,
                                expert_session_states, sft_examples)
 
 CONV26 = expert_dir() / "conv-26.jsonl"
@@ -30,7 +30,7 @@ def conv26_examples():
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_model_dir):
-    from training.common import load_tokenizer
+    from memgym.training.common import load_tokenizer
 
     return load_tokenizer(tiny_model_dir)
 
@@ -115,8 +115,8 @@ def test_drop_overlong_keeps_whole_examples(session1_file, tokenizer):
 def test_prompt_tokens_are_masked(session1_file, tiny_model_dir, tokenizer, tmp_path):
     from trl import SFTConfig
 
-    from training.common import PolicyModelConfig, load_policy
-    from training.sft import SFTData, SFTScriptArguments, build_trainer
+    from memgym.training.common import PolicyModelConfig, load_policy
+    from memgym.training.sft import SFTData, SFTScriptArguments, build_trainer
 
     ds = sft_examples([session1_file], managers=["procedural"])
     policy = load_policy(PolicyModelConfig(model_name_or_path=str(tiny_model_dir)))
@@ -140,7 +140,7 @@ def test_sft_run_trains_lora_and_loss_falls(session1_file, tiny_model_dir, tmp_p
     on that example falls, and the report files are written."""
     from safetensors.torch import load_file
 
-    from training.sft import main
+    from memgym.training.sft import main
 
     out = tmp_path / "sft"
     rc = main(["--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out),
@@ -166,10 +166,20 @@ def test_sft_run_trains_lora_and_loss_falls(session1_file, tiny_model_dir, tmp_p
     for f in ("loss.png", "report.md", "tokenizer_config.json"):
         assert (out / f).is_file(), f
     assert "| validation split |" in (out / "report.md").read_text()
+    # the run card beside trainer_state.json: the recipe, the policy's weights, the trajectory read, the wall time
+    from memgym.launch.cmd_reproduce import load_card
+    from memgym.llm.runcard import dir_entry
+
+    card, where = load_card(out / "trainer_state.json")
+    assert where == out / "run_card.json" and card == m["run_card"] and card["wall_s"] > 0
+    assert card["recipe"]["max_steps"] == 3 and card["seeds"] == {"seed": 42, "data_seed": None}
+    assert card["models"]["policy"]["weights_sha256"] == dir_entry(tiny_model_dir)["weights_sha256"] is not None
+    assert any(e["path"] == str(session1_file.resolve()) and e["kind"] == "trajectory file" for e in card["inputs"])
+    assert "## Run card" in (out / "report.md").read_text()
 
     # The adapter dir is a starting point for the next stage (ADRPO's init_from): it loads as a
     # trainable PeftModel over its base, with exactly the saved LoRA weights.
-    from training.common import PolicyModelConfig, load_policy
+    from memgym.training.common import PolicyModelConfig, load_policy
 
     policy = load_policy(PolicyModelConfig(model_name_or_path=str(out)))
     assert policy.is_adapter and policy.peft_config is None and policy.base_path == str(tiny_model_dir)
@@ -184,8 +194,8 @@ def test_sft_run_trains_lora_and_loss_falls(session1_file, tiny_model_dir, tmp_p
 def test_common_cli_helpers():
     from trl import get_peft_config
 
-    from llm.specs import resolve_model_path
-    from training.common import PolicyModelConfig, device_default_args, device_defaults
+    from memgym.llm.specs import resolve_model_path
+    from memgym.training.common import PolicyModelConfig, device_default_args, device_defaults
 
     assert device_default_args(cuda=False) == ["--use_cpu", "true", "--bf16", "false", "--fp16", "false"]
     assert device_defaults(cuda=False) == {"use_cpu": True, "bf16": False, "fp16": False}
@@ -205,7 +215,7 @@ def test_common_cli_helpers():
 
 
 def test_cli_config_and_errors(tmp_path, capsys):
-    from training.sft import PROG, main, parse_args
+    from memgym.training.sft import PROG, main, parse_args
 
     recipe = Path(__file__).resolve().parents[2] / "launch" / "recipes" / "sft_cpu.yaml"
     s, t, m = parse_args(["--config", str(recipe), "--max_steps", "3", "--lora_r", "8"])
@@ -214,8 +224,8 @@ def test_cli_config_and_errors(tmp_path, capsys):
     assert s.train_trajectories == [str(CONV26)] and s.eval_trajectories == [str(CONV30)]
     bad = tmp_path / "bad.yaml"
     bad.write_text("output_dir: x\nnot_a_field: 3\n")
-    from launch.cli import main as memgym
-    from llm.errors import ConfigError
+    from memgym.launch.cli import main as memgym
+    from memgym.llm.errors import ConfigError
 
     # standalone entry (what `memgym launch` runs): one line, exit status 2
     assert main(["--config", str(bad)]) == 2
@@ -227,7 +237,7 @@ def test_cli_config_and_errors(tmp_path, capsys):
     assert "unknown manager" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="unknown field.*not_a_field"):
         parse_args(["--config", str(bad)])
-    # through memgym train: one line, exit status 2 (launch.cli.run_command)
+    # through memgym train: one line, exit status 2 (memgym.launch.cli.run_command)
     assert memgym(["train", "sft", "--config", str(bad)]) == 2
     assert capsys.readouterr().err.strip() == (f"memgym train sft: recipe {bad}: unknown field(s): not_a_field; "
                                                "--help lists every field")

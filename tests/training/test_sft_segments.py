@@ -9,19 +9,19 @@ from collections import Counter
 
 import pytest
 
-from data_synth.paths import expert_dir
-from memory_bank.bank import MemoryBank
-from memory_bank.schema import Session, Turn
-from training.sft_data import expert_session_states
-from memory_bank.construct import ModelExtractor, construct, split_session
-from training.sft_segments import SegmentError, assign_texts, cap_empty, is_empty_output, segment_rows, words
+from memgym.data_synth.paths import expert_dir
+from memgym.memory_bank.bank import MemoryBank
+from memgym.memory_bank.schema import Session, Turn
+from memgym.training.sft_data import expert_session_states
+from memgym.memory_bank.construct import ModelExtractor, construct, split_session
+from memgym.training.sft_segments import SegmentError, assign_texts, cap_empty, is_empty_output, segment_rows, words
 
 CONV26 = expert_dir() / "conv-26.jsonl"
 
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_model_dir):
-    from training.common import load_tokenizer
+    from memgym.training.common import load_tokenizer
 
     return load_tokenizer(tiny_model_dir)  # SmolLM2's real tokenizer
 
@@ -100,8 +100,8 @@ def test_segment_rows_of_conv26_sessions_1_2_carry_every_expert_operation(tokeni
 def test_inference_with_segment_tokens_cuts_sessions_as_sft_does(tokenizer):
     """An extractor with segment_tokens 200 shows the managers the same segments (first turn of
     each) that segment_rows trained on: conv-26 sessions 1 and 2, 3 + 4 segments."""
-    from llm.base import GenerationParams
-    from memory_bank.schema import Conversation
+    from memgym.llm.base import GenerationParams
+    from memgym.memory_bank.schema import Conversation
     from tests.helpers import ScriptedBackend
 
     states = expert_session_states([CONV26])[:2]
@@ -154,7 +154,7 @@ def test_cap_empty_keeps_at_most_n_no_change_rows_per_manager():
 
 def test_sft_build_data_with_segments(tmp_path, tokenizer):
     """The SFT split of conv-26 sessions 1-2 (a trajectory file of their two lines), segmented."""
-    from training.sft import SFTScriptArguments, build_data
+    from memgym.training.sft import SFTScriptArguments, build_data
 
     traj = tmp_path / "conv-26-s12.jsonl"
     traj.write_text("".join(CONV26.read_text().splitlines(keepends=True)[:2]))

@@ -56,7 +56,7 @@ def colocate(model: str, out: str) -> dict:
     import torch
     from transformers import TrainerCallback
 
-    from training.adrpo import build_trainer, parse_args
+    from memgym.training.adrpo import build_trainer, parse_args
 
     rec = {"policy_at_begin": [], "vllm_at_end": []}
 
@@ -122,7 +122,7 @@ def _served_logprob(client) -> float:
 def server(model: str, out: str, base_url: str) -> dict:
     """Build the trainer against the server; where that works (a GPU), train and compare the
     served greedy completion's log-probability before and after."""
-    from training.adrpo import build_trainer, parse_args
+    from memgym.training.adrpo import build_trainer, parse_args
 
     args, margs = parse_args(argv("server", model, out, base_url))
     try:

@@ -7,13 +7,13 @@ SmolLM2-135M-Instruct, started once per session because each start costs minutes
   process: vLLM's OpenAI server with SmolLM2 served as ``base_model`` and the adapter as
   ``lora_model``, plus TRL's weight-sync endpoints. ``stop()`` sends SIGTERM and returns
   ``(exit status, seconds)``; its log is ``log`` (shown on failure).
-- ``vllm_engine``: the in-process ``vllm:<lora_dir>`` backend (:class:`llm.vllm_backend.VLLMBackend`,
+- ``vllm_engine``: the in-process ``vllm:<lora_dir>`` backend (:class:`memgym.llm.vllm_backend.VLLMBackend`,
   ``LLM.chat``), with the server's engine settings; ``vllm_base`` is the same engine without the
   adapter (no LoRA request).
 
 Each engine gets a 1 GiB KV cache (``VLLM_CPU_KVCACHE_SPACE``, set here unless given) and
 :data:`ENGINE_ARGS`; on vLLM's CPU build both run eager in float32
-(:data:`llm.vllm_backend.CPU_ENGINE_DEFAULTS`).
+(:data:`memgym.llm.vllm_backend.CPU_ENGINE_DEFAULTS`).
 """
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def start_serve(argv: list[str], log: Path, timeout_s: float = STARTUP_TIMEOUT_S
     JSON ready line; pytest.fail with the log's tail when it exits first or times out."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "launch.cli", "serve", *argv], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "memgym.launch.cli", "serve", *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
     server, got = Server(proc, log), threading.Event()
 
@@ -134,7 +134,7 @@ def vllm_server(lora_dir, smollm2_dir, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def vllm_engine(lora_dir):
-    from llm.vllm_backend import VLLMBackend
+    from memgym.llm.vllm_backend import VLLMBackend
 
     t0 = time.monotonic()
     engine = VLLMBackend(lora_dir, **ENGINE_ARGS)
@@ -145,7 +145,7 @@ def vllm_engine(lora_dir):
 @pytest.fixture(scope="session")
 def vllm_base(vllm_engine, smollm2_dir):
     """The in-process engine without the adapter: SmolLM2 itself (model id ``vllm:<dir>``)."""
-    from llm.paths import dir_fingerprint
+    from memgym.llm.paths import dir_fingerprint
 
     base = copy.copy(vllm_engine)
     base.lora_request = None

@@ -3,7 +3,7 @@ SmolLM2 each (tests/vllm/adrpo_run.py, one process per mode).
 
 colocate: every rollout comes from TRL's in-process vLLM engine (the policy's own ``generate``
 never runs), and the weights reach vLLM before each step (on vLLM's CPU build through
-:func:`training.adrpo_trainer.reload_colocated_weights`, since TRL's own ``sync_weights`` fails
+:func:`memgym.training.adrpo_trainer.reload_colocated_weights`, since TRL's own ``sync_weights`` fails
 there with AttributeError: 'Parameter' object has no attribute 'weight_loader'): at each step's end vLLM holds exactly
 the weights the policy had when the step began (rounded to vLLM's dtype), the policy moved
 between steps, and after the last sync vLLM's log-probability of a fixed completion has changed.

@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from llm.base import GenerationParams
+from memgym.llm.base import GenerationParams
 from tests.vllm.conftest import REPO, tail
 
 pytestmark = pytest.mark.vllm
@@ -31,7 +31,7 @@ GREEDY = GenerationParams(max_new_tokens=40, temperature=0)
 
 
 def memgym(*argv, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "launch.cli", *argv], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "memgym.launch.cli", *argv], capture_output=True, text=True,
                           timeout=timeout, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
@@ -70,7 +70,7 @@ def test_a_wrong_model_dir_is_one_line(tmp_path, kind):
 
 
 def test_in_process_and_served_greedy_outputs_are_the_same(vllm_server, vllm_engine, vllm_base):
-    from llm.openai_backend import OpenAIBackend
+    from memgym.llm.openai_backend import OpenAIBackend
 
     for local, model in ((vllm_base, vllm_server.base_model), (vllm_engine, vllm_server.lora_model)):
         served = OpenAIBackend(vllm_server.base_url, model, max_concurrency=4)
@@ -96,6 +96,6 @@ def test_sigterm_stops_the_server_and_its_engine(vllm_server):
     time.sleep(2)
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
     port = int(vllm_server.base_url.rsplit(":", 1)[1].split("/")[0])
-    from launch.cmd_serve import check_port
+    from memgym.launch.cmd_serve import check_port
 
     assert check_port("127.0.0.1", port) == port  # the port is free again

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from llm.base import GenerationParams
-from llm.structured import bounded
-from memory_bank.action_schemas import prompt_schema
-from memory_bank.actions import MANAGERS, parse_output
+from memgym.llm.base import GenerationParams
+from memgym.llm.structured import bounded
+from memgym.memory_bank.action_schemas import prompt_schema
+from memgym.memory_bank.actions import MANAGERS, parse_output
 from tests.llm.test_structured import _ids_used, _manager_prompts
 
 pytestmark = pytest.mark.vllm
@@ -28,7 +28,7 @@ def _check(prompts, comps) -> list:
 
 
 def test_managers_schemas_constrain_vllm_in_process_and_served(vllm_base, vllm_server):
-    from llm.openai_backend import OpenAIBackend
+    from memgym.llm.openai_backend import OpenAIBackend
 
     prompts = _manager_prompts()
     assert [p.manager for p in prompts] == list(MANAGERS) and all(len(p.shown_ids) >= 2 for p in prompts[1:3])

@@ -1,4 +1,4 @@
-"""The proposer input and output (DESIGN.md § "Capability-driven evolution", proposers): every
+"""The proposer input and output (docs/design.md § "Capability-driven evolution", proposers): every
 proposer sees the same :class:`ProposalInput` and answers with a :class:`ProposalResult`; the loop
 owns checks, validation, evaluation and acceptance. A proposer never raises for bad model output
 (``ok=False`` with the reason); only for its own misconfiguration (:class:`ProposerError`).
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from evolution.search.edits import Edit
-from llm.errors import MemgymError
+from memgym.evolution.search.edits import Edit
+from memgym.llm.errors import MemgymError
 
 
 class ProposerError(MemgymError, ValueError):
@@ -76,10 +76,12 @@ class ProposalResult:
     ``whole_file`` True). ``description``: one line about the change. ``transcript``: every
     prompt/response exchanged (``[{"role", "content"}]`` per turn), for the run directory.
     ``turns``: model calls made (0 for offline proposers); ``prompt_tokens`` /
-    ``completion_tokens``: what they cost (cache hits cost 0). A model turn is two transcript
-    entries: ``{"role": "request", "messages": [...]}`` (every message sent, system included)
-    and ``{"role": "response", "content", "prompt_tokens", "completion_tokens"}``, or
-    ``{"role": "error", "content": reason}`` when the call failed."""
+    ``completion_tokens``: what they cost (cache hits cost 0); ``estimated``: turns whose counts
+    are tokenizer estimates (the server's usage was missing or invalid). A model turn is two
+    transcript entries: ``{"role": "request", "messages": [...]}`` (every message sent, system
+    included) and ``{"role": "response", "content", "sha256" (of content), "prompt_tokens",
+    "completion_tokens"[, "cached": true (counts 0) | "estimated": true]}``, or ``{"role": "error", "content": reason}`` when
+    the call failed."""
 
     ok: bool
     source: str | None = None
@@ -91,15 +93,16 @@ class ProposalResult:
     turns: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    estimated: int = 0
 
     def to_dict(self) -> dict:
         return {"ok": self.ok, "edits": [e.to_dict() for e in self.edits], "whole_file": self.whole_file,
                 "description": self.description, "reason": self.reason, "transcript": self.transcript,
                 "turns": self.turns, "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": self.completion_tokens, "source": self.source}
+                "completion_tokens": self.completion_tokens, "estimated": self.estimated, "source": self.source}
 
     @classmethod
     def from_dict(cls, d: dict) -> "ProposalResult":
         return cls(d["ok"], d.get("source"), [Edit.from_dict(e) for e in d["edits"]], d["whole_file"],
                    d["description"], d["reason"], d["transcript"], d["turns"], d.get("prompt_tokens", 0),
-                   d.get("completion_tokens", 0))
+                   d.get("completion_tokens", 0), d.get("estimated", 0))

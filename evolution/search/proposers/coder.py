@@ -1,12 +1,12 @@
 """The ``coder`` proposer: an LLM behind any backend spec writes SEARCH/REPLACE edits.
 
-Source: DESIGN.md § "Capability-driven evolution" (proposers) and PrisMem's appendix on the
+Source: docs/design.md § "Capability-driven evolution" (proposers) and PrisMem's appendix on the
 proposer prompt. Protocol of one proposal (every turn is kept in ``transcript``):
 
 1. the prompt (:func:`build_prompt`): the program interface, the parent's source with line
    numbers, the target and its diagnostics, the compact cases, and the lineage (ancestors
    with score changes, this target's failed attempts);
-2. the answer is parsed (:func:`evolution.search.edits.parse_response`) and applied strictly;
+2. the answer is parsed (:func:`memgym.evolution.search.edits.parse_response`) and applied strictly;
    on a miss or malformed blocks ONE repair turn sends the error (with the closest region);
 3. if that fails too, one whole-file request; if no usable file comes back the proposal
    fails with its reason.
@@ -16,11 +16,14 @@ verdict and applies the answer to the failing child. Nothing here raises for mod
 """
 from __future__ import annotations
 
+import hashlib
 import random
 from typing import Callable
 
-from evolution.search.edits import EditError, Proposal, apply_edits, parse_response
-from evolution.search.proposers.base import ProposalInput, ProposalResult, ProposerError
+from memgym.llm.base import Completion
+
+from memgym.evolution.search.edits import EditError, Proposal, apply_edits, parse_response
+from memgym.evolution.search.proposers.base import ProposalInput, ProposalResult, ProposerError
 
 INTERFACE = """A memory program is ONE Python module that defines:
 - dataclasses `MemoryUnit` and `Query` with JSON-compatible fields (str, int, float, bool, list[str], Optional);
@@ -32,7 +35,8 @@ Stages: extract -> index -> plan (Query) -> retrieve -> answer. toolkit.embed(te
 toolkit.llm(prompt, max_tokens) is budgeted; toolkit.cosine_topk(vec, matrix, k). Allowed imports: math, re, json,
 dataclasses, typing, collections, itertools, functools, heapq, bisect, datetime, statistics, string, textwrap,
 difflib, enum, abc, copy, numpy, operator, random, calendar, unicodedata. No file, network or process access.
-The program must index ~2,000 units in 100 sessions and answer queries within seconds."""
+Validation indexes ~2,000 units in 100 sessions and must answer queries within seconds; the sizes of the splits
+that score the program are stated under "What scores your program"."""
 
 FORMAT = """Answer with one or more edit blocks, each copying the SEARCH lines EXACTLY from the program:
 <<<<<<< SEARCH
@@ -42,8 +46,14 @@ FORMAT = """Answer with one or more edit blocks, each copying the SEARCH lines E
 >>>>>>> REPLACE
 Start with one line of explanation. Keep the contract names."""
 
-Chat = Callable[[list[dict]], tuple[str, int, int]]
-"""``chat(messages) -> (text, prompt_tokens, completion_tokens)``."""
+Chat = Callable[[list[dict]], Completion]
+"""``chat(messages) -> Completion``: the reply, its token counts (0 for a cache hit) and whether
+they are estimates (:class:`memgym.llm.base.Completion`)."""
+
+
+def reply_sha256(text: str) -> str:
+    """The sha256 of a reply's UTF-8 text, kept with it in the transcript (``replay`` checks it)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def numbered(source: str) -> str:
@@ -52,20 +62,29 @@ def numbered(source: str) -> str:
 
 
 def _diag_table(diag: dict) -> str:
-    rows = ["| capability | n | score | d_ext | d_idx | d_ret | unit chars | retrieved chars |", "|---|---|---|---|---|---|---|---|"]
+    """The diagnostics table; with a grounded scorer, a ``grounded`` column (share of the retrieved
+    tokens inside conversation text) and a warning line when some question got none."""
+    g = any("grounded" in d for d in diag.values())
+    rows = ["| capability | n | score | d_ext | d_idx | d_ret | unit chars | retrieved chars |" + (" grounded |" if g else ""),
+            "|---|---|---|---|---|---|---|---|" + ("---|" if g else "")]
 
     def f(v):
         return "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
 
     for cap, d in diag.items():
         rows.append(f"| {cap} | {f(d.get('n'))} | {f(d.get('score'))} | {f(d.get('d_ext'))} | {f(d.get('d_idx'))} | "
-                    f"{f(d.get('d_ret'))} | {f(d.get('unit_chars'))} | {f(d.get('retrieved_chars'))} |")
+                    f"{f(d.get('d_ret'))} | {f(d.get('unit_chars'))} | {f(d.get('retrieved_chars'))} |"
+                    + (f" {f(d.get('grounded'))} |" if g else ""))
+    bad = (diag.get("overall") or {}).get("ungrounded")
+    if bad:
+        rows.append(f"WARNING: for {bad} of {diag['overall'].get('n')} questions the retrieved text holds no run of "
+                    "4 words copied from the conversation; the scorer credits none of it.")
     return "\n".join(rows)
 
 
 def build_prompt(inp: ProposalInput, facts: str = "") -> list[dict]:
     """The chat messages of a proposal (system: role + interface + the run's ``facts``
-    (:func:`evolution.search.proposers.facts.run_facts`) + format; user: the rest)."""
+    (:func:`memgym.evolution.search.proposers.facts.run_facts`) + format; user: the rest)."""
     goal = inp.extra.get("goal") or (
         "Improve the program's overall score (cold start: any component may be the bottleneck)."
         if inp.target is None else
@@ -91,7 +110,7 @@ def build_prompt(inp: ProposalInput, facts: str = "") -> list[dict]:
 class CoderProposer:
     """LLM proposer. ``chat``: the model call (see :data:`Chat`); the loop builds it from the
     ``coder_model`` backend spec (:func:`backend_chat`). ``facts``: the run's section of the
-    system message (what scores the program, :func:`evolution.search.proposers.facts.run_facts`).
+    system message (what scores the program, :func:`memgym.evolution.search.proposers.facts.run_facts`).
     ``chat`` raising :class:`ProposerError` stops the run; any other exception fails the proposal."""
 
     name = "coder"
@@ -104,18 +123,23 @@ class CoderProposer:
     def _turn(self, messages: list[dict], result: ProposalResult) -> str:
         """One model call; the request (every message) and the reply go into the transcript."""
         try:
-            text, p, c = self.chat(messages)
+            reply = self.chat(messages)
         except ProposerError:
             raise
         except Exception as e:  # noqa: BLE001 - a dead server fails the proposal, not the run
             reason = str(e) if isinstance(e, CallFailed) else f"coder call failed: {type(e).__name__}: {e}"
             result.transcript += [{"role": "request", "messages": messages}, {"role": "error", "content": reason}]
             raise CallFailed(reason) from None
+        text = reply.text
         result.turns += 1
-        result.prompt_tokens += p
-        result.completion_tokens += c
-        result.transcript += [{"role": "request", "messages": messages},
-                              {"role": "response", "content": text, "prompt_tokens": p, "completion_tokens": c}]
+        result.prompt_tokens += reply.prompt_tokens
+        result.completion_tokens += reply.completion_tokens
+        result.estimated += int(reply.estimated)
+        entry = {"role": "response", "content": text, "sha256": reply_sha256(text),
+                 "prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens}
+        if reply.cached or reply.estimated:
+            entry["cached" if reply.cached else "estimated"] = True
+        result.transcript += [{"role": "request", "messages": messages}, entry]
         return text
 
     def _apply(self, base: str, text: str) -> tuple[str | None, str, Proposal | None]:
@@ -178,6 +202,7 @@ class CoderProposer:
         again.turns += result.turns
         again.prompt_tokens += result.prompt_tokens
         again.completion_tokens += result.completion_tokens
+        again.estimated += result.estimated
         return again
 
 
@@ -187,13 +212,13 @@ class CallFailed(Exception):
 
 
 def backend_chat(backend, max_new_tokens: int = 4096, temperature: float = 0.7) -> Chat:
-    """A :data:`Chat` over an :class:`llm.base.Backend` (one conversation per call)."""
-    from llm.base import GenerationParams
+    """A :data:`Chat` over an :class:`memgym.llm.base.Backend` (one conversation per call)."""
+    from memgym.llm.base import GenerationParams
 
     params = GenerationParams(max_new_tokens=max_new_tokens, temperature=temperature)
 
     def chat(messages):
         c = backend.generate([messages], params)[0]
-        return c.text, (0 if c.cached else c.prompt_tokens), (0 if c.cached else c.completion_tokens)
+        return Completion(c.text, 0, 0, c.finish_reason, cached=True) if c.cached else c
 
     return chat

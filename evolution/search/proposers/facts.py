@@ -1,21 +1,30 @@
 """What scores a program in this run, stated in the coder's request (:func:`run_facts`).
 
-Source: DESIGN.md § "Capability-driven evolution" (proposers see the diagnostics, cases and
-lineage) and § "Diagnostics"; PrisMem (``shared/seeds/000_0e559b88b400976a.txt``) appendix on
+Source: docs/design.md § "Capability-driven evolution" (proposers see the diagnostics, cases and
+lineage) and § "Diagnostics"; PrisMem (arXiv 2610.06361) appendix on
 the proposer prompt. The program contract (``INTERFACE``) is the same in every run; these
 facts are the run's: the context budget every retrieved text is cut to (tokens, tokenizer and
 about how many characters of this dataset's turns that is), the scorer and what it reads, the
 extractor that produced the units, whether planning and answering call a model, which model
-``toolkit.llm`` is and its call budget, the embedder, what each diagnostics column means and
-the acceptance rule of each stage.
+``toolkit.llm`` is and its call budget, the embedder, what each diagnostics column means, the
+acceptance rule of each stage and the size of every split the program is scored on (so a memory
+is built for the largest conversation it will meet, e.g. BEAM-1M's test chats).
 
-``run_facts(cfg, train_convs)`` is a pure function of the recipe (and, for the approximate
-characters, of the train conversations and the context tokenizer), so a replayed run renders
-the same request. Size: about 500 words.
+``run_facts(cfg, train_convs, splits)`` is a pure function of the recipe and the loaded data (the
+approximate characters: the train conversations and the context tokenizer; the sizes: the splits),
+so a replayed run renders the same request. Size: about 550 words.
 """
 from __future__ import annotations
 
 SCORERS = {
+    "grounded-recall": "grounded-recall: per question, half the credit is the share of the gold evidence turns that the "
+                       "(cut) retrieved text holds verbatim (a turn counts where runs of 4 consecutive normalised "
+                       "words of it occur in the text; 32 such words make a turn count whole), half the share of the "
+                       "reference answer's words ({what}) found inside runs of 4 words copied from the conversation "
+                       "(or the evidence share, when higher). Words outside real conversation text earn nothing: "
+                       "keyword lists, summaries in other words, or shuffled text score 0. Questions without gold "
+                       "evidence are not scored. No model call, no answer is generated, so ANSWER_INSTRUCTION is "
+                       "not used and only retrieve()'s text counts",
     "answer-recall": "answer-recall: the share of the reference answer's distinct stemmed, normalised word tokens "
                      "that occur in the (cut) retrieved text; no model call, no answer is generated, so "
                      "ANSWER_INSTRUCTION is not used and only retrieve()'s text counts",
@@ -36,7 +45,7 @@ EXTRACTORS = {
 }
 
 DIAGNOSTICS = (
-    "Diagnostics columns (train split, per capability; DESIGN.md § Diagnostics): n = tasks; score = the scorer's "
+    "Diagnostics columns (train split, per capability; docs/design.md § Diagnostics): n = tasks; score = the scorer's "
     "mean; d_ext, d_idx, d_ret are cosine maxima in [0, 1] (embedder {embedder}), averaged over the tasks' evidence "
     "turns e: d_ext = max cos(e, units extracted from e's session), d_idx = max cos(e, a line retrieve() returns "
     "when e itself is the query), d_ret = max cos(e, a line retrieve() returns for the real question) -- they are "
@@ -60,7 +69,7 @@ def approx_chars(tokens: int, tokenizer: str, convs) -> int | None:
     """Characters of the first ``tokens`` tokens of the train turns rendered as
     ``[YYYY-MM-DD] speaker: text`` lines (the first conversation whose text is longer than the
     budget): the context budget in characters of this data. None when no conversation is."""
-    from evolution.execution.context_budget import ContextBudget
+    from memgym.evolution.execution.context_budget import ContextBudget
 
     budget = ContextBudget(tokens, tokenizer)
     for conv in convs:
@@ -75,10 +84,49 @@ def approx_chars(tokens: int, tokenizer: str, convs) -> int | None:
     return None
 
 
-def run_facts(cfg, train_convs=()) -> str:
+def capability_map_line(dataset: str) -> str:
+    """How ``dataset``'s own question categories map to the capabilities F/T/P/M/A
+    (:mod:`memgym.data_synth.capabilities`), e.g. ``LoCoMo 4 single-hop -> F, ...``."""
+    from memgym.data_synth import capabilities as caps
+
+    if dataset == "locomo":
+        pairs = [(f"{k} {caps.LOCOMO_CATEGORY_NAMES[k]}", v) for k, v in caps.LOCOMO_MAP.items()]
+    elif dataset == "longmemeval":
+        pairs = [*caps.LONGMEMEVAL_MAP.items(), ("any id ending in _abs (abstention)", caps.A)]
+    else:
+        pairs = list(caps.BEAM_MAP.items())
+    return f"{dataset}'s categories map to " + ", ".join(f"{k} -> {v.value}" for k, v in pairs)
+
+
+def _tokens(n: int) -> str:
+    return f"~{n / 1e6:.1f}M" if n >= 1_000_000 else f"~{n / 1e3:,.0f}K" if n >= 1000 else f"~{n}"
+
+
+def split_sizes(splits: dict) -> str:
+    """What each split holds as loaded, one line per split (conversations, sessions, turns,
+    approximate tokens in all and in its largest conversation; tokens ~ characters of
+    ``speaker: text`` / 4)."""
+    parts = []
+    for split, what in (("train", "diagnostics and cases"), ("valid", "acceptance"),
+                        ("test", "the frozen program, run once")):
+        convs = splits.get(split) or []
+        if not convs:
+            continue
+        turns = [sum(len(s.turns) for s in c.sessions) for c in convs]
+        chars = [sum(len(t.speaker) + 2 + len(t.text or "") + len(t.image_caption or "") for s in c.sessions
+                     for t in s.turns) for c in convs]
+        parts.append(f"  - {split} ({what}): {len(convs):,} conversations, {sum(len(c.sessions) for c in convs):,} "
+                     f"sessions, {sum(turns):,} turns, {_tokens(sum(chars) // 4)} tokens (largest conversation: "
+                     f"{max(turns):,} turns, {_tokens(max(chars) // 4)} tokens)")
+    return "\n".join(["- Data sizes (as loaded for this run; one Memory holds one whole conversation, so index() "
+                      "must scale to the largest, test included; tokens ~ characters / 4):", *parts])
+
+
+def run_facts(cfg, train_convs=(), splits: dict | None = None) -> str:
     """The "# What scores your program in this run" section of a coder request (module doc).
-    ``cfg``: an :class:`evolution.search.config.EvolveConfig`; ``train_convs``: its train
-    conversations (for the approximate characters; may be empty)."""
+    ``cfg``: an :class:`memgym.evolution.search.config.EvolveConfig`; ``train_convs``: its train
+    conversations (for the approximate characters; may be empty); ``splits``: ``{"train"|"valid"|
+    "test": [Conversation]}`` as the run loaded them (their sizes; None: not stated)."""
     lines = ["# What scores your program in this run"]
     if cfg.context_tokens:
         chars = approx_chars(cfg.context_tokens, cfg.context_tokenizer, train_convs)
@@ -91,7 +139,10 @@ def run_facts(cfg, train_convs=()) -> str:
         lines.append("- Context budget: none beyond OUT_CHAR_BUDGET (16,000 characters); everything retrieve() "
                      "returns is read.")
     judge = cfg.judge_model or "-"
-    lines.append("- Scorer: " + SCORERS[cfg.scorer].format(judge=judge) + ".")
+    what = ("BEAM: each rubric item counts when all its content words are there" if cfg.dataset == "beam"
+            else "distinct stemmed, normalised words")
+    lines.append("- Scorer: " + SCORERS[cfg.scorer].format(judge=judge, what=what) + ".")
+    lines.append("- Capabilities: " + capability_map_line(cfg.dataset) + ".")
     kind = cfg.extractor.split(":", 1)[0]
     ext = EXTRACTORS.get(kind, f"extractor `{cfg.extractor}` (a trained extractor or a replayed trajectory): its "
                                "bank entries become the units; EXTRACTION_INSTRUCTION is not used")
@@ -118,10 +169,14 @@ def run_facts(cfg, train_convs=()) -> str:
     stages = ["holistic"] if cfg.ablation == "holistic" else ["cold", "refine"] + (
         ["integrate"] if cfg.rounds_integrate and cfg.ablation != "no_integration" else [])
     lines.append("- Acceptance: " + "; ".join(ACCEPTANCE[s].format(delta=cfg.delta) for s in stages) + ".")
+    if splits:
+        lines.append(split_sizes(splits))
     return "\n".join(lines)
 
 
-def facts_for(cfg) -> str:
-    """:func:`run_facts` of a recipe, its train conversations loaded as the run loads them
-    (only when a context budget needs them)."""
-    return run_facts(cfg, cfg.load_split("train") if cfg.context_tokens else [])
+def facts_for(cfg, splits: dict | None = None) -> str:
+    """:func:`run_facts` of a recipe over its splits as the run loaded them (``splits``; loaded
+    here when None)."""
+    if splits is None:
+        splits = {s: cfg.load_split(s) for s in ("train", "valid", "test")}
+    return run_facts(cfg, splits["train"] if cfg.context_tokens else [], splits)

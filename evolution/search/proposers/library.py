@@ -1,6 +1,6 @@
 '''The library of component variants the offline ``params`` proposer applies.
 
-Source: DESIGN.md § "Capability-driven evolution" (proposers): ranking, hybrid lexical+dense
+Source: docs/design.md § "Capability-driven evolution" (proposers): ranking, hybrid lexical+dense
 scoring, MMR diversity, time-hint bonus, date prefixes, chunking long units, deduplication,
 answer-instruction variants. Each variant is a list of :class:`Block` s in the same
 SEARCH/REPLACE form the coder writes; a block may carry alternative forms (the first whose
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from evolution.search.edits import Edit, EditError, apply_edits
-from memory_bank.programs import PROGRAMS_DIR
+from memgym.evolution.search.edits import Edit, EditError, apply_edits
+from memgym.memory_bank.programs import PROGRAMS_DIR
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Variant:
     helpers twice, a program the component merge cannot split); ``budget``: the variant
     changes which of the retrieved lines survive a context budget's cut (their order), so the
     proposer weighs it by the measured share of evidence the cut loses
-    (:mod:`evolution.search.budget_cut`) rather than by ``capabilities`` alone."""
+    (:mod:`memgym.evolution.search.budget_cut`) rather than by ``capabilities`` alone."""
 
     name: str
     kind: str

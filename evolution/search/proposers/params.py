@@ -1,7 +1,7 @@
 """The offline ``params`` proposer: no LLM, seeded, deterministic given the run's RNG.
 
-Source: DESIGN.md § "Capability-driven evolution" (proposers). It proposes a library variant
-(:mod:`evolution.search.proposers.library`) that applies to the parent, or a constant mutation
+Source: docs/design.md § "Capability-driven evolution" (proposers). It proposes a library variant
+(:mod:`memgym.evolution.search.proposers.library`) that applies to the parent, or a constant mutation
 (a module-level int/float scaled by 0.5, 0.75, 1.5 or 2, a bool flipped, a string annotated
 ``# choices: a|b|c`` switched; never :data:`PROTECTED`). Children already archived are dropped,
 and answer variants when no answer is generated. A library variant is chosen with probability
@@ -23,10 +23,10 @@ import ast
 import random
 import re
 
-from evolution.search.archive import program_key
-from evolution.search.edits import Edit, EditError, apply_edits, render_edits
-from evolution.search.proposers.base import ProposalInput, ProposalResult
-from evolution.search.proposers.library import LIBRARY, Variant
+from memgym.evolution.search.archive import program_key
+from memgym.evolution.search.edits import Edit, EditError, apply_edits, render_edits
+from memgym.evolution.search.proposers.base import ProposalInput, ProposalResult
+from memgym.evolution.search.proposers.library import LIBRARY, Variant
 
 PROTECTED = frozenset({"OUT_CHAR_BUDGET", "EMBED_CHARS"})
 SCALES = (0.5, 0.75, 1.5, 2.0)

@@ -15,8 +15,9 @@ import json
 import random
 from pathlib import Path
 
-from evolution.search.proposers.base import ProposalInput, ProposalResult
-from evolution.search.proposers.coder import CoderProposer
+from memgym.evolution.search.proposers.base import ProposalInput, ProposalResult
+from memgym.evolution.search.proposers.coder import CoderProposer
+from memgym.llm.base import Completion
 
 EXHAUSTED = "(the script has no answer for this turn)"
 
@@ -46,10 +47,10 @@ class ScriptedProposer(CoderProposer):
         self._turn_no = 0
         super().__init__(self._chat)
 
-    def _chat(self, messages: list[dict]) -> tuple[str, int, int]:
+    def _chat(self, messages: list[dict]) -> Completion:
         text = self._entry[self._turn_no] if self._turn_no < len(self._entry) else EXHAUSTED
         self._turn_no += 1
-        return text, sum(len(m["content"].split()) for m in messages), len(text.split())
+        return Completion(text, sum(len(m["content"].split()) for m in messages), len(text.split()))
 
     def propose(self, inp: ProposalInput, rng: random.Random) -> ProposalResult:
         self._entry = self.script[(int(inp.extra.get("round", 1)) - 1) % len(self.script)]

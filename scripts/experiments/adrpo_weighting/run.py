@@ -46,12 +46,12 @@ def _std(xs: list[float]) -> float:
 # ---------------------------------------------------------------- screen
 
 def screen(a) -> int:
-    from llm.base import GenerationParams
-    from llm.embeddings import load_embedder
-    from llm.runtime import Runtime
-    from training.adrpo import build_reward, parse_args, reward_rows, trajectory_paths
-    from training.adrpo_data import prompt_tokens, select_samples
-    from training.common import load_tokenizer, resolve_model_path
+    from memgym.llm.base import GenerationParams
+    from memgym.llm.embeddings import load_embedder
+    from memgym.llm.runtime import Runtime
+    from memgym.training.adrpo import build_reward, parse_args, reward_rows, trajectory_paths
+    from memgym.training.adrpo_data import prompt_tokens, select_samples
+    from memgym.training.common import load_tokenizer, resolve_model_path
 
     args, _ = parse_args(["--config", a.config])
     path = Path(a.out) / "screen.json"

@@ -11,7 +11,7 @@ differ only in environment variables:
 - ``today``: ``MEMGYM_EMBED_BATCH=64``, no thread setting and ``OMP_WAIT_POLICY`` set empty (so
   the CLI leaves the OpenMP runtime's own wait policy): sentence-transformers' batch of 64, the
   process's torch threads, spinning OpenMP threads;
-- ``default``: the current defaults (batches of :data:`llm.embeddings.DEFAULT_BATCH`);
+- ``default``: the current defaults (batches of :data:`memgym.llm.embeddings.DEFAULT_BATCH`);
 - further arms from ``--arm NAME=VAR=VALUE[,VAR=VALUE]`` (e.g. ``t1=MEMGYM_EMBED_THREADS=1``).
 
 Arms run alternately, ``--repeats`` times each. Per run: wall seconds, CPU seconds (user + system
@@ -67,7 +67,7 @@ def run_once(program: str, chat: str, env_over: dict, cache: str, out: str) -> d
             env.pop(k, None)
         else:
             env[k] = v
-    cmd = [sys.executable, "-m", "launch.cli", "program", "eval", program, "--dataset", "beam", "--conversations", chat,
+    cmd = [sys.executable, "-m", "memgym.launch.cli", "program", "eval", program, "--dataset", "beam", "--conversations", chat,
            "--extractor", "turns", "--scorer", "rubric-recall", "--plan_mode", "question", "--no_diagnostics",
            "--no_progress", "--out", out]
     l0, c0, t0 = _load(), _children_cpu(), time.perf_counter()

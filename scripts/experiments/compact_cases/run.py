@@ -12,7 +12,7 @@ def _tokenizer(spec: str | None):
 
     if spec:
         return AutoTokenizer.from_pretrained(spec)
-    from llm.models import prepare_smollm2_tokenizer
+    from memgym.llm.models import prepare_smollm2_tokenizer
     return AutoTokenizer.from_pretrained(str(prepare_smollm2_tokenizer()))
 
 
@@ -20,14 +20,14 @@ def bench_cases(conversations=("conv-26", "conv-30"), *, max_cases: int = 60, to
                 progress: bool = False) -> dict:
     """Build the cases of every failed task (score ≤ 0.8, at most ``max_cases`` per program)
     of the seed and the reference program, full and compact; returns sizes and ratios."""
-    from data_synth.locomo import load_locomo
-    from evolution.execution.program_eval import evaluate_program
-    from evolution.execution.runner import ProgramRunner, RunnerSettings
-    from evolution.execution.stages import StageCache
-    from memory_bank.program import unit_text
-    from evolution.search.cases import case_from_run, render_compact, render_full
-    from memory_bank.programs import read_program_source, reference_program_path, seed_program_path
-    from llm.runtime import Runtime
+    from memgym.data_synth.locomo import load_locomo
+    from memgym.evolution.execution.program_eval import evaluate_program
+    from memgym.evolution.execution.runner import ProgramRunner, RunnerSettings
+    from memgym.evolution.execution.stages import StageCache
+    from memgym.memory_bank.program import unit_text
+    from memgym.evolution.search.cases import case_from_run, render_compact, render_full
+    from memgym.memory_bank.programs import read_program_source, reference_program_path, seed_program_path
+    from memgym.llm.runtime import Runtime
 
     tok = _tokenizer(tokenizer)
     convs = load_locomo(ids=list(conversations))
@@ -83,7 +83,7 @@ def _cases(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from llm.checks import at_least
+    from memgym.llm.checks import at_least
 
     p = argparse.ArgumentParser(prog="compact-cases", description=__doc__.split("\n\n")[0])
     p.add_argument("--conversations", nargs="+", default=["conv-26", "conv-30"], metavar="CONV",

@@ -13,11 +13,11 @@ import time
 
 
 def _prompts(n_sessions_before: int = 3):
-    from data_synth.locomo import load_locomo
-    from data_synth.paths import expert_dir
-    from data_synth.expert import replay
-    from memory_bank.actions import MANAGERS
-    from memory_bank.prompts import build_prompt
+    from memgym.data_synth.locomo import load_locomo
+    from memgym.data_synth.paths import expert_dir
+    from memgym.data_synth.expert import replay
+    from memgym.memory_bank.actions import MANAGERS
+    from memgym.memory_bank.prompts import build_prompt
 
     conv = load_locomo(None, ids=["conv-30"])[0]
     bank = replay(expert_dir() / "conv-30.jsonl", upto_session=n_sessions_before)
@@ -38,14 +38,14 @@ def bench_constrained(max_new_tokens: int = 128, rounds: int = 3, batch_size: in
     (1.0 = no overhead). ``first_call_setup_s``: the first constrained call's extra time over a
     free one (wrapping the tokenizer for llguidance and compiling the four grammars).
     ``grammar_share_of_constrained_time``: the share of a constrained call's wall time spent in
-    the grammar's logits processor (:attr:`llm.hf_backend.HFBackend.grammar_seconds`), measured
+    the grammar's logits processor (:attr:`memgym.llm.hf_backend.HFBackend.grammar_seconds`), measured
     inside the same steps, so machine load scales both alike; ``slowdown_from_grammar_time`` =
     1 / (1 - share). On a shared machine, prefer it over ``slowdown``."""
     from tqdm.auto import tqdm
 
-    from llm.base import GenerationParams
-    from llm.specs import load_backend
-    from memory_bank.action_schemas import prompt_schema
+    from memgym.llm.base import GenerationParams
+    from memgym.llm.specs import load_backend
+    from memgym.memory_bank.action_schemas import prompt_schema
 
     backend = load_backend(spec, batch_size=batch_size)
     prompts = _prompts()
@@ -109,7 +109,7 @@ def _run(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from llm.checks import at_least
+    from memgym.llm.checks import at_least
 
     p = argparse.ArgumentParser(prog="constrained-decoding", description=__doc__.split("\n\n")[0])
     p.add_argument("--max-new-tokens", type=at_least(1), default=128, help="tokens per output (default 128)")

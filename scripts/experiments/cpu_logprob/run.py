@@ -1,6 +1,6 @@
 """The CPU log-prob experiment: what TRL's fused LM head costs on CPU when it projects every
 position (TRL 1.16's rule off Triton devices) against only the labelled positions
-(:func:`training.common.score_labelled_positions_only`), side by side in one run.
+(:func:`memgym.training.common.score_labelled_positions_only`), side by side in one run.
 
 One training micro-batch as the trainers see it: SmolLM2-135M (the embedded policy, float32),
 ``--batch`` rows of ``--prompt`` prompt tokens (label -100) and ``--completion`` completion
@@ -43,8 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM
     from trl.trainer.utils import add_fused_lm_head
 
-    from llm.specs import resolve_model_path
-    from training.common import score_labelled_positions_only
+    from memgym.llm.specs import resolve_model_path
+    from memgym.training.common import score_labelled_positions_only
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(resolve_model_path("smollm2"), dtype=torch.float32)

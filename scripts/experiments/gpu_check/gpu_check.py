@@ -3,10 +3,10 @@ two ADRPO steps with HF generation, and one accelerate + DeepSpeed ZeRO-2 step; 
 tokens/s and peak GPU memory.
 
 Stages (``--stage``):
-- ``sft``: TRL ``SFTTrainer`` via :mod:`training.sft` (the ``sft_cpu`` recipe's data and LoRA,
+- ``sft``: TRL ``SFTTrainer`` via :mod:`memgym.training.sft` (the ``sft_cpu`` recipe's data and LoRA,
   bf16 weights and autocast), ``--steps`` optimizer steps of one example each. Tokens/s is
   TRL's ``num_tokens`` (prompt + completion tokens trained on) over ``train_runtime``.
-- ``adrpo``: :mod:`training.adrpo` (the ``adrpo_cpu`` recipe: 4 generations of up to 96 tokens
+- ``adrpo``: :mod:`memgym.training.adrpo` (the ``adrpo_cpu`` recipe: 4 generations of up to 96 tokens
   per prompt, HF ``generate``, no vLLM), ``--steps`` steps. The reward's retrieval uses the
   model-free hash embedder, so no sentence-transformers model is needed: this checks the
   trainer on a GPU, not reward quality. Tokens/s is TRL's ``num_tokens`` over ``train_runtime``.
@@ -48,14 +48,14 @@ COMMON = ["--report_to", "none", "--save_strategy", "no", "--logging_steps", "1"
 
 
 def sft_argv(model: str, out: Path, steps: int, gpu: bool) -> list[str]:
-    """Arguments of :func:`training.sft.parse_args` for ``steps`` one-example SFT steps."""
+    """Arguments of :func:`memgym.training.sft.parse_args` for ``steps`` one-example SFT steps."""
     return (["--config", str(RECIPES / "sft_cpu.yaml"), "--model_name_or_path", model, "--output_dir", str(out),
              "--max_steps", str(steps), "--max_examples", str(steps), "--embedder", "none",
              "--eval_strategy", "no"] + COMMON + (GPU_FLAGS if gpu else []))
 
 
 def adrpo_argv(model: str, out: Path, steps: int, gpu: bool) -> list[str]:
-    """Arguments of :func:`training.adrpo.parse_args` for ``steps`` ADRPO steps (HF generation)."""
+    """Arguments of :func:`memgym.training.adrpo.parse_args` for ``steps`` ADRPO steps (HF generation)."""
     return (["--config", str(RECIPES / "adrpo_cpu.yaml"), "--model_name_or_path", model, "--output_dir", str(out),
              "--max_steps", str(steps), "--embedder", "hash:64", "--use_vllm", "false"] + COMMON
             + (GPU_FLAGS if gpu else []))
@@ -88,8 +88,8 @@ def _reset_peak() -> None:
 
 
 def run_sft(model: str, out: Path, steps: int) -> dict:
-    from training.common import load_policy
-    from training.sft import build_data, build_trainer, parse_args
+    from memgym.training.common import load_policy
+    from memgym.training.sft import build_data, build_trainer, parse_args
 
     _reset_peak()
     script_args, training_args, model_args = parse_args(sft_argv(model, out / "sft", steps, gpu=True))
@@ -107,7 +107,7 @@ def run_sft(model: str, out: Path, steps: int) -> dict:
 
 
 def run_adrpo(model: str, out: Path, steps: int) -> dict:
-    from training.adrpo import build_trainer, parse_args
+    from memgym.training.adrpo import build_trainer, parse_args
 
     _reset_peak()
     args, model_args = parse_args(adrpo_argv(model, out / "adrpo", steps, gpu=True))
@@ -158,8 +158,8 @@ def dry_run(model: str, out: Path, steps: int, adrpo_steps: int) -> dict:
     """Parse every stage's configuration (no model, no GPU) and return the plan."""
     import torch
 
-    from training.adrpo import parse_args as adrpo_parse
-    from training.sft import parse_args as sft_parse
+    from memgym.training.adrpo import parse_args as adrpo_parse
+    from memgym.training.sft import parse_args as sft_parse
 
     gpu = torch.cuda.is_available()
     s, t, m = sft_parse(sft_argv(model, out / "sft", steps, gpu))

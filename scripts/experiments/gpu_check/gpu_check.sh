@@ -81,7 +81,7 @@ if [[ ${#DRY[@]} -eq 0 ]]; then
 fi
 if [[ -z "$MODEL" ]]; then
   if [[ ${#DRY[@]} -eq 0 ]]; then
-    MODEL=$("$PYTHON" -m launch.cli models prepare | "$PYTHON" -c "import json, sys; print(json.load(sys.stdin)['path'])")
+    MODEL=$("$PYTHON" -m memgym.launch.cli models prepare | "$PYTHON" -c "import json, sys; print(json.load(sys.stdin)['path'])")
   else
     MODEL=smollm2
   fi

@@ -6,7 +6,7 @@ semantics (LongMemEval ``evaluate_qa.py`` + ``print_qa_metrics.py``; BEAM ``comp
 its own requests from ``$MEMGYM_DATA/judges/*.json`` (BEAM's equivalence message by evaluating
 the official f-string source itself), asks the same deterministic fake judge, parses replies,
 aligns, ranks (its own Kendall tau-b, no scipy) and aggregates without any memgym scoring code.
-memgym's side runs ``rewards.scoring.score_predictions`` with the same judge. The judge's reply
+memgym's side runs ``memgym.rewards.scoring.score_predictions`` with the same judge. The judge's reply
 is a function of the exact request text (a hash), so any difference in a prompt changes the
 numbers.
 
@@ -56,7 +56,7 @@ class FakeBackend:
     calls = 0
 
     def generate(self, batch, params, schemas=None):
-        from llm.base import Completion
+        from memgym.llm.base import Completion
         return [Completion(text=fake_judge(m), prompt_tokens=1, completion_tokens=1) for m in batch]
 
 
@@ -64,7 +64,7 @@ class FakeBackend:
 
 
 def _judges() -> Path:
-    from data_synth.paths import data_root
+    from memgym.data_synth.paths import data_root
     return data_root() / "judges"
 
 
@@ -234,9 +234,9 @@ def _same(a, b) -> bool:
 
 
 def run(n: int = 40, out=print) -> bool:
-    from data_synth.datasets import load_conversations
-    from rewards.scoring.scorers import make_scorer
-    from rewards.scoring.predictions import score_predictions
+    from memgym.data_synth.datasets import load_conversations
+    from memgym.rewards.scoring.scorers import make_scorer
+    from memgym.rewards.scoring.predictions import score_predictions
 
     ok = True
     cases = [("longmemeval", "official", dict(split="test")), ("beam", "official", dict(ids=["100K-3", "100K-4"])),

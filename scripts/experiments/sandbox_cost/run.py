@@ -1,5 +1,5 @@
 """The sandbox-cost experiment: what the kernel confinement (Landlock + seccomp + reaper, see
-:mod:`evolution.execution.confine`) costs, per sandbox start and per evaluation, against the
+:mod:`memgym.evolution.execution.confine`) costs, per sandbox start and per evaluation, against the
 Python-checks-only sandbox of before, side by side in one run.
 
 Starts: ``--starts`` starts of the seed program (start + load + close), alternating confined
@@ -22,7 +22,7 @@ from contextlib import contextmanager
 @contextmanager
 def _confinement(mode: str):
     """Make every sandbox started inside use ``mode`` ("auto" or "off")."""
-    from evolution.execution import confine
+    from memgym.evolution.execution import confine
 
     import warnings
 
@@ -38,8 +38,8 @@ def _confinement(mode: str):
 
 def bench_starts(n: int) -> dict:
     """Median wall seconds of ``n`` confined and ``n`` unconfined starts (start + load + close)."""
-    from evolution.execution.sandbox import SandboxedProgram
-    from memory_bank.programs import read_program_source, seed_program_path
+    from memgym.evolution.execution.sandbox import SandboxedProgram
+    from memgym.memory_bank.programs import read_program_source, seed_program_path
 
     src = read_program_source(seed_program_path())
     times = {"auto": [], "off": []}
@@ -58,13 +58,13 @@ def bench_starts(n: int) -> dict:
 
 def bench_evals(rounds: int, sessions: int) -> dict:
     """Median wall seconds of ``rounds`` confined and unconfined evaluations (see the module doc)."""
-    from data_synth.datasets import load_conversations
-    from evolution.execution.program_eval import evaluate_program
-    from evolution.execution.runner import ProgramRunner, RunnerSettings
-    from evolution.execution.stages import StageCache
-    from llm.embeddings import HashEmbedder
-    from llm.runtime import Runtime
-    from memory_bank.programs import read_program_source, reference_program_path
+    from memgym.data_synth.datasets import load_conversations
+    from memgym.evolution.execution.program_eval import evaluate_program
+    from memgym.evolution.execution.runner import ProgramRunner, RunnerSettings
+    from memgym.evolution.execution.stages import StageCache
+    from memgym.llm.embeddings import HashEmbedder
+    from memgym.llm.runtime import Runtime
+    from memgym.memory_bank.programs import read_program_source, reference_program_path
 
     conv = load_conversations("locomo", ids=["conv-26"], n_sessions=sessions)[0]
     src = read_program_source(reference_program_path())
@@ -88,7 +88,7 @@ def bench_evals(rounds: int, sessions: int) -> dict:
 
 
 def _run(args) -> int:
-    from evolution.execution import confine
+    from memgym.evolution.execution import confine
 
     ks = confine.probe()
     if ks.landlock_abi < 1:
@@ -115,7 +115,7 @@ def _run(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from llm.checks import at_least
+    from memgym.llm.checks import at_least
 
     p = argparse.ArgumentParser(prog="sandbox-cost", description=__doc__.split("\n\n")[0])
     p.add_argument("--starts", type=at_least(1), default=20, help="starts per side (default 20)")

@@ -52,7 +52,7 @@ def measure(backend, args, params) -> dict:
 
 def serve(model: Path, log: Path) -> tuple[subprocess.Popen, str, float]:
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "launch.cli", "serve", "--model", f"vllm:{model}", "--engine",
+    proc = subprocess.Popen([sys.executable, "-m", "memgym.launch.cli", "serve", "--model", f"vllm:{model}", "--engine",
                              "vllm", "--port", "0", "--", "--max-model-len", "4096", "--max-num-seqs", "32"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -87,8 +87,8 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from llm.base import GenerationParams
-    from llm.models import prepare_smollm2
+    from memgym.llm.base import GenerationParams
+    from memgym.llm.models import prepare_smollm2
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -96,14 +96,14 @@ def main(argv=None) -> int:
     params = GenerationParams(max_new_tokens=args.max_new_tokens, temperature=0)
     rows = {}
     if "hf" in args.only:
-        from llm.hf_backend import HFBackend
+        from memgym.llm.hf_backend import HFBackend
 
         t0 = time.perf_counter()
         hf = HFBackend(model, batch_size=32)
         rows["hf (transformers, float32)"] = {"startup_s": round(time.perf_counter() - t0, 1), **measure(hf, args, params)}
         del hf
     if "vllm" in args.only:
-        from llm.vllm_backend import VLLMBackend
+        from memgym.llm.vllm_backend import VLLMBackend
 
         t0 = time.perf_counter()
         eng = VLLMBackend(model, max_model_len=4096, max_num_seqs=32)
@@ -111,7 +111,7 @@ def main(argv=None) -> int:
                                                     **measure(eng, args, params)}
         del eng
     if "compiled" in args.only:
-        from llm.vllm_backend import VLLMBackend
+        from memgym.llm.vllm_backend import VLLMBackend
 
         t0 = time.perf_counter()
         eng = VLLMBackend(model, max_model_len=4096, max_num_seqs=32, enforce_eager=False)
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
                                                        **measure(eng, args, params)}
         del eng
     if "served" in args.only:
-        from llm.openai_backend import OpenAIBackend
+        from memgym.llm.openai_backend import OpenAIBackend
 
         proc, url, startup = serve(model, out / "serve.log")
         try:

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from data_synth.paths import locomo_path
-from evolution.execution import confine
-from evolution.execution.sandbox import SandboxedProgram
-from memory_bank.programs import read_program_source, seed_program_path
+from memgym.data_synth.paths import locomo_path
+from memgym.evolution.execution import confine
+from memgym.evolution.execution.sandbox import SandboxedProgram
+from memgym.memory_bank.programs import read_program_source, seed_program_path
 from tests.helpers import sandbox_fails
 
 REPO = Path(__file__).resolve().parents[3]
@@ -27,23 +27,32 @@ needs_landlock = pytest.mark.skipif(confine.probe().landlock_abi < 1, reason="ke
 
 # The escape of issue 19: catch the first forbidden open's error, walk its traceback to the
 # audit hook's frame, set the hook's re-entrancy flag (so it returns at once forever after) and
-# clear the recorded violations; attribute names are built from pieces so the static check
-# does not see them.
+# clear the recorded violations. Attribute names are built from pieces so the static check does
+# not see them; the real sys and getattr come from a function's globals read through its type's
+# descriptor, and the frames from the stdlib's traceback.walk_tb (the program's getattr, module
+# views and frame audit refuse the shorter routes, see test_sandbox.py).
 DISARM = '''
+def _real():
+    import typing
+    f = typing.get_type_hints
+    g = vars(type(f))["__glo" + "bals__"].__get__(f)
+    b = g["__buil" + "tins__"]
+    return g["s" + "ys"], (b if isinstance(b, dict) else vars(b))["getattr"]
+
+
 def _disarm():
+    sys_mod, rget = _real()
     try:
         open("/proc/self/environ")
     except BaseException as e:
-        tb = getattr(e, "__trace" + "back__")
-        while tb is not None:
-            fr = getattr(tb, "tb_" + "frame")
-            loc = getattr(fr, "f_" + "locals")
+        tb = vars(BaseException)["__trace" + "back__"].__get__(e)
+        for fr, _ in sys_mod.modules["trace" + "back"].walk_tb(tb):
+            loc = rget(fr, "f_" + "locals")
             if "busy" in loc:
                 loc["busy"][0] = True
-            found = getattr(fr, "f_" + "globals").get("_viol" + "ations")
+            found = rget(fr, "f_" + "globals").get("_viol" + "ations")
             if isinstance(found, list):
                 found.clear()
-            tb = getattr(tb, "tb_" + "next")
 '''
 
 CHEAT = SEED.replace("class Memory:", DISARM + '''
@@ -78,8 +87,7 @@ TARGETS = {targets!r}
 
 
 def _attempt(kind, path):
-    import typing
-    sys_mod = getattr(typing, "s" + "ys")
+    sys_mod, _ = _real()
     os_mod = sys_mod.modules["o" + "s"]
     try:
         if kind == "read":
@@ -157,8 +165,8 @@ def test_the_python_filter_names_project_reads(tmp_path):
 
 
 def test_granted_paths_hold_nothing_of_the_project():
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import numpy, json; import memory_bank.program; "
-            "from evolution.execution.confine import grant_paths; import json as j; "
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import numpy, json; import memgym.memory_bank.program; "
+            "from memgym.evolution.execution.confine import grant_paths; import json as j; "
             "print(j.dumps([grant_paths({'numpy', 'json'}, sys.argv[1]), "
             "grant_paths({'numpy', 'json'}, sys.argv[1], ['/usr/lib/some-data-folder'])]))")
     (dirs, files), (dirs2, files2) = json.loads(subprocess.run([sys.executable, "-I", "-c", code, str(REPO)],
@@ -192,7 +200,7 @@ def test_no_landlock_refuses_unless_the_switch_is_set(monkeypatch):
 
 
 def _eval_overall(tmp_path: Path, source: str, name: str) -> float:
-    from launch.cli import main as memgym
+    from memgym.launch.cli import main as memgym
 
     prog = tmp_path / f"{name}.py"
     prog.write_text(source.replace("DATA)", f"{str(locomo_path())!r})"))
@@ -220,7 +228,7 @@ def test_the_escape_gains_nothing_in_program_eval(tmp_path, monkeypatch):
 _HANG = """
 import sys, threading
 sys.path.insert(0, sys.argv[1])
-from evolution.execution.sandbox import SandboxedProgram, SandboxLimits
+from memgym.evolution.execution.sandbox import SandboxedProgram, SandboxLimits
 
 def spin():
     sb = SandboxedProgram(open(sys.argv[2]).read(), limits=SandboxLimits(call_timeout_s=600))
@@ -271,7 +279,7 @@ def test_kill9_of_the_check_leaves_no_child_and_no_scratch(tmp_path, where):
 
 
 def test_an_unconfined_run_is_named_in_every_verdict(monkeypatch):
-    from evolution.execution.validate import ValidationLimits, validate_program
+    from memgym.evolution.execution.validate import ValidationLimits, validate_program
 
     ok = validate_program(SEED, None, ValidationLimits(run_probe=False))
     if confine.probe().landlock_abi >= 1:

@@ -6,12 +6,12 @@ import json
 import numpy as np
 import pytest
 
-from evolution.execution.diagnostics import (DiagTask, EvidenceTrace, diagnose_run, diagnose_tasks, max_match,
+from memgym.evolution.execution.diagnostics import (DiagTask, EvidenceTrace, diagnose_run, diagnose_tasks, max_match,
                                              split_segments)
-from evolution.execution.runner import ProgramRunner, RunnerSettings
-from llm.embeddings import HashEmbedder
-from llm.runtime import Runtime
-from memory_bank.programs import read_program_source, seed_program_path
+from memgym.evolution.execution.runner import ProgramRunner, RunnerSettings
+from memgym.llm.embeddings import HashEmbedder
+from memgym.llm.runtime import Runtime
+from memgym.memory_bank.programs import read_program_source, seed_program_path
 from tests.helpers import TASK, Script, ScriptedBackend, conversation
 
 

@@ -1,5 +1,5 @@
 """A trained extractor inside a memory program: the tiny random-weight Llama (SmolLM2's real
-tokenizer) is fine-tuned by memgym's own SFT (``training.sft.run``, full fine-tuning) on a
+tokenizer) is fine-tuned by memgym's own SFT (``memgym.training.sft.run``, full fine-tuning) on a
 trajectory whose manager outputs name the answers to conv-30's first questions; then
 ``memgym program eval <seed program> --extractor hf:<trained dir>`` builds the bank with it.
 Its units must reach the program's index and score above 0 (the random-weight model of
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 
-from data_synth.paths import expert_dir
-from memory_bank.programs import seed_program_path
+from memgym.data_synth.paths import expert_dir
+from memgym.memory_bank.programs import seed_program_path
 
 CONV30 = expert_dir() / "conv-30.jsonl"
 MEMORY = "2023-01-19: Jon lost his job as a banker; Gina lost her job at Door Dash; both destress by dancing"
@@ -32,8 +32,8 @@ def _trajectory(path):
 
 
 def test_trained_hf_extractor_units_reach_the_index_and_score(tiny_model_dir, tmp_path, capsys):
-    from launch.cli import main as memgym
-    from training.sft import parse_args, run
+    from memgym.launch.cli import main as memgym
+    from memgym.training.sft import parse_args, run
 
     traj = _trajectory(tmp_path / "scripted.jsonl")
     trained = tmp_path / "trained"
@@ -71,8 +71,8 @@ def test_trained_hf_extractor_units_reach_the_index_and_score(tiny_model_dir, tm
     # segmented SFT): every segment is one call per manager, counted from the model's own tokenizer
     # (sessions 1-2: 7 + 5 segments). The tiny model was trained on whole-session prompts only, so its
     # outputs on segment prompts are not asserted; the cut and the calls are.
-    from data_synth.datasets import load_conversations
-    from memory_bank.construct import split_session
+    from memgym.data_synth.datasets import load_conversations
+    from memgym.memory_bank.construct import split_session
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(trained)

@@ -1,19 +1,19 @@
-"""Tests of :mod:`evolution.execution.program_eval`."""
+"""Tests of :mod:`memgym.evolution.execution.program_eval`."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from launch.cli import main as memgym
-from memory_bank.programs import seed_program_path
+from memgym.launch.cli import main as memgym
+from memgym.memory_bank.programs import seed_program_path
 from tests.data_synth.test_beam import _beam_chat
 from tests.evolution.execution.test_runner import SEED, make_runner
 from tests.helpers import conversation
 
 
 def test_program_eval_where_every_retrieve_fails_exits_1(tmp_path, capsys, monkeypatch):
-    from memory_bank.programs import read_program_source, seed_program_path
+    from memgym.memory_bank.programs import read_program_source, seed_program_path
 
     src = read_program_source(seed_program_path()).replace(
         '        return "\\n".join(self.lines)[:OUT_CHAR_BUDGET]', '        raise ValueError("boom")')
@@ -28,7 +28,7 @@ def test_program_eval_where_every_retrieve_fails_exits_1(tmp_path, capsys, monke
 
 
 def test_program_eval_on_a_beam_folder_defaults_to_its_chats(tmp_path):
-    from memory_bank.programs import seed_program_path
+    from memgym.memory_bank.programs import seed_program_path
 
     folder = _beam_chat(tmp_path)
     out = tmp_path / "pe"
@@ -51,7 +51,7 @@ def _recipe(tmp_path, **extra) -> str:
 
 
 def test_cli_eval_with_a_trained_extractor_hf(tmp_path, tiny_model_dir, capsys):
-    from launch.cli import main as memgym
+    from memgym.launch.cli import main as memgym
 
     out = tmp_path / "run"
     rc = memgym(["program", "eval", str(seed_program_path()), "--recipe", _recipe(tmp_path, extractor_max_new_tokens=16),
@@ -76,7 +76,7 @@ def test_cli_eval_with_a_trained_extractor_hf(tmp_path, tiny_model_dir, capsys):
 
 
 def test_cli_eval_errors(tmp_path, capsys):
-    from launch.cli import main as memgym
+    from memgym.launch.cli import main as memgym
 
     assert memgym(["program", "eval", str(tmp_path / "nope.py"), "--recipe", _recipe(tmp_path)]) == 2
     assert "not found" in capsys.readouterr().err
@@ -91,9 +91,27 @@ def test_cli_eval_errors(tmp_path, capsys):
     assert "plan_mode" in capsys.readouterr().err
 
 
+def test_program_eval_refuses_a_folder_of_user_files(tmp_path, capsys):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import os\n")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "report.md").write_text("my notes")
+    args = ["program", "eval", str(bad), "--recipe", _recipe(tmp_path), "--validate", "true", "--out"]
+    assert memgym([*args, str(mine)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"memgym program eval: {mine} holds files but no memgym program eval output (report.md); memgym program eval "
+        "writes report.json, report.md, tasks.jsonl, units.jsonl there: choose a new or empty folder"]
+    assert [p.name for p in mine.iterdir()] == ["report.md"] and (mine / "report.md").read_text() == "my notes"
+    # its own earlier outputs are not foreign: a rerun into the same folder runs (and fails validation, exit 1)
+    out = tmp_path / "o"
+    assert memgym([*args, str(out)]) == 1 and memgym([*args, str(out)]) == 1
+    assert "validation failed at level 1" in capsys.readouterr().err.splitlines()[-1]
+
+
 def test_evaluate_program_returns_a_typed_result():
-    from evolution.execution.program_eval import evaluate_program
-    from evolution.execution.results import ProgramEvaluation
+    from memgym.evolution.execution.program_eval import evaluate_program
+    from memgym.evolution.execution.results import ProgramEvaluation
 
     runner, _, _ = make_runner(plan_mode="question")
     runner.settings.extractor = "turns"
@@ -106,8 +124,8 @@ def test_evaluate_program_returns_a_typed_result():
 
 
 def test_cli_eval_turns_on_longmemeval(tmp_path):
-    from data_synth.paths import data_root
-    from launch.cli import main as memgym
+    from memgym.data_synth.paths import data_root
+    from memgym.launch.cli import main as memgym
 
     oracle = data_root() / "longmemeval" / "longmemeval_oracle.json"
     qid = json.loads(oracle.read_text())[0]["question_id"]
@@ -127,7 +145,7 @@ def test_cli_eval_turns_on_longmemeval(tmp_path):
 def test_report_header_names_the_conversations_that_ran():
     """A ``--split valid`` run evaluates the split's conversations, not the recipe's default
     ``conversations`` list (conv-26, conv-30), and the header says so."""
-    from evolution.execution.program_eval import _selection
+    from memgym.evolution.execution.program_eval import _selection
 
     cfg = {"conversations": ["conv-26", "conv-30"], "split": "valid"}
     assert _selection({"config": cfg, "conversations": ["conv-41", "conv-42"]}) == "split valid: conv-41, conv-42"
@@ -141,8 +159,8 @@ def test_program_eval_context_budget_is_the_evolve_budget(tmp_path):
     """``context_tokens 64`` cuts every retrieved text to a 64-token prefix
     (:class:`ContextBudget`, the budget `memgym evolve --context_tokens` applies), so an
     evolved program is scored under the budget it was evolved with; without it the text is whole."""
-    from data_synth.paths import data_root
-    from evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
+    from memgym.data_synth.paths import data_root
+    from memgym.evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
 
     oracle = data_root() / "longmemeval" / "longmemeval_oracle.json"
     qid = json.loads(oracle.read_text())[0]["question_id"]

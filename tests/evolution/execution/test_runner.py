@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from evolution.execution.component_diff import COMPONENTS, component_hashes, diff_components, stage_component_hashes
-from evolution.execution.runner import ProgramRunError, ProgramRunner, RunnerSettings
-from evolution.execution.stages import StageCache
-from llm.embeddings import HashEmbedder
-from llm.runtime import Runtime
-from memory_bank.program import FieldSpec, session_entries, text_query, unit_text
-from memory_bank.programs import read_program_source, reference_program_path, seed_program_path
+from memgym.evolution.execution.component_diff import COMPONENTS, component_hashes, diff_components, stage_component_hashes
+from memgym.evolution.execution.runner import ProgramRunError, ProgramRunner, RunnerSettings
+from memgym.evolution.execution.stages import StageCache
+from memgym.llm.embeddings import HashEmbedder
+from memgym.llm.runtime import Runtime
+from memgym.memory_bank.program import FieldSpec, session_entries, text_query, unit_text
+from memgym.memory_bank.programs import read_program_source, reference_program_path, seed_program_path
 from tests.helpers import TASK, LengthMarked, Script, ScriptedBackend, conversation
 
 SEED = read_program_source(seed_program_path())
@@ -38,7 +38,7 @@ def make_runner(cache=None, **kw):
     script = Script()
     rt = Runtime(embedder=CountingEmbedder())
     rt.register(TASK, ScriptedBackend(script, model_id="task"))
-    settings = RunnerSettings(**{"extractor": "instruction", "task_model": TASK, **kw})
+    settings = RunnerSettings(**{"extractor": "instruction", "task_model": TASK, "scorer": "answer-recall", **kw})
     return ProgramRunner(rt, settings, cache), script, rt
 
 
@@ -152,7 +152,7 @@ def test_expert_extraction_replays_the_trajectory_into_units():
     """``expert:conv-30`` on the first 2 real LoCoMo sessions: session 1's expert ops add 5
     episodic + 7 semantic entries and append to core (13 units); session 2's add 3 episodic,
     4 semantic, update 1 semantic entry and replace text in core (9 units)."""
-    from data_synth.datasets import load_conversations
+    from memgym.data_synth.datasets import load_conversations
 
     conv = load_conversations("locomo", ids=["conv-30"], n_sessions=2)
     runner, script, rt = make_runner(diagnostics=False, extractor="expert:conv-30", plan_mode="question")
@@ -268,7 +268,7 @@ def test_text_query_unit_text_and_session_entries():
 
 
 def test_turns_extraction_maps_every_turn_without_a_model_call():
-    from memory_bank.program import turn_entries
+    from memgym.memory_bank.program import turn_entries
 
     conv = conversation()
     assert turn_entries(conv.sessions[1]) == [
@@ -352,7 +352,7 @@ def test_program_toolkit_calls_are_served_by_the_backend_host_under_the_model_lo
     embedder, both while the runner's model lock is held (checked from another thread)."""
     import threading
 
-    from memory_bank.program import BackendToolkitHost
+    from memgym.memory_bank.program import BackendToolkitHost
 
     held = []
 
@@ -391,3 +391,60 @@ def test_program_toolkit_calls_are_served_by_the_backend_host_under_the_model_lo
     assert held == [("llm", True)] + [("embed", True)] * 4  # one llm call, one embed per question
     assert [t.retrieved.split("\n")[0] for t in run.tasks] == ["TAG seen=1", "TAG seen=2", "TAG seen=3", "TAG seen=4"]
     assert "NOTE stub" in run.tasks[0].retrieved and f"DIM {rt.embedder.dim}" in run.tasks[0].retrieved
+
+
+# ------------------------------------------------------------------ memories too large to snapshot
+
+#: The seed with 17,000,000 characters of index state: its snapshot (pickled, base64, JSON) is larger
+#: than the sandbox's real 16 MiB message cap.
+BIG = SEED.replace("        self.lines = []\n", "        self.lines = []\n        self.pad = 'x' * 17_000_000\n", 1)
+
+
+def test_a_snapshot_over_the_message_cap_costs_a_cache_miss_and_none_is_taken_unwanted(monkeypatch):
+    from memgym.evolution.execution.program_eval import open_stage_cache
+    from memgym.evolution.execution.sandbox import SandboxedProgram
+
+    assert not open_stage_cache("none").wants("index")  # program eval --stage_cache none: no later reader
+    assert BIG != SEED and SandboxedProgram(SEED).limits.max_message_bytes == 16 << 20
+    taken = []
+    real_snapshot = SandboxedProgram.snapshot
+    monkeypatch.setattr(SandboxedProgram, "snapshot", lambda self: taken.append(1) or real_snapshot(self))
+    conv = conversation()
+    expected = [1.0, 1.0, 0.0, 1.0]  # the seed's answer-recall: every line back, "15 May 2023" only as a date prefix
+    for cache, snapshots in ((StageCache(), 1), (StageCache(snapshots=False), 0)):
+        runner, _, _ = make_runner(cache, diagnostics=False, plan_mode="question", extractor="turns",
+                                   scorer="answer-recall", progress=False)
+        taken.clear()
+        with pytest.warns(UserWarning, match="the index snapshot of conversation c is larger than the sandbox's "
+                                             "16,777,216-byte message cap: not cached") if snapshots else _nothing():
+            run = runner.run(BIG, [conv])
+        assert [t.score for t in run.tasks] == expected and len(taken) == snapshots and run.failed == {}
+        assert len(cache) == 3 + 4 * 3 and not [k for k in cache._mem if k[0] == "index"]  # 3 extractions; plan,
+        # retrieve and score of 4 questions; no index blob
+        again = runner.run(BIG, [conv])  # nothing cached for index: it is built again, the rest is reused
+        assert again.stage_items["index"] == {"run": 3, "reused": 0} and [t.score for t in again.tasks] == expected
+
+
+def _nothing():
+    import contextlib
+    return contextlib.nullcontext()
+
+
+def test_keep_going_reports_a_failed_conversation_beside_the_others():
+    from dataclasses import replace
+
+    good = conversation()
+    bad = replace(good, id="bad", speakers=("Caroline", "Nate"), sessions=tuple(
+        replace(x, turns=tuple(replace(t, speaker="Nate") if t.speaker == "Melanie" else t for t in x.turns))
+        for x in good.sessions))
+    failing = SEED.replace("    def index(self, units, session):\n", "    def index(self, units, session):\n"
+                           "        if any(u.content.startswith('Nate:') for u in units):\n"
+                           "            raise RuntimeError('cannot index Nate')\n", 1)
+    runner, _, _ = make_runner(diagnostics=False, plan_mode="question", extractor="turns", scorer="answer-recall")
+    with pytest.raises(ProgramRunError, match=r"index \[bad\]: raised: RuntimeError: cannot index Nate"):
+        runner.run(failing, [good, bad])
+    run = runner.run(failing, [bad, good], keep_going=True)
+    assert run.failed == {"bad": "index [bad]: raised: RuntimeError: cannot index Nate"}
+    assert [(t.conversation, t.score, t.error) for t in run.tasks[:4]] == [
+        ("bad", 0.0, "conversation failed: index [bad]: raised: RuntimeError: cannot index Nate")] * 4
+    assert [t.score for t in run.tasks[4:]] == [1.0, 1.0, 0.0, 1.0]  # the good conversation, as the seed scores it

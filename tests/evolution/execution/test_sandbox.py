@@ -7,9 +7,9 @@ import re
 import numpy as np
 import pytest
 
-from evolution.execution.sandbox import (DEFAULT_ALLOWED_IMPORTS, ProgramRaised, SandboxLimits, SandboxedProgram,
+from memgym.evolution.execution.sandbox import (DEFAULT_ALLOWED_IMPORTS, ProgramRaised, SandboxLimits, SandboxedProgram,
                                          static_check)
-from memory_bank.programs import read_program_source, reference_program_path, seed_program_path
+from memgym.memory_bank.programs import read_program_source, reference_program_path, seed_program_path
 from tests.helpers import sandbox_fails
 
 SEED = read_program_source(seed_program_path())
@@ -153,7 +153,10 @@ def test_runtime_import_hook_refuses_disallowed_modules():
 
 def test_os_system_through_an_escape_is_blocked(tmp_path):
     marker = tmp_path / "pwned"
-    src = with_retrieve(f"import typing\ntyping.sys.modules['os'].system('touch {marker}')\nreturn 'ran'")
+    # typing.sys is refused by object (test_module_attributes_never_yield_a_forbidden_module); a function's
+    # globals (a name the static check refuses, skipped here) still reach os, and the audit hook stops the call
+    src = with_retrieve(f"import typing\ntyping.get_type_hints.__globals__['sys'].modules['os'].system('touch {marker}')"
+                        "\nreturn 'ran'")
     with sandbox_fails("violation", match="forbidden operation: os.system"):
         run_retrieve(src)
     assert not marker.exists()
@@ -165,7 +168,7 @@ def test_deleting_a_file_is_blocked_even_if_the_violation_is_caught(tmp_path):
     src = with_retrieve(f"""
 import typing
 try:
-    typing.sys.modules['os'].remove({str(victim)!r})
+    typing.get_type_hints.__globals__['sys'].modules['os'].remove({str(victim)!r})
 except BaseException:
     pass
 return 'pretending all is well'
@@ -221,3 +224,86 @@ def test_oversized_replies_are_refused():
     small = SandboxLimits(call_timeout_s=120, max_message_bytes=100_000)
     with sandbox_fails("oversized", match="exceeds the 100000-byte cap"):
         run_retrieve(with_retrieve("return 'a' * 200_000"), limits=small)
+
+
+# ------------------------------------------------------------------ denied by object, not by name
+
+
+def run_checked(source: str):
+    """``run_retrieve`` with the static check on, as the runner and validation run programs."""
+    with SandboxedProgram(source, None, GENEROUS) as p:
+        p.index([{"content": "Caroline went hiking"}], SESSION)
+        return p.retrieve({"question": "q"})
+
+
+@pytest.mark.parametrize("body, message", [
+    # the attack: numpy's test helper module holds os and sys
+    ("t = getattr(np, '_pytest' + 'tester')\nreturn str(getattr(t, 'o' + 's').stat('/'))",
+     "numpy._pytesttester.os is the module 'os', outside the allowed imports"),
+    ("return str(getattr(np, '_pytest' + 'tester').__dict__.get('sys'))", None),
+    ("import dataclasses\nreturn str(dataclasses._thread.start_new_thread(print, ()))",
+     "dataclasses._thread is the module '_thread', outside the allowed imports"),
+    ("return str(getattr(np.load, '__glo' + 'bals__')['os'])", "getattr(..., '__globals__') is not allowed"),
+    ("import operator\nreturn str(operator.attrgetter('__glo' + 'bals__')(np.load))",
+     "operator.attrgetter('__globals__') is not allowed"),
+    ("import string\nreturn str(string.Formatter().get_field('0.__glo' + 'bals__', [np.load], {}))",
+     "string.Formatter field('0.__globals__') is not allowed"),
+    ("import typing\nclass A:\n    x: '().__class__.__base__.__subclasses__()'\nreturn str(typing.get_type_hints(A))",
+     "introspection in code compiled at run time: line 1: '__subclasses__'"),
+], ids=["numpy-route", "numpy-dict", "thread", "getattr-globals", "attrgetter", "formatter", "forward-ref"])
+def test_module_attributes_never_yield_a_forbidden_module(body, message):
+    src = with_retrieve(body, "import numpy as np\n")
+    assert static_check(src) == []  # every route passes the static check
+    if message is None:
+        assert run_checked(src) == "None"  # a view's namespace holds no forbidden module
+    else:
+        with sandbox_fails("violation", match=re.escape(message)):
+            run_checked(src)
+
+
+def test_the_numpy_route_fails_validation_with_a_clear_reason():
+    from memgym.evolution.execution.validate import ValidationLimits, validate_program
+
+    src = with_retrieve("t = getattr(np, '_pytest' + 'tester')\nreturn str(getattr(t, 's' + 'ys')._getframe())",
+                        "import numpy as np\n")
+    r = validate_program(src, limits=ValidationLimits(sandbox=GENEROUS))
+    assert (r.ok, r.level) == (False, 3)
+    assert "numpy._pytesttester.sys is the module 'sys', outside the allowed imports" in r.reason
+
+
+def test_module_routes_the_static_check_names_are_refused_at_run_time_too():
+    with sandbox_fails("violation", match="typing.sys is the module 'sys', outside the allowed imports"):
+        run_retrieve(with_retrieve("import typing\nreturn str(typing.sys)"))
+    # sys reached past the static check (a function's globals): its frames stay closed to the program
+    with sandbox_fails("violation", match="frame and code introspection is not allowed: sys._getframe"):
+        run_retrieve(with_retrieve("import typing\nreturn str(typing.get_type_hints.__globals__['sys']._getframe())"))
+
+
+def test_a_thread_left_running_is_charged_its_cpu():
+    """A thread (started past the static check) spins 1 CPU-second after ``index`` returned; the
+    sandbox's ``cpu_s`` counts it (the process's CPU over every thread), not only the calls' own."""
+    import time
+    from pathlib import Path
+
+    spin = """
+import typing
+G = typing.get_type_hints.__globals__
+T = G['sys'].modules['time']
+def spin():
+    end = T.process_time() + 1.0
+    while T.process_time() < end:
+        pass
+    open('spun', 'w').write('done')
+G['sys'].modules['_thread'].start_new_thread(spin, ())
+"""
+    src = SEED.replace("    def index(self, units, session):",
+                       "    def index(self, units, session):\n" + "\n".join("        " + ln for ln in spin.strip().splitlines()), 1)
+    with SandboxedProgram(src, None, GENEROUS, skip_static_check=True) as p:
+        cpu0 = p.stats["cpu_s"]
+        p.index([{"content": "a"}], SESSION)
+        deadline = time.monotonic() + 120
+        while not (Path(p._scratch) / "spun").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (Path(p._scratch) / "spun").exists()
+        p.retrieve({"question": "q"})
+        assert p.stats["cpu_s"] - cpu0 >= 0.95

@@ -1,7 +1,6 @@
 """Four-level validation and ``memgym program check``."""
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -9,11 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from evolution.execution.sandbox import SandboxLimits
-from evolution.execution.validate import StubHost, ValidationLimits, normalised_ast, synthetic_record, validate_program
-from launch import cmd_program
-from memory_bank.program import FieldSpec
-from memory_bank.programs import read_program_source, reference_program_path, seed_program_path
+from memgym.evolution.execution.sandbox import SandboxLimits
+from memgym.evolution.execution.validate import StubHost, ValidationLimits, normalised_ast, synthetic_record, validate_program
+from memgym.memory_bank.program import FieldSpec
+from memgym.memory_bank.programs import read_program_source, reference_program_path, seed_program_path
 
 SEED = read_program_source(seed_program_path())
 REFERENCE = read_program_source(reference_program_path())
@@ -116,6 +114,11 @@ def hostile_sources(victim: str) -> dict[str, tuple[str, int, str]]:
         "delete a file": ("import os\n" + patch_method(SEED, "index", f"os.remove({victim!r})"), 1, "import of 'os'"),
         "delete via an escape": (
             "import typing\n" + patch_method(SEED, "index", f"getattr(typing, 's' + 'ys').modules['os'].remove({victim!r})"),
+            3, "typing.sys is the module 'sys', outside the allowed imports"),
+        "delete via a descriptor escape": (
+            "import typing\n" + patch_method(SEED, "index", "f = typing.get_type_hints\n"
+                                              "g = vars(type(f))['__glo' + 'bals__'].__get__(f)\n"
+                                              f"g['s' + 'ys'].modules['os'].remove({victim!r})"),
             3, "file mutation outside the scratch dir"),
         "builtins escape": (patch_method(SEED, "retrieve", "m = getattr(self, 'x', None) or __builtins__"), 1,
                            "use of '__builtins__'"),
@@ -154,10 +157,9 @@ def test_synthetic_record_fills_every_field():
 
 
 def run_cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="memgym")
-    cmd_program.register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(argv)
-    return args.func(args)
+    from memgym.launch.cli import main
+
+    return main(argv)
 
 
 def test_cli_check_prints_a_json_verdict(tmp_path, capsys):
@@ -165,12 +167,22 @@ def test_cli_check_prints_a_json_verdict(tmp_path, capsys):
     good.write_text(SEED)
     assert run_cli(["program", "check", str(good), "--timeout", "120"]) == 0
     assert json.loads(capsys.readouterr().out) == {"ok": True, "level": None, "reason": ""}
-    assert run_cli(["program", "check", str(good), "--parent", str(good), "--stats"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert (out["ok"], out["level"], out["stats"]["levels_passed"]) == (False, 1, [])
     assert run_cli(["program", "check", str(tmp_path / "missing.py")]) == 2
-    out = json.loads(capsys.readouterr().out)
+    out, err = capsys.readouterr()
+    out = json.loads(out)
     assert out["ok"] is False and out["level"] is None and "missing.py" in out["reason"]
+    assert err.splitlines() == [f"memgym program check: {out['reason']}"]
+
+
+def test_program_check_exits_nonzero_when_the_program_fails(tmp_path, capsys):
+    """A verdict ``{"ok": false}`` is not a success: the JSON on stdout, one line on stderr, exit 1."""
+    good = tmp_path / "good.py"
+    good.write_text(SEED)
+    assert run_cli(["program", "check", str(good), "--parent", str(good), "--stats"]) == 1
+    out, err = capsys.readouterr()
+    out = json.loads(out)
+    assert (out["ok"], out["level"], out["stats"]["levels_passed"]) == (False, 1, [])
+    assert err.splitlines() == [f"memgym program check: validate: {good} fails validation at level 1: {out['reason']}"]
 
 
 def test_cli_never_prints_a_traceback_for_hostile_files(tmp_path):
@@ -180,12 +192,11 @@ def test_cli_never_prints_a_traceback_for_hostile_files(tmp_path):
     for name in ("infinite loop in index", "memory bomb", "delete via an escape", "import ctypes"):
         f = tmp_path / (name.replace(" ", "_") + ".py")
         f.write_text(hostile[name][0])
-        code = ("import argparse, sys; from launch import cmd_program; p = argparse.ArgumentParser(); "
-                "cmd_program.register(p.add_subparsers()); a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))")
         timeout = "1.5" if hostile[name][2] == "timeout" else "120"  # tight only where a timeout is expected
-        proc = subprocess.run([sys.executable, "-c", code, "program", "check", str(f), "--timeout", timeout],
+        proc = subprocess.run([sys.executable, "-m", "memgym.launch.cli", "program", "check", str(f), "--timeout", timeout],
                               capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 0 and "Traceback" not in proc.stdout + proc.stderr, (name, proc.stderr)
+        assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, (name, proc.stderr)
+        assert len(proc.stderr.splitlines()) == 1 and "fails validation at level" in proc.stderr, (name, proc.stderr)
         verdict = json.loads(proc.stdout)
         assert set(verdict) == {"ok", "level", "reason"} and verdict["ok"] is False
         assert verdict["level"] == hostile[name][1], (name, verdict)

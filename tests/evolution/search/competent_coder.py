@@ -8,13 +8,13 @@ docstring line, so a repair turn follows, and its month name comes from ``strfti
 imports ``time`` inside the sandbox, so the validation revise turn replaces it by a month
 table), and each hit's preceding turn (the question a reply answers). An edit already named in
 the request (lineage, earlier attempts) is not proposed again. When nothing applies it answers
-in prose (the proposal fails). :func:`serve_coder` serves it over :func:`llm.server.serve_backend`.
+in prose (the proposal fails). :func:`serve_coder` serves it over :func:`memgym.llm.server.serve_backend`.
 """
 from __future__ import annotations
 
 import re
 
-from llm.server import serve_backend
+from memgym.llm.server import serve_backend
 from tests.helpers import ScriptedBackend
 
 IMPORTS_SEED = "from dataclasses import dataclass\nfrom typing import Optional\n"
@@ -192,8 +192,9 @@ def competent_reply(messages: list[dict], params=None) -> str:
     return "I have no further change to propose for this program."
 
 
-def serve_coder(model: str = "fake-coder"):
-    """(server, spec): the competent coder behind an OpenAI-compatible server on 127.0.0.1;
+def serve_coder(model: str = "fake-coder", **kw):
+    """(server, spec): the competent coder behind an OpenAI-compatible server on 127.0.0.1
+    (``kw``: :func:`memgym.llm.server.serve_backend`'s, e.g. ``server_class=FaultyServer, usage=...``);
     stop with ``server.shutdown(); server.server_close()``."""
-    server, _, url = serve_backend(ScriptedBackend(competent_reply, model_id=model), served_model_name=model)
+    server, _, url = serve_backend(ScriptedBackend(competent_reply, model_id=model), served_model_name=model, **kw)
     return server, f"openai:{url}#{model}"

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from evolution.search.archive import Archive, Candidate, SplitScores
-from evolution.search.config import EvolveConfig
-from evolution.search.api import build_engine
-from evolution.search.select import freeze_choice
+from memgym.evolution.search.archive import Archive, Candidate, SplitScores
+from memgym.evolution.search.config import EvolveConfig
+from memgym.evolution.search.api import build_engine
+from memgym.evolution.search.select import freeze_choice
 
 ROOT = Path(__file__).resolve().parents[3]
 BEAM = ["dataset: beam", "train: [100K-3]", "valid: [100K-11]", "test: []", "extractor: turns", "plan_mode: question",
@@ -43,7 +43,7 @@ def test_beam_default_splits_and_scorer_checks():
 
 
 def test_beam_evolution_ranking_wins_on_valid_and_resume_after_kill9_matches(tmp_path):
-    from launch.cli import main as memgym
+    from memgym.launch.cli import main as memgym
 
     recipe = tmp_path / "beam.yaml"
     recipe.write_text("\n".join(BEAM) + "\n")
@@ -97,7 +97,7 @@ def test_beam_evolution_ranking_wins_on_valid_and_resume_after_kill9_matches(tmp
 
 def test_longmemeval_test_split_from_another_file(tmp_path):
     """Evolve on S, test on M-format records: ``test_path`` feeds only the test split."""
-    from data_synth.paths import data_root
+    from memgym.data_synth.paths import data_root
 
     s_file = data_root() / "longmemeval" / "longmemeval_s_subset.json"
     splits = json.loads((data_root() / "longmemeval" / "s_splits.json").read_text())

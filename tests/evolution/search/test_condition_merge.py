@@ -12,13 +12,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from evolution.search.archive import Archive, Candidate, SplitScores, program_key
-from evolution.search.condition import QuestionReader, condition_merge, condition_plan
-from evolution.search.elements import MergeError
-from evolution.search.integrate import RoundSteps, TraceGuidedIntegrator
-from evolution.search.proposers.library import variant
-from evolution.search.select import TaskInfo
-from memory_bank.programs import read_program_source, seed_program_path
+from memgym.evolution.search.archive import Archive, Candidate, SplitScores, program_key
+from memgym.evolution.search.condition import QuestionReader, condition_merge, condition_plan
+from memgym.evolution.search.elements import MergeError
+from memgym.evolution.search.integrate import RoundSteps, TraceGuidedIntegrator
+from memgym.evolution.search.proposers.library import variant
+from memgym.evolution.search.select import TaskInfo
+from memgym.memory_bank.programs import read_program_source, seed_program_path
 
 SEED = read_program_source(seed_program_path())
 DATES, _ = variant("date_words").apply(SEED)  # [2023-05-08, Monday 8 May 2023] instead of [2023-05-08]

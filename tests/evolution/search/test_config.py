@@ -1,11 +1,11 @@
-"""The evolve recipes parse into EvolveConfig with DESIGN.md's splits; bad recipes fail clearly."""
+"""The evolve recipes parse into EvolveConfig with the splits of docs/design.md § "Data model"; bad recipes fail clearly."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from evolution.search.config import EvolveConfig
+from memgym.evolution.search.config import EvolveConfig
 
 RECIPES = Path(__file__).resolve().parents[3] / "launch" / "recipes"
 
@@ -22,7 +22,7 @@ def test_offline_recipe_has_the_design_splits_and_runs_without_models():
     assert (cfg.train, cfg.valid) == (["conv-26", "conv-30"], ["conv-41", "conv-42"])
     assert cfg.test == ["conv-43", "conv-44", "conv-47", "conv-48", "conv-49", "conv-50"]
     assert (cfg.extractor, cfg.plan_mode, cfg.scorer, cfg.proposer, cfg.rounds_integrate) == \
-        ("turns", "question", "answer-recall", "params", 0)
+        ("turns", "question", "grounded-recall", "params", 0)
     assert (RECIPES / "evolve_locomo_offline.yaml").read_text().startswith("# Offline")
     over = _parse("evolve_locomo_offline.yaml", "--rounds_refine", "2", "--workers", "2", "--out", "/tmp/x")
     assert (over.rounds_refine, over.workers, over.out) == (2, 2, "/tmp/x")
@@ -54,7 +54,7 @@ def test_bad_recipes_fail_with_the_field_named(kw, msg):
 
 
 def test_evolve_empty_test_means_no_test_run():
-    from evolution.search.config import EvolveConfig
+    from memgym.evolution.search.config import EvolveConfig
 
     cfg = EvolveConfig(test=[""], embedder="hash:64")
     assert cfg.test == [] and cfg.train == ["conv-26", "conv-30"]
@@ -64,7 +64,7 @@ def test_beam_and_longmemeval_recipes_take_the_design_splits():
     off = _parse("evolve_beam_offline.yaml")
     assert (len(off.train), len(off.valid), len(off.test)) == (8, 6, 8) and off.test[0] == "1M-3"
     assert (off.extractor, off.scorer, off.proposer, off.context_tokens, off.integrate_onto) == \
-        ("turns", "rubric-recall", "params", 2048, "best")
+        ("turns", "grounded-recall", "params", 2048, "best")
     assert (off.rounds_cold, off.rounds_refine, off.rounds_integrate) == (3, 2, 1)  # the header's measured cost
     assert off.baselines == ["full_history", "bm25", "dense_topk", "hybrid_rrf", "reference"]
     assert off.dataset == "beam" and off.context_tokens == 2048
@@ -76,3 +76,25 @@ def test_beam_and_longmemeval_recipes_take_the_design_splits():
     assert demo.context_tokens == 1024 and demo.baselines == ["full_history", "bm25", "dense_topk", "hybrid_rrf"]
     with pytest.raises(ValueError, match="unknown baseline program"):
         EvolveConfig(baselines=["bm26"])
+
+
+def test_recipe_lists_are_deduplicated_in_order_with_a_note():
+    with pytest.warns(UserWarning, match=r"--baselines: 3,000 repeated item\(s\) dropped"):
+        cfg = EvolveConfig(baselines=["bm25"] * 3000 + ["full_history", "bm25"], embedder="hash:64")
+    assert cfg.baselines == ["bm25", "full_history"]
+    with pytest.warns(UserWarning, match=r"--test: 1 repeated item\(s\) dropped"):
+        cfg = EvolveConfig(test="conv-43,conv-44,conv-43", embedder="hash:64")
+    assert cfg.test == ["conv-43", "conv-44"]
+
+
+def test_recipe_lists_are_bounded_when_parsed(tmp_path):
+    from memgym.llm.checks import MAX_LIST_ITEMS
+    from memgym.llm.errors import ConfigError
+
+    assert MAX_LIST_ITEMS == 10_000
+    with pytest.raises(ConfigError, match=r"--baselines: 1,000,000 items, more than the bound of 10,000 items"):
+        EvolveConfig(baselines=["bm25"] * 10**6, embedder="hash:64")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("embedder: hash:64\nbaselines:\n" + "  - bm25\n" * 10_001)
+    with pytest.raises(ConfigError, match=r"--baselines: 10,001 items, more than the bound of 10,000"):
+        _parse(str(recipe))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from data_synth.annotate import AnnotatedLabel
-from evolution.search.ledger import Ledger, label_usage, per_question, tokens_by_round
-from evolution.search.report import cost_section
-from memory_bank.schema import Capability
+from memgym.data_synth.annotate import AnnotatedLabel
+from memgym.evolution.search.ledger import Ledger, label_usage, per_question, tokens_by_round
+from memgym.evolution.search.report import cost_section
+from memgym.memory_bank.schema import Capability
 from tests.helpers import conversation
 
 
@@ -37,6 +37,29 @@ def test_tokens_by_round_sums_the_task_stages_and_orders_the_rounds():
     assert "budgets: coder 900 tokens; **the run ended early: budget of role 'coder' exhausted" in text
 
 
+def test_estimated_task_calls_are_marked_on_the_stages_and_negative_usage_is_refused():
+    from types import SimpleNamespace
+
+    import pytest
+
+    from memgym.evolution.search.ledger import usage_from_eval
+
+    ev = SimpleNamespace(model_calls={"task": 5, "judge": 2}, stage_llm_calls={"plan": 2, "answer": 3},
+                         tokens={"task": {"prompt": 500, "completion": 50, "estimated": 3},
+                                 "judge": {"prompt": 40, "completion": 2, "estimated": 2}})
+    usage = usage_from_eval(ev)
+    assert usage == {"plan": {"calls": 2, "prompt": 200, "completion": 20, "estimated": 2},
+                     "answer": {"calls": 3, "prompt": 300, "completion": 30, "estimated": 1},
+                     "judge": {"calls": 2, "prompt": 40, "completion": 2, "estimated": 2}}
+    led = Ledger()
+    led.add_usage(1, usage)
+    led.add(1, "coder", 1, 700, 300)
+    assert led.estimated() == {"plan": 2, "answer": 1, "judge": 2} and "estimated" not in led.rounds["1"]["coder"]
+    with pytest.raises(ValueError, match="negative usage for role 'coder'"):
+        led.add(2, "coder", 1, -1_000_000_000, 5000)
+    assert "2" not in led.rounds
+
+
 def test_label_usage_books_the_labels_of_the_runs_train_and_valid_questions(tmp_path):
     conv = conversation()
     q1, q2 = conv.questions[0].id, conv.questions[1].id
@@ -53,8 +76,8 @@ def test_label_usage_books_the_labels_of_the_runs_train_and_valid_questions(tmp_
 def test_a_state_with_a_skipped_integration_round_is_a_valid_run_state(tmp_path):
     """An integration round with nothing to merge books candidate "-" in the history; --resume must
     accept that state (it refused it as naming a missing candidate)."""
-    from evolution.search.archive import Archive
-    from evolution.search.rundir import RunStateError, check_state
+    from memgym.evolution.search.archive import Archive
+    from memgym.evolution.search.rundir import RunStateError, check_state
 
     arch = Archive()
     st = {"archive": {**arch.to_json(), "candidates": [{"id": "seed"}], "base": "seed", "specialists": {}},

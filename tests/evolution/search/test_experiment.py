@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from evolution.search.archive import Archive
-from evolution.search.config import EvolveConfig
+from memgym.evolution.search.archive import Archive
+from memgym.evolution.search.config import EvolveConfig
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -37,7 +37,7 @@ def _state(run: Path) -> dict:
 
 
 def test_experiment_resumes_after_kill9_without_rerunning_finished_runs(tmp_path):
-    from launch.cli import main as memgym
+    from memgym.launch.cli import main as memgym
 
     recipe, out = _recipe(tmp_path), tmp_path / "exp"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -132,7 +132,7 @@ def test_trained_extractor_run_completes_with_integration_and_extracts_once_per_
     takes NOTE_A from one specialist and NOTE_B from the other (``onto: base``: both merged onto
     the seed; ``onto: best``: r02's NOTE_B merged onto r01, the best single program). This
     checks the plumbing of the end-to-end path, not the method's quality."""
-    from evolution.search.api import evolve
+    from memgym.evolution.search.api import evolve
 
     seed = tmp_path / "seed.py"
     seed.write_text(PROGRAM)
@@ -172,7 +172,7 @@ def test_coder_integration_gets_diffs_and_paired_traces_and_a_failed_merge_goes_
     """Scripted coder, offline first try off: integration round 1 answers with a change that
     does not beat the base (rejected); round 2 gets that failed merge as its parent with its
     verdict and traces, and merges both specialists' notes (accepted)."""
-    from evolution.search.api import evolve
+    from memgym.evolution.search.api import evolve
 
     seed = tmp_path / "seed.py"
     seed.write_text(PROGRAM)
@@ -210,7 +210,7 @@ def test_coder_integration_gets_diffs_and_paired_traces_and_a_failed_merge_goes_
 
 
 def test_kill9_during_the_integration_evaluation_then_resume_matches(tmp_path):
-    from launch.cli import main as memgym
+    from memgym.launch.cli import main as memgym
 
     (tmp_path / "seed.py").write_text(PROGRAM)
     (tmp_path / "script.json").write_text(json.dumps({"proposals": [

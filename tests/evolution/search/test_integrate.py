@@ -8,17 +8,17 @@ import random
 
 import pytest
 
-from evolution.search.api import build_engine
-from evolution.search.archive import Archive, Candidate, SplitScores
-from evolution.search.config import EvolveConfig
-from evolution.search.edits import apply_edits
-from evolution.search.integrate import blame, integration_verdict, paired_case, paired_cases
-from evolution.search.merge import Contender, MergeError, component_merge, element_key, split_program
-from evolution.search.proposers.library import variant
-from evolution.search.proposers.params import constant_mutations
-from evolution.search.select import RandomCases, RoundRobinTarget, TaskInfo
-from evolution.search.strategies import BestOverallParent, LowestScoreCases, strategy_for
-from memory_bank.programs import read_program_source, seed_program_path
+from memgym.evolution.search.api import build_engine
+from memgym.evolution.search.archive import Archive, Candidate, SplitScores
+from memgym.evolution.search.config import EvolveConfig
+from memgym.evolution.search.edits import apply_edits
+from memgym.evolution.search.integrate import blame, integration_verdict, paired_case, paired_cases
+from memgym.evolution.search.merge import Contender, MergeError, component_merge, element_key, split_program
+from memgym.evolution.search.proposers.library import variant
+from memgym.evolution.search.proposers.params import constant_mutations
+from memgym.evolution.search.select import RandomCases, RoundRobinTarget, TaskInfo
+from memgym.evolution.search.strategies import BestOverallParent, LowestScoreCases, strategy_for
+from memgym.memory_bank.programs import read_program_source, seed_program_path
 
 SEED = read_program_source(seed_program_path())
 
@@ -117,7 +117,7 @@ def _merge(t_scores, f_scores):
 
 
 def test_component_merge_takes_each_component_from_the_specialist_that_changed_it():
-    from evolution.execution.validate import ValidationLimits, validate_program
+    from memgym.evolution.execution.validate import ValidationLimits, validate_program
 
     res = _merge({"t-case": 1.0, "f-case": 0.0}, {"t-case": 0.5, "f-case": 1.0})
     prov = res.provenance
@@ -151,7 +151,7 @@ def test_component_merge_takes_each_component_from_the_specialist_that_changed_i
 
 
 def test_merge_of_one_specialist_is_that_specialist_and_bad_programs_raise():
-    from evolution.search.archive import program_key
+    from memgym.evolution.search.archive import program_key
 
     res = component_merge(Contender("base", BASE), [Contender("sT", SPEC_T, "T")], {"sT": BASE})
     assert program_key(res.source) == program_key(SPEC_T) and res.conflicts == []

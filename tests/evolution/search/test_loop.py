@@ -12,10 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from evolution.search.archive import Archive
-from evolution.search.config import EvolveConfig
-from evolution.search.api import build_engine, evolve
-from memory_bank.programs import read_program_source, seed_program_path
+import pytest
+
+from memgym.evolution.search.archive import Archive
+from memgym.evolution.search.config import EvolveConfig
+from memgym.evolution.search.api import build_engine, evolve
+from memgym.memory_bank.programs import read_program_source, seed_program_path
 
 ROOT = Path(__file__).resolve().parents[3]
 SEED = read_program_source(seed_program_path())
@@ -118,7 +120,7 @@ def _fingerprint(run: Path):
 def test_kill9_at_three_points_then_resume_matches_the_uninterrupted_run(tmp_path):
     """One chain: killed between rounds 1 and 2, resumed and killed during round 2's proposal,
     resumed and killed during round 3's evaluation, resumed to the end."""
-    from launch.cli import main as memgym
+    from memgym.launch.cli import main as memgym
 
     recipe = _small_recipe(tmp_path)
     ref = tmp_path / "ref"
@@ -180,7 +182,7 @@ def test_a_spent_budget_stops_the_run_cleanly_with_a_report(tmp_path):
 
 
 def test_compact_cases_come_from_the_kept_train_run_and_equal_the_stage_cache_rebuild(tmp_path, monkeypatch):
-    import evolution.search.evaluator as E
+    import memgym.evolution.search.evaluator as E
 
     cfg = EvolveConfig(**SMALL, proposer="params", rounds_cold=1, rounds_refine=0, out=str(tmp_path / "run"))
     evo = build_engine(cfg)
@@ -195,3 +197,30 @@ def test_compact_cases_come_from_the_kept_train_run_and_equal_the_stage_cache_re
     evo.evaluator.train_runs.clear()  # as after --resume: rebuilt through the stage cache, same texts
     assert evo.evaluator.case_texts(SEED, ids) == kept and calls == [SEED]
     assert len(kept) == 3 and all(k.strip() for k in kept)
+
+
+def test_a_memory_too_large_to_snapshot_and_a_failing_test_conversation_end_in_a_report(tmp_path):
+    """The frozen program's index is larger than the sandbox's real 16 MiB message cap (every
+    snapshot is refused: a cache miss, the run goes on), and it fails on one test conversation
+    (conv-42, Nate's): the test phase reports it beside conv-41, in the summary and the report."""
+    big = SEED.replace("        self.lines = []\n", "        self.lines = []\n        self.pad = 'x' * 17_000_000\n", 1)
+    big = big.replace("    def index(self, units, session):\n", "    def index(self, units, session):\n"
+                      "        if any(u.content.startswith('Nate:') for u in units):\n"
+                      "            raise RuntimeError('cannot index Nate')\n", 1)
+    prog = tmp_path / "big.py"
+    prog.write_text(big)
+    out = tmp_path / "run"
+    cfg = EvolveConfig(**{**SMALL, "test": ["conv-41", "conv-42"], "rounds_cold": 0, "rounds_refine": 0,
+                          "seed_program": str(prog), "out": str(out)})
+    result = evolve(cfg)
+    summary = json.loads((out / "summary.json").read_text())
+    why = "index [conv-42]: raised: RuntimeError: cannot index Nate"
+    assert summary["final"]["test"]["failed"] == {"conv-42": why} and result.frozen.id == "seed"
+    final = json.loads((out / "final.json").read_text())
+    tasks = final["final_test"]["tasks"]
+    assert len(tasks) == 12 and [v for k, v in tasks.items() if k.startswith("conv-42/")] == [0.0] * 6
+    conv41 = [v for k, v in tasks.items() if k.startswith("conv-41/")]
+    assert summary["final"]["test"]["overall"] == pytest.approx(sum(conv41) / 12) and sum(conv41) > 0
+    report = (out / "report.md").read_text()
+    assert f"- final (seed) failed on test conversation conv-42 (its questions scored 0): {why}" in report
+    assert (out / "best.py").read_text() == big

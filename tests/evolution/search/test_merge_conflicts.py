@@ -9,14 +9,14 @@ import random
 
 import pytest
 
-from evolution.search.archive import Archive, Candidate, SplitScores, program_key
-from evolution.search.edits import apply_edits
-from evolution.search.integrate import RoundSteps, TraceGuidedIntegrator
-from evolution.search.merge import Contender, component_merge
-from evolution.search.proposers.library import variant
-from evolution.search.proposers.params import constant_mutations
-from evolution.search.select import TaskInfo
-from memory_bank.programs import read_program_source, seed_program_path
+from memgym.evolution.search.archive import Archive, Candidate, SplitScores, program_key
+from memgym.evolution.search.edits import apply_edits
+from memgym.evolution.search.integrate import RoundSteps, TraceGuidedIntegrator
+from memgym.evolution.search.merge import Contender, component_merge
+from memgym.evolution.search.proposers.library import variant
+from memgym.evolution.search.proposers.params import constant_mutations
+from memgym.evolution.search.select import TaskInfo
+from memgym.memory_bank.programs import read_program_source, seed_program_path
 
 SEED = read_program_source(seed_program_path())
 DENSE, _ = variant("dense_ranking").apply(SEED)  # TOP_K = 40

@@ -7,15 +7,15 @@ import random
 
 import pytest
 
-from evolution.execution.validate import ValidationLimits, validate_program
-from evolution.search.archive import program_key
-from evolution.search.edits import render_edits
-from evolution.search.proposers.base import ProposalInput
-from evolution.search.proposers.coder import CoderProposer, build_prompt
-from evolution.search.proposers.library import LIBRARY, variant
-from evolution.search.proposers.params import ParamsProposer, constant_mutations
-from evolution.search.proposers.scripted import ScriptedProposer
-from memory_bank.programs import read_program_source, seed_program_path
+from memgym.evolution.execution.validate import ValidationLimits, validate_program
+from memgym.evolution.search.archive import program_key
+from memgym.evolution.search.edits import render_edits
+from memgym.evolution.search.proposers.base import ProposalInput
+from memgym.evolution.search.proposers.coder import CoderProposer, build_prompt
+from memgym.evolution.search.proposers.library import LIBRARY, variant
+from memgym.evolution.search.proposers.params import ParamsProposer, constant_mutations
+from memgym.evolution.search.proposers.scripted import ScriptedProposer
+from memgym.memory_bank.programs import read_program_source, seed_program_path
 
 SEED = read_program_source(seed_program_path())
 LIMITS = ValidationLimits(probe_units=600, probe_batches=30)
@@ -133,7 +133,7 @@ def test_coder_protocol_repair_then_whole_file_then_failure():
 
 
 def test_coder_prompt_holds_interface_source_target_diagnostics_cases_lineage():
-    from evolution.search.proposers.base import LineageEntry
+    from memgym.evolution.search.proposers.base import LineageEntry
 
     inp = _inp(target="T", diag={"T": {"n": 3, "score": 0.25, "d_ext": 0.9, "d_idx": 0.4, "d_ret": 0.3,
                                        "unit_chars": 80.0, "retrieved_chars": 16000.0}})

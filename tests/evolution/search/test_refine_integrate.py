@@ -8,16 +8,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from evolution.search.archive import Archive, Candidate, SplitScores, program_key
-from evolution.search.budget_cut import evidence_cut
-from evolution.search.edits import apply_edits
-from evolution.search.integrate import RoundSteps, TraceGuidedIntegrator, blame_elements
-from evolution.search.engine import Engine
-from evolution.search.proposers.base import ProposalInput
-from evolution.search.proposers.library import LIBRARY, variant
-from evolution.search.proposers.params import ParamsProposer, _variant_weight, constant_mutations
-from evolution.search.select import SpecialistParent, TaskInfo
-from memory_bank.programs import read_program_source, seed_program_path
+from memgym.evolution.search.archive import Archive, Candidate, SplitScores, program_key
+from memgym.evolution.search.budget_cut import evidence_cut
+from memgym.evolution.search.edits import apply_edits
+from memgym.evolution.search.integrate import RoundSteps, TraceGuidedIntegrator, blame_elements
+from memgym.evolution.search.engine import Engine
+from memgym.evolution.search.proposers.base import ProposalInput
+from memgym.evolution.search.proposers.library import LIBRARY, variant
+from memgym.evolution.search.proposers.params import ParamsProposer, _variant_weight, constant_mutations
+from memgym.evolution.search.select import SpecialistParent, TaskInfo
+from memgym.memory_bank.programs import read_program_source, seed_program_path
 
 SEED = read_program_source(seed_program_path())
 DENSE, _ = variant("dense_ranking").apply(SEED)
@@ -284,7 +284,7 @@ def test_parallel_lineages_merge_without_pseudo_conflicts():
     seed) TOP_K and Memory.retrieve are conflicts settled on the specialist's paired case (so against
     the base); with per-element merge bases the base keeps its TOP_K and the specialist's hybrid
     retrieve is taken, with no conflict."""
-    from evolution.search.merge import Contender, component_merge
+    from memgym.evolution.search.merge import Contender, component_merge
 
     dated, _ = variant("date_words").apply(SEED)
     dated_dense, _ = variant("dense_ranking").apply(dated)
@@ -305,8 +305,8 @@ def test_parallel_lineages_merge_without_pseudo_conflicts():
 def test_a_specialist_left_out_but_for_its_imports_adds_nothing():
     """Round 8 of the experiment's full/seed0: every named element of the date_words specialist was
     left out; its `import datetime` alone made a new program that was evaluated for nothing."""
-    from evolution.search.merge import Contender, component_merge
-    from evolution.search.integration_rules import step_elements
+    from memgym.evolution.search.merge import Contender, component_merge
+    from memgym.evolution.search.integration_rules import step_elements
 
     dated, _ = variant("date_words").apply(SEED)
     keys = step_elements(SEED, dated)

@@ -1,7 +1,7 @@
-"""Tests of :mod:`evolution.search.report`."""
+"""Tests of :mod:`memgym.evolution.search.report`."""
 from __future__ import annotations
 
-from evolution.search.report import score_table
+from memgym.evolution.search.report import score_table
 
 
 def test_score_table_shows_every_capability_its_rows_score():

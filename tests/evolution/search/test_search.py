@@ -6,16 +6,16 @@ import random
 
 import pytest
 
-from evolution.search.archive import Archive, Candidate, SplitScores, program_key
-from evolution.search.cases import (BUDGET, OMIT, CaseMaterial, EvidenceView, _Sim, compact_text, evidence_survival,
+from memgym.evolution.search.archive import Archive, Candidate, SplitScores, program_key
+from memgym.evolution.search.cases import (BUDGET, OMIT, CaseMaterial, EvidenceView, _Sim, compact_text, evidence_survival,
                                     render_compact, render_full)
-from evolution.search.edits import Edit, EditError, apply_edits, parse_response
-from evolution.search.ledger import BudgetExhausted, Ledger
-from evolution.search.engine import precheck
-from evolution.search.select import (DependencyAwareTarget, HistoryGuidedCases, RoundRobinTarget, TaskInfo, case_weight,
+from memgym.evolution.search.edits import Edit, EditError, apply_edits, parse_response
+from memgym.evolution.search.ledger import BudgetExhausted, Ledger
+from memgym.evolution.search.engine import precheck
+from memgym.evolution.search.select import (DependencyAwareTarget, HistoryGuidedCases, RoundRobinTarget, TaskInfo, case_weight,
                                      pressure, record_cases, target_scores)
-from llm.embeddings import HashEmbedder
-from memory_bank.programs import read_program_source, seed_program_path
+from memgym.llm.embeddings import HashEmbedder
+from memgym.memory_bank.programs import read_program_source, seed_program_path
 
 SEED = read_program_source(seed_program_path())
 

@@ -1,10 +1,11 @@
-"""Put on PYTHONPATH by the 1-process ZeRO-2 test (tests/launch/test_cmd_launch.py): every Python
-process of that run (accelerate's launcher and the training process) starts DeepSpeed's
-``TorchBackend`` without its shared-memory all-reduce op (``deepspeed.comm.torch.build_shm_op``
-returns None). DeepSpeed would otherwise JIT-compile that C++ op (``deepspeed_shm_comm``, about 3
-min on 2 cores) in every fresh checkout; with one process there is no peer to reduce with, and
-without the op DeepSpeed sends every collective to ``torch.distributed`` (gloo), its documented
-fallback (deepspeed/comm/torch.py: ``if self.shm_comm_op != None`` ... else torch.distributed)."""
+"""Put on PYTHONPATH by the DeepSpeed launch tests (tests/launch/test_cmd_launch.py, test_zero3.py):
+every Python process of those runs (accelerate's launcher and the training processes) starts
+DeepSpeed's ``TorchBackend`` without its shared-memory all-reduce op
+(``deepspeed.comm.torch.build_shm_op`` returns None). DeepSpeed would otherwise JIT-compile that C++
+op (``deepspeed_shm_comm``, 1.5-3 min on 2 cores) in every fresh checkout. Training does not use
+it: in ``deepspeed/comm/torch.py`` only ``inference_all_reduce`` (tensor-parallel inference) calls
+the op, and every ZeRO collective (all-gather, reduce-scatter, all-reduce) goes to
+``torch.distributed`` (gloo) either way."""
 import importlib.abc
 import importlib.machinery
 import sys

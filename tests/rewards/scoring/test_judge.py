@@ -1,12 +1,12 @@
 """LLM judge, scorers and answering from memory, over a scripted stub backend."""
 import pytest
 
-from llm.base import Completion, GenerationParams, LLMError
-from rewards.scoring.answer import (ANSWER_SYSTEM_PROMPT, answer_questions, clean_answer, strip_thinking,
+from memgym.llm.base import Completion, GenerationParams, LLMError
+from memgym.rewards.scoring.answer import (ANSWER_SYSTEM_PROMPT, answer_questions, clean_answer, strip_thinking,
                                     truncate_context)
-from rewards.scoring.judge import (F1Scorer, JudgeVerdict, LLMJudge, LLMJudgeScorer, RecallScorer, ScoreItem, Scorer,
+from memgym.rewards.scoring.judge import (F1Scorer, JudgeVerdict, LLMJudge, LLMJudgeScorer, RecallScorer, ScoreItem, Scorer,
                                    parse_judge_label)
-from rewards.scoring.scorers import make_scorer
+from memgym.rewards.scoring.scorers import make_scorer
 
 
 class BatchScriptBackend:
@@ -224,7 +224,7 @@ def test_answer_questions_errors():
 
 def test_beam_answers_are_asked_whole():
     """BEAM's lists and summaries: the answer prompt asks for them whole (issue 16)."""
-    from rewards.scoring.answer import BEAM_ANSWER_SYSTEM_PROMPT, answer_system_prompt
+    from memgym.rewards.scoring.answer import BEAM_ANSWER_SYSTEM_PROMPT, answer_system_prompt
 
     assert answer_system_prompt("beam") == BEAM_ANSWER_SYSTEM_PROMPT and answer_system_prompt("locomo") == \
         ANSWER_SYSTEM_PROMPT

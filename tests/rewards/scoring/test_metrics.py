@@ -5,7 +5,7 @@ moved→move, daily→daili; london, rome, sweden, pottery→potteri, hiking→h
 """
 import pytest
 
-from rewards.scoring.metrics import answer_recall, answer_tokens, f1_score, locomo_f1, multi_answer_f1, normalize_answer
+from memgym.rewards.scoring.metrics import answer_recall, answer_tokens, f1_score, locomo_f1, multi_answer_f1, normalize_answer
 
 
 def test_normalize_answer_strips_case_punct_articles_and():

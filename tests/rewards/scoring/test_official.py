@@ -8,13 +8,13 @@ import math
 
 import pytest
 
-from llm.base import GenerationParams
-from llm.cache import CachedBackend, ResponseCache
-from rewards.scoring.beam_judge import rubric_recall
-from rewards.scoring.judge import ScoreItem
-from rewards.scoring.official import BeamScorer, LoCoMoJudgeScorer, LongMemEvalScorer, RubricRecallScorer, judge_stats
-from rewards.scoring.scorers import make_scorer
-from rewards.scoring.summary import summarise
+from memgym.llm.base import GenerationParams
+from memgym.llm.cache import CachedBackend, ResponseCache
+from memgym.rewards.scoring.beam_judge import rubric_recall
+from memgym.rewards.scoring.judge import ScoreItem
+from memgym.rewards.scoring.official import BeamScorer, LoCoMoJudgeScorer, LongMemEvalScorer, RubricRecallScorer, judge_stats
+from memgym.rewards.scoring.scorers import make_scorer
+from memgym.rewards.scoring.summary import summarise
 from tests.helpers import ScriptedBackend
 
 

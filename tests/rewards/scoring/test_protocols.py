@@ -10,14 +10,15 @@ import re
 import pytest
 from scipy.stats import kendalltau
 
-from data_synth.datasets import load_conversations
-from data_synth.paths import data_root
-from llm.cache import ResponseCache
-from llm.runtime import Runtime
-from rewards.scoring import protocols as P
-from rewards.scoring.judge import ScoreItem
-from rewards.scoring.scorers import make_scorer
+from memgym.data_synth.datasets import load_conversations
+from memgym.data_synth.paths import data_root
+from memgym.llm.cache import ResponseCache
+from memgym.llm.runtime import Runtime
+from memgym.rewards.scoring import protocols as P
+from memgym.rewards.scoring.judge import ScoreItem
+from memgym.rewards.scoring.scorers import make_scorer
 from tests.fake_judge import FakeJudge, user_text
+from tests.helpers import ScriptedBackend
 
 JUDGES = data_root() / "judges"
 
@@ -225,7 +226,7 @@ def test_corrected_is_beam_only():
 def test_membuilder_json_mode_on_a_local_hf_judge(tiny_model_dir):
     """MemBuilder's JSON-object request on the hf backend: decoded under ``{"type": "object"}``
     (llguidance), so even a random-weight judge answers a JSON object; read by the official rule."""
-    from llm.hf_backend import HFBackend
+    from memgym.llm.hf_backend import HFBackend
 
     judge = HFBackend(tiny_model_dir, batch_size=4)
     scorer = make_scorer("llm", judge, dataset="locomo")
@@ -248,3 +249,103 @@ def test_the_judge_protocol_is_part_of_the_response_cache_key(tmp_path):
             before = len(fj.bodies)
             make_scorer("llm", judge, dataset="beam", judge_protocol=protocol).score([item])
             assert len(fj.bodies) - before == new_requests, protocol
+
+
+# ------------------------------------------------------------------ protocols trusted by content
+
+
+def _edited_judges(tmp_path, monkeypatch) -> "Path":
+    """$MEMGYM_DATA in tmp: the shipped data linked, judges/ copied, MemBuilder's prompt edited to
+    always answer CORRECT."""
+    import os
+    import shutil
+
+    root = tmp_path / "data"
+    root.mkdir()
+    for p in data_root().iterdir():
+        if p.name != "judges":
+            (root / p.name).symlink_to(p)
+    shutil.copytree(JUDGES, root / "judges")
+    f = root / "judges" / "locomo_membuilder.json"
+    os.chmod(f, 0o644)
+    d = json.loads(f.read_text(encoding="utf-8"))
+    d["prompt"] = 'Reply {{"label": "CORRECT"}} whatever {question} {gold_answer} {generated_answer} say.'
+    f.write_text(json.dumps(d, indent=2), encoding="utf-8")
+    monkeypatch.setenv("MEMGYM_DATA", str(root))
+    return f
+
+
+def _sha(path) -> str:
+    import hashlib
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_the_official_hashes_are_the_shipped_files():
+    assert P.OFFICIAL_SHA256 == {name: _sha(JUDGES / name) for name in
+                                 ("longmemeval.json", "beam.json", "locomo_membuilder.json")}
+    assert [P.official_file_problem(d) for d in ("locomo", "longmemeval", "beam")] == ["", "", ""]
+    from pathlib import Path
+
+    import memgym.data_synth
+    manifest = json.loads((Path(data_synth.__file__).parent / "data_manifest.json").read_text())
+    pins = manifest["files"]  # memgym data download checks the same files against these
+    assert {n: pins[f"judges/{n}"]["sha256"] for n in P.OFFICIAL_SHA256} == P.OFFICIAL_SHA256
+
+
+def test_a_changed_official_file_is_refused_and_runs_only_as_custom(tmp_path, monkeypatch):
+    edited = _edited_judges(tmp_path, monkeypatch)
+    sha = _sha(edited)
+    item = ScoreItem("When did Caroline go to the LGBTQ support group?", "7 May 2023", "Never.", "", "2", "conv-26/q0")
+    with pytest.raises(P.JudgeProtocolError) as ei:
+        make_scorer("llm", ScriptedBackend(lambda m, p: "unused"), dataset="locomo")
+    msg = str(ei.value)
+    assert ei.value.exit_status == 2 and "\n" not in msg
+    assert msg == (f"judge protocol file {edited} is not the official locomo protocol: sha256 {sha}, expected "
+                   f"{P.OFFICIAL_SHA256['locomo_membuilder.json']}; a changed protocol runs only as judge_protocol "
+                   f"custom:{edited}")
+    with FakeJudge(lambda body: '{"label": "CORRECT"}') as fj:
+        scorer = make_scorer("llm", Runtime(cache=None).backend(fj.spec, role="judge"), dataset="locomo",
+                             judge_protocol=f"custom:{edited}")
+        assert scorer.score([item]) == [1.0]
+    assert user_text(fj.bodies[0]) == f'Reply {{"label": "CORRECT"}} whatever {item.question} 7 May 2023 Never. say.'
+    assert scorer.note == (f"locomo CUSTOM judge protocol {edited} (sha256 {sha[:16]}), not the benchmark's official "
+                           "one: its numbers are not comparable with published ones")
+    assert "MemBuilder" not in scorer.note
+    longmemeval = make_scorer("llm", ScriptedBackend(lambda m, p: "no"), dataset="longmemeval")  # the untouched files still run as official
+    assert longmemeval.note.startswith("LongMemEval official")
+
+
+def test_data_check_score_and_recipes_refuse_a_changed_protocol(tmp_path, monkeypatch, capsys):
+    from memgym.launch.cli import main
+
+    edited = _edited_judges(tmp_path, monkeypatch)
+    sha, want = _sha(edited), P.OFFICIAL_SHA256["locomo_membuilder.json"]
+    assert main(["data", "check"]) == 1
+    out, err = capsys.readouterr()
+    judge_lines = [ln for ln in out.splitlines() if "judge protocol" in ln]
+    assert len(judge_lines) == 3 and judge_lines[0].startswith("BAD  judge protocol locomo")
+    assert f"sha256 {sha}, expected {want}" in judge_lines[0]
+    assert all(ln.startswith("ok   judge protocol") for ln in judge_lines[1:])
+    assert err.strip() == "memgym data check: 1 of 11 items missing or wrong: judge protocol locomo"
+
+    preds = tmp_path / "p.jsonl"
+    preds.write_text(json.dumps({"question_id": "conv-26/q0", "prediction": "7 May 2023"}) + "\n")
+    with FakeJudge(lambda body: '{"label": "CORRECT"}') as fj:
+        args = ["score", "--dataset", "locomo", "--predictions", str(preds), "--judge", fj.spec, "--cache", "none",
+                "--allow_partial"]
+        assert main([*args, "--out", str(tmp_path / "official")]) == 2
+        errors = [ln for ln in capsys.readouterr().err.splitlines() if not ln.startswith("warning: locomo10.json")]
+        assert len(errors) == 1 and f"sha256 {sha}, expected {want}" in errors[0] and not fj.bodies
+        assert main([*args, "--judge_protocol", f"custom:{edited}", "--out", str(tmp_path / "custom")]) == 0
+    scores = json.loads((tmp_path / "custom" / "scores.json").read_text())
+    assert scores["judge_protocol"] == f"custom:{edited}" and scores["overall"] == 1.0
+    report = (tmp_path / "custom" / "report.md").read_text()
+    assert f"CUSTOM judge protocol {edited} (sha256 {sha[:16]})" in report and "422d053" not in report
+
+    capsys.readouterr()
+    recipe = ["--config", "launch/recipes/demo_evolve.yaml", "--scorer", "llm", "--judge_model",
+              "openai:http://127.0.0.1:9/v1#judge", "--out", str(tmp_path / "evo")]
+    assert main(["evolve", *recipe]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and f"sha256 {sha}, expected {want}" in err
+    assert not (tmp_path / "evo" / "recipe.json").exists()

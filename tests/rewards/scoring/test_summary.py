@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from data_synth.errors import DataQuirkWarning
-from llm.embeddings import HashEmbedder
-from llm.runtime import Runtime
+from memgym.data_synth.errors import DataQuirkWarning
+from memgym.llm.embeddings import HashEmbedder
+from memgym.llm.runtime import Runtime
 from tests.helpers import ScriptedBackend
 
 EX, ANS, JUDGE = (f"openai:http://stub.invalid/v1#{r}" for r in ("extractor", "answer", "judge"))
@@ -49,13 +49,13 @@ def _runtime():
 
 @pytest.mark.parametrize("protocol", ["official", "corrected"])
 def test_same_beam_predictions_same_numbers_through_eval_program_eval_and_score(tmp_path, protocol):
-    from data_synth.datasets import load_conversations
-    from evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
-    from evolution.execution.stages import StageCache
-    from memory_bank.programs import reference_program_path
-    from evolution.execution.eval_job import EvalConfig, run_eval
-    from rewards.scoring.scorers import make_scorer
-    from rewards.scoring.predictions import score_predictions
+    from memgym.data_synth.datasets import load_conversations
+    from memgym.evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
+    from memgym.evolution.execution.stages import StageCache
+    from memgym.memory_bank.programs import reference_program_path
+    from memgym.evolution.execution.eval_job import EvalConfig, run_eval
+    from memgym.rewards.scoring.scorers import make_scorer
+    from memgym.rewards.scoring.predictions import score_predictions
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DataQuirkWarning)
@@ -94,9 +94,9 @@ def test_same_beam_predictions_same_numbers_through_eval_program_eval_and_score(
 def test_dataset_and_protocol_reach_the_scorer_in_evolve():
     from trl import TrlParser
 
-    from evolution.execution.runner import ProgramRunner
-    from evolution.search.config import EvolveConfig
-    from rewards.scoring.official import LongMemEvalScorer
+    from memgym.evolution.execution.runner import ProgramRunner
+    from memgym.evolution.search.config import EvolveConfig
+    from memgym.rewards.scoring.official import LongMemEvalScorer
 
     cfg = TrlParser(dataclass_types=[EvolveConfig]).parse_args_and_config(
         args=["--config", str(RECIPES / "evolve_longmemeval_coder.yaml")])[0]
@@ -109,21 +109,21 @@ def test_dataset_and_protocol_reach_the_scorer_in_evolve():
     assert isinstance(scorer, LongMemEvalScorer)  # not the LoCoMo CORRECT/WRONG judge
     # every field the runner settings share with the recipe is copied, none by hand
     import dataclasses
-    from evolution.execution.runner import RunnerSettings
+    from memgym.evolution.execution.runner import RunnerSettings
     shared = {f.name for f in dataclasses.fields(RunnerSettings)} & {f.name for f in dataclasses.fields(EvolveConfig)}
     assert {"dataset", "judge_protocol", "scorer", "judge_model", "extractor"} <= shared
     assert all(getattr(settings, k) == getattr(cfg, k) for k in shared - {"answer_max_new_tokens", "diagnostics"})
 
 
 def test_recipes_share_the_data_fields():
-    from evolution.execution.program_eval import ProgramEvalConfig
-    from evolution.search.config import EvolveConfig
-    from evolution.execution.eval_job import EvalConfig
-    from rewards.scoring.selection import BenchmarkFields, QuestionSelection
+    from memgym.evolution.execution.program_eval import ProgramEvalConfig
+    from memgym.evolution.search.config import EvolveConfig
+    from memgym.evolution.execution.eval_job import EvalConfig
+    from memgym.rewards.scoring.selection import BenchmarkFields, QuestionSelection
 
     assert issubclass(EvalConfig, QuestionSelection) and issubclass(ProgramEvalConfig, QuestionSelection)
     assert issubclass(EvolveConfig, BenchmarkFields)
-    from llm.errors import ConfigError
+    from memgym.llm.errors import ConfigError
     with pytest.raises(ConfigError, match="--judge_protocol: judge_protocol 'corrected' exists for beam only"):
         EvalConfig(judge_protocol="corrected")
 
@@ -131,9 +131,9 @@ def test_recipes_share_the_data_fields():
 def test_stage_cache_key_includes_the_protocol(tmp_path):
     """One stage cache, official then corrected: the second run re-scores (its judge answers
     differ) instead of reusing the first run's scores."""
-    from evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
-    from evolution.execution.stages import StageCache
-    from memory_bank.programs import reference_program_path
+    from memgym.evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
+    from memgym.evolution.execution.stages import StageCache
+    from memgym.memory_bank.programs import reference_program_path
 
     cache = StageCache()
     got = {}
