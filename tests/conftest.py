@@ -21,6 +21,8 @@ Order: the files in ``SLOW_FIRST`` (minutes each) are collected first, each file
 own order, so that ``-n auto --dist loadfile`` starts the longest files at once and the short ones
 fill the other workers (longest-processing-time-first scheduling); no test depends on file order.
 - ``stub_backend``: factory for :class:`tests.helpers.ScriptedBackend`.
+
+Tests marked ``vllm`` (tests/vllm/) are skipped, with the reason, where ``vllm`` is not importable.
 """
 from __future__ import annotations
 
@@ -60,6 +62,14 @@ SLOW_FIRST = ["tests/launch/test_zero3.py", "tests/evolution/execution/test_extr
 def pytest_collection_modifyitems(config, items):
     rank = {f: i for i, f in enumerate(SLOW_FIRST)}
     items.sort(key=lambda item: rank.get(Path(str(item.path)).relative_to(REPO).as_posix(), len(rank)))
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:  # the vllm lane: make vllm && make test-vllm
+        skip = pytest.mark.skip(reason="vllm is not importable in this venv (make vllm builds .venv-vllm; "
+                                       "make test-vllm runs these)")
+        for item in items:
+            if item.get_closest_marker("vllm") is not None:
+                item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,10 @@ loss does the rest. Source: MemBuilder (arXiv 2601.05488) §3.4; docs/design.md 
 
 Logs ``reward_parts/*`` means, ``dominant/*`` counts, ``adrpo/weight_mean`` and
 ``frac_reward_zero_std/<mode>`` beside TRL's own logs.
+
+``use_vllm`` with ``vllm_mode: colocate`` on vLLM's CPU build: the weights reach the engine
+through vLLM's in-place reload (:func:`reload_colocated_weights`) instead of TRL's per-tensor
+``load_weights``, which that build cannot take after start-up.
 """
 from __future__ import annotations
 
@@ -89,6 +93,23 @@ class SessionRewardFunction:
         return [float(b.reward) for b in out]
 
 
+def reload_colocated_weights(generation) -> None:
+    """Push the policy's weights into TRL's colocated vLLM engine with vLLM's in-place reload
+    (``model_runner.reload_weights``: restore each layer, load, re-run its post-load processing),
+    over TRL's own parameter walk (``VLLMGeneration._iter_named_params``: PEFT merge, DeepSpeed /
+    FSDP gather, vLLM names), then reset the prefix cache as TRL does.
+
+    Why: on vLLM's CPU platform every linear layer's weight is packed into a oneDNN / sgl-kernel
+    handle after loading and the parameter replaced by an empty one without ``weight_loader``
+    (vllm/model_executor/layers/linear.py, ``dispatch_cpu_unquantized_gemm(layer,
+    remove_weight=True)``), so TRL's ``sync_weights`` (trl/generation/vllm_generation.py,
+    ``model.load_weights([(name, param)])``) fails there with AttributeError: 'Parameter' object
+    has no attribute 'weight_loader'."""
+    runner = generation.llm.llm_engine.model_executor.driver_worker.model_runner
+    runner.reload_weights(weights_iterator=generation._iter_named_params(), is_checkpoint_format=True)
+    generation.llm.reset_prefix_cache()
+
+
 class ADRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` with the session reward and contribution-aware weights.
 
@@ -118,6 +139,12 @@ class ADRPOTrainer(GRPOTrainer):
                          processing_class=processing_class, peft_config=peft_config, callbacks=callbacks)
         pad = getattr(self._tokenizer, "pad_token_id", None)
         self.reward_fn.stop_token_ids = {int(t) for t in self.eos_token_ids} | ({int(pad)} if pad is not None else set())
+        if self.use_vllm and args.vllm_mode == "colocate":
+            from vllm.platforms import current_platform
+
+            if current_platform.is_cpu():
+                gen = self.vllm_generation
+                gen.sync_weights = lambda: reload_colocated_weights(gen)
 
     def _get_train_sampler(self, dataset=None):
         if self.args.mode != "joint":

