@@ -1,4 +1,4 @@
-"""Structured outputs through vLLM: the four managers' schemas (memory_bank.action_schemas, ids
+"""Structured outputs through vLLM: the four managers' schemas (memgym.memory_bank.action_schemas, ids
 and core lines narrowed to the prompt) constrain SmolLM2 in the in-process engine
 (``StructuredOutputsParams``) and on the server (``response_format`` json_schema); every output
 parses, validates and uses only shown ids, as the hf constrained path's do
