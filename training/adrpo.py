@@ -187,6 +187,10 @@ def train_and_report(args: ADRPOConfig, model_args: PolicyModelConfig) -> int:
                and (k.startswith(("reward", "dominant", "frac_reward")) or k in ("kl", "step"))}
     if trainer.accelerator.is_main_process:
         print(f"{PROG}: {trainer.state.global_step} steps, saved to {args.output_dir}; last step {summary}")
+    # every process leaves the process group before exiting: a gloo group torn down by interpreter exit
+    # can abort a rank ("terminate called without an active exception") after a finished run
+    trainer.accelerator.wait_for_everyone()
+    trainer.accelerator.end_training()
     return 0
 
 
