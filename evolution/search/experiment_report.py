@@ -32,6 +32,11 @@ N_RESAMPLES = 2000
 CONFIDENCE = 0.90
 
 
+def _defined(tasks: dict) -> dict:
+    """``tasks`` without its undefined (NaN) scores."""
+    return {t: v for t, v in tasks.items() if isinstance(v, (int, float)) and v == v}
+
+
 def mean_std(xs: list[float]) -> dict | None:
     """``{"mean", "std", "n"}`` (sample std; 0.0 for one value); None for no values."""
     xs = [x for x in xs if x is not None]
@@ -88,15 +93,19 @@ def run_metrics(run_dir: Path, labels: dict[str, str]) -> dict:
            "tokens": s["tokens"], "final_id": s["final_id"], "integrated": s.get("integrated", False),
            "best_valid": best, "specialists": {c: v["id"] for c, v in s["specialists"].items()},
            "static_baselines": s.get("baselines") or {}}
-    final_tasks = (fin.get("final_test") or {}).get("tasks", {})
+    # undefined scores (NaN: no gold evidence under grounded-recall, an undefined BEAM tau) stay out of
+    # every mean, the router's and the paired intervals' included, as in the run's own summary
+    final_tasks = _defined((fin.get("final_test") or {}).get("tasks", {}))
     out["final_test_tasks"] = final_tasks
-    out["seed_test_tasks"] = (fin.get("seed_test") or {}).get("tasks", {})
+    out["seed_test_tasks"] = _defined((fin.get("seed_test") or {}).get("tasks", {}))
     if s["specialists"] and final_tasks:
         routed = {}
         for t, score in final_tasks.items():
             sid = out["specialists"].get(labels.get(t))
             st = test_of(fin, sid) if sid else None
-            routed[t] = st["tasks"].get(t, score) if st else score
+            v = st["tasks"].get(t, score) if st else score
+            if v == v:  # NaN is undefined, left out
+                routed[t] = v
         out["router_test"] = {"overall": sum(routed.values()) / len(routed),
                               "by_capability": by_capability(routed, labels)}
     else:
