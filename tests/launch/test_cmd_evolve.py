@@ -149,7 +149,9 @@ def test_f5_the_hash_embedder_runtime_keeps_the_request_settings(tmp_path):
     assert type(rt.embedder).__name__ == "HashEmbedder" and rt.embedder.dim == 64
 
 
-def test_f6_an_unreachable_coder_stops_the_run_non_zero_naming_the_url(tmp_path, capsys):
+def _evolve_against_a_dead_coder(tmp_path, rounds: int):
+    """``memgym evolve`` with the coder proposer pointed at a port nothing listens on, ``rounds``
+    cold rounds: (exit status, the endpoint URL, the run folder)."""
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -157,9 +159,14 @@ def test_f6_an_unreachable_coder_stops_the_run_non_zero_naming_the_url(tmp_path,
     out = tmp_path / "run"
     args = [a for a in ARGS]
     args[args.index("--proposer") + 1] = "coder"
-    args[args.index("--rounds_cold") + 1] = "6"
+    args[args.index("--rounds_cold") + 1] = str(rounds)
     rc = memgym(["evolve", *args, "--coder_model", f"openai:{url}#coder", "--request_retries", "0",
                  "--out", str(out)])
+    return rc, url, out
+
+
+def test_f6_an_unreachable_coder_stops_the_run_non_zero_naming_the_url(tmp_path, capsys):
+    rc, url, out = _evolve_against_a_dead_coder(tmp_path, 6)
     assert rc == 1
     line = _one_line_error(capsys)
     assert line.startswith("memgym evolve: stopped after 3 consecutive rounds whose model requests failed; last: "
@@ -173,16 +180,7 @@ def test_f6_an_unreachable_coder_stops_the_run_non_zero_naming_the_url(tmp_path,
 def test_a_coder_endpoint_that_fails_every_round_exits_nonzero_with_the_run_written(tmp_path, capsys):
     """Two rounds, both proposals failed on the dead endpoint (fewer than the 3 that stop a run):
     the run is written (the seed frozen), and the command says so and exits 1, not 0."""
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"http://127.0.0.1:{port}/v1"
-    out = tmp_path / "run"
-    args = [a for a in ARGS]
-    args[args.index("--proposer") + 1] = "coder"
-    args[args.index("--rounds_cold") + 1] = "2"
-    rc = memgym(["evolve", *args, "--coder_model", f"openai:{url}#coder", "--request_retries", "0",
-                 "--out", str(out)])
+    rc, url, out = _evolve_against_a_dead_coder(tmp_path, 2)
     assert rc == 1
     line = _one_line_error(capsys)
     assert line.startswith("memgym evolve: every proposal of the 2 round(s) failed because the coder endpoint failed, so "

@@ -48,12 +48,11 @@ def test_server_is_healthy_and_serves_the_base_and_the_adapter(vllm_server):
 
 def test_a_taken_port_is_one_line_before_vllm_starts(vllm_server, smollm2_dir):
     port = vllm_server.base_url.rsplit(":", 1)[1].split("/")[0]
-    t0 = time.monotonic()
     r = memgym("serve", "--model", f"vllm:{smollm2_dir}", "--engine", "vllm", "--port", port)
     assert r.returncode == 1, r.stderr
     assert r.stderr.strip() == (f"memgym serve: [Errno 98] cannot listen on 127.0.0.1:{port} (Address already in "
                                 "use); pick another --port (0 = any free port) or --host")
-    assert "api_server" not in r.stdout and time.monotonic() - t0 < 120  # vLLM never started
+    assert "api_server" not in r.stdout and "api_server" not in r.stderr  # vLLM never started
 
 
 @pytest.mark.parametrize("kind", ["missing", "not a model"])
