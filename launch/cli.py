@@ -1,7 +1,11 @@
 """The ``memgym`` command line. Each command group lives in its own ``launch/cmd_*.py``
-module exposing ``register(subparsers)``; this file wires them into one argparse tree
-(:mod:`memgym.launch.registry`: recipe commands are ``trl.TrlParser`` parsers in the tree, built when
-chosen) and maps errors to exit statuses, here and nowhere else.
+module exposing ``register(subparsers)``; this file wires them into one argparse tree and maps
+errors to exit statuses, here and nowhere else.
+
+A recipe command (``train sft|adrpo``, ``eval``, ``program eval``, ``evolve [experiment]``) is a
+placeholder in the tree (:mod:`memgym.launch.registry`): the tree parses the command words, then the
+command's parser (:class:`memgym.llm.recipe.RecipeParser`) is built and parses the arguments after
+them once.
 
 Errors: an ordinary mistake (a bad recipe value, a missing or unreadable file, broken YAML or
 data, a dead or misbehaving server, a corrupt cache: a :class:`memgym.llm.errors.MemgymError`, or one
@@ -20,7 +24,7 @@ from memgym.launch import (cmd_annotate, cmd_bank, cmd_data, cmd_eval, cmd_evolv
                     cmd_program, cmd_reproduce, cmd_reward, cmd_score, cmd_serve, cmd_synth, cmd_train)
 from memgym.llm import runcard
 from memgym.llm.errors import report_errors
-from memgym.launch.registry import Commands, chosen, parse
+from memgym.launch.registry import choose
 
 #: Command groups in ``memgym --help`` order; each defines ``register(subparsers)``.
 COMMAND_MODULES = (cmd_models, cmd_data, cmd_bank, cmd_eval, cmd_score, cmd_program, cmd_annotate, cmd_evolve,
@@ -36,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--debug", action="store_true",
                    help="show the full traceback of every error (also: MEMGYM_DEBUG=1)")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", action=Commands)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for mod in COMMAND_MODULES:
         mod.register(sub)
@@ -45,9 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_command(args, command) -> int:
     """Run ``args.func(args)`` (``args`` may also be a callable that parses and returns the
-    namespace) under :func:`memgym.llm.errors.report_errors`: a user error becomes one stderr line
-    ``memgym <command>: ...`` and exit status 2 or 1; ``--debug``/``MEMGYM_DEBUG=1`` re-raises it.
-    ``command``: the command's name for the message, or a callable returning it."""
+    namespace) under :func:`memgym.llm.errors.report_errors`, the one place errors become exit
+    statuses: a user error becomes one stderr line ``memgym <command>: ...`` and exit status 2 or 1;
+    ``--debug``/``MEMGYM_DEBUG=1`` re-raises it. ``command``: the command's name for the message."""
     before = os.environ.get("MEMGYM_DEBUG")
 
     def call(args):
@@ -58,7 +62,7 @@ def run_command(args, command) -> int:
         return args.func(args)
 
     try:
-        return report_errors(lambda: f"memgym {command() if callable(command) else command}", call, args)
+        return report_errors(f"memgym {command}", call, args)
     finally:
         if before is None:
             os.environ.pop("MEMGYM_DEBUG", None)
@@ -102,11 +106,6 @@ def passive_openmp(command: str) -> bool:
     return True
 
 
-def command_name(parser: argparse.ArgumentParser, argv: list[str]) -> str:
-    """The command words of ``argv`` (``program eval``, ``evolve experiment``)."""
-    return " ".join(chosen(parser, argv)[0]) or "?"
-
-
 def main(argv: list[str] | None = None) -> int:
     _show_data_warnings_plainly()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -118,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["MEMGYM_DEBUG"] = "1"  # errors while parsing show their traceback too
     runcard.begin(["memgym", *argv])  # the command line every report's run card names
     try:
-        return run_command(lambda: parse(parser, argv), lambda: command_name(parser, argv))
+        words, parse_args = choose(parser, argv)
+        return run_command(parse_args, " ".join(words))
     finally:
         runcard.begin(None)
         if before is None:

@@ -12,7 +12,7 @@ def run(args) -> int:
     """Run the parsed recipe (:class:`memgym.evolution.execution.eval_job.EvalConfig`), print the tables.
     Returns 0, or 1 when a column scored no question; errors are raised (the message names the
     field or file) and mapped by :func:`memgym.launch.cli.run_command`."""
-    from memgym.launch.registry import recipe_configs
+    from memgym.llm.recipe import recipe_configs
     from memgym.evolution.execution.eval_job import run_eval
     from memgym.rewards.scoring.report import format_failure_table, side_by_side
 
@@ -59,19 +59,20 @@ def report_problems(prog: str, reports: list[dict]) -> int:
 HELP = "build memory, answer QA from it, score, report (the main job)"
 
 
-def make_parser(subparsers):
-    """Add ``memgym eval`` (a ``trl.TrlParser`` of :class:`memgym.evolution.execution.eval_job.EvalConfig`)."""
-    from memgym.launch.registry import add_recipe_args
+def make_parser(prog: str):
+    """The recipe parser of ``memgym eval``
+    (:class:`memgym.evolution.execution.eval_job.EvalConfig`)."""
     from memgym.evolution.execution.eval_job import EvalConfig
+    from memgym.llm.recipe import RecipeParser
 
-    p = subparsers.add_parser("eval", dataclass_types=[EvalConfig], help=HELP,
-                              description=(EvalConfig.__doc__ or "").strip() + " memgym eval --config R.yaml "
-                                          "[--<field> value ...]; any field below overrides the recipe.")
-    add_recipe_args(p)
+    p = RecipeParser([EvalConfig], prog=prog, description=(EvalConfig.__doc__ or "").strip() + " memgym eval "
+                     "--config R.yaml [--<field> value ...]; any field below overrides the recipe.")
     p.set_defaults(func=run)
     return p
 
 
 def register(sub) -> None:
-    """Add ``memgym eval`` (built when chosen)."""
-    sub.add_lazy("eval", make_parser, help=HELP)
+    """Add ``memgym eval`` (its parser built when chosen)."""
+    from memgym.launch.registry import add_recipe_command
+
+    add_recipe_command(sub, "eval", make_parser, help=HELP)

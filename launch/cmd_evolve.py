@@ -50,7 +50,7 @@ def _config_from_dir(run_dir: str):
 def cmd_experiment(args) -> int:
     """``memgym evolve experiment`` (see :mod:`memgym.evolution.search.experiment`)."""
     from memgym.evolution.search.experiment import VARIANTS, Experiment
-    from memgym.launch.registry import given_fields, recipe_configs
+    from memgym.llm.recipe import given_fields, recipe_configs
 
     if args.resume is not None:
         other = given_fields(args) + (["--config"] if args.config else []) + \
@@ -70,7 +70,7 @@ def cmd_experiment(args) -> int:
 
 def cmd_evolve(args) -> int:
     from memgym.evolution.search import api
-    from memgym.launch.registry import given_fields, recipe_configs
+    from memgym.llm.recipe import given_fields, recipe_configs
 
     if args.resume is not None:
         other = given_fields(args, allowed=("progress",)) + (["--config"] if args.config else [])
@@ -100,19 +100,19 @@ def _print(s: dict, out: str) -> None:
         print(f"sandbox: {label}")
 
 
-def _from_run(args) -> dict:
+def _from_run(argv: list[str]) -> dict:
     """``--from RUN``: RUN's stored recipe (unless ``--config`` is given) with proposer replay of
     RUN, as defaults that flags override; ``{}`` without ``--from``."""
     import dataclasses
 
-    from memgym.evolution.search.config import EvolveConfig
+    from memgym.llm.recipe import RECIPE_FLAGS, option_value
 
-    src = args.replay_source
+    src = option_value(argv, "--from")
     if src is None:
         return {}
     if not (Path(src) / "recipe.json").is_file():
         raise ConfigError(f"--from {src}: no recorded run there ({Path(src) / 'recipe.json'} is missing)")
-    recipe = {} if args.config else dataclasses.asdict(_config_from_dir(src))
+    recipe = {} if option_value(argv, *RECIPE_FLAGS) else dataclasses.asdict(_config_from_dir(src))
     recipe.pop("out", None)
     return {**recipe, "proposer": "replay", "replay_from": src}
 
@@ -125,17 +125,13 @@ def _positive_int(text: str) -> int:
     return int(text)
 
 
-def make_parser(subparsers):
-    """Add ``memgym evolve`` (and ``evolve experiment``) to ``subparsers``: ``trl.TrlParser``
-    parsers of :class:`memgym.evolution.search.config.EvolveConfig`."""
-    from trl import TrlParser
-
+def make_parser(prog: str):
+    """The recipe parser of ``memgym evolve`` (:class:`memgym.evolution.search.config.EvolveConfig`)."""
     from memgym.evolution.search.config import EvolveConfig
-    from memgym.evolution.search.experiment import VARIANTS
-    from memgym.launch.registry import add_recipe_args
+    from memgym.llm.recipe import RecipeParser
 
-    p = subparsers.add_parser("evolve", dataclass_types=[EvolveConfig], help=HELP, description=DESCRIPTION)
-    add_recipe_args(p, defaults=_from_run)
+    p = RecipeParser([EvolveConfig], prog=prog, description=DESCRIPTION, defaults=_from_run,
+                     epilog="memgym evolve experiment --help: the ablations' options")
     p.add_argument("--from", dest="replay_source", metavar="RUN", default=None,
                    help="replay the recorded coder run RUN with no server (proposer replay; RUN's recipe.json unless "
                         "--config is given)")
@@ -143,22 +139,27 @@ def make_parser(subparsers):
                    help="continue the run in DIR with the recipe stored there (no other arguments but "
                         "--no_progress); a resumed run ends in the same state as an uninterrupted one")
     p.set_defaults(func=cmd_evolve)
-    sub = p.add_subparsers(dest="evolve_command", metavar="SUBCOMMAND", parser_class=TrlParser)
-    e = sub.add_parser("experiment", dataclass_types=[EvolveConfig],
-                       help="every ablation variant x every seed under one recipe (PrisMem Table 4)",
-                       description="Every ablation variant x every seed under one recipe (PrisMem Table 4): memgym "
-                                   f"evolve experiment --config R.yaml --variants {','.join(VARIANTS)} --seeds 3 "
-                                   "[--out DIR] [--<field> value ...]; memgym evolve experiment --resume DIR "
-                                   "continues one. Writes DIR/experiment.md, experiment.json, boundary.png.")
-    add_recipe_args(e)
-    e.set_defaults(replay_source=None)
+    return p
+
+
+def make_experiment_parser(prog: str):
+    """The recipe parser of ``memgym evolve experiment`` (every ablation variant x every seed)."""
+    from memgym.evolution.search.config import EvolveConfig
+    from memgym.evolution.search.experiment import VARIANTS
+    from memgym.llm.recipe import RecipeParser
+
+    e = RecipeParser([EvolveConfig], prog=prog,
+                     description="Every ablation variant x every seed under one recipe (PrisMem Table 4): memgym "
+                                 f"evolve experiment --config R.yaml --variants {','.join(VARIANTS)} --seeds 3 "
+                                 "[--out DIR] [--<field> value ...]; memgym evolve experiment --resume DIR "
+                                 "continues one. Writes DIR/experiment.md, experiment.json, boundary.png.")
     e.add_argument("--variants", metavar="V,V,...", default=None,
                    help=f"comma-separated variants (default: all of {','.join(VARIANTS)})")
     e.add_argument("--seeds", type=_positive_int, metavar="N", default=None, help="seeds per variant (default 3)")
     e.add_argument("--resume", metavar="DIR", default=None,
                    help="continue the experiment in DIR (no other arguments) without re-running finished runs")
     e.set_defaults(func=cmd_experiment)
-    return p
+    return e
 
 
 HELP = "evolve a memory program (cold start, capability refinement, integration; resumable); " \
@@ -166,5 +167,8 @@ HELP = "evolve a memory program (cold start, capability refinement, integration;
 
 
 def register(subparsers) -> None:
-    """Add ``memgym evolve`` (built when chosen)."""
-    subparsers.add_lazy("evolve", make_parser, help=HELP)
+    """Add ``memgym evolve`` and ``evolve experiment`` (their parsers built when chosen)."""
+    from memgym.launch.registry import add_recipe_command
+
+    add_recipe_command(subparsers, "evolve", make_parser, help=HELP,
+                       subcommands={"experiment": make_experiment_parser})

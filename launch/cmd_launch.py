@@ -1,9 +1,11 @@
 """``memgym launch --accelerate-config NAME [--num-processes N] [--main-process-port P]
 [--dry-run] train sft|adrpo --config R.yaml [overrides]``.
 
-Builds ``accelerate launch --config_file launch/accelerate/<NAME>.yaml [--num_processes N]
-[--main_process_port P] -m memgym.training.<stage> --config R.yaml [overrides]``, prints it
-(shell-quoted) and runs it, returning its exit code; ``--dry-run`` only prints it.
+Parses the trainer's arguments with the stage's recipe parser (the one each process parses with:
+a bad recipe, flag or value is one error here), builds ``accelerate launch --config_file
+launch/accelerate/<NAME>.yaml [--num_processes N] [--main_process_port P] -m memgym.training.<stage>
+--config R.yaml [overrides]``, prints it (shell-quoted) and runs it, returning its exit code
+(127 when ``accelerate`` is not installed); ``--dry-run`` only prints it.
 Source: ``docs/design.md`` § "Training stack" (launching is ``accelerate launch --config_file
 launch/accelerate/<x>.yaml -m memgym.training.<entry> --config R.yaml``, wrapped by ``memgym launch``).
 """
@@ -17,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from memgym.launch.cmd_train import STAGES
+from memgym.launch.cmd_train import STAGES, stage_parser
 from memgym.llm import runcard
 from memgym.llm.errors import MemgymError
 
@@ -91,11 +93,9 @@ def _env() -> dict:
 
 
 def _run(args) -> int:
-    try:
-        cmd = build_command(args.accelerate_config, args.target, args.num_processes, args.main_process_port)
-    except LaunchError as e:
-        print(f"memgym launch: {e}", file=sys.stderr)
-        return 2
+    cmd = build_command(args.accelerate_config, args.target, args.num_processes, args.main_process_port)
+    # the parser each process runs: a bad recipe, flag or value fails here, once, before any process starts
+    stage_parser(args.target[1], f"memgym launch {shlex.join(args.target[:2])}").parse(args.target[2:])
     print(shlex.join(cmd), flush=True)
     if args.dry_run:
         return 0

@@ -24,7 +24,7 @@ import json
 import sys
 from pathlib import Path
 
-from memgym.launch.registry import Commands
+from memgym.launch.registry import add_recipe_command
 
 
 def _emit(payload: dict) -> None:
@@ -79,9 +79,9 @@ def cmd_eval(args) -> int:
     """Evaluate one program file; print the capability table; write the reports."""
     from memgym.evolution.execution.program_eval import run_program_eval
     from memgym.evolution.execution.runner import ProgramRunError
-    from memgym.launch.registry import recipe_configs
     from memgym.llm.checks import out_dir_problem
     from memgym.llm.errors import OutputPathError
+    from memgym.llm.recipe import recipe_configs
 
     if args.file:
         args.program = args.file
@@ -151,7 +151,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         "program", help="memory programs: validate (check) and evaluate (eval) candidates",
         description="Commands for PrisMem-style memory programs (one Python module defining MemoryUnit, Query, "
                     "Memory and the three instruction strings).")
-    sub = p.add_subparsers(dest="program_command", metavar="SUBCOMMAND", action=Commands)
+    sub = p.add_subparsers(dest="program_command", metavar="SUBCOMMAND")
     sub.required = True
     c = sub.add_parser(
         "check", help="run the 4 validation levels on a program file and print a JSON verdict",
@@ -167,25 +167,24 @@ def register(subparsers) -> argparse.ArgumentParser:
     c.add_argument("--timeout", type=_positive, metavar="S",
                    help="wall seconds allowed for loading and for each call (default 20)")
     c.set_defaults(func=cmd_check)
-    sub.add_lazy("eval", make_eval_parser, help=EVAL_HELP)
+    add_recipe_command(sub, "eval", make_eval_parser, help=EVAL_HELP)
     return p
 
 
 EVAL_HELP = "evaluate a program on a benchmark: scores, diagnostics, stage reuse, cost"
 
 
-def make_eval_parser(subparsers):
-    """Add ``memgym program eval`` (a ``trl.TrlParser`` of
-    :class:`memgym.evolution.execution.program_eval.ProgramEvalConfig`) to ``subparsers``."""
+def make_eval_parser(prog: str):
+    """The recipe parser of ``memgym program eval``
+    (:class:`memgym.evolution.execution.program_eval.ProgramEvalConfig`)."""
     from memgym.evolution.execution.program_eval import ProgramEvalConfig
-    from memgym.launch.registry import add_recipe_args
+    from memgym.llm.recipe import RecipeParser
 
-    p = subparsers.add_parser(
-        "eval", dataclass_types=[ProgramEvalConfig], help=EVAL_HELP,
+    p = RecipeParser(
+        [ProgramEvalConfig], prog=prog,
         description="Evaluate a memory program: extract -> index -> plan -> retrieve -> answer -> score with stage "
                     "caching, plus d_ext/d_idx/d_ret diagnostics. memgym program eval FILE.py --config R.yaml "
                     "[--<field> value ...]; every field below overrides the recipe.")
     p.add_argument("file", nargs="?", metavar="FILE.py", default=None, help="the memory program (= --program)")
-    add_recipe_args(p)
     p.set_defaults(func=cmd_eval)
     return p

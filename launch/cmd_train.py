@@ -2,15 +2,16 @@
 process (one CPU or one GPU). For several processes, DeepSpeed or a multi-GPU box, wrap the same
 arguments with ``memgym launch`` (see ``launch/cmd_launch.py``).
 
-Each stage is a module ``training.<stage>`` with TRL's ``make_parser(subparsers)`` (its
-``trl.TrlParser``, registered in the ``memgym`` tree when chosen, so ``memgym train sft
---help`` lists every recipe field) and ``train_and_report(*configs)``. On a machine without CUDA
-``use_cpu true, bf16/fp16 false`` apply over the recipe (:func:`memgym.training.common.device_defaults`)."""
+Each stage is a module ``training.<stage>`` with ``make_parser(prog)`` (its
+:class:`memgym.llm.recipe.RecipeParser`, the one ``python -m memgym.training.<stage>`` parses with,
+so ``memgym train sft --help`` lists every recipe field) and ``train_and_report(*configs)``. On a
+machine without CUDA ``use_cpu true, bf16/fp16 false`` apply over the recipe
+(:func:`memgym.training.common.device_defaults`)."""
 from __future__ import annotations
 
 import importlib
 
-from memgym.launch.registry import Commands
+from memgym.launch.registry import add_recipe_command
 
 #: stage -> (module, one-line help)
 STAGES = {
@@ -19,17 +20,14 @@ STAGES = {
 }
 
 
-def _stage_parser(stage: str):
-    def make(subparsers):
-        from memgym.launch.registry import add_recipe_args, recipe_configs
-        from memgym.training.common import device_defaults
+def stage_parser(stage: str, prog: str):
+    """The recipe parser of training stage ``stage`` (``func``: train in this process)."""
+    from memgym.llm.recipe import recipe_configs
 
-        mod = importlib.import_module(STAGES[stage][0])
-        p = mod.make_parser(subparsers)
-        add_recipe_args(p, defaults=lambda _args: device_defaults())
-        p.set_defaults(func=lambda args: mod.train_and_report(*recipe_configs(args)))
-        return p
-    return make
+    mod = importlib.import_module(STAGES[stage][0])
+    p = mod.make_parser(prog=prog)
+    p.set_defaults(func=lambda args: mod.train_and_report(*recipe_configs(args)))
+    return p
 
 
 def register(sub) -> None:
@@ -38,7 +36,7 @@ def register(sub) -> None:
                                    "recipe (--config R.yaml, alias --recipe) and takes any recipe field as an "
                                    "override flag; `memgym train STAGE --help` lists them. For multi-process or "
                                    "DeepSpeed runs use `memgym launch`.")
-    stages = p.add_subparsers(dest="train_command", metavar="STAGE", action=Commands)
+    stages = p.add_subparsers(dest="train_command", metavar="STAGE")
     stages.required = True
     for name, (_module, help_) in STAGES.items():
-        stages.add_lazy(name, _stage_parser(name), help=help_)
+        add_recipe_command(stages, name, lambda prog, stage=name: stage_parser(stage, prog), help=help_)

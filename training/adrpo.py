@@ -143,28 +143,23 @@ def train(args: ADRPOConfig, trainer: ADRPOTrainer | None = None) -> ADRPOTraine
     return trainer
 
 
-HELP = "ADRPO: GRPO with dense session rewards and contribution weighting"
 DESCRIPTION = "ADRPO: GRPO with dense session rewards and contribution-aware weighting (TRL GRPOTrainer subclass)."
 
 
-def make_parser(subparsers=None, prog: str | None = None):
-    """The ``trl.TrlParser`` of ``(ADRPOConfig, PolicyModelConfig)``, as TRL's
-    ``scripts/grpo.py`` makes its own: added to ``subparsers`` as ``adrpo`` (``memgym train
-    adrpo``), or standalone (``python -m memgym.training.adrpo``)."""
-    from trl import TrlParser
+def make_parser(prog: str | None = None):
+    """The recipe parser of ``(ADRPOConfig, PolicyModelConfig)`` (``memgym train adrpo`` and
+    ``python -m memgym.training.adrpo``)."""
+    from memgym.training.common import training_parser
 
-    types = (ADRPOConfig, PolicyModelConfig)
-    if subparsers is not None:
-        return subparsers.add_parser("adrpo", dataclass_types=types, help=HELP, description=DESCRIPTION)
-    return TrlParser(types, prog=prog or PROG, description=DESCRIPTION)
+    return training_parser((ADRPOConfig, PolicyModelConfig), prog or PROG, DESCRIPTION)
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[ADRPOConfig, PolicyModelConfig]:
-    """``(ADRPOConfig, PolicyModelConfig)`` from ``--config R.yaml`` + CLI overrides
-    (:func:`memgym.training.common.parse_training_args`)."""
-    from memgym.training.common import parse_training_args
+    """``(ADRPOConfig, PolicyModelConfig)`` from ``--config R.yaml`` + CLI overrides (default
+    ``sys.argv[1:]``), with CPU-safe defaults on machines without CUDA."""
+    from memgym.llm.recipe import recipe_configs
 
-    return parse_training_args(make_parser(), argv)
+    return recipe_configs(make_parser().parse(sys.argv[1:] if argv is None else argv))
 
 
 def main(argv: list[str] | None = None) -> int:

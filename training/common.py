@@ -1,8 +1,7 @@
 """Helpers both trainers (SFT and ADRPO) use: loading the policy model with an optional LoRA
 config or an existing adapter. The recipe parser (``--config R.yaml`` plus CLI overrides,
-CPU-safe TRL defaults) is :func:`parse_training_args` (``python -m memgym.training.<stage>``; ``memgym
-train`` registers the same parsers in its command tree, :mod:`memgym.launch.registry`); the model path
-rules are :func:`memgym.llm.specs.resolve_model_path`.
+CPU-safe TRL defaults) is :func:`training_parser` (``python -m memgym.training.<stage>`` and ``memgym
+train <stage>`` alike); the model path rules are :func:`memgym.llm.specs.resolve_model_path`.
 
 Sources: ``docs/design.md`` § "Training stack" (configs are dataclasses parsed by
 ``trl.TrlParser``; CPU facts for TRL 1.16: pass ``bf16=False`` and ``use_cpu=True``) and
@@ -36,43 +35,13 @@ def device_defaults(cuda: bool | None = None) -> dict:
     return {} if cuda else {"use_cpu": True, "bf16": False, "fp16": False}
 
 
-def device_default_args(cuda: bool | None = None) -> list[str]:
-    """:func:`device_defaults` as flags to put before the user's arguments."""
-    return [x for k, v in device_defaults(cuda).items() for x in (f"--{k}", str(v).lower())]
+def training_parser(dataclass_types, prog: str, description: str):
+    """The recipe parser of a trainer (:class:`memgym.llm.recipe.RecipeParser` of
+    ``dataclass_types``) with :func:`device_defaults` between the recipe and the flags; the one
+    ``memgym train <stage>`` and ``python -m memgym.training.<stage>`` parse with."""
+    from memgym.llm.recipe import RecipeParser
 
-
-def parse_training_args(parser, argv: list[str] | None = None) -> tuple:
-    """Parse ``argv`` (default ``sys.argv[1:]``) with the trainer's ``trl.TrlParser``
-    (``--config R.yaml``, then flags; :func:`device_defaults` between the two): one instance per
-    dataclass. Raises ConfigError for a missing recipe file and naming a YAML key or flag no
-    field has."""
-    import argparse
-    import sys
-
-    from memgym.llm.checks import unknown_names_message
-    from memgym.llm.errors import ConfigError
-
-    args = device_default_args() + list(sys.argv[1:] if argv is None else argv)
-    recipe = args[args.index("--config") + 1] if "--config" in args[:-1] else None
-    if recipe is not None and not Path(recipe).is_file():
-        raise ConfigError(f"recipe {recipe} not found")
-    try:
-        out = parser.parse_args_and_config(args=args)
-    except ValueError as e:
-        import re
-
-        known = sorted({a.dest for a in parser._actions if a.option_strings})
-        if "Unknown arguments from config" in str(e):  # TRL names the recipe's keys as --key
-            names = re.findall(r"'--([^']+)'", str(e))
-            where, prefix = f"recipe {recipe}: ", ""
-        elif "not used by the HfArgumentParser" in str(e):
-            names = [a.lstrip("-").split("=", 1)[0] for a in args if a.startswith("--") and a != "--config"]
-            where, prefix = "", "--"
-        else:
-            raise
-        names = [n for n in names if n not in known] or ["?"]
-        raise ConfigError(where + unknown_names_message(names, known, prefix=prefix)) from None
-    return tuple(o for o in out if not isinstance(o, argparse.Namespace))
+    return RecipeParser(dataclass_types, prog=prog, description=description, defaults=lambda _argv: device_defaults())
 
 
 #: Attention projections of Llama/Qwen-style models; the default LoRA targets.

@@ -22,7 +22,7 @@ from memgym.llm.checks import check_fields
 from memgym.memory_bank.actions import MANAGERS
 from memgym.llm.embeddings import EMBEDDER_HELP, check_embedder_spec
 from memgym.training.callbacks import MemoryEvalFields, bind_memory_eval
-from memgym.training.common import PolicyModelConfig, load_policy, outside_zero3, parse_training_args, resume_arg
+from memgym.training.common import PolicyModelConfig, load_policy, outside_zero3, resume_arg, training_parser
 from memgym.training.sft_data import (ExampleLengthError, TrainingDataError, check_managers, drop_overlong,
                            sft_examples)
 
@@ -93,28 +93,22 @@ class SFTTrainingConfig(SFTConfig):
                             "https://huggingface.co/docs/trl/main/en/sft_trainer#trl.SFTConfig)")
 
 
-HELP = "supervised fine-tuning on expert trajectories (TRL SFTTrainer, LoRA or full)"
 DESCRIPTION = ("Fine-tune a memory manager on expert trajectories (TRL SFTTrainer). Use --config R.yaml for a "
                "recipe; any field below overrides it.")
 
 
-def make_parser(subparsers=None, prog: str | None = None):
-    """The ``trl.TrlParser`` of ``(SFTScriptArguments, SFTTrainingConfig, PolicyModelConfig)``,
-    as TRL's scripts make theirs: added to ``subparsers`` as ``sft`` (``memgym train sft``), or
-    standalone (``python -m memgym.training.sft``)."""
-    from trl import TrlParser
-
-    types = (SFTScriptArguments, SFTTrainingConfig, PolicyModelConfig)
-    if subparsers is not None:
-        return subparsers.add_parser("sft", dataclass_types=types, help=HELP, description=DESCRIPTION)
-    return TrlParser(types, prog=prog or PROG, description=DESCRIPTION)
+def make_parser(prog: str | None = None):
+    """The recipe parser of ``(SFTScriptArguments, SFTTrainingConfig, PolicyModelConfig)``
+    (``memgym train sft`` and ``python -m memgym.training.sft``)."""
+    return training_parser((SFTScriptArguments, SFTTrainingConfig, PolicyModelConfig), prog or PROG, DESCRIPTION)
 
 
 def parse_args(argv: list[str] | None = None):
     """``(SFTScriptArguments, SFTTrainingConfig, PolicyModelConfig)`` from ``--config R.yaml`` +
-    CLI overrides, with CPU-safe defaults on machines without CUDA
-    (:func:`memgym.training.common.parse_training_args`)."""
-    return parse_training_args(make_parser(), argv)
+    CLI overrides (default ``sys.argv[1:]``), with CPU-safe defaults on machines without CUDA."""
+    from memgym.llm.recipe import recipe_configs
+
+    return recipe_configs(make_parser().parse(sys.argv[1:] if argv is None else argv))
 
 
 def _subset(ds, n: int | None, seed: int):

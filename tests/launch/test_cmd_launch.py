@@ -138,7 +138,8 @@ def test_eval_and_evolve_recipes_parse_without_importing_training():
     code = (
         "import sys\n"
         "from memgym.launch.cli import build_parser\n"
-        "from memgym.launch.registry import parse, recipe_configs\n"
+        "from memgym.launch.registry import parse\n"
+        "from memgym.llm.recipe import recipe_configs\n"
         "for cmd, recipe in ((['eval'], 'demo_locomo'), (['program', 'eval'], 'program_locomo'),\n"
         "                    (['evolve'], 'demo_evolve')):\n"
         "    (cfg,) = recipe_configs(parse(build_parser(), [*cmd, '--config', f'launch/recipes/{recipe}.yaml']))\n"
@@ -147,3 +148,18 @@ def test_eval_and_evolve_recipes_parse_without_importing_training():
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "[]"
+
+
+def test_launch_parses_the_trainer_arguments_once_before_any_process(capsys, monkeypatch):
+    """``memgym launch`` parses the trainer's arguments with the parser each process runs: a bad
+    field is one line and exit status 2, and no command is printed or run; its errors reach the
+    one mapping (``memgym --debug`` re-raises them)."""
+    monkeypatch.chdir(REPO)
+    rc = cli_main(["launch", "--accelerate-config", "cpu_ddp", "--dry-run", "train", "sft", "--config",
+                   "launch/recipes/sft_cpu.yaml", "--max_stepz", "3"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == ""
+    assert err.strip() == ("memgym launch: unknown field(s): --max_stepz (did you mean --max_steps?); --help lists "
+                           "every field")
+    with pytest.raises(LaunchError, match="unknown accelerate config 'zero9'"):
+        cli_main(["--debug", "launch", "--accelerate-config", "zero9", "--dry-run", "train", "sft"])

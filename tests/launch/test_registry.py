@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from memgym.launch.cli import build_parser, main as memgym
-from memgym.launch.registry import parse, recipe_configs
+from memgym.launch.registry import parse
+from memgym.llm.recipe import recipe_configs
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = sorted((REPO / "launch" / "recipes").glob("*.yaml")) + sorted((REPO / "scripts").rglob("*.yaml"))
@@ -137,3 +138,59 @@ def test_help_lists_the_recipe_fields(command, capsys):
     assert e.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith(f"usage: memgym {' '.join(command)}") and "--config R.yaml, --recipe R.yaml" in out
+
+
+def test_every_entry_point_maps_parse_errors_to_one_line_and_exit_2(tmp_path, capsys):
+    """``memgym train sft`` and ``python -m memgym.training.sft`` (what ``memgym launch`` runs in each
+    process) parse with one parser: a value of the wrong type, from a flag or from the recipe, is
+    one line and exit status 2 through either entry (argparse's own exit and usage text never)."""
+    from memgym.training.sft import main as sft_main
+
+    r = tmp_path / "r.yaml"
+    r.write_text("max_steps: abc\n")
+    for entry, prog in ((lambda argv: memgym(["train", "sft", *argv]), "memgym train sft"), (sft_main, "memgym train sft")):
+        assert entry(["--max_steps", "abc"]) == 2
+        assert capsys.readouterr().err.strip() == f"{prog}: argument --max_steps/--max-steps: invalid int value: 'abc'"
+        assert entry(["--config", str(r)]) == 2
+        assert capsys.readouterr().err.strip() == f"{prog}: recipe {r}: max_steps: invalid int value: 'abc'"
+        assert entry(["--config", str(r), "--max_steps", "2", "--max_stepz", "3"]) == 2  # the flag replaced the value
+        assert capsys.readouterr().err.strip() == (f"{prog}: unknown field(s): --max_stepz (did you mean --max_steps?); "
+                                                   "--help lists every field")
+        assert entry(["--config", str(tmp_path)]) == 1  # a folder: an OSError, exit 1 through both
+        assert "Is a directory" in capsys.readouterr().err
+
+
+def test_device_defaults_sit_between_the_recipe_and_the_flags(tmp_path, monkeypatch):
+    """On a machine without CUDA the trainers' parser sets ``use_cpu true, bf16 false`` over the
+    recipe's values; a flag overrides them."""
+    import memgym.training.common as common
+
+    monkeypatch.setattr(common, "cuda_available", lambda: False)
+    r = tmp_path / "r.yaml"
+    r.write_text("use_cpu: false\nbf16: true\nmax_steps: 4\n")
+    args = parse(build_parser(), ["train", "sft", "--config", str(r)])
+    assert (args.use_cpu, args.bf16, args.fp16, args.max_steps) == (True, False, False, 4)
+    args = parse(build_parser(), ["train", "sft", "--config", str(r), "--bf16", "true", "--max_steps", "5"])
+    assert (args.use_cpu, args.bf16, args.max_steps) == (True, True, 5)
+    monkeypatch.setattr(common, "cuda_available", lambda: True)
+    args = parse(build_parser(), ["train", "sft", "--config", str(r)])
+    assert (args.use_cpu, args.bf16) == (False, True)
+
+
+def test_recipe_values_are_converted_once_by_the_fields_types(tmp_path):
+    """A recipe's text values reach the settings converted by their field's type (YAML reads
+    ``1e-4`` as text); a recipe string for a bool field is read as one."""
+    r = tmp_path / "r.yaml"
+    r.write_text("learning_rate: 1e-4\nuse_peft: 'false'\nlora_r: '8'\n")
+    _script, training, model = recipe_configs(parse(build_parser(), ["train", "sft", "--config", str(r)]))
+    assert (training.learning_rate, model.use_peft, model.lora_r) == (1e-4, False, 8)
+
+
+def test_evolve_experiment_is_its_own_recipe_command(tmp_path, capsys):
+    args = parse(build_parser(), ["evolve", "experiment", "--config", str(REPO / "launch/recipes/demo_evolve.yaml"),
+                                  "--variants", "full", "--seeds", "2"])
+    assert (args.variants, args.seeds, args.func.__name__) == ("full", 2, "cmd_experiment")
+    assert recipe_configs(args)[0].extractor == "turns"
+    assert memgym(["evolve", "experiment", "--seeds", "0"]) == 2
+    assert capsys.readouterr().err.strip() == ("memgym evolve experiment: argument --seeds: must be a positive "
+                                               "integer, got '0'")

@@ -195,11 +195,10 @@ def test_common_cli_helpers():
     from trl import get_peft_config
 
     from memgym.llm.specs import resolve_model_path
-    from memgym.training.common import PolicyModelConfig, device_default_args, device_defaults
+    from memgym.training.common import PolicyModelConfig, device_defaults
 
-    assert device_default_args(cuda=False) == ["--use_cpu", "true", "--bf16", "false", "--fp16", "false"]
     assert device_defaults(cuda=False) == {"use_cpu": True, "bf16": False, "fp16": False}
-    assert device_default_args(cuda=True) == [] and device_defaults(cuda=True) == {}
+    assert device_defaults(cuda=True) == {}
     with pytest.raises(FileNotFoundError, match="does not exist"):
         resolve_model_path("./no/such/model")
     assert resolve_model_path("Qwen/Qwen3-4B-Instruct-2507") == "Qwen/Qwen3-4B-Instruct-2507"
