@@ -7,16 +7,12 @@ from pathlib import Path
 
 
 def _replay(args) -> int:
-    from memgym.data_synth.expert import TrajectoryError, replay
+    from memgym.data_synth.expert import replay
+    from memgym.llm.errors import ConfigError
 
     if args.out and Path(args.out).is_dir():
-        print(f"memgym bank replay: --out {args.out} is a directory; give a file path (BANK.json)", file=sys.stderr)
-        return 2
-    try:
-        bank = replay(args.trajectories)
-    except (TrajectoryError, FileNotFoundError) as e:
-        print(f"memgym bank replay: {e}", file=sys.stderr)
-        return 1
+        raise ConfigError(f"--out {args.out} is a directory; give a file path (BANK.json)")
+    bank = replay(args.trajectories)  # a bad line or a missing file: raised, exit status 1
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(bank.dumps(), encoding="utf-8")

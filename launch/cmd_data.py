@@ -10,6 +10,7 @@ from pathlib import Path
 
 from memgym.data_synth.errors import DataFileNotFoundError, DataFormatError, DataQuirkWarning
 from memgym.data_synth.datasets import DATASETS, dataset_stats, load_conversations
+from memgym.llm.errors import ConfigError
 
 
 def _stats(args: argparse.Namespace) -> int:
@@ -18,9 +19,8 @@ def _stats(args: argparse.Namespace) -> int:
         try:
             convs = load_conversations(args.dataset, args.path, split=args.split, splits_path=args.splits_path,
                                        beam_truncated=not args.full_chat, beam_strip_markers=not args.keep_markers)
-        except (DataFileNotFoundError, DataFormatError, ValueError) as e:
-            print(f"memgym data stats: error: {e}", file=sys.stderr)
-            return 2
+        except (DataFileNotFoundError, DataFormatError, ValueError) as e:  # the file named on the command line
+            raise ConfigError(f"error: {e}") from e
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     stats = {"dataset": args.dataset, "split": args.split, **dataset_stats(convs, args.dataset, with_ids=args.ids)}
@@ -55,12 +55,12 @@ def register(subparsers) -> None:
                         "| all 1M), sft|rl|test (longmemeval)")
     s.add_argument("--ids", action="store_true",
                    help='add "ids": every question id, in load order (the ids memgym score expects)')
-    s.add_argument("--full-chat", action="store_true",
+    s.add_argument("--full_chat", "--full-chat", action="store_true",
                    help="BEAM: read chat.json even where chat_trunecated.json exists (the official "
                         "pipeline reads the truncated one)")
-    s.add_argument("--keep-markers", action="store_true",
+    s.add_argument("--keep_markers", "--keep-markers", action="store_true",
                    help="BEAM: keep the ' ->-> b,k' plan markers in the message text")
-    s.add_argument("--splits-path", default=None,
+    s.add_argument("--splits_path", "--splits-path", default=None,
                    help="LongMemEval splits.json (default: longmemeval/splits.json under the "
                         "data root)")
     s.set_defaults(func=_stats)
@@ -86,12 +86,12 @@ def register(subparsers) -> None:
                    help="which dataset (default: all)")
     d.add_argument("--to", default=None, metavar="DIR",
                    help="the data folder to fill (default: $MEMGYM_DATA, else ../shared/data)")
-    d.add_argument("--github-raw", default=None, metavar="URL",
+    d.add_argument("--github_raw", "--github-raw", default=None, metavar="URL",
                    help="base URL of GitHub raw files (default: $MEMGYM_GITHUB_RAW, else "
                         "https://raw.githubusercontent.com)")
-    d.add_argument("--hf-endpoint", default=None, metavar="URL",
+    d.add_argument("--hf_endpoint", "--hf-endpoint", default=None, metavar="URL",
                    help="Hugging Face hub endpoint (default: $HF_ENDPOINT, else https://huggingface.co)")
-    d.add_argument("--keep-sources", action="store_true",
+    d.add_argument("--keep_sources", "--keep-sources", action="store_true",
                    help="keep the public files the layout is derived from (DIR/.sources/: the full "
                         "LongMemEval-S and oracle files, 293 MB)")
     d.set_defaults(func=_download)

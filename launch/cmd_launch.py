@@ -114,13 +114,13 @@ def register(sub) -> None:
                     "--accelerate-config deepspeed_zero2 --num-processes 8 train sft --config "
                     "launch/recipes/sft_qwen3_4b_zero2.yaml",
         epilog=f"shipped configs: {', '.join(available_configs())}")
-    p.add_argument("--accelerate-config", required=True, metavar="NAME",
+    p.add_argument("--accelerate_config", "--accelerate-config", required=True, metavar="NAME",
                    help="a config name from launch/accelerate/ (or a path to an accelerate .yaml)")
-    p.add_argument("--num-processes", type=int, default=None, metavar="N",
+    p.add_argument("--num_processes", "--num-processes", type=int, default=None, metavar="N",
                    help="override the config's num_processes (e.g. the number of training GPUs)")
-    p.add_argument("--main-process-port", type=int, default=None, metavar="P",
+    p.add_argument("--main_process_port", "--main-process-port", type=int, default=None, metavar="P",
                    help="rendezvous port (default: the config's, else 29500)")
-    p.add_argument("--dry-run", action="store_true", help="print the command, do not run it")
+    p.add_argument("--dry_run", "--dry-run", action="store_true", help="print the command, do not run it")
     p.add_argument("target", nargs=argparse.REMAINDER, metavar="train STAGE ...",
                    help="`train sft|adrpo --config R.yaml [--<field> value ...]`")
     p.set_defaults(func=_run)

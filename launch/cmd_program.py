@@ -162,7 +162,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                     'is unreadable.')
     c.add_argument("file", metavar="FILE.py", help="the memory program to check")
     c.add_argument("--parent", metavar="PARENT.py", help="the program FILE was patched from (a no-op patch fails level 1)")
-    c.add_argument("--no-probe", action="store_true", help="skip level 4 (the complexity probe)")
+    c.add_argument("--no_probe", "--no-probe", action="store_true", help="skip level 4 (the complexity probe)")
     c.add_argument("--stats", action="store_true", help="add timing and toolkit-call statistics to the JSON")
     c.add_argument("--timeout", type=_positive, metavar="S",
                    help="wall seconds allowed for loading and for each call (default 20)")

@@ -294,7 +294,7 @@ def register(subparsers) -> None:
     p.add_argument("--strict", action="store_true",
                    help="exit 1 without rerunning when an input or the environment differs")
     p.add_argument("--out", default=None, help="the rerun's output folder (default: <report folder>-reproduce)")
-    p.add_argument("--no-cache", dest="no_cache", action="store_true",
+    p.add_argument("--no_cache", "--no-cache", dest="no_cache", action="store_true",
                    help="rerun without the response and stage caches (every model call is made again)")
     p.add_argument("--tolerance", type=float, default=0.0,
                    help="largest absolute difference counted as equal (default 0: exactly equal)")

@@ -3,11 +3,11 @@ control before spending GPU hours (see :mod:`memgym.rewards.audit`)."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from memgym.launch.cmd_synth import embedder_arg
 from memgym.llm.checks import at_least
+from memgym.llm.errors import ConfigError
 
 
 def load_policy_tokenizer(spec: str):
@@ -48,12 +48,12 @@ def add_reward_flags(p) -> None:
                    help="answer-recall (offline, no model), f1 (LoCoMo F1 of --answer-model's answer), llm (judge)")
     p.add_argument("--mode", choices=["counterfactual", "isolated"], default="counterfactual",
                    help="reward bank (default counterfactual: the expert's other session-t ops stay)")
-    p.add_argument("--answer-model", default="hf:smollm2", metavar="SPEC", help="answer model for f1/llm")
-    p.add_argument("--judge-model", default=None, metavar="SPEC", help="judge model for llm (default: answer model)")
+    p.add_argument("--answer_model", "--answer-model", default="hf:smollm2", metavar="SPEC", help="answer model for f1/llm")
+    p.add_argument("--judge_model", "--judge-model", default=None, metavar="SPEC", help="judge model for llm (default: answer model)")
     p.add_argument("--tokenizer", default="smollm2", help="policy tokenizer: smollm2 or a local model dir")
     p.add_argument("--embedder", type=embedder_arg(allow_none=False), default="minilm",
                    help="retrieval embedder: minilm (default) | hash:<dim> (tests only) | a model dir")
-    p.add_argument("--top-k", type=at_least(1), default=10, help="entries retrieved per question (default 10)")
+    p.add_argument("--top_k", "--top-k", type=at_least(1), default=10, help="entries retrieved per question (default 10)")
     p.add_argument("--lam", type=float, default=0.8, help="λ of the length penalty (default 0.8)")
     p.add_argument("--alpha", type=float, default=4.0, help="α, weight of the dominant part (default 4)")
     p.add_argument("--concurrency", type=at_least(1), default=8, help="answer/judge requests in flight (default 8)")
@@ -73,9 +73,8 @@ def _audit(args) -> int:
         snap = rt.calls_snapshot()
         report = run_audit(samples, reward, control=args.control, batch_size=args.batch_size,
                            progress=not args.quiet)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"memgym reward audit: {e}", file=sys.stderr)
-        return 2
+    except (ValueError, FileNotFoundError) as e:  # the files and settings named on the command line
+        raise ConfigError(str(e)) from e
     report["model_calls"] = rt.calls_since(snap)["calls"]
     print(json.dumps(report))
     return 0
@@ -95,7 +94,7 @@ def register(sub) -> None:
     a.add_argument("--dataset", choices=["locomo", "longmemeval"], default="locomo")
     a.add_argument("--path", help="benchmark file (default: $MEMGYM_DATA/...)")
     a.add_argument("--qa", metavar="QA.jsonl", help="session QA from `memgym synth qa` (default: the files' qa)")
-    a.add_argument("--batch-size", type=at_least(1), default=64, help="samples per reward call (default 64)")
+    a.add_argument("--batch_size", "--batch-size", type=at_least(1), default=64, help="samples per reward call (default 64)")
     a.add_argument("--quiet", action="store_true", help="no progress bars")
     add_reward_flags(a)
     a.set_defaults(func=_audit)

@@ -173,5 +173,5 @@ def register(sub) -> None:
     p.add_argument("--out", default="runs/score", help="output folder (default runs/score)")
     p.add_argument("--cache", default=None, help="response cache sqlite for the LLM judge (default under "
                                                  "$MEMGYM_CACHE; 'none' disables)")
-    p.add_argument("--batch-size", type=int, default=8, help="hf backend generation batch (default 8)")
+    p.add_argument("--batch_size", "--batch-size", type=int, default=8, help="hf backend generation batch (default 8)")
     p.set_defaults(func=_run)

@@ -262,13 +262,13 @@ def register(subparsers) -> None:
                    help="auto: vllm when installed and a GPU exists, else builtin")
     p.add_argument("--role", choices=sorted(ROLE_PORTS), default="policy",
                    help="which role this server plays; sets the default port")
-    p.add_argument("--served-model-name", default=None,
+    p.add_argument("--served_model_name", "--served-model-name", default=None,
                    help="model name clients send (default: the backend's model id)")
     p.add_argument("--device", default="cpu", help="torch device for the builtin engine (default cpu)")
-    p.add_argument("--weight-sync", action="store_true",
+    p.add_argument("--weight_sync", "--weight-sync", action="store_true",
                    help="vllm engine: also serve TRL's weight-sync endpoints, as `trl vllm-serve` does (for "
                         "`train adrpo` with vllm_mode: server; the transfer itself is NCCL, GPU only)")
-    p.add_argument("--startup-timeout", type=float, default=1800.0, metavar="S",
+    p.add_argument("--startup_timeout", "--startup-timeout", type=float, default=1800.0, metavar="S",
                    help="vllm engine: seconds to wait for /health (default 1800)")
     p.add_argument("vllm_args", nargs=argparse.REMAINDER, metavar="-- VLLM_ARG",
                    help="vllm engine: arguments after -- go to vLLM's server (e.g. -- --max-model-len 4096)")

@@ -103,9 +103,8 @@ def _qa(args) -> int:
         convs = select_conversations(args)
         if args.source == "expert" and not args.expert:
             raise UsageError("--source expert needs --expert SPEC")
-    except (UsageError, ValueError, FileNotFoundError) as e:
-        print(f"memgym synth qa: {e}", file=sys.stderr)
-        return 2
+    except (ValueError, FileNotFoundError) as e:  # a selection or file named on the command line
+        raise UsageError(str(e)) from e
     rt = _runtime(args)
     backend = embedder = None
     if args.source == "expert":
@@ -119,8 +118,7 @@ def _qa(args) -> int:
                                                  seed=args.seed),
                          progress=not args.quiet, constrained=args.constrained)
     except ValueError as e:
-        print(f"memgym synth qa: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(str(e)) from e
     _write_summary(args.out, {"out": args.out, "source": args.source, "expert": args.expert,
                               **stats.to_json(), "runtime": rt.calls_since(snap)})
     if stats.sessions_written and stats.sessions_empty == stats.sessions_written:
@@ -144,9 +142,8 @@ def _trajectories(args) -> int:
         if args.qa:
             qa = {k: [{"question": q.question, "answer": q.answer, "evidence": list(q.evidence), "kind": q.category}
                       for q in items] for k, items in load_session_qa(args.qa).items()}
-    except (UsageError, ValueError, FileNotFoundError) as e:
-        print(f"memgym synth trajectories: {e}", file=sys.stderr)
-        return 2
+    except (ValueError, FileNotFoundError) as e:  # a selection, QA file or file named on the command line
+        raise UsageError(str(e)) from e
     rt = _runtime(args)
     backend = load_role_backend(rt, args.expert, "expert", args.concurrency)
     snap = rt.calls_snapshot()
@@ -172,14 +169,14 @@ def _common(p: argparse.ArgumentParser, expert_required: bool) -> None:
     p.add_argument("--path", help="benchmark file (default: $MEMGYM_DATA/...)")
     p.add_argument("--split", help="a training split (locomo: train|valid; longmemeval: sft|rl); test is refused")
     p.add_argument("--conversations", nargs="+", metavar="ID", help="conversation / question ids (instead of --split)")
-    p.add_argument("--n-sessions", type=at_least(1), metavar="N", help="first N sessions of each conversation only")
+    p.add_argument("--n_sessions", "--n-sessions", type=at_least(1), metavar="N", help="first N sessions of each conversation only")
     p.add_argument("--expert", required=expert_required, metavar="SPEC",
                    help="expert backend: openai:<url>#<model> | hf:<dir> | hf:smollm2 | vllm:<dir>")
     p.add_argument("--out", required=True, metavar="F.jsonl", help="output JSONL (resumed if it exists)")
-    p.add_argument("--max-tries", type=at_least(1), default=3, help="attempts per session before giving up (default 3)")
+    p.add_argument("--max_tries", "--max-tries", type=at_least(1), default=3, help="attempts per session before giving up (default 3)")
     p.add_argument("--concurrency", type=at_least(1), default=8,
                    help="requests in flight (openai) / generation batch (hf) (default 8)")
-    p.add_argument("--max-new-tokens", type=at_least(1), default=1024, help="expert tokens per output (default 1024)")
+    p.add_argument("--max_new_tokens", "--max-new-tokens", type=at_least(1), default=1024, help="expert tokens per output (default 1024)")
     p.add_argument("--temperature", type=at_least(0.0, float), default=0.0, help="expert sampling temperature (default 0: greedy)")
     p.add_argument("--seed", type=int, default=None, help="sampling seed (makes sampled outputs cacheable)")
     p.add_argument("--embedder", type=embedder_arg(), default="minilm",

@@ -280,3 +280,23 @@ def test_passive_openmp_only_for_embedding_commands_and_never_over_the_user(monk
     assert passive_openmp("program") is True and __import__("os").environ["OMP_WAIT_POLICY"] == "PASSIVE"
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
     assert passive_openmp("evolve") is False and __import__("os").environ["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
+def test_command_errors_reach_the_one_mapping(tmp_path, monkeypatch):
+    """bank replay, synth, reward audit and data stats raise their errors (usage errors, exit 2,
+    mapped by :func:`memgym.launch.cli.run_command` alone): ``--debug`` shows their traceback."""
+    from memgym.data_synth.paths import expert_dir
+    from memgym.launch.cmd_synth import UsageError
+
+    monkeypatch.setenv("MEMGYM_DEBUG", "1")
+    with pytest.raises(ConfigError, match="is a directory; give a file path"):
+        memgym(["bank", "replay", str(expert_dir() / "conv-30.jsonl"), "--out", str(tmp_path)])
+    with pytest.raises(UsageError, match="name the conversations with --conversations"):
+        memgym(["synth", "qa", "--out", str(tmp_path / "q.jsonl")])
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text(json.dumps({"conversation_id": "conv-99", "session": 1, "qa": []}) + "\n")
+    with pytest.raises(ConfigError, match=f"QA file {qa}: no QA for any of the"):
+        memgym(["reward", "audit", "--trajectories", str(expert_dir() / "conv-30.jsonl"), "--qa", str(qa),
+                "--embedder", "hash:256", "--quiet"])
+    with pytest.raises(ConfigError, match="error: "):
+        memgym(["data", "stats", "--dataset", "locomo", "--path", str(tmp_path / "none.json")])
