@@ -131,7 +131,9 @@ def make_parser(prog: str):
     from memgym.llm.recipe import RecipeParser
 
     p = RecipeParser([EvolveConfig], prog=prog, description=DESCRIPTION, defaults=_from_run,
-                     epilog="memgym evolve experiment --help: the ablations' options")
+                     epilog="memgym evolve experiment --config R.yaml --variants ... --seeds N: every ablation "
+                            "variant x every seed under one recipe (PrisMem Table 4); `memgym evolve experiment "
+                            "--help` lists its options.")
     p.add_argument("--from", dest="replay_source", metavar="RUN", default=None,
                    help="replay the recorded coder run RUN with no server (proposer replay; RUN's recipe.json unless "
                         "--config is given)")

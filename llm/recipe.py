@@ -125,6 +125,8 @@ class RecipeParser(TrlParser):
         try:
             args, extra = self.parse_known_args(argv)
         except argparse.ArgumentError as e:
+            if isinstance(e.__context__, ConfigError):  # a field type's own message (``--budgets``)
+                raise e.__context__ from None
             key = (e.argument_name or "").split("/")[0].lstrip("-")
             if key in recipe and option_value(argv, f"--{key}") is None:  # the recipe's text value
                 raise ConfigError(f"recipe {recipe_path}: {key}: {e.message}") from None

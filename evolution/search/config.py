@@ -1,7 +1,8 @@
-"""``memgym evolve`` recipe: :class:`EvolveConfig`, parsed by ``trl.TrlParser`` (YAML + CLI
-overrides). The field names in the issue's Contract (dataset, path, train, valid, test,
-extractor, plan_mode, scorer, task_model, proposer, coder_model, rounds_cold, rounds_refine,
-rounds_integrate, seed, workers, out) are stable: scripts and later issues rely on them.
+"""``memgym evolve`` recipe: :class:`EvolveConfig`, parsed by :class:`memgym.llm.recipe.RecipeParser`
+(YAML + CLI overrides; a run's stored recipe is read back by :meth:`EvolveConfig.from_record`).
+The field names in the issue's Contract (dataset, path, train, valid, test, extractor, plan_mode,
+scorer, task_model, proposer, coder_model, rounds_cold, rounds_refine, rounds_integrate, seed,
+workers, out) are stable: scripts and later issues rely on them.
 
 Splits (docs/design.md § "Capability-driven evolution"): LoCoMo train conv-26, conv-30; valid
 conv-41, conv-42; test the other six. LongMemEval: the S subset with ``s_splits.json`` (train

@@ -109,6 +109,9 @@ def test_old_and_unknown_fields_are_one_line_naming_them(tmp_path, capsys):
     assert err == "memgym evolve: unknown field(s): --budget_judge (now --budgets); --help lists every field"
     assert memgym(["evolve", "--budgets", "coders=5"]) == 2
     assert "--budgets: unknown role 'coders'" in capsys.readouterr().err
+    assert memgym(["evolve", "--budgets", "coder5"]) == 2  # the field type's own message, not argparse's
+    assert capsys.readouterr().err.strip() == ("memgym evolve: --budgets 'coder5': expected role=tokens[,role=tokens...] "
+                                               "(roles: coder, extract, plan, answer, extractor, judge)")
 
 
 def test_eval_answer_model_is_named_as_task_model(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""A mistyped field is one line naming its closest field (:mod:`memgym.launch.registry`)."""
+"""A mistyped field is one line naming its closest field (:mod:`memgym.llm.recipe`)."""
 from __future__ import annotations
 
 from memgym.launch.cli import main
