@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from memgym.evolution.search.archive import Archive
+from memgym.evolution.search.journal import load_archive
 from memgym.evolution.search.config import EvolveConfig
 from memgym.evolution.search.api import build_engine, evolve
 from memgym.memory_bank.programs import read_program_source, seed_program_path
@@ -65,7 +65,7 @@ def test_hostile_and_malformed_coder_output_is_rejected_and_contained(tmp_path):
     cfg = EvolveConfig(**SMALL, proposer="scripted", script=str(tmp_path / "script.json"), rounds_cold=9,
                        rounds_refine=0, validate_timeout_s=20.0, out=str(out))  # generous: r08 must pass
     summary = evolve(cfg).summary
-    arch = Archive.from_json(json.loads((out / "state.json").read_text())["archive"])
+    arch = load_archive(out)
     c = {k: v for k, v in arch.candidates.items()}
     assert c["r01"].status == "failed" and "no usable program" in c["r01"].reason
     assert c["r02"].status == "failed" and "no usable program" in c["r02"].reason
@@ -114,7 +114,7 @@ def _scored(run: Path) -> int:
 
 
 def _fingerprint(run: Path):
-    return Archive.from_json(json.loads((run / "state.json").read_text())["archive"]).fingerprint()
+    return load_archive(run).fingerprint()
 
 
 def test_kill9_at_three_points_then_resume_matches_the_uninterrupted_run(tmp_path):
@@ -178,7 +178,9 @@ def test_a_spent_budget_stops_the_run_cleanly_with_a_report(tmp_path):
     assert s["rounds"] == 1 and s["stopped"].startswith("budget of role 'coder' exhausted")
     assert s["tokens"]["coder"]["prompt"] > 10 and (tmp_path / "run" / "report.md").read_text().count("stopped") == 1
     outcome = json.loads((tmp_path / "run" / "candidates" / "r01" / "outcome.json").read_text())
-    assert outcome["status"] == "evaluated" and outcome["accepted"] == ""
+    st = json.loads((tmp_path / "run" / "state.json").read_text())
+    assert [c["status"] for c in st["archive"]["candidates"] if c["id"] == "r01"] == ["evaluated"]
+    assert outcome == st["history"][1] and outcome["accepted"] == "no: valid overall did not improve"
 
 
 def test_compact_cases_come_from_the_kept_train_run_and_equal_the_stage_cache_rebuild(tmp_path, monkeypatch):

@@ -19,6 +19,8 @@ from memgym.evolution.search.proposers.params import ParamsProposer, _variant_we
 from memgym.evolution.search.select import SpecialistParent, TaskInfo
 from memgym.memory_bank.programs import read_program_source, seed_program_path
 
+from tests.evolution.search.booking import Booking
+
 SEED = read_program_source(seed_program_path())
 DENSE, _ = variant("dense_ranking").apply(SEED)
 HYBRID, _ = variant("hybrid_lexical").apply(DENSE)
@@ -177,26 +179,17 @@ def test_blame_elements_picks_the_worst_lineage_step_of_the_blamed_specialist():
     assert blame_elements(arch, SOURCES.get, "r04", "r01", set(), None) is None
 
 
-class _State:
+class _State(Booking):
     """What the integrator reads of the run state (no run directory)."""
 
     def __init__(self, arch):
         self.archive, self.history, self.sources = arch, [], dict(SOURCES)
-        self.ledger = SimpleNamespace(round_tokens=lambda r: 0)
 
     def source_of(self, cid):
         return self.sources[cid]
 
     def split_tasks(self, split):
         return TRAIN
-
-    def log_integration(self, row):
-        if not self.history or self.history[-1] is not row:
-            self.history.append(row)
-
-    def record_round(self, round_no, stage, target, parent, cand, accepted):
-        self.history.append({"round": round_no, "stage": stage, "parent": parent.id, "candidate": cand.id,
-                             "accepted": accepted or f"no: {cand.reason}"})
 
 
 def _steps(state, scores):
@@ -222,29 +215,31 @@ def test_element_level_retry_then_the_remaining_changes_go_onto_the_accepted_mer
               8: (0.49, {"F": 0.62, "T": 0.45})}  # without r04's TOP_K: accepted
     steps = _steps(state, scores)
     integ.run_round(state, steps, 7, random.Random(0))
-    r7 = state.history[-1]
-    assert r7["anchor"] == "r02" and r7["candidate"] == "r07" and not r7["integrated"]
-    assert r7["blamed"] == "r04" and r7["blamed_step"] == "r04" and r7["left_out"] == [["r04", "TOP_K"]]
+    r7 = state.archive.integrations[-1]
+    assert r7.anchor == "r02" and r7.candidate == "r07" and not r7.integrated
+    assert r7.blamed == "r04" and r7.blamed_step == "r04" and r7.left_out == [["r04", "TOP_K"]]
+    assert (state.history[-1].parent, state.history[-1].candidate, state.history[-1].accepted) == \
+        ("r02", "r07", r7.accepted)
     assert "TOP_K = 20" in state.sources["r07"] and "def lexical_overlap(" in state.sources["r07"]
     # round 8: r04 still contributes (its hybrid scoring), only its TOP_K is left out
     integ.run_round(state, steps, 8, random.Random(0))
-    r8 = state.history[-1]
-    assert r8["merged_from"] == ["r04 (F)"] and r8["excluded"] == [["r04", "TOP_K"]]
+    r8 = state.archive.integrations[-1]
+    assert r8.merged_from == ["r04 (F)"] and r8.excluded == [["r04", "TOP_K"]]
     assert "TOP_K = 40" in state.sources["r08"] and "def lexical_overlap(" in state.sources["r08"]
-    assert "def time_match(" in state.sources["r08"] and r8["integrated"]
+    assert "def time_match(" in state.sources["r08"] and r8.integrated
     # round 9: onto the accepted merge r08, the exclusions start afresh: r04's TOP_K is offered again;
     # r08 + TOP_K 20 is r07 up to statement order, so r07's scores are reused, judged against r08
     assert integ.anchor(state).id == "r08"
     integ.run_round(state, steps, 9, random.Random(0))
-    r9 = state.history[-1]
-    assert r9["anchor"] == "r08" and r9["parent"] == "r08" and r9["candidate"] == "r07"
-    assert r9["proposal"].endswith("onto r08 = archived r07 (scores reused)") and not r9["integrated"]
-    assert r9["accepted"].startswith("no: valid overall 0.4700 does not beat the base's 0.4900")
-    assert r9["left_out"] == [["r04", "TOP_K"]]
+    r9, row9 = state.archive.integrations[-1], state.history[-1]
+    assert r9.anchor == "r08" and row9.parent == "r08" and r9.candidate == row9.candidate == "r07"
+    assert row9.proposal.endswith("onto r08 = archived r07 (scores reused)") and not r9.integrated
+    assert r9.accepted == row9.accepted and r9.accepted.startswith("no: valid overall 0.4700 does not beat the base's 0.4900")
+    assert r9.left_out == [["r04", "TOP_K"]]
     assert integ.final(state) == "r08"
     # round 10: nothing of r04 is left to add onto r08
     integ.run_round(state, steps, 10, random.Random(0))
-    assert state.history[-1]["accepted"].startswith("skipped: the specialists add nothing to the accepted merge r08")
+    assert state.history[-1].accepted.startswith("skipped: the specialists add nothing to the accepted merge r08")
 
 
 # ------------------------------------------------------------------ (d) the proposer reads the cases
