@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from memgym.evolution.search.journal import load_archive
 from memgym.evolution.search.archive import Archive, Candidate, SplitScores
 from memgym.evolution.search.config import EvolveConfig
 from memgym.evolution.search.api import build_engine
+from memgym.evolution.search.journal import load_archive
 from memgym.evolution.search.select import freeze_choice
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -88,3 +88,17 @@ def test_a_state_with_a_skipped_integration_round_is_a_valid_run_state(tmp_path)
     import pytest
     with pytest.raises(RunStateError, match="does not hold: r10"):
         check_state(st, tmp_path / "state.json")
+
+
+def test_a_run_state_of_an_older_format_is_refused_naming_the_file(tmp_path):
+    """state.json of format 1 (scores inline, untyped history) is not resumed: one typed error."""
+    import pytest
+
+    from memgym.evolution.search.rundir import RunStateError, check_state
+
+    st = {"archive": {"candidates": [{"id": "seed", "valid": {"overall": 0.5}}]}, "history": [], "next_round": 2}
+    with pytest.raises(RunStateError) as e:
+        check_state(st, tmp_path / "state.json")
+    assert str(e.value) == (f"{tmp_path / 'state.json'}: a run state of format 1; this memgym resumes format 2 only "
+                            "(a run of an older memgym): start a new run in another folder")
+    assert e.value.kind == "usage"

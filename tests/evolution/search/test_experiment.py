@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from memgym.evolution.search.journal import load_archive
 from memgym.evolution.search.archive import Archive
 from memgym.evolution.search.config import EvolveConfig
+from memgym.evolution.search.journal import load_archive
 
 ROOT = Path(__file__).resolve().parents[3]
 

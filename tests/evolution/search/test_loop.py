@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from memgym.evolution.search.journal import load_archive
 from memgym.evolution.search.config import EvolveConfig
 from memgym.evolution.search.api import build_engine, evolve
+from memgym.evolution.search.journal import load_archive
 from memgym.memory_bank.programs import read_program_source, seed_program_path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -157,7 +157,18 @@ def test_offline_params_loop_raises_the_seeds_valid_answer_recall(tmp_path):
                        seed=0,
                        probe_units=400, probe_batches=20, progress=False, out=str(tmp_path / "run"))
     evo = build_engine(cfg)
-    s = evo.run().summary
+    evo.state.callbacks.clear()  # what the run writes is the engine's: no callback to lose
+    result = evo.run()
+    s = result.summary
+    run = tmp_path / "run"
+    assert json.loads((run / "summary.json").read_text()) == json.loads(json.dumps(s, default=str))
+    # the summary is written from the result; the scores' one copy is eval.json (not state.json, not outcome.json)
+    assert s["seed"] == {"valid": result.seed.valid, "test": result.seed.test} and s["final"]["valid"] == result.valid
+    assert s["frozen"]["frozen"] == s["final_id"] == result.frozen.id and s["frozen"]["pool"] == result.frozen.pool
+    st = json.loads((run / "state.json").read_text())
+    assert st["format"] == 2 and not any({"train", "valid", "test"} & set(c) for c in st["archive"]["candidates"])
+    assert not any({"train", "valid"} & set(json.loads(p.read_text())) for p in run.glob("candidates/*/outcome.json"))
+    assert load_archive(run).get(s["final_id"]).valid.scores() == result.valid
     seed, final = s["seed"]["valid"]["overall"], s["final"]["valid"]["overall"]
     assert final > seed + 0.05, (seed, final)
     # the seed returns the first 16,000 characters unranked; a ranking edit is in the final lineage and won

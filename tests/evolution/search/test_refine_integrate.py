@@ -3,6 +3,7 @@ budget-cut share and the weight it gives ``rank_order``, the element-level merge
 merges onto an accepted merge."""
 from __future__ import annotations
 
+import json
 import random
 from types import SimpleNamespace
 
@@ -141,6 +142,36 @@ def test_parent_fallback_refines_the_best_overall_program_when_the_specialist_is
     assert Engine.fallback_parent(eng, arch.get("seed"), "A").id == "seed"
     assert [c.id for c in SpecialistParent().fallbacks(arch, "A")] == ["r05", "r03"]
     assert SpecialistParent().fallbacks(arch, None) == []
+
+
+def test_a_parent_fallback_is_booked_once_in_the_round_record_its_outcome_and_the_report(tmp_path):
+    """The round record is complete when it is written: outcome.json and state.json's history hold
+    the same record, with the parent first chosen; report.md's row says so."""
+    from memgym.evolution.search.config import EvolveConfig
+    from memgym.evolution.search.report import round_rows
+    from memgym.evolution.search.state import EvolutionState
+
+    state = EvolutionState(EvolveConfig(train=["conv-26"], valid=["conv-30"], n_sessions=1, max_questions=2,
+                                        embedder="hash:64", out=str(tmp_path / "run")))
+    seed, r03 = _cand("seed", None, 0.30, {"A": 0.50}, stage="seed"), _cand("r03", "seed", 0.44, {"A": 0.35})
+    r05 = _cand("r05", "r03", 0.40, {"A": 0.45})
+    r05.round, r05.description, r05.validation = 5, "variant dense_ranking", {"ok": True, "level": 4}
+    for c in (seed, r03, r05):
+        state.archive.add(c)
+    state.archive.base, state.archive.specialists = "seed", {"A": "seed"}
+    state.sources.update(seed=SEED, r03=DENSE, r05=TIMED)
+    state.record_round(5, "refine", "A", r03, r05, "", fallback_from="seed")
+    state.save()
+    outcome = json.loads((tmp_path / "run" / "candidates" / "r05" / "outcome.json").read_text())
+    assert outcome == json.loads((tmp_path / "run" / "state.json").read_text())["history"][-1] == {
+        "round": 5, "stage": "refine", "target": "A", "parent": "r03", "candidate": "r05",
+        "proposal": "variant dense_ranking", "accepted": "no: no capability's valid score improved", "base": "seed",
+        "specialists": {"A": "seed"}, "fallback_from": "seed"}
+    assert (tmp_path / "run" / "candidates" / "r05" / "program.py").read_text() == TIMED
+    row = round_rows(state)[-1]
+    assert row["proposal"] == "[parent fallback: seed has nothing left to try] variant dense_ranking"
+    assert (row["status"], row["verdict"], row["valid"], row["tokens"]) == ("evaluated", "ok", r05.valid.scores(), 0)
+    assert state.archive.attempts == {"A": ["r05"]}
 
 
 # ------------------------------------------------------------------ (c) element-level retry

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from memgym.evolution.search.journal import load_archive
 from memgym.evolution.search.config import EvolveConfig
 from memgym.evolution.search.api import evolve
+from memgym.evolution.search.journal import load_archive
 from memgym.evolution.search.proposers.facts import run_facts
 from memgym.evolution.search.proposers.replay import ReplayMismatchError, load_recording
 from tests.evolution.search.competent_coder import serve_coder
