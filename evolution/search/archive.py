@@ -95,7 +95,7 @@ class Candidate:
 @dataclass
 class IntegrationRecord:
     """One stage-III attempt (:mod:`memgym.evolution.search.integrate`), as the integrator reads it back.
-    ``kind``: ``merge`` | ``condition`` | ``coder`` | ``-`` (skipped); ``anchor``: the program merged
+    ``attempt``: ``merge`` | ``condition`` | ``coder`` | ``-`` (skipped); ``anchor``: the program merged
     onto; ``candidate``: the judged program (an earlier one when the merge equals it; ``-`` when
     none); ``accepted``: what the round decided (``integrated: ...``, ``no: <reason>``,
     ``skipped: ...``); ``integrated``: accepted; ``merged_from``: ``"<id> (<caps>)"`` of the
@@ -107,7 +107,7 @@ class IntegrationRecord:
 
     round: int
     anchor: str
-    kind: str = "-"
+    attempt: str = "-"
     candidate: str = "-"
     accepted: str = ""
     integrated: bool = False

@@ -132,13 +132,13 @@ class TraceGuidedIntegrator:
             self._log(state, row, "nothing to integrate", f"skipped: every specialist is {onto} or its ancestor")
             return
         caps_of = {s.id: "".join(c for c in CAPABILITIES if arch.specialists.get(c) == s.id) for s in specs}
-        merges = [r for r in self.phase(state) if r.kind == "merge"]
+        merges = [r for r in self.phase(state) if r.attempt == "merge"]
         # an LLM proposer's first try since the last accepted merge is the offline merge
         use_merge = steps.proposer_name in OFFLINE_PROPOSERS or (self.offline_first and not merges)
         include, exclude = [s.id for s in specs], set()
         if use_merge and merges and self.condition != "none":  # a failed merge first gets its condition-level form
             last = merges[-1]
-            tried = {r.merged_side for r in self.phase(state) if r.kind == "condition"}
+            tried = {r.merged_side for r in self.phase(state) if r.attempt == "condition"}
             if self.evaluated(state, last) and not last.integrated and last.candidate not in tried:
                 self._condition_attempt(state, steps, round_no, row, last)
                 return
@@ -179,7 +179,7 @@ class TraceGuidedIntegrator:
         conts = [Contender(s.id, state.source_of(s.id), caps_of[s.id], {t: s.train.tasks.get(t, 0.0) for t in cases},
                            s.train.overall) for s in include]
         ancestors = {s.id: state.source_of(common_ancestor(arch, s.id, base.id)) for s in include}
-        row.kind, row.merged_from = "merge", [f"{s.id} ({caps_of[s.id]})" for s in include]
+        row.attempt, row.merged_from = "merge", [f"{s.id} ({caps_of[s.id]})" for s in include]
         row.excluded = sorted([sid, k] for sid, k in exclude)
         try:
             lineages = {x.id: [state.source_of(c.id) for c in arch.lineage(x.id)] for x in [base] + include}
@@ -237,7 +237,7 @@ class TraceGuidedIntegrator:
         arch = state.archive
         base = arch.get(row.anchor)
         dropped = [c for c in CAPABILITIES if failed.drops.get(c, 0.0) > self.delta + 1e-9]
-        row.kind, row.merged_from, row.merged_side = "condition", list(failed.merged_from), failed.candidate
+        row.attempt, row.merged_from, row.merged_side = "condition", list(failed.merged_from), failed.candidate
         plan = condition_plan(self.condition, failed.contributor_caps, dropped)
         if plan is None:
             self._log(state, row, "condition merge", f"skipped: rule {self.condition} leaves nothing to condition on "
@@ -336,6 +336,6 @@ class TraceGuidedIntegrator:
                                    "goal": "Integrate the capability specialists into the base program (trace-guided "
                                            "integration): one program, better overall, no capability worse."})
         cand = steps.attempt(round_no, "integrate", parent, None, inp, self._cid(round_no))
-        row.kind, row.candidate = "coder", cand.id
+        row.attempt, row.candidate = "coder", cand.id
         row.merged_from = [f"{s.id} ({caps_of[s.id]})" for s in specs]
         self._judge(state, row, cand, specs, parent=parent)

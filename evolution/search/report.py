@@ -386,7 +386,7 @@ def integration_section(archive) -> str:
         bc = v.get("by_capability", {})
         paired = "; ".join(f"{c}: {p['task']} ({p['gap']:+.2f})" for c, p in r.paired.items()) or "-"
         conf = "; ".join(f"{c['key']} → {c['winner']}" for c in r.conflicts) or "-"
-        out.append(f"| {r.round} | {r.kind} | {', '.join(r.merged_from) or '-'} | "
+        out.append(f"| {r.round} | {r.attempt} | {', '.join(r.merged_from) or '-'} | "
                    f"{paired} | {conf.replace('|', '/')} | {r.candidate or '-'} | {_f(v.get('overall'))} | "
                    + "".join(f"{_f(bc.get(c))} | " for c in caps) + f"{r.accepted.replace('|', '/')} |")
     return "\n".join(out) + "\n"

@@ -161,7 +161,7 @@ def test_a_failed_merge_is_accepted_in_its_condition_level_form():
     assert (state.history[-1].round, state.history[-1].accepted) == (5, merge.accepted)
     integ.run_round(state, steps, 6, random.Random(0))
     cond = state.archive.integrations[-1]
-    assert cond.kind == "condition" and cond.candidate == "r06" and cond.merged_side == "r01"
+    assert cond.attempt == "condition" and cond.candidate == "r06" and cond.merged_side == "r01"
     assert cond.condition == {"rule": "specialist", "capabilities": "T", "on_match": "merged", "words": 5,
                                  "train_accuracy": 1.0}
     assert state.archive.get("r06").valid.by_capability == {"F": 1.0, "T": 1.0, "M": 1.0} and cond.integrated

@@ -154,7 +154,7 @@ def test_trained_extractor_run_completes_with_integration_and_extracts_once_per_
     assert arch.specialists == {"F": "r01", "T": "r02", "M": "r01"}
     assert [h["stage"] for h in st["history"][3:]] == ["integrate", "integrate"]
     merge = arch.integrations[0]
-    assert (merge.round, merge.candidate, merge.kind, merge.integrated) == (3, "r03", "merge", True)
+    assert (merge.round, merge.candidate, merge.attempt, merge.integrated) == (3, "r03", "merge", True)
     assert merge.merged_from == (["r01 (FM)", "r02 (T)"] if onto == "base" else ["r02 (T)"])
     assert merge.conflicts == [] and merge.anchor == ("seed" if onto == "base" else "r01")
     # the next round merges the specialists onto the accepted merge r03: it holds all they changed
@@ -195,10 +195,10 @@ def test_coder_integration_gets_diffs_and_paired_traces_and_a_failed_merge_goes_
     run = tmp_path / "run"
     st = _state(run)
     hist, (r3, r4) = st["history"], st["archive"]["integrations"]
-    assert r3["kind"] == "coder" and hist[3]["parent"] == "seed" and not r3["integrated"]
+    assert r3["attempt"] == "coder" and hist[3]["parent"] == "seed" and not r3["integrated"]
     assert r3["accepted"] == hist[3]["accepted"]
     assert r3["accepted"].startswith("no: valid overall") and "does not beat the base's" in r3["accepted"]
-    assert r4["kind"] == "coder" and hist[4]["parent"] == "r03" and r4["integrated"]
+    assert r4["attempt"] == "coder" and hist[4]["parent"] == "r03" and r4["integrated"]
     assert s["final_id"] == "r04" and s["integrated"]
     p3 = json.loads((run / "candidates/r03/proposal.json").read_text())["result"]["transcript"][0]["messages"][-1]["content"]
     assert "# Integration material" in p3 and "## Specialist r01 for F" in p3 and "## Specialist r02 for T" in p3
