@@ -147,10 +147,6 @@ class RoundRecord(FieldsRecord):
     kind: ClassVar[str] = "outcome"
     step: ClassVar[str] = "outcome"
 
-    @classmethod
-    def from_json(cls, d: dict) -> "RoundRecord":
-        return cls(**d)
-
 
 _STEPS = {"proposal": lambda d: ProposalRecord.from_json(d), "revise": lambda d: ProposalRecord.from_json(d, True),
           "validation": lambda d: ValidationRecord.from_json(d),

@@ -20,7 +20,7 @@ plus ``candidates_rejected``, ``final_id``, ``boundary`` (:func:`boundary`), ``b
 ``ledger``, ``scorer``, ``judge_protocol`` (with ``judge_note``, the protocol's source or a custom
 file's sha256, under scorer llm), ``sandbox`` (mode label), ``run_card``
 (:func:`memgym.llm.runcard.build_card`) and the cost keys
-(:func:`cost_summary`): ``tokens_by_round`` (``{"rounds": {round: {role: tokens, "total"}}, "run":
+(:func:`memgym.evolution.search.ledger.cost_summary`): ``tokens_by_round`` (``{"rounds": {round: {role: tokens, "total"}}, "run":
 {...}}``), ``test_tokens_per_question`` (``{role: float}``, {} without a test run), ``budgets`` and
 ``estimated_calls`` (``{role: calls whose token counts are tokenizer estimates}``, {} when none).
 ``candidates_evaluated`` excludes the seed; ``proposals_failed`` counts proposals not evaluated.
@@ -34,7 +34,7 @@ import json
 
 from memgym.evolution.execution.confine import current_label
 from memgym.evolution.search.archive import CAPABILITIES
-from memgym.evolution.search.ledger import TABLE_ROLES, per_question, tokens_by_round
+from memgym.evolution.search.ledger import cost_section, cost_summary
 from memgym.evolution.search.rundir import atomic_write_json, atomic_write_text
 from memgym.llm.runcard import card_markdown
 from memgym.memory_bank.schema import CAPABILITY_NAMES
@@ -390,48 +390,3 @@ def integration_section(archive) -> str:
                    f"{paired} | {conf.replace('|', '/')} | {r.candidate or '-'} | {_f(v.get('overall'))} | "
                    + "".join(f"{_f(bc.get(c))} | " for c in caps) + f"{r.accepted.replace('|', '/')} |")
     return "\n".join(out) + "\n"
-
-
-def cost_summary(state, fin: dict) -> dict:
-    """The summary's cost keys (module doc)."""
-    final_test = fin.get("final_test") or {}
-    n = len(final_test.get("tasks") or {})
-    return {"tokens_by_round": tokens_by_round(state.ledger),
-            "test_tokens_per_question": per_question(fin.get("final_test_usage") or {}, n),
-            "test_questions": n, "budgets": {r: b for r, b in state.ledger.budgets.items() if b is not None},
-            "estimated_calls": state.ledger.estimated()}
-
-
-def _k(v) -> str:
-    """Tokens for a table: 1234 -> "1,234"; 12_345_678 -> "12.35M"; floats to 0.1."""
-    if isinstance(v, float):
-        return f"{v:,.1f}"
-    return f"{v / 1e6:.2f}M" if v >= 10_000_000 else f"{v:,}"
-
-
-def cost_section(summary: dict) -> list[str]:
-    """report.md's token table: one row per round (0 = seed and labels, final = test runs)."""
-    tb = summary.get("tokens_by_round")
-    if not tb:
-        return []
-    out = ["### Tokens per role per round (prompt + completion; cache hits cost 0)", "",
-           "| round | " + " | ".join(TABLE_ROLES) + " | total |", "|" + "---|" * (len(TABLE_ROLES) + 2)]
-    for r, row in tb["rounds"].items():
-        out.append(f"| {r} | " + " | ".join(_k(row[c]) for c in TABLE_ROLES) + f" | {_k(row['total'])} |")
-    out.append("| **run** | " + " | ".join(f"**{_k(tb['run'][c])}**" for c in TABLE_ROLES)
-               + f" | **{_k(tb['run']['total'])}** |")
-    pq = summary.get("test_tokens_per_question") or {}
-    if pq:
-        out.append(f"| per test question (frozen program, {summary['test_questions']} questions) | "
-                   + " | ".join(_k(pq[c]) for c in TABLE_ROLES) + f" | {_k(pq['total'])} |")
-    out += ["", "`task` = the task model's extract + plan + answer calls; PrisMem reports 73.7M tokens per "
-                "20-round BEAM run (M* 76.5M) and 100.59K task tokens per BEAM-1M test question."]
-    est = summary.get("estimated_calls") or {}
-    if est:
-        out.append("- **estimated token counts**: " + ", ".join(f"{r} {n:,} call{'s' * (n != 1)}" for r, n in est.items())
-                   + " (the server's or the recording's counts were missing or invalid, so they were counted with the "
-                     "SmolLM2 tokenizer)")
-    budgets = summary.get("budgets") or {}
-    out.append("- budgets: " + (", ".join(f"{r} {b:,} tokens" for r, b in budgets.items()) if budgets else "none")
-               + (f"; **the run ended early: {summary['stopped']}**" if summary.get("stopped") else ""))
-    return out

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 from memgym.data_synth.annotate import AnnotatedLabel
-from memgym.evolution.search.ledger import Ledger, label_usage, per_question, tokens_by_round
-from memgym.evolution.search.report import cost_section
+from memgym.evolution.search.ledger import Ledger, cost_section, label_usage, per_question, tokens_by_round
 from memgym.memory_bank.schema import Capability
 from tests.helpers import conversation
 
