@@ -23,8 +23,8 @@ from memgym.evolution.search.journal import (FinalRecord, ProposalRecord, RoundR
                                              load_record, rng_from_json, rng_to_json)
 from memgym.evolution.search.ledger import BudgetExhausted, usage_from_eval
 from memgym.evolution.search.proposers.base import ProposalInput
-from memgym.evolution.search.rundir import atomic_write_text
 from memgym.evolution.search.protocols import Integrator, Proposer, RoundSteps, Strategy
+from memgym.evolution.search.rundir import atomic_write_text
 from memgym.evolution.search.select import record_cases
 from memgym.evolution.search.state import EvolutionState
 from memgym.evolution.search.stops import check_anything_proposed, check_endpoint

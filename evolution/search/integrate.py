@@ -222,7 +222,8 @@ class TraceGuidedIntegrator:
                      (c.key == key or element_key(state.source_of(c.id)) == ekey)), None)
         if same is not None:  # the merge is an archived program, up to statement order: reuse its scores
             row.candidate = same.id
-            self._judge(state, row, same, contributors, supplied, proposal=desc + f" = archived {same.id} (scores reused)")
+            self._judge(state, row, same, contributors, supplied,
+                        proposal=desc + f" = archived {same.id} (scores reused)")
             return
         inp = ProposalInput(state.source_of(base.id), base.id, "integrate", None, {}, [], [], [], [],
                             frozenset(arch.keys()), extra={"round": round_no})
@@ -293,7 +294,8 @@ class TraceGuidedIntegrator:
             return
         self._log(state, row, proposal, accepted or f"no: {reason}")
 
-    def material(self, state, steps, specs, caps_of, paired, failed: IntegrationRecord | None) -> tuple[str, list[str], list[str]]:
+    def material(self, state, steps, specs, caps_of, paired,
+                 failed: IntegrationRecord | None) -> tuple[str, list[str], list[str]]:
         """(integration text, compact traces, their task ids) for an LLM attempt."""
         arch = state.archive
         base = self.anchor(state)

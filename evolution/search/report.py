@@ -20,9 +20,9 @@ plus ``candidates_rejected``, ``final_id``, ``boundary`` (:func:`boundary`), ``b
 ``ledger``, ``scorer``, ``judge_protocol`` (with ``judge_note``, the protocol's source or a custom
 file's sha256, under scorer llm), ``sandbox`` (mode label), ``run_card``
 (:func:`memgym.llm.runcard.build_card`) and the cost keys
-(:func:`memgym.evolution.search.ledger.cost_summary`): ``tokens_by_round`` (``{"rounds": {round: {role: tokens, "total"}}, "run":
-{...}}``), ``test_tokens_per_question`` (``{role: float}``, {} without a test run), ``budgets`` and
-``estimated_calls`` (``{role: calls whose token counts are tokenizer estimates}``, {} when none).
+(:func:`memgym.evolution.search.ledger.cost_summary`): ``tokens_by_round`` (``{"rounds": {round:
+{role: tokens, "total"}}, "run": {...}}``), ``test_tokens_per_question`` (``{role: float}``, {}
+without a test run), ``budgets`` and ``estimated_calls`` (``{role: calls whose token counts are tokenizer estimates}``, {} when none).
 ``candidates_evaluated`` excludes the seed; ``proposals_failed`` counts proposals not evaluated.
 The summary is written from the run's :class:`~memgym.evolution.search.result.EvolveResult`
 (:func:`build_summary`); report.md's rows are rendered from the run's round records and archive

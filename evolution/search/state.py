@@ -1,8 +1,9 @@
 """The state of one evolution run (GEPA's ``GEPAState``): recipe, run dir, splits, archive (with
 the integration log), ledger, history (one :class:`RoundRecord` per round), RNG, next round, wall
-time, stop reason; in memory also program sources and diagnostics. :meth:`EvolutionState.emit` writes each journal record as it is made;
-:meth:`EvolutionState.save` (the engine's checkpoint) writes ``state.json`` atomically;
-:meth:`EvolutionState.load` restores it (:class:`RunStateError` when damaged or of another format).
+time, stop reason; in memory also program sources and diagnostics. :meth:`EvolutionState.emit`
+writes each journal record as it is made; :meth:`EvolutionState.save` (the engine's checkpoint)
+writes ``state.json`` atomically; :meth:`EvolutionState.load` restores it (:class:`RunStateError`
+when damaged or of another format).
 """
 from __future__ import annotations
 

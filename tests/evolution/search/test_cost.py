@@ -79,9 +79,11 @@ def test_a_state_with_a_skipped_integration_round_is_a_valid_run_state(tmp_path)
     from memgym.evolution.search.rundir import RunStateError, check_state
 
     arch = Archive()
-    st = {"format": 2, "archive": {**arch.to_json(), "candidates": [{"id": "seed"}], "base": "seed", "specialists": {}},
+    st = {"format": 2, "archive": {**arch.to_json(), "candidates": [{"id": "seed"}], "base": "seed",
+                                   "specialists": {}},
           "ledger": {"rounds": {}, "budgets": {}}, "rng": [3, [0] * 625, None], "next_round": 11, "elapsed_s": 1.0,
-          "recipe": {}, "history": [{"round": 0, "candidate": "seed"}, {"round": 9, "stage": "integrate", "candidate": "-"}]}
+          "recipe": {}, "history": [{"round": 0, "candidate": "seed"},
+                                    {"round": 9, "stage": "integrate", "candidate": "-"}]}
     assert check_state(st, tmp_path / "state.json") is st
     st["history"].append({"round": 10, "candidate": "r10"})
     import pytest

@@ -159,7 +159,8 @@ def test_trained_extractor_run_completes_with_integration_and_extracts_once_per_
     assert merge.conflicts == [] and merge.anchor == ("seed" if onto == "base" else "r01")
     # the next round merges the specialists onto the accepted merge r03: it holds all they changed
     skip = "skipped: the specialists add nothing to the accepted merge r03 (every change is in it or was left out)"
-    assert arch.integrations[1].anchor == "r03" and arch.integrations[1].accepted == st["history"][4]["accepted"] == skip
+    assert arch.integrations[1].anchor == "r03"
+    assert arch.integrations[1].accepted == st["history"][4]["accepted"] == skip
     assert s["final_id"] == "r03" and s["integrated"] and s["final"]["valid"]["overall"] > \
         max(arch.get("r01").valid.overall, arch.get("r02").valid.overall)
     best = (tmp_path / "run" / "best.py").read_text()

@@ -265,7 +265,8 @@ def test_element_level_retry_then_the_remaining_changes_go_onto_the_accepted_mer
     r9, row9 = state.archive.integrations[-1], state.history[-1]
     assert r9.anchor == "r08" and row9.parent == "r08" and r9.candidate == row9.candidate == "r07"
     assert row9.proposal.endswith("onto r08 = archived r07 (scores reused)") and not r9.integrated
-    assert r9.accepted == row9.accepted and r9.accepted.startswith("no: valid overall 0.4700 does not beat the base's 0.4900")
+    assert r9.accepted == row9.accepted
+    assert r9.accepted.startswith("no: valid overall 0.4700 does not beat the base's 0.4900")
     assert r9.left_out == [["r04", "TOP_K"]]
     assert integ.final(state) == "r08"
     # round 10: nothing of r04 is left to add onto r08
