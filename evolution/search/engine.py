@@ -232,7 +232,7 @@ class Engine:
         if stored is not None:
             state.ledger.rounds["final"] = stored.runs.get("ledger_final", {})
             return stored.runs
-        final_id = state.final_program()
+        final_id = state.freeze()["frozen"]  # best valid overall: base, specialists, accepted merges
         fin = {"final": final_id, "seed_test": None, "final_test": None, "usage": {}}
         if state.splits["test"]:
             for key, cid in (("final_test", final_id), ("seed_test", "seed")):  # frozen first: whole cost

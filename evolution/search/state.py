@@ -177,11 +177,6 @@ class EvolutionState:
         every accepted merge: ``{"frozen", "runner_up", "pool", "why"}``."""
         return freeze_choice(self.archive, [r.candidate for r in self.archive.merges()])
 
-    def final_program(self) -> str:
-        """The frozen program's id: the best valid overall among the base, every specialist
-        and every accepted merge (ties: the later one), :meth:`freeze`."""
-        return self.freeze()["frozen"]
-
     def record(self, rec: RoundRecord) -> None:
         """Book what a round decided: the history's record, written as the outcome of a candidate
         made in the round."""
