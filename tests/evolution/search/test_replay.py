@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from memgym.evolution.search.archive import Archive
 from memgym.evolution.search.config import EvolveConfig
 from memgym.evolution.search.api import evolve
+from memgym.evolution.search.journal import load_archive
 from memgym.evolution.search.proposers.facts import run_facts
 from memgym.evolution.search.proposers.replay import ReplayMismatchError, load_recording
 from tests.evolution.search.competent_coder import serve_coder
@@ -26,7 +26,7 @@ SMALL = dict(train=["conv-26"], valid=["conv-30"], n_sessions=2, max_questions=6
 
 
 def _fingerprint(run: Path):
-    return Archive.from_json(json.loads((run / "state.json").read_text())["archive"]).fingerprint()
+    return load_archive(run).fingerprint()
 
 
 @pytest.fixture(scope="module")
