@@ -102,7 +102,7 @@ def evaluate_column(column: str, source: str, convs, cfg: EvalConfig, rt: Runtim
     :class:`memgym.evolution.execution.runner.ProgramRunError`.
     """
     from memgym.rewards.scoring.metrics import answer_recall
-    from memgym.rewards.scoring.protocols import protocol_note
+    from memgym.rewards.scoring.judge_protocols import protocol_note
 
     settings, label = column_settings(cfg, column)
     spec, constrained = settings.extractor, settings.constrained
@@ -150,7 +150,7 @@ def run_card(cfg: EvalConfig, rt: Runtime, wall_s: float) -> dict:
     """The run card of an eval (:func:`memgym.llm.runcard.build_card`): every column's extractor spec
     beside the recipe's other models; cost = the runtime's counts over all columns."""
     from memgym.llm.runcard import build_card
-    from memgym.rewards.scoring.protocols import protocol_card
+    from memgym.rewards.scoring.judge_protocols import protocol_card
 
     columns = [parse_column(c, cfg.constrained)[0] for c in (cfg.extractor, *cfg.compare)]
     models = {**{("extractor" if i == 0 else f"compare {i}"): s for i, s in enumerate(columns)},

@@ -18,7 +18,7 @@ from memgym.evolution.execution.diagnostics import METRICS, diagnose_run
 from memgym.evolution.execution.results import ProgramEvaluation
 from memgym.evolution.execution.runner import ProgramRun, ProgramRunner, dump_units
 from memgym.evolution.execution.settings import OutputSection, ProgramSection, RunnerSettings
-from memgym.evolution.execution.stages import StageCache
+from memgym.evolution.execution.stage_cache import StageCache
 from memgym.llm.errors import ConfigError
 from memgym.llm.runtime import Runtime
 from memgym.memory_bank.programs import read_program_source
@@ -86,7 +86,7 @@ def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source
     call. ``workers``: conversations evaluated concurrently (default: the runner's setting);
     ``keep_going``: see :meth:`ProgramRunner.run` (``failed_conversations``)."""
     from memgym.rewards.scoring.official import judge_stats
-    from memgym.rewards.scoring.protocols import protocol_note
+    from memgym.rewards.scoring.judge_protocols import protocol_note
 
     rt = runner.rt
     t0 = time.time()
@@ -237,7 +237,7 @@ def run_program_eval(cfg: ProgramEvalConfig, rt: Runtime | None = None,
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     dump_units(run, out / "units.jsonl")
     from memgym.llm.runcard import build_card, card_markdown
-    from memgym.rewards.scoring.protocols import protocol_card
+    from memgym.rewards.scoring.judge_protocols import protocol_card
 
     card = build_card(recipe=asdict(cfg), models=cfg.model_specs(), runtime=rt,
                       judge=protocol_card(cfg.dataset, cfg.judge_protocol, cfg.scorer),

@@ -16,14 +16,13 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from tqdm.auto import tqdm
 
-from memgym.data_synth.extractors import expert_paths
 from memgym.evolution.execution.component_diff import component_hashes, diff_components
 from memgym.evolution.execution.results import (ConversationTrace, ProgramRun, ProgramRunError, TaskResult,  # noqa: F401
                                          dump_units)  # dump_units re-exported
 from memgym.evolution.execution.run_state import RunState
 from memgym.evolution.execution.sandbox import SandboxedProgram, SandboxError
 from memgym.evolution.execution.settings import RunnerSettings
-from memgym.evolution.execution.stages import StageCache, file_sha, model_identity
+from memgym.evolution.execution.stage_cache import StageCache, stage_settings
 from memgym.llm.runtime import Runtime
 from memgym.memory_bank.program import BackendToolkitHost, ContractError
 from memgym.memory_bank.schema import Conversation
@@ -47,7 +46,7 @@ class ProgramRunner:
         self.cache = cache if cache is not None else StageCache()
         self._task = None
         self._scorer = None
-        self._ids: dict[str, str] = {}
+        self._keys: dict[str, dict] = {}
         self.model_lock = threading.RLock()
         self._init_lock = threading.Lock()
         self.context_budget = None
@@ -76,32 +75,14 @@ class ProgramRunner:
                                            dataset=s.dataset, judge_protocol=s.judge_protocol)
             return self._scorer
 
-    def identity(self, what: str) -> str:
-        """Cache identity of ``task`` | ``extractor`` | ``scorer`` (model dir fingerprints
-        included), computed once."""
+    def stage_settings(self, stage: str) -> dict:
+        """The settings part of ``stage``'s cache keys
+        (:func:`memgym.evolution.execution.stage_cache.stage_settings`; model identities include
+        their dir fingerprints), computed once per stage."""
         with self._init_lock:
-            if what not in self._ids:
-                self._ids[what] = self._compute_identity(what)
-            return self._ids[what]
-
-    def _compute_identity(self, what: str) -> str:
-        s = self.settings
-        if what == "task":
-            return model_identity(s.task_model)
-        if what == "extractor":
-            if s.extraction_mode == "expert":
-                paths = expert_paths(s.extractor)
-                return "expert:" + ",".join(file_sha(p) for p in paths)
-            if s.extraction_mode == "turns":
-                return "turns"
-            return model_identity(s.extractor)
-        if what == "scorer":
-            from memgym.rewards.scoring.protocols import protocol_identity
-            return (s.scorer + (f"|{model_identity(s.judge_model)}|{s.dataset}|"
-                                f"{protocol_identity(s.dataset, s.judge_protocol)}"
-                                if s.scorer == "llm" and s.judge_model else "")
-                    + ("|constrained" if s.scorer == "llm" and s.judge_constrained else ""))
-        raise KeyError(what)
+            if stage not in self._keys:
+                self._keys[stage] = stage_settings(stage, self.settings)
+            return self._keys[stage]
 
     def sandbox(self, source: str, conv_id: str = "") -> SandboxedProgram:
         """A fresh sandbox holding ``source`` (ProgramRunError when it does not load), its toolkit

@@ -171,7 +171,7 @@ class RunnerSettings(BenchmarkFields, ModelsSection):
             raise ConfigError(f"--plan_mode: {self.plan_mode!r} is not one of llm, question")
         require(self, "scorer", "llm", "judge_model", "(a backend spec of the LLM judge)")
         if self.scorer == "llm" and self.dataset is not None:
-            from memgym.rewards.scoring.protocols import load_judge_file
+            from memgym.rewards.scoring.judge_protocols import load_judge_file
             load_judge_file(self.dataset, self.judge_protocol)  # a changed official file: refused before any run
         if self.scorer == "rubric-recall" and self.dataset not in (None, "beam"):
             from memgym.llm.errors import ConfigError

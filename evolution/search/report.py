@@ -35,7 +35,7 @@ from memgym.evolution.search.ledger import TABLE_ROLES, per_question, tokens_by_
 from memgym.evolution.search.rundir import atomic_write_json, atomic_write_text
 from memgym.llm.runcard import card_markdown
 from memgym.memory_bank.schema import CAPABILITY_NAMES
-from memgym.rewards.scoring.protocols import protocol_note
+from memgym.rewards.scoring.judge_protocols import protocol_note
 
 
 def _scores(split) -> dict | None:
@@ -65,7 +65,7 @@ def build_summary(state, fin: dict, rt=None) -> dict:
     from dataclasses import asdict
 
     from memgym.llm.runcard import build_card
-    from memgym.rewards.scoring.protocols import protocol_card
+    from memgym.rewards.scoring.judge_protocols import protocol_card
 
     arch = state.archive
     cands = [c for c in arch.candidates.values() if c.id != "seed"]

@@ -91,7 +91,7 @@ def score_predictions(dataset: str, convs: list[Conversation], predictions: dict
     :class:`memgym.evolution.execution.context_budget.ContextBudget`) applied to each context before an
     offline scorer reads it. Returns the ``scores.json`` dict plus ``rows``.
     """
-    from memgym.rewards.scoring.protocols import protocol_note
+    from memgym.rewards.scoring.judge_protocols import protocol_note
 
     cut = budget.cut if budget is not None else (lambda t: t)
     entries, known = [], set()

@@ -8,7 +8,7 @@ import pytest
 
 from memgym.evolution.execution.component_diff import COMPONENTS, component_hashes, diff_components, stage_component_hashes
 from memgym.evolution.execution.runner import ProgramRunError, ProgramRunner, RunnerSettings
-from memgym.evolution.execution.stages import StageCache
+from memgym.evolution.execution.stage_cache import StageCache
 from memgym.llm.embeddings import HashEmbedder
 from memgym.llm.runtime import Runtime
 from memgym.memory_bank.program import FieldSpec, session_entries, text_query, unit_text

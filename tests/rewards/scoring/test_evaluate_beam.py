@@ -70,7 +70,7 @@ def test_program_eval_beam_rubric_recall_headline(tmp_path):
     """``memgym program eval`` on BEAM: scripted instruction extraction (each transcript line one
     unit), the question as the query, rubric-recall, and BEAM's per-ability headline."""
     from memgym.evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
-    from memgym.evolution.execution.stages import StageCache
+    from memgym.evolution.execution.stage_cache import StageCache
     from memgym.memory_bank.programs import reference_program_path
 
     task = "openai:http://stub.invalid/v1#task"

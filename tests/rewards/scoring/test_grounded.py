@@ -82,7 +82,7 @@ def _run_program(program: str, dataset: str, ids: list[str], budget: int, questi
     from memgym.data_synth.datasets import load_conversations
     from memgym.evolution.execution.runner import ProgramRunner
     from memgym.evolution.execution.settings import RunnerSettings
-    from memgym.evolution.execution.stages import StageCache
+    from memgym.evolution.execution.stage_cache import StageCache
     from memgym.llm.runtime import Runtime
 
     convs = load_conversations(dataset, ids=ids)

@@ -51,7 +51,7 @@ def _runtime():
 def test_same_beam_predictions_same_numbers_through_eval_program_eval_and_score(tmp_path, protocol):
     from memgym.data_synth.datasets import load_conversations
     from memgym.evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
-    from memgym.evolution.execution.stages import StageCache
+    from memgym.evolution.execution.stage_cache import StageCache
     from memgym.memory_bank.programs import reference_program_path
     from memgym.evolution.execution.eval_job import EvalConfig, run_eval
     from memgym.rewards.scoring.scorers import make_scorer
@@ -132,7 +132,7 @@ def test_stage_cache_key_includes_the_protocol(tmp_path):
     """One stage cache, official then corrected: the second run re-scores (its judge answers
     differ) instead of reusing the first run's scores."""
     from memgym.evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
-    from memgym.evolution.execution.stages import StageCache
+    from memgym.evolution.execution.stage_cache import StageCache
     from memgym.memory_bank.programs import reference_program_path
 
     cache = StageCache()
