@@ -66,16 +66,9 @@ def run_dataset(run: ProgramRun) -> str | None:
     return None
 
 
-def task_rows(run: ProgramRun) -> list[dict]:
-    """The run's questions as :class:`memgym.rewards.scoring.summary.QuestionResult` fields."""
-    return [{"conversation": t.conversation, "id": t.qa.id, "question": t.qa.question, "gold": t.qa.answer,
-             "category": str(t.qa.category), "capability": t.qa.capability.value if t.qa.capability else None,
-             "prediction": t.prediction, "score": t.score, "missing": False} for t in run.tasks]
-
-
 def summarise(run: ProgramRun, dataset: str | None = None) -> dict:
     """:func:`memgym.rewards.scoring.summary.summarise` of a run (``dataset`` None: inferred from the labels)."""
-    return summarise_rows(dataset or run_dataset(run), task_rows(run))
+    return summarise_rows(dataset or run_dataset(run), run.tasks)
 
 
 def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source: str | None = None,
@@ -94,36 +87,30 @@ def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source
     judged0 = getattr(runner._scorer, "parse_failures", 0)
     run = runner.run(source, convs, parent_source=parent_source, workers=workers, keep_going=keep_going)
     rep = summarise(run, runner.settings.dataset)
+    diag = None
     if diagnostics:
         with runner.model_lock:
             d = diagnose_run(run, rt.embedder, progress=runner.settings.progress)
         diag = {k: v for k, v in d.items() if k != "tasks"}
-        per_task = {r["id"]: r for r in d["tasks"]}
-    else:
-        diag, per_task = None, {}
+    per_task = {r["id"]: r for r in d["tasks"]} if diagnostics else {}
+    for i, q in enumerate(run.tasks):
+        q.trace = f"tasks.jsonl:{i + 1}"
+        q.metrics = {m: per_task.get(q.key, {}).get(m) for m in METRICS}
     calls = rt.calls_since(calls0)
-    tasks = [{"conversation": t.conversation, "id": t.qa.id, "question": t.qa.question, "gold": t.qa.answer,
-              "category": t.qa.category, "capability": t.qa.capability.value if t.qa.capability else None,
-              "query": t.query, "plan_ok": t.plan_ok, "prediction": t.prediction, "score": t.score,
-              "retrieved_chars": len(t.retrieved), "error": t.error, "judge": t.judge, "detail": t.detail,
-              "trace": f"tasks.jsonl:{i + 1}",
-              **{m: per_task.get(f"{t.conversation}/{t.qa.id}", {}).get(m) for m in METRICS}}
-             for i, t in enumerate(run.tasks)]
+    s = runner.settings
     ev = ProgramEvaluation(
-        ok=True, n=rep["n"], overall=rep["overall"], by_capability=rep["by_capability"], by_category=rep["by_category"],
-        diagnostics=diag, stages_run=run.stages_run, stages_reused=run.stages_reused,
-        stages_skipped=["answer"] if run.answer_skipped else [], stage_items=run.stage_items,
-        stage_llm_calls=run.stage_llm_calls, reuse=run.diff.to_dict() if run.diff is not None else None,
+        ok=True, summary=rep, questions=run.tasks, diagnostics=diag, stages_run=run.stages_run,
+        stages_reused=run.stages_reused, stages_skipped=["answer"] if run.answer_skipped else [],
+        stage_items=run.stage_items, stage_llm_calls=run.stage_llm_calls,
+        reuse=run.diff.to_dict() if run.diff is not None else None,
         component_hashes={k: v[:12] for k, v in run.hashes.items()}, extraction=run.extraction,
         plan_failures=run.plan_failures, retrieve_errors=run.retrieve_errors,
         empty_answers=sum(1 for t in run.tasks if t.prediction is not None and not t.prediction.strip()),
         judge_unparsable=getattr(runner._scorer, "parse_failures", 0) - judged0,
-        summary={k: v for k, v in rep.items() if k not in ("by_capability", "by_category")}
-        | ({"judge_note": protocol_note(runner.settings.dataset, runner.settings.judge_protocol)}
-           if runner.settings.scorer == "llm" else {}),
-        judge_protocol=runner.settings.judge_protocol, failed_conversations=dict(run.failed),
-        judge_calls=judge_stats(runner.scorer) if runner.settings.scorer == "llm" else None, model_calls=calls["calls"],
-        tokens=calls["tokens"], wall_s=round(time.time() - t0, 2), tasks=tasks)
+        judge_note=protocol_note(s.dataset, s.judge_protocol) if s.scorer == "llm" else None,
+        judge_protocol=s.judge_protocol, failed_conversations=dict(run.failed),
+        judge_calls=judge_stats(runner.scorer) if s.scorer == "llm" else None, model_calls=calls["calls"],
+        tokens=calls["tokens"], wall_s=round(time.time() - t0, 2))
     return ev, run
 
 

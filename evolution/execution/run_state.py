@@ -9,7 +9,7 @@ import warnings
 from tqdm.auto import tqdm
 
 from memgym.evolution.execution.extract_stage import ExtractStage
-from memgym.evolution.execution.results import ConversationTrace, ProgramRunError, TaskResult
+from memgym.evolution.execution.results import ConversationTrace, ProgramRunError
 from memgym.evolution.execution.sandbox import ProgramRaised, SandboxedProgram, SandboxError
 from memgym.evolution.execution.stage_cache import stable_hash
 from memgym.llm.base import GenerationParams, TruncatedOutputError, require_complete
@@ -19,6 +19,8 @@ from memgym.memory_bank.program import (OUT_CHAR_BUDGET, FieldSpec, ProgramInfo,
 from memgym.memory_bank.record_schemas import query_schema
 from memgym.memory_bank.schema import Conversation, QAItem
 from memgym.rewards.scoring.measure import answer_items, score_items
+from memgym.rewards.scoring.metrics import answer_recall
+from memgym.rewards.scoring.summary import QuestionResult
 
 
 def planning_messages(instruction: str, question: str, question_date: str | None,
@@ -79,7 +81,9 @@ class RunState(ExtractStage):
         texts = [budget.cut(r["text"]) if budget else r["text"] for r in results]
         preds = self._answer(questions, info, texts)
         scores = self._score(questions, texts, preds, conv)
-        tasks = [TaskResult(conv.id, q, p["query"], p["ok"], t, pr, s["score"], r["error"], s["judge"], s["detail"])
+        tasks = [QuestionResult(conv.id, q, q.capability.value if q.capability else None, pr, s["score"],
+                                recall=answer_recall(q.answer, t), judge=s["judge"], detail=s["detail"],
+                                query=p["query"], plan_ok=p["ok"], retrieved=t, error=r["error"])
                  for q, p, r, t, pr, s in zip(questions, plans, results, texts, preds, scores)]
         return tasks, trace
 

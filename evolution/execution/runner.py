@@ -17,8 +17,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from tqdm.auto import tqdm
 
 from memgym.evolution.execution.component_diff import component_hashes, diff_components
-from memgym.evolution.execution.results import (ConversationTrace, ProgramRun, ProgramRunError, TaskResult,  # noqa: F401
-                                         dump_units)  # dump_units re-exported
+from memgym.evolution.execution.results import ConversationTrace, ProgramRun, ProgramRunError, dump_units  # noqa: F401
 from memgym.evolution.execution.run_state import RunState
 from memgym.evolution.execution.sandbox import SandboxedProgram, SandboxError
 from memgym.evolution.execution.settings import RunnerSettings
@@ -27,6 +26,7 @@ from memgym.llm.runtime import Runtime
 from memgym.memory_bank.program import BackendToolkitHost, ContractError
 from memgym.memory_bank.schema import Conversation
 from memgym.rewards.scoring.scorers import make_scorer
+from memgym.rewards.scoring.summary import QuestionResult
 
 __all__ = ["ProgramRun", "ProgramRunError", "ProgramRunner", "RunnerSettings", "dump_units"]
 
@@ -135,8 +135,9 @@ class ProgramRunner:
                 if not keep_going:
                     raise
                 failed[conv.id] = str(e)
-                return ([TaskResult(conv.id, q, None, False, "", None, 0.0, f"conversation failed: {e}")
-                         for q in conv.questions], ConversationTrace(conv, [], []))
+                return ([QuestionResult(conv.id, q, q.capability.value if q.capability else None, None, 0.0,
+                                        error=f"conversation failed: {e}") for q in conv.questions],
+                        ConversationTrace(conv, [], []))
             finally:
                 if box is not None:
                     box.close()

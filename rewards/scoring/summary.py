@@ -1,5 +1,6 @@
-"""The one evaluation result: per-question rows (:class:`QuestionResult`) and one summary per
-dataset (:func:`summarise`).
+"""The one evaluation result: one :class:`QuestionResult` per question (``memgym eval``,
+``program eval``, ``score``, evolve) and one summary per dataset (:func:`summarise`), the score
+form every report shows.
 
 Means are over judged questions (a missing prediction is listed in ``missing``, or counted 0
 with ``missing_as_wrong``); NaN scores are counted in ``undefined``. All datasets: ``n``,
@@ -16,26 +17,37 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from memgym.data_synth.capabilities import CAPABILITY_ORDER
+from memgym.memory_bank.schema import QAItem
 
-__all__ = ["QuestionResult", "score_questions", "summarise", "BEAM_OVERALL_NOTE", "SUMMARY_DATASETS"]
+__all__ = ["QuestionResult", "ROW_VIEWS", "score_questions", "summarise", "BEAM_OVERALL_NOTE", "SUMMARY_DATASETS"]
 
 SUMMARY_DATASETS = ("locomo", "longmemeval", "beam")
 BEAM_OVERALL_NOTE = ("overall = mean of the BEAM abilities present (memgym's summary; the official BEAM report "
                      "gives per-ability scores only)")
 
 
+#: the fields a report lists per question before its view's own (:meth:`QuestionResult.to_dict`)
+_HEAD = ("conversation", "id", "question", "gold", "category", "capability")
+#: view -> the keys of one question's JSON row: ``score`` (``memgym score``'s rows.jsonl, ``memgym
+#: eval``'s predictions.jsonl), ``task`` (``memgym program eval``'s tasks.jsonl, evolve's task rows)
+ROW_VIEWS = {"score": (*_HEAD, "prediction", "score", "missing", "recall", "judge", "detail", "trace"),
+             "task": (*_HEAD, "query", "plan_ok", "prediction", "score", "retrieved_chars", "error", "judge", "detail",
+                      "trace")}
+
+
 @dataclass
 class QuestionResult:
-    """One question of an evaluation: ``score`` in [0, 1] (NaN: undefined tau; None when
-    ``missing``), ``prediction``, ``recall``, ``judge`` (requests and replies), ``detail``,
-    ``trace`` (where its full trace lies).
+    """One question of an evaluation, whichever command made it: ``qa`` the question (``id``,
+    ``question``, ``gold``, ``category`` read from it), ``capability`` its label (None: none),
+    ``score`` in [0, 1] (NaN: undefined tau; None when ``missing``: no prediction to judge),
+    ``recall`` the gold answer's word recall in the context, ``judge`` (requests and replies),
+    ``detail`` (a scorer's parts), ``trace`` (where its full trace lies). A program run also
+    fills ``query`` (the planned Query), ``plan_ok``, ``retrieved`` (<= 16,000 characters, ""
+    on a retrieve error), ``error`` and, with diagnostics, ``metrics`` (d_ext, d_idx, d_ret).
     """
 
     conversation: str
-    id: str
-    question: str
-    gold: str
-    category: str
+    qa: QAItem
     capability: str | None
     prediction: str | None
     score: float | None
@@ -44,9 +56,41 @@ class QuestionResult:
     judge: list = field(default_factory=list)
     detail: dict | None = None
     trace: str | None = None
+    query: dict | None = None
+    plan_ok: bool = False
+    retrieved: str = ""
+    error: str | None = None
+    metrics: dict = field(default_factory=dict)
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    @property
+    def id(self) -> str:
+        return self.qa.id
+
+    @property
+    def question(self) -> str:
+        return self.qa.question
+
+    @property
+    def gold(self) -> str:
+        return str(self.qa.answer)
+
+    @property
+    def category(self) -> str:
+        return str(self.qa.category)
+
+    @property
+    def retrieved_chars(self) -> int:
+        return len(self.retrieved)
+
+    @property
+    def key(self) -> str:
+        """``<conversation>/<question id>``, the task id of evolve's per-task scores."""
+        return f"{self.conversation}/{self.qa.id}"
+
+    def to_dict(self, view: str = "score") -> dict:
+        """The JSON row of one question: the keys of ``ROW_VIEWS[view]``, then (``task``) the metrics."""
+        row = {k: getattr(self, k) for k in ROW_VIEWS[view]}
+        return {**row, **self.metrics} if view == "task" else row
 
 
 def score_questions(scorer, dataset: str | None, entries: Sequence[tuple], trace: str | None = None,
@@ -64,8 +108,7 @@ def score_questions(scorer, dataset: str | None, entries: Sequence[tuple], trace
     for i, (conv_id, q, pred, ctx) in enumerate(entries):
         cap = q.capability or (capability_for(dataset, q.category, q.id) if dataset else None)
         miss = (q.id in missing) if missing is not None else (need and pred is None)
-        rows.append(QuestionResult(conv_id, q.id, q.question, str(q.answer), str(q.category),
-                                   cap.value if cap is not None else None, pred, None, miss,
+        rows.append(QuestionResult(conv_id, q, cap.value if cap is not None else None, pred, None, miss,
                                    answer_recall(q.answer, ctx) if ctx is not None else None,
                                    trace=trace.format(i=i) if trace else None))
         if not miss:
