@@ -17,7 +17,9 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from tqdm.auto import tqdm
 
 from memgym.evolution.execution.component_diff import component_hashes, diff_components
-from memgym.evolution.execution.results import ConversationTrace, ProgramRun, ProgramRunError, dump_units  # noqa: F401
+from memgym.evolution.execution.diagnostics import METRICS, diagnose_run
+from memgym.evolution.execution.results import (ConversationTrace, ProgramEvaluation, ProgramRun, ProgramRunError,  # noqa: F401
+                                                dump_units)
 from memgym.evolution.execution.run_state import RunState
 from memgym.evolution.execution.sandbox import SandboxedProgram, SandboxError
 from memgym.evolution.execution.settings import RunnerSettings
@@ -26,9 +28,9 @@ from memgym.llm.runtime import Runtime
 from memgym.memory_bank.program import BackendToolkitHost, ContractError
 from memgym.memory_bank.schema import Conversation
 from memgym.rewards.scoring.scorers import make_scorer
-from memgym.rewards.scoring.summary import QuestionResult
+from memgym.rewards.scoring.summary import QuestionResult, summarise
 
-__all__ = ["ProgramRun", "ProgramRunError", "ProgramRunner", "RunnerSettings", "dump_units"]
+__all__ = ["ProgramRun", "ProgramRunError", "ProgramRunner", "RunnerSettings", "dump_units", "evaluate_program"]
 
 
 class ProgramRunner:
@@ -171,3 +173,62 @@ class ProgramRunner:
         return ProgramRun(info, hashes, diff, tasks, traces, state.stage_items, state.stage_llm_calls, answer_skipped,
                           state.plan_failures, state.retrieve_errors, state.extraction_stats,
                           round(time.time() - t0, 3), {c.id: failed[c.id] for c in conversations if c.id in failed})
+
+
+def run_dataset(run: ProgramRun) -> str | None:
+    """The dataset a run's questions come from, by their category labels (None if mixed)."""
+    from memgym.data_synth.capabilities import BEAM_MAP, LOCOMO_MAP, LONGMEMEVAL_MAP
+
+    cats = {str(t.qa.category) for t in run.tasks}
+    for name, table in (("locomo", LOCOMO_MAP), ("longmemeval", LONGMEMEVAL_MAP), ("beam", BEAM_MAP)):
+        if cats and cats <= set(table):
+            return name
+    return None
+
+
+def summarise_run(run: ProgramRun, dataset: str | None = None) -> dict:
+    """:func:`memgym.rewards.scoring.summary.summarise` of a run (``dataset`` None: inferred from the labels)."""
+    return summarise(dataset or run_dataset(run), run.tasks)
+
+
+def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source: str | None = None,
+                     diagnostics: bool = True, workers: int | None = None,
+                     keep_going: bool = False) -> tuple[ProgramEvaluation, ProgramRun]:
+    """Run one program and build its :class:`ProgramEvaluation` (no files written, no
+    validation). ``model_calls``/``tokens`` are the runtime's per-role counts during this
+    call. ``workers``: conversations evaluated concurrently (default: the runner's setting);
+    ``keep_going``: see :meth:`ProgramRunner.run` (``failed_conversations``)."""
+    from memgym.rewards.scoring.official import judge_stats
+    from memgym.rewards.scoring.judge_protocols import protocol_note
+
+    rt = runner.rt
+    t0 = time.time()
+    calls0 = rt.calls_snapshot()
+    judged0 = getattr(runner._scorer, "parse_failures", 0)
+    run = runner.run(source, convs, parent_source=parent_source, workers=workers, keep_going=keep_going)
+    rep = summarise_run(run, runner.settings.dataset)
+    diag = None
+    if diagnostics:
+        with runner.model_lock:
+            d = diagnose_run(run, rt.embedder, progress=runner.settings.progress)
+        diag = {k: v for k, v in d.items() if k != "tasks"}
+    per_task = {r["id"]: r for r in d["tasks"]} if diagnostics else {}
+    for i, q in enumerate(run.tasks):
+        q.trace = f"tasks.jsonl:{i + 1}"
+        q.metrics = {m: per_task.get(q.key, {}).get(m) for m in METRICS}
+    calls = rt.calls_since(calls0)
+    s = runner.settings
+    ev = ProgramEvaluation(
+        ok=True, summary=rep, questions=run.tasks, diagnostics=diag, stages_run=run.stages_run,
+        stages_reused=run.stages_reused, stages_skipped=["answer"] if run.answer_skipped else [],
+        stage_items=run.stage_items, stage_llm_calls=run.stage_llm_calls,
+        reuse=run.diff.to_dict() if run.diff is not None else None,
+        component_hashes={k: v[:12] for k, v in run.hashes.items()}, extraction=run.extraction,
+        plan_failures=run.plan_failures, retrieve_errors=run.retrieve_errors,
+        empty_answers=sum(1 for t in run.tasks if t.prediction is not None and not t.prediction.strip()),
+        judge_unparsable=getattr(runner._scorer, "parse_failures", 0) - judged0,
+        judge_note=protocol_note(s.dataset, s.judge_protocol) if s.scorer == "llm" else None,
+        judge_protocol=s.judge_protocol, failed_conversations=dict(run.failed),
+        judge_calls=judge_stats(runner.scorer) if s.scorer == "llm" else None, model_calls=calls["calls"],
+        tokens=calls["tokens"], wall_s=round(time.time() - t0, 2))
+    return ev, run

@@ -143,6 +143,17 @@ class StageCache:
                 self._conn = None
 
 
+def open_stage_cache(spec: str | None) -> StageCache:
+    """``None`` → ``$MEMGYM_CACHE/stages.sqlite``; ``"none"`` → in memory only, without index
+    snapshots (one evaluation never reads its own back); else a path."""
+    if spec == "none":
+        return StageCache(snapshots=False)
+    if spec is None:
+        from memgym.llm.paths import cache_dir
+        return StageCache(cache_dir() / "stages.sqlite")
+    return StageCache(spec)
+
+
 # --------------------------------------------------------------------------- cache identities
 
 

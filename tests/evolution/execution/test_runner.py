@@ -401,7 +401,7 @@ BIG = SEED.replace("        self.lines = []\n", "        self.lines = []\n      
 
 
 def test_a_snapshot_over_the_message_cap_costs_a_cache_miss_and_none_is_taken_unwanted(monkeypatch):
-    from memgym.evolution.execution.program_eval import open_stage_cache
+    from memgym.evolution.execution.stage_cache import open_stage_cache
     from memgym.evolution.execution.sandbox import SandboxedProgram
 
     assert not open_stage_cache("none").wants("index")  # program eval --stage_cache none: no later reader

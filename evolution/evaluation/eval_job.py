@@ -1,7 +1,7 @@
 """``memgym eval``: each extractor column (``extractor``, then every ``compare`` spec) builds
 memory on the recipe's conversations and ``program`` (default ``memory_bank/programs/bank.py``)
 retrieves with the question as the query, through
-:func:`memgym.evolution.execution.program_eval.evaluate_program`. :func:`run_eval` writes
+:func:`memgym.evolution.execution.runner.evaluate_program`. :func:`run_eval` writes
 ``report.json``, ``report.md``, ``predictions.jsonl`` and ``by_category.png``; answer-recall
 is always reported beside the recipe's scorer. The recipe is composed of the settings sections
 (:mod:`memgym.evolution.execution.settings`); a column's runner settings are the recipe with that
@@ -16,9 +16,9 @@ from pathlib import Path
 
 from memgym.data_synth.datasets import check_selection
 from memgym.data_synth.extractors import make_extractor
-from memgym.evolution.execution.program_eval import evaluate_program, open_stage_cache
-from memgym.evolution.execution.runner import ProgramRunner
+from memgym.evolution.execution.runner import ProgramRunner, evaluate_program
 from memgym.evolution.execution.settings import OutputSection, ProgramSection, RunnerSettings
+from memgym.evolution.execution.stage_cache import open_stage_cache
 from memgym.llm.errors import ConfigError
 from memgym.llm.runtime import Runtime
 from memgym.memory_bank.actions import MANAGERS

@@ -1,4 +1,4 @@
-"""Tests of :mod:`memgym.evolution.execution.program_eval`."""
+"""Tests of :mod:`memgym.evolution.evaluation.program_eval`."""
 from __future__ import annotations
 
 import json
@@ -110,7 +110,7 @@ def test_program_eval_refuses_a_folder_of_user_files(tmp_path, capsys):
 
 
 def test_evaluate_program_returns_a_typed_result():
-    from memgym.evolution.execution.program_eval import evaluate_program
+    from memgym.evolution.execution.runner import evaluate_program
     from memgym.evolution.execution.results import ProgramEvaluation
 
     runner, _, _ = make_runner(plan_mode="question")
@@ -145,7 +145,7 @@ def test_cli_eval_turns_on_longmemeval(tmp_path):
 def test_report_header_names_the_conversations_that_ran():
     """A ``--split valid`` run evaluates the split's conversations, not the recipe's default
     ``conversations`` list (conv-26, conv-30), and the header says so."""
-    from memgym.evolution.execution.program_eval import _selection
+    from memgym.evolution.evaluation.program_eval import _selection
 
     cfg = {"conversations": ["conv-26", "conv-30"], "split": "valid"}
     assert _selection({"config": cfg, "conversations": ["conv-41", "conv-42"]}) == "split valid: conv-41, conv-42"
@@ -160,7 +160,7 @@ def test_program_eval_context_budget_is_the_evolve_budget(tmp_path):
     (:class:`ContextBudget`, the budget `memgym evolve --context_tokens` applies), so an
     evolved program is scored under the budget it was evolved with; without it the text is whole."""
     from memgym.data_synth.paths import data_root
-    from memgym.evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
+    from memgym.evolution.evaluation.program_eval import ProgramEvalConfig, run_program_eval
 
     oracle = data_root() / "longmemeval" / "longmemeval_oracle.json"
     qid = json.loads(oracle.read_text())[0]["question_id"]
