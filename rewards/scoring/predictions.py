@@ -101,8 +101,7 @@ def score_predictions(dataset: str, convs: list[Conversation], predictions: dict
             pr = predictions.get(q.id)
             ctx = cut(pr["context"] if pr["context"] is not None else pr["prediction"]) if pr else None
             entries.append((c.id, q, pr["prediction"] if pr else None, ctx))
-    rows = score_questions(scorer, dataset, entries, missing={q.id for _, q, p, _ in entries if p is None},
-                           conversations={c.id: c for c in convs})
+    rows = score_questions(scorer, dataset, entries, conversations={c.id: c for c in convs})
     for r in rows:
         if r.id in predictions:
             r.trace = f"predictions line {predictions[r.id]['line']}"
