@@ -84,7 +84,7 @@ def _run(args: argparse.Namespace) -> int:
                         f"id here (e.g. {next(iter(preds))!r}); `memgym data stats --ids` lists them")
         budget = None
         if args.judge in CONTEXT_JUDGES:
-            from memgym.evolution.execution.context_budget import ContextBudget
+            from memgym.rewards.scoring.context_budget import ContextBudget
             tokens = args.context_tokens if args.context_tokens is not None else DEFAULT_CONTEXT_TOKENS[args.dataset]
             budget = ContextBudget(tokens, args.context_tokenizer)
         rep = score_predictions(args.dataset, convs, preds, scorer, judge_protocol=args.judge_protocol,

@@ -53,7 +53,7 @@ class ProgramRunner:
         self._init_lock = threading.Lock()
         self.context_budget = None
         if self.settings.context_tokens is not None:
-            from memgym.evolution.execution.context_budget import ContextBudget
+            from memgym.rewards.scoring.context_budget import ContextBudget
             self.context_budget = ContextBudget(self.settings.context_tokens, self.settings.context_tokenizer)
 
     # ------------------------------------------------------------------ resources

@@ -106,7 +106,7 @@ class RunnerSettings(BenchmarkFields, ModelsSection):
     call_timeout_s: sandbox seconds per index/retrieve call (:attr:`sandbox`). context_tokens:
     the context budget (None = none): each retrieved text is cut to this many tokens of
     ``context_tokenizer`` before the answer and score stages
-    (:class:`memgym.evolution.execution.context_budget.ContextBudget`), the same for every program.
+    (:class:`memgym.rewards.scoring.context_budget.ContextBudget`), the same for every program.
     """
 
     COMMAND_DEFAULTS = {"extractor": "instruction", "plan_mode": "llm", "scorer": "grounded-recall"}
@@ -177,7 +177,7 @@ class RunnerSettings(BenchmarkFields, ModelsSection):
             from memgym.llm.errors import ConfigError
             raise ConfigError("--scorer rubric-recall needs --dataset beam (it scores BEAM rubrics)")
         if self.context_tokens is not None:
-            from memgym.evolution.execution.context_budget import ContextBudget
+            from memgym.rewards.scoring.context_budget import ContextBudget
             ContextBudget(self.context_tokens, self.context_tokenizer)  # ValueError names the field
         if extractor_kind(self.extractor) == "extractor":
             from memgym.llm.specs import parse_spec

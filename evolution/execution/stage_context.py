@@ -10,7 +10,7 @@ from typing import Protocol
 from tqdm.auto import tqdm
 
 from memgym.evolution.execution.component_diff import STAGES, stage_component_hashes
-from memgym.evolution.execution.context_budget import ContextBudget
+from memgym.rewards.scoring.context_budget import ContextBudget
 from memgym.evolution.execution.settings import RunnerSettings
 from memgym.evolution.execution.stage_cache import StageCache
 from memgym.llm.base import Backend, Completion, GenerationParams

@@ -88,7 +88,7 @@ def score_predictions(dataset: str, convs: list[Conversation], predictions: dict
                       judge_protocol: str = "official", missing_as_wrong: bool = False, budget=None) -> dict:
     """Score every question of ``convs`` with a prediction in one ``score`` call, the rest missing.
     ``budget``: a context budget (``cut(text) -> text``, e.g.
-    :class:`memgym.evolution.execution.context_budget.ContextBudget`) applied to each context before an
+    :class:`memgym.rewards.scoring.context_budget.ContextBudget`) applied to each context before an
     offline scorer reads it. Returns the ``scores.json`` dict plus ``rows``.
     """
     from memgym.rewards.scoring.judge_protocols import protocol_note
