@@ -110,21 +110,10 @@ class ProgramEvaluation:
     parent: str | None = None
     config: dict | None = None
 
-    @property
-    def n(self) -> int:
-        return self.summary.get("n", 0)
-
-    @property
-    def overall(self) -> float:
-        return self.summary.get("overall", 0.0)
-
-    @property
-    def by_capability(self) -> dict:
-        return self.summary.get("by_capability", {})
-
-    @property
-    def by_category(self) -> dict:
-        return self.summary.get("by_category", {})
+    n = property(lambda self: self.summary.get("n", 0))
+    overall = property(lambda self: self.summary.get("overall", 0.0))
+    by_capability = property(lambda self: self.summary.get("by_capability", {}))
+    by_category = property(lambda self: self.summary.get("by_category", {}))
 
     @property
     def tasks(self) -> list[dict]:

@@ -186,11 +186,6 @@ def run_dataset(run: ProgramRun) -> str | None:
     return None
 
 
-def summarise_run(run: ProgramRun, dataset: str | None = None) -> dict:
-    """:func:`memgym.rewards.scoring.summary.summarise` of a run (``dataset`` None: inferred from the labels)."""
-    return summarise(dataset or run_dataset(run), run.tasks)
-
-
 def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source: str | None = None,
                      diagnostics: bool = True, workers: int | None = None,
                      keep_going: bool = False) -> tuple[ProgramEvaluation, ProgramRun]:
@@ -201,25 +196,23 @@ def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source
     from memgym.rewards.scoring.official import judge_stats
     from memgym.rewards.scoring.judge_protocols import protocol_note
 
-    rt = runner.rt
+    rt, s = runner.rt, runner.settings
     t0 = time.time()
     calls0 = rt.calls_snapshot()
     judged0 = getattr(runner._scorer, "parse_failures", 0)
     run = runner.run(source, convs, parent_source=parent_source, workers=workers, keep_going=keep_going)
-    rep = summarise_run(run, runner.settings.dataset)
-    diag = None
+    d = None
     if diagnostics:
         with runner.model_lock:
-            d = diagnose_run(run, rt.embedder, progress=runner.settings.progress)
-        diag = {k: v for k, v in d.items() if k != "tasks"}
-    per_task = {r["id"]: r for r in d["tasks"]} if diagnostics else {}
+            d = diagnose_run(run, rt.embedder, progress=s.progress)
+    per_task = {r["id"]: r for r in d["tasks"]} if d else {}
     for i, q in enumerate(run.tasks):
         q.trace = f"tasks.jsonl:{i + 1}"
         q.metrics = {m: per_task.get(q.key, {}).get(m) for m in METRICS}
     calls = rt.calls_since(calls0)
-    s = runner.settings
     ev = ProgramEvaluation(
-        ok=True, summary=rep, questions=run.tasks, diagnostics=diag, stages_run=run.stages_run,
+        ok=True, summary=summarise(s.dataset or run_dataset(run), run.tasks), questions=run.tasks,
+        diagnostics={k: v for k, v in d.items() if k != "tasks"} if d else None, stages_run=run.stages_run,
         stages_reused=run.stages_reused, stages_skipped=["answer"] if run.answer_skipped else [],
         stage_items=run.stage_items, stage_llm_calls=run.stage_llm_calls,
         reuse=run.diff.to_dict() if run.diff is not None else None,

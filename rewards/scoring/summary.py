@@ -62,30 +62,12 @@ class QuestionResult:
     error: str | None = None
     metrics: dict = field(default_factory=dict)
 
-    @property
-    def id(self) -> str:
-        return self.qa.id
-
-    @property
-    def question(self) -> str:
-        return self.qa.question
-
-    @property
-    def gold(self) -> str:
-        return str(self.qa.answer)
-
-    @property
-    def category(self) -> str:
-        return str(self.qa.category)
-
-    @property
-    def retrieved_chars(self) -> int:
-        return len(self.retrieved)
-
-    @property
-    def key(self) -> str:
-        """``<conversation>/<question id>``, the task id of evolve's per-task scores."""
-        return f"{self.conversation}/{self.qa.id}"
+    id = property(lambda self: self.qa.id)
+    question = property(lambda self: self.qa.question)
+    gold = property(lambda self: str(self.qa.answer))
+    category = property(lambda self: str(self.qa.category))
+    retrieved_chars = property(lambda self: len(self.retrieved))
+    key = property(lambda self: f"{self.conversation}/{self.qa.id}", doc="``<conversation>/<question id>``")
 
     def to_dict(self, view: str = "score") -> dict:
         """The JSON row of one question: the keys of ``ROW_VIEWS[view]``, then (``task``) the metrics."""
