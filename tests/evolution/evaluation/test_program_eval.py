@@ -121,6 +121,18 @@ def test_evaluate_program_returns_a_typed_result():
     assert ev.scores() == {"overall": 0.75, "by_capability": {"F": 1.0, "M": 1.0, "T": 0.0}}
     assert ev.task_scores() == {"c/c/q0": 1.0, "c/c/q1": 1.0, "c/c/q2": 0.0, "c/c/q3": 1.0}
     assert ev.to_dict(tasks=False)["stages_skipped"] == ["answer"] and "tasks" not in ev.to_dict(tasks=False)
+    # one result type per question, shared with the run; report.json keeps its layout
+    from memgym.rewards.scoring.summary import ROW_VIEWS, QuestionResult
+    assert run.tasks is ev.questions and all(isinstance(q, QuestionResult) for q in ev.questions)
+    assert list(ev.tasks[0]) == [*ROW_VIEWS["task"], "d_ext", "d_idx", "d_ret"] and ev.tasks[0]["trace"] == "tasks.jsonl:1"
+    assert list(ev.questions[0].to_dict()) == list(ROW_VIEWS["score"])
+    assert list(ev.to_dict()) == ["ok", "n", "overall", "by_capability", "by_category", "diagnostics", "stages_run",
+                                  "stages_reused", "stages_skipped", "stage_items", "stage_llm_calls", "reuse",
+                                  "component_hashes", "extraction", "plan_failures", "retrieve_errors", "empty_answers",
+                                  "judge_unparsable", "summary", "judge_protocol", "failed_conversations", "judge_calls",
+                                  "model_calls", "tokens", "wall_s", "tasks", "validation", "program", "program_sha256",
+                                  "parent", "config"]
+    assert ev.to_dict()["summary"]["n"] == 4 and "by_capability" not in ev.to_dict()["summary"]
 
 
 def test_cli_eval_turns_on_longmemeval(tmp_path):
