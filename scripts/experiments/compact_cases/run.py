@@ -21,8 +21,7 @@ def bench_cases(conversations=("conv-26", "conv-30"), *, max_cases: int = 60, to
     """Build the cases of every failed task (score ≤ 0.8, at most ``max_cases`` per program)
     of the seed and the reference program, full and compact; returns sizes and ratios."""
     from memgym.data_synth.locomo import load_locomo
-    from memgym.evolution.execution.runner import evaluate_program
-    from memgym.evolution.execution.runner import ProgramRunner, RunnerSettings
+    from memgym.evolution.execution.runner import ProgramRunner, RunnerSettings, evaluate_program
     from memgym.evolution.execution.stage_cache import StageCache
     from memgym.memory_bank.program import unit_text
     from memgym.evolution.search.cases import case_from_run, render_compact, render_full

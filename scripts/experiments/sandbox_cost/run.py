@@ -59,8 +59,7 @@ def bench_starts(n: int) -> dict:
 def bench_evals(rounds: int, sessions: int) -> dict:
     """Median wall seconds of ``rounds`` confined and unconfined evaluations (see the module doc)."""
     from memgym.data_synth.datasets import load_conversations
-    from memgym.evolution.execution.runner import evaluate_program
-    from memgym.evolution.execution.runner import ProgramRunner, RunnerSettings
+    from memgym.evolution.execution.runner import ProgramRunner, RunnerSettings, evaluate_program
     from memgym.evolution.execution.stage_cache import StageCache
     from memgym.llm.embeddings import HashEmbedder
     from memgym.llm.runtime import Runtime
