@@ -61,7 +61,7 @@ def build_engine(config: EvolveConfig, *, proposer=None, callbacks=(), rt=None):
     """The :class:`~memgym.evolution.search.engine.Engine` of recipe ``config`` with its collaborators
     (module doc); ``rt``: a shared runtime (default :func:`build_runtime`). Loads the splits."""
     from memgym.evolution.execution.sandbox import SandboxLimits
-    from memgym.evolution.execution.stages import StageCache
+    from memgym.evolution.execution.stage_cache import StageCache
     from memgym.evolution.execution.validate import ValidationLimits
     from memgym.evolution.search.engine import Engine
     from memgym.evolution.search.evaluator import Evaluator

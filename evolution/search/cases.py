@@ -254,7 +254,7 @@ def evidence_survival(cases: list[CaseMaterial], embedder, budget: int = BUDGET)
 
 
 def case_from_run(task, trace, unit_text_fn) -> CaseMaterial:
-    """A :class:`CaseMaterial` from a runner :class:`~memgym.evolution.execution.results.TaskResult`
+    """A :class:`CaseMaterial` from a run's :class:`~memgym.rewards.scoring.summary.QuestionResult`
     and its :class:`~memgym.evolution.execution.results.ConversationTrace`; ``unit_text_fn(unit)``
     renders a unit dict."""
     conv = trace.conversation

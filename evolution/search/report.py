@@ -38,7 +38,7 @@ from memgym.evolution.search.ledger import cost_section, cost_summary
 from memgym.evolution.search.rundir import atomic_write_json, atomic_write_text
 from memgym.llm.runcard import card_markdown
 from memgym.memory_bank.schema import CAPABILITY_NAMES
-from memgym.rewards.scoring.protocols import protocol_note
+from memgym.rewards.scoring.judge_protocols import protocol_note
 
 
 def split_scores_form(split) -> dict | None:
@@ -69,7 +69,7 @@ def build_summary(state, result, fin: dict, rt=None) -> dict:
     from dataclasses import asdict
 
     from memgym.llm.runcard import build_card
-    from memgym.rewards.scoring.protocols import protocol_card
+    from memgym.rewards.scoring.judge_protocols import protocol_card
 
     arch = state.archive
     cands = [c for c in arch.candidates.values() if c.id != "seed"]

@@ -9,7 +9,7 @@ import pytest
 
 from memgym.launch.cli import main as memgym, passive_openmp
 from memgym.llm.errors import ConfigError, OutputPathError
-from memgym.evolution.execution.eval_job import EvalConfig
+from memgym.evolution.evaluation.eval_job import EvalConfig
 
 
 def test_models_prepare_refuses_a_folder_holding_a_file(tmp_path, capsys):
@@ -57,7 +57,7 @@ def test_program_eval_rejects_zero_sessions_and_bad_timeouts(capsys, tmp_path):
 
 
 def test_yaml_string_becomes_a_one_element_list(tmp_path):
-    from memgym.evolution.execution.program_eval import ProgramEvalConfig
+    from memgym.evolution.evaluation.program_eval import ProgramEvalConfig
     from memgym.launch.cli import build_parser
     from memgym.launch.registry import parse, recipe_configs
 

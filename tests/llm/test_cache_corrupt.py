@@ -7,7 +7,7 @@ import sqlite3
 import numpy as np
 import pytest
 
-from memgym.evolution.execution.stages import StageCache
+from memgym.evolution.execution.stage_cache import StageCache
 from memgym.launch.cli import main as memgym
 from memgym.llm.base import Completion
 from memgym.llm.cache import CacheCorruptError, ResponseCache

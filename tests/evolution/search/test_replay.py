@@ -109,7 +109,7 @@ def test_a_request_that_does_not_match_the_recording_names_the_round(recorded, t
 
 def test_the_facts_give_the_budget_in_characters_of_the_data_and_the_acceptance_rules():
     from memgym.data_synth.datasets import load_conversations
-    from memgym.evolution.execution.context_budget import _load_tokenizer
+    from memgym.rewards.scoring.context_budget import _load_tokenizer
 
     cfg = EvolveConfig(dataset="locomo", extractor="turns", plan_mode="question", scorer="answer-recall",
                        context_tokens=1024, context_tokenizer="smollm2", rounds_integrate=2, delta=0.02,
