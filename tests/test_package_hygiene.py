@@ -140,3 +140,56 @@ def test_the_import_graph_resolves_what_the_circle_test_needs():
     assert "memgym.launch.cmd_train" in import_graph()["memgym.launch.cli"]  # from memgym.launch import cmd_train
     assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_one_import_name():
+    """Every import of memgym's own code goes through ``memgym.``: the folders install as
+    ``memgym.<folder>`` (pyproject's package-dir), never as top-level names that shadow other
+    packages (PyPI's ``llm``, ``memory-bank``); pyproject lists every package folder."""
+    import tomllib
+
+    bare = []
+    for f in sorted(ROOT.glob("**/*.py")):
+        rel = f.relative_to(ROOT)
+        if rel.parts[0] in (".venv", ".git", "runs") or rel.parts[0].startswith(".venv"):
+            continue
+        for name, line in _imports(f):
+            if name.split(".")[0] in ALLOWED:
+                bare.append(f"{rel}:{line} imports {name} (write memgym.{name})")
+    assert not bare, "imports of a bare top-level name:\n" + "\n".join(bare)
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert tool["package-dir"] == {f"memgym.{p}": p for p in ORDER}
+    folders = {"memgym." + ".".join(i.parent.relative_to(ROOT).parts) for p in ORDER for i in (ROOT / p).rglob("__init__.py")
+               if "assets" not in i.parts}
+    assert set(tool["packages"]) == folders and len(folders) >= 13
+
+
+def test_package_code_states_no_history():
+    hits = []
+    for f in _files():
+        for i, line in enumerate(f.read_text().splitlines(), 1):
+            if HISTORY.search(line):
+                hits.append(f"{f.relative_to(ROOT)}:{i}: {line.strip()[:100]}")
+    assert not hits, "issue numbers or dates in package code (move history to scripts/experiments):\n" + "\n".join(hits)
+
+
+def test_the_history_pattern_catches_what_it_should():
+    assert HISTORY.search("fixed in issue 20") and HISTORY.search("stop 23, on whole sessions")
+    assert HISTORY.search("measured 2026-12-01") and not HISTORY.search("2023-05-08, Monday 8 May 2023")
+    assert not HISTORY.search("an issue with the schema") and not HISTORY.search("stop_reason 3")
+
+
+def test_package_code_cites_the_design_document_in_the_repo():
+    """Citations name ``docs/design.md`` and one of its sections, or a paper; never a file outside the repo."""
+    headings = {ln.lstrip("#").strip() for ln in (ROOT / "docs" / "design.md").read_text().splitlines()
+                if ln.startswith("#")}
+    outside, unknown = [], []
+    for f in _files():
+        text = f.read_text()
+        if re.search(r"DESIGN\.md|shared/seeds|seeds/0", text):
+            outside.append(str(f.relative_to(ROOT)))
+        flat = " ".join(text.split())
+        unknown += [f"{f.relative_to(ROOT)}: {s}" for s in re.findall(r"docs/design\.md`{0,2} § [\"']([^\"']+)[\"']", flat)
+                    if s not in headings]
+    assert not outside, "package code citing files outside the repo: " + ", ".join(outside)
+    assert not unknown, "citations of sections docs/design.md does not have:\n" + "\n".join(unknown)
