@@ -33,7 +33,8 @@ def make_session_reward(args, rt):
     from memgym.launch.cmd_synth import load_role_backend, make_embedder
     from memgym.rewards.session_reward import SessionReward, SessionRewardConfig
 
-    cfg = SessionRewardConfig(mode=args.mode, judge=args.judge, retrieval_top_k=args.top_k, lam=args.lam, alpha=args.alpha)
+    cfg = SessionRewardConfig(mode=args.mode, judge=args.judge, retrieval_top_k=args.top_k, lam=args.lam,
+                              alpha=args.alpha)
     answer = load_role_backend(rt, args.answer_model, "answer", args.concurrency) if cfg.judge != "answer-recall" else None
     judge = None
     if cfg.judge == "llm":

@@ -116,8 +116,9 @@ class ADRPOTrainer(GRPOTrainer):
     ``args``: :class:`ADRPOConfig` with ``weighting`` advantage or none; ``samples``: the
     :class:`RewardSample` rows (joint mode: each session's four rows adjacent); ``reward``: the
     :class:`memgym.rewards.session_reward.SessionReward` (its ``config.mode`` is the trainer's: joint
-    mode keeps each session's four rows in one batch); ``eval_samples``: the eval set (None: none). Raises :class:`ADRPOConfigError`
-    for ``weighting: unclipped`` or joint-mode batches that would split a session.
+    mode keeps each session's four rows in one batch); ``eval_samples``: the eval set (None: none).
+    Raises :class:`ADRPOConfigError` for ``weighting: unclipped`` or joint-mode batches that would
+    split a session.
     """
 
     def __init__(self, model, *, args: ADRPOConfig, samples: Sequence[RewardSample], reward,
