@@ -196,22 +196,19 @@ def rerun_argv(card: dict, out: Path, no_cache: bool, tmp: Path) -> list[str]:
     """The recorded command (without ``memgym``) writing into ``out``: the command's output flag
     replaced (``--output_dir`` for training); an ``evolve --resume DIR`` becomes a fresh
     ``evolve`` on the recorded recipe (written to ``tmp``)."""
-    from memgym.launch.cli import build_parser
-    from memgym.launch.registry import chosen
-
     argv = list(card["command"])
     if not argv or Path(argv[0]).name != "memgym":
         raise ConfigError(f"the recorded command is not a memgym command line ({' '.join(argv)[:200]}); "
                           "memgym reproduce --check compares the inputs only")
     args = argv[1:]
-    words, _ = chosen(build_parser(), args)
-    if words[:1] == ["evolve"] and "--resume" in args:
+    command = next((a for a in args if not a.startswith("-")), "")  # the only top-level flag is --debug
+    if command == "evolve" and "--resume" in args:
         import yaml
 
         recipe = tmp / "recipe.yaml"
         recipe.write_text(yaml.safe_dump({k: v for k, v in card["recipe"].items() if k != "out"}), encoding="utf-8")
         args = ["evolve", "--config", str(recipe), *(["--no_progress"] if "--no_progress" in args else [])]
-    flag = "--output_dir" if "train" in words else "--out"
+    flag = "--output_dir" if command == "train" else "--out"
     kept, skip = [], False
     for a in args:
         if skip or a == flag or a.startswith(flag + "="):
@@ -219,9 +216,9 @@ def rerun_argv(card: dict, out: Path, no_cache: bool, tmp: Path) -> list[str]:
             continue
         kept.append(a)
     if no_cache:
-        if words[:1][0] not in NO_CACHE:
-            raise ConfigError(f"--no-cache applies to {', '.join(NO_CACHE)}; this run was `memgym {' '.join(words)}`")
-        kept += NO_CACHE[words[0]]
+        if command not in NO_CACHE:
+            raise ConfigError(f"--no-cache applies to {', '.join(NO_CACHE)}; this run was `memgym {command}`")
+        kept += NO_CACHE[command]
     return kept + [flag, str(out)]
 
 
@@ -234,8 +231,10 @@ def _new_out(report: Path) -> Path:
 
 
 def run(args) -> int:
-    """``memgym reproduce`` (module doc)."""
-    from memgym.launch.cli import main
+    """``memgym reproduce`` (module doc). The rerun is its own ``python -m memgym.launch.cli`` process,
+    started in the recorded working directory."""
+    import subprocess
+    import sys
 
     card, report = load_card(args.report)
     src = card["memgym"]
@@ -263,11 +262,7 @@ def run(args) -> int:
         where = Path(card.get("cwd") or here)
         where = where if where.is_dir() else here
         print(f"\nrerunning in {where}: memgym {' '.join(argv)}\n", flush=True)
-        os.chdir(where)
-        try:
-            rc = main(argv)
-        finally:
-            os.chdir(here)
+        rc = subprocess.run([sys.executable, "-m", "memgym.launch.cli", *argv], cwd=where).returncode
     if rc != 0:
         print(f"\nmemgym reproduce: the rerun exited with status {rc}")
         return rc

@@ -288,9 +288,9 @@ def memory_eval(script_args: SFTScriptArguments, policy) -> list:
 
     embedder = load_embedder("minilm" if script_args.embedder == "none" else script_args.embedder)
     reward = SessionReward(SessionRewardConfig(judge="answer-recall"), embedder=embedder, tokenizer=policy.tokenizer)
-    cb, _ = build_memory_eval(script_args, policy.tokenizer, embedder, reward, managers=MANAGERS,
-                              segment_tokens=script_args.segment_tokens)
-    return [cb]
+    rows = script_args.validation_rows(policy.tokenizer, embedder, segment_tokens=script_args.segment_tokens)
+    return [build_memory_eval(script_args, rows, policy.tokenizer, embedder, reward,
+                              segment_tokens=script_args.segment_tokens)]
 
 
 def run(script_args: SFTScriptArguments, training_args, model_args: PolicyModelConfig | None = None,

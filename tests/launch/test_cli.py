@@ -201,18 +201,18 @@ def test_bank_replay_out_dir_is_refused_before_replaying(tmp_path, capsys):
 
 
 def test_training_configs_share_the_checks(tmp_path):
-    from memgym.training.adrpo_config import ADRPOConfig, ADRPOConfigError
+    from memgym.rewards.reward_types import SessionRewardConfig
+    from memgym.training.adrpo_config import ADRPOConfigError, ADRPOScriptArguments, check_recipe
     from memgym.training.sft import SFTScriptArguments
 
     assert SFTScriptArguments(train_trajectories="a.jsonl", eval_trajectories="b.jsonl").eval_trajectories == ["b.jsonl"]
     with pytest.raises(ConfigError, match="--max_examples: must be >= 1, got 0"):
         SFTScriptArguments(max_examples=0)
-    base = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
-    assert ADRPOConfig(**base, train_trajectories="conv-26").train_trajectories == ["conv-26"]
+    assert ADRPOScriptArguments(train_trajectories="conv-26").train_trajectories == ["conv-26"]
     with pytest.raises(ADRPOConfigError, match="--judge f1 needs --answer_model"):
-        ADRPOConfig(**base, judge="f1")
+        check_recipe(ADRPOScriptArguments(), SessionRewardConfig(judge="f1"))
     with pytest.raises(ADRPOConfigError, match="--judge llm needs --judge_model"):
-        ADRPOConfig(**base, judge="llm", answer_model="hf:smollm2")
+        check_recipe(ADRPOScriptArguments(answer_model="hf:smollm2"), SessionRewardConfig(judge="llm"))
 
 
 def test_eval_dead_server_and_broken_data_are_one_line(tmp_path, capsys):

@@ -1,10 +1,9 @@
 """What a trained extractor's outputs are worth, counted one way everywhere: format failures
-(:class:`FormatTally`), bank size, validation reward rows, the do-nothing reference reward and
+(:class:`FormatTally`), bank size, the do-nothing reference reward and
 the verbatim-copy rate of core writes.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from memgym.memory_bank.actions import MANAGERS
@@ -60,18 +59,6 @@ class FormatTally:
 def bank_size(bank: MemoryBank) -> dict[str, int]:
     """Entries per part (episodic, semantic, procedural) and ``core_chars`` (length of the core block)."""
     return {**bank.counts(), "core_chars": len(bank.core)}
-
-
-def validation_samples(trajectories: Sequence[str], *, sessions: Sequence[int] | None, max_prompt_tokens: int | None,
-                       tokenizer, embedder, managers: Sequence[str] = MANAGERS, segment_tokens: int | None = None):
-    """The validation trajectories' reward rows, built as ADRPO builds its training rows."""
-    from memgym.training.adrpo import trajectory_paths
-    from memgym.training.adrpo_data import select_samples
-    from memgym.training.segment_samples import reward_rows
-
-    samples = reward_rows(trajectory_paths(trajectories), tokenizer=tokenizer, embedder=embedder, managers=managers,
-                          segment_tokens=segment_tokens)
-    return select_samples(samples, sessions=sessions, max_prompt_tokens=max_prompt_tokens, tokenizer=tokenizer)
 
 
 def do_nothing_reward(samples, reward) -> dict:

@@ -10,7 +10,7 @@ import pytest
 
 from memgym.data_synth.paths import expert_dir
 from memgym.memory_bank.bank import MemoryBank
-from memgym.training.heldout import FormatTally, bank_size
+from memgym.training.metrics import FormatTally, bank_size
 
 CONV26 = expert_dir() / "conv-26.jsonl"
 
@@ -164,7 +164,7 @@ def test_do_nothing_reward_scores_the_empty_outputs_against_the_experts_other_pa
     from memgym.memory_bank.bank import MemoryBank
     from memgym.rewards.session_reward import SessionReward, SessionRewardConfig
     from tests.helpers import DOG, WordTokenizer, make_samples, qa
-    from memgym.training.heldout import do_nothing_reward
+    from memgym.training.metrics import do_nothing_reward
 
     samples = make_samples(MemoryBank(), 1, {"episodic": json.dumps({"operations": [{"action": "ADD", "memory": DOG}]})},
                            [qa("What is the name of Alice's dog?", "Biscuit")], managers=("core", "episodic"))
@@ -179,7 +179,7 @@ def test_core_copy_stats_on_hand_written_core_outputs():
     D1:1's words 11/11, a novel profile line 0/7, 'Melanie has kids.' + 9 words of D1:2 9/12;
     NONE, prose and a step without a core output write nothing and are left out."""
     from memgym.data_synth.datasets import load_conversations
-    from memgym.training.heldout import core_copy_stats
+    from memgym.training.metrics import core_copy_stats
 
     conv = load_conversations("locomo", None, ids=["conv-26"], n_sessions=1)[0]
     append = '{{"operation": "APPEND", "content": "{}"}}'.format
