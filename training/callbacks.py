@@ -90,10 +90,11 @@ class MemoryEvalCallback(TrainerCallback):
         from memgym.memory_bank.retrieval import retrieve
         from memgym.rewards.scoring.measure import measure
         from memgym.rewards.scoring.scorers import make_scorer
+        from memgym.rewards.scoring.summary import QuestionResult, summarise
 
         extractor = ModelExtractor(backend, params, name=backend.model_id, segment_tokens=self.segment_tokens)
         scorer = make_scorer("answer-recall")
-        tally, recalls, entries = FormatTally(), [], 0
+        tally, rows, entries = FormatTally(), [], 0
         for conv in self.heldout:
             built = construct(conv, extractor, embedder=self.embedder)
             tally.add_construction(built)
@@ -101,11 +102,13 @@ class MemoryEvalCallback(TrainerCallback):
             if conv.questions:
                 contexts = [r.render() for r in retrieve(built.bank, [q.question for q in conv.questions],
                                                          self.embedder, self.top_k)]
-                recalls += measure(scorer, list(conv.questions), contexts).scores
+                scores = measure(scorer, list(conv.questions), contexts).scores
+                rows += [QuestionResult(conv.id, q, None, None, s) for q, s in zip(conv.questions, scores)]
+        summary = summarise(None, rows)
         out = {f"{PREFIX}/heldout_format_failure/{m}": r for m, r in tally.rate().items() if r is not None}
         out[f"{PREFIX}/heldout_entries"] = float(entries)
-        out[f"{PREFIX}/heldout_qa"] = float(len(recalls))
-        out[f"{PREFIX}/heldout_answer_recall"] = sum(recalls) / len(recalls) if recalls else 0.0
+        out[f"{PREFIX}/heldout_qa"] = float(summary["n"])
+        out[f"{PREFIX}/heldout_answer_recall"] = summary["overall"]
         return out
 
     def bind(self, trainer) -> None:
