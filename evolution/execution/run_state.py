@@ -40,9 +40,6 @@ class RunState(ExtractStage):
 
     def run_conversation(self, conv: Conversation, info: ProgramInfo, sandbox: SandboxedProgram):
         """One conversation in ``sandbox`` (a fresh one): (task results, trace)."""
-        return self._run_conversation(self.source, conv, info, sandbox)
-
-    def _run_conversation(self, source: str, conv: Conversation, info: ProgramInfo, sandbox: SandboxedProgram):
         trace, extract_keys = self._extract(conv, info)
         index_key = stable_hash("index", self.stage_hash["index"], self.runner.stage_settings("index"),
                                 self.rt.embedder.model_id, extract_keys)

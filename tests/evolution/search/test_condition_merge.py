@@ -43,8 +43,8 @@ def test_reader_weights_are_bernoulli_naive_bayes_by_hand():
                                      "when": 2 * math.log(3)}, abs=1e-4)
     assert r.bias == pytest.approx(-math.log(2), abs=1e-4) and r.train_accuracy == 1.0 and r.n_train == 4
     # "When did Ann move to Paris?": -log 2 + 2 log 3 + log 3 > 0; "What did Bob paint?": -log 2 - log 3 < 0
-    assert r.reads("When did Ann move to Paris?") and not r.reads("What did Bob paint?")
-    assert r.score("Who?") == pytest.approx(-math.log(2), abs=1e-4) and not r.reads("Who?")
+    assert r.score("When did Ann move to Paris?") > 0 and not r.score("What did Bob paint?") > 0
+    assert r.score("Who?") == pytest.approx(-math.log(2), abs=1e-4) and not r.score("Who?") > 0
     with pytest.raises(MergeError, match="0 questions of A"):
         QuestionReader.train([q for q, _ in TRAIN_Q], [c for _, c in TRAIN_Q], "A")
 
