@@ -170,7 +170,6 @@ def _iv(x: dict | None) -> str:
 def render_markdown(exp, data: dict) -> str:
     cfg = exp.cfg
     agg, caps = data["aggregate"], data["capabilities"]
-    seed = data["baselines"]["seed"]
     out = [f"# memgym evolve experiment: {cfg.dataset}", "",
            f"- variants {', '.join(exp.variants)}; seeds {', '.join(map(str, exp.seeds))}; proposer `{cfg.proposer}`; "
            f"rounds cold {cfg.rounds_cold} / refine {cfg.rounds_refine} / integrate {cfg.rounds_integrate} "

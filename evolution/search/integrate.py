@@ -297,7 +297,6 @@ class TraceGuidedIntegrator:
     def material(self, state, steps, specs, caps_of, paired,
                  failed: IntegrationRecord | None) -> tuple[str, list[str], list[str]]:
         """(integration text, compact traces, their task ids) for an LLM attempt."""
-        arch = state.archive
         base = self.anchor(state)
         base_src = state.source_of(base.id)
         parts = [f"Base program: {base.id} (valid overall {base.valid.overall:.3f}). Merge the useful changes of "
