@@ -22,7 +22,6 @@ __all__ = [
     "parse_judge_label",
     "ScoreItem",
     "Scorer",
-    "JudgeScorer",
     "F1Scorer",
     "RecallScorer",
     "LLMJudgeScorer",
@@ -191,10 +190,6 @@ class Scorer(Protocol):
     needs_prediction: bool
 
     def score(self, items: list[ScoreItem]) -> list[float]: ...
-
-
-#: Alias kept for callers that think of every scorer as a judge.
-JudgeScorer = Scorer
 
 
 def check_score_items(items) -> list[ScoreItem]:

@@ -10,8 +10,6 @@ from memgym.rewards.scoring.official import BeamScorer, LoCoMoJudgeScorer, LongM
 from memgym.rewards.scoring.judge_protocols import check_protocol
 
 SCORER_NAMES: tuple[str, ...] = ("grounded-recall", "f1", "answer-recall", "rubric-recall", "llm")
-#: Offline scorers that read only the retrieved text (no answer model).
-OFFLINE_SCORERS: tuple[str, ...] = ("grounded-recall", "answer-recall", "rubric-recall")
 #: What each word-coverage proxy cannot see, printed beside its numbers.
 BLIND_SPOTS: dict[str, str] = {
     "answer-recall": "word coverage: credits the gold answer's words anywhere in the text, so a query-independent "

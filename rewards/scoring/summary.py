@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from memgym.data_synth.capabilities import CAPABILITY_ORDER
 from memgym.memory_bank.schema import QAItem
