@@ -16,15 +16,12 @@ from pathlib import Path
 from trl import SFTConfig
 
 from memgym.data_synth.datasets import DATASETS
-from memgym.data_synth.errors import DataFormatError
-from memgym.data_synth.expert import TrajectoryError
 from memgym.llm.checks import check_fields
 from memgym.memory_bank.actions import MANAGERS
 from memgym.llm.embeddings import EMBEDDER_HELP, check_embedder_spec
 from memgym.training.callbacks import MemoryEvalFields, bind_memory_eval
 from memgym.training.common import PolicyModelConfig, load_policy, outside_zero3, parse_training_args, resume_arg
-from memgym.training.sft_data import (ExampleLengthError, TrainingDataError, check_managers, drop_overlong,
-                           sft_examples)
+from memgym.training.sft_data import check_managers, drop_overlong, sft_examples
 
 PROG = "memgym train sft"
 
