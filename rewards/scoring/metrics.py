@@ -139,9 +139,3 @@ def answer_recall(answer: str | int, context: str) -> float:
         return 0.0
     ctx = set(answer_tokens(_require_text(context, "context")))
     return len(gold & ctx) / len(gold)
-
-
-def mean_or_zero(xs) -> float:
-    """The arithmetic mean of the numbers ``xs``; 0.0 for none (an empty group scores 0)."""
-    xs = list(xs)
-    return sum(xs) / len(xs) if xs else 0.0
