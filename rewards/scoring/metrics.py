@@ -14,17 +14,8 @@ from functools import lru_cache
 
 from nltk.stem import PorterStemmer
 
-__all__ = [
-    "LOCOMO_CATEGORIES",
-    "ABSTENTION_PHRASES",
-    "normalize_answer",
-    "answer_tokens",
-    "stem",
-    "f1_score",
-    "multi_answer_f1",
-    "locomo_f1",
-    "answer_recall",
-]
+__all__ = ["LOCOMO_CATEGORIES", "ABSTENTION_PHRASES", "normalize_answer", "answer_tokens", "stem", "f1_score",
+           "multi_answer_f1", "locomo_f1", "answer_recall"]
 
 #: LoCoMo's native question categories (as strings): 1 multi-hop, 2 temporal,
 #: 3 open-domain, 4 single-hop, 5 adversarial.
