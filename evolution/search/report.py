@@ -39,6 +39,7 @@ from memgym.evolution.search.rundir import atomic_write_json, atomic_write_text
 from memgym.llm.runcard import card_markdown
 from memgym.memory_bank.schema import CAPABILITY_NAMES
 from memgym.rewards.scoring.judge_protocols import protocol_note
+from memgym.rewards.scoring.report import pyplot, save_figure
 
 
 def split_scores_form(split) -> dict | None:
@@ -121,22 +122,6 @@ def boundary(arch, final_id: str) -> dict:
         out[c] = {"peak": peak, "peak_id": next(i for v, i in pts if v == peak), "final": final.get(c, 0.0),
                   "gap": peak - final.get(c, 0.0)}
     return out
-
-
-def pyplot():
-    """``matplotlib.pyplot`` on the Agg backend."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def save_figure(fig, path) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    pyplot().close(fig)
 
 
 def capability_bars(path, caps: list[str], series: list[tuple], title: str, *, figsize: tuple, ylim: float,
