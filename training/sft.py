@@ -220,12 +220,9 @@ def _first_eval_losses(log_history: list[dict]) -> dict:
 def plot_losses(log_history: list[dict], path: Path) -> None:
     """Write ``loss.png``: the training loss per logged step, and the eval losses (train probe
     and validation) at each evaluation, x = optimizer step."""
-    import matplotlib
+    from memgym.rewards.scoring.report import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    fig, ax = pyplot().subplots(figsize=(6.4, 4.0))
     tr = [(h["step"], h["loss"]) for h in log_history if "loss" in h and "step" in h]
     if tr:
         ax.plot(*zip(*tr), label="train loss (per step)", color="tab:blue", alpha=0.7)
@@ -239,9 +236,7 @@ def plot_losses(log_history: list[dict], path: Path) -> None:
     ax.set_title("memgym SFT")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def write_report(out: Path, metrics: dict) -> None:
