@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from memgym.data_synth.capabilities import BEAM_MAP, capability_for, secondary_for
+from memgym.data_synth.capabilities import capability_for, secondary_for
 from memgym.data_synth.errors import DataFormatError, QuirkLog, get_field
 from memgym.data_synth.paths import data_root, read_json, require
 from memgym.memory_bank.schema import Conversation, QAItem, Session, Turn

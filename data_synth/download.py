@@ -167,10 +167,6 @@ class DownloadReport:
         return not self.written
 
 
-def _offline_requested() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
-
-
 def _todo_line(manifest: dict, todo: list[tuple[str, dict]], to: Path, **urls) -> str:
     """What is left to fetch by hand, per dataset: ``URL -> file``, or ``N files under URL/ -> folder/``
         when the sub-paths are the same on both sides."""
@@ -223,7 +219,7 @@ def download(datasets: Iterable[str], to: Path | str, *, manifest: dict | None =
         return report
     urls = {"github_raw": github_raw, "hf_endpoint": hf_endpoint}
     needs_hub = any(e["from"] != "asset" and manifest["sources"][e["dataset"]]["host"] == "hub" for _, e in todo)
-    if needs_hub and _offline_requested():
+    if needs_hub and os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
         raise NoNetworkError(hf_endpoint or os.environ.get("HF_ENDPOINT") or HF_ENDPOINT,
                              "HF_HUB_OFFLINE is set; fetch by hand and run again: "
                              + _todo_line(manifest, todo, to, **urls))

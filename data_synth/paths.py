@@ -11,17 +11,13 @@ ENV_VAR = "MEMGYM_DATA"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def _candidates() -> list[Path]:
-    return [Path.cwd() / ".." / "shared" / "data", REPO_ROOT / ".." / "shared" / "data"]
-
-
 def data_root() -> Path:
     """``$MEMGYM_DATA`` as given (absent too), else the first existing of ``<cwd>/../shared/data``
         and ``<repo>/../shared/data``, else the latter; absolute."""
     env = os.environ.get(ENV_VAR)
     if env:
         return Path(env).expanduser().resolve()
-    cands = _candidates()
+    cands = [Path.cwd() / ".." / "shared" / "data", REPO_ROOT / ".." / "shared" / "data"]
     for c in cands:
         if c.is_dir():
             return c.resolve()

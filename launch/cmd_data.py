@@ -127,7 +127,7 @@ def _check(args: argparse.Namespace) -> int:
     """Print one line per data item and per judge protocol file; exit 1 when any is missing or wrong."""
     from memgym.data_synth.check import DataCheck, check_data
     from memgym.data_synth.paths import data_root
-    from memgym.rewards.scoring.protocols import OFFICIAL_SHA256, JudgeProtocolError, official_file_problem, protocol_file
+    from memgym.rewards.scoring.judge_protocols import OFFICIAL_SHA256, JudgeProtocolError, official_file_problem, protocol_file
 
     print(f"data root: {data_root()}  (set MEMGYM_DATA to move it)")
     checks = check_data()

@@ -9,11 +9,11 @@ PROG = "memgym eval"
 
 
 def run(args) -> int:
-    """Run the parsed recipe (:class:`memgym.evolution.execution.eval_job.EvalConfig`), print the tables.
+    """Run the parsed recipe (:class:`memgym.evolution.evaluation.eval_job.EvalConfig`), print the tables.
     Returns 0, or 1 when a column scored no question; errors are raised (the message names the
     field or file) and mapped by :func:`memgym.launch.cli.run_command`."""
     from memgym.llm.recipe import recipe_configs
-    from memgym.evolution.execution.eval_job import run_eval
+    from memgym.evolution.evaluation.eval_job import run_eval
     from memgym.rewards.scoring.report import format_failure_table, side_by_side
 
     (cfg,) = recipe_configs(args)
@@ -61,8 +61,8 @@ HELP = "build memory, answer QA from it, score, report (the main job)"
 
 def make_parser(prog: str):
     """The recipe parser of ``memgym eval``
-    (:class:`memgym.evolution.execution.eval_job.EvalConfig`)."""
-    from memgym.evolution.execution.eval_job import EvalConfig
+    (:class:`memgym.evolution.evaluation.eval_job.EvalConfig`)."""
+    from memgym.evolution.evaluation.eval_job import EvalConfig
     from memgym.llm.recipe import RecipeParser
 
     p = RecipeParser([EvalConfig], prog=prog, description=(EvalConfig.__doc__ or "").strip() + " memgym eval "

@@ -8,7 +8,7 @@
   parent) cannot be read; never a traceback, whatever the candidate does.
 
 - ``memgym program eval FILE.py --config R.yaml [--extractor SPEC] [--parent PARENT.py]
-  [--out DIR] [--<field> value ...]`` evaluates a program (``memgym.evolution.execution.program_eval``): writes
+  [--out DIR] [--<field> value ...]`` evaluates a program (``memgym.evolution.evaluation.program_eval``): writes
   ``report.json`` (overall, by_capability, by_category, diagnostics, stages_run/reused,
   model_calls, tokens, wall_s), ``report.md``, ``tasks.jsonl`` and ``units.jsonl``, and prints
   the capability table. Exit 0 on success, 1 when the program fails validation or breaks
@@ -77,7 +77,7 @@ EVAL_FILES = ("report.json", "report.md", "tasks.jsonl", "units.jsonl")
 
 def cmd_eval(args) -> int:
     """Evaluate one program file; print the capability table; write the reports."""
-    from memgym.evolution.execution.program_eval import run_program_eval
+    from memgym.evolution.evaluation.program_eval import run_program_eval
     from memgym.evolution.execution.runner import ProgramRunError
     from memgym.llm.checks import out_dir_problem
     from memgym.llm.errors import OutputPathError
@@ -176,8 +176,8 @@ EVAL_HELP = "evaluate a program on a benchmark: scores, diagnostics, stage reuse
 
 def make_eval_parser(prog: str):
     """The recipe parser of ``memgym program eval``
-    (:class:`memgym.evolution.execution.program_eval.ProgramEvalConfig`)."""
-    from memgym.evolution.execution.program_eval import ProgramEvalConfig
+    (:class:`memgym.evolution.evaluation.program_eval.ProgramEvalConfig`)."""
+    from memgym.evolution.evaluation.program_eval import ProgramEvalConfig
     from memgym.llm.recipe import RecipeParser
 
     p = RecipeParser(

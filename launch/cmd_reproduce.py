@@ -201,7 +201,7 @@ def rerun_argv(card: dict, out: Path, no_cache: bool, tmp: Path) -> list[str]:
         raise ConfigError(f"the recorded command is not a memgym command line ({' '.join(argv)[:200]}); "
                           "memgym reproduce --check compares the inputs only")
     args = argv[1:]
-    command = next((a for a in args if not a.startswith("-")), "")  # memgym's top-level options take no value
+    command = next((a for a in args if not a.startswith("-")), "")  # the only top-level flag is --debug
     if command == "evolve" and "--resume" in args:
         import yaml
 
@@ -231,8 +231,10 @@ def _new_out(report: Path) -> Path:
 
 
 def run(args) -> int:
-    """``memgym reproduce`` (module doc)."""
-    from memgym.launch.cli import main
+    """``memgym reproduce`` (module doc). The rerun is its own ``python -m memgym.launch.cli`` process,
+    started in the recorded working directory."""
+    import subprocess
+    import sys
 
     card, report = load_card(args.report)
     src = card["memgym"]
@@ -260,11 +262,7 @@ def run(args) -> int:
         where = Path(card.get("cwd") or here)
         where = where if where.is_dir() else here
         print(f"\nrerunning in {where}: memgym {' '.join(argv)}\n", flush=True)
-        os.chdir(where)
-        try:
-            rc = main(argv)
-        finally:
-            os.chdir(here)
+        rc = subprocess.run([sys.executable, "-m", "memgym.launch.cli", *argv], cwd=where).returncode
     if rc != 0:
         print(f"\nmemgym reproduce: the rerun exited with status {rc}")
         return rc

@@ -33,7 +33,8 @@ def make_session_reward(args, rt):
     from memgym.launch.cmd_synth import load_role_backend, make_embedder
     from memgym.rewards.session_reward import SessionReward, SessionRewardConfig
 
-    cfg = SessionRewardConfig(mode=args.mode, judge=args.judge, top_k=args.top_k, lam=args.lam, alpha=args.alpha)
+    cfg = SessionRewardConfig(mode=args.mode, judge=args.judge, retrieval_top_k=args.top_k, lam=args.lam,
+                              alpha=args.alpha)
     answer = load_role_backend(rt, args.answer_model, "answer", args.concurrency) if cfg.judge != "answer-recall" else None
     judge = None
     if cfg.judge == "llm":
@@ -63,13 +64,13 @@ def add_reward_flags(p) -> None:
 def _audit(args) -> int:
     from memgym.rewards.audit import run_audit
     from memgym.llm.runtime import Runtime
-    from memgym.rewards.samples import build_reward_samples
+    from memgym.training.reward_rows import build_rows
 
     rt = Runtime.from_config(cache=args.cache, batch_size=args.concurrency)
     try:
         reward = make_session_reward(args, rt)
-        samples = build_reward_samples(args.trajectories, dataset=args.dataset, data_path=args.path,
-                                       qa_path=args.qa, embedder=reward.embedder)
+        samples = build_rows(args.trajectories, dataset=args.dataset, data_path=args.path, qa_path=args.qa,
+                             embedder=reward.embedder)
         snap = rt.calls_snapshot()
         report = run_audit(samples, reward, control=args.control, batch_size=args.batch_size,
                            progress=not args.quiet)

@@ -59,7 +59,7 @@ def _run(args: argparse.Namespace) -> int:
                                   writes=f"memgym score writes {', '.join(SCORE_FILES)} there")
         if problem:
             raise OutputPathError(problem)
-        from memgym.rewards.scoring.protocols import check_protocol
+        from memgym.rewards.scoring.judge_protocols import check_protocol
         check_protocol(args.dataset, args.judge_protocol)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", DataQuirkWarning)
@@ -84,7 +84,7 @@ def _run(args: argparse.Namespace) -> int:
                         f"id here (e.g. {next(iter(preds))!r}); `memgym data stats --ids` lists them")
         budget = None
         if args.judge in CONTEXT_JUDGES:
-            from memgym.evolution.execution.context_budget import ContextBudget
+            from memgym.rewards.scoring.context_budget import ContextBudget
             tokens = args.context_tokens if args.context_tokens is not None else DEFAULT_CONTEXT_TOKENS[args.dataset]
             budget = ContextBudget(tokens, args.context_tokenizer)
         rep = score_predictions(args.dataset, convs, preds, scorer, judge_protocol=args.judge_protocol,
@@ -127,7 +127,7 @@ def _run_card(args: argparse.Namespace, rt, t0: float, budget: bool) -> dict:
     the judge model when ``--judge`` names one, the context budget's tokenizer when ``budget``."""
     from memgym.llm.runcard import build_card
     from memgym.rewards.scoring.predictions import OFFLINE_JUDGES
-    from memgym.rewards.scoring.protocols import protocol_card
+    from memgym.rewards.scoring.judge_protocols import protocol_card
 
     recipe = {k: v for k, v in vars(args).items() if k not in ("func", "debug", "command")}
     offline = args.judge in OFFLINE_JUDGES

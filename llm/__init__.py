@@ -8,12 +8,3 @@ Modules: ``base`` (protocols, params, errors, ``check_batch``), ``specs`` (``loa
 OpenAI-compatible server), ``paths`` (``cache_dir``). Heavy modules (torch, transformers) are
 imported only by the modules that need them.
 """
-from memgym.llm.base import (  # noqa: F401
-    Backend,
-    BackendRequestError,
-    BackendSpecError,
-    Completion,
-    Embedder,
-    GenerationParams,
-    LLMError,
-)

@@ -8,8 +8,7 @@ from typing import Protocol, runtime_checkable
 
 from memgym.llm.errors import MemgymError
 
-Message = dict  # {"role": "system"|"user"|"assistant", "content": str}
-Messages = list  # list[Message]
+Messages = list  # list[{"role": "system"|"user"|"assistant", "content": str}]
 ROLES = ("system", "user", "assistant", "tool")
 
 

@@ -161,10 +161,6 @@ class ResponseCache(SqliteCache):
                 warnings.warn(f"ResponseCache {self.path}: undecodable row {key[:12]}… ({e}); treating as a miss")
         return found
 
-    def get(self, key: str) -> Completion | None:
-        """The cached completion for ``key`` or None."""
-        return self.get_many([key]).get(key)
-
     def put_many(self, items: list[tuple[str, str, Completion]]) -> None:
         """Store ``(key, model_id, completion)`` rows (replacing; blank texts skipped)."""
         now = time.time()
@@ -173,10 +169,6 @@ class ResponseCache(SqliteCache):
                                    "finish_reason": c.finish_reason}, ensure_ascii=False), now)
                 for k, m, c in items if c.text and c.text.strip()]
         self._write("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?)", rows)
-
-    def put(self, key: str, model_id: str, completion: Completion) -> None:
-        """Store one row; see :meth:`put_many`."""
-        self.put_many([(key, model_id, completion)])
 
     def delete_many(self, keys: list[str]) -> None:
         """Remove the rows of ``keys`` (absent keys are ignored), in one transaction."""

@@ -329,7 +329,7 @@ def build_card(*, recipe: dict, models: dict[str, str | None], runtime=None, jud
     (None: the role is unset); ``runtime``: the run's :class:`memgym.llm.runtime.Runtime` (specs it
     never loaded are marked unused; its embedder is added as role ``embedder``; its counts are
     the cost unless ``cost`` is given); ``judge``: the judge entry
-    (:func:`memgym.rewards.scoring.protocols.protocol_card`)."""
+    (:func:`memgym.rewards.scoring.judge_protocols.protocol_card`)."""
     loaded = set(runtime.loaded_specs()) if runtime is not None else None
     entries = {}
     for role, spec in models.items():

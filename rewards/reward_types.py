@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from memgym.llm.errors import MemgymError
+from memgym.llm.errors import ConfigError, MemgymError
 from memgym.memory_bank.actions import PARTS
 from memgym.rewards.scoring.scorers import SCORER_NAMES
 
@@ -26,32 +26,44 @@ class RewardDataError(MemgymError, ValueError):
 
 @dataclass
 class SessionRewardConfig:
-    """Reward settings (steps in brackets).
+    """Reward settings (steps in brackets); one section of the ADRPO recipe (``trl.TrlParser`` fills
+    it beside the trainer config, so every field is a recipe key and a ``--flag``).
 
     mode [2]: counterfactual | isolated | joint. judge [3]: answer-recall | f1 | llm.
     lam [5]: λ in [0, 1]. alpha [6]: α > 0. attribution_on [6]: all | correct.
-    top_k [3]: entries retrieved per question (>= 1). core_lp_lo / core_lp_hi, band_abs_tokens,
+    retrieval_top_k [3]: entries retrieved per question (>= 1). core_lp_lo / core_lp_hi, band_abs_tokens,
     band_lo, band_hi, r_min, r_max [4]: length thresholds (tokens / ratios).
     correct_threshold in [0, 1]. copy_penalty: μ in [0, 1] (0 = MemBuilder's reward);
-    copy_ngram: CP's n-gram length (>= 2). Raises ValueError naming an out-of-range field.
+    copy_ngram: CP's n-gram length (>= 2). Raises :class:`memgym.llm.errors.ConfigError` (a
+    ValueError) naming an out-of-range field.
     """
 
-    mode: str = "counterfactual"
-    judge: str = "answer-recall"
-    lam: float = 0.8
-    alpha: float = 4.0
-    attribution_on: str = "all"
-    top_k: int = 10
-    core_lp_lo: int = 150
-    core_lp_hi: int = 400
-    band_abs_tokens: int = 200
-    band_lo: float = 0.5
-    band_hi: float = 1.3
-    r_min: float = 0.2
-    r_max: float = 2.0
-    correct_threshold: float = 0.5
-    copy_penalty: float = 0.0
-    copy_ngram: int = 6
+    _argument_group_name = "SessionRewardConfig: the dense session reward (memgym.rewards.session_reward)"
+
+    mode: str = field(default="counterfactual", metadata={"help": "counterfactual | isolated | joint"})
+    judge: str = field(default="answer-recall", metadata={"help": "answer-recall | f1 | llm"})
+    lam: float = field(default=0.8, metadata={"help": "length-penalty weight λ in [0, 1]"})
+    alpha: float = field(default=4.0, metadata={"help": "w(m) of the dominant part (> 0); others get 1"})
+    attribution_on: str = field(default="all", metadata={"help": "all | correct questions count for h(m)"})
+    retrieval_top_k: int = field(default=10, metadata={
+        "help": "entries retrieved per question (TRL's top_k is the sampling top-k)"})
+    core_lp_lo: int = field(default=150, metadata={
+        "help": "core length penalty: 0 up to this many written tokens (MemBuilder Eq. 7, theta_min = 150 for a "
+                "whole session)"})
+    core_lp_hi: int = field(default=400, metadata={
+        "help": "core length penalty: 1 from this many written tokens on (MemBuilder Eq. 7, theta_max = 400); "
+                "segment rows write far less per call, see scripts/experiments/train_cpu/adrpo.yaml"})
+    band_abs_tokens: int = field(default=200, metadata={
+        "help": "part length penalty: 0 within this many tokens of the expert's output (MemBuilder Eq. 8)"})
+    band_lo: float = field(default=0.5, metadata={"help": "part length penalty: 0 from this length ratio ..."})
+    band_hi: float = field(default=1.3, metadata={"help": "... to this one (MemBuilder Eq. 8)"})
+    r_min: float = field(default=0.2, metadata={"help": "part length penalty: 1 at this ratio and below"})
+    r_max: float = field(default=2.0, metadata={"help": "part length penalty: 1 at this ratio and above"})
+    correct_threshold: float = field(default=0.5, metadata={"help": "score >= this counts a question correct"})
+    copy_penalty: float = field(default=0.0, metadata={
+        "help": "mu in [0, 1]: R x (1 - mu * CP), CP the share of the core output's words in a copy_ngram-word run "
+                "copied verbatim from the transcript (memgym.rewards.copying; memgym's correction, 0 = MemBuilder's reward)"})
+    copy_ngram: int = field(default=6, metadata={"help": "n-gram length in words of the copy rate (>= 2)"})
 
     def __post_init__(self):
         checks = [
@@ -60,7 +72,7 @@ class SessionRewardConfig:
             ("lam", 0.0 <= self.lam <= 1.0, "in [0, 1]"),
             ("alpha", self.alpha > 0, "> 0"),
             ("attribution_on", self.attribution_on in ("all", "correct"), "all or correct"),
-            ("top_k", isinstance(self.top_k, int) and self.top_k >= 1, "an int >= 1"),
+            ("retrieval_top_k", isinstance(self.retrieval_top_k, int) and self.retrieval_top_k >= 1, "an int >= 1"),
             ("core_lp_lo", 0 <= self.core_lp_lo < self.core_lp_hi, "0 <= core_lp_lo < core_lp_hi"),
             ("band_abs_tokens", self.band_abs_tokens >= 0, ">= 0"),
             ("band_lo", 0 <= self.r_min < self.band_lo <= self.band_hi < self.r_max,
@@ -71,7 +83,7 @@ class SessionRewardConfig:
         ]
         for name, ok, need in checks:
             if not ok:
-                raise ValueError(f"SessionRewardConfig.{name} must be {need}, got {getattr(self, name)!r}")
+                raise ConfigError(f"SessionRewardConfig.{name} must be {need}, got {getattr(self, name)!r}")
 
 
 @dataclass

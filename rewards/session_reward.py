@@ -235,7 +235,7 @@ class SessionReward:
         vecs = self.embedder.encode(uniq) if uniq else np.zeros((0, self.embedder.dim), dtype=np.float32)
         self.last_stats["embed_calls"] = getattr(self.embedder, "calls", 0) - calls0
         lookup = _LookupEmbedder(dict(zip(uniq, vecs)), self.embedder.dim)
-        retrieved = [BankRetriever(bank, lookup, self.config.top_k).retrieve([q.question for q in s.qa])
+        retrieved = [BankRetriever(bank, lookup, self.config.retrieval_top_k).retrieve([q.question for q in s.qa])
                      for bank, s in jobs]
         flat = [(s, q, r) for (_, s), rs in zip(jobs, retrieved) for q, r in zip(s.qa, rs)]
         unparsable0 = getattr(self.scorer, "parse_failures", 0)

@@ -68,8 +68,8 @@ def run_adrpo(out: Path, steps: int | None) -> list[dict]:
             "--output_dir", str(out / "adrpo")]
     if steps is not None:
         argv += ["--max_steps", str(steps)]
-    args, model_args = parse_args(argv)
-    trainer = train(args, build_trainer(args, model_args))
+    configs = parse_args(argv)
+    trainer = train(configs[2], build_trainer(*configs))
     history = trainer.state.log_history  # also in adrpo/trainer_state.json
     del trainer
     gc.collect()

@@ -53,7 +53,7 @@ TINY_CONFIG = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, n
 #: Files whose tests take minutes, longest first (``pytest --durations``).
 SLOW_FIRST = ["tests/launch/test_zero3.py", "tests/evolution/execution/test_extract_stage.py",
               "tests/launch/test_cmd_launch.py",
-              "tests/training/test_heldout.py", "tests/evolution/search/test_loop.py",
+              "tests/training/test_metrics.py", "tests/evolution/search/test_loop.py",
               "tests/evolution/search/test_beam.py", "tests/evolution/search/test_experiment.py",
               "tests/training/test_adrpo.py", "tests/rewards/scoring/test_evaluate.py",
               "tests/llm/test_structured.py", "tests/llm/test_models.py", "tests/launch/test_cmd_bank.py"]

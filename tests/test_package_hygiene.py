@@ -52,6 +52,96 @@ def test_imports_flow_one_way():
     assert not bad, "imports that run backwards:\n" + "\n".join(bad)
 
 
+def _module(path: Path) -> str:
+    parts = ["memgym", *path.relative_to(ROOT).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_imports(mod: str, source: str, modules: set[str], *, is_package: bool = False) -> set[str]:
+    """The modules of ``modules`` that module ``mod`` (source ``source``) imports anywhere, inside
+    functions too: relative imports resolved against its package, ``from pkg import submodule``
+    counted as the submodule, ``import a.b.attr`` as the module that holds ``attr``."""
+    package = mod if is_package else mod.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in modules:
+                t = t.rpartition(".")[0]
+            if t and t != mod:
+                out.add(t)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """``memgym.*`` module -> the ``memgym.*`` modules it imports (:func:`module_imports`)."""
+    files = {_module(f): f for f in _files()}
+    return {m: module_imports(m, f.read_text(), set(files), is_package=f.name == "__init__.py")
+            for m, f in files.items()}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan 1972), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def test_no_import_circle_in_any_package():
+    """No two memgym modules import each other, directly or round a loop, even from inside a
+    function: a circle is one module split in two files (docs/design.md § "Layout")."""
+    cycles = import_cycles(import_graph())
+    assert not cycles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_import_graph_resolves_what_the_circle_test_needs():
+    mods = {"memgym.a", "memgym.a.b", "memgym.a.c", "memgym.d"}
+    src = "from . import c\nfrom ..d import x\ndef f():\n    import memgym.a.b.attr\n"
+    assert module_imports("memgym.a.b", src, mods) == {"memgym.a.c", "memgym.d"}
+    assert module_imports("memgym.a", "from .b import y\n", mods, is_package=True) == {"memgym.a.b"}
+    assert module_imports("memgym.d", "from memgym.a import c, z\n", mods) == {"memgym.a.c", "memgym.a"}
+    assert "memgym.launch.cmd_train" in import_graph()["memgym.launch.cli"]  # from memgym.launch import cmd_train
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
 def test_one_import_name():
     """Every import of memgym's own code goes through ``memgym.``: the folders install as
     ``memgym.<folder>`` (pyproject's package-dir), never as top-level names that shadow other

@@ -1,6 +1,9 @@
-"""``ADRPOConfig``: TRL's ``GRPOConfig`` plus the ADRPO fields (weighting, dense session reward,
-data). Source: MemBuilder (arXiv 2601.05488) §3.4 and Eq. 12, with
-the correction of docs/design.md § "Dense session reward and ADRPO", step 7.
+"""ADRPO's recipe, in TRL's split (``GRPOScriptArguments`` / ``GRPOConfig`` / ``ModelConfig``):
+:class:`ADRPOScriptArguments` (data, the reward's models, the in-trainer measurement),
+:class:`memgym.rewards.reward_types.SessionRewardConfig` (the reward's settings, as the reward takes
+them), :class:`ADRPOConfig` (TRL's ``GRPOConfig`` plus the weighting) and
+:class:`memgym.training.common.PolicyModelConfig`. Source: MemBuilder (arXiv 2601.05488) §3.4 and
+Eq. 12, with the correction of docs/design.md § "Dense session reward and ADRPO", step 7.
 """
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from trl import GRPOConfig
 from memgym.llm.embeddings import EMBEDDER_HELP, check_embedder_spec
 from memgym.llm.errors import MemgymError
 from memgym.llm.checks import check_fields, require
-from memgym.rewards.session_reward import MODES, SessionRewardConfig
+from memgym.rewards.reward_types import SessionRewardConfig
 from memgym.training.callbacks import MemoryEvalFields
 
 #: ``advantage``: the corrected weighting, stock TRL loss with each completion's advantage × w(m);
@@ -30,9 +33,10 @@ class ADRPOConfigError(MemgymError, ValueError):
     kind = "usage"
 
 
-def check_eq12_support(args, *, is_vlm: bool = False, aux_loss: bool = False) -> None:
+def check_eq12_support(args) -> None:
     """Raise :class:`ADRPOConfigError` naming the setting when ``args`` asks for something the
-    Eq. 12 loss does not support (see :mod:`memgym.training.adrpo_eq12`)."""
+    Eq. 12 loss does not support (see :mod:`memgym.training.adrpo_eq12`); what only the loaded
+    model tells (a vision model, the router aux loss), the trainer checks."""
     if not trl.__version__.startswith(TRL_VERSION):
         raise ADRPOConfigError(f"weighting: unclipped mirrors TRL {TRL_VERSION}x's GRPO loss; installed TRL is "
                                f"{trl.__version__} (use weighting: advantage, which runs on TRL's own loss)")
@@ -42,57 +46,25 @@ def check_eq12_support(args, *, is_vlm: bool = False, aux_loss: bool = False) ->
     if args.entropy_coef != 0.0 or args.use_adaptive_entropy:
         raise ADRPOConfigError("weighting: unclipped does not support the entropy bonus "
                                "(entropy_coef / use_adaptive_entropy)")
-    if is_vlm:
-        raise ADRPOConfigError("weighting: unclipped is implemented for text-only models")
-    if aux_loss:
-        raise ADRPOConfigError("weighting: unclipped does not support the router aux loss (router_aux_loss_coef: 0)")
 
 
 @dataclass
-class ADRPOConfig(MemoryEvalFields, GRPOConfig):
-    """TRL's ``GRPOConfig`` (every field passes through to ``GRPOTrainer``) plus the ADRPO fields:
-    ``init_from`` (SFT model or adapter dir), ``weighting`` (:data:`WEIGHTINGS`), ``alpha`` (> 0),
-    the :class:`memgym.rewards.session_reward.SessionRewardConfig` fields, the reward's models and the
-    rollout-row selection (``segment_tokens``: rows on session segments).
+class ADRPOScriptArguments(MemoryEvalFields):
+    """The ADRPO script's own arguments (TRL's ``GRPOScriptArguments``): ``init_from`` (SFT model or
+    adapter dir), the reward's models and cache, and the rollout rows
+    (:func:`memgym.training.reward_rows.reward_rows`; ``segment_tokens``: rows on session segments).
+    Raises :class:`ADRPOConfigError` naming the field."""
 
-    Raises :class:`ADRPOConfigError` naming the field for an unknown weighting/mode/judge, an
-    out-of-range reward setting, or a setting ``weighting: unclipped`` does not support
-    (:func:`check_eq12_support`).
-    """
-
-    _argument_group_name = ("ADRPOConfig: every trl.GRPOConfig field "
-                            "(https://huggingface.co/docs/trl/main/en/grpo_trainer#trl.GRPOConfig), then the ADRPO "
-                            "fields from --init_from on")
+    _argument_group_name = "ADRPOScriptArguments: the policy to start from, the reward's models, the rows"
 
     CHECKS = {"screen_rows": {"min": 1}, "memory_eval_rows": {"min": 1}, "memory_eval_heldout_turns": {"min": 1},
-              "memory_eval_max_new_tokens": {"min": 1}, "retrieval_top_k": {"min": 1}, "answer_max_new_tokens": {"min": 1}, "max_prompt_tokens": {"min": 1},
-              "segment_tokens": {"min": 1}, "answer_model": {"spec": "backend"}, "judge_model": {"spec": "backend"}}
+              "memory_eval_max_new_tokens": {"min": 1}, "answer_max_new_tokens": {"min": 1},
+              "max_prompt_tokens": {"min": 1}, "segment_tokens": {"min": 1}, "answer_model": {"spec": "backend"},
+              "judge_model": {"spec": "backend"}}
 
     init_from: str | None = field(default=None, metadata={
         "help": "start from an SFT checkpoint dir (full model) or a LoRA adapter dir; overrides model_name_or_path"})
-    # weighting
-    weighting: str = field(default="advantage", metadata={
-        "help": "advantage (corrected: TRL's loss with each advantage x w(m)) | unclipped (paper Eq. 12, ablation; "
-                "loss_type grpo/bnpo/dr_grpo/dapo only) | none"})
-    alpha: float = field(default=4.0, metadata={"help": "w(m) of the dominant part (> 0); others get 1"})
-    # reward (mirrors memgym.rewards.session_reward.SessionRewardConfig)
-    mode: str = field(default="counterfactual", metadata={"help": "counterfactual | isolated | joint"})
-    judge: str = field(default="answer-recall", metadata={"help": "answer-recall | f1 | llm"})
-    lam: float = field(default=0.8, metadata={"help": "length-penalty weight λ in [0, 1]"})
-    core_lp_lo: int = field(default=150, metadata={
-        "help": "core length penalty: 0 up to this many written tokens (MemBuilder Eq. 7, theta_min = 150 for a "
-                "whole session)"})
-    core_lp_hi: int = field(default=400, metadata={
-        "help": "core length penalty: 1 from this many written tokens on (MemBuilder Eq. 7, theta_max = 400); "
-                "segment rows write far less per call, see scripts/experiments/train_cpu/adrpo.yaml"})
-    copy_penalty: float = field(default=0.0, metadata={
-        "help": "mu in [0, 1]: R x (1 - mu * CP), CP the share of the core output's words in a copy_ngram-word run "
-                "copied verbatim from the transcript (memgym.rewards.copying; memgym's correction, 0 = MemBuilder's reward)"})
-    copy_ngram: int = field(default=6, metadata={"help": "n-gram length in words of the copy rate (>= 2)"})
-    attribution_on: str = field(default="all", metadata={"help": "all | correct questions count for h(m)"})
-    retrieval_top_k: int = field(default=10, metadata={
-        "help": "entries retrieved per question (SessionRewardConfig.top_k; TRL's top_k is the sampling top-k)"})
-    correct_threshold: float = field(default=0.5, metadata={"help": "score >= this counts a question correct"})
+    # the reward's models
     answer_model: str | None = field(default=None, metadata={
         "help": "backend spec of the answer model (judge f1 / llm), e.g. hf:smollm2 or openai:<url>#<model>"})
     judge_model: str | None = field(default=None, metadata={"help": "backend spec of the LLM judge (judge llm)"})
@@ -121,8 +93,56 @@ class ADRPOConfig(MemoryEvalFields, GRPOConfig):
                 "from the initial policy get different rewards (memgym.training.adrpo_data.screen_rows); null: every row"})
     segment_tokens: int | None = field(default=None, metadata={
         "help": "one row per session SEGMENT of whole turns of <= this many transcript tokens, with the QA the "
-                "segment completes (memgym.training.segment_samples; the cut of segmented SFT's segment_tokens); "
+                "segment completes (memgym.training.reward_rows; the cut of segmented SFT's segment_tokens); "
                 "null: whole-session rows"})
+
+    def __post_init__(self):
+        try:  # string -> one-element list for the list fields, counts and specs (memgym.llm.checks)
+            check_fields(self)
+            check_embedder_spec(self.embedder, allow_none=False)
+        except ValueError as e:
+            raise ADRPOConfigError(f"ADRPOScriptArguments: {e}") from None
+        if not self.train_trajectories:
+            raise ADRPOConfigError(f"ADRPOScriptArguments.train_trajectories must be a non-empty list, "
+                                   f"got {self.train_trajectories!r}")
+        if self.segment_tokens is not None and self.qa_path is not None:
+            raise ADRPOConfigError(
+                "ADRPOScriptArguments.segment_tokens: segment rows take their QA from the trajectories' own qa (by "
+                f"evidence turn); unset qa_path (got {self.qa_path!r})")
+
+
+def check_recipe(script_args: ADRPOScriptArguments, reward: SessionRewardConfig) -> None:
+    """The rules across the two sections: the judge's models, and segment rows scored one manager at
+    a time. Raises :class:`ADRPOConfigError` naming the flags."""
+    from types import SimpleNamespace
+
+    both = SimpleNamespace(**vars(script_args), **vars(reward))
+    try:
+        require(both, "judge", "f1", "answer_model", "(the model whose answers F1 scores)")
+        require(both, "judge", "llm", "answer_model", "(the model whose answers the judge grades)")
+        require(both, "judge", "llm", "judge_model", "(a backend spec of the LLM judge)")
+    except ValueError as e:
+        raise ADRPOConfigError(f"ADRPO recipe: {e}") from None
+    if script_args.segment_tokens is not None and reward.mode == "joint":
+        raise ADRPOConfigError("ADRPOScriptArguments.segment_tokens: segment rows are scored one manager at a time; "
+                               "use mode counterfactual or isolated (got 'joint')")
+
+
+@dataclass
+class ADRPOConfig(GRPOConfig):
+    """TRL's ``GRPOConfig`` (every field passes through to ``GRPOTrainer``) plus ``weighting``
+    (:data:`WEIGHTINGS`) and ``constrained`` (refused). Raises :class:`ADRPOConfigError` naming the
+    field for an unknown weighting or a setting ``weighting: unclipped`` does not support
+    (:func:`check_eq12_support`).
+    """
+
+    _argument_group_name = ("ADRPOConfig: every trl.GRPOConfig field "
+                            "(https://huggingface.co/docs/trl/main/en/grpo_trainer#trl.GRPOConfig), then "
+                            "--weighting and --constrained")
+
+    weighting: str = field(default="advantage", metadata={
+        "help": "advantage (corrected: TRL's loss with each advantage x w(m)) | unclipped (paper Eq. 12, ablation; "
+                "loss_type grpo/bnpo/dr_grpo/dapo only) | none"})
     constrained: bool = field(default=False, metadata={
         "help": "refused (must stay false): schema-constrained decoding is an inference option only"})
 
@@ -140,18 +160,6 @@ class ADRPOConfig(MemoryEvalFields, GRPOConfig):
                 f"gradient_accumulation_steps) = {self.generation_batch_size} completions per generation batch, "
                 f"not a multiple of num_generations ({self.num_generations}); change --per_device_train_batch_size, "
                 "--gradient_accumulation_steps (or --steps_per_generation) or --num_generations") from None
-        try:  # string -> one-element list for the list fields, counts and specs (memgym.llm.checks)
-            check_fields(self)
-            require(self, "judge", "f1", "answer_model", "(the model whose answers F1 scores)")
-            require(self, "judge", "llm", "answer_model", "(the model whose answers the judge grades)")
-            require(self, "judge", "llm", "judge_model", "(a backend spec of the LLM judge)")
-        except ValueError as e:
-            raise ADRPOConfigError(f"ADRPOConfig: {e}") from None
-        if self.segment_tokens is not None and (self.qa_path is not None or self.mode == "joint"):
-            raise ADRPOConfigError(
-                "ADRPOConfig.segment_tokens: segment rows take their QA from the trajectories' own qa (by evidence "
-                f"turn) and are scored one manager at a time; unset qa_path (got {self.qa_path!r}) and use mode "
-                f"counterfactual or isolated (got {self.mode!r})")
         if self.constrained:
             raise ADRPOConfigError(
                 "ADRPOConfig.constrained: ADRPO rollouts cannot be schema-constrained. GRPO's policy gradient needs "
@@ -159,32 +167,7 @@ class ADRPOConfig(MemoryEvalFields, GRPOConfig):
                 "log-probability ratios and the KL term would be wrong); set constrained: false. Constrained "
                 "decoding is for inference (memgym eval / program eval / synth), see docs/design.md "
                 "§ 'Structured outputs'.")
-        checks = [
-            ("weighting", self.weighting in WEIGHTINGS, f"one of {WEIGHTINGS}"),
-            ("alpha", self.alpha > 0, "> 0"),
-            ("mode", self.mode in MODES, f"one of {MODES}"),
-            ("train_trajectories", bool(self.train_trajectories), "a non-empty list"),
-        ]
-        for name, ok, need in checks:
-            if not ok:
-                raise ADRPOConfigError(f"ADRPOConfig.{name} must be {need}, got {getattr(self, name)!r}")
-        try:
-            check_embedder_spec(self.embedder, allow_none=False)
-        except ValueError as e:
-            raise ADRPOConfigError(f"ADRPOConfig.embedder: {e}") from None
-        self.reward_config()  # validates judge, lam, core_lp_lo/hi, copy_*, attribution_on, retrieval_top_k, correct_threshold
+        if self.weighting not in WEIGHTINGS:
+            raise ADRPOConfigError(f"ADRPOConfig.weighting must be one of {WEIGHTINGS}, got {self.weighting!r}")
         if self.weighting == "unclipped":  # the Eq. 12 loss's limits, checked before any model loads
             check_eq12_support(self)
-
-    def reward_config(self) -> SessionRewardConfig:
-        """The :class:`SessionRewardConfig` these fields describe. Raises
-        :class:`ADRPOConfigError` naming the ADRPO field when one is out of range."""
-        try:
-            return SessionRewardConfig(mode=self.mode, judge=self.judge, lam=self.lam, alpha=self.alpha,
-                                       attribution_on=self.attribution_on, top_k=self.retrieval_top_k,
-                                       core_lp_lo=self.core_lp_lo, core_lp_hi=self.core_lp_hi,
-                                       correct_threshold=self.correct_threshold, copy_penalty=self.copy_penalty,
-                                       copy_ngram=self.copy_ngram)
-        except ValueError as e:
-            msg = str(e).replace("SessionRewardConfig.top_k", "retrieval_top_k")
-            raise ADRPOConfigError(msg.replace("SessionRewardConfig.", "ADRPOConfig.")) from None

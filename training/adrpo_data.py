@@ -12,8 +12,6 @@ from memgym.rewards.samples import RewardSample
 
 logger = logging.getLogger(__name__)
 
-ROW_COLUMNS = ("prompt", "key", "conversation_id", "session", "manager")
-
 
 class ADRPODataError(MemgymError, ValueError):
     """Bad ADRPO rows: duplicate keys, no rows left, or a joint-mode session missing a manager."""
@@ -80,7 +78,7 @@ def select_samples(samples: Sequence[RewardSample], *, sessions: Sequence[int] |
 
 
 def rows_from_samples(samples: Sequence[RewardSample]) -> list[dict]:
-    """One dict per sample with :data:`ROW_COLUMNS`: ``prompt`` (the chat messages, copied),
+    """One dict per sample: ``prompt`` (the chat messages, copied),
     ``key``, ``conversation_id``, ``session`` (int), ``manager``. For joint mode the caller
     keeps the four managers of a session adjacent (the builder's order already does)."""
     return [{"prompt": [dict(m) for m in s.messages], "key": s.key, "conversation_id": s.conversation_id,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from memgym.training.adrpo_config import WEIGHTINGS, ADRPOConfigError, check_eq12_support
+from memgym.training.adrpo_config import WEIGHTINGS, ADRPOConfigError
 from memgym.training.adrpo_trainer import ADRPOTrainer
 
 def _as_column(x: torch.Tensor, name: str, batch: int) -> torch.Tensor:
@@ -65,6 +65,15 @@ def weighted_clipped_objective(ratio: torch.Tensor, advantages: torch.Tensor, we
     return -torch.min(w * unclipped * adv, clipped * adv)
 
 
+def check_eq12_model(*, is_vlm: bool, aux_loss: bool) -> None:
+    """Raise :class:`ADRPOConfigError` for a loaded model the Eq. 12 loss does not support: a vision
+    model, or one with the router aux loss on (the settings' limits: ``check_eq12_support``)."""
+    if is_vlm:
+        raise ADRPOConfigError("weighting: unclipped is implemented for text-only models")
+    if aux_loss:
+        raise ADRPOConfigError("weighting: unclipped does not support the router aux loss (router_aux_loss_coef: 0)")
+
+
 class ADRPOEq12Trainer(ADRPOTrainer):
     """:class:`ADRPOTrainer` with the paper's Eq. 12 loss (``weighting: unclipped`` only).
     Same arguments; raises :class:`ADRPOConfigError` for any other weighting or a setting
@@ -74,9 +83,8 @@ class ADRPOEq12Trainer(ADRPOTrainer):
         if getattr(args, "weighting", None) != "unclipped":
             raise ADRPOConfigError(f"ADRPOEq12Trainer is the weighting: unclipped ablation; got weighting "
                                    f"{getattr(args, 'weighting', None)!r} (use ADRPOTrainer)")
-        check_eq12_support(args)
-        super().__init__(model, args=args, **kwargs)
-        check_eq12_support(args, is_vlm=self._is_vlm, aux_loss=self.aux_loss_enabled)
+        super().__init__(model, args=args, **kwargs)  # ADRPOConfig checked the settings (check_eq12_support)
+        check_eq12_model(is_vlm=self._is_vlm, aux_loss=self.aux_loss_enabled)
 
     def _compute_loss(self, model, inputs):
         """TRL 1.16's ``GRPOTrainer._compute_loss`` for text models and the clipped loss types,

@@ -115,8 +115,10 @@ class ADRPOTrainer(GRPOTrainer):
 
     ``args``: :class:`ADRPOConfig` with ``weighting`` advantage or none; ``samples``: the
     :class:`RewardSample` rows (joint mode: each session's four rows adjacent); ``reward``: the
-    session reward; ``eval_samples``: the eval set (None: none). Raises :class:`ADRPOConfigError`
-    for ``weighting: unclipped`` or joint-mode batches that would split a session.
+    :class:`memgym.rewards.session_reward.SessionReward` (its ``config.mode`` is the trainer's: joint
+    mode keeps each session's four rows in one batch); ``eval_samples``: the eval set (None: none).
+    Raises :class:`ADRPOConfigError` for ``weighting: unclipped`` or joint-mode batches that would
+    split a session.
     """
 
     def __init__(self, model, *, args: ADRPOConfig, samples: Sequence[RewardSample], reward,
@@ -126,7 +128,8 @@ class ADRPOTrainer(GRPOTrainer):
         if args.weighting == "unclipped" and type(self)._compute_loss is GRPOTrainer._compute_loss:
             raise ADRPOConfigError("weighting: unclipped (Eq. 12) needs its own loss: use "
                                    "memgym.training.adrpo_eq12.ADRPOEq12Trainer")
-        if args.mode == "joint":
+        self.mode = reward.config.mode
+        if self.mode == "joint":
             per_process = args.per_device_train_batch_size * args.steps_per_generation
             if per_process % (4 * args.num_generations):
                 raise ADRPOConfigError(
@@ -147,7 +150,7 @@ class ADRPOTrainer(GRPOTrainer):
                 gen.sync_weights = lambda: reload_colocated_weights(gen)
 
     def _get_train_sampler(self, dataset=None):
-        if self.args.mode != "joint":
+        if self.mode != "joint":
             return super()._get_train_sampler(dataset)
         return session_block_sampler(dataset if dataset is not None else self.train_dataset, block=4,
                                      mini_repeat_count=self.num_generations,
@@ -191,4 +194,4 @@ class ADRPOTrainer(GRPOTrainer):
         self._metrics[mode]["adrpo/weight_mean"].append(total[names.index("reward_parts/weight")] / n)
         zero_std = self._metrics[mode].get("frac_reward_zero_std")
         if zero_std:
-            self._metrics[mode][f"frac_reward_zero_std/{self.args.mode}"].append(zero_std[-1])
+            self._metrics[mode][f"frac_reward_zero_std/{self.mode}"].append(zero_std[-1])

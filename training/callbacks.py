@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 
 from transformers import TrainerCallback
 
-from memgym.memory_bank.actions import MANAGERS
 from memgym.memory_bank.schema import Conversation
-from memgym.training.heldout import FormatTally
+from memgym.training.metrics import FormatTally
 
 PREFIX = "memory_eval"
 
@@ -91,10 +90,11 @@ class MemoryEvalCallback(TrainerCallback):
         from memgym.memory_bank.retrieval import retrieve
         from memgym.rewards.scoring.measure import measure
         from memgym.rewards.scoring.scorers import make_scorer
+        from memgym.rewards.scoring.summary import QuestionResult, summarise
 
         extractor = ModelExtractor(backend, params, name=backend.model_id, segment_tokens=self.segment_tokens)
         scorer = make_scorer("answer-recall")
-        tally, recalls, entries = FormatTally(), [], 0
+        tally, rows, entries = FormatTally(), [], 0
         for conv in self.heldout:
             built = construct(conv, extractor, embedder=self.embedder)
             tally.add_construction(built)
@@ -102,11 +102,13 @@ class MemoryEvalCallback(TrainerCallback):
             if conv.questions:
                 contexts = [r.render() for r in retrieve(built.bank, [q.question for q in conv.questions],
                                                          self.embedder, self.top_k)]
-                recalls += measure(scorer, list(conv.questions), contexts).scores
+                scores = measure(scorer, list(conv.questions), contexts).scores
+                rows += [QuestionResult(conv.id, q, None, None, s) for q, s in zip(conv.questions, scores)]
+        summary = summarise(None, rows)
         out = {f"{PREFIX}/heldout_format_failure/{m}": r for m, r in tally.rate().items() if r is not None}
         out[f"{PREFIX}/heldout_entries"] = float(entries)
-        out[f"{PREFIX}/heldout_qa"] = float(len(recalls))
-        out[f"{PREFIX}/heldout_answer_recall"] = sum(recalls) / len(recalls) if recalls else 0.0
+        out[f"{PREFIX}/heldout_qa"] = float(summary["n"])
+        out[f"{PREFIX}/heldout_answer_recall"] = summary["overall"]
         return out
 
     def bind(self, trainer) -> None:
@@ -230,28 +232,31 @@ class MemoryEvalFields:
     def memory_eval_on(self) -> bool:
         return bool(self.memory_eval_trajectories or self.memory_eval_heldout)
 
+    def validation_rows(self, tokenizer, embedder, *, segment_tokens: int | None,
+                        max_prompt_tokens: int | None = None) -> list:
+        """The validation reward rows of ``memory_eval_trajectories`` (every manager), built as
+        ADRPO builds its training rows (:func:`memgym.training.reward_rows.reward_rows`); [] for none."""
+        from memgym.training.reward_rows import reward_rows
 
-def build_memory_eval(cfg: MemoryEvalFields, tokenizer, embedder, reward, *, managers: Sequence[str],
-                      segment_tokens: int | None, max_prompt_tokens: int | None = None):
-    """``(callback, rows)`` for the recipe's ``memory_eval_*`` fields, ``(None, [])`` when they ask
-    for nothing.
-    """
+        if not self.memory_eval_trajectories:
+            return []
+        return reward_rows(self.memory_eval_trajectories, tokenizer=tokenizer, embedder=embedder,
+                           segment_tokens=segment_tokens, sessions=self.memory_eval_sessions,
+                           max_prompt_tokens=max_prompt_tokens, first=self.memory_eval_rows)
+
+
+def build_memory_eval(cfg: MemoryEvalFields, rows: Sequence, tokenizer, embedder, reward, *,
+                      segment_tokens: int | None):
+    """The :class:`MemoryEvalCallback` of the recipe's ``memory_eval_*`` fields over ``rows`` (the
+    validation rows: :meth:`MemoryEvalFields.validation_rows`), None when they ask for nothing."""
     from memgym.data_synth.datasets import load_conversations
-    from memgym.training.heldout import validation_samples
 
     if not cfg.memory_eval_on():
-        return None, []
-    rows = []
-    if cfg.memory_eval_trajectories:
-        rows = validation_samples(cfg.memory_eval_trajectories, sessions=cfg.memory_eval_sessions,
-                                  max_prompt_tokens=max_prompt_tokens, tokenizer=tokenizer, embedder=embedder,
-                                  managers=managers, segment_tokens=segment_tokens)
-        rows = rows[: cfg.memory_eval_rows] if cfg.memory_eval_rows else rows
+        return None
     heldout = []
     if cfg.memory_eval_heldout:
         heldout = load_conversations("locomo", None, ids=list(cfg.memory_eval_heldout), n_sessions=1)
         if cfg.memory_eval_heldout_turns:
             heldout = [first_turns(c, cfg.memory_eval_heldout_turns) for c in heldout]
-    cb = MemoryEvalCallback(rows, reward, tokenizer, embedder=embedder, heldout=heldout,
-                            segment_tokens=segment_tokens, max_new_tokens=cfg.memory_eval_max_new_tokens)
-    return cb, rows
+    return MemoryEvalCallback(rows, reward, tokenizer, embedder=embedder, heldout=heldout,
+                              segment_tokens=segment_tokens, max_new_tokens=cfg.memory_eval_max_new_tokens)

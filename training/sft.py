@@ -16,15 +16,12 @@ from pathlib import Path
 from trl import SFTConfig
 
 from memgym.data_synth.datasets import DATASETS
-from memgym.data_synth.errors import DataFormatError
-from memgym.data_synth.expert import TrajectoryError
 from memgym.llm.checks import check_fields
 from memgym.memory_bank.actions import MANAGERS
 from memgym.llm.embeddings import EMBEDDER_HELP, check_embedder_spec
 from memgym.training.callbacks import MemoryEvalFields, bind_memory_eval
 from memgym.training.common import PolicyModelConfig, load_policy, outside_zero3, resume_arg, training_parser
-from memgym.training.sft_data import (ExampleLengthError, TrainingDataError, check_managers, drop_overlong,
-                           sft_examples)
+from memgym.training.sft_data import check_managers, drop_overlong, sft_examples
 
 PROG = "memgym train sft"
 
@@ -217,12 +214,9 @@ def _first_eval_losses(log_history: list[dict]) -> dict:
 def plot_losses(log_history: list[dict], path: Path) -> None:
     """Write ``loss.png``: the training loss per logged step, and the eval losses (train probe
     and validation) at each evaluation, x = optimizer step."""
-    import matplotlib
+    from memgym.rewards.scoring.report import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    fig, ax = pyplot().subplots(figsize=(6.4, 4.0))
     tr = [(h["step"], h["loss"]) for h in log_history if "loss" in h and "step" in h]
     if tr:
         ax.plot(*zip(*tr), label="train loss (per step)", color="tab:blue", alpha=0.7)
@@ -236,9 +230,7 @@ def plot_losses(log_history: list[dict], path: Path) -> None:
     ax.set_title("memgym SFT")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def write_report(out: Path, metrics: dict) -> None:
@@ -282,9 +274,9 @@ def memory_eval(script_args: SFTScriptArguments, policy) -> list:
 
     embedder = load_embedder("minilm" if script_args.embedder == "none" else script_args.embedder)
     reward = SessionReward(SessionRewardConfig(judge="answer-recall"), embedder=embedder, tokenizer=policy.tokenizer)
-    cb, _ = build_memory_eval(script_args, policy.tokenizer, embedder, reward, managers=MANAGERS,
-                              segment_tokens=script_args.segment_tokens)
-    return [cb]
+    rows = script_args.validation_rows(policy.tokenizer, embedder, segment_tokens=script_args.segment_tokens)
+    return [build_memory_eval(script_args, rows, policy.tokenizer, embedder, reward,
+                              segment_tokens=script_args.segment_tokens)]
 
 
 def run(script_args: SFTScriptArguments, training_args, model_args: PolicyModelConfig | None = None,

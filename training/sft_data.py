@@ -19,11 +19,6 @@ from memgym.memory_bank.bank import MemoryBank
 from memgym.memory_bank.prompts import build_prompt
 from memgym.memory_bank.schema import Conversation, Session
 
-#: Datasets whose conversations expert trajectories can refer to.
-#: Column order of :func:`sft_examples`.
-SFT_COLUMNS = ("prompt", "completion", "conversation_id", "session", "manager")
-
-
 class TrainingDataError(MemgymError, ValueError):
     """An expert trajectory that cannot be turned into training examples: names the
     trajectory file, the line, the conversation and the session."""
@@ -123,8 +118,9 @@ def sft_rows(states: Sequence[SessionState], *, embedder=None, managers: Sequenc
 
 def sft_examples(trajectory_paths: Sequence[str | Path], *, dataset: str = "locomo", data_path=None,
                  embedder=None, managers: Sequence[str] = MANAGERS, progress: bool = False):
-    """SFT examples as a ``datasets.Dataset`` with columns :data:`SFT_COLUMNS` (sessions ×
-    managers rows). Raises what :func:`expert_session_states` and :func:`check_managers` raise.
+    """SFT examples as a ``datasets.Dataset`` with columns ``prompt``, ``completion``,
+    ``conversation_id``, ``session``, ``manager`` (sessions × managers rows). Raises what
+    :func:`expert_session_states` and :func:`check_managers` raise.
     """
     from datasets import Dataset
 

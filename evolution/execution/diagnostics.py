@@ -142,8 +142,7 @@ def tasks_from_run(run) -> list[DiagTask]:
             session, turn = index[turn_id]
             evidence.append(EvidenceTrace(turn.text or turn.image_caption or "", units_of.get(session, []),
                                           tr.probes.get(turn_id) if tr.probes else None))
-        cap = task.qa.capability.value if task.qa.capability is not None else None
-        out.append(DiagTask(f"{task.conversation}/{task.qa.id}", cap, evidence, task.retrieved))
+        out.append(DiagTask(task.key, task.capability, evidence, task.retrieved))
     return out
 
 

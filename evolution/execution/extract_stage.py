@@ -12,14 +12,27 @@ import dataclasses
 from memgym.data_synth.extractors import check_coverage, make_extractor
 from memgym.evolution.execution.results import ConversationTrace, ProgramRunError
 from memgym.evolution.execution.stage_context import StageContext
-from memgym.evolution.execution.stages import extraction_messages, session_fingerprint, stable_hash
+from memgym.evolution.execution.stage_cache import session_fingerprint, stable_hash
 from memgym.llm.base import GenerationParams, TruncatedOutputError, require_complete
 from memgym.llm.structured import bounded
-from memgym.memory_bank.program import (ProgramInfo, StructuredOutputError, parse_structured, session_entries,
-                                 turn_entries, units_from_entries)
+from memgym.memory_bank.program import (FieldSpec, ProgramInfo, StructuredOutputError, parse_structured, session_entries,
+                                 schema_hint, turn_entries, units_from_entries)
 from memgym.memory_bank.actions import MANAGERS
 from memgym.memory_bank.record_schemas import units_schema
-from memgym.memory_bank.schema import Conversation
+from memgym.memory_bank.schema import Conversation, Session
+
+
+def extraction_messages(instruction: str, session: Session, speakers: tuple[str, ...],
+                        unit_fields: tuple[FieldSpec, ...]) -> list[dict]:
+    """Instruction-mode extraction prompt (PrisMem style): system = the program's
+    ``EXTRACTION_INSTRUCTION``; user = the session date, speakers, transcript (``[id] speaker:
+    text`` lines) and the unit schema. The answer is parsed as a JSON list of MemoryUnit."""
+    date = session.date_text or (session.date.isoformat() if session.date else "unknown")
+    user = (f"Session {session.index} date: {date}\n"
+            f"Speakers: {', '.join(speakers)}\n\nTranscript:\n{session.transcript()}\n\n"
+            f"Answer with a JSON list of memory units; each unit is an object with the fields "
+            f"{schema_hint(unit_fields)}.")
+    return [{"role": "system", "content": instruction}, {"role": "user", "content": user}]
 
 
 class ExtractStage(StageContext):
@@ -30,28 +43,17 @@ class ExtractStage(StageContext):
         s = self.settings
         sessions = list(conv.sessions)
         unit_fields = [f.to_dict() for f in info.unit_fields]
-        if s.extraction_mode == "instruction":
-            base = ("instruction", self._identity("task"), s.extract_max_new_tokens, list(conv.speakers))
-            if s.constrained:  # appended only when on, so free runs keep their cached stages
-                base += ("constrained", s.constrained_max_chars, s.constrained_max_items)
-            keys = [stable_hash("extract", self.stage_hash["extract"], base, session_fingerprint(x)) for x in sessions]
-        elif s.extraction_mode == "turns":
-            keys = [stable_hash("extract", self.stage_hash["extract"], "turns", unit_fields, session_fingerprint(x))
+        settings = self.runner.stage_settings("extract")
+        if s.extraction_mode in ("instruction", "turns"):
+            inputs = [unit_fields, list(conv.speakers)]
+            keys = [stable_hash("extract", self.stage_hash["extract"], settings, inputs, session_fingerprint(x))
                     for x in sessions]
         else:
-            conv_fp = stable_hash(conv.id, [session_fingerprint(x) for x in sessions])
-            construct_key = stable_hash("construct", self._identity("extractor"), s.extractor_max_new_tokens,
-                                        self.rt.embedder.model_id, conv_fp,
-                                        *(["constrained", s.constrained_max_chars, s.constrained_max_items]
-                                          if s.constrained and s.extraction_mode != "expert" else []),
-                                        *([s.extractor_context_tokens] if s.extractor_context_tokens else []),
-                                        *(["segments", s.extractor_segment_tokens]
-                                          if s.extractor_segment_tokens and s.extraction_mode != "expert" else []))
+            construct_key = stable_hash("construct", settings, self.rt.embedder.model_id, conv.id,
+                                        [session_fingerprint(x) for x in sessions])
             keys = [stable_hash("extract", self.stage_hash["extract"], construct_key, unit_fields, x.index)
                     for x in sessions]
         cached = [self.cache.get_json("extract", k) for k in keys]
-        if s.extraction_mode not in ("instruction", "turns"):  # values cached before attempts were recorded
-            cached = [c if c is None or "attempts" in c else None for c in cached]
         todo = [i for i, c in enumerate(cached) if c is None]
         self._count("extract", run=len(todo), reused=len(sessions) - len(todo))
         if todo:
@@ -128,7 +130,7 @@ class ExtractStage(StageContext):
         """Extractor/expert mode: build the bank once per conversation (cached under
         ``construct_key``), then map each session's new/updated entries to units."""
         snaps = self.cache.get_json("construct", construct_key)
-        if snaps is None or "attempts" not in snaps:  # a value cached before attempts were recorded is rebuilt
+        if snaps is None:
             snaps = self._construct(conv)
             self.cache.put_json("construct", construct_key, snaps)
         by_index = {x.index: i for i, x in enumerate(conv.sessions)}

@@ -1,35 +1,19 @@
-"""Typed results of the execution layer: :class:`TaskResult`, :class:`ConversationTrace`,
-:class:`ProgramRun` and :class:`ProgramEvaluation`. Scores in [0, 1]; lengths in characters.
+"""Typed results of the execution layer: :class:`ConversationTrace`, :class:`ProgramRun` and
+:class:`ProgramEvaluation`; one question's result is the
+:class:`memgym.rewards.scoring.summary.QuestionResult` every evaluation shares. Scores in [0, 1];
+lengths in characters.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from memgym.evolution.execution.component_diff import STAGES, ComponentDiff
 from memgym.llm.errors import MemgymError
 from memgym.memory_bank.program import ProgramInfo
-from memgym.memory_bank.schema import Conversation, QAItem
-
-
-@dataclass
-class TaskResult:
-    """One question's trace: ``query``, ``plan_ok``, ``retrieved`` (<= 16,000 characters, "" on
-    error), ``prediction`` (None when not answered), ``score`` (NaN: undefined tau), ``error``,
-    ``judge``, ``detail``.
-    """
-
-    conversation: str
-    qa: QAItem
-    query: dict | None
-    plan_ok: bool
-    retrieved: str
-    prediction: str | None
-    score: float
-    error: str | None = None
-    judge: list = field(default_factory=list)
-    detail: dict | None = None
+from memgym.memory_bank.schema import Conversation
+from memgym.rewards.scoring.summary import QuestionResult
 
 
 @dataclass
@@ -53,7 +37,7 @@ class ProgramRun:
     info: ProgramInfo
     hashes: dict[str, str]
     diff: ComponentDiff | None
-    tasks: list[TaskResult]
+    tasks: list[QuestionResult]
     traces: list[ConversationTrace]
     stage_items: dict[str, dict[str, int]]
     stage_llm_calls: dict[str, int]
@@ -88,18 +72,18 @@ def dump_units(run: ProgramRun, path: Path) -> None:
 @dataclass
 class ProgramEvaluation:
     """The scored report of one program evaluation. ``ok`` False: validation failed
-    (``validation`` holds the verdict) and nothing was measured. ``overall``, ``by_capability``,
-    ``by_category`` and ``summary`` come from :func:`memgym.rewards.scoring.summary.summarise`;
-    ``diagnostics`` without per-task rows; ``tasks`` one dict per question; call and token counts
-    per role; ``wall_s`` in seconds; ``failed_conversations``: conversation id → why it failed
-    (its questions are scored 0 with that error), when the run kept going past it.
+    (``validation`` holds the verdict) and nothing was measured. ``summary`` is
+    :func:`memgym.rewards.scoring.summary.summarise` of ``questions`` (one
+    :class:`~memgym.rewards.scoring.summary.QuestionResult` each), the one score form: ``n``,
+    ``overall``, ``by_capability`` and ``by_category`` read it; ``tasks`` are the questions' JSON
+    rows (``tasks.jsonl``, what evolve's search reads). ``diagnostics`` without per-task rows; call
+    and token counts per role; ``wall_s`` in seconds; ``failed_conversations``: conversation id →
+    why it failed (its questions are scored 0 with that error), when the run kept going past it.
     """
 
     ok: bool = True
-    n: int = 0
-    overall: float = 0.0
-    by_capability: dict = field(default_factory=dict)
-    by_category: dict = field(default_factory=dict)
+    summary: dict = field(default_factory=dict)
+    questions: list[QuestionResult] = field(default_factory=list)
     diagnostics: dict | None = None
     stages_run: list = field(default_factory=list)
     stages_reused: list = field(default_factory=list)
@@ -113,35 +97,53 @@ class ProgramEvaluation:
     retrieve_errors: int = 0
     empty_answers: int = 0
     judge_unparsable: int = 0
-    summary: dict | None = None
+    judge_note: str | None = None
     judge_protocol: str = "official"
     failed_conversations: dict = field(default_factory=dict)
     judge_calls: dict | None = None
     model_calls: dict = field(default_factory=dict)
     tokens: dict = field(default_factory=dict)
     wall_s: float = 0.0
-    tasks: list = field(default_factory=list)
     validation: dict | None = None
     program: str | None = None
     program_sha256: str | None = None
     parent: str | None = None
     config: dict | None = None
 
+    n = property(lambda self: self.summary.get("n", 0))
+    overall = property(lambda self: self.summary.get("overall", 0.0))
+    by_capability = property(lambda self: self.summary.get("by_capability", {}))
+    by_category = property(lambda self: self.summary.get("by_category", {}))
+
+    @property
+    def tasks(self) -> list[dict]:
+        """One JSON row per question (:meth:`QuestionResult.to_dict`, view ``task``), in run order."""
+        return [q.to_dict("task") for q in self.questions]
+
     def scores(self) -> dict:
         """``{"overall": float, "by_capability": {letter: float}}`` (the evolve summary's SCORES)."""
         return {"overall": self.overall, "by_capability": {k: v["score"] for k, v in self.by_capability.items()}}
 
     def task_scores(self) -> dict[str, float]:
-        """``{"<conversation>/<question id>": score}`` over every task, in run order."""
-        return {f"{t['conversation']}/{t['id']}": t["score"] for t in self.tasks}
+        """``{"<conversation>/<question id>": score}`` over every question, in run order."""
+        return {q.key: q.score for q in self.questions}
 
     def to_dict(self, tasks: bool = True) -> dict:
-        """A JSON-ready dict of every field (``tasks`` left out when False)."""
-        from dataclasses import asdict
-        d = asdict(self)
-        if not tasks:
-            d.pop("tasks")
-        return d
+        """``report.json``: ``ok``, the headline scores, every other field in order, ``summary``
+        without the two tables (with ``judge_note``; None when nothing was measured), ``tasks``
+        (left out when False)."""
+        out = {"ok": self.ok, "n": self.n, "overall": self.overall, "by_capability": self.by_capability,
+               "by_category": self.by_category}
+        for f in fields(self)[3:]:
+            if f.name == "judge_protocol":
+                summ = {k: v for k, v in self.summary.items() if k not in ("by_capability", "by_category")}
+                out["summary"] = (summ | ({"judge_note": self.judge_note} if self.judge_note else {})) or None
+            if f.name == "validation" and tasks:
+                out["tasks"] = self.tasks
+            if f.name != "judge_note":
+                out[f.name] = getattr(self, f.name)
+        return out
+
 
 class ProgramRunError(MemgymError, RuntimeError):
     """A program could not be evaluated: a broken contract, a dead/timed-out sandbox, or an

@@ -9,16 +9,28 @@ import warnings
 from tqdm.auto import tqdm
 
 from memgym.evolution.execution.extract_stage import ExtractStage
-from memgym.evolution.execution.results import ConversationTrace, ProgramRunError, TaskResult
+from memgym.evolution.execution.results import ConversationTrace, ProgramRunError
 from memgym.evolution.execution.sandbox import ProgramRaised, SandboxedProgram, SandboxError
-from memgym.evolution.execution.stages import planning_messages, stable_hash
+from memgym.evolution.execution.stage_cache import stable_hash
 from memgym.llm.base import GenerationParams, TruncatedOutputError, require_complete
 from memgym.llm.structured import bounded
-from memgym.memory_bank.program import (OUT_CHAR_BUDGET, ProgramInfo, SessionInfo, StructuredOutputError, parse_structured,
-                                 text_query)
+from memgym.memory_bank.program import (OUT_CHAR_BUDGET, FieldSpec, ProgramInfo, SessionInfo, StructuredOutputError,
+                                        parse_structured, schema_hint, text_query)
 from memgym.memory_bank.record_schemas import query_schema
 from memgym.memory_bank.schema import Conversation, QAItem
 from memgym.rewards.scoring.measure import answer_items, score_items
+from memgym.rewards.scoring.metrics import answer_recall
+from memgym.rewards.scoring.summary import QuestionResult
+
+
+def planning_messages(instruction: str, question: str, question_date: str | None,
+                      query_fields: tuple[FieldSpec, ...]) -> list[dict]:
+    """Planning prompt: system = ``PLANNING_INSTRUCTION``; user = the question (and its date
+    when known) and the Query schema. The answer is parsed as ONE Query object."""
+    date = f"Question date: {question_date}\n" if question_date else ""
+    user = (f"{date}Question: {question}\n\nAnswer with one JSON object with the fields "
+            f"{schema_hint(query_fields)}.")
+    return [{"role": "system", "content": instruction}, {"role": "user", "content": user}]
 
 
 class RunState(ExtractStage):
@@ -28,13 +40,9 @@ class RunState(ExtractStage):
 
     def run_conversation(self, conv: Conversation, info: ProgramInfo, sandbox: SandboxedProgram):
         """One conversation in ``sandbox`` (a fresh one): (task results, trace)."""
-        return self._run_conversation(self.source, conv, info, sandbox)
-
-    def _run_conversation(self, source: str, conv: Conversation, info: ProgramInfo, sandbox: SandboxedProgram):
         trace, extract_keys = self._extract(conv, info)
-        index_key = stable_hash("index", self.stage_hash["index"], self.rt.embedder.model_id,
-                                self._identity("task") if self.settings.program_llm_calls else None,
-                                self.settings.program_llm_calls, extract_keys)
+        index_key = stable_hash("index", self.stage_hash["index"], self.runner.stage_settings("index"),
+                                self.rt.embedder.model_id, extract_keys)
         blob = self.cache.get("index", index_key) if self.cache.wants("index") else None
         if blob is None:
             self._index(conv, trace, sandbox)
@@ -70,7 +78,9 @@ class RunState(ExtractStage):
         texts = [budget.cut(r["text"]) if budget else r["text"] for r in results]
         preds = self._answer(questions, info, texts)
         scores = self._score(questions, texts, preds, conv)
-        tasks = [TaskResult(conv.id, q, p["query"], p["ok"], t, pr, s["score"], r["error"], s["judge"], s["detail"])
+        tasks = [QuestionResult(conv.id, q, q.capability.value if q.capability else None, pr, s["score"],
+                                recall=answer_recall(q.answer, t), judge=s["judge"], detail=s["detail"],
+                                query=p["query"], plan_ok=p["ok"], retrieved=t, error=r["error"])
                  for q, p, r, t, pr, s in zip(questions, plans, results, texts, preds, scores)]
         return tasks, trace
 
@@ -106,10 +116,8 @@ class RunState(ExtractStage):
     def _plan(self, questions: list[QAItem], info: ProgramInfo) -> list[dict]:
         s = self.settings
         fields = [f.to_dict() for f in info.query_fields]
-        ident = (s.plan_mode, self._identity("task") if s.plan_mode == "llm" else None, s.plan_max_new_tokens, fields)
-        if s.constrained and s.plan_mode == "llm":
-            ident += ("constrained", s.constrained_max_chars, s.constrained_max_items)
-        keys = [stable_hash("plan", self.stage_hash["plan"], ident, q.question, q.question_date) for q in questions]
+        keys = [stable_hash("plan", self.stage_hash["plan"], self.runner.stage_settings("plan"), fields, q.question,
+                            q.question_date) for q in questions]
         cached = [self.cache.get_json("plan", k) for k in keys]
         todo = [i for i, c in enumerate(cached) if c is None]
         self._count("plan", run=len(todo), reused=len(questions) - len(todo))
@@ -139,7 +147,8 @@ class RunState(ExtractStage):
 
     def _retrieve(self, conv_id: str, index_key: str, queries: list[dict | None], info: ProgramInfo, memory,
                   what: str) -> list[dict]:
-        keys = [stable_hash("retrieve", self.stage_hash["retrieve"], index_key, q) for q in queries]
+        keys = [stable_hash("retrieve", self.stage_hash["retrieve"], self.runner.stage_settings("retrieve"), index_key, q)
+                for q in queries]
         cached = [self.cache.get_json("retrieve", k) for k in keys]
         todo = [i for i, c in enumerate(cached) if c is None]
         self._count("retrieve", run=len(todo), reused=len(queries) - len(todo))
@@ -171,8 +180,8 @@ class RunState(ExtractStage):
         if not self.scorer.needs_prediction:
             return [None] * len(questions)
         s = self.settings
-        ident = (self._identity("task"), s.answer_tokens)
-        keys = [stable_hash("answer", self.stage_hash["answer"], ident, q.question, q.question_date, r)
+        keys = [stable_hash("answer", self.stage_hash["answer"], self.runner.stage_settings("answer"), q.question,
+                            q.question_date, r)
                 for q, r in zip(questions, retrieved)]
         cached = [self.cache.get_json("answer", k) for k in keys]
         todo = [i for i, c in enumerate(cached) if c is None]
@@ -194,19 +203,17 @@ class RunState(ExtractStage):
     def _score(self, questions: list[QAItem], retrieved: list[str], preds: list[str | None],
                conv: Conversation) -> list[dict]:
         """``{"score", "judge", "detail"}`` per question (judge requests and replies of an LLM
-        scorer, a grounded scorer's parts; a cached plain float from an older cache reads as a
-        score without them). A scorer reading the source text keys on the evidence ids and the
-        conversation's text."""
+        scorer, a grounded scorer's parts). The key holds what the scorer reads: the retrieved
+        text when it scores no prediction, the question id and rubric when there is a rubric or
+        an LLM judge, the evidence ids and the conversation's text when it reads the source."""
         grounded = getattr(self.scorer, "needs_source", False)
         source = stable_hash("source", *(t.render() for x in conv.sessions for t in x.turns)) if grounded else None
-        keys = [stable_hash("score", self.stage_hash["score"], self._identity("scorer"), q.question, q.answer,
+        keys = [stable_hash("score", self.stage_hash["score"], self.runner.stage_settings("score"), q.question, q.answer,
                             q.category, p, r if not self.scorer.needs_prediction else None,
                             *([q.id, list(q.rubric)] if q.rubric or self.settings.scorer == "llm" else []),
                             *([list(q.evidence), source] if grounded else []))
                 for q, r, p in zip(questions, retrieved, preds)]
         cached = [self.cache.get_json("score", k) for k in keys]
-        cached = [c if c is None or isinstance(c, dict) else {"score": float(c), "judge": [], "detail": None}
-                  for c in cached]
         todo = [i for i, c in enumerate(cached) if c is None]
         self._count("score", run=len(todo), reused=len(questions) - len(todo))
         if todo:

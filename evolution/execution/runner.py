@@ -16,20 +16,21 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from tqdm.auto import tqdm
 
-from memgym.data_synth.extractors import expert_paths
 from memgym.evolution.execution.component_diff import component_hashes, diff_components
-from memgym.evolution.execution.results import (ConversationTrace, ProgramRun, ProgramRunError, TaskResult,  # noqa: F401
-                                         dump_units)  # dump_units re-exported
+from memgym.evolution.execution.diagnostics import METRICS, diagnose_run
+from memgym.evolution.execution.results import (ConversationTrace, ProgramEvaluation, ProgramRun, ProgramRunError,  # noqa: F401
+                                                dump_units)
 from memgym.evolution.execution.run_state import RunState
 from memgym.evolution.execution.sandbox import SandboxedProgram, SandboxError
 from memgym.evolution.execution.settings import RunnerSettings
-from memgym.evolution.execution.stages import StageCache, file_sha, model_identity
+from memgym.evolution.execution.stage_cache import StageCache, stage_settings
 from memgym.llm.runtime import Runtime
 from memgym.memory_bank.program import BackendToolkitHost, ContractError
 from memgym.memory_bank.schema import Conversation
 from memgym.rewards.scoring.scorers import make_scorer
+from memgym.rewards.scoring.summary import QuestionResult, summarise
 
-__all__ = ["ProgramRun", "ProgramRunError", "ProgramRunner", "RunnerSettings", "dump_units"]
+__all__ = ["ProgramRun", "ProgramRunError", "ProgramRunner", "RunnerSettings", "dump_units", "evaluate_program"]
 
 
 class ProgramRunner:
@@ -47,12 +48,12 @@ class ProgramRunner:
         self.cache = cache if cache is not None else StageCache()
         self._task = None
         self._scorer = None
-        self._ids: dict[str, str] = {}
+        self._keys: dict[str, dict] = {}
         self.model_lock = threading.RLock()
         self._init_lock = threading.Lock()
         self.context_budget = None
         if self.settings.context_tokens is not None:
-            from memgym.evolution.execution.context_budget import ContextBudget
+            from memgym.rewards.scoring.context_budget import ContextBudget
             self.context_budget = ContextBudget(self.settings.context_tokens, self.settings.context_tokenizer)
 
     # ------------------------------------------------------------------ resources
@@ -76,32 +77,14 @@ class ProgramRunner:
                                            dataset=s.dataset, judge_protocol=s.judge_protocol)
             return self._scorer
 
-    def identity(self, what: str) -> str:
-        """Cache identity of ``task`` | ``extractor`` | ``scorer`` (model dir fingerprints
-        included), computed once."""
+    def stage_settings(self, stage: str) -> dict:
+        """The settings part of ``stage``'s cache keys
+        (:func:`memgym.evolution.execution.stage_cache.stage_settings`; model identities include
+        their dir fingerprints), computed once per stage."""
         with self._init_lock:
-            if what not in self._ids:
-                self._ids[what] = self._compute_identity(what)
-            return self._ids[what]
-
-    def _compute_identity(self, what: str) -> str:
-        s = self.settings
-        if what == "task":
-            return model_identity(s.task_model)
-        if what == "extractor":
-            if s.extraction_mode == "expert":
-                paths = expert_paths(s.extractor)
-                return "expert:" + ",".join(file_sha(p) for p in paths)
-            if s.extraction_mode == "turns":
-                return "turns"
-            return model_identity(s.extractor)
-        if what == "scorer":
-            from memgym.rewards.scoring.protocols import protocol_identity
-            return (s.scorer + (f"|{model_identity(s.judge_model)}|{s.dataset}|"
-                                f"{protocol_identity(s.dataset, s.judge_protocol)}"
-                                if s.scorer == "llm" and s.judge_model else "")
-                    + ("|constrained" if s.scorer == "llm" and s.judge_constrained else ""))
-        raise KeyError(what)
+            if stage not in self._keys:
+                self._keys[stage] = stage_settings(stage, self.settings)
+            return self._keys[stage]
 
     def sandbox(self, source: str, conv_id: str = "") -> SandboxedProgram:
         """A fresh sandbox holding ``source`` (ProgramRunError when it does not load), its toolkit
@@ -154,8 +137,9 @@ class ProgramRunner:
                 if not keep_going:
                     raise
                 failed[conv.id] = str(e)
-                return ([TaskResult(conv.id, q, None, False, "", None, 0.0, f"conversation failed: {e}")
-                         for q in conv.questions], ConversationTrace(conv, [], []))
+                return ([QuestionResult(conv.id, q, q.capability.value if q.capability else None, None, 0.0,
+                                        error=f"conversation failed: {e}") for q in conv.questions],
+                        ConversationTrace(conv, [], []))
             finally:
                 if box is not None:
                     box.close()
@@ -189,3 +173,55 @@ class ProgramRunner:
         return ProgramRun(info, hashes, diff, tasks, traces, state.stage_items, state.stage_llm_calls, answer_skipped,
                           state.plan_failures, state.retrieve_errors, state.extraction_stats,
                           round(time.time() - t0, 3), {c.id: failed[c.id] for c in conversations if c.id in failed})
+
+
+def run_dataset(run: ProgramRun) -> str | None:
+    """The dataset a run's questions come from, by their category labels (None if mixed)."""
+    from memgym.data_synth.capabilities import BEAM_MAP, LOCOMO_MAP, LONGMEMEVAL_MAP
+
+    cats = {str(t.qa.category) for t in run.tasks}
+    for name, table in (("locomo", LOCOMO_MAP), ("longmemeval", LONGMEMEVAL_MAP), ("beam", BEAM_MAP)):
+        if cats and cats <= set(table):
+            return name
+    return None
+
+
+def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source: str | None = None,
+                     diagnostics: bool = True, workers: int | None = None,
+                     keep_going: bool = False) -> tuple[ProgramEvaluation, ProgramRun]:
+    """Run one program and build its :class:`ProgramEvaluation` (no files written, no
+    validation). ``model_calls``/``tokens`` are the runtime's per-role counts during this
+    call. ``workers``: conversations evaluated concurrently (default: the runner's setting);
+    ``keep_going``: see :meth:`ProgramRunner.run` (``failed_conversations``)."""
+    from memgym.rewards.scoring.official import judge_stats
+    from memgym.rewards.scoring.judge_protocols import protocol_note
+
+    rt, s = runner.rt, runner.settings
+    t0 = time.time()
+    calls0 = rt.calls_snapshot()
+    judged0 = getattr(runner._scorer, "parse_failures", 0)
+    run = runner.run(source, convs, parent_source=parent_source, workers=workers, keep_going=keep_going)
+    d = None
+    if diagnostics:
+        with runner.model_lock:
+            d = diagnose_run(run, rt.embedder, progress=s.progress)
+    per_task = {r["id"]: r for r in d["tasks"]} if d else {}
+    for i, q in enumerate(run.tasks):
+        q.trace = f"tasks.jsonl:{i + 1}"
+        q.metrics = {m: per_task.get(q.key, {}).get(m) for m in METRICS}
+    calls = rt.calls_since(calls0)
+    ev = ProgramEvaluation(
+        ok=True, summary=summarise(s.dataset or run_dataset(run), run.tasks), questions=run.tasks,
+        diagnostics={k: v for k, v in d.items() if k != "tasks"} if d else None, stages_run=run.stages_run,
+        stages_reused=run.stages_reused, stages_skipped=["answer"] if run.answer_skipped else [],
+        stage_items=run.stage_items, stage_llm_calls=run.stage_llm_calls,
+        reuse=run.diff.to_dict() if run.diff is not None else None,
+        component_hashes={k: v[:12] for k, v in run.hashes.items()}, extraction=run.extraction,
+        plan_failures=run.plan_failures, retrieve_errors=run.retrieve_errors,
+        empty_answers=sum(1 for t in run.tasks if t.prediction is not None and not t.prediction.strip()),
+        judge_unparsable=getattr(runner._scorer, "parse_failures", 0) - judged0,
+        judge_note=protocol_note(s.dataset, s.judge_protocol) if s.scorer == "llm" else None,
+        judge_protocol=s.judge_protocol, failed_conversations=dict(run.failed),
+        judge_calls=judge_stats(runner.scorer) if s.scorer == "llm" else None, model_calls=calls["calls"],
+        tokens=calls["tokens"], wall_s=round(time.time() - t0, 2))
+    return ev, run

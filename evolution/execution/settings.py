@@ -106,7 +106,7 @@ class RunnerSettings(BenchmarkFields, ModelsSection):
     call_timeout_s: sandbox seconds per index/retrieve call (:attr:`sandbox`). context_tokens:
     the context budget (None = none): each retrieved text is cut to this many tokens of
     ``context_tokenizer`` before the answer and score stages
-    (:class:`memgym.evolution.execution.context_budget.ContextBudget`), the same for every program.
+    (:class:`memgym.rewards.scoring.context_budget.ContextBudget`), the same for every program.
     """
 
     COMMAND_DEFAULTS = {"extractor": "instruction", "plan_mode": "llm", "scorer": "grounded-recall"}
@@ -171,13 +171,13 @@ class RunnerSettings(BenchmarkFields, ModelsSection):
             raise ConfigError(f"--plan_mode: {self.plan_mode!r} is not one of llm, question")
         require(self, "scorer", "llm", "judge_model", "(a backend spec of the LLM judge)")
         if self.scorer == "llm" and self.dataset is not None:
-            from memgym.rewards.scoring.protocols import load_judge_file
+            from memgym.rewards.scoring.judge_protocols import load_judge_file
             load_judge_file(self.dataset, self.judge_protocol)  # a changed official file: refused before any run
         if self.scorer == "rubric-recall" and self.dataset not in (None, "beam"):
             from memgym.llm.errors import ConfigError
             raise ConfigError("--scorer rubric-recall needs --dataset beam (it scores BEAM rubrics)")
         if self.context_tokens is not None:
-            from memgym.evolution.execution.context_budget import ContextBudget
+            from memgym.rewards.scoring.context_budget import ContextBudget
             ContextBudget(self.context_tokens, self.context_tokenizer)  # ValueError names the field
         if extractor_kind(self.extractor) == "extractor":
             from memgym.llm.specs import parse_spec

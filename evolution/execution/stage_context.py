@@ -10,9 +10,9 @@ from typing import Protocol
 from tqdm.auto import tqdm
 
 from memgym.evolution.execution.component_diff import STAGES, stage_component_hashes
-from memgym.evolution.execution.context_budget import ContextBudget
+from memgym.rewards.scoring.context_budget import ContextBudget
 from memgym.evolution.execution.settings import RunnerSettings
-from memgym.evolution.execution.stages import StageCache
+from memgym.evolution.execution.stage_cache import StageCache
 from memgym.llm.base import Backend, Completion, GenerationParams
 from memgym.llm.runtime import Runtime
 from memgym.rewards.scoring.judge import Scorer
@@ -22,8 +22,8 @@ class RunnerResources(Protocol):
     """What one evaluation uses of its :class:`~memgym.evolution.execution.runner.ProgramRunner`:
     ``rt`` (backends, embedder, per-role call ledger), ``settings``, the stage ``cache``,
     ``model_lock`` (held around every model call), ``context_budget`` (None = no cut), the
-    lazily built ``task`` backend and ``scorer``, and ``identity(what)``, the cache identity of
-    ``task`` | ``extractor`` | ``scorer``."""
+    lazily built ``task`` backend and ``scorer``, and ``stage_settings(stage)``, the settings part
+    of a stage's cache key (:func:`memgym.evolution.execution.stage_cache.stage_settings`)."""
 
     rt: Runtime
     settings: RunnerSettings
@@ -37,7 +37,7 @@ class RunnerResources(Protocol):
     @property
     def scorer(self) -> Scorer: ...
 
-    def identity(self, what: str) -> str: ...
+    def stage_settings(self, stage: str) -> dict: ...
 
 
 class StageContext:
@@ -66,9 +66,6 @@ class StageContext:
     @property
     def scorer(self):
         return self.runner.scorer
-
-    def _identity(self, what: str) -> str:
-        return self.runner.identity(what)
 
     def _add(self, name: str, n: int) -> None:
         with self.lock:

@@ -5,10 +5,11 @@ recipe to a run for ``memgym evolve``, ``--resume``, ``memgym evolve experiment`
 strategy named by the recipe's ``ablation`` (:func:`memgym.evolution.search.strategies.strategy_for`),
 the proposer (:func:`memgym.evolution.search.proposers.make_proposer` unless one is given), the
 trace-guided integrator, the stage cache, the evaluator, the validation limits and the
-run state with its callbacks: :class:`~memgym.evolution.search.callbacks.RunDirWriter`, the proposer
-when it is a :class:`~memgym.evolution.search.protocols.Callback` (``replay``),
-:class:`~memgym.evolution.search.callbacks.ProgressBar`, :class:`~memgym.evolution.search.callbacks.ReportWriter`,
-then the caller's.
+run state with its callbacks: the proposer when it is a
+:class:`~memgym.evolution.search.protocols.Callback` (``replay``),
+:class:`ProgressBar`, then the caller's. What the run writes is not a callback: the state writes its
+journal and checkpoints (:meth:`~memgym.evolution.search.state.EvolutionState.save`), the engine its
+reports.
 """
 from __future__ import annotations
 
@@ -18,8 +19,32 @@ import shutil
 from pathlib import Path
 
 from memgym.evolution.search.config import EvolveConfig
+from memgym.evolution.search.protocols import Callback
 from memgym.evolution.search.result import EvolveResult
 from memgym.evolution.search.rundir import LOCK_NAME, run_lock
+
+
+class ProgressBar(Callback):
+    """A tqdm bar over the run's rounds (off when the recipe's ``progress`` is False)."""
+
+    def __init__(self):
+        self.bar = None
+
+    def on_round_start(self, state, round_no: int) -> None:
+        if self.bar is None:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=state.cfg.total_rounds, initial=round_no - 1, desc="evolve rounds", unit="round",
+                            disable=not state.cfg.progress)
+
+    def on_round_end(self, state, round_no: int) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def on_loop_end(self, state) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 def build_runtime(cfg: EvolveConfig, root: str | Path):
@@ -36,10 +61,8 @@ def build_engine(config: EvolveConfig, *, proposer=None, callbacks=(), rt=None):
     """The :class:`~memgym.evolution.search.engine.Engine` of recipe ``config`` with its collaborators
     (module doc); ``rt``: a shared runtime (default :func:`build_runtime`). Loads the splits."""
     from memgym.evolution.execution.sandbox import SandboxLimits
-    from memgym.evolution.execution.stages import StageCache
+    from memgym.evolution.execution.stage_cache import StageCache
     from memgym.evolution.execution.validate import ValidationLimits
-    from memgym.evolution.search.callbacks import ProgressBar, ReportWriter, RunDirWriter
-    from memgym.evolution.search.protocols import Callback
     from memgym.evolution.search.engine import Engine
     from memgym.evolution.search.evaluator import Evaluator
     from memgym.evolution.search.proposers import make_proposer
@@ -48,7 +71,7 @@ def build_engine(config: EvolveConfig, *, proposer=None, callbacks=(), rt=None):
 
     strategy = strategy_for(config.ablation)
     cfg = strategy.run_config(config)
-    state = EvolutionState(cfg, [RunDirWriter(config), ProgressBar(), ReportWriter(), *callbacks])
+    state = EvolutionState(cfg, [ProgressBar(), *callbacks], recipe=config)
     rt = rt if rt is not None else build_runtime(cfg, state.dir.root)
     integrator = None
     if cfg.rounds_integrate:
@@ -62,7 +85,7 @@ def build_engine(config: EvolveConfig, *, proposer=None, callbacks=(), rt=None):
         probe_units=cfg.probe_units, probe_batches=cfg.probe_batches)
     proposer = proposer or make_proposer(cfg, rt, state.splits)
     if isinstance(proposer, Callback):  # e.g. replay, which checks each round against its recording
-        state.callbacks.insert(1, proposer)
+        state.callbacks.insert(0, proposer)
     return Engine(state, strategy, proposer, Evaluator(rt, cfg, cache, state.splits), limits, integrator)
 
 

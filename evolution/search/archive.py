@@ -1,13 +1,15 @@
 """The evolution archive: every candidate with its lineage and scores per split, the base program,
 one specialist per capability and the selection history (PrisMem Algorithm 1; docs/design.md § "Run
-state"). Plain JSON (:meth:`Archive.to_json` / :meth:`Archive.from_json`), restored exactly on
-``--resume``.
+state"), and the integration log (:class:`IntegrationRecord`). Plain JSON (:meth:`Archive.to_json` /
+:meth:`Archive.from_json`) without the scores, whose one copy is each candidate's ``eval.json``
+(:func:`memgym.evolution.search.journal.load_scores` puts them back); restored exactly on ``--resume``.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 
 from memgym.evolution.execution.component_diff import component_hashes
 from memgym.memory_bank.schema import CAPABILITY_NAMES
@@ -51,12 +53,6 @@ class SplitScores:
             out["failed"] = dict(self.failed)
         return out
 
-    @classmethod
-    def from_dict(cls, d: dict | None) -> "SplitScores | None":
-        return None if d is None else cls(d["overall"], dict(d["by_capability"]), dict(d["tasks"]),
-                                          dict(d.get("by_category") or {}), d.get("retrieved_chars"),
-                                          dict(d.get("failed") or {}))
-
 
 @dataclass
 class Candidate:
@@ -82,25 +78,62 @@ class Candidate:
     changed: list = field(default_factory=list)
     train: SplitScores | None = None
     valid: SplitScores | None = None
-    test: SplitScores | None = None
     roles: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every field but the scores (their copy is ``eval.json``)."""
+        return {k: v for k, v in asdict(self).items() if k not in ("train", "valid")}
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "Candidate":
-        d = dict(d)
-        for split in ("train", "valid", "test"):
-            d[split] = SplitScores.from_dict(d.get(split))
-        return cls(**d)
+    @property
+    def verdict(self) -> str:
+        """The validation verdict in one word: ``ok``, ``level N`` or ``-`` (not validated)."""
+        if not self.validation:
+            return "-"
+        return "ok" if self.validation["ok"] else f"level {self.validation['level']}"
+
+
+@dataclass
+class IntegrationRecord:
+    """One stage-III attempt (:mod:`memgym.evolution.search.integrate`), as the integrator reads it back.
+    ``attempt``: ``merge`` | ``condition`` | ``coder`` | ``-`` (skipped); ``anchor``: the program merged
+    onto; ``candidate``: the judged program (an earlier one when the merge equals it; ``-`` when
+    none); ``accepted``: what the round decided (``integrated: ...``, ``no: <reason>``,
+    ``skipped: ...``); ``integrated``: accepted; ``merged_from``: ``"<id> (<caps>)"`` of the
+    specialists merged; ``paired``: capability → paired case; ``conflicts`` and ``components`` of
+    the merge; ``contributor_caps``; ``excluded``: ``[id, element]`` left out; ``drops``:
+    capability → valid drop against the anchor; ``blamed`` specialist, ``blamed_step`` and its
+    ``left_out`` elements; ``stuck``: the anchor cannot be split; ``merged_side``: the failed merge
+    a condition attempt conditions; ``condition``: that attempt's rule and reader."""
+
+    round: int
+    anchor: str
+    attempt: str = "-"
+    candidate: str = "-"
+    accepted: str = ""
+    integrated: bool = False
+    merged_from: list = field(default_factory=list)
+    paired: dict = field(default_factory=dict)
+    conflicts: list = field(default_factory=list)
+    components: dict = field(default_factory=dict)
+    contributor_caps: str = ""
+    excluded: list = field(default_factory=list)
+    drops: dict = field(default_factory=dict)
+    blamed: str | None = None
+    blamed_step: str | None = None
+    left_out: list = field(default_factory=list)
+    stuck: bool = False
+    merged_side: str | None = None
+    condition: dict | None = None
+    kind: ClassVar[str] = "integration"
+    step: ClassVar[None] = None
 
 
 @dataclass
 class Archive:
     """Base, specialists, every candidate (``candidates``: id → :class:`Candidate`, creation
     order), and what the selection policies read: ``selections`` (n_c), ``case_usage`` (u),
-    ``combo_usage`` (v), ``attempts`` (capability → ids of its not-accepted candidates)."""
+    ``combo_usage`` (v), ``attempts`` (capability → ids of its not-accepted candidates), and
+    ``integrations``: the integration log, one :class:`IntegrationRecord` per integration round."""
 
     candidates: dict[str, Candidate] = field(default_factory=dict)
     base: str | None = None
@@ -109,6 +142,7 @@ class Archive:
     case_usage: dict[str, int] = field(default_factory=dict)
     combo_usage: dict[str, int] = field(default_factory=dict)
     attempts: dict[str, list] = field(default_factory=dict)
+    integrations: list[IntegrationRecord] = field(default_factory=list)
 
     def get(self, cid: str) -> Candidate:
         """The candidate ``cid`` (KeyError naming it when absent)."""
@@ -161,13 +195,20 @@ class Archive:
         return {"candidates": [c.to_dict() for c in self.candidates.values()], "base": self.base,
                 "specialists": dict(self.specialists), "selections": dict(self.selections),
                 "case_usage": dict(self.case_usage), "combo_usage": dict(self.combo_usage),
-                "attempts": {k: list(v) for k, v in self.attempts.items()}}
+                "attempts": {k: list(v) for k, v in self.attempts.items()},
+                "integrations": [asdict(r) for r in self.integrations]}
 
     @classmethod
     def from_json(cls, d: dict) -> "Archive":
-        return cls({c["id"]: Candidate.from_dict(c) for c in d["candidates"]}, d["base"], dict(d["specialists"]),
+        """The archive of :meth:`to_json` (scores not yet loaded)."""
+        return cls({c["id"]: Candidate(**c) for c in d["candidates"]}, d["base"], dict(d["specialists"]),
                    dict(d["selections"]), dict(d["case_usage"]), dict(d["combo_usage"]),
-                   {k: list(v) for k, v in d["attempts"].items()})
+                   {k: list(v) for k, v in d["attempts"].items()},
+                   [IntegrationRecord(**r) for r in d["integrations"]])
+
+    def merges(self) -> list[IntegrationRecord]:
+        """The accepted integration attempts, in round order."""
+        return [r for r in self.integrations if r.integrated]
 
     def fingerprint(self) -> list:
         """What must agree between an uninterrupted and a resumed run: per candidate (id,

@@ -2,7 +2,7 @@
 the program retrieves for themselves but that the budget's cut removes.
 
 Source: docs/design.md § "Judges and scoring" (one context budget for every program,
-:mod:`memgym.evolution.execution.context_budget`). Read from a diagnostics run's probes
+:mod:`memgym.rewards.scoring.context_budget`). Read from a diagnostics run's probes
 (:class:`memgym.evolution.execution.results.ConversationTrace.probes`: what ``retrieve`` returned with each
 evidence turn's own text as the query). For every train task and each evidence turn e with a probe:
 

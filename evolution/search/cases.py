@@ -19,7 +19,7 @@ snippet, its source text (the session transcript) and the memory units of that s
 - for extracted memory the best-matching unit of every evidence snippet is always kept
   (then other units as space permits), and a unit already displayed is not repeated.
 
-All sizes are characters. :func:`evidence_survival` checks the "best unit kept" rule.
+All sizes are characters; :func:`render_compact` counts the "best unit kept" rule in its stats.
 """
 from __future__ import annotations
 
@@ -242,19 +242,8 @@ def render_compact(case: CaseMaterial, embedder, budget: int = BUDGET) -> tuple[
     return "\n".join(lines), {"evidence": n_ev, "best_unit_kept": kept}
 
 
-def evidence_survival(cases: list[CaseMaterial], embedder, budget: int = BUDGET) -> float:
-    """Share of evidence snippets (with units) whose best-matching unit is in the compact
-    case; 1.0 when there is no such evidence."""
-    n = k = 0
-    for c in cases:
-        _, st = render_compact(c, embedder, budget)
-        n += sum(1 for ev in c.evidence if ev.units)
-        k += st["best_unit_kept"]
-    return k / n if n else 1.0
-
-
 def case_from_run(task, trace, unit_text_fn) -> CaseMaterial:
-    """A :class:`CaseMaterial` from a runner :class:`~memgym.evolution.execution.results.TaskResult`
+    """A :class:`CaseMaterial` from a run's :class:`~memgym.rewards.scoring.summary.QuestionResult`
     and its :class:`~memgym.evolution.execution.results.ConversationTrace`; ``unit_text_fn(unit)``
     renders a unit dict."""
     conv = trace.conversation

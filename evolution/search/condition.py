@@ -49,10 +49,6 @@ class QuestionReader:
     def score(self, text: str) -> float:
         return self.bias + sum(self.words.get(w, 0.0) for w in question_words(text))
 
-    def reads(self, text: str) -> bool:
-        """True when ``text`` reads as one of :attr:`capabilities` (score > 0)."""
-        return self.score(text) > 0
-
     @classmethod
     def train(cls, questions: list[str], labels: list[str | None], capabilities: str, *, max_words: int = 40,
               min_count: int = 2) -> "QuestionReader":

@@ -19,11 +19,12 @@ from memgym.evolution.execution.runner import ProgramRunError
 from memgym.evolution.execution.validate import ValidationLimits, validate_program
 from memgym.evolution.search.archive import CAPABILITIES, Archive, Candidate, program_key
 from memgym.evolution.search.evaluator import Evaluator, book_final, split_scores
-from memgym.evolution.search.journal import (FinalRecord, HistoryRow, OutcomeRecord, ProposalRecord, ValidationRecord, load_final,
-                                      load_record, rng_from_json, rng_to_json)
+from memgym.evolution.search.journal import (FinalRecord, ProposalRecord, RoundRecord, ValidationRecord, load_final,
+                                             load_record, rng_from_json, rng_to_json)
 from memgym.evolution.search.ledger import BudgetExhausted, usage_from_eval
 from memgym.evolution.search.proposers.base import ProposalInput
 from memgym.evolution.search.protocols import Integrator, Proposer, RoundSteps, Strategy
+from memgym.evolution.search.rundir import atomic_write_text
 from memgym.evolution.search.select import record_cases
 from memgym.evolution.search.state import EvolutionState
 from memgym.evolution.search.stops import check_anything_proposed, check_endpoint
@@ -76,11 +77,7 @@ class Engine:
         accepted = "base + all specialists"
         if not self.strategy.specialists:
             state.archive.specialists, cand.roles, accepted = {}, ["base"], "base"
-        state.history.append(HistoryRow(round=0, stage="seed", target=None, parent=None, candidate="seed",
-                                        proposal="seed program", verdict="ok", status="evaluated", accepted=accepted,
-                                        valid=cand.valid.scores(), tokens=state.ledger.round_tokens(0)))
-        state.emit(OutcomeRecord("seed", 0, "evaluated", "", accepted, list(cand.roles), cand.valid.scores(),
-                                 cand.train.scores()))
+        state.record(RoundRecord(0, "seed", None, None, "seed", "seed program", accepted))
 
     def build_input(self, round_no: int, stage: str, parent: Candidate, target: str | None,
                     case_ids: list[str]) -> ProposalInput:
@@ -210,11 +207,8 @@ class Engine:
         inp = self.build_input(round_no, stage, parent, target, case_ids)
         cand = self.attempt(round_no, stage, parent, target, inp, f"r{round_no:02d}")
         accepted = strategy.acceptance.accept(state.archive, cand, stage, parent)
-        state.record_round(round_no, stage, target, parent, cand, accepted)
-        if parent.id != first.id:
-            state.history[-1]["fallback_from"] = first.id
-            state.history[-1]["proposal"] = f"[parent fallback: {first.id} has nothing left to try] " + \
-                (state.history[-1]["proposal"] or "")
+        state.record_round(round_no, stage, target, parent, cand, accepted,
+                           fallback_from=first.id if parent.id != first.id else None)
 
     def fallback_parent(self, parent: Candidate, target: str | None) -> Candidate:
         """``parent``, or, when the proposer is ``exhausted`` on it, the first of the parent
@@ -238,7 +232,7 @@ class Engine:
         if stored is not None:
             state.ledger.rounds["final"] = stored.runs.get("ledger_final", {})
             return stored.runs
-        final_id = state.final_program()
+        final_id = state.freeze()["frozen"]  # best valid overall: base, specialists, accepted merges
         fin = {"final": final_id, "seed_test": None, "final_test": None, "usage": {}}
         if state.splits["test"]:
             for key, cid in (("final_test", final_id), ("seed_test", "seed")):  # frozen first: whole cost
@@ -264,9 +258,12 @@ class Engine:
         return fin
 
     def run(self, *, resume: bool = False):
-        """Run (or continue, ``resume``) the loop; returns the :class:`EvolveResult`. The caller
-        holds the run dir's lock. Raises :class:`EndpointUnreachable` (state saved) when the
+        """Run (or continue, ``resume``) the loop; returns the :class:`EvolveResult`. Writes the
+        recipe on a fresh start, the state after every round and at the end, then best.py and the
+        reports (:func:`memgym.evolution.search.report.write_reports`). The caller holds the run
+        dir's lock. Raises :class:`EndpointUnreachable` (state saved) when the
         coder's endpoint keeps failing, or, after the run is written, when it failed every round."""
+        from memgym.evolution.search.report import write_reports
         from memgym.evolution.search.result import build_result
 
         state = self.state
@@ -275,10 +272,11 @@ class Engine:
         if not resume and state.dir.state.exists():
             raise OutputPathError(f"{state.dir.root} already holds a run; use --resume {state.dir.root}")
         self.replay = resume
+        state.write_recipe()
         state.notify("on_run_start", resume)
         if not state.archive.candidates:
             self.start()
-            state.notify("on_round_end", 0)
+            self.end_round(0)
         try:
             while state.next_round <= self.cfg.total_rounds and not state.stopped:
                 try:
@@ -289,13 +287,21 @@ class Engine:
                 state.notify("on_round_start", state.next_round)
                 self.run_round(state.next_round)
                 state.next_round += 1
-                state.notify("on_round_end", state.next_round - 1)
+                self.end_round(state.next_round - 1)
                 check_endpoint(state.history, state.archive)
         finally:
             state.notify("on_loop_end")
         fin = self.final_runs()
         state.tick()
         result = build_result(state, fin, rt=self.evaluator.rt)
+        atomic_write_text(state.dir.root / "best.py", result.frozen.source)
+        state.save()
+        write_reports(state, result.summary)
         state.notify("on_run_end", result)
         check_anything_proposed(state.history, state.archive, state.dir.root)
         return result
+
+    def end_round(self, round_no: int) -> None:
+        """The checkpoint after round ``round_no`` (:meth:`EvolutionState.save`), then the callbacks."""
+        self.state.save()
+        self.state.notify("on_round_end", round_no)

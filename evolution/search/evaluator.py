@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from memgym.evolution.execution.program_eval import evaluate_program
+from memgym.evolution.execution.runner import evaluate_program
 from memgym.evolution.execution.runner import ProgramRunError, ProgramRunner
 from memgym.evolution.search.archive import SplitScores
 from memgym.evolution.search.budget_cut import evidence_cut

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from memgym.evolution.search.archive import CAPABILITIES, Archive
+from memgym.evolution.search.archive import CAPABILITIES
+from memgym.evolution.search.journal import load_archive
 from memgym.evolution.search.report import capability_bars, test_of
 from memgym.evolution.search.rundir import atomic_write_json, atomic_write_text, read_json
 from memgym.memory_bank.schema import CAPABILITY_NAMES
@@ -82,7 +83,7 @@ def run_metrics(run_dir: Path, labels: dict[str, str]) -> dict:
     """The numbers of one finished run (module doc)."""
     s = read_json(run_dir / "summary.json")
     fin = read_json(run_dir / "final.json") or {}
-    arch = Archive.from_json(read_json(run_dir / "state.json")["archive"])
+    arch = load_archive(run_dir)
     best = {}
     for c in arch.evaluated():
         for cap, v in c.valid.by_capability.items():
@@ -169,7 +170,6 @@ def _iv(x: dict | None) -> str:
 def render_markdown(exp, data: dict) -> str:
     cfg = exp.cfg
     agg, caps = data["aggregate"], data["capabilities"]
-    seed = data["baselines"]["seed"]
     out = [f"# memgym evolve experiment: {cfg.dataset}", "",
            f"- variants {', '.join(exp.variants)}; seeds {', '.join(map(str, exp.seeds))}; proposer `{cfg.proposer}`; "
            f"rounds cold {cfg.rounds_cold} / refine {cfg.rounds_refine} / integrate {cfg.rounds_integrate} "

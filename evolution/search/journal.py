@@ -2,65 +2,20 @@
 one JSON form (``to_json`` / ``from_json``). The run dir's writer stores them as
 ``candidates/<id>/<step>.json``; ``--resume`` replays the interrupted round from them
 (:func:`load_record`). Steps: ``proposal`` / ``revise`` (:class:`ProposalRecord`, with the RNG
-state after it), ``validation`` / ``validation2``, ``eval``, ``outcome``; plus
-:class:`IntegrationAttempt` (a history row) and :class:`FinalRecord` (``final.json``).
+state after it), ``validation`` / ``validation2``, ``eval`` (the one copy of a candidate's train and
+valid scores, :func:`load_scores`), ``outcome`` (:class:`RoundRecord`: what the round decided); plus
+the archive's :class:`~memgym.evolution.search.archive.IntegrationRecord` (no file of its own) and
+:class:`FinalRecord` (``final.json``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import ClassVar, TypedDict
+from typing import ClassVar
 
 from memgym.evolution.search.archive import SplitScores
 from memgym.evolution.search.proposers.base import ProposalResult
 from memgym.evolution.search.rundir import read_json
-
-
-class HistoryRow(TypedDict, total=False):
-    """One row of the run's history (``state.json`` ``history``; report.md prints one per
-    round). Every row: ``round``, ``stage`` (seed | cold | refine | integrate | holistic),
-    ``target`` (letter or None), ``parent`` and ``candidate`` ids (``-`` for an integration
-    round that made no candidate), ``proposal`` (one line), ``status``, ``verdict`` (``ok`` |
-    ``level N`` | ``-``), ``accepted`` (what the candidate became, or ``no: <reason>`` /
-    ``skipped: ...``), ``valid`` (SCORES or None), ``tokens`` (the round's, all roles). Rounds
-    booked by :meth:`EvolutionState.record_round` add ``specialists`` ({letter: valid score of
-    its specialist}), ``base``, ``base_overall`` and, after a parent fallback,
-    ``fallback_from``. Integration rows (:mod:`memgym.evolution.search.integrate`) add ``kind``
-    (merge | condition | coder | -), ``anchor``, ``integrated``, ``merged_from``, ``paired``,
-    ``conflicts``, ``components``, ``contributor_caps``, ``excluded``, ``drops``, ``blamed``,
-    ``blamed_step``, ``left_out``, ``stuck``, ``merged_side``, ``condition``."""
-
-    round: int
-    stage: str
-    target: str | None
-    parent: str | None
-    candidate: str
-    proposal: str
-    status: str
-    verdict: str
-    accepted: str
-    valid: dict | None
-    tokens: int
-    specialists: dict
-    base: str
-    base_overall: float
-    fallback_from: str
-    kind: str
-    anchor: str
-    integrated: bool
-    merged_from: list
-    paired: dict
-    conflicts: list
-    components: dict
-    contributor_caps: str
-    excluded: list
-    drops: dict
-    blamed: str | None
-    blamed_step: str
-    left_out: list
-    stuck: bool
-    merged_side: str
-    condition: dict
 
 
 def rng_to_json(state) -> list:
@@ -169,46 +124,64 @@ class EvaluationRecord(FieldsRecord):
 
 
 @dataclass
-class OutcomeRecord(FieldsRecord):
-    """What a finished attempt became: ``status`` (evaluated | rejected | failed), ``reason``,
-    ``accepted`` ("" = not accepted), ``roles``, valid and train SCORES (None unevaluated)."""
+class RoundRecord(FieldsRecord):
+    """What round ``round`` decided (the seed's is round 0): ``stage`` (seed | cold | refine |
+    integrate | holistic), ``target`` (letter or None), ``parent`` (None for the seed; after a
+    parent fallback, ``fallback_from`` is the one first chosen), ``candidate`` (``-`` for an
+    integration round that judged none), its ``proposal`` (one line), ``accepted`` (what it
+    became, ``no: <reason>`` or ``skipped: ...``), the ``base`` and ``specialists`` (letter → id)
+    after it (None for an integration round that made no candidate). The candidate's status,
+    verdict and scores are the archive's; report.md renders one row per record. Stored in
+    ``state.json`` and, for a candidate made in the round, as its ``outcome.json``."""
 
-    candidate: str
     round: int
-    status: str
-    reason: str
+    stage: str
+    target: str | None
+    parent: str | None
+    candidate: str
+    proposal: str
     accepted: str
-    roles: list
-    valid: dict | None
-    train: dict | None
+    base: str | None = None
+    specialists: dict | None = None
+    fallback_from: str | None = None
     kind: ClassVar[str] = "outcome"
     step: ClassVar[str] = "outcome"
-
-
-@dataclass
-class IntegrationAttempt(FieldsRecord):
-    """One stage-III attempt as booked in the history (``row``: the history row, with the
-    specialists merged, paired cases, conflicts, verdict and acceptance)."""
-
-    round: int
-    row: HistoryRow
-    kind: ClassVar[str] = "integration"
-    step: ClassVar[None] = None
-
-    @property
-    def candidate(self) -> str | None:
-        return self.row.get("candidate")
 
 
 _STEPS = {"proposal": lambda d: ProposalRecord.from_json(d), "revise": lambda d: ProposalRecord.from_json(d, True),
           "validation": lambda d: ValidationRecord.from_json(d),
           "validation2": lambda d: ValidationRecord.from_json(d, True),
-          "eval": EvaluationRecord.from_json, "outcome": OutcomeRecord.from_json}
+          "eval": EvaluationRecord.from_json, "outcome": RoundRecord.from_json}
 
 
 def record_path(root: str | Path, cid: str, step: str) -> Path:
     """``root/candidates/<cid>/<step>.json``."""
     return Path(root) / "candidates" / cid / f"{step}.json"
+
+
+def load_scores(root: str | Path, archive) -> dict:
+    """Put the train and valid scores of every evaluated candidate of ``archive`` back from its
+    ``eval.json`` (their one copy); returns ``{id: diagnostics}``. A missing or damaged record is
+    a :class:`~memgym.evolution.search.rundir.RunStateError` naming it."""
+    from memgym.evolution.search.rundir import RunStateError
+
+    diagnostics = {}
+    for c in archive.evaluated():
+        ev = load_record(root, c.id, "eval")
+        if ev is None:
+            raise RunStateError(f"{record_path(root, c.id, 'eval')}: missing: the archive holds {c.id} as evaluated "
+                                "and the run needs its scores")
+        c.train, c.valid, diagnostics[c.id] = ev.train, ev.valid, ev.diagnostics
+    return diagnostics
+
+
+def load_archive(root: str | Path):
+    """The archive of the run in ``root`` (its ``state.json``) with its scores (:func:`load_scores`)."""
+    from memgym.evolution.search.archive import Archive
+
+    arch = Archive.from_json(read_json(Path(root) / "state.json")["archive"])
+    load_scores(root, arch)
+    return arch
 
 
 def load_record(root: str | Path, cid: str, step: str):

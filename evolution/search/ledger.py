@@ -4,7 +4,8 @@ Source: docs/design.md § "Run state". Roles: ``coder``, ``extract`` / ``plan`` 
 runner's task-LLM stages), ``extractor`` (a trained extractor), ``judge``, ``embed`` (calls only),
 ``annotator`` (capability labels, booked on round "0"). Cache hits cost nothing. A budget caps a
 role's prompt + completion tokens (calls for ``embed``). Cost as the field reports it (PrisMem,
-arXiv 2610.06361): :func:`tokens_by_round` and :func:`per_question`.
+arXiv 2610.06361): :func:`tokens_by_round` and :func:`per_question`, the summary's cost keys
+(:func:`cost_summary`) and report.md's token table (:func:`cost_section`).
 """
 from __future__ import annotations
 
@@ -173,3 +174,48 @@ def label_usage(labels: str, splits: dict) -> dict:
     used = [got[q] for q in sorted(qids) if q in got]
     return {"annotator": {"calls": sum(x.attempts for x in used), "prompt": sum(x.prompt_tokens for x in used),
                           "completion": sum(x.completion_tokens for x in used)}}
+
+
+def cost_summary(state, fin: dict) -> dict:
+    """The summary's cost keys (module doc)."""
+    final_test = fin.get("final_test") or {}
+    n = len(final_test.get("tasks") or {})
+    return {"tokens_by_round": tokens_by_round(state.ledger),
+            "test_tokens_per_question": per_question(fin.get("final_test_usage") or {}, n),
+            "test_questions": n, "budgets": {r: b for r, b in state.ledger.budgets.items() if b is not None},
+            "estimated_calls": state.ledger.estimated()}
+
+
+def _k(v) -> str:
+    """Tokens for a table: 1234 -> "1,234"; 12_345_678 -> "12.35M"; floats to 0.1."""
+    if isinstance(v, float):
+        return f"{v:,.1f}"
+    return f"{v / 1e6:.2f}M" if v >= 10_000_000 else f"{v:,}"
+
+
+def cost_section(summary: dict) -> list[str]:
+    """report.md's token table: one row per round (0 = seed and labels, final = test runs)."""
+    tb = summary.get("tokens_by_round")
+    if not tb:
+        return []
+    out = ["### Tokens per role per round (prompt + completion; cache hits cost 0)", "",
+           "| round | " + " | ".join(TABLE_ROLES) + " | total |", "|" + "---|" * (len(TABLE_ROLES) + 2)]
+    for r, row in tb["rounds"].items():
+        out.append(f"| {r} | " + " | ".join(_k(row[c]) for c in TABLE_ROLES) + f" | {_k(row['total'])} |")
+    out.append("| **run** | " + " | ".join(f"**{_k(tb['run'][c])}**" for c in TABLE_ROLES)
+               + f" | **{_k(tb['run']['total'])}** |")
+    pq = summary.get("test_tokens_per_question") or {}
+    if pq:
+        out.append(f"| per test question (frozen program, {summary['test_questions']} questions) | "
+                   + " | ".join(_k(pq[c]) for c in TABLE_ROLES) + f" | {_k(pq['total'])} |")
+    out += ["", "`task` = the task model's extract + plan + answer calls; PrisMem reports 73.7M tokens per "
+                "20-round BEAM run (M* 76.5M) and 100.59K task tokens per BEAM-1M test question."]
+    est = summary.get("estimated_calls") or {}
+    if est:
+        out.append("- **estimated token counts**: " + ", ".join(f"{r} {n:,} call{'s' * (n != 1)}" for r, n in est.items())
+                   + " (the server's or the recording's counts were missing or invalid, so they were counted with the "
+                     "SmolLM2 tokenizer)")
+    budgets = summary.get("budgets") or {}
+    out.append("- budgets: " + (", ".join(f"{r} {b:,} tokens" for r, b in budgets.items()) if budgets else "none")
+               + (f"; **the run ended early: {summary['stopped']}**" if summary.get("stopped") else ""))
+    return out

@@ -126,15 +126,15 @@ class Integrator(Protocol):
 
 class Callback:
     """Observer of a run; subclass and override what you need (every method is a no-op).
-    Called in list order; the run directory's own writer comes first, so a callback sees
-    the files of everything it is told about.
+    Called in list order, after the run has written what it is told about (journal records,
+    the checkpoint after a round, best.py and the reports at the end).
 
     - ``on_run_start(state, resumed)``: the state is built (restored when ``resumed``);
     - ``on_round_start(state, round_no)`` / ``on_round_end(state, round_no)`` (round 0: the
       seed); ``on_loop_end(state)``: the rounds are over (also when one raised);
     - ``on_record(state, record)``: a new journal record
-      (:mod:`memgym.evolution.search.journal`: proposal, validation, evaluation, outcome,
-      integration attempt); records replayed on resume are not re-sent;
+      (:mod:`memgym.evolution.search.journal`: proposal, validation, evaluation, a round's
+      outcome; the archive's integration attempts); records replayed on resume are not re-sent;
     - ``on_run_end(state, result)``: the finished run's
       :class:`~memgym.evolution.search.api.EvolveResult`.
     """

@@ -20,10 +20,13 @@ plus ``candidates_rejected``, ``final_id``, ``boundary`` (:func:`boundary`), ``b
 ``ledger``, ``scorer``, ``judge_protocol`` (with ``judge_note``, the protocol's source or a custom
 file's sha256, under scorer llm), ``sandbox`` (mode label), ``run_card``
 (:func:`memgym.llm.runcard.build_card`) and the cost keys
-(:func:`cost_summary`): ``tokens_by_round`` (``{"rounds": {round: {role: tokens, "total"}}, "run":
-{...}}``), ``test_tokens_per_question`` (``{role: float}``, {} without a test run), ``budgets`` and
-``estimated_calls`` (``{role: calls whose token counts are tokenizer estimates}``, {} when none).
+(:func:`memgym.evolution.search.ledger.cost_summary`): ``tokens_by_round`` (``{"rounds": {round:
+{role: tokens, "total"}}, "run": {...}}``), ``test_tokens_per_question`` (``{role: float}``, {}
+without a test run), ``budgets`` and ``estimated_calls`` (``{role: calls whose token counts are tokenizer estimates}``, {} when none).
 ``candidates_evaluated`` excludes the seed; ``proposals_failed`` counts proposals not evaluated.
+The summary is written from the run's :class:`~memgym.evolution.search.result.EvolveResult`
+(:func:`build_summary`); report.md's rows are rendered from the run's round records and archive
+(:func:`round_rows`), only when the report is written.
 """
 from __future__ import annotations
 
@@ -31,14 +34,15 @@ import json
 
 from memgym.evolution.execution.confine import current_label
 from memgym.evolution.search.archive import CAPABILITIES
-from memgym.evolution.search.ledger import TABLE_ROLES, per_question, tokens_by_round
+from memgym.evolution.search.ledger import cost_section, cost_summary
 from memgym.evolution.search.rundir import atomic_write_json, atomic_write_text
 from memgym.llm.runcard import card_markdown
 from memgym.memory_bank.schema import CAPABILITY_NAMES
-from memgym.rewards.scoring.protocols import protocol_note
+from memgym.rewards.scoring.judge_protocols import protocol_note
+from memgym.rewards.scoring.report import pyplot, save_figure
 
 
-def _scores(split) -> dict | None:
+def split_scores_form(split) -> dict | None:
     """The SCORES form of a stored split (per-task scores left out)."""
     if split is None:
         return None
@@ -59,41 +63,38 @@ def test_of(fin: dict, cid: str) -> dict | None:
     return (fin.get("specialists_test") or {}).get(cid)
 
 
-def build_summary(state, fin: dict, rt=None) -> dict:
-    """The summary dict of a finished (or stopped) run ``state`` with ``final.json`` ``fin``;
-    ``run_card`` (:func:`memgym.llm.runcard.build_card`) with ``rt``, the run's runtime (which models it loaded)."""
+def build_summary(state, result, fin: dict, rt=None) -> dict:
+    """The summary dict of ``result``, the :class:`~memgym.evolution.search.result.EvolveResult` of
+    run ``state`` with ``final.json`` ``fin``; ``run_card`` (:func:`memgym.llm.runcard.build_card`)
+    with ``rt``, the run's runtime (which models it loaded)."""
     from dataclasses import asdict
 
     from memgym.llm.runcard import build_card
-    from memgym.rewards.scoring.protocols import protocol_card
+    from memgym.rewards.scoring.judge_protocols import protocol_card
 
     arch = state.archive
     cands = [c for c in arch.candidates.values() if c.id != "seed"]
     totals = state.ledger.totals()
-    final = arch.get(fin["final"])
+    fr = result.frozen
     root = state.dir.root
     return {
-        "rounds": len([h for h in state.history if h["round"] > 0]),
+        "rounds": len([h for h in state.history if h.round > 0]),
         "candidates_evaluated": sum(c.status == "evaluated" for c in cands),
         "proposals_failed": sum(c.status in ("failed", "rejected") for c in cands),
         "candidates_rejected": sum(c.status == "rejected" for c in cands),
         "wall_s": round(state.elapsed_s, 1),
         "model_calls": {r: u["calls"] for r, u in totals.items()},
         "tokens": {r: {"prompt": u["prompt"], "completion": u["completion"]} for r, u in totals.items() if r != "embed"},
-        "seed": {"valid": arch.get("seed").valid.scores(), "test": _scores(fin.get("seed_test"))},
-        "final": {"valid": final.valid.scores(), "test": _scores(fin.get("final_test")),
-                  "program": str(root / "best.py"), "id": final.id},
-        "specialists": {c: {"valid": arch.specialist(c).valid.scores(), "id": arch.specialist(c).id,
-                            "program": str(root / arch.specialist(c).program),
-                            "test": _scores(test_of(fin, arch.specialist(c).id))}
-                        for c in CAPABILITIES if c in arch.specialists},
-        "baselines": {name: {"valid": _scores(b.get("valid")), "test": _scores(b.get("test")),
-                             **({"error": b["error"]} if b.get("error") else {})}
-                      for name, b in (fin.get("baselines") or {}).items()},
-        "boundary": boundary(arch, final.id),
-        "integrated": final.id in state.accepted_merges(),
-        "frozen": state.freeze(),
-        "final_id": final.id, "dataset": state.cfg.dataset, "stopped": state.stopped, "ledger": state.ledger.rounds,
+        "seed": {"valid": result.seed.valid, "test": result.seed.test},
+        "final": {"valid": result.valid, "test": result.test, "program": str(root / "best.py"), "id": fr.id},
+        "specialists": {c: {"valid": p.valid, "id": p.id, "program": str(root / arch.get(p.id).program),
+                            "test": p.test} for c, p in result.specialists.items()},
+        "baselines": {name: {"valid": b.valid, "test": b.test, **({"error": b.error} if b.error else {})}
+                      for name, b in result.baselines.items()},
+        "boundary": boundary(arch, fr.id),
+        "integrated": fr.id in [r.candidate for r in arch.merges()],
+        "frozen": {"frozen": fr.id, "runner_up": fr.runner_up, "why": fr.why, "pool": fr.pool},
+        "final_id": fr.id, "dataset": state.cfg.dataset, "stopped": result.stopped, "ledger": state.ledger.rounds,
         "scorer": state.cfg.scorer, "judge_protocol": state.cfg.judge_protocol, "sandbox": current_label(),
         **({"judge_note": protocol_note(state.cfg.dataset, state.cfg.judge_protocol)}
            if state.cfg.scorer == "llm" else {}),
@@ -121,22 +122,6 @@ def boundary(arch, final_id: str) -> dict:
         out[c] = {"peak": peak, "peak_id": next(i for v, i in pts if v == peak), "final": final.get(c, 0.0),
                   "gap": peak - final.get(c, 0.0)}
     return out
-
-
-def pyplot():
-    """``matplotlib.pyplot`` on the Agg backend."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def save_figure(fig, path) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    pyplot().close(fig)
 
 
 def capability_bars(path, caps: list[str], series: list[tuple], title: str, *, figsize: tuple, ylim: float,
@@ -209,6 +194,23 @@ def category_table(rows, dataset: str) -> list[str]:
     return out
 
 
+def round_rows(state) -> list[dict]:
+    """One report row per round record: its fields, the candidate's ``status``, ``verdict`` and
+    ``valid`` SCORES from the archive (``-`` / None without one), the round's ``tokens`` from the
+    ledger, and after a parent fallback the proposal prefixed with it."""
+    rows = []
+    for h in state.history:
+        cand = state.archive.candidates.get(h.candidate)
+        proposal = h.proposal or ""
+        if h.fallback_from:
+            proposal = f"[parent fallback: {h.fallback_from} has nothing left to try] " + proposal
+        rows.append({**h.to_json(), "proposal": proposal, "status": cand.status if cand else "-",
+                     "verdict": cand.verdict if cand else "-",
+                     "valid": cand.valid.scores() if cand and cand.valid else None,
+                     "tokens": state.ledger.round_tokens(h.round)})
+    return rows
+
+
 def render_report(state, summary: dict) -> str:
     """``report.md``."""
     cfg = state.cfg
@@ -232,14 +234,14 @@ def render_report(state, summary: dict) -> str:
            "| round | stage | target | parent | candidate | proposal | verdict | valid overall | "
            + " | ".join(caps) + " | accepted | tokens |",
            "|" + "---|" * (10 + len(caps))]
-    for h in state.history:
-        v = h.get("valid") or {}
+    for h in round_rows(state):
+        v = h["valid"] or {}
         bc = v.get("by_capability", {})
-        prop = (h.get("proposal") or "").replace("|", "/")[:70]
-        acc = str(h.get("accepted") or "").replace("|", "/")[:80]
+        prop = h["proposal"].replace("|", "/")[:70]
+        acc = str(h["accepted"] or "").replace("|", "/")[:80]
         out.append(f"| {h['round']} | {h['stage']} | {h['target'] or '-'} | {h['parent'] or '-'} | {h['candidate']} | "
                    f"{prop} | {h['verdict']} | {_f(v.get('overall'))} | " + " | ".join(_f(bc.get(c)) for c in caps)
-                   + f" | {acc} | {h.get('tokens', 0)} |")
+                   + f" | {acc} | {h['tokens']} |")
     frozen = summary["frozen"]
     roles = {p["id"]: ", ".join(p["roles"]) for p in frozen["pool"]}
     out += ["", "## Frozen program", "", f"- frozen: **{frozen['frozen']}** ({roles.get(frozen['frozen'], '-')}); "
@@ -272,7 +274,7 @@ def render_report(state, summary: dict) -> str:
                 "| capability | peak of any program | reached by | frozen program | gap |", "|---|---|---|---|---|"]
         out += [f"| {c} {CAPABILITY_NAMES[c]} | {_f(v['peak'])} | {v['peak_id']} | {_f(v['final'])} "
                 f"| {v['gap']:+.3f} |" for c, v in bd.items()]
-    section = integration_section(state.history)
+    section = integration_section(state.archive)
     if section:
         out += ["", section.rstrip("\n")]
     out += ["", "## Cost", "", f"- model calls per role: `{json.dumps(summary['model_calls'])}`",
@@ -312,23 +314,22 @@ def console_summary(s: dict, out: str) -> str:
 
 def plot_capabilities(state, path) -> None:
     """capabilities.png: per capability, the valid score of its specialist after each round."""
-    rows = [h for h in state.history if h.get("specialists") or h["round"] == 0]
-    seed = state.archive.get("seed").valid.by_capability
+    arch = state.archive
+    rows = [h for h in state.history if h.specialists and h.round > 0]
+    seed = arch.get("seed").valid.by_capability
     fig, ax = pyplot().subplots(figsize=(7, 4.2))
     for c in CAPABILITIES:
         if c not in seed:
             continue
         xs, ys = [0], [seed[c]]
         for h in rows:
-            if h["round"] > 0 and h.get("specialists", {}).get(c) is not None:
-                xs.append(h["round"])
-                ys.append(h["specialists"][c])
+            v = arch.get(h.specialists[c]).valid.by_capability.get(c) if c in h.specialists else None
+            if v is not None:
+                xs.append(h.round)
+                ys.append(v)
         ax.step(xs, ys, where="post", marker="o", ms=3, label=f"{c} {CAPABILITY_NAMES[c]}")
-    base_x, base_y = [0], [state.archive.get("seed").valid.overall]
-    for h in rows:
-        if h["round"] > 0 and h.get("base_overall") is not None:
-            base_x.append(h["round"])
-            base_y.append(h["base_overall"])
+    base_x, base_y = [0] + [h.round for h in rows], [arch.get("seed").valid.overall]
+    base_y += [arch.get(h.base).valid.overall for h in rows]
     ax.step(base_x, base_y, where="post", color="black", ls="--", lw=1, label="base (overall)")
     if 0 < state.cfg.rounds_cold < state.cfg.total_rounds:
         ax.axvline(state.cfg.rounds_cold + 0.5, color="grey", lw=0.8, ls=":")
@@ -350,68 +351,27 @@ def write_reports(state, summary: dict) -> None:
     plot_boundary(summary, state.dir.root / "boundary.png")
 
 
-def integration_section(history: list[dict]) -> str:
-    """report.md's "Integration" section: one row per attempt (empty string when none)."""
-    rows = [h for h in history if h.get("stage") == "integrate"]
+def integration_section(archive) -> str:
+    """report.md's "Integration" section: one row per attempt of the archive's integration log
+    (empty string when none)."""
+    def valid(r):
+        c = archive.candidates.get(r.candidate)
+        return c.valid.scores() if c and c.valid else {}
+
+    rows = archive.integrations
     if not rows:
         return ""
-    caps = [c for c in CAPABILITIES if any(c in (h.get("valid") or {}).get("by_capability", {}) for h in rows)]
+    caps = [c for c in CAPABILITIES if any(c in valid(r).get("by_capability", {}) for r in rows)]
     out = ["## Integration attempts", "",
            "| round | kind | specialists | paired cases (specialist − base on train) | conflicts settled | "
            "candidate | valid overall | " + "".join(f"{c} | " for c in caps) + "accepted |",
            "|" + "---|" * (8 + len(caps))]
-    for h in rows:
-        v = h.get("valid") or {}
+    for r in rows:
+        v = valid(r)
         bc = v.get("by_capability", {})
-        paired = "; ".join(f"{c}: {p['task']} ({p['gap']:+.2f})" for c, p in (h.get("paired") or {}).items()) or "-"
-        conf = "; ".join(f"{c['key']} → {c['winner']}" for c in h.get("conflicts") or []) or "-"
-        f = (lambda x: "-" if x is None else f"{x:.3f}")
-        out.append(f"| {h['round']} | {h.get('kind', '-')} | {', '.join(h.get('merged_from') or []) or '-'} | "
-                   f"{paired} | {conf.replace('|', '/')} | {h.get('candidate') or '-'} | {f(v.get('overall'))} | "
-                   + "".join(f"{f(bc.get(c))} | " for c in caps) + f"{str(h.get('accepted')).replace('|', '/')} |")
+        paired = "; ".join(f"{c}: {p['task']} ({p['gap']:+.2f})" for c, p in r.paired.items()) or "-"
+        conf = "; ".join(f"{c['key']} → {c['winner']}" for c in r.conflicts) or "-"
+        out.append(f"| {r.round} | {r.attempt} | {', '.join(r.merged_from) or '-'} | "
+                   f"{paired} | {conf.replace('|', '/')} | {r.candidate or '-'} | {_f(v.get('overall'))} | "
+                   + "".join(f"{_f(bc.get(c))} | " for c in caps) + f"{r.accepted.replace('|', '/')} |")
     return "\n".join(out) + "\n"
-
-
-def cost_summary(state, fin: dict) -> dict:
-    """The summary's cost keys (module doc)."""
-    final_test = fin.get("final_test") or {}
-    n = len(final_test.get("tasks") or {})
-    return {"tokens_by_round": tokens_by_round(state.ledger),
-            "test_tokens_per_question": per_question(fin.get("final_test_usage") or {}, n),
-            "test_questions": n, "budgets": {r: b for r, b in state.ledger.budgets.items() if b is not None},
-            "estimated_calls": state.ledger.estimated()}
-
-
-def _k(v) -> str:
-    """Tokens for a table: 1234 -> "1,234"; 12_345_678 -> "12.35M"; floats to 0.1."""
-    if isinstance(v, float):
-        return f"{v:,.1f}"
-    return f"{v / 1e6:.2f}M" if v >= 10_000_000 else f"{v:,}"
-
-
-def cost_section(summary: dict) -> list[str]:
-    """report.md's token table: one row per round (0 = seed and labels, final = test runs)."""
-    tb = summary.get("tokens_by_round")
-    if not tb:
-        return []
-    out = ["### Tokens per role per round (prompt + completion; cache hits cost 0)", "",
-           "| round | " + " | ".join(TABLE_ROLES) + " | total |", "|" + "---|" * (len(TABLE_ROLES) + 2)]
-    for r, row in tb["rounds"].items():
-        out.append(f"| {r} | " + " | ".join(_k(row[c]) for c in TABLE_ROLES) + f" | {_k(row['total'])} |")
-    out.append("| **run** | " + " | ".join(f"**{_k(tb['run'][c])}**" for c in TABLE_ROLES)
-               + f" | **{_k(tb['run']['total'])}** |")
-    pq = summary.get("test_tokens_per_question") or {}
-    if pq:
-        out.append(f"| per test question (frozen program, {summary['test_questions']} questions) | "
-                   + " | ".join(_k(pq[c]) for c in TABLE_ROLES) + f" | {_k(pq['total'])} |")
-    out += ["", "`task` = the task model's extract + plan + answer calls; PrisMem reports 73.7M tokens per "
-                "20-round BEAM run (M* 76.5M) and 100.59K task tokens per BEAM-1M test question."]
-    est = summary.get("estimated_calls") or {}
-    if est:
-        out.append("- **estimated token counts**: " + ", ".join(f"{r} {n:,} call{'s' * (n != 1)}" for r, n in est.items())
-                   + " (the server's or the recording's counts were missing or invalid, so they were counted with the "
-                     "SmolLM2 tokenizer)")
-    budgets = summary.get("budgets") or {}
-    out.append("- budgets: " + (", ".join(f"{r} {b:,} tokens" for r, b in budgets.items()) if budgets else "none")
-               + (f"; **the run ended early: {summary['stopped']}**" if summary.get("stopped") else ""))
-    return out

@@ -2,14 +2,15 @@
 
 Layout (docs/design.md § "Run state")::
 
-    DIR/recipe.json          the recipe as run (``--resume`` reads it)
+    DIR/recipe.json          the recipe as given (``--resume`` reads it)
     DIR/seed.py              the starting program
-    DIR/state.json           archive, RNG state, ledger, history, next round (after every round)
+    DIR/state.json           format, archive (scores left out; integration log), RNG state, ledger,
+                             history (one record per round), next round, the recipe (after every round)
     DIR/candidates/<id>/     program.py and one file per journal record
                              (:mod:`memgym.evolution.search.journal`): proposal.json (prompt/response
                              transcript, edits, outcome, RNG state after it), validation.json,
-                             eval.json (train/valid scores, diagnostics, usage), revise.json,
-                             outcome.json (status, reason, what it became)
+                             eval.json (train/valid scores: their one copy; diagnostics, usage),
+                             revise.json, outcome.json (what the round decided)
     DIR/final.json           the test runs of the final step
     DIR/stages.sqlite        stage-output cache;  DIR/responses.sqlite  LLM response cache
     DIR/report.md, capabilities.png, summary.json, best.py
@@ -34,6 +35,9 @@ from pathlib import Path
 from memgym.llm.errors import ConfigError, MemgymError
 
 LOCK_NAME = ".lock"
+STATE_FORMAT = 2
+"""``state.json``'s format: 2 = scores only in ``eval.json``, typed history and integration log
+(a run directory written in format 1 cannot be resumed: :func:`check_state`)."""
 # recipe fields that only change the display: a --resume may differ in them
 DISPLAY_FIELDS = frozenset({"out", "progress"})
 
@@ -88,17 +92,21 @@ def read_json(path: str | Path, default=None):
 
 
 _STATE_TYPES = {"archive": dict, "ledger": dict, "history": list, "rng": list, "next_round": int,
-                "elapsed_s": (int, float)}
+                "elapsed_s": (int, float), "recipe": dict}
 
 
 def check_state(st, path: str | Path) -> dict:
     """``st`` (state.json's value) when its shape is a run state's; else :class:`RunStateError`
-    naming ``path`` and the first problem: not an object, a missing key, a key of the wrong
+    naming ``path`` and the first problem: not an object, another format than :data:`STATE_FORMAT`
+    (a run of an older memgym), a missing key, a key of the wrong
     type (null included), an archive whose candidates are not objects with an id or whose base,
     specialists, attempts or history rows name a candidate it does not hold, an RNG state that
     is not [version, list, gauss]."""
     if not isinstance(st, dict):
         raise RunStateError(f"{path}: damaged run state: a JSON object expected, got {type(st).__name__}")
+    if st.get("format", 1) != STATE_FORMAT:
+        raise RunStateError(f"{path}: a run state of format {st.get('format', 1)!r}; this memgym resumes format "
+                            f"{STATE_FORMAT} only (a run of an older memgym): start a new run in another folder")
     for key, typ in _STATE_TYPES.items():
         if key not in st:
             raise RunStateError(f"{path}: damaged run state: key {key!r} is missing")
@@ -112,7 +120,7 @@ def check_state(st, path: str | Path) -> dict:
         raise RunStateError(f"{path}: damaged run state: 'rng' is not a random.Random state")
     arch = st["archive"]
     for key, typ in (("candidates", list), ("base", str), ("specialists", dict), ("selections", dict),
-                     ("case_usage", dict), ("combo_usage", dict), ("attempts", dict)):
+                     ("case_usage", dict), ("combo_usage", dict), ("attempts", dict), ("integrations", list)):
         if not isinstance(arch.get(key), typ):
             what = "missing" if key not in arch else f"{type(arch[key]).__name__}, not {typ.__name__}"
             raise RunStateError(f"{path}: damaged run state: archive.{key} is {what}")
@@ -134,19 +142,15 @@ def check_state(st, path: str | Path) -> dict:
     return st
 
 
-def recipe_fields(cfg) -> dict:
-    """The recipe (a dataclass) as stored in state.json for :func:`check_recipe`."""
+def recipe_fields(cfg, display: bool = False) -> dict:
+    """The recipe (a dataclass) in its one JSON form: ``recipe.json`` (``display``: with the
+    :data:`DISPLAY_FIELDS`) and, without them, state.json's for :func:`check_recipe`."""
     return {k: v for k, v in json.loads(json.dumps(dataclasses.asdict(cfg), default=str)).items()
-            if k not in DISPLAY_FIELDS}
+            if display or k not in DISPLAY_FIELDS}
 
 
-def check_recipe(stored: dict | None, cfg, recipe_path: str | Path, state_path: str | Path) -> None:
-    """Refuse a recipe that differs from the one the stored state was made with (``stored`` None:
-    nothing to compare)."""
-    if stored is None:
-        return
-    if not isinstance(stored, dict):
-        raise RunStateError(f"{state_path}: damaged run state: 'recipe' is {type(stored).__name__}, not dict")
+def check_recipe(stored: dict, cfg, recipe_path: str | Path, state_path: str | Path) -> None:
+    """Refuse a recipe that differs from the one the stored state was made with."""
     now = recipe_fields(cfg)
     diff = [k for k in sorted(set(stored) | set(now)) if stored.get(k) != now.get(k)]
     if diff:

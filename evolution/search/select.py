@@ -20,7 +20,6 @@ A task "fails" when its score is ≤ :data:`FAIL_THRESHOLD`.
 """
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
 from memgym.evolution.search.archive import CAPABILITIES, Archive, Candidate

@@ -25,14 +25,14 @@ class EndpointUnreachable(MemgymError, RuntimeError):
     error, which names the URL)."""
 
 
-def endpoint_failure_streak(history: list[dict], archive) -> tuple[int, str]:
+def endpoint_failure_streak(history: list, archive) -> tuple[int, str]:
     """(consecutive most recent rounds whose candidate failed on a model request, the last
-    such reason). ``history``: the loop's rows; ``archive``: holds their candidates."""
+    such reason). ``history``: the run's round records; ``archive``: holds their candidates."""
     n, last = 0, ""
     for row in reversed(history):
-        if row.get("round", 0) in (0, None) or row.get("candidate") not in archive.candidates:
+        if row.round == 0 or row.candidate not in archive.candidates:
             break
-        cand = archive.get(row["candidate"])
+        cand = archive.get(row.candidate)
         if cand.status != "failed" or _MARK not in (cand.reason or ""):
             break
         n += 1
@@ -40,7 +40,7 @@ def endpoint_failure_streak(history: list[dict], archive) -> tuple[int, str]:
     return n, last
 
 
-def check_endpoint(history: list[dict], archive, limit: int = ENDPOINT_FAILURES_STOP) -> None:
+def check_endpoint(history: list, archive, limit: int = ENDPOINT_FAILURES_STOP) -> None:
     """Raise :class:`EndpointUnreachable` when the last ``limit`` rounds failed on requests."""
     n, last = endpoint_failure_streak(history, archive)
     if n >= limit:
@@ -48,11 +48,10 @@ def check_endpoint(history: list[dict], archive, limit: int = ENDPOINT_FAILURES_
                                   "Fix the server (or the coder_model URL), then continue with --resume")
 
 
-def check_anything_proposed(history: list[dict], archive, root) -> None:
+def check_anything_proposed(history: list, archive, root) -> None:
     """Raise :class:`EndpointUnreachable` when the run had rounds and every one of them ended in
     a proposal that failed on a model request (``root``: the run directory, named as written)."""
-    cands = [archive.get(r["candidate"]) for r in history
-             if r.get("round", 0) not in (0, None) and r.get("candidate") in archive.candidates]
+    cands = [archive.get(r.candidate) for r in history if r.round != 0 and r.candidate in archive.candidates]
     if cands and all(c.status == "failed" and _MARK in (c.reason or "") for c in cands):
         raise EndpointUnreachable(f"every proposal of the {len(cands)} round(s) failed because the coder endpoint "
                                   f"failed, so nothing was evolved (the seed is the frozen program); last: "

@@ -12,17 +12,8 @@ from collections.abc import Sequence
 
 from memgym.llm.base import Backend, GenerationParams, LLMError
 
-__all__ = [
-    "DEFAULT_CONTEXT_CHARS",
-    "ANSWER_SYSTEM_PROMPT",
-    "BEAM_ANSWER_SYSTEM_PROMPT",
-    "answer_system_prompt",
-    "truncate_context",
-    "build_answer_messages",
-    "strip_thinking",
-    "clean_answer",
-    "answer_questions",
-]
+__all__ = ["DEFAULT_CONTEXT_CHARS", "ANSWER_SYSTEM_PROMPT", "BEAM_ANSWER_SYSTEM_PROMPT", "answer_system_prompt",
+           "truncate_context", "build_answer_messages", "strip_thinking", "clean_answer", "answer_questions"]
 
 #: Default character budget of the memory context shown to the answer model.
 DEFAULT_CONTEXT_CHARS = 6000

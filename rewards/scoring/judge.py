@@ -14,20 +14,8 @@ from memgym.llm.structured import JsonSchema
 from memgym.rewards.scoring.answer import check_triples, strip_thinking
 from memgym.rewards.scoring.metrics import LOCOMO_CATEGORIES, answer_recall, f1_score, locomo_f1
 
-__all__ = [
-    "JUDGE_SYSTEM_PROMPT",
-    "JUDGE_SCHEMA",
-    "JudgeVerdict",
-    "LLMJudge",
-    "parse_judge_label",
-    "ScoreItem",
-    "Scorer",
-    "JudgeScorer",
-    "F1Scorer",
-    "RecallScorer",
-    "LLMJudgeScorer",
-    "check_score_items",
-]
+__all__ = ["JUDGE_SYSTEM_PROMPT", "JUDGE_SCHEMA", "JudgeVerdict", "LLMJudge", "parse_judge_label", "ScoreItem",
+           "Scorer", "F1Scorer", "RecallScorer", "LLMJudgeScorer", "check_score_items"]
 
 JUDGE_SYSTEM_PROMPT = (
     "You grade answers to questions about a long conversation. You get a question, the gold "
@@ -191,10 +179,6 @@ class Scorer(Protocol):
     needs_prediction: bool
 
     def score(self, items: list[ScoreItem]) -> list[float]: ...
-
-
-#: Alias kept for callers that think of every scorer as a judge.
-JudgeScorer = Scorer
 
 
 def check_score_items(items) -> list[ScoreItem]:

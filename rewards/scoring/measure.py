@@ -42,17 +42,21 @@ def answer_items(backend: Backend, items: Sequence[tuple[str, str, str | None]],
 
 
 def score_items(scorer: Scorer, questions: Sequence[QAItem], contexts: Sequence[str],
-                predictions: Sequence[str | None], conversation: Conversation | None = None) -> tuple[list[float], list]:
+                predictions: Sequence[str | None],
+                conversation: Conversation | Sequence[Conversation | None] | None = None) -> tuple[list[float], list]:
     """``scorer``'s scores of each question's prediction (None reads as "") over its retrieved
     text, in one ``score`` call, and the scorer's per-item records (``last``; [] when it keeps
-    none or they do not line up). ``conversation``: the questions' conversation, whose source
-    text a scorer with ``needs_source`` reads (:mod:`memgym.rewards.scoring.grounded`)."""
-    source = None
-    if getattr(scorer, "needs_source", False) and conversation is not None:
+    none or they do not line up). ``conversation``: the questions' conversation (or one per
+    question), whose source text a scorer with ``needs_source`` reads
+    (:mod:`memgym.rewards.scoring.grounded`)."""
+    convs = list(conversation) if isinstance(conversation, (list, tuple)) else [conversation] * len(questions)
+    sources: dict[str, object] = {}
+    if getattr(scorer, "needs_source", False):
         from memgym.rewards.scoring.grounded import source_index
-        source = source_index(conversation)
-    items = [ScoreItem(q.question, q.answer, p or "", c, q.category or None, q.id, q.rubric, q.evidence, source)
-             for q, c, p in zip(questions, contexts, predictions)]
+        sources = {c.id: source_index(c) for c in {c.id: c for c in convs if c is not None}.values()}
+    items = [ScoreItem(q.question, q.answer, p or "", c, q.category or None, q.id, q.rubric, q.evidence,
+                       sources.get(conv.id) if conv is not None else None)
+             for q, c, p, conv in zip(questions, contexts, predictions, convs)]
     if not items:
         return [], []
     scores = [float(x) for x in scorer.score(items)]

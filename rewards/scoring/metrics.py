@@ -14,17 +14,8 @@ from functools import lru_cache
 
 from nltk.stem import PorterStemmer
 
-__all__ = [
-    "LOCOMO_CATEGORIES",
-    "ABSTENTION_PHRASES",
-    "normalize_answer",
-    "answer_tokens",
-    "stem",
-    "f1_score",
-    "multi_answer_f1",
-    "locomo_f1",
-    "answer_recall",
-]
+__all__ = ["LOCOMO_CATEGORIES", "ABSTENTION_PHRASES", "normalize_answer", "answer_tokens", "stem", "f1_score",
+           "multi_answer_f1", "locomo_f1", "answer_recall"]
 
 #: LoCoMo's native question categories (as strings): 1 multi-hop, 2 temporal,
 #: 3 open-domain, 4 single-hop, 5 adversarial.
@@ -139,9 +130,3 @@ def answer_recall(answer: str | int, context: str) -> float:
         return 0.0
     ctx = set(answer_tokens(_require_text(context, "context")))
     return len(gold & ctx) / len(gold)
-
-
-def mean_or_zero(xs) -> float:
-    """The arithmetic mean of the numbers ``xs``; 0.0 for none (an empty group scores 0)."""
-    xs = list(xs)
-    return sum(xs) / len(xs) if xs else 0.0

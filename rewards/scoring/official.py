@@ -1,5 +1,5 @@
 """Each benchmark's official LLM judge as a :class:`memgym.rewards.scoring.judge.Scorer`, over the
-protocol files (:mod:`memgym.rewards.scoring.protocols`), and the offline rubric-recall proxy.
+protocol files (:mod:`memgym.rewards.scoring.judge_protocols`), and the offline rubric-recall proxy.
 
 One :meth:`score` sends one batched ``generate`` (BEAM event ordering: one per answer line)
 through the response cache; nothing is retried. An unreadable reply is scored as officially,
@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from memgym.llm.base import Backend, GenerationParams, LLMError
-from memgym.rewards.scoring import protocols as P
+from memgym.rewards.scoring import judge_protocols as P
 from memgym.rewards.scoring.beam_judge import EVENT_ORDERING, rubric_recall
 from memgym.rewards.scoring.judge import ScoreItem, check_score_items
 
@@ -120,7 +120,7 @@ def _judged_one(pairs: list[tuple[object, dict]], value: float) -> Judged:
 
 
 class LongMemEvalScorer(_ProtocolScorer):
-    """LongMemEval's answer check (:func:`memgym.rewards.scoring.protocols.longmemeval_messages`): items need
+    """LongMemEval's answer check (:func:`memgym.rewards.scoring.judge_protocols.longmemeval_messages`): items need
     ``category`` (the question type) and ``qid``; 1.0 for a yes, 0.0 otherwise."""
 
     dataset = "longmemeval"
@@ -138,7 +138,7 @@ class LongMemEvalScorer(_ProtocolScorer):
 
 
 class LoCoMoJudgeScorer(_ProtocolScorer):
-    """MemBuilder's CORRECT/WRONG judge for LoCoMo (:func:`memgym.rewards.scoring.protocols.membuilder_messages`,
+    """MemBuilder's CORRECT/WRONG judge for LoCoMo (:func:`memgym.rewards.scoring.judge_protocols.membuilder_messages`,
     ``response_format`` JSON object)."""
 
     dataset = "locomo"
@@ -151,7 +151,7 @@ class LoCoMoJudgeScorer(_ProtocolScorer):
 
 class BeamScorer(_ProtocolScorer):
     """BEAM's judge: the mean rubric item score, or for event ordering ``tau_norm`` after greedy
-    alignment (:mod:`memgym.rewards.scoring.protocols`). Items need ``category`` (the ability).
+    alignment (:mod:`memgym.rewards.scoring.judge_protocols`). Items need ``category`` (the ability).
     """
 
     dataset = "beam"

@@ -88,10 +88,10 @@ def score_predictions(dataset: str, convs: list[Conversation], predictions: dict
                       judge_protocol: str = "official", missing_as_wrong: bool = False, budget=None) -> dict:
     """Score every question of ``convs`` with a prediction in one ``score`` call, the rest missing.
     ``budget``: a context budget (``cut(text) -> text``, e.g.
-    :class:`memgym.evolution.execution.context_budget.ContextBudget`) applied to each context before an
+    :class:`memgym.rewards.scoring.context_budget.ContextBudget`) applied to each context before an
     offline scorer reads it. Returns the ``scores.json`` dict plus ``rows``.
     """
-    from memgym.rewards.scoring.protocols import protocol_note
+    from memgym.rewards.scoring.judge_protocols import protocol_note
 
     cut = budget.cut if budget is not None else (lambda t: t)
     entries, known = [], set()
@@ -101,8 +101,7 @@ def score_predictions(dataset: str, convs: list[Conversation], predictions: dict
             pr = predictions.get(q.id)
             ctx = cut(pr["context"] if pr["context"] is not None else pr["prediction"]) if pr else None
             entries.append((c.id, q, pr["prediction"] if pr else None, ctx))
-    rows = score_questions(scorer, dataset, entries, missing={q.id for _, q, p, _ in entries if p is None},
-                           conversations={c.id: c for c in convs})
+    rows = score_questions(scorer, dataset, entries, conversations={c.id: c for c in convs})
     for r in rows:
         if r.id in predictions:
             r.trace = f"predictions line {predictions[r.id]['line']}"

@@ -156,12 +156,25 @@ def render_markdown(report: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def plot_categories(report: dict, path: Path) -> None:
-    """Grouped bar chart of the per-category score of every extractor (PNG)."""
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend (every report figure is drawn through it)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path, dpi: int = 120) -> None:
+    """Lay out, write and close ``fig``."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
+
+
+def plot_categories(report: dict, path: Path) -> None:
+    """Grouped bar chart of the per-category score of every extractor (PNG)."""
     import numpy as np
 
     runs = _runs(report)
@@ -170,16 +183,14 @@ def plot_categories(report: dict, path: Path) -> None:
         return
     x = np.arange(len(keys))
     w = 0.8 / len(runs)
-    fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(keys)), 3.5))
+    fig, ax = pyplot().subplots(figsize=(max(5, 1.4 * len(keys)), 3.5))
     for i, (spec, r) in enumerate(runs):
         ax.bar(x + i * w, [r["by_category"].get(k, {}).get("score", 0.0) for k in keys], w, label=spec)
     ax.set_xticks(x + w * (len(runs) - 1) / 2, [_label(k, CATEGORY_NAMES) for k in keys], fontsize=8)
     ax.set_ylabel(f"{report['scorer']} ({report.get('judge_protocol', 'official')})")
     ax.set_ylim(0, 1)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def write_eval_report(report: dict, out: Path) -> None:

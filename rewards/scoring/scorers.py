@@ -7,11 +7,9 @@ from memgym.llm.base import Backend, GenerationParams
 from memgym.rewards.scoring.grounded import GroundedRecallScorer
 from memgym.rewards.scoring.judge import F1Scorer, LLMJudgeScorer, RecallScorer, Scorer
 from memgym.rewards.scoring.official import BeamScorer, LoCoMoJudgeScorer, LongMemEvalScorer, RubricRecallScorer
-from memgym.rewards.scoring.protocols import check_protocol
+from memgym.rewards.scoring.judge_protocols import check_protocol
 
 SCORER_NAMES: tuple[str, ...] = ("grounded-recall", "f1", "answer-recall", "rubric-recall", "llm")
-#: Offline scorers that read only the retrieved text (no answer model).
-OFFLINE_SCORERS: tuple[str, ...] = ("grounded-recall", "answer-recall", "rubric-recall")
 #: What each word-coverage proxy cannot see, printed beside its numbers.
 BLIND_SPOTS: dict[str, str] = {
     "answer-recall": "word coverage: credits the gold answer's words anywhere in the text, so a query-independent "

@@ -57,9 +57,9 @@ class BenchmarkFields(Section):
 
     def check_protocol(self) -> None:
         """Raises :class:`memgym.llm.errors.ConfigError` for a protocol the dataset does not offer
-        (:func:`memgym.rewards.scoring.protocols.check_protocol`)."""
+        (:func:`memgym.rewards.scoring.judge_protocols.check_protocol`)."""
         from memgym.llm.errors import ConfigError
-        from memgym.rewards.scoring.protocols import JudgeProtocolError, check_protocol
+        from memgym.rewards.scoring.judge_protocols import JudgeProtocolError, check_protocol
 
         try:
             check_protocol(self.dataset, self.judge_protocol)

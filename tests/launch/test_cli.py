@@ -9,7 +9,7 @@ import pytest
 
 from memgym.launch.cli import main as memgym, passive_openmp
 from memgym.llm.errors import ConfigError, OutputPathError
-from memgym.evolution.execution.eval_job import EvalConfig
+from memgym.evolution.evaluation.eval_job import EvalConfig
 
 
 def test_models_prepare_refuses_a_folder_holding_a_file(tmp_path, capsys):
@@ -57,7 +57,7 @@ def test_program_eval_rejects_zero_sessions_and_bad_timeouts(capsys, tmp_path):
 
 
 def test_yaml_string_becomes_a_one_element_list(tmp_path):
-    from memgym.evolution.execution.program_eval import ProgramEvalConfig
+    from memgym.evolution.evaluation.program_eval import ProgramEvalConfig
     from memgym.launch.cli import build_parser
     from memgym.launch.registry import parse
     from memgym.llm.recipe import recipe_configs
@@ -201,18 +201,18 @@ def test_bank_replay_out_dir_is_refused_before_replaying(tmp_path, capsys):
 
 
 def test_training_configs_share_the_checks(tmp_path):
-    from memgym.training.adrpo_config import ADRPOConfig, ADRPOConfigError
+    from memgym.rewards.reward_types import SessionRewardConfig
+    from memgym.training.adrpo_config import ADRPOConfigError, ADRPOScriptArguments, check_recipe
     from memgym.training.sft import SFTScriptArguments
 
     assert SFTScriptArguments(train_trajectories="a.jsonl", eval_trajectories="b.jsonl").eval_trajectories == ["b.jsonl"]
     with pytest.raises(ConfigError, match="--max_examples: must be >= 1, got 0"):
         SFTScriptArguments(max_examples=0)
-    base = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
-    assert ADRPOConfig(**base, train_trajectories="conv-26").train_trajectories == ["conv-26"]
+    assert ADRPOScriptArguments(train_trajectories="conv-26").train_trajectories == ["conv-26"]
     with pytest.raises(ADRPOConfigError, match="--judge f1 needs --answer_model"):
-        ADRPOConfig(**base, judge="f1")
+        check_recipe(ADRPOScriptArguments(), SessionRewardConfig(judge="f1"))
     with pytest.raises(ADRPOConfigError, match="--judge llm needs --judge_model"):
-        ADRPOConfig(**base, judge="llm", answer_model="hf:smollm2")
+        check_recipe(ADRPOScriptArguments(answer_model="hf:smollm2"), SessionRewardConfig(judge="llm"))
 
 
 def test_eval_dead_server_and_broken_data_are_one_line(tmp_path, capsys):

@@ -173,8 +173,9 @@ def test_f6_an_unreachable_coder_stops_the_run_non_zero_naming_the_url(tmp_path,
                            f"coder call failed: BackendRequestError: OpenAIBackend: request to {url} ")
     assert line.endswith("Fix the server (or the coder_model URL), then continue with --resume")
     st = json.loads((out / "state.json").read_text())
-    assert st["next_round"] == 4 and [h["status"] for h in st["history"]] == ["evaluated", "failed", "failed",
-                                                                                "failed"]
+    status = {c["id"]: c["status"] for c in st["archive"]["candidates"]}  # the history's candidates
+    assert st["next_round"] == 4 and [status[h["candidate"]] for h in st["history"]] == ["evaluated", "failed",
+                                                                                       "failed", "failed"]
 
 
 def test_a_coder_endpoint_that_fails_every_round_exits_nonzero_with_the_run_written(tmp_path, capsys):

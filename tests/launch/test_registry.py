@@ -41,8 +41,8 @@ def declared_in(cls) -> dict[str, list[str]]:
 
 
 def test_no_setting_is_declared_twice():
-    from memgym.evolution.execution.eval_job import EvalConfig
-    from memgym.evolution.execution.program_eval import ProgramEvalConfig
+    from memgym.evolution.evaluation.eval_job import EvalConfig
+    from memgym.evolution.evaluation.program_eval import ProgramEvalConfig
     from memgym.evolution.search.config import EvolveConfig
 
     configs = (EvolveConfig, ProgramEvalConfig, EvalConfig)
@@ -64,7 +64,7 @@ def test_no_setting_is_declared_twice():
 
 
 def test_eval_defaults_and_columns():
-    from memgym.evolution.execution.eval_job import EvalConfig, column_settings
+    from memgym.evolution.evaluation.eval_job import EvalConfig, column_settings
     from memgym.memory_bank.programs import bank_program_path
 
     cfg = EvalConfig(compare=["hf:smollm2 constrained", "expert:conv-30"], constrained_max_chars=160)

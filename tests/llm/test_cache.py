@@ -119,11 +119,11 @@ def test_backend_returning_wrong_count_is_an_error_and_nothing_is_stored(tmp_pat
 def test_undecodable_row_is_a_miss(tmp_path):
     cache = ResponseCache(tmp_path / "r.sqlite")
     key = cache_key("stub", A, GREEDY)
-    cache.put(key, "stub", Completion("x"))
+    cache.put_many([(key, "stub", Completion("x"))])
     cache._conn.execute("UPDATE responses SET value = '{broken' WHERE key = ?", (key,))
     with pytest.warns(UserWarning, match="undecodable row"):
-        assert cache.get(key) is None
+        assert cache.get_many([key]) == {}
     cb = CachedBackend(ScriptedBackend(echo), cache)
     with pytest.warns(UserWarning):
         assert cb.generate([A], GREEDY)[0].text == "answer to a t=0.0"
-    assert cache.get(key).text == "answer to a t=0.0"
+    assert cache.get_many([key])[key].text == "answer to a t=0.0"

@@ -7,7 +7,7 @@ import sqlite3
 import numpy as np
 import pytest
 
-from memgym.evolution.execution.stages import StageCache
+from memgym.evolution.execution.stage_cache import StageCache
 from memgym.launch.cli import main as memgym
 from memgym.llm.base import Completion
 from memgym.llm.cache import CacheCorruptError, ResponseCache
@@ -38,7 +38,7 @@ def test_corrupt_response_cache_is_one_line_before_any_model_loads(tmp_path, cap
 
 def test_cache_broken_mid_run_warns_and_goes_on(tmp_path):
     cache = ResponseCache(tmp_path / "r.sqlite")
-    cache.put("k1", "m", Completion("hello"))
+    cache.put_many([("k1", "m", Completion("hello"))])
     cache._conn.close()
 
     def broken(*a, **k):
@@ -53,7 +53,7 @@ def test_cache_broken_mid_run_warns_and_goes_on(tmp_path):
     cache._conn = Conn()
     with pytest.warns(UserWarning, match="is corrupt .* continuing without it"):
         assert cache.get_many(["k1"]) == {}
-    cache.put("k2", "m", Completion("x"))  # no error: the run goes on uncached
+    cache.put_many([("k2", "m", Completion("x"))])  # no error: the run goes on uncached
     emb = EmbeddingCache(tmp_path / "e.sqlite")
     emb._conn = Conn()
     with pytest.warns(UserWarning, match="embedding cache"):

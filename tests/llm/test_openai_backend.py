@@ -14,7 +14,7 @@ from memgym.llm.hf_backend import HFBackend
 from memgym.llm.openai_backend import OpenAIBackend, backoff_delay, request_settings
 from memgym.llm.runtime import Runtime
 from memgym.llm.server import serve_backend
-from memgym.evolution.execution.eval_job import EvalConfig
+from memgym.evolution.evaluation.eval_job import EvalConfig
 from tests.helpers import FaultyServer, ScriptedBackend
 
 BATCH = [

@@ -73,7 +73,7 @@ def test_vllm_structured_params_use_the_same_schema():
 
 
 def test_eval_columns_say_whether_constrained():
-    from memgym.evolution.execution.eval_job import EvalConfig, parse_column
+    from memgym.evolution.evaluation.eval_job import EvalConfig, parse_column
 
     assert parse_column("hf:smollm2", False) == ("hf:smollm2", False, "hf:smollm2")
     assert parse_column("hf:smollm2 constrained", False) == ("hf:smollm2", True, "hf:smollm2 (constrained)")

@@ -10,7 +10,8 @@ from memgym.launch.cli import main
 from memgym.llm.embeddings import HashEmbedder
 from memgym.memory_bank.bank import MemoryBank
 from memgym.rewards.audit import control_outputs, run_audit
-from memgym.rewards.samples import RewardSample, build_reward_samples
+from memgym.rewards.samples import RewardSample
+from memgym.training.reward_rows import build_rows
 from memgym.rewards.session_reward import SessionReward, SessionRewardConfig
 from tests.helpers import DOG, PILOT, WordTokenizer, bank_with, ops, qa
 
@@ -19,7 +20,7 @@ CONV30 = expert_dir() / "conv-30.jsonl"
 
 
 def test_shuffled_control_is_a_cyclic_derangement_of_sessions():
-    samples = build_reward_samples(CONV30, managers=["semantic", "core"])
+    samples = build_rows([CONV30], managers=["semantic", "core"])
     controls = control_outputs(samples, "shuffled")
     by_session = {s.session: s.expert_outputs for s in samples}
     for s, c in zip(samples, controls):

@@ -107,8 +107,8 @@ def test_attribution_on_correct_counts_only_correctly_answered_questions():
                  qa("What hobby does Carol have on weekends?", "knitting")]
     samples = make_samples(before, 2, {}, questions, managers=["episodic", "semantic"])
     comps = [EMPTY["episodic"], EMPTY["semantic"]]
-    all_ = reward(top_k=1, attribution_on="all")(samples, comps)
-    corr = reward(top_k=1, attribution_on="correct")(samples, comps)
+    all_ = reward(retrieval_top_k=1, attribution_on="all")(samples, comps)
+    corr = reward(retrieval_top_k=1, attribution_on="correct")(samples, comps)
     assert all_[0].correct == [True, False] and all_[0].acc == 0.5
     assert all_[0].counts == {"episodic": 1, "semantic": 1, "procedural": 0} and all_[0].dominant is None
     assert corr[0].counts == {"episodic": 1, "semantic": 0, "procedural": 0} and corr[0].dominant == "episodic"

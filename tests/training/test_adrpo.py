@@ -30,11 +30,9 @@ def short_samples():
     TRL scores every prompt position against the 49K-token vocabulary, so long prompts only
     cost time here."""
     from memgym.llm.embeddings import HashEmbedder
-    from memgym.rewards.samples import build_reward_samples
-    from memgym.training.adrpo import trajectory_paths
+    from memgym.training.reward_rows import build_rows
 
-    samples = [s for s in build_reward_samples(trajectory_paths(["conv-26"]), embedder=HashEmbedder(64))
-               if s.session == 1]
+    samples = [s for s in build_rows(["conv-26"], embedder=HashEmbedder(64)) if s.session == 1]
     return [dataclasses.replace(s, messages=[{"role": "user", "content": f"Output the JSON for the {s.manager} part."}])
             for s in samples]
 
@@ -48,12 +46,17 @@ def _trainer(policy_dir, samples, out, **kw):
 
     policy = load_policy(PolicyModelConfig(model_name_or_path=str(policy_dir), lora_r=4, lora_alpha=8,
                                            lora_dropout=0.0, lora_target_modules=["q_proj", "v_proj", "o_proj"]))
-    args = ADRPOConfig(**{**dict(
+    from memgym.rewards.reward_types import SessionRewardConfig
+
+    kw = {**dict(
         output_dir=str(out), use_cpu=True, bf16=False, report_to="none", activation_checkpointing=False,
         num_generations=4, per_device_train_batch_size=8, max_completion_length=10, max_steps=2, logging_steps=1,
-        save_steps=1, learning_rate=0.05, beta=0.02, loss_type="dapo", embedder="hash:64", seed=0, temperature=1.0,
-        weighting="advantage", alpha=ALPHA), **kw})
-    reward = SessionReward(args.reward_config(), embedder=HashEmbedder(64), tokenizer=policy.tokenizer)
+        save_steps=1, learning_rate=0.05, beta=0.02, loss_type="dapo", seed=0, temperature=1.0,
+        weighting="advantage", alpha=ALPHA), **kw}
+    reward_keys = {f.name for f in dataclasses.fields(SessionRewardConfig)}
+    args = ADRPOConfig(**{k: v for k, v in kw.items() if k not in reward_keys})
+    reward = SessionReward(SessionRewardConfig(**{k: v for k, v in kw.items() if k in reward_keys}),
+                           embedder=HashEmbedder(64), tokenizer=policy.tokenizer)
     return trainer_class(args)(policy.model, args=args, samples=samples, reward=reward,
                                processing_class=policy.tokenizer, peft_config=policy.peft_config)
 
@@ -304,7 +307,9 @@ def test_recipes_parse_and_pass_trl_fields_through(name, expect):
     repo = Path(__file__).resolve().parents[2]
     recipe = next(p for p in (repo / "launch" / "recipes" / f"{name}.yaml",
                               repo / "scripts" / "experiments" / f"{name}.yaml") if p.is_file())
-    cfg, model_args = parse_args(["--config", str(recipe)])
+    sections = parse_args(["--config", str(recipe)])
     for field_name, value in expect.items():
-        assert getattr(model_args if hasattr(model_args, field_name) else cfg, field_name) == value, field_name
-    assert cfg.weighting == "advantage" and cfg.alpha == 4.0 and cfg.mode == "counterfactual"
+        (home,) = [s for s in sections if hasattr(s, field_name)]
+        assert getattr(home, field_name) == value, field_name
+    _, reward, cfg, _ = sections
+    assert cfg.weighting == "advantage" and reward.alpha == 4.0 and reward.mode == "counterfactual"

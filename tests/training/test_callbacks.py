@@ -14,8 +14,7 @@ from memgym.llm.embeddings import HashEmbedder
 from memgym.memory_bank.actions import MANAGERS
 from memgym.rewards.session_reward import SessionReward, SessionRewardConfig
 from memgym.training.adrpo_data import ADRPODataError, screen_rows
-from memgym.training.callbacks import PREFIX, MemoryEvalCallback, first_turns
-from memgym.training.heldout import validation_samples
+from memgym.training.callbacks import PREFIX, MemoryEvalCallback, MemoryEvalFields, first_turns
 
 
 def test_first_turns_keeps_the_qa_whose_evidence_lies_in_them():
@@ -31,8 +30,9 @@ def test_callback_logs_every_measure_once_per_evaluation_step(tiny_model_dir):
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
     model.train()
     emb = HashEmbedder(64)
-    rows = validation_samples(["conv-30"], sessions=[1], max_prompt_tokens=None, tokenizer=tok, embedder=emb,
-                              managers=MANAGERS, segment_tokens=200)[:4]
+    fields = MemoryEvalFields(memory_eval_trajectories=["conv-30"], memory_eval_sessions=[1], memory_eval_rows=4)
+    rows = fields.validation_rows(tok, emb, segment_tokens=200)
+    assert [r.key for r in rows] == [f"conv-30/s1.1/{m}" for m in MANAGERS]
     assert sorted(r.manager for r in rows) == sorted(MANAGERS)
     reward = SessionReward(SessionRewardConfig(judge="answer-recall"), embedder=emb, tokenizer=tok)
     (conv,) = load_conversations("locomo", None, ids=["conv-41"], n_sessions=1)
@@ -118,14 +118,17 @@ def test_run_card_callback_writes_the_card_of_an_adrpo_recipe_on_the_main_proces
     from types import SimpleNamespace
 
     from memgym.llm.runcard import dir_entry
-    from memgym.training.adrpo_config import ADRPOConfig
+    from memgym.rewards.reward_types import SessionRewardConfig
+    from memgym.training.adrpo_config import ADRPOConfig, ADRPOScriptArguments
     from memgym.training.callbacks import RunCardCallback
     from memgym.training.common import PolicyModelConfig
 
     args = ADRPOConfig(output_dir=str(tmp_path / "a"), use_cpu=True, bf16=False, report_to="none", seed=7,
-                       embedder="hash:64", weighting="unclipped")
-    cb = RunCardCallback([args, PolicyModelConfig(model_name_or_path=str(tiny_model_dir))],
-                         {"policy": str(tiny_model_dir), "init_from": None, "embedder": args.embedder,
+                       weighting="unclipped")
+    script = ADRPOScriptArguments(embedder="hash:64")
+    cb = RunCardCallback([script, SessionRewardConfig(lam=0.5), args,
+                          PolicyModelConfig(model_name_or_path=str(tiny_model_dir))],
+                         {"policy": str(tiny_model_dir), "init_from": None, "embedder": script.embedder,
                           "judge_model": None})
     cb.on_train_begin(args, SimpleNamespace(is_world_process_zero=False), None)
     assert not (tmp_path / "a" / "run_card.json").exists()  # another rank writes nothing
@@ -133,6 +136,7 @@ def test_run_card_callback_writes_the_card_of_an_adrpo_recipe_on_the_main_proces
     cb.on_train_end(args, SimpleNamespace(is_world_process_zero=True), None)
     card = json.loads((tmp_path / "a" / "run_card.json").read_text())
     assert card["recipe"]["weighting"] == "unclipped" and card["recipe"]["model_name_or_path"] == str(tiny_model_dir)
+    assert card["recipe"]["lam"] == 0.5 and card["recipe"]["embedder"] == "hash:64"  # every section's fields
     assert card["seeds"] == {"seed": 7, "data_seed": None} and card["wall_s"] >= 0
     assert card["models"]["policy"]["weights_sha256"] == dir_entry(tiny_model_dir)["weights_sha256"]
     assert card["models"]["embedder"] == {"spec": "hash:64", "model": None, "note": "no model: a hashing embedder"}

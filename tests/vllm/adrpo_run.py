@@ -67,8 +67,7 @@ def colocate(model: str, out: str) -> dict:
         def on_step_end(self, args, state, control, **kw):
             rec["vllm_at_end"].append(dict(_vllm_model(trainer).named_parameters())[PARAM].detach().clone())
 
-    args, margs = parse_args(argv("colocate", model, out, None))
-    trainer = build_trainer(args, margs, callbacks=[Probe()])
+    trainer = build_trainer(*parse_args(argv("colocate", model, out, None)), callbacks=[Probe()])
     gen = trainer.vllm_generation
     calls = {"vllm": 0, "completions": 0, "hf": 0}
     real_generate, real_hf = gen.generate, trainer.model.generate
@@ -124,9 +123,9 @@ def server(model: str, out: str, base_url: str) -> dict:
     served greedy completion's log-probability before and after."""
     from memgym.training.adrpo import build_trainer, parse_args
 
-    args, margs = parse_args(argv("server", model, out, base_url))
+    configs = parse_args(argv("server", model, out, base_url))
     try:
-        trainer = build_trainer(args, margs)
+        trainer = build_trainer(*configs)
     except Exception as e:  # noqa: BLE001 - reported to the test, which asserts the exact failure
         frames = traceback.extract_tb(e.__traceback__)
         return {"error": type(e).__name__, "message": str(e),

@@ -2,7 +2,7 @@
 
 eval: SmolLM2 builds memory over conv-30's first session and answers 4 of its questions, free and
 constrained to the managers' schemas, once through the in-process ``vllm:`` backend
-(:func:`memgym.evolution.execution.eval_job.run_eval` with the session's engine registered for the spec)
+(:func:`memgym.evolution.evaluation.eval_job.run_eval` with the session's engine registered for the spec)
 and once through ``memgym eval`` with ``openai:`` specs against the server: the two reports
 agree score for score and prediction for prediction, and the constrained column has 0 format
 failures. synth / annotate: the CLI against the served SmolLM2 (1 session, 2 questions per
@@ -32,7 +32,7 @@ def _columns(report: dict) -> list[dict]:
 
 
 def test_eval_in_process_and_served_give_the_same_report(vllm_base, vllm_server, tmp_path):
-    from memgym.evolution.execution.eval_job import EvalConfig, run_eval
+    from memgym.evolution.evaluation.eval_job import EvalConfig, run_eval
     from memgym.llm.runtime import Runtime
 
     served = vllm_server.spec(vllm_server.base_model)

@@ -5,8 +5,6 @@ variants + constant mutations), ``coder`` (an LLM writing SEARCH/REPLACE edits),
 path, for tests)."""
 from __future__ import annotations
 
-from memgym.evolution.search.proposers.base import LineageEntry, ProposalInput, ProposalResult  # noqa: F401
-
 
 def make_proposer(cfg, rt, splits: dict | None = None):
     """The proposer a recipe names (``cfg.proposer``): params | coder | replay | scripted. The

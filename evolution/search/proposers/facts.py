@@ -69,7 +69,7 @@ def approx_chars(tokens: int, tokenizer: str, convs) -> int | None:
     """Characters of the first ``tokens`` tokens of the train turns rendered as
     ``[YYYY-MM-DD] speaker: text`` lines (the first conversation whose text is longer than the
     budget): the context budget in characters of this data. None when no conversation is."""
-    from memgym.evolution.execution.context_budget import ContextBudget
+    from memgym.rewards.scoring.context_budget import ContextBudget
 
     budget = ContextBudget(tokens, tokenizer)
     for conv in convs:

@@ -121,6 +121,7 @@ def load_recorded_archive(run_dir: str | Path) -> tuple[dict, list, int]:
     archive in ``run_dir``'s ``state.json`` (:class:`~memgym.evolution.search.rundir.RunStateError` when
     it is missing or damaged)."""
     from memgym.evolution.search.archive import Archive
+    from memgym.evolution.search.journal import load_scores
     from memgym.evolution.search.rundir import RunStateError
 
     path = Path(run_dir) / "state.json"
@@ -129,7 +130,9 @@ def load_recorded_archive(run_dir: str | Path) -> tuple[dict, list, int]:
         raise RunStateError(f"--from {run_dir}: {path} is missing; the replay cannot be checked against the run")
     check_state(st, path)
     try:
-        fp = Archive.from_json(st["archive"]).fingerprint()
+        arch = Archive.from_json(st["archive"])
+        load_scores(run_dir, arch)
+        fp = arch.fingerprint()
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise RunStateError(f"{path}: damaged run state: {type(e).__name__}: {e}") from None
     return {row[0]: row for row in fp[0]}, fp, st["next_round"] - 1

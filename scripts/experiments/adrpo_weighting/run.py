@@ -49,21 +49,23 @@ def screen(a) -> int:
     from memgym.llm.base import GenerationParams
     from memgym.llm.embeddings import load_embedder
     from memgym.llm.runtime import Runtime
-    from memgym.training.adrpo import build_reward, parse_args, reward_rows, trajectory_paths
-    from memgym.training.adrpo_data import prompt_tokens, select_samples
+    from memgym.training.adrpo import build_reward, parse_args
+    from memgym.training.adrpo_data import prompt_tokens
+    from memgym.training.reward_rows import reward_rows
     from memgym.training.common import load_tokenizer, resolve_model_path
 
-    args, _ = parse_args(["--config", a.config])
+    sargs, rargs, args, _ = parse_args(["--config", a.config])
     path = Path(a.out) / "screen.json"
     done = json.loads(path.read_text()) if path.is_file() else {"spec": a.spec, "rows": {}}
     tok = load_tokenizer(resolve_model_path("smollm2"))
-    emb = load_embedder(args.embedder)
-    samples = reward_rows(args, trajectory_paths(args.train_trajectories), tokenizer=tok, embedder=emb)
-    sessions = args.sessions if a.sessions is None else (a.sessions or None)  # --sessions with no value: all
-    max_tokens = args.max_prompt_tokens if a.max_prompt_tokens is None else a.max_prompt_tokens
-    samples = select_samples(samples, sessions=sessions, max_prompt_tokens=max_tokens, tokenizer=tok)
+    emb = load_embedder(sargs.embedder)
+    sessions = sargs.sessions if a.sessions is None else (a.sessions or None)  # --sessions with no value: all
+    max_tokens = sargs.max_prompt_tokens if a.max_prompt_tokens is None else a.max_prompt_tokens
+    samples = reward_rows(sargs.train_trajectories, tokenizer=tok, embedder=emb, managers=sargs.managers,
+                          segment_tokens=sargs.segment_tokens, dataset=sargs.dataset, data_path=sargs.data_path,
+                          qa_path=sargs.qa_path, sessions=sessions, max_prompt_tokens=max_tokens)
     rt = Runtime.from_config(cache=a.cache, batch_size=a.batch_size)
-    reward = build_reward(args, tok, emb, rt)
+    reward = build_reward(sargs, rargs, tok, emb, rt)
     backend = rt.backend(a.spec, role="extractor")
     todo = [s for s in samples if s.key not in done["rows"]]
     t = time.time()

@@ -110,8 +110,7 @@ def run_adrpo(model: str, out: Path, steps: int) -> dict:
     from memgym.training.adrpo import build_trainer, parse_args
 
     _reset_peak()
-    args, model_args = parse_args(adrpo_argv(model, out / "adrpo", steps, gpu=True))
-    trainer = build_trainer(args, model_args)
+    trainer = build_trainer(*parse_args(adrpo_argv(model, out / "adrpo", steps, gpu=True)))
     result = trainer.train()
     runtime = float(result.metrics["train_runtime"])
     tokens, rate = _tokens_per_s(trainer.state.log_history, runtime)
@@ -163,14 +162,14 @@ def dry_run(model: str, out: Path, steps: int, adrpo_steps: int) -> dict:
 
     gpu = torch.cuda.is_available()
     s, t, m = sft_parse(sft_argv(model, out / "sft", steps, gpu))
-    a, am = adrpo_parse(adrpo_argv(model, out / "adrpo", adrpo_steps, gpu))
+    sa, _, a, _ = adrpo_parse(adrpo_argv(model, out / "adrpo", adrpo_steps, gpu))
     return {
         "cuda": gpu,
         "sft": {"max_steps": t.max_steps, "max_examples": s.max_examples, "bf16": t.bf16, "dtype": m.dtype,
                 "use_peft": m.use_peft, "lora_r": m.lora_r, "max_length": t.max_length},
         "adrpo": {"max_steps": a.max_steps, "num_generations": a.num_generations, "use_vllm": a.use_vllm,
                   "max_completion_length": a.max_completion_length, "loss_type": a.loss_type, "bf16": a.bf16,
-                  "embedder": a.embedder, "weighting": a.weighting},
+                  "embedder": sa.embedder, "weighting": a.weighting},
         "zero2": {"command": shlex.join(zero2_command(model, out))},
     }
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from scipy.stats import pearsonr, spearmanr
 
 from memgym.data_synth.datasets import load_conversations
-from memgym.evolution.execution.context_budget import ContextBudget
+from memgym.rewards.scoring.context_budget import ContextBudget
 from memgym.rewards.scoring.beam_judge import rubric_recall
 from memgym.rewards.scoring.grounded import grounded_parts, source_index
 from memgym.rewards.scoring.metrics import answer_recall

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from memgym.evolution.execution.runner import ProgramRunner
 from memgym.evolution.execution.settings import RunnerSettings
-from memgym.evolution.execution.stages import StageCache
+from memgym.evolution.execution.stage_cache import StageCache
 from memgym.llm.runtime import Runtime
 from memgym.data_synth.datasets import load_conversations
 

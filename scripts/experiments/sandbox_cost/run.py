@@ -59,9 +59,8 @@ def bench_starts(n: int) -> dict:
 def bench_evals(rounds: int, sessions: int) -> dict:
     """Median wall seconds of ``rounds`` confined and unconfined evaluations (see the module doc)."""
     from memgym.data_synth.datasets import load_conversations
-    from memgym.evolution.execution.program_eval import evaluate_program
-    from memgym.evolution.execution.runner import ProgramRunner, RunnerSettings
-    from memgym.evolution.execution.stages import StageCache
+    from memgym.evolution.execution.runner import ProgramRunner, RunnerSettings, evaluate_program
+    from memgym.evolution.execution.stage_cache import StageCache
     from memgym.llm.embeddings import HashEmbedder
     from memgym.llm.runtime import Runtime
     from memgym.memory_bank.programs import read_program_source, reference_program_path

@@ -8,7 +8,7 @@ import pytest
 
 from memgym.evolution.execution.component_diff import COMPONENTS, component_hashes, diff_components, stage_component_hashes
 from memgym.evolution.execution.runner import ProgramRunError, ProgramRunner, RunnerSettings
-from memgym.evolution.execution.stages import StageCache
+from memgym.evolution.execution.stage_cache import StageCache
 from memgym.llm.embeddings import HashEmbedder
 from memgym.llm.runtime import Runtime
 from memgym.memory_bank.program import FieldSpec, session_entries, text_query, unit_text
@@ -401,7 +401,7 @@ BIG = SEED.replace("        self.lines = []\n", "        self.lines = []\n      
 
 
 def test_a_snapshot_over_the_message_cap_costs_a_cache_miss_and_none_is_taken_unwanted(monkeypatch):
-    from memgym.evolution.execution.program_eval import open_stage_cache
+    from memgym.evolution.execution.stage_cache import open_stage_cache
     from memgym.evolution.execution.sandbox import SandboxedProgram
 
     assert not open_stage_cache("none").wants("index")  # program eval --stage_cache none: no later reader

@@ -17,6 +17,7 @@ import pytest
 from memgym.evolution.search.archive import Archive, Candidate, SplitScores
 from memgym.evolution.search.config import EvolveConfig
 from memgym.evolution.search.api import build_engine
+from memgym.evolution.search.journal import load_archive
 from memgym.evolution.search.select import freeze_choice
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -27,7 +28,7 @@ BEAM = ["dataset: beam", "train: [100K-3]", "valid: [100K-11]", "test: []", "ext
 
 
 def _fingerprint(run: Path):
-    return Archive.from_json(json.loads((run / "state.json").read_text())["archive"]).fingerprint()
+    return load_archive(run).fingerprint()
 
 
 def test_beam_default_splits_and_scorer_checks():
@@ -51,7 +52,7 @@ def test_beam_evolution_ranking_wins_on_valid_and_resume_after_kill9_matches(tmp
     assert memgym(["evolve", "--config", str(recipe), "--out", str(ref)]) == 0
     s = json.loads((ref / "summary.json").read_text())
     st = json.loads((ref / "state.json").read_text())
-    arch = Archive.from_json(st["archive"])
+    arch = load_archive(ref)
     seed = arch.get("seed")
     # 100K-11: 20 questions, 2 per ability; the seed returns the first 16,000 characters unranked
     assert len(seed.valid.tasks) == 20 and len(seed.valid.by_category) == 10

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 from memgym.data_synth.annotate import AnnotatedLabel
-from memgym.evolution.search.ledger import Ledger, label_usage, per_question, tokens_by_round
-from memgym.evolution.search.report import cost_section
+from memgym.evolution.search.ledger import Ledger, cost_section, label_usage, per_question, tokens_by_round
 from memgym.memory_bank.schema import Capability
 from tests.helpers import conversation
 
@@ -80,11 +79,27 @@ def test_a_state_with_a_skipped_integration_round_is_a_valid_run_state(tmp_path)
     from memgym.evolution.search.rundir import RunStateError, check_state
 
     arch = Archive()
-    st = {"archive": {**arch.to_json(), "candidates": [{"id": "seed"}], "base": "seed", "specialists": {}},
+    st = {"format": 2, "archive": {**arch.to_json(), "candidates": [{"id": "seed"}], "base": "seed",
+                                   "specialists": {}},
           "ledger": {"rounds": {}, "budgets": {}}, "rng": [3, [0] * 625, None], "next_round": 11, "elapsed_s": 1.0,
-          "history": [{"round": 0, "candidate": "seed"}, {"round": 9, "stage": "integrate", "candidate": "-"}]}
+          "recipe": {}, "history": [{"round": 0, "candidate": "seed"},
+                                    {"round": 9, "stage": "integrate", "candidate": "-"}]}
     assert check_state(st, tmp_path / "state.json") is st
     st["history"].append({"round": 10, "candidate": "r10"})
     import pytest
     with pytest.raises(RunStateError, match="does not hold: r10"):
         check_state(st, tmp_path / "state.json")
+
+
+def test_a_run_state_of_an_older_format_is_refused_naming_the_file(tmp_path):
+    """state.json of format 1 (scores inline, untyped history) is not resumed: one typed error."""
+    import pytest
+
+    from memgym.evolution.search.rundir import RunStateError, check_state
+
+    st = {"archive": {"candidates": [{"id": "seed", "valid": {"overall": 0.5}}]}, "history": [], "next_round": 2}
+    with pytest.raises(RunStateError) as e:
+        check_state(st, tmp_path / "state.json")
+    assert str(e.value) == (f"{tmp_path / 'state.json'}: a run state of format 1; this memgym resumes format 2 only "
+                            "(a run of an older memgym): start a new run in another folder")
+    assert e.value.kind == "usage"

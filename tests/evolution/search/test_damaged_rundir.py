@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from memgym.evolution.search.archive import Archive
+from memgym.evolution.search.journal import load_archive
 
 ROOT = Path(__file__).resolve().parents[3]
 RECIPE = ["dataset: locomo", "train: [conv-26]", "valid: [conv-30]", "n_sessions: 2", "max_questions: 6",
@@ -23,7 +23,7 @@ RECIPE = ["dataset: locomo", "train: [conv-26]", "valid: [conv-30]", "n_sessions
 
 def _end_state(run: Path):
     s = json.loads((run / "summary.json").read_text())
-    arch = Archive.from_json(json.loads((run / "state.json").read_text())["archive"])
+    arch = load_archive(run)
     return arch.fingerprint(), s["final_id"], s["final"]["valid"], s["rounds"], s["candidates_evaluated"]
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from memgym.evolution.search.archive import Archive
 from memgym.evolution.search.config import EvolveConfig
+from memgym.evolution.search.journal import load_archive
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -148,16 +149,18 @@ def test_trained_extractor_run_completes_with_integration_and_extracts_once_per_
                        integrate_onto=onto)
     s = evolve(cfg).summary
     st = _state(tmp_path / "run")
-    arch = Archive.from_json(st["archive"])
+    arch = load_archive(tmp_path / "run")
     assert [h["target"] for h in st["history"][1:3]] == ["F", "T"]
     assert arch.specialists == {"F": "r01", "T": "r02", "M": "r01"}
-    merge = st["history"][3]
-    assert merge["stage"] == "integrate" and merge["kind"] == "merge" and merge["integrated"]
-    assert merge["merged_from"] == (["r01 (FM)", "r02 (T)"] if onto == "base" else ["r02 (T)"])
-    assert merge["conflicts"] == [] and merge["anchor"] == ("seed" if onto == "base" else "r01")
+    assert [h["stage"] for h in st["history"][3:]] == ["integrate", "integrate"]
+    merge = arch.integrations[0]
+    assert (merge.round, merge.candidate, merge.attempt, merge.integrated) == (3, "r03", "merge", True)
+    assert merge.merged_from == (["r01 (FM)", "r02 (T)"] if onto == "base" else ["r02 (T)"])
+    assert merge.conflicts == [] and merge.anchor == ("seed" if onto == "base" else "r01")
     # the next round merges the specialists onto the accepted merge r03: it holds all they changed
-    assert st["history"][4]["anchor"] == "r03" and st["history"][4]["accepted"] == \
-        "skipped: the specialists add nothing to the accepted merge r03 (every change is in it or was left out)"
+    skip = "skipped: the specialists add nothing to the accepted merge r03 (every change is in it or was left out)"
+    assert arch.integrations[1].anchor == "r03"
+    assert arch.integrations[1].accepted == st["history"][4]["accepted"] == skip
     assert s["final_id"] == "r03" and s["integrated"] and s["final"]["valid"]["overall"] > \
         max(arch.get("r01").valid.overall, arch.get("r02").valid.overall)
     best = (tmp_path / "run" / "best.py").read_text()
@@ -191,11 +194,12 @@ def test_coder_integration_gets_diffs_and_paired_traces_and_a_failed_merge_goes_
                        progress=False, out=str(tmp_path / "run"))
     s = evolve(cfg).summary
     run = tmp_path / "run"
-    hist = _state(run)["history"]
-    r3, r4 = hist[3], hist[4]
-    assert r3["kind"] == "coder" and r3["parent"] == "seed" and not r3["integrated"]
+    st = _state(run)
+    hist, (r3, r4) = st["history"], st["archive"]["integrations"]
+    assert r3["attempt"] == "coder" and hist[3]["parent"] == "seed" and not r3["integrated"]
+    assert r3["accepted"] == hist[3]["accepted"]
     assert r3["accepted"].startswith("no: valid overall") and "does not beat the base's" in r3["accepted"]
-    assert r4["kind"] == "coder" and r4["parent"] == "r03" and r4["integrated"]
+    assert r4["attempt"] == "coder" and hist[4]["parent"] == "r03" and r4["integrated"]
     assert s["final_id"] == "r04" and s["integrated"]
     p3 = json.loads((run / "candidates/r03/proposal.json").read_text())["result"]["transcript"][0]["messages"][-1]["content"]
     assert "# Integration material" in p3 and "## Specialist r01 for F" in p3 and "## Specialist r02 for T" in p3
@@ -232,7 +236,7 @@ def test_kill9_during_the_integration_evaluation_then_resume_matches(tmp_path):
     assert proc.returncode == -9, proc.stderr[-2000:]
     assert (run / "candidates/r03/proposal.json").exists() and not (run / "candidates/r03/eval.json").exists()
     assert memgym(["evolve", "--resume", str(run)]) == 0
-    fp = [Archive.from_json(_state(d)["archive"]).fingerprint() for d in (ref, run)]
+    fp = [load_archive(d).fingerprint() for d in (ref, run)]
     assert fp[0] == fp[1]
     a, b = (json.loads((d / "summary.json").read_text()) for d in (ref, run))
     assert a["final_id"] == b["final_id"] == "r03" and a["integrated"] and b["integrated"]

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from memgym.evolution.search.archive import Archive
 from memgym.evolution.search.config import EvolveConfig
 from memgym.evolution.search.api import build_engine, evolve
+from memgym.evolution.search.journal import load_archive
 from memgym.memory_bank.programs import read_program_source, seed_program_path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -65,7 +65,7 @@ def test_hostile_and_malformed_coder_output_is_rejected_and_contained(tmp_path):
     cfg = EvolveConfig(**SMALL, proposer="scripted", script=str(tmp_path / "script.json"), rounds_cold=9,
                        rounds_refine=0, validate_timeout_s=20.0, out=str(out))  # generous: r08 must pass
     summary = evolve(cfg).summary
-    arch = Archive.from_json(json.loads((out / "state.json").read_text())["archive"])
+    arch = load_archive(out)
     c = {k: v for k, v in arch.candidates.items()}
     assert c["r01"].status == "failed" and "no usable program" in c["r01"].reason
     assert c["r02"].status == "failed" and "no usable program" in c["r02"].reason
@@ -114,7 +114,7 @@ def _scored(run: Path) -> int:
 
 
 def _fingerprint(run: Path):
-    return Archive.from_json(json.loads((run / "state.json").read_text())["archive"]).fingerprint()
+    return load_archive(run).fingerprint()
 
 
 def test_kill9_at_three_points_then_resume_matches_the_uninterrupted_run(tmp_path):
@@ -157,7 +157,18 @@ def test_offline_params_loop_raises_the_seeds_valid_answer_recall(tmp_path):
                        seed=0,
                        probe_units=400, probe_batches=20, progress=False, out=str(tmp_path / "run"))
     evo = build_engine(cfg)
-    s = evo.run().summary
+    evo.state.callbacks.clear()  # what the run writes is the engine's: no callback to lose
+    result = evo.run()
+    s = result.summary
+    run = tmp_path / "run"
+    assert json.loads((run / "summary.json").read_text()) == json.loads(json.dumps(s, default=str))
+    # the summary is written from the result; the scores' one copy is eval.json (not state.json, not outcome.json)
+    assert s["seed"] == {"valid": result.seed.valid, "test": result.seed.test} and s["final"]["valid"] == result.valid
+    assert s["frozen"]["frozen"] == s["final_id"] == result.frozen.id and s["frozen"]["pool"] == result.frozen.pool
+    st = json.loads((run / "state.json").read_text())
+    assert st["format"] == 2 and not any({"train", "valid", "test"} & set(c) for c in st["archive"]["candidates"])
+    assert not any({"train", "valid"} & set(json.loads(p.read_text())) for p in run.glob("candidates/*/outcome.json"))
+    assert load_archive(run).get(s["final_id"]).valid.scores() == result.valid
     seed, final = s["seed"]["valid"]["overall"], s["final"]["valid"]["overall"]
     assert final > seed + 0.05, (seed, final)
     # the seed returns the first 16,000 characters unranked; a ranking edit is in the final lineage and won
@@ -178,7 +189,9 @@ def test_a_spent_budget_stops_the_run_cleanly_with_a_report(tmp_path):
     assert s["rounds"] == 1 and s["stopped"].startswith("budget of role 'coder' exhausted")
     assert s["tokens"]["coder"]["prompt"] > 10 and (tmp_path / "run" / "report.md").read_text().count("stopped") == 1
     outcome = json.loads((tmp_path / "run" / "candidates" / "r01" / "outcome.json").read_text())
-    assert outcome["status"] == "evaluated" and outcome["accepted"] == ""
+    st = json.loads((tmp_path / "run" / "state.json").read_text())
+    assert [c["status"] for c in st["archive"]["candidates"] if c["id"] == "r01"] == ["evaluated"]
+    assert outcome == st["history"][1] and outcome["accepted"] == "no: valid overall did not improve"
 
 
 def test_compact_cases_come_from_the_kept_train_run_and_equal_the_stage_cache_rebuild(tmp_path, monkeypatch):

@@ -18,6 +18,8 @@ from memgym.evolution.search.proposers.params import constant_mutations
 from memgym.evolution.search.select import TaskInfo
 from memgym.memory_bank.programs import read_program_source, seed_program_path
 
+from tests.evolution.search.booking import Booking
+
 SEED = read_program_source(seed_program_path())
 DENSE, _ = variant("dense_ranking").apply(SEED)  # TOP_K = 40
 
@@ -79,23 +81,15 @@ def _cand(cid, parent, overall, train, stage="refine"):
     return c
 
 
-class _State:
+class _State(Booking):
     def __init__(self, arch):
         self.archive, self.history = arch, []
-        self.ledger = type("L", (), {"round_tokens": staticmethod(lambda r: 0)})()
 
     def source_of(self, cid):
         return SOURCES[cid]
 
     def split_tasks(self, split):
         return TRAIN
-
-    def log_integration(self, row):
-        if not self.history or self.history[-1] is not row:
-            self.history.append(row)
-
-    def record_round(self, round_no, stage, target, parent, cand, accepted):
-        self.history.append({"round": round_no, "parent": parent.id, "candidate": cand.id, "accepted": accepted})
 
 
 def _run(r03_train):
@@ -112,17 +106,17 @@ def _run(r03_train):
 
     TraceGuidedIntegrator(0.02, onto="best").run_round(state, RoundSteps(attempt, lambda s, i: [], "params"), 5,
                                                         random.Random(0))
-    return state.history[-1]
+    return state.archive.integrations[-1], state.history[-1]
 
 
 def test_the_integrator_settles_the_conflict_on_both_programs_train_overall():
     # r03 beats the base r02 by 0.7 on P's paired case c/p1 (0.9 vs 0.2), so the old rule gave it
     # TOP_K; on train overall r03 scores (0.0 + 0.9) / 2 = 0.45 < r02's (0.8 + 0.2) / 2 = 0.50
-    row = _run({"c/f1": 0.0, "c/p1": 0.9})  # train overall 0.45 < the base's 0.50: the base's TOP_K 20
-    assert row["paired"]["P"]["task"] == "c/p1" and row["paired"]["P"]["gap"] == pytest.approx(0.7)
-    assert row["accepted"].startswith("skipped: the specialists add nothing to r02")
-    row = _run({"c/f1": 0.4, "c/p1": 0.9})  # train overall 0.65 > 0.50: r03's TOP_K 80, i.e. r03 itself
-    (conf,) = row["conflicts"]
+    row, rnd = _run({"c/f1": 0.0, "c/p1": 0.9})  # train overall 0.45 < the base's 0.50: the base's TOP_K 20
+    assert row.paired["P"]["task"] == "c/p1" and row.paired["P"]["gap"] == pytest.approx(0.7)
+    assert row.accepted.startswith("skipped: the specialists add nothing to r02") and rnd.accepted == row.accepted
+    row, rnd = _run({"c/f1": 0.4, "c/p1": 0.9})  # train overall 0.65 > 0.50: r03's TOP_K 80, i.e. r03 itself
+    (conf,) = row.conflicts
     assert conf["key"] == "TOP_K" and conf["rule"] == "train overall" and conf["winner"] == "r03"
     assert [v["score"] for v in conf["versions"]] == pytest.approx([0.50, 0.65])
-    assert row["candidate"] == "r03" and row["proposal"].endswith("= archived r03 (scores reused)")
+    assert row.candidate == rnd.candidate == "r03" and rnd.proposal.endswith("= archived r03 (scores reused)")

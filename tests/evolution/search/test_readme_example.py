@@ -28,8 +28,9 @@ def test_the_readme_python_example_runs_an_offline_evolution_with_a_callback(tmp
     outcomes = [x for x in lines if x.startswith("round ")]
     assert [x.split(":")[0] for x in outcomes] == ["round 0", "round 1", "round 2", "round 3"]
     assert outcomes[0] == "round 0: seed evaluated, base + all specialists"
+    status = {c["id"]: c["status"] for c in state["archive"]["candidates"]}
     for line, row in zip(outcomes[1:], state["history"][1:]):
-        assert line.startswith(f"round {row['round']}: {row['candidate']} {row['status']}, ")
+        assert line == f"round {row['round']}: {row['candidate']} {status[row['candidate']]}, {row['accepted']}"
     assert lines[-2] == f"{summary['final_id']} - {summary['frozen']['why']}"
     assert lines[-1] == (f"valid {summary['final']['valid']['by_capability']} test {summary['final']['test']['overall']} "
                          "report runs/evolve_py/report.md")

@@ -3,6 +3,7 @@ budget-cut share and the weight it gives ``rank_order``, the element-level merge
 merges onto an accepted merge."""
 from __future__ import annotations
 
+import json
 import random
 from types import SimpleNamespace
 
@@ -18,6 +19,8 @@ from memgym.evolution.search.proposers.library import LIBRARY, variant
 from memgym.evolution.search.proposers.params import ParamsProposer, _variant_weight, constant_mutations
 from memgym.evolution.search.select import SpecialistParent, TaskInfo
 from memgym.memory_bank.programs import read_program_source, seed_program_path
+
+from tests.evolution.search.booking import Booking
 
 SEED = read_program_source(seed_program_path())
 DENSE, _ = variant("dense_ranking").apply(SEED)
@@ -141,6 +144,36 @@ def test_parent_fallback_refines_the_best_overall_program_when_the_specialist_is
     assert SpecialistParent().fallbacks(arch, None) == []
 
 
+def test_a_parent_fallback_is_booked_once_in_the_round_record_its_outcome_and_the_report(tmp_path):
+    """The round record is complete when it is written: outcome.json and state.json's history hold
+    the same record, with the parent first chosen; report.md's row says so."""
+    from memgym.evolution.search.config import EvolveConfig
+    from memgym.evolution.search.report import round_rows
+    from memgym.evolution.search.state import EvolutionState
+
+    state = EvolutionState(EvolveConfig(train=["conv-26"], valid=["conv-30"], n_sessions=1, max_questions=2,
+                                        embedder="hash:64", out=str(tmp_path / "run")))
+    seed, r03 = _cand("seed", None, 0.30, {"A": 0.50}, stage="seed"), _cand("r03", "seed", 0.44, {"A": 0.35})
+    r05 = _cand("r05", "r03", 0.40, {"A": 0.45})
+    r05.round, r05.description, r05.validation = 5, "variant dense_ranking", {"ok": True, "level": 4}
+    for c in (seed, r03, r05):
+        state.archive.add(c)
+    state.archive.base, state.archive.specialists = "seed", {"A": "seed"}
+    state.sources.update(seed=SEED, r03=DENSE, r05=TIMED)
+    state.record_round(5, "refine", "A", r03, r05, "", fallback_from="seed")
+    state.save()
+    outcome = json.loads((tmp_path / "run" / "candidates" / "r05" / "outcome.json").read_text())
+    assert outcome == json.loads((tmp_path / "run" / "state.json").read_text())["history"][-1] == {
+        "round": 5, "stage": "refine", "target": "A", "parent": "r03", "candidate": "r05",
+        "proposal": "variant dense_ranking", "accepted": "no: no capability's valid score improved", "base": "seed",
+        "specialists": {"A": "seed"}, "fallback_from": "seed"}
+    assert (tmp_path / "run" / "candidates" / "r05" / "program.py").read_text() == TIMED
+    row = round_rows(state)[-1]
+    assert row["proposal"] == "[parent fallback: seed has nothing left to try] variant dense_ranking"
+    assert (row["status"], row["verdict"], row["valid"], row["tokens"]) == ("evaluated", "ok", r05.valid.scores(), 0)
+    assert state.archive.attempts == {"A": ["r05"]}
+
+
 # ------------------------------------------------------------------ (c) element-level retry
 
 
@@ -177,26 +210,17 @@ def test_blame_elements_picks_the_worst_lineage_step_of_the_blamed_specialist():
     assert blame_elements(arch, SOURCES.get, "r04", "r01", set(), None) is None
 
 
-class _State:
+class _State(Booking):
     """What the integrator reads of the run state (no run directory)."""
 
     def __init__(self, arch):
         self.archive, self.history, self.sources = arch, [], dict(SOURCES)
-        self.ledger = SimpleNamespace(round_tokens=lambda r: 0)
 
     def source_of(self, cid):
         return self.sources[cid]
 
     def split_tasks(self, split):
         return TRAIN
-
-    def log_integration(self, row):
-        if not self.history or self.history[-1] is not row:
-            self.history.append(row)
-
-    def record_round(self, round_no, stage, target, parent, cand, accepted):
-        self.history.append({"round": round_no, "stage": stage, "parent": parent.id, "candidate": cand.id,
-                             "accepted": accepted or f"no: {cand.reason}"})
 
 
 def _steps(state, scores):
@@ -222,29 +246,32 @@ def test_element_level_retry_then_the_remaining_changes_go_onto_the_accepted_mer
               8: (0.49, {"F": 0.62, "T": 0.45})}  # without r04's TOP_K: accepted
     steps = _steps(state, scores)
     integ.run_round(state, steps, 7, random.Random(0))
-    r7 = state.history[-1]
-    assert r7["anchor"] == "r02" and r7["candidate"] == "r07" and not r7["integrated"]
-    assert r7["blamed"] == "r04" and r7["blamed_step"] == "r04" and r7["left_out"] == [["r04", "TOP_K"]]
+    r7 = state.archive.integrations[-1]
+    assert r7.anchor == "r02" and r7.candidate == "r07" and not r7.integrated
+    assert r7.blamed == "r04" and r7.blamed_step == "r04" and r7.left_out == [["r04", "TOP_K"]]
+    assert (state.history[-1].parent, state.history[-1].candidate, state.history[-1].accepted) == \
+        ("r02", "r07", r7.accepted)
     assert "TOP_K = 20" in state.sources["r07"] and "def lexical_overlap(" in state.sources["r07"]
     # round 8: r04 still contributes (its hybrid scoring), only its TOP_K is left out
     integ.run_round(state, steps, 8, random.Random(0))
-    r8 = state.history[-1]
-    assert r8["merged_from"] == ["r04 (F)"] and r8["excluded"] == [["r04", "TOP_K"]]
+    r8 = state.archive.integrations[-1]
+    assert r8.merged_from == ["r04 (F)"] and r8.excluded == [["r04", "TOP_K"]]
     assert "TOP_K = 40" in state.sources["r08"] and "def lexical_overlap(" in state.sources["r08"]
-    assert "def time_match(" in state.sources["r08"] and r8["integrated"]
+    assert "def time_match(" in state.sources["r08"] and r8.integrated
     # round 9: onto the accepted merge r08, the exclusions start afresh: r04's TOP_K is offered again;
     # r08 + TOP_K 20 is r07 up to statement order, so r07's scores are reused, judged against r08
     assert integ.anchor(state).id == "r08"
     integ.run_round(state, steps, 9, random.Random(0))
-    r9 = state.history[-1]
-    assert r9["anchor"] == "r08" and r9["parent"] == "r08" and r9["candidate"] == "r07"
-    assert r9["proposal"].endswith("onto r08 = archived r07 (scores reused)") and not r9["integrated"]
-    assert r9["accepted"].startswith("no: valid overall 0.4700 does not beat the base's 0.4900")
-    assert r9["left_out"] == [["r04", "TOP_K"]]
+    r9, row9 = state.archive.integrations[-1], state.history[-1]
+    assert r9.anchor == "r08" and row9.parent == "r08" and r9.candidate == row9.candidate == "r07"
+    assert row9.proposal.endswith("onto r08 = archived r07 (scores reused)") and not r9.integrated
+    assert r9.accepted == row9.accepted
+    assert r9.accepted.startswith("no: valid overall 0.4700 does not beat the base's 0.4900")
+    assert r9.left_out == [["r04", "TOP_K"]]
     assert integ.final(state) == "r08"
     # round 10: nothing of r04 is left to add onto r08
     integ.run_round(state, steps, 10, random.Random(0))
-    assert state.history[-1]["accepted"].startswith("skipped: the specialists add nothing to the accepted merge r08")
+    assert state.history[-1].accepted.startswith("skipped: the specialists add nothing to the accepted merge r08")
 
 
 # ------------------------------------------------------------------ (d) the proposer reads the cases

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from memgym.evolution.search.archive import Archive
 from memgym.evolution.search.config import EvolveConfig
 from memgym.evolution.search.api import evolve
+from memgym.evolution.search.journal import load_archive
 from memgym.evolution.search.proposers.facts import run_facts
 from memgym.evolution.search.proposers.replay import ReplayMismatchError, load_recording
 from tests.evolution.search.competent_coder import serve_coder
@@ -26,7 +26,7 @@ SMALL = dict(train=["conv-26"], valid=["conv-30"], n_sessions=2, max_questions=6
 
 
 def _fingerprint(run: Path):
-    return Archive.from_json(json.loads((run / "state.json").read_text())["archive"]).fingerprint()
+    return load_archive(run).fingerprint()
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,7 @@ def test_a_request_that_does_not_match_the_recording_names_the_round(recorded, t
 
 def test_the_facts_give_the_budget_in_characters_of_the_data_and_the_acceptance_rules():
     from memgym.data_synth.datasets import load_conversations
-    from memgym.evolution.execution.context_budget import _load_tokenizer
+    from memgym.rewards.scoring.context_budget import _load_tokenizer
 
     cfg = EvolveConfig(dataset="locomo", extractor="turns", plan_mode="question", scorer="answer-recall",
                        context_tokens=1024, context_tokenizer="smollm2", rounds_integrate=2, delta=0.02,

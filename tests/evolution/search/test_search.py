@@ -7,7 +7,7 @@ import random
 import pytest
 
 from memgym.evolution.search.archive import Archive, Candidate, SplitScores, program_key
-from memgym.evolution.search.cases import (BUDGET, OMIT, CaseMaterial, EvidenceView, _Sim, compact_text, evidence_survival,
+from memgym.evolution.search.cases import (BUDGET, OMIT, CaseMaterial, EvidenceView, _Sim, compact_text,
                                     render_compact, render_full)
 from memgym.evolution.search.edits import Edit, EditError, apply_edits, parse_response
 from memgym.evolution.search.ledger import BudgetExhausted, Ledger
@@ -132,7 +132,7 @@ def test_compact_case_keeps_evidence_respects_budget_and_source_order():
     assert len(src) <= BUDGET and "[D4:40] Caroline: I went to the LGBTQ support group" in src
     short = "a short text"
     assert compact_text(short, sim) == short
-    assert evidence_survival([case], emb) == 1.0
+    assert render_compact(case, emb)[1]["best_unit_kept"] == sum(1 for ev in case.evidence if ev.units)
 
 
 # ------------------------------------------------------------------ edits

@@ -10,7 +10,7 @@ import pytest
 from memgym.launch.cli import main as memgym
 from memgym.llm.embeddings import HashEmbedder
 from memgym.llm.runtime import Runtime
-from memgym.evolution.execution.eval_job import EvalConfig, run_eval
+from memgym.evolution.evaluation.eval_job import EvalConfig, run_eval
 from tests.helpers import ScriptedBackend
 
 
@@ -114,7 +114,7 @@ def test_unparsable_judge_replies_and_empty_answers_are_counted(tmp_path):
 
 
 def test_eval_console_names_them_and_an_empty_run_exits_1(tmp_path, capsys, monkeypatch):
-    import memgym.evolution.execution.eval_job as ev
+    import memgym.evolution.evaluation.eval_job as ev
 
     monkeypatch.setattr(ev.Runtime, "from_config",
                         classmethod(lambda cls, **kw: _runtime(lambda m, p: "", lambda m, p: "")))
@@ -135,7 +135,7 @@ def test_eval_console_names_them_and_an_empty_run_exits_1(tmp_path, capsys, monk
 def test_eval_is_a_program_evaluation_of_the_bank(tmp_path, tiny_model_dir):
     """`memgym eval` of a column = `memgym program eval memory_bank/programs/bank.py` with that
     extractor and the question as the query: the same answers and F1, question by question."""
-    from memgym.evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
+    from memgym.evolution.evaluation.program_eval import ProgramEvalConfig, run_program_eval
     from memgym.memory_bank.programs import bank_program_path
 
     common = dict(dataset="locomo", conversations=["conv-30"], n_sessions=2, max_questions=6,

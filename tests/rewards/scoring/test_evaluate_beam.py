@@ -9,7 +9,7 @@ import warnings
 from memgym.data_synth.errors import DataQuirkWarning
 from memgym.llm.embeddings import HashEmbedder
 from memgym.llm.runtime import Runtime
-from memgym.evolution.execution.eval_job import EvalConfig, run_eval
+from memgym.evolution.evaluation.eval_job import EvalConfig, run_eval
 from tests.helpers import ScriptedBackend
 
 EX, ANS, JUDGE = (f"openai:http://stub.invalid/v1#{r}" for r in ("extractor", "answer", "judge"))
@@ -54,7 +54,7 @@ def test_eval_beam_segmented_with_the_official_judge(tmp_path):
 def test_beam_config_errors_name_the_flag():
     import pytest
 
-    from memgym.evolution.execution.program_eval import ProgramEvalConfig
+    from memgym.evolution.evaluation.program_eval import ProgramEvalConfig
     from memgym.llm.errors import ConfigError
 
     with pytest.raises(ConfigError, match="--split: 'sft' is not a beam split; expected one of train, valid, test"):
@@ -69,8 +69,8 @@ def test_beam_config_errors_name_the_flag():
 def test_program_eval_beam_rubric_recall_headline(tmp_path):
     """``memgym program eval`` on BEAM: scripted instruction extraction (each transcript line one
     unit), the question as the query, rubric-recall, and BEAM's per-ability headline."""
-    from memgym.evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
-    from memgym.evolution.execution.stages import StageCache
+    from memgym.evolution.evaluation.program_eval import ProgramEvalConfig, run_program_eval
+    from memgym.evolution.execution.stage_cache import StageCache
     from memgym.memory_bank.programs import reference_program_path
 
     task = "openai:http://stub.invalid/v1#task"

@@ -82,7 +82,7 @@ def _run_program(program: str, dataset: str, ids: list[str], budget: int, questi
     from memgym.data_synth.datasets import load_conversations
     from memgym.evolution.execution.runner import ProgramRunner
     from memgym.evolution.execution.settings import RunnerSettings
-    from memgym.evolution.execution.stages import StageCache
+    from memgym.evolution.execution.stage_cache import StageCache
     from memgym.llm.runtime import Runtime
 
     convs = load_conversations(dataset, ids=ids)
@@ -146,7 +146,7 @@ def _mean_score(convs, tasks, contexts) -> float:
     ("locomo", ["conv-43", "conv-44", "conv-47", "conv-48", "conv-49", "conv-50"], 1024),
     ("beam", [f"100K-{i}" for i in range(11, 17)], 2048)], ids=["locomo-valid", "locomo-test", "beam-valid"])
 def test_attacks_score_below_bm25(dataset, ids, budget):
-    from memgym.evolution.execution.context_budget import ContextBudget
+    from memgym.rewards.scoring.context_budget import ContextBudget
 
     convs, tasks = _run_program("memory_bank/programs/bm25.py", dataset, ids, budget)
     bm25 = _mean_score(convs, tasks, [t.retrieved for t in tasks])

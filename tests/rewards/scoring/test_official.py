@@ -10,11 +10,12 @@ import pytest
 
 from memgym.llm.base import GenerationParams
 from memgym.llm.cache import CachedBackend, ResponseCache
+from memgym.memory_bank.schema import QAItem
 from memgym.rewards.scoring.beam_judge import rubric_recall
 from memgym.rewards.scoring.judge import ScoreItem
 from memgym.rewards.scoring.official import BeamScorer, LoCoMoJudgeScorer, LongMemEvalScorer, RubricRecallScorer, judge_stats
 from memgym.rewards.scoring.scorers import make_scorer
-from memgym.rewards.scoring.summary import summarise
+from memgym.rewards.scoring.summary import QuestionResult, summarise
 from tests.helpers import ScriptedBackend
 
 
@@ -32,14 +33,16 @@ def test_beam_official_int_and_unreadable_counted_without_retry():
     assert "<question>" in backend.seen[0][0][0]["content"]  # official: never filled in
 
 
+def _row(conv: str, qid: str, category: str, capability: str | None, score: float | None) -> QuestionResult:
+    """A judged question (``score`` None: missing)."""
+    return QuestionResult(conv, QAItem(qid, "q", "a", category=category), capability, None, score, score is None)
+
+
 def test_beam_summary_per_chat_then_over_chats():
-    rows = [{"conversation": "a", "id": "1", "category": "abstention", "capability": "A", "score": 1.0},
-            {"conversation": "a", "id": "2", "category": "abstention", "capability": "A", "score": 0.0},
-            {"conversation": "b", "id": "3", "category": "abstention", "capability": "A", "score": 1.0},
-            {"conversation": "a", "id": "4", "category": "event_ordering", "capability": "T", "score": 0.25},
-            {"conversation": "a", "id": "5", "category": "event_ordering", "capability": "T", "score": math.nan},
-            {"conversation": "b", "id": "6", "category": "event_ordering", "capability": "T", "score": None,
-             "missing": True}]
+    rows = [_row(c, i, cat, cap, sc) for c, i, cat, cap, sc in [
+        ("a", "1", "abstention", "A", 1.0), ("a", "2", "abstention", "A", 0.0), ("b", "3", "abstention", "A", 1.0),
+        ("a", "4", "event_ordering", "T", 0.25), ("a", "5", "event_ordering", "T", math.nan),
+        ("b", "6", "event_ordering", "T", None)]]
     h = summarise("beam", rows)
     assert h["by_ability"] == {"abstention": 0.75, "event_ordering": 0.25}
     assert h["overall"] == 0.5 and "mean of the BEAM abilities" in h["overall_note"]
@@ -49,7 +52,7 @@ def test_beam_summary_per_chat_then_over_chats():
 
 
 def test_longmemeval_summary_over_judged_questions():
-    rows = [{"conversation": x, "id": x, "category": t, "capability": None, "score": s, "missing": s is None}
+    rows = [_row(x, x, t, None, s)
             for x, t, s in [("a", "multi-session", 1.0), ("b", "multi-session", 1.0), ("c", "multi-session", 0.0),
                             ("d_abs", "multi-session", 1.0), ("e", "temporal-reasoning", 0.0),
                             ("f_abs", "temporal-reasoning", 0.0), ("g", "temporal-reasoning", None)]]

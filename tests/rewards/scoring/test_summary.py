@@ -50,10 +50,10 @@ def _runtime():
 @pytest.mark.parametrize("protocol", ["official", "corrected"])
 def test_same_beam_predictions_same_numbers_through_eval_program_eval_and_score(tmp_path, protocol):
     from memgym.data_synth.datasets import load_conversations
-    from memgym.evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
-    from memgym.evolution.execution.stages import StageCache
+    from memgym.evolution.evaluation.program_eval import ProgramEvalConfig, run_program_eval
+    from memgym.evolution.execution.stage_cache import StageCache
     from memgym.memory_bank.programs import reference_program_path
-    from memgym.evolution.execution.eval_job import EvalConfig, run_eval
+    from memgym.evolution.evaluation.eval_job import EvalConfig, run_eval
     from memgym.rewards.scoring.scorers import make_scorer
     from memgym.rewards.scoring.predictions import score_predictions
 
@@ -116,9 +116,9 @@ def test_dataset_and_protocol_reach_the_scorer_in_evolve():
 
 
 def test_recipes_share_the_data_fields():
-    from memgym.evolution.execution.program_eval import ProgramEvalConfig
+    from memgym.evolution.evaluation.program_eval import ProgramEvalConfig
     from memgym.evolution.search.config import EvolveConfig
-    from memgym.evolution.execution.eval_job import EvalConfig
+    from memgym.evolution.evaluation.eval_job import EvalConfig
     from memgym.rewards.scoring.selection import BenchmarkFields, QuestionSelection
 
     assert issubclass(EvalConfig, QuestionSelection) and issubclass(ProgramEvalConfig, QuestionSelection)
@@ -131,8 +131,8 @@ def test_recipes_share_the_data_fields():
 def test_stage_cache_key_includes_the_protocol(tmp_path):
     """One stage cache, official then corrected: the second run re-scores (its judge answers
     differ) instead of reusing the first run's scores."""
-    from memgym.evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
-    from memgym.evolution.execution.stages import StageCache
+    from memgym.evolution.evaluation.program_eval import ProgramEvalConfig, run_program_eval
+    from memgym.evolution.execution.stage_cache import StageCache
     from memgym.memory_bank.programs import reference_program_path
 
     cache = StageCache()

@@ -1,4 +1,4 @@
-"""Tests of :mod:`memgym.evolution.execution.program_eval`."""
+"""Tests of :mod:`memgym.evolution.evaluation.program_eval`."""
 from __future__ import annotations
 
 import json
@@ -110,7 +110,7 @@ def test_program_eval_refuses_a_folder_of_user_files(tmp_path, capsys):
 
 
 def test_evaluate_program_returns_a_typed_result():
-    from memgym.evolution.execution.program_eval import evaluate_program
+    from memgym.evolution.execution.runner import evaluate_program
     from memgym.evolution.execution.results import ProgramEvaluation
 
     runner, _, _ = make_runner(plan_mode="question")
@@ -121,6 +121,18 @@ def test_evaluate_program_returns_a_typed_result():
     assert ev.scores() == {"overall": 0.75, "by_capability": {"F": 1.0, "M": 1.0, "T": 0.0}}
     assert ev.task_scores() == {"c/c/q0": 1.0, "c/c/q1": 1.0, "c/c/q2": 0.0, "c/c/q3": 1.0}
     assert ev.to_dict(tasks=False)["stages_skipped"] == ["answer"] and "tasks" not in ev.to_dict(tasks=False)
+    # one result type per question, shared with the run; report.json keeps its layout
+    from memgym.rewards.scoring.summary import ROW_VIEWS, QuestionResult
+    assert run.tasks is ev.questions and all(isinstance(q, QuestionResult) for q in ev.questions)
+    assert list(ev.tasks[0]) == [*ROW_VIEWS["task"], "d_ext", "d_idx", "d_ret"] and ev.tasks[0]["trace"] == "tasks.jsonl:1"
+    assert list(ev.questions[0].to_dict()) == list(ROW_VIEWS["score"])
+    assert list(ev.to_dict()) == ["ok", "n", "overall", "by_capability", "by_category", "diagnostics", "stages_run",
+                                  "stages_reused", "stages_skipped", "stage_items", "stage_llm_calls", "reuse",
+                                  "component_hashes", "extraction", "plan_failures", "retrieve_errors", "empty_answers",
+                                  "judge_unparsable", "summary", "judge_protocol", "failed_conversations", "judge_calls",
+                                  "model_calls", "tokens", "wall_s", "tasks", "validation", "program", "program_sha256",
+                                  "parent", "config"]
+    assert ev.to_dict()["summary"]["n"] == 4 and "by_capability" not in ev.to_dict()["summary"]
 
 
 def test_cli_eval_turns_on_longmemeval(tmp_path):
@@ -145,7 +157,7 @@ def test_cli_eval_turns_on_longmemeval(tmp_path):
 def test_report_header_names_the_conversations_that_ran():
     """A ``--split valid`` run evaluates the split's conversations, not the recipe's default
     ``conversations`` list (conv-26, conv-30), and the header says so."""
-    from memgym.evolution.execution.program_eval import _selection
+    from memgym.evolution.evaluation.program_eval import _selection
 
     cfg = {"conversations": ["conv-26", "conv-30"], "split": "valid"}
     assert _selection({"config": cfg, "conversations": ["conv-41", "conv-42"]}) == "split valid: conv-41, conv-42"
@@ -160,7 +172,7 @@ def test_program_eval_context_budget_is_the_evolve_budget(tmp_path):
     (:class:`ContextBudget`, the budget `memgym evolve --context_tokens` applies), so an
     evolved program is scored under the budget it was evolved with; without it the text is whole."""
     from memgym.data_synth.paths import data_root
-    from memgym.evolution.execution.program_eval import ProgramEvalConfig, run_program_eval
+    from memgym.evolution.evaluation.program_eval import ProgramEvalConfig, run_program_eval
 
     oracle = data_root() / "longmemeval" / "longmemeval_oracle.json"
     qid = json.loads(oracle.read_text())[0]["question_id"]

@@ -1,7 +1,7 @@
 """One context budget for every program: the longest prefix of a retrieved text that fits in
 ``tokens`` tokens of a real tokenizer (``smollm2`` or ``hf:<dir>``), cut at a token boundary.
-The runner applies it between retrieval and the answer/score stages, so returning more text
-is not a gain on the offline proxies (docs/design.md § "Judges and scoring").
+The program runner applies it between retrieval and the answer/score stages, ``memgym score``
+to each context, so returning more text is not a gain on the offline proxies (docs/design.md § "Judges and scoring").
 """
 from __future__ import annotations
 

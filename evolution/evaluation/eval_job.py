@@ -1,7 +1,7 @@
 """``memgym eval``: each extractor column (``extractor``, then every ``compare`` spec) builds
 memory on the recipe's conversations and ``program`` (default ``memory_bank/programs/bank.py``)
 retrieves with the question as the query, through
-:func:`memgym.evolution.execution.program_eval.evaluate_program`. :func:`run_eval` writes
+:func:`memgym.evolution.execution.runner.evaluate_program`. :func:`run_eval` writes
 ``report.json``, ``report.md``, ``predictions.jsonl`` and ``by_category.png``; answer-recall
 is always reported beside the recipe's scorer. The recipe is composed of the settings sections
 (:mod:`memgym.evolution.execution.settings`); a column's runner settings are the recipe with that
@@ -16,9 +16,9 @@ from pathlib import Path
 
 from memgym.data_synth.datasets import check_selection
 from memgym.data_synth.extractors import make_extractor
-from memgym.evolution.execution.program_eval import evaluate_program, open_stage_cache
-from memgym.evolution.execution.runner import ProgramRunner
+from memgym.evolution.execution.runner import ProgramRunner, evaluate_program
 from memgym.evolution.execution.settings import OutputSection, ProgramSection, RunnerSettings
+from memgym.evolution.execution.stage_cache import open_stage_cache
 from memgym.llm.errors import ConfigError
 from memgym.llm.runtime import Runtime
 from memgym.memory_bank.actions import MANAGERS
@@ -101,23 +101,12 @@ def evaluate_column(column: str, source: str, convs, cfg: EvalConfig, rt: Runtim
     diagnostics, predictions; ``answer_model`` is the recipe's ``task_model``). Raises
     :class:`memgym.evolution.execution.runner.ProgramRunError`.
     """
-    from memgym.rewards.scoring.metrics import answer_recall
-    from memgym.rewards.scoring.protocols import protocol_note
-
     settings, label = column_settings(cfg, column)
     spec, constrained = settings.extractor, settings.constrained
-    ev, run = evaluate_program(source, convs, ProgramRunner(rt, settings, cache), diagnostics=cfg.diagnostics)
+    ev, _ = evaluate_program(source, convs, ProgramRunner(rt, settings, cache), diagnostics=cfg.diagnostics)
     ex = ev.extraction
     attempts, fails = ex.get("manager_attempts", {}), ex.get("manager_failures", {})
-    preds = []
-    for t in run.tasks:
-        cap = t.qa.capability.value if t.qa.capability else None
-        row = {"conversation": t.conversation, "id": t.qa.id, "question": t.qa.question, "gold": str(t.qa.answer),
-               "category": str(t.qa.category), "capability": cap, "prediction": t.prediction, "score": t.score,
-               "missing": False, "recall": answer_recall(t.qa.answer, t.retrieved), "judge": t.judge,
-               "detail": t.detail, "trace": None, "retrieved": _retrieved_counts(t.retrieved)}
-        preds.append(row)
-    summary = summarise(cfg.dataset, preds)
+    recall = summarise(None, [dataclasses.replace(q, score=q.recall) for q in ev.questions])["overall"]
     rename = {"task": "answer"}
     return {
         "extractor": spec, "column": label, "program": cfg.program,
@@ -128,10 +117,8 @@ def evaluate_column(column: str, source: str, convs, cfg: EvalConfig, rt: Runtim
                      **({"constrained_max_chars": cfg.constrained_max_chars,
                          "constrained_max_items": cfg.constrained_max_items} if constrained else {})},
         "answer_model": cfg.task_model, "dataset": cfg.dataset, "scorer": cfg.scorer,
-        "judge_protocol": cfg.judge_protocol,
-        **({"judge_note": protocol_note(cfg.dataset, cfg.judge_protocol)} if cfg.scorer == "llm" else {}),
-        **summary,
-        "overall_recall": summarise(None, [{**r, "score": r["recall"]} for r in preds])["overall"],
+        "judge_protocol": cfg.judge_protocol, **({"judge_note": ev.judge_note} if ev.judge_note else {}),
+        **ev.summary, "overall_recall": recall,
         "judge_calls": ev.judge_calls,
         "segments": ex.get("segments_by_conversation", {}),
         "format_failure_rate": {m: (fails.get(m, 0) / attempts[m] if attempts.get(m) else 0.0) for m in MANAGERS},
@@ -142,7 +129,8 @@ def evaluate_column(column: str, source: str, convs, cfg: EvalConfig, rt: Runtim
         "tokens": {rename.get(k, k): v for k, v in ev.tokens.items()},
         "diagnostics": ev.diagnostics, "stage_items": ev.stage_items, "retrieve_errors": ev.retrieve_errors,
         "wall_s": ev.wall_s,
-        "predictions": preds,
+        "predictions": [{**q.to_dict(), "trace": None, "retrieved": _retrieved_counts(q.retrieved)}
+                        for q in ev.questions],
     }
 
 
@@ -150,7 +138,7 @@ def run_card(cfg: EvalConfig, rt: Runtime, wall_s: float) -> dict:
     """The run card of an eval (:func:`memgym.llm.runcard.build_card`): every column's extractor spec
     beside the recipe's other models; cost = the runtime's counts over all columns."""
     from memgym.llm.runcard import build_card
-    from memgym.rewards.scoring.protocols import protocol_card
+    from memgym.rewards.scoring.judge_protocols import protocol_card
 
     columns = [parse_column(c, cfg.constrained)[0] for c in (cfg.extractor, *cfg.compare)]
     models = {**{("extractor" if i == 0 else f"compare {i}"): s for i, s in enumerate(columns)},

@@ -14,7 +14,7 @@ from memgym.data_synth.datasets import load_conversations
 from memgym.data_synth.paths import data_root
 from memgym.llm.cache import ResponseCache
 from memgym.llm.runtime import Runtime
-from memgym.rewards.scoring import protocols as P
+from memgym.rewards.scoring import judge_protocols as P
 from memgym.rewards.scoring.judge import ScoreItem
 from memgym.rewards.scoring.scorers import make_scorer
 from tests.fake_judge import FakeJudge, user_text

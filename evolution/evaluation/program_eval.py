@@ -1,9 +1,9 @@
-"""``memgym program eval``: validate one memory program, run it with the stage-cached runner,
-compute diagnostics and write ``report.json``, ``report.md``, ``tasks.jsonl`` and
-``units.jsonl``. Scores in [0, 1] are :func:`memgym.rewards.scoring.summary.summarise` of the run's
-questions; capability labels group questions and never reach the program. The recipe is
-composed of the settings sections (:mod:`memgym.evolution.execution.settings`) and is itself the
-runner's settings.
+"""``memgym program eval``: validate one memory program, evaluate it with the stage-cached runner
+(:func:`memgym.evolution.execution.runner.evaluate_program`, diagnostics included) and write
+``report.json``, ``report.md``, ``tasks.jsonl`` and ``units.jsonl``. Scores in [0, 1] are
+:func:`memgym.rewards.scoring.summary.summarise` of the run's questions; capability labels group
+questions and never reach the program. The recipe is composed of the settings sections
+(:mod:`memgym.evolution.execution.settings`) and is itself the runner's settings.
 """
 from __future__ import annotations
 
@@ -14,17 +14,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from memgym.data_synth.datasets import check_selection
-from memgym.evolution.execution.diagnostics import METRICS, diagnose_run
 from memgym.evolution.execution.results import ProgramEvaluation
-from memgym.evolution.execution.runner import ProgramRun, ProgramRunner, dump_units
+from memgym.evolution.execution.runner import ProgramRunner, dump_units, evaluate_program
 from memgym.evolution.execution.settings import OutputSection, ProgramSection, RunnerSettings
-from memgym.evolution.execution.stages import StageCache
+from memgym.evolution.execution.stage_cache import StageCache, open_stage_cache
 from memgym.llm.errors import ConfigError
 from memgym.llm.runtime import Runtime
 from memgym.memory_bank.programs import read_program_source
 from memgym.memory_bank.schema import CAPABILITY_NAMES
 from memgym.rewards.scoring.selection import CapabilityLabels, QuestionSelection, load_selected
-from memgym.rewards.scoring.summary import summarise as summarise_rows
 
 
 @dataclass
@@ -42,89 +40,6 @@ class ProgramEvalConfig(QuestionSelection, CapabilityLabels, RunnerSettings, Out
     def check(self) -> None:
         super().check()
         check_selection(self.dataset, self.path, self.conversations, self.split, self.scorer)
-
-
-def open_stage_cache(spec: str | None) -> StageCache:
-    """``None`` → ``$MEMGYM_CACHE/stages.sqlite``; ``"none"`` → in memory only, without index
-    snapshots (one evaluation never reads its own back); else a path."""
-    if spec == "none":
-        return StageCache(snapshots=False)
-    if spec is None:
-        from memgym.llm.paths import cache_dir
-        return StageCache(cache_dir() / "stages.sqlite")
-    return StageCache(spec)
-
-
-def run_dataset(run: ProgramRun) -> str | None:
-    """The dataset a run's questions come from, by their category labels (None if mixed)."""
-    from memgym.data_synth.capabilities import BEAM_MAP, LOCOMO_MAP, LONGMEMEVAL_MAP
-
-    cats = {str(t.qa.category) for t in run.tasks}
-    for name, table in (("locomo", LOCOMO_MAP), ("longmemeval", LONGMEMEVAL_MAP), ("beam", BEAM_MAP)):
-        if cats and cats <= set(table):
-            return name
-    return None
-
-
-def task_rows(run: ProgramRun) -> list[dict]:
-    """The run's questions as :class:`memgym.rewards.scoring.summary.QuestionResult` fields."""
-    return [{"conversation": t.conversation, "id": t.qa.id, "question": t.qa.question, "gold": t.qa.answer,
-             "category": str(t.qa.category), "capability": t.qa.capability.value if t.qa.capability else None,
-             "prediction": t.prediction, "score": t.score, "missing": False} for t in run.tasks]
-
-
-def summarise(run: ProgramRun, dataset: str | None = None) -> dict:
-    """:func:`memgym.rewards.scoring.summary.summarise` of a run (``dataset`` None: inferred from the labels)."""
-    return summarise_rows(dataset or run_dataset(run), task_rows(run))
-
-
-def evaluate_program(source: str, convs, runner: ProgramRunner, *, parent_source: str | None = None,
-                     diagnostics: bool = True, workers: int | None = None,
-                     keep_going: bool = False) -> tuple[ProgramEvaluation, ProgramRun]:
-    """Run one program and build its :class:`ProgramEvaluation` (no files written, no
-    validation). ``model_calls``/``tokens`` are the runtime's per-role counts during this
-    call. ``workers``: conversations evaluated concurrently (default: the runner's setting);
-    ``keep_going``: see :meth:`ProgramRunner.run` (``failed_conversations``)."""
-    from memgym.rewards.scoring.official import judge_stats
-    from memgym.rewards.scoring.protocols import protocol_note
-
-    rt = runner.rt
-    t0 = time.time()
-    calls0 = rt.calls_snapshot()
-    judged0 = getattr(runner._scorer, "parse_failures", 0)
-    run = runner.run(source, convs, parent_source=parent_source, workers=workers, keep_going=keep_going)
-    rep = summarise(run, runner.settings.dataset)
-    if diagnostics:
-        with runner.model_lock:
-            d = diagnose_run(run, rt.embedder, progress=runner.settings.progress)
-        diag = {k: v for k, v in d.items() if k != "tasks"}
-        per_task = {r["id"]: r for r in d["tasks"]}
-    else:
-        diag, per_task = None, {}
-    calls = rt.calls_since(calls0)
-    tasks = [{"conversation": t.conversation, "id": t.qa.id, "question": t.qa.question, "gold": t.qa.answer,
-              "category": t.qa.category, "capability": t.qa.capability.value if t.qa.capability else None,
-              "query": t.query, "plan_ok": t.plan_ok, "prediction": t.prediction, "score": t.score,
-              "retrieved_chars": len(t.retrieved), "error": t.error, "judge": t.judge, "detail": t.detail,
-              "trace": f"tasks.jsonl:{i + 1}",
-              **{m: per_task.get(f"{t.conversation}/{t.qa.id}", {}).get(m) for m in METRICS}}
-             for i, t in enumerate(run.tasks)]
-    ev = ProgramEvaluation(
-        ok=True, n=rep["n"], overall=rep["overall"], by_capability=rep["by_capability"], by_category=rep["by_category"],
-        diagnostics=diag, stages_run=run.stages_run, stages_reused=run.stages_reused,
-        stages_skipped=["answer"] if run.answer_skipped else [], stage_items=run.stage_items,
-        stage_llm_calls=run.stage_llm_calls, reuse=run.diff.to_dict() if run.diff is not None else None,
-        component_hashes={k: v[:12] for k, v in run.hashes.items()}, extraction=run.extraction,
-        plan_failures=run.plan_failures, retrieve_errors=run.retrieve_errors,
-        empty_answers=sum(1 for t in run.tasks if t.prediction is not None and not t.prediction.strip()),
-        judge_unparsable=getattr(runner._scorer, "parse_failures", 0) - judged0,
-        summary={k: v for k, v in rep.items() if k not in ("by_capability", "by_category")}
-        | ({"judge_note": protocol_note(runner.settings.dataset, runner.settings.judge_protocol)}
-           if runner.settings.scorer == "llm" else {}),
-        judge_protocol=runner.settings.judge_protocol, failed_conversations=dict(run.failed),
-        judge_calls=judge_stats(runner.scorer) if runner.settings.scorer == "llm" else None, model_calls=calls["calls"],
-        tokens=calls["tokens"], wall_s=round(time.time() - t0, 2), tasks=tasks)
-    return ev, run
 
 
 def _fmt(v) -> str:
@@ -237,7 +152,7 @@ def run_program_eval(cfg: ProgramEvalConfig, rt: Runtime | None = None,
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     dump_units(run, out / "units.jsonl")
     from memgym.llm.runcard import build_card, card_markdown
-    from memgym.rewards.scoring.protocols import protocol_card
+    from memgym.rewards.scoring.judge_protocols import protocol_card
 
     card = build_card(recipe=asdict(cfg), models=cfg.model_specs(), runtime=rt,
                       judge=protocol_card(cfg.dataset, cfg.judge_protocol, cfg.scorer),

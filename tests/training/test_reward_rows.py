@@ -1,20 +1,87 @@
-"""ADRPO reward rows on session segments (training/segment_samples.py): the question placement
-(hand-computed), the rows of conv-26's first two sessions (real expert trajectory, SmolLM2's
-tokenizer), and a reward that scores two segments of one session apart (per-segment caches)."""
+"""ADRPO's reward rows (training/reward_rows.py), whole sessions and segments: the whole-session rows
+of conv-30 (real expert trajectory), the question placement (hand-computed), the segment rows of
+conv-26's first two sessions (SmolLM2's tokenizer), and a reward that scores two segments of one
+session apart (per-segment caches)."""
 from __future__ import annotations
 
+import json
 import warnings
 from collections import Counter
 
 import pytest
 
+from memgym.data_synth.expert import replay
+from memgym.data_synth.locomo import load_locomo
 from memgym.data_synth.paths import expert_dir
 from memgym.llm.embeddings import HashEmbedder
+from memgym.memory_bank.actions import MANAGERS
+from memgym.memory_bank.prompts import build_prompt
+from memgym.rewards.samples import sample_key
 from memgym.rewards.session_reward import SessionReward, SessionRewardConfig
 from tests.helpers import WordTokenizer
-from memgym.training.segment_samples import question_segments, segment_key, segment_reward_samples
+from memgym.training.reward_rows import build_rows, question_segments, reward_rows
+
+pytestmark = pytest.mark.filterwarnings("ignore::memgym.data_synth.errors.DataQuirkWarning")
 
 CONV26 = expert_dir() / "conv-26.jsonl"
+CONV30 = expert_dir() / "conv-30.jsonl"
+
+
+# ---- whole-session rows ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def samples():
+    return build_rows([CONV30], embedder=HashEmbedder(128))
+
+
+def test_one_sample_per_session_and_manager(samples):
+    assert len(samples) == 19 * 4
+    assert [s.key for s in samples[:5]] == ["conv-30/s1/core", "conv-30/s1/episodic", "conv-30/s1/semantic",
+                                            "conv-30/s1/procedural", "conv-30/s2/core"]
+    assert all(len(s.qa) == 5 for s in samples)
+    s2 = samples[4]
+    first = json.loads(CONV30.read_text().splitlines()[1])
+    assert [q.question for q in s2.qa] == [q["question"] for q in first["qa"]]
+    assert s2.qa[3].category == "multi-session" and s2.qa[3].capability.value == "M"
+    assert s2.qa[0].question_date == "2:32 pm on 29 January, 2023"
+    assert json.loads(s2.expert_outputs["semantic"]) == first["semantic"]
+
+
+def test_bank_before_is_the_expert_bank_after_the_previous_session(samples):
+    assert samples[0].bank_before.dumps() == replay(CONV30, upto_session=0).dumps()
+    s5 = next(s for s in samples if s.key == "conv-30/s5/episodic")
+    assert s5.bank_before.dumps() == replay(CONV30, upto_session=4).dumps()
+    # the four managers of a session share one (never mutated) bank
+    assert len({id(s.bank_before) for s in samples if s.session == 5}) == 1
+
+
+def test_messages_are_the_inference_prompt(samples):
+    conv = load_locomo(ids=["conv-30"])[0]
+    emb = HashEmbedder(128)
+    for s in samples[8:12]:
+        session = conv.sessions[s.session - 1]
+        assert s.messages == build_prompt(s.manager, s.bank_before, session, emb).messages
+
+
+def test_qa_path_replaces_trajectory_qa_and_skips_sessions_without_qa(tmp_path):
+    qa_file = tmp_path / "qa.jsonl"
+    line = {"conversation_id": "conv-30", "session": 3, "date": "d",
+            "qa": [{"question": "Where did Jon go?", "answer": "Paris", "evidence": ["D3:1"], "kind": "temporal"}]}
+    qa_file.write_text(json.dumps(line) + "\n")
+    with pytest.warns(UserWarning, match="18 session\\(s\\) without QA skipped"):
+        got = build_rows([CONV30], qa_path=qa_file, managers=["episodic", "core"])
+    assert [s.key for s in got] == ["conv-30/s3/episodic", "conv-30/s3/core"]
+    assert got[0].qa[0].answer == "Paris" and got[0].qa[0].id == "conv-30/s3/q0"
+
+
+def test_unknown_manager_and_missing_file():
+    with pytest.raises(ValueError, match="unknown manager"):
+        build_rows([CONV30], managers=["summary"])
+    with pytest.raises(FileNotFoundError, match="nope.jsonl"):
+        build_rows(["nope.jsonl"])
+    assert MANAGERS == ("core", "episodic", "semantic", "procedural")
+
+
+# ---- segment rows ----------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -29,14 +96,14 @@ def test_question_goes_to_the_segment_that_completes_its_evidence():
     assert question_segments([["D1:2"], ["D1:4", "D1:1"], ["D1:3", "D1:2"], [], ["D9:1"]], segs) == [0, 2, 1, 2, 2]
     with pytest.raises(ValueError, match="no segments"):
         question_segments([["D1:1"]], [])
-    assert segment_key("conv-26", 2, 3, "core") == "conv-26/s2.3/core"
+    assert sample_key("conv-26", 2, "core", 3) == "conv-26/s2.3/core" and sample_key("c", 2, "core") == "c/s2/core"
 
 
 @pytest.fixture(scope="module")
 def rows(tokenizer):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return segment_reward_samples([CONV26], tokenizer=tokenizer, segment_tokens=200)
+        return build_rows([CONV26], tokenizer=tokenizer, segment_tokens=200)
 
 
 def test_segment_rows_of_conv26_partition_each_sessions_questions(rows, tokenizer):
@@ -86,11 +153,12 @@ def test_reward_scores_each_segment_against_its_own_expert_share(rows):
 
 
 def test_reward_rows_chooses_whole_sessions_or_segments(tokenizer):
-    from memgym.training.segment_samples import reward_rows
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         whole = reward_rows([CONV26], tokenizer=tokenizer, embedder=None, managers=["core"])
     assert [r.key for r in whole[:2]] == ["conv-26/s1/core", "conv-26/s2/core"] and whole[0].segment == 0
     with pytest.raises(ValueError, match="qa_path"):
         reward_rows([CONV26], tokenizer=tokenizer, embedder=None, segment_tokens=200, qa_path="qa.jsonl")
+    # the selection of the same pipeline: names resolved in $MEMGYM_DATA/expert, sessions, then the first N
+    picked = reward_rows(["conv-26"], tokenizer=tokenizer, embedder=None, sessions=[2], first=3)
+    assert [r.key for r in picked] == ["conv-26/s2/core", "conv-26/s2/episodic", "conv-26/s2/semantic"]

@@ -10,7 +10,7 @@ import pytest
 
 from memgym.data_synth.paths import expert_dir
 from memgym.memory_bank.bank import MemoryBank
-from memgym.training.heldout import FormatTally, bank_size
+from memgym.training.metrics import FormatTally
 
 CONV26 = expert_dir() / "conv-26.jsonl"
 
@@ -47,7 +47,7 @@ def test_format_tally_counts_good_and_bad_outputs():
     assert t.by_type["unknown_id"] == 2 and t.by_type["truncated"] == 1 and t.by_type["replace_text_not_found"] == 1
     assert sum(t.by_type.values()) == 5
     assert bank.to_json() == before  # counting never changes the bank it is given
-    assert bank_size(bank) == {"episodic": 1, "semantic": 0, "procedural": 0, "core_chars": 0}
+    assert {**bank.counts(), "core_chars": len(bank.core)} == {"episodic": 1, "semantic": 0, "procedural": 0, "core_chars": 0}
     assert FormatTally().rate() == {"core": None, "episodic": None, "semantic": None, "procedural": None}
     assert FormatTally().overall() is None
     with pytest.raises(ValueError, match="unknown manager 'facts'"):
@@ -66,7 +66,7 @@ def test_format_tally_adds_a_construction_result(stub_backend):
     t.add_construction(built)
     assert t.attempts == {"core": 1, "episodic": 1, "semantic": 1, "procedural": 1}
     assert t.failures == {"core": 0, "episodic": 0, "semantic": 1, "procedural": 0}
-    assert bank_size(built.bank) == {"episodic": 1, "semantic": 0, "procedural": 0,
+    assert {**built.bank.counts(), "core_chars": len(built.bank.core)} == {"episodic": 1, "semantic": 0, "procedural": 0,
                                      "core_chars": len("Alice: a nurse in Boston; likes tea.")}
 
 
@@ -156,41 +156,3 @@ def test_sft_recipes_parse(name, expect):
         assert getattr(obj, field_name) == value, field_name
     assert training_args.lr_scheduler_type == "constant_with_warmup" and training_args.warmup_steps == 3
 
-
-def test_do_nothing_reward_scores_the_empty_outputs_against_the_experts_other_parts():
-    """The core row's empty output keeps the expert's episodic entry (the answer): reward 1; the
-    episodic row's empty output removes it: reward 0 (hand-computed, answer-recall judge)."""
-    from memgym.llm.embeddings import HashEmbedder
-    from memgym.memory_bank.bank import MemoryBank
-    from memgym.rewards.session_reward import SessionReward, SessionRewardConfig
-    from tests.helpers import DOG, WordTokenizer, make_samples, qa
-    from memgym.training.heldout import do_nothing_reward
-
-    samples = make_samples(MemoryBank(), 1, {"episodic": json.dumps({"operations": [{"action": "ADD", "memory": DOG}]})},
-                           [qa("What is the name of Alice's dog?", "Biscuit")], managers=("core", "episodic"))
-    reward = SessionReward(SessionRewardConfig(mode="counterfactual"), embedder=HashEmbedder(256),
-                           tokenizer=WordTokenizer())
-    got = do_nothing_reward(samples, reward)
-    assert got == {"reward": 0.5, "by_manager": {"core": 1.0, "episodic": 0.0}}
-
-
-def test_core_copy_stats_on_hand_written_core_outputs():
-    """Copy rate of core outputs against conv-26 session 1 (hand-counted): an APPEND of turn
-    D1:1's words 11/11, a novel profile line 0/7, 'Melanie has kids.' + 9 words of D1:2 9/12;
-    NONE, prose and a step without a core output write nothing and are left out."""
-    from memgym.data_synth.datasets import load_conversations
-    from memgym.training.heldout import core_copy_stats
-
-    conv = load_conversations("locomo", None, ids=["conv-26"], n_sessions=1)[0]
-    append = '{{"operation": "APPEND", "content": "{}"}}'.format
-    outputs = {"conv-26": [{"core": append("Caroline: Hey Mel! Good to see you! How have you been?")},
-                           {"core": append("Caroline is a transgender woman who paints.")},
-                           {"core": append("Melanie has kids. Hey Caroline! Good to see you! I'm swamped")},
-                           {"core": GOOD_CORE_NONE}, {"core": PROSE}, {"episodic": GOOD_EPISODIC}]}
-    stats = core_copy_stats(outputs, [conv])
-    assert stats["n"] == 3
-    assert stats["mean"] == pytest.approx((1.0 + 0.0 + 9 / 12) / 3)
-    assert stats["max"] == 1.0
-    assert core_copy_stats({"conv-26": [{"core": GOOD_CORE_NONE}]}, [conv]) == {"mean": None, "max": None, "n": 0}
-    with pytest.raises(KeyError):
-        core_copy_stats({"conv-99": []}, [conv])
