@@ -66,7 +66,7 @@ class BankFormatError(MemgymError, ValueError):
     kind = "data"
 
 
-# ---- memory programs (memgym.memory_bank.program) ----
+# ---- memory programs (memgym.memory_bank.contract) ----
 
 
 class ProgramError(Exception):

@@ -1,6 +1,6 @@
 """JSON schemas of a memory program's records for constrained instruction extraction
 (``{"units": [MemoryUnit, ...]}``) and planning (one Query), from the program's dataclasses
-(:func:`memgym.memory_bank.program.describe_dataclass`): str/int/float/bool/list[str], Optional adding
+(:func:`memgym.memory_bank.contract.describe_dataclass`): str/int/float/bool/list[str], Optional adding
 ``null``; every field required and no other key (OpenAI strict mode). Cached per field list.
 """
 from __future__ import annotations

@@ -9,7 +9,7 @@ import numpy as np
 
 from memgym.memory_bank.actions import PARTS
 from memgym.memory_bank.bank import MemoryBank
-from memgym.memory_bank.program.toolkit import unit_rows
+from memgym.memory_bank.contract.toolkit import unit_rows
 
 DEFAULT_K = 10
 

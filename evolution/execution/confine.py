@@ -223,7 +223,7 @@ def grant_paths(allowed_modules, project_root: str, protect=()) -> tuple[list[st
         parts = name.split(".")
         top = parts[0]
         own = parts[1] if top == "memgym" and len(parts) > 1 else top  # memgym.<folder>: the folder under root
-        if _contains(os.path.join(root, own), path):  # the project's own modules (memgym.memory_bank.program, ...)
+        if _contains(os.path.join(root, own), path):  # the project's own modules (memgym.memory_bank.contract, ...)
             files.add(path)
             continue
         if top in allowed_modules and name == top and getattr(mod, "__path__", None):

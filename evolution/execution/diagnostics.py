@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from memgym.memory_bank.program import unit_text
+from memgym.memory_bank.contract import unit_text
 
 METRICS = ("d_ext", "d_idx", "d_ret")
 

@@ -15,7 +15,7 @@ from memgym.evolution.execution.stage_context import StageContext
 from memgym.evolution.execution.stage_cache import session_fingerprint, stable_hash
 from memgym.llm.base import GenerationParams, TruncatedOutputError, require_complete
 from memgym.llm.structured import bounded
-from memgym.memory_bank.program import (FieldSpec, ProgramInfo, StructuredOutputError, parse_structured, session_entries,
+from memgym.memory_bank.contract import (FieldSpec, ProgramInfo, StructuredOutputError, parse_structured, session_entries,
                                  schema_hint, turn_entries, units_from_entries)
 from memgym.memory_bank.actions import MANAGERS
 from memgym.memory_bank.record_schemas import units_schema

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from memgym.evolution.execution.component_diff import STAGES, ComponentDiff
 from memgym.llm.errors import MemgymError
-from memgym.memory_bank.program import ProgramInfo
+from memgym.memory_bank.contract import ProgramInfo
 from memgym.memory_bank.schema import Conversation
 from memgym.rewards.scoring.summary import QuestionResult
 

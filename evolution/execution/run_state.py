@@ -14,7 +14,7 @@ from memgym.evolution.execution.sandbox import ProgramRaised, SandboxedProgram, 
 from memgym.evolution.execution.stage_cache import stable_hash
 from memgym.llm.base import GenerationParams, TruncatedOutputError, require_complete
 from memgym.llm.structured import bounded
-from memgym.memory_bank.program import (OUT_CHAR_BUDGET, FieldSpec, ProgramInfo, SessionInfo, StructuredOutputError,
+from memgym.memory_bank.contract import (OUT_CHAR_BUDGET, FieldSpec, ProgramInfo, SessionInfo, StructuredOutputError,
                                         parse_structured, schema_hint, text_query)
 from memgym.memory_bank.record_schemas import query_schema
 from memgym.memory_bank.schema import Conversation, QAItem

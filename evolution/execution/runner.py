@@ -25,7 +25,7 @@ from memgym.evolution.execution.sandbox import SandboxedProgram, SandboxError
 from memgym.evolution.execution.settings import RunnerSettings
 from memgym.evolution.execution.stage_cache import StageCache, stage_settings
 from memgym.llm.runtime import Runtime
-from memgym.memory_bank.program import BackendToolkitHost, ContractError
+from memgym.memory_bank.contract import BackendToolkitHost, ContractError
 from memgym.memory_bank.schema import Conversation
 from memgym.rewards.scoring.scorers import make_scorer
 from memgym.rewards.scoring.summary import QuestionResult, summarise

@@ -23,7 +23,7 @@ from memgym.evolution.execution import confine
 from memgym.evolution.execution.sandbox_process import (CHILD_KINDS, PROJECT_ROOT, ProgramRaised, SandboxError, SandboxLimits,
                                                  SandboxProcess)
 from memgym.evolution.execution.static_check import DEFAULT_ALLOWED_IMPORTS, static_check
-from memgym.memory_bank.program import (BudgetExceededError, ContractError, ProgramInfo, SessionInfo, Toolkit, ToolkitError,
+from memgym.memory_bank.contract import (BudgetExceededError, ContractError, ProgramInfo, SessionInfo, Toolkit, ToolkitError,
                                  ToolkitHost, contract_from_report)
 
 

@@ -33,7 +33,7 @@ import numpy as np
 from memgym.evolution.execution import confine
 from memgym.evolution.execution.module_view import NamespaceGuard
 from memgym.evolution.execution.static_check import introspection_problems
-from memgym.memory_bank.program import BudgetExceededError, Toolkit, ToolkitError, describe_module
+from memgym.memory_bank.contract import BudgetExceededError, Toolkit, ToolkitError, describe_module
 
 MODULE_NAME = "memgym_candidate"
 # Unpickling (restore) may only resolve globals from these modules (plus the candidate's).

@@ -70,7 +70,7 @@ class OutputSection(Section):
 
 @dataclass
 class ProgramSection(Section):
-    """The memory program a command runs: a Python module file (:mod:`memgym.memory_bank.program`)."""
+    """The memory program a command runs: a Python module file (:mod:`memgym.memory_bank.contract`)."""
 
     program: str | None = field(default=None, metadata={
         "help": "memory program file (eval: default memory_bank/programs/bank.py, MemBuilder's four-part bank, core "
@@ -86,7 +86,7 @@ class RunnerSettings(BenchmarkFields, ModelsSection):
     conv-NN>[,...]`` (replay), or a trained extractor's backend spec ``hf:<dir>`` /
     ``openai:<url>#<model>``. plan_mode: ``llm`` (the task LLM with PLANNING_INSTRUCTION) or
     ``question`` (no LLM call: the question text goes into the Query by
-    :func:`memgym.memory_bank.program.text_query`; an offline/ablation setting). scorer: ``grounded-recall``
+    :func:`memgym.memory_bank.contract.text_query`; an offline/ablation setting). scorer: ``grounded-recall``
     (the default offline scorer, :mod:`memgym.rewards.scoring.grounded`: gold evidence held verbatim, so it
     measures programs over ``turns`` or extractors that copy text) | ``f1`` | ``llm`` (then
     ``judge_model``: the official judge of ``dataset``, see

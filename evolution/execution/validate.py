@@ -19,7 +19,7 @@ from tqdm import tqdm
 from memgym.evolution.execution.component_diff import normalised_ast
 from memgym.evolution.execution.sandbox import DEFAULT_ALLOWED_IMPORTS, SandboxError, SandboxedProgram, SandboxLimits, static_check
 from memgym.llm.embeddings import HashEmbedder
-from memgym.memory_bank.program import OUT_CHAR_BUDGET, ContractError, FieldSpec, SessionInfo
+from memgym.memory_bank.contract import OUT_CHAR_BUDGET, ContractError, FieldSpec, SessionInfo
 
 _WORDS = ("hiking", "painting", "guitar", "adoption", "marathon", "pottery", "camping", "museum", "sunrise",
           "violin", "career", "counseling", "festival", "library", "garden", "recipe", "puppy", "concert")

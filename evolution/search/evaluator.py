@@ -15,7 +15,7 @@ from memgym.evolution.search.budget_cut import evidence_cut
 from memgym.evolution.search.cases import case_from_run, render_compact
 from memgym.evolution.search.journal import EvaluationRecord
 from memgym.evolution.search.ledger import Ledger, usage_from_eval
-from memgym.memory_bank.program import unit_text
+from memgym.memory_bank.contract import unit_text
 
 
 def split_scores(ev) -> SplitScores:

@@ -2,7 +2,7 @@
 four-part bank: the core block plus the top-10 entries by cosine; what ``memgym eval`` runs),
 ``seed.py`` (PrisMem's seed: units in input order, truncated, unranked), ``reference.py`` (dense
 retrieval with planning) and the static retrieval baselines ``bm25.py``, ``dense_topk.py``,
-``hybrid_rrf.py`` (:data:`BASELINES`). All follow :mod:`memgym.memory_bank.program`'s contract and run
+``hybrid_rrf.py`` (:data:`BASELINES`). All follow :mod:`memgym.memory_bank.contract`'s contract and run
 unchanged in ``memgym.evolution.execution.sandbox``.
 """
 from __future__ import annotations

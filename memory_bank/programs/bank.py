@@ -8,7 +8,7 @@ by cosine similarity of the question to the entry text. This program reproduces
 ``memgym eval`` (which runs this file) scores what the bank holds.
 
 Units: a trained extractor's (or expert replay's) bank entries, one per entry written in a
-session (``memgym.memory_bank.program.session_entries``): ``part`` in core | episodic | semantic |
+session (``memgym.memory_bank.contract.session_entries``): ``part`` in core | episodic | semantic |
 procedural, ``entry_id``, ``content`` (the entry's text, the whole core block for ``core``) and
 ``deleted`` (True for an entry removed in that session by DELETE or MERGE). ``index`` applies
 them to the four parts in bank order: an existing id is rewritten in place, a new id is

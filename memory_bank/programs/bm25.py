@@ -13,7 +13,7 @@ no stopword list). K1 = 1.2, B = 0.75 (the usual defaults). Retrieval takes the 
 a positive score (ties: the earlier line), packs them greedily into OUT_CHAR_BUDGET, and returns
 them best first (so a reader cut to a context budget keeps the best-ranked lines).
 
-Contract: memory_bank/program/contract.py; a program like any evolved one (four validation
+Contract: memory_bank/contract/contract.py; a program like any evolved one (four validation
 levels, the sandbox's import list). The planned Query carries the question text.
 """
 import math

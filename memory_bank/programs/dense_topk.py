@@ -7,7 +7,7 @@ line), packs the TOP_K best greedily into OUT_CHAR_BUDGET and returns them best 
 the usual dense-retrieval baseline (e.g. the "RAG top-k" rows of LoCoMo / LongMemEval tables)
 with no planning, time hints or reranking.
 
-Contract: memory_bank/program/contract.py. The planned Query carries the question text.
+Contract: memory_bank/contract/contract.py. The planned Query carries the question text.
 """
 from dataclasses import dataclass
 from typing import Optional

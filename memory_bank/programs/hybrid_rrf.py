@@ -8,7 +8,7 @@ positive score, exactly as ``bm25.py``: K1 = 1.2, B = 0.75, Lucene's idf) and th
 ranking of every line (as ``dense_topk.py``). Ties: the earlier line. The TOP_K fused best are
 packed greedily into OUT_CHAR_BUDGET and returned best first.
 
-Contract: memory_bank/program/contract.py. The planned Query carries the question text.
+Contract: memory_bank/contract/contract.py. The planned Query carries the question text.
 """
 import math
 import re

@@ -10,7 +10,7 @@ and greedy budget packing.
   greedily by score while they fit in OUT_CHAR_BUDGET = 16,000 characters (lines joined by
   newlines), then returned in chronological (index) order.
 
-Contract: see memory_bank/program/contract.py. ``session`` is the dict
+Contract: see memory_bank/contract/contract.py. ``session`` is the dict
 {"index": int, "id": str, "date": ISO str or None, "date_text": str}.
 """
 import re

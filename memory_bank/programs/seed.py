@@ -4,7 +4,7 @@ Source: PrisMem (arXiv 2610.06361), appendix "seed program": "It appends
 extracted units in input order and returns their concatenation, truncated to the context
 budget, without query-dependent ranking." OUT_CHAR_BUDGET = 16,000 characters.
 
-Contract: see memory_bank/program/contract.py. ``session`` is the dict
+Contract: see memory_bank/contract/contract.py. ``session`` is the dict
 {"index": int, "id": str, "date": ISO str or None, "date_text": str}.
 """
 from dataclasses import dataclass

@@ -14,7 +14,7 @@ from memgym.memory_bank.action_schemas import manager_schema, prompt_schema
 from memgym.memory_bank.actions import MANAGERS, Delete, Merge, Update, parse_output
 from memgym.memory_bank.bank import MemoryBank
 from memgym.memory_bank.errors import ManagerOutputError
-from memgym.memory_bank.program import FieldSpec, parse_structured
+from memgym.memory_bank.contract import FieldSpec, parse_structured
 from memgym.memory_bank.prompts import build_prompt
 from memgym.memory_bank.record_schemas import query_schema, units_schema
 from memgym.memory_bank.schema import Session, Turn
@@ -206,7 +206,7 @@ def test_record_schemas_follow_the_program_dataclasses(compiler):
     assert not compiler.accepts(u, '{"units": [{"content": "a", "tags": null}]}')
     q = query_schema((FieldSpec("search_text", "str"), FieldSpec("k", "float")))
     assert compiler.accepts(q, '{"search_text": "x", "k": 0.5}') and not compiler.accepts(q, '{"search_text": 1}')
-    from memgym.memory_bank.program import dataclass_from_schema
+    from memgym.memory_bank.contract import dataclass_from_schema
 
     cls = dataclass_from_schema("MemoryUnit", list(fields))
     assert parse_structured('{"units": [{"content": "a", "tags": null, "session": 3}]}', cls, many=True)[0].session == 3

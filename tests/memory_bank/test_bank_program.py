@@ -13,7 +13,7 @@ from memgym.llm.embeddings import HashEmbedder
 from memgym.llm.runtime import Runtime
 from memgym.memory_bank.bank import MemoryBank
 from memgym.memory_bank.construct import construct
-from memgym.memory_bank.program import session_entries, units_from_entries
+from memgym.memory_bank.contract import session_entries, units_from_entries
 from memgym.memory_bank.programs import bank_program_path, read_program_source
 from memgym.memory_bank.retrieval import BankRetriever, program_vectors
 from memgym.rewards.scoring.answer import truncate_context

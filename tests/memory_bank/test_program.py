@@ -13,7 +13,7 @@ from typing import Optional
 import numpy as np
 import pytest
 
-from memgym.memory_bank.program import (OUT_CHAR_BUDGET, BackendToolkitHost, BudgetExceededError, ContractError, SessionInfo,
+from memgym.memory_bank.contract import (OUT_CHAR_BUDGET, BackendToolkitHost, BudgetExceededError, ContractError, SessionInfo,
                                  StructuredOutputError, Toolkit, ToolkitError, contract_from_report,
                                  dataclass_from_schema, describe_dataclass, describe_module, parse_structured,
                                  units_from_entries)

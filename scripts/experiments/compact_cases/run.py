@@ -23,7 +23,7 @@ def bench_cases(conversations=("conv-26", "conv-30"), *, max_cases: int = 60, to
     from memgym.data_synth.locomo import load_locomo
     from memgym.evolution.execution.runner import ProgramRunner, RunnerSettings, evaluate_program
     from memgym.evolution.execution.stage_cache import StageCache
-    from memgym.memory_bank.program import unit_text
+    from memgym.memory_bank.contract import unit_text
     from memgym.evolution.search.cases import case_from_run, render_compact, render_full
     from memgym.memory_bank.programs import read_program_source, reference_program_path, seed_program_path
     from memgym.llm.runtime import Runtime

@@ -165,7 +165,7 @@ def test_the_python_filter_names_project_reads(tmp_path):
 
 
 def test_granted_paths_hold_nothing_of_the_project():
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import numpy, json; import memgym.memory_bank.program; "
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import numpy, json; import memgym.memory_bank.contract; "
             "from memgym.evolution.execution.confine import grant_paths; import json as j; "
             "print(j.dumps([grant_paths({'numpy', 'json'}, sys.argv[1]), "
             "grant_paths({'numpy', 'json'}, sys.argv[1], ['/usr/lib/some-data-folder'])]))")
@@ -177,7 +177,7 @@ def test_granted_paths_hold_nothing_of_the_project():
     assert all(os.path.basename(d) in ("numpy", "numpy.libs") for d in inside)  # the venv's numpy, nothing else
     project_files = [f for f in files if f.startswith(root + os.sep)]
     assert project_files and all(f.endswith(".py") for f in project_files)
-    assert str(REPO / "memory_bank" / "program" / "toolkit.py") in project_files
+    assert str(REPO / "memory_bank" / "contract" / "toolkit.py") in project_files
     assert not [p for p in dirs + files if str(locomo_path().parent) in p]
     assert "/usr/lib" in dirs
     # a protected (data) folder under a system folder: that system folder is not granted

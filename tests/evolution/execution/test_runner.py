@@ -11,7 +11,7 @@ from memgym.evolution.execution.runner import ProgramRunError, ProgramRunner, Ru
 from memgym.evolution.execution.stage_cache import StageCache
 from memgym.llm.embeddings import HashEmbedder
 from memgym.llm.runtime import Runtime
-from memgym.memory_bank.program import FieldSpec, session_entries, text_query, unit_text
+from memgym.memory_bank.contract import FieldSpec, session_entries, text_query, unit_text
 from memgym.memory_bank.programs import read_program_source, reference_program_path, seed_program_path
 from tests.helpers import TASK, LengthMarked, Script, ScriptedBackend, conversation
 
@@ -268,7 +268,7 @@ def test_text_query_unit_text_and_session_entries():
 
 
 def test_turns_extraction_maps_every_turn_without_a_model_call():
-    from memgym.memory_bank.program import turn_entries
+    from memgym.memory_bank.contract import turn_entries
 
     conv = conversation()
     assert turn_entries(conv.sessions[1]) == [
@@ -352,7 +352,7 @@ def test_program_toolkit_calls_are_served_by_the_backend_host_under_the_model_lo
     embedder, both while the runner's model lock is held (checked from another thread)."""
     import threading
 
-    from memgym.memory_bank.program import BackendToolkitHost
+    from memgym.memory_bank.contract import BackendToolkitHost
 
     held = []
 

@@ -10,7 +10,7 @@ import pytest
 
 from memgym.evolution.execution.sandbox import SandboxLimits
 from memgym.evolution.execution.validate import StubHost, ValidationLimits, normalised_ast, synthetic_record, validate_program
-from memgym.memory_bank.program import FieldSpec
+from memgym.memory_bank.contract import FieldSpec
 from memgym.memory_bank.programs import read_program_source, reference_program_path, seed_program_path
 
 SEED = read_program_source(seed_program_path())

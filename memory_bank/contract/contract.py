@@ -1,6 +1,6 @@
 """The memory-program contract (PrisMem, arXiv 2610.06361, appendix
 "memory interface"): ONE module defining dataclasses ``MemoryUnit`` and ``Query`` with
-JSON-compatible fields (:data:`memgym.memory_bank.program.records.FIELD_KINDS`); non-empty strings
+JSON-compatible fields (:data:`memgym.memory_bank.contract.records.FIELD_KINDS`); non-empty strings
 ``EXTRACTION_INSTRUCTION``, ``PLANNING_INSTRUCTION``, ``ANSWER_INSTRUCTION``; and ``class Memory``
 with ``__init__(self, toolkit)``, ``index(self, units, session) -> None`` and ``retrieve(self,
 query) -> str`` of at most :data:`OUT_CHAR_BUDGET` characters. ``session`` is the plain dict of
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memgym.memory_bank.errors import ContractError
-from memgym.memory_bank.program.records import FieldSpec, dataclass_from_schema, describe_dataclass
+from memgym.memory_bank.contract.records import FieldSpec, dataclass_from_schema, describe_dataclass
 
 OUT_CHAR_BUDGET = 16_000
 """Maximum length, in characters, of ``Memory.retrieve``'s output (PrisMem appendix)."""

@@ -9,7 +9,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from memgym.memory_bank.errors import BudgetExceededError, ToolkitError
-from memgym.memory_bank.program.contract import OUT_CHAR_BUDGET
+from memgym.memory_bank.contract.contract import OUT_CHAR_BUDGET
 
 
 @runtime_checkable

@@ -5,13 +5,13 @@ package; the sandbox child does, to build their toolkit.
 """
 from memgym.memory_bank.errors import (BudgetExceededError, ContractError, ProgramError, StructuredOutputError,
                                 ToolkitError)
-from memgym.memory_bank.program.contract import (INSTRUCTION_NAMES, METHOD_PARAMS, OUT_CHAR_BUDGET, REQUIRED_NAMES,
+from memgym.memory_bank.contract.contract import (INSTRUCTION_NAMES, METHOD_PARAMS, OUT_CHAR_BUDGET, REQUIRED_NAMES,
                                           ProgramInfo, SessionInfo, contract_from_report, describe_module)
-from memgym.memory_bank.program.records import (FIELD_KINDS, QUERY_FIELD_HINTS, TEXT_FIELD_NAMES, FieldSpec, coerce_record,
+from memgym.memory_bank.contract.records import (FIELD_KINDS, QUERY_FIELD_HINTS, TEXT_FIELD_NAMES, FieldSpec, coerce_record,
                                          dataclass_from_schema, describe_dataclass, parse_structured, schema_hint,
                                          session_entries, text_query, turn_entries, unit_text,
                                          units_from_entries)
-from memgym.memory_bank.program.toolkit import BackendToolkitHost, Toolkit, ToolkitHost
+from memgym.memory_bank.contract.toolkit import BackendToolkitHost, Toolkit, ToolkitHost
 
 __all__ = [
     "BackendToolkitHost", "BudgetExceededError", "ContractError", "FIELD_KINDS", "FieldSpec", "INSTRUCTION_NAMES",
