@@ -14,7 +14,7 @@ from pathlib import Path
 from memgym.rewards.session_reward import SessionReward, SessionRewardConfig
 from memgym.training.adrpo_config import ADRPOConfig, ADRPOScriptArguments, check_recipe
 from memgym.training.adrpo_trainer import ADRPOTrainer
-from memgym.training.common import PolicyModelConfig, resume_arg  # noqa: F401  (resume_arg: re-exported)
+from memgym.training.common import PolicyModelConfig, resume_arg
 
 logger = logging.getLogger(__name__)
 PROG = "memgym train adrpo"
