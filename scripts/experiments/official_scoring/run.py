@@ -6,7 +6,7 @@ semantics (LongMemEval ``evaluate_qa.py`` + ``print_qa_metrics.py``; BEAM ``comp
 its own requests from ``$MEMGYM_DATA/judges/*.json`` (BEAM's equivalence message by evaluating
 the official f-string source itself), asks the same deterministic fake judge, parses replies,
 aligns, ranks (its own Kendall tau-b, no scipy) and aggregates without any memgym scoring code.
-memgym's side runs ``memgym.rewards.scoring.score_predictions`` with the same judge. The judge's reply
+memgym's side runs ``memgym.rewards.scoring.predictions.score_predictions`` with the same judge. The judge's reply
 is a function of the exact request text (a hash), so any difference in a prompt changes the
 numbers.
 
