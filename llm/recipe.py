@@ -12,8 +12,10 @@ dataclass from the parsed values (as ``HfArgumentParser.parse_args_into_dataclas
 
 Every error is a :class:`memgym.llm.errors.ConfigError` (exit status 2): a YAML key or flag no
 field has (one line, each named with its closest field or the field that replaced an old name), a
-recipe value or flag value of the wrong type (naming the recipe and the key, or the flag), a
-missing value or required argument, a missing recipe, broken YAML or a recipe that is no mapping;
+stray word, a recipe value or flag value of the wrong type or outside the field's choices (naming
+the recipe and the key, or the flag; a recipe's null, list or mapping is checked against the
+field's annotation before any dataclass sees it), a missing value or required argument, a missing
+recipe, a recipe that is not UTF-8, broken YAML (a key given twice included) or no mapping;
 a recipe path that is a folder is ``IsADirectoryError`` (exit status 1).
 """
 from __future__ import annotations
@@ -21,9 +23,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import yaml
 from trl import TrlParser
 
 from memgym.llm.checks import unknown_names_message
@@ -49,6 +53,11 @@ def option_value(argv: Sequence[str], *flags: str) -> str | None:
         if name in flags:
             value = rest if eq else (argv[i + 1] if i + 1 < len(argv) else None)
     return value
+
+
+def given(argv: Sequence[str], flags: Sequence[str]) -> bool:
+    """Whether ``argv`` gives any of ``flags`` (``--flag``, ``--flag V`` or ``--flag=V``)."""
+    return any(a.partition("=")[0] in flags for a in argv)
 
 
 class RecipeParser(TrlParser):
@@ -85,11 +94,26 @@ class RecipeParser(TrlParser):
                 out.update(cls.__dict__.get("RENAMED", {}))
         return out
 
+    def value_shape_error(self, name: str, value) -> str | None:
+        """What field ``name``'s type expects when a recipe's YAML ``value`` (null, a list or a
+        mapping) is of a shape the field cannot take (None when it can, or the type is a class
+        that converts values itself)."""
+        shape = "null" if value is None else "list" if isinstance(value, list) else \
+            "mapping" if isinstance(value, dict) else None
+        for dtype in self.dataclass_types:
+            if name in {f.name for f in dataclasses.fields(dtype)}:
+                try:
+                    shapes = _shapes(typing.get_type_hints(dtype)[name])
+                except Exception:  # an annotation this module cannot resolve: the dataclass checks it
+                    return None
+                if shape is None or "any" in shapes or shape in shapes:
+                    return None
+                return " or ".join(sorted(shapes - {"null"})) or "null"
+        return None
+
     def load_recipe(self, path: str) -> dict:
         """Set the YAML keys of recipe ``path`` as the fields' defaults and export its ``env:``
         mapping (``trl.TrlParser``'s rules); returns the keys set."""
-        import yaml
-
         p = Path(path)
         if p.is_dir():
             raise IsADirectoryError(21, "Is a directory; the recipe must be a YAML file", str(p))
@@ -99,7 +123,9 @@ class RecipeParser(TrlParser):
 
         record_input(p, "recipe")
         try:
-            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+            data = yaml.load(p.read_text(encoding="utf-8"), Loader=UniqueKeyLoader) or {}
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"recipe {p}: not UTF-8 text (byte {e.start}: {e.reason})") from None
         except yaml.YAMLError as e:
             raise ConfigError(f"recipe {p}: broken YAML: {' '.join(str(e).split())}") from e
         if not isinstance(data, dict):
@@ -110,6 +136,9 @@ class RecipeParser(TrlParser):
         unknown = [k for k in data if k not in self.fields()]
         if unknown:
             raise ConfigError(f"recipe {p}: " + unknown_names_message(unknown, self.fields(), self.renamed(), prefix=""))
+        for k, v in data.items():
+            if (want := self.value_shape_error(k, v)) is not None:
+                raise ConfigError(f"recipe {p}: {k}: {want} expected, got {'null' if v is None else repr(v)}")
         self.set_defaults_with_config(**data)
         for k, v in env.items():
             os.environ[k] = str(v)
@@ -127,15 +156,60 @@ class RecipeParser(TrlParser):
         except argparse.ArgumentError as e:
             if isinstance(e.__context__, ConfigError):  # a field type's own message (``--budgets``)
                 raise e.__context__ from None
-            key = (e.argument_name or "").split("/")[0].lstrip("-")
-            if key in recipe and option_value(argv, f"--{key}") is None:  # the recipe's text value
+            names = (e.argument_name or "").split("/")
+            key = names[0].lstrip("-")
+            if key in recipe and not given(argv, names):  # the recipe's text value
                 raise ConfigError(f"recipe {recipe_path}: {key}: {e.message}") from None
             raise ConfigError(str(e)) from None
+        for action in self._actions:  # argparse checks the choices of flag values only
+            key = action.dest
+            if (action.choices is not None and key in recipe and not given(argv, action.option_strings)
+                    and getattr(args, key) not in action.choices):
+                raise ConfigError(f"recipe {recipe_path}: {key}: invalid choice: {getattr(args, key)!r} (choose from "
+                                  f"{', '.join(map(str, action.choices))})")
         if extra:
-            flags = [a for a in extra if a.startswith("-")] or extra
+            flags = [a for a in extra if a.startswith("-")]
+            if not flags:
+                raise ConfigError(f"unexpected argument(s): {' '.join(extra)} (a field is given as --field value)")
             raise ConfigError(unknown_names_message(flags, self.fields(), self.renamed()))
         args.recipe_parser = self
         return args
+
+
+def _shapes(hint) -> set[str]:
+    """The YAML shapes a field typed ``hint`` takes: ``null``, ``list`` (also one value),
+    ``mapping``, the name of a value type (str, int, float, bool, an enum), or ``any`` (another
+    class, which converts values itself)."""
+    import enum
+    import types
+
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return set().union(*(_shapes(a) for a in typing.get_args(hint)))
+    if hint is type(None):
+        return {"null"}
+    if origin in (list, tuple, set, frozenset) or hint in (list, tuple, set, frozenset):
+        return {"list"}
+    if origin is dict or hint is dict:
+        return {"mapping"}
+    if origin is typing.Literal:
+        return {"str"}
+    if hint in (str, int, float, bool) or (isinstance(hint, type) and issubclass(hint, enum.Enum)):
+        return {hint.__name__}
+    return {"any"}
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping giving one key twice (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, typing.Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key) if isinstance(key, typing.Hashable) else None
+        return super().construct_mapping(node, deep=deep)
 
 
 def recipe_configs(args: argparse.Namespace) -> tuple:

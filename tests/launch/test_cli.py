@@ -78,7 +78,7 @@ def test_out_that_is_a_file_fails_at_parse_time(tmp_path):
 
 
 @pytest.mark.parametrize("recipe,needle", [
-    ("batch_size: null\n", "--batch_size: expected a number >= 1, got null"),  # top_k is the program's now
+    ("batch_size: null\n", "batch_size: int expected, got null"),  # top_k is the program's now
     ("dataset: [locomo\n", "broken YAML"),
 ])
 def test_bad_recipes_are_one_line(recipe, needle, tmp_path, capsys):
