@@ -14,7 +14,8 @@ Every error is a :class:`memgym.llm.errors.ConfigError` (exit status 2): a YAML 
 field has (one line, each named with its closest field or the field that replaced an old name), a
 stray word, a recipe value or flag value of the wrong type or outside the field's choices (naming
 the recipe and the key, or the flag; a recipe's null, list or mapping is checked against the
-field's annotation before any dataclass sees it), a missing value or required argument, a missing
+field's annotation before any dataclass sees it, and its numbers and bools are converted by the
+field's type as a flag's text is: ``rounds_cold: 2.5`` fails), a missing value or required argument, a missing
 recipe, a recipe that is not UTF-8, broken YAML (a key given twice included) or no mapping;
 a recipe path that is a folder is ``IsADirectoryError`` (exit status 1).
 """
@@ -94,22 +95,31 @@ class RecipeParser(TrlParser):
                 out.update(cls.__dict__.get("RENAMED", {}))
         return out
 
-    def value_shape_error(self, name: str, value) -> str | None:
-        """What field ``name``'s type expects when a recipe's YAML ``value`` (null, a list or a
-        mapping) is of a shape the field cannot take (None when it can, or the type is a class
-        that converts values itself)."""
-        shape = "null" if value is None else "list" if isinstance(value, list) else \
-            "mapping" if isinstance(value, dict) else None
+    def field_shapes(self, name: str) -> set[str]:
+        """The YAML shapes field ``name`` takes (:func:`_shapes` of its annotation; ``{"any"}``
+        when it cannot be resolved: the dataclass checks the value)."""
         for dtype in self.dataclass_types:
             if name in {f.name for f in dataclasses.fields(dtype)}:
                 try:
-                    shapes = _shapes(typing.get_type_hints(dtype)[name])
-                except Exception:  # an annotation this module cannot resolve: the dataclass checks it
-                    return None
-                if shape is None or "any" in shapes or shape in shapes:
-                    return None
-                return " or ".join(sorted(shapes - {"null"})) or "null"
-        return None
+                    return _shapes(typing.get_type_hints(dtype)[name])
+                except Exception:
+                    return {"any"}
+        return {"any"}
+
+    def recipe_value(self, path: Path, name: str, value):
+        """Recipe ``value`` of field ``name`` as the parser takes it: a YAML number or bool of a
+        field of value types as text, which the field's type converts as it converts a flag's
+        (``rounds_cold: 2.5`` fails as ``--rounds_cold 2.5`` does). Raises :class:`ConfigError`
+        for a null, list or mapping the field's annotation does not take."""
+        shapes = self.field_shapes(name)
+        shape = "null" if value is None else "list" if isinstance(value, list) else \
+            "mapping" if isinstance(value, dict) else None
+        if "any" in shapes or shape in shapes:
+            return value
+        if shape is not None:
+            raise ConfigError(f"recipe {path}: {name}: {' or '.join(sorted(shapes - {'null'})) or 'null'} expected, "
+                              f"got {'null' if value is None else repr(value)}")
+        return value if isinstance(value, str) or "list" in shapes else str(value)
 
     def load_recipe(self, path: str) -> dict:
         """Set the YAML keys of recipe ``path`` as the fields' defaults and export its ``env:``
@@ -136,9 +146,7 @@ class RecipeParser(TrlParser):
         unknown = [k for k in data if k not in self.fields()]
         if unknown:
             raise ConfigError(f"recipe {p}: " + unknown_names_message(unknown, self.fields(), self.renamed(), prefix=""))
-        for k, v in data.items():
-            if (want := self.value_shape_error(k, v)) is not None:
-                raise ConfigError(f"recipe {p}: {k}: {want} expected, got {'null' if v is None else repr(v)}")
+        data = {k: self.recipe_value(p, k, v) for k, v in data.items()}
         self.set_defaults_with_config(**data)
         for k, v in env.items():
             os.environ[k] = str(v)

@@ -74,3 +74,22 @@ def test_a_last_flag_without_value_is_named_as_the_flag_and_a_stray_word_as_a_wo
     assert main(["eval", "--config", "launch/recipes/demo_locomo.yaml", "stray"]) == 2
     assert capsys.readouterr().err.strip() == ("memgym eval: unexpected argument(s): stray "
                                                "(a field is given as --field value)")
+
+
+def test_recipe_numbers_and_bools_are_converted_by_the_fields_type_as_flags_are(tmp_path):
+    """YAML reads ``2.5``, ``true`` and ``1`` as a number or bool; the field's type converts
+    them as it converts a flag's text, so ``rounds_cold: 2.5`` fails and ``use_peft: 1`` is True."""
+    from memgym.launch.cmd_evolve import make_parser as evolve_parser
+    from memgym.launch.cmd_train import stage_parser
+    from memgym.llm.errors import ConfigError
+
+    for text, needle in (("rounds_cold: 2.5\n", "rounds_cold: invalid int value: '2.5'"),
+                         ("rounds_cold: true\n", "rounds_cold: invalid int value: 'True'")):
+        r = _recipe(tmp_path, text)
+        with pytest.raises(ConfigError) as e:
+            evolve_parser("memgym evolve").parse(["--config", r])
+        assert str(e.value) == f"recipe {r}: {needle}"
+    r = _recipe(tmp_path, "use_peft: 1\nbf16: no\nlearning_rate: 2\nlora_r: 8\n")
+    args = stage_parser("sft", "memgym train sft").parse(["--config", r])
+    assert (args.use_peft, args.bf16, args.learning_rate, args.lora_r) == (True, False, 2.0, 8)
+    assert type(args.learning_rate) is float
